@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod event;
+mod id;
+mod outbox;
+mod policy;
+mod ports;
+mod projection;
+mod time;
+
+pub use error::{BoxError, Error, Result};
+pub use event::{
+    AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent,
+    Metadata, NewEvent, NewMetadata, PayloadHash, StreamHead,
+};
+pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
+pub use outbox::{
+    FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
+    OutboxSummary, truncate_error, validate_limit, validate_ttl,
+};
+pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
+pub use ports::{EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WatermarkStore};
+pub use projection::{
+    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection,
+    ProjectionPlan, StreamGap, Watermark, detect_gap, plan_apply, validate_run,
+};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
+
+/// Re-exported so adapters and users implement [`Projection`] with the same macro.
+pub use async_trait::async_trait;

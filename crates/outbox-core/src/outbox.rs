@@ -1,0 +1,234 @@
+//! Outbox rows, stream leases, summaries.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, EventType, Result, Seq, StreamId, Timestamp, WorkerId};
+
+/// The state of an outbox row. Completed rows are deleted, so there is no "done".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxStatus {
+    /// Waiting for its first attempt.
+    Pending,
+    /// Claimed by the holder of the stream's lease. When that lease expires the
+    /// row is due again (a crashed worker never strands it).
+    Processing,
+    /// Failed at least once; due again at `next_attempt_at`.
+    Failed,
+    /// Failed `dead_letter_after` times in a row; blocks its stream until an
+    /// operator requeues it.
+    Dead,
+}
+
+impl OutboxStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [OutboxStatus; 4] = [
+        OutboxStatus::Pending,
+        OutboxStatus::Processing,
+        OutboxStatus::Failed,
+        OutboxStatus::Dead,
+    ];
+
+    /// The stable name stored by SQL adapters.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OutboxStatus::Pending => "pending",
+            OutboxStatus::Processing => "processing",
+            OutboxStatus::Failed => "failed",
+            OutboxStatus::Dead => "dead",
+        }
+    }
+}
+
+impl std::str::FromStr for OutboxStatus {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        OutboxStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format_args!(
+                    "unknown outbox status {s:?} (expected pending, processing, failed or dead)"
+                ))
+            })
+    }
+}
+
+impl fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One outbox row: a pointer to a journal event that projections have not
+/// (as far as the outbox knows) applied yet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OutboxRow {
+    /// The stream.
+    pub stream: StreamId,
+    /// The event's seq.
+    pub seq: Seq,
+    /// The event's type (for inspection without loading the event).
+    pub event_type: EventType,
+    /// The row's state.
+    pub status: OutboxStatus,
+    /// Consecutive failures so far.
+    pub attempt_count: u32,
+    /// When the row is due (for pending and failed rows), or when it died.
+    pub next_attempt_at: Timestamp,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// When the row last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The longest failure message stored; longer ones are cut at a char boundary.
+pub const MAX_ERROR_LEN: usize = 2048;
+
+/// `message` cut to at most [`MAX_ERROR_LEN`] bytes at a char boundary.
+pub fn truncate_error(message: &str) -> &str {
+    if message.len() <= MAX_ERROR_LEN {
+        return message;
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
+/// The result of [`OutboxStore::fail`](crate::OutboxStore::fail).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum FailureOutcome {
+    /// The row is `failed` and due again at `next_attempt_at`.
+    Retry {
+        /// Consecutive failures including this one.
+        attempt: u32,
+        /// When it is due again (the store's clock plus the policy's delay).
+        next_attempt_at: Timestamp,
+    },
+    /// The threshold was reached: the row is `dead`.
+    Dead {
+        /// Consecutive failures including this one.
+        attempt: u32,
+    },
+}
+
+/// Row counts by status and the oldest retry-eligible row.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OutboxSummary {
+    /// Rows waiting for a first attempt.
+    pub pending: u64,
+    /// Rows claimed by a worker.
+    pub processing: u64,
+    /// Rows waiting for a retry.
+    pub failed: u64,
+    /// Dead rows.
+    pub dead: u64,
+    /// The pending or failed row with the earliest `next_attempt_at`
+    /// (ties broken by stream, then seq).
+    pub oldest_retry_eligible: Option<OutboxRow>,
+    /// The store's clock when the summary was taken, for computing ages.
+    pub as_of: Timestamp,
+}
+
+impl OutboxSummary {
+    /// All rows.
+    pub fn total(&self) -> u64 {
+        self.pending + self.processing + self.failed + self.dead
+    }
+
+    /// The count for one status.
+    pub fn count(&self, status: OutboxStatus) -> u64 {
+        match status {
+            OutboxStatus::Pending => self.pending,
+            OutboxStatus::Processing => self.processing,
+            OutboxStatus::Failed => self.failed,
+            OutboxStatus::Dead => self.dead,
+        }
+    }
+}
+
+/// A stream lease: who may work on a stream, until when.
+///
+/// The epoch grows by one on every change of owner, so a stale holder can be
+/// told apart from the current one even if it reuses its owner id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    /// The stream.
+    pub stream: StreamId,
+    /// The holder.
+    pub owner: WorkerId,
+    /// Grows on every takeover.
+    pub epoch: u64,
+    /// When the lease expires, by the store's clock.
+    pub expires_at: Timestamp,
+}
+
+impl Lease {
+    /// The [`Error::LeaseLost`] for this lease.
+    pub fn lost(&self) -> Error {
+        Error::LeaseLost {
+            stream: self.stream.clone(),
+            owner: self.owner.to_string(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// The shortest lease accepted.
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(10);
+/// The longest lease accepted.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(86_400);
+
+/// Rejects a lease TTL outside [`MIN_LEASE_TTL`]`..=`[`MAX_LEASE_TTL`].
+pub fn validate_ttl(ttl: Duration) -> Result<()> {
+    if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&ttl) {
+        return Err(Error::invalid(format_args!(
+            "lease ttl {ttl:?} is outside {MIN_LEASE_TTL:?}..={MAX_LEASE_TTL:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Rejects a zero limit and caps the rest at `max`.
+pub fn validate_limit(limit: usize, max: usize) -> Result<usize> {
+    if limit == 0 {
+        return Err(Error::invalid("limit must be at least 1"));
+    }
+    Ok(limit.min(max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_round_trips() {
+        for s in OutboxStatus::ALL {
+            assert_eq!(s.as_str().parse::<OutboxStatus>().unwrap(), s);
+        }
+        assert!("done".parse::<OutboxStatus>().is_err());
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let s = "é".repeat(MAX_ERROR_LEN);
+        let t = truncate_error(&s);
+        assert!(t.len() <= MAX_ERROR_LEN && t.len() >= MAX_ERROR_LEN - 1);
+        assert_eq!(truncate_error("short"), "short");
+    }
+
+    #[test]
+    fn ttl_and_limit_validation() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_secs(30)).is_ok());
+        assert!(validate_ttl(Duration::from_secs(86_401)).is_err());
+        assert!(validate_limit(0, 10).is_err());
+        assert_eq!(validate_limit(50, 10).unwrap(), 10);
+    }
+}

@@ -1,0 +1,320 @@
+//! The ports: what every adapter implements.
+//!
+//! One journal database holds [`EventJournal`], [`OutboxStore`] and
+//! [`LeaseStore`] (an append and its outbox rows must share a transaction);
+//! one projection database holds [`ProjectionStore`] and [`WatermarkStore`]
+//! (a projection's writes, its checkpoints and the watermark must share a
+//! transaction). The two may be the same database or not: exactly-once never
+//! relies on them committing together (see `docs/architecture.md`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease,
+    OutboxRow, OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq,
+    StreamHead, StreamId, Watermark, WorkerId,
+};
+
+/// The most rows any single listing or bulk operation returns.
+pub const MAX_PAGE: usize = 10_000;
+
+/// The event journal: append-only streams of events.
+///
+/// # Contract
+/// `append`:
+/// - Validates the whole batch with [`AppendOptions::validate`] first; an
+///   invalid batch is [`Error::InvalidInput`](crate::Error::InvalidInput) and
+///   writes nothing.
+/// - Writes every request of the batch in ONE transaction: all of it commits
+///   or none of it does. Requests are applied in order, so two requests for
+///   the same stream see each other.
+/// - Checks each request's expected version against the stream's current
+///   last seq; a mismatch is [`Error::Conflict`](crate::Error::Conflict) and
+///   the whole batch writes nothing.
+/// - Gives the events seqs `last + 1, last + 2, ...`: contiguous, no holes,
+///   ever (not even after a failed append).
+/// - With [`AppendOptions::enqueues`], inserts one `pending` outbox row per
+///   event, due now, in the same transaction. Without it, inserts none.
+/// - Stamps `recorded_at` with the store's clock and a `global_position`
+///   that is unique and increasing within the journal.
+///
+/// `load`:
+/// - Returns the event as appended (payload bytes, type, intent, metadata,
+///   hash); [`Error::NotFound`](crate::Error::NotFound) for an unknown stream
+///   or seq; [`Error::Corrupt`](crate::Error::Corrupt) if the stored payload
+///   does not match its hash.
+///
+/// `read_stream`:
+/// - Returns up to `limit` events of the stream with seq `>= from`, in seq
+///   order; an empty vector past the end or for an unknown stream.
+///
+/// `stream_head`:
+/// - Returns the stream's last seq, 0 for a stream with no events.
+///
+/// `stream_heads`:
+/// - Pages through every stream with events, ordered by stream id, starting
+///   strictly after `after`, at most `limit` per page.
+pub trait EventJournal: Send + Sync {
+    /// Appends a batch of requests in one transaction.
+    fn append(
+        &self,
+        batch: &[AppendRequest],
+        options: AppendOptions,
+    ) -> impl Future<Output = Result<Vec<Appended>>> + Send;
+
+    /// Loads one event.
+    fn load(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Event>> + Send;
+
+    /// Reads a range of one stream.
+    fn read_stream(
+        &self,
+        stream: &StreamId,
+        from: Seq,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Event>>> + Send;
+
+    /// The stream's last seq (0 when empty).
+    fn stream_head(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send;
+
+    /// A page of streams and their last seqs.
+    fn stream_heads(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StreamHead>>> + Send;
+}
+
+/// The outbox: one pointer row per event not yet known to be applied.
+///
+/// The *head* of a stream is its outstanding row with the lowest seq. Only the
+/// head is ever processable: a failed or dead head blocks the rows behind it
+/// (head-of-line blocking per stream), while other streams flow.
+///
+/// # Contract
+/// `due_streams`:
+/// - Returns up to `limit` streams whose head is not dead, is due
+///   (`next_attempt_at <= now` by the store's clock), and whose lease is free
+///   or expired, oldest due first. Never a stream whose head is dead or
+///   not yet due. A `processing` head whose lease expired is due again.
+/// - Costs an index seek, not a scan of the backlog.
+///
+/// `claim`:
+/// - Requires `lease` to be the stream's current, unexpired lease (same
+///   owner and epoch); otherwise [`Error::LeaseLost`](crate::Error::LeaseLost)
+///   and nothing changes.
+/// - Marks `processing` and returns the head and the rows right behind it
+///   (contiguous seqs, at most `max`) that are due, in seq order. Returns an
+///   empty vector if the head is dead or not due (or there are no rows).
+/// - Re-claiming rows already `processing` (after a takeover) is allowed.
+/// - Of two claimers presenting different leases, at most one succeeds.
+///
+/// `complete`:
+/// - Deletes every row of the stream with seq `<= through`, whatever its
+///   status (the projection checkpoint is the truth; the row is a hint) and
+///   returns how many. Idempotent; needs no lease.
+///
+/// `fail`:
+/// - Requires the current lease (else `LeaseLost`) and a `processing` row at
+///   `seq` (else [`Error::NotFound`](crate::Error::NotFound) or
+///   [`Error::InvalidState`](crate::Error::InvalidState)).
+/// - Increments `attempt_count`, stores the message (cut to
+///   [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)); when `policy` decides
+///   dead-letter the row becomes `dead`, else `failed` and due at
+///   `now + policy.delay(attempt)` by the store's clock.
+///
+/// `dead_letter`:
+/// - Like `fail` but parks the row as `dead` at once, whatever its count.
+///
+/// `abandon`:
+/// - Requires the current lease; turns the stream's `processing` rows back to
+///   `pending` (attempt counts unchanged) so they are due at once when the
+///   lease is released. Returns how many.
+///
+/// `requeue`:
+/// - Turns one `dead` row into `pending`, attempt count 0, due now, error
+///   cleared. [`Error::NotFound`](crate::Error::NotFound) if there is no such
+///   row; [`Error::InvalidState`](crate::Error::InvalidState) if it is not
+///   dead (nothing changes).
+///
+/// `requeue_dead`:
+/// - Requeues up to `limit` dead rows, oldest first by
+///   (`next_attempt_at`, stream, seq), and returns them as they now are.
+///
+/// `row`, `summary`, `list`:
+/// - `row` returns one row or `None`. `summary` counts rows by status and
+///   names the pending-or-failed row with the earliest `next_attempt_at`.
+///   `list` returns up to `limit` rows (optionally of one status) ordered by
+///   (`next_attempt_at`, stream, seq).
+pub trait OutboxStore: Send + Sync {
+    /// Streams with a due head and a free lease.
+    fn due_streams(&self, limit: usize) -> impl Future<Output = Result<Vec<StreamId>>> + Send;
+
+    /// Claims the due head run of the lease's stream.
+    fn claim(&self, lease: &Lease, max: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+
+    /// Deletes the stream's rows up to `through`.
+    fn complete(&self, stream: &StreamId, through: Seq) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Records a failure of the processing row at `seq`.
+    fn fail(
+        &self,
+        lease: &Lease,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> impl Future<Output = Result<FailureOutcome>> + Send;
+
+    /// Parks the processing row at `seq` as dead.
+    fn dead_letter(
+        &self,
+        lease: &Lease,
+        seq: Seq,
+        error: &str,
+    ) -> impl Future<Output = Result<OutboxRow>> + Send;
+
+    /// Returns the lease's processing rows to pending.
+    fn abandon(&self, lease: &Lease) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Requeues one dead row.
+    fn requeue(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send;
+
+    /// Requeues up to `limit` dead rows, oldest first.
+    fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+
+    /// One row.
+    fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send;
+
+    /// Counts by status and the oldest retry-eligible row.
+    fn summary(&self) -> impl Future<Output = Result<OutboxSummary>> + Send;
+
+    /// Rows, optionally of one status.
+    fn list(
+        &self,
+        status: Option<OutboxStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+}
+
+/// Stream leases: who may work on a stream. Leases make work efficient; the
+/// projection checkpoint makes it safe.
+///
+/// # Contract
+/// - `acquire` succeeds when the stream has no lease, or its lease expired or
+///   was released (then the epoch becomes the previous epoch + 1; the first
+///   epoch is 1), or `owner` already holds it (then only the expiry moves).
+///   It returns `None` while another owner holds an unexpired lease.
+/// - Expiry is judged by the store's clock, never the caller's.
+/// - `renew` extends an unexpired lease held by the same owner and epoch to
+///   `now + ttl`; otherwise [`Error::LeaseLost`](crate::Error::LeaseLost).
+/// - `release` frees the lease if the same owner and epoch still hold it and
+///   returns whether it did; releasing a lost lease is not an error.
+/// - Epochs never decrease for a stream, including across release.
+/// - A `ttl` outside [`MIN_LEASE_TTL`](crate::MIN_LEASE_TTL)..=[`MAX_LEASE_TTL`](crate::MAX_LEASE_TTL)
+///   is [`Error::InvalidInput`](crate::Error::InvalidInput).
+pub trait LeaseStore: Send + Sync {
+    /// Takes the stream's lease for `owner`.
+    fn acquire(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send;
+
+    /// Extends a held lease.
+    fn renew(&self, lease: &Lease, ttl: Duration) -> impl Future<Output = Result<Lease>> + Send;
+
+    /// Frees a held lease.
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send;
+
+    /// The stream's current lease record (held or not), for inspection.
+    fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
+}
+
+/// The projection database: checkpoints and the user's projection tables.
+///
+/// # Contract
+/// `apply`:
+/// - Runs ONE transaction. For every projection given, reads its checkpoint
+///   for the stream and plans with [`plan_apply`](crate::plan_apply): events
+///   at or below the checkpoint are skipped as duplicates; if the first new
+///   event is not `checkpoint + 1` the transaction writes nothing and the
+///   call returns [`ApplyOutcome::Gap`].
+/// - Calls `Projection::apply` for each new [`Intent::Apply`](crate::Intent)
+///   event in seq order; audit-only events advance the checkpoint without
+///   calling the applier.
+/// - Advances each checkpoint to the run's last seq with a compare-and-set
+///   against the value it read, and raises the stream's watermark to the
+///   run's last seq, in the same transaction.
+/// - If an applier fails, the transaction rolls back (no projection write,
+///   no checkpoint move) and the call returns
+///   [`Error::Apply`](crate::Error::Apply) naming the failing event.
+/// - `events` must be a contiguous run of `stream` (see
+///   [`validate_run`](crate::validate_run)); otherwise `InvalidInput`.
+/// - Concurrent `apply` calls for the same (projection, stream) serialize:
+///   each event commits at most once.
+///
+/// `checkpoint` returns the last applied seq (0 when none).
+/// `reset` runs `Projection::reset` and deletes the projection's checkpoints
+/// in one transaction. `digest` hashes the projection's state (its rows, via
+/// `Projection::digest`, and its checkpoints). `setup` runs every
+/// projection's `setup` (idempotent).
+pub trait ProjectionStore: Send + Sync {
+    /// The transaction-scoped handle appliers write through.
+    type Tx: Send + 'static;
+
+    /// Creates every projection's tables.
+    fn setup(
+        &self,
+        projections: &[Arc<dyn Projection<Self::Tx>>],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Applies a contiguous run of one stream exactly once.
+    fn apply(
+        &self,
+        stream: &StreamId,
+        events: &[Event],
+        projections: &[Arc<dyn Projection<Self::Tx>>],
+    ) -> impl Future<Output = Result<ApplyOutcome>> + Send;
+
+    /// The projection's checkpoint for the stream.
+    fn checkpoint(
+        &self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Clears the projection and its checkpoints.
+    fn reset(&self, projection: &dyn Projection<Self::Tx>) -> impl Future<Output = Result<()>> + Send;
+
+    /// Hashes the projection's state and checkpoints.
+    fn digest(&self, projection: &dyn Projection<Self::Tx>) -> impl Future<Output = Result<Digest>> + Send;
+}
+
+/// Watermarks: per stream, the highest seq the apply path committed.
+///
+/// # Contract
+/// - `save_watermark` raises the watermark to `applied` and never lowers it
+///   (a lower value leaves it as it is); it returns the stored watermark.
+/// - `watermark` returns `None` for a stream never saved.
+/// - `watermarks` pages through watermarks ordered by stream id, strictly
+///   after `after`, at most `limit` per page.
+pub trait WatermarkStore: Send + Sync {
+    /// One stream's watermark.
+    fn watermark(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Watermark>>> + Send;
+
+    /// Raises one stream's watermark.
+    fn save_watermark(
+        &self,
+        stream: &StreamId,
+        applied: Seq,
+    ) -> impl Future<Output = Result<Watermark>> + Send;
+
+    /// A page of watermarks.
+    fn watermarks(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Watermark>>> + Send;
+}

@@ -1,0 +1,361 @@
+//! Projections: the user's applier, exactly-once planning, digests, watermarks and gaps.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use crate::{BoxError, Error, Event, Intent, ProjectionName, Result, Seq, StreamId, Timestamp};
+
+/// A user's projection: turns events into rows through a transaction handle.
+///
+/// `Tx` is the adapter's transaction-scoped handle (`MemoryTx`,
+/// `sqlx::SqliteConnection`, `sqlx::PgConnection`): everything written
+/// through it commits or rolls back together with the checkpoint advance.
+///
+/// # Contract
+/// - `apply` is called at most once per (projection, stream, seq) that
+///   commits; it may be called again for an event whose transaction rolled
+///   back. It must not commit, roll back or keep the handle.
+/// - `apply` must be deterministic in the event: every path (inline, worker,
+///   catch-up, rebuild) must produce byte-identical state, which
+///   [`Projection::digest`] checks.
+/// - `reset` deletes everything this projection wrote (used by rebuild). The
+///   store resets the projection's checkpoints in the same transaction.
+/// - `digest` feeds every row of every table the projection owns into the
+///   builder in a deterministic (primary-key) order.
+/// - Errors are returned, never panicked; a returned error rolls back the
+///   whole apply transaction and the outbox row is retried by the policy.
+#[async_trait]
+pub trait Projection<Tx: Send>: Send + Sync {
+    /// The projection's name; checkpoints are kept under it.
+    fn name(&self) -> &ProjectionName;
+
+    /// Creates the projection's tables if they do not exist. Called by
+    /// [`ProjectionStore::setup`](crate::ProjectionStore::setup).
+    async fn setup(&self, _tx: &mut Tx) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Applies one event (never an [`Intent::AuditOnly`] one).
+    async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError>;
+
+    /// Deletes everything the projection wrote.
+    async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError>;
+
+    /// Feeds the projection's state into `out`, in a deterministic order.
+    async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError>;
+}
+
+/// What happens to one batch of a stream's events for one projection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProjectionPlan {
+    /// How many leading events the projection has already applied (duplicates).
+    pub skip: usize,
+}
+
+/// A projection's checkpoint is behind the first unapplied event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckpointGap {
+    /// The projection.
+    pub projection: ProjectionName,
+    /// The stream.
+    pub stream: StreamId,
+    /// The projection's checkpoint (last applied seq, 0 for none).
+    pub checkpoint: u64,
+    /// The seq that was offered next.
+    pub offered: Seq,
+}
+
+/// Checks that `events` is a non-empty, contiguous, ascending run of `stream`.
+pub fn validate_run(stream: &StreamId, events: &[Event]) -> Result<()> {
+    let Some(first) = events.first() else {
+        return Err(Error::invalid("apply needs at least one event"));
+    };
+    for (i, e) in events.iter().enumerate() {
+        if &e.stream != stream {
+            return Err(Error::invalid(format_args!(
+                "event {}/{} offered in a run of stream {stream}",
+                e.stream, e.seq
+            )));
+        }
+        if e.seq.get() != first.seq.get() + i as u64 {
+            return Err(Error::invalid(format_args!(
+                "events offered to apply are not contiguous: {} follows {}",
+                e.seq,
+                first.seq.get() + i as u64 - 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The exactly-once decision for one projection whose checkpoint is
+/// `checkpoint`, offered the contiguous run `events` (see [`validate_run`]).
+///
+/// Events at or below the checkpoint are duplicates and skipped; the rest
+/// must start exactly at `checkpoint + 1`, or it is a gap.
+pub fn plan_apply(
+    projection: &ProjectionName,
+    checkpoint: u64,
+    events: &[Event],
+) -> Result<ProjectionPlan, CheckpointGap> {
+    let skip = events.iter().take_while(|e| e.seq.get() <= checkpoint).count();
+    match events.get(skip) {
+        Some(next) if next.seq.get() != checkpoint + 1 => Err(CheckpointGap {
+            projection: projection.clone(),
+            stream: next.stream.clone(),
+            checkpoint,
+            offered: next.seq,
+        }),
+        _ => Ok(ProjectionPlan { skip }),
+    }
+}
+
+/// What an [`apply`](crate::ProjectionStore::apply) call did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ApplyOutcome {
+    /// The transaction committed.
+    Applied(ApplyReport),
+    /// A projection's checkpoint is behind the run: nothing was written.
+    /// Catch the projection up from the journal, then offer the run again.
+    Gap(CheckpointGap),
+}
+
+/// Counts of one committed apply transaction, per event of the run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ApplyReport {
+    /// The last seq of the run: every projection's checkpoint is now at least this.
+    pub through: u64,
+    /// Events newly applied to at least one projection.
+    pub applied: u64,
+    /// Events every projection had already applied (skipped as duplicates).
+    pub duplicates: u64,
+    /// Audit-only events newly checkpointed without calling any applier.
+    pub audit_only: u64,
+}
+
+impl ApplyReport {
+    /// Tallies one event given whether any projection was new to it.
+    pub fn count(&mut self, event: &Event, new_to_some: bool) {
+        self.through = self.through.max(event.seq.get());
+        match (new_to_some, event.intent) {
+            (false, _) => self.duplicates += 1,
+            (true, Intent::Apply) => self.applied += 1,
+            (true, Intent::AuditOnly) => self.audit_only += 1,
+        }
+    }
+}
+
+/// A SHA-256 digest over projection state.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({self})")
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// One value fed into a [`DigestBuilder`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DigestValue<'a> {
+    /// SQL NULL.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// A float (hashed by its bit pattern).
+    Real(f64),
+    /// Text.
+    Text(&'a str),
+    /// Bytes.
+    Blob(&'a [u8]),
+}
+
+/// Builds a [`Digest`] from tables and rows. The encoding is unambiguous
+/// (tagged, length-prefixed), so different states never collide by framing.
+#[derive(Clone, Debug, Default)]
+pub struct DigestBuilder {
+    hasher: Sha256,
+    rows: u64,
+}
+
+impl DigestBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn bytes(&mut self, tag: u8, b: &[u8]) {
+        self.hasher.update([tag]);
+        self.hasher.update((b.len() as u64).to_le_bytes());
+        self.hasher.update(b);
+    }
+
+    /// Starts a table; rows fed after this belong to it.
+    pub fn table(&mut self, name: &str) -> &mut Self {
+        self.bytes(b'T', name.as_bytes());
+        self
+    }
+
+    /// Feeds one row.
+    pub fn row(&mut self, values: &[DigestValue<'_>]) -> &mut Self {
+        self.hasher.update([b'R']);
+        self.hasher.update((values.len() as u64).to_le_bytes());
+        for v in values {
+            match *v {
+                DigestValue::Null => self.hasher.update([b'N']),
+                DigestValue::Int(i) => self.bytes(b'I', &i.to_le_bytes()),
+                DigestValue::Real(r) => self.bytes(b'F', &r.to_bits().to_le_bytes()),
+                DigestValue::Text(t) => self.bytes(b'S', t.as_bytes()),
+                DigestValue::Blob(b) => self.bytes(b'B', b),
+            }
+        }
+        self.rows += 1;
+        self
+    }
+
+    /// Rows fed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The digest.
+    pub fn finish(self) -> Digest {
+        Digest(self.hasher.finalize().into())
+    }
+}
+
+/// A stream's projection watermark: the highest seq the apply path committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Watermark {
+    /// The stream.
+    pub stream: StreamId,
+    /// The highest applied seq.
+    pub applied_through: u64,
+    /// The seq expected next (`applied_through + 1`).
+    pub expected_next: u64,
+    /// When it last moved, by the store's clock.
+    pub updated_at: Timestamp,
+}
+
+/// A stream whose watermark is behind the journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamGap {
+    /// The stream.
+    pub stream: StreamId,
+    /// The watermark (0 when the stream has none).
+    pub applied_through: u64,
+    /// The journal's last seq for the stream.
+    pub head: u64,
+}
+
+impl StreamGap {
+    /// Events missing: `head - applied_through`.
+    pub fn missing(&self) -> u64 {
+        self.head - self.applied_through
+    }
+}
+
+/// The gap of `stream` given its journal head and watermark, if any.
+pub fn detect_gap(stream: &StreamId, head: u64, watermark: Option<&Watermark>) -> Option<StreamGap> {
+    let applied = watermark.map_or(0, |w| w.applied_through);
+    (head > applied).then(|| StreamGap {
+        stream: stream.clone(),
+        applied_through: applied,
+        head,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EventType, Metadata, PayloadHash};
+
+    fn run(stream: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
+        seqs.map(|s| Event {
+            stream: StreamId::new(stream).unwrap(),
+            seq: Seq::new(s).unwrap(),
+            global_position: s,
+            event_type: EventType::new("t").unwrap(),
+            intent: Intent::Apply,
+            payload: vec![],
+            metadata: Metadata {
+                recorded_at: Timestamp::EPOCH,
+                correlation_id: None,
+                causation_id: None,
+            },
+            payload_hash: PayloadHash::of(&[]),
+        })
+        .collect()
+    }
+
+    #[test]
+    fn plan_skips_duplicates_and_reports_gaps() {
+        let p = ProjectionName::new("p").unwrap();
+        let evs = run("s", 3..=6);
+        assert_eq!(plan_apply(&p, 2, &evs).unwrap().skip, 0);
+        assert_eq!(plan_apply(&p, 4, &evs).unwrap().skip, 2);
+        assert_eq!(plan_apply(&p, 6, &evs).unwrap().skip, 4);
+        assert_eq!(plan_apply(&p, 9, &evs).unwrap().skip, 4);
+        let gap = plan_apply(&p, 1, &evs).unwrap_err();
+        assert_eq!((gap.checkpoint, gap.offered.get()), (1, 3));
+    }
+
+    #[test]
+    fn runs_must_be_contiguous_and_single_stream() {
+        let s = StreamId::new("s").unwrap();
+        assert!(validate_run(&s, &[]).is_err());
+        assert!(validate_run(&s, &run("s", 1..=3)).is_ok());
+        let mut holey = run("s", 1..=3);
+        holey.remove(1);
+        assert!(validate_run(&s, &holey).is_err());
+        assert!(validate_run(&s, &run("t", 1..=1)).is_err());
+    }
+
+    #[test]
+    fn digest_framing_is_unambiguous() {
+        let d = |rows: &[&[DigestValue<'_>]]| {
+            let mut b = DigestBuilder::new();
+            b.table("t");
+            for r in rows {
+                b.row(r);
+            }
+            b.finish()
+        };
+        use DigestValue::*;
+        assert_ne!(d(&[&[Text("ab"), Text("c")]]), d(&[&[Text("a"), Text("bc")]]));
+        assert_ne!(d(&[&[Text("1")]]), d(&[&[Int(1)]]));
+        assert_ne!(d(&[&[Null]]), d(&[]));
+        assert_eq!(d(&[&[Int(1), Blob(b"x")]]), d(&[&[Int(1), Blob(b"x")]]));
+    }
+
+    #[test]
+    fn gap_detection() {
+        let s = StreamId::new("s").unwrap();
+        assert_eq!(detect_gap(&s, 0, None), None);
+        assert_eq!(detect_gap(&s, 3, None).unwrap().missing(), 3);
+        let w = Watermark {
+            stream: s.clone(),
+            applied_through: 3,
+            expected_next: 4,
+            updated_at: Timestamp::EPOCH,
+        };
+        assert_eq!(detect_gap(&s, 3, Some(&w)), None);
+        assert_eq!(detect_gap(&s, 5, Some(&w)).unwrap().missing(), 2);
+    }
+}
