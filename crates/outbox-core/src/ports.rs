@@ -228,7 +228,8 @@ pub trait LeaseStore: Send + Sync {
     /// Frees a held lease.
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send;
 
-    /// The stream's current lease record (held or not), for inspection.
+    /// The stream's lease as last granted (possibly expired: compare
+    /// `expires_at`), or `None` if it was never leased or was released.
     fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
 }
 

@@ -1,0 +1,525 @@
+//! The in-memory journal database: events, outbox rows, stream leases.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use outbox_core::{
+    AppendOptions, AppendRequest, Appended, Clock, Error, Event, EventJournal, FailureDecision,
+    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
+    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, SystemClock,
+    Timestamp, WorkerId, truncate_error, validate_limit, validate_ttl,
+};
+
+/// The in-memory journal: implements [`EventJournal`], [`OutboxStore`] and
+/// [`LeaseStore`] over one mutex-protected state, so every operation is one
+/// atomic "transaction". Clones share the state (like two connections to one
+/// database); time comes from the injected [`Clock`], which plays the role of
+/// the database's clock.
+#[derive(Clone, Debug)]
+pub struct MemoryJournal {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    streams: BTreeMap<StreamId, Vec<Event>>,
+    next_global: u64,
+    outbox: BTreeMap<(StreamId, Seq), OutboxRow>,
+    /// stream -> (head seq, due time or None when the head is dead)
+    heads: HashMap<StreamId, (Seq, Option<Timestamp>)>,
+    /// (due time, stream) for every head that is not dead: the "index".
+    due: BTreeSet<(Timestamp, StreamId)>,
+    leases: HashMap<StreamId, LeaseRecord>,
+}
+
+#[derive(Clone, Debug)]
+struct LeaseRecord {
+    owner: Option<WorkerId>,
+    epoch: u64,
+    expires_at: Timestamp,
+}
+
+impl LeaseRecord {
+    fn held_by_other(&self, owner: Option<&WorkerId>, now: Timestamp) -> bool {
+        self.owner.is_some() && self.expires_at > now && self.owner.as_ref() != owner
+    }
+}
+
+impl Default for MemoryJournal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryJournal {
+    /// An empty journal on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock::new()))
+    }
+
+    /// An empty journal on `clock` (a [`ManualClock`](outbox_core::ManualClock) in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryJournal {
+            state: Arc::new(Mutex::new(State {
+                next_global: 1,
+                ..State::default()
+            })),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied
+        // operation: every mutation is computed first and written last.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+impl State {
+    fn head_of(&self, stream: &StreamId) -> u64 {
+        self.streams.get(stream).map_or(0, |v| v.len() as u64)
+    }
+
+    fn stream_rows(&self, stream: &StreamId) -> impl Iterator<Item = (&Seq, &OutboxRow)> {
+        self.outbox
+            .range((stream.clone(), Seq::FIRST)..=(stream.clone(), Seq::MAX))
+            .map(|((_, seq), row)| (seq, row))
+    }
+
+    /// Recomputes the head entry of `stream` after any change to its rows.
+    fn refresh_head(&mut self, stream: &StreamId) {
+        if let Some((_, Some(due))) = self.heads.remove(stream) {
+            self.due.remove(&(due, stream.clone()));
+        }
+        let head = self
+            .stream_rows(stream)
+            .next()
+            .map(|(seq, row)| (*seq, (row.status != OutboxStatus::Dead).then_some(row.next_attempt_at)));
+        if let Some((seq, due)) = head {
+            if let Some(due) = due {
+                self.due.insert((due, stream.clone()));
+            }
+            self.heads.insert(stream.clone(), (seq, due));
+        }
+    }
+
+    fn check_lease(&self, lease: &Lease, now: Timestamp) -> Result<()> {
+        match self.leases.get(&lease.stream) {
+            Some(r) if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now => Ok(()),
+            _ => Err(lease.lost()),
+        }
+    }
+
+    fn processing_row(&mut self, lease: &Lease, seq: Seq) -> Result<&mut OutboxRow> {
+        let row = self
+            .outbox
+            .get_mut(&(lease.stream.clone(), seq))
+            .ok_or_else(|| Error::NotFound(format!("outbox row {}/{seq}", lease.stream)))?;
+        if row.status != OutboxStatus::Processing {
+            return Err(Error::InvalidState(format!(
+                "outbox row {}/{seq} is {}, not processing",
+                lease.stream, row.status
+            )));
+        }
+        Ok(row)
+    }
+}
+
+fn sorted_rows<'a>(rows: impl Iterator<Item = &'a OutboxRow>) -> Vec<&'a OutboxRow> {
+    let mut v: Vec<&OutboxRow> = rows.collect();
+    v.sort_by(|a, b| (a.next_attempt_at, &a.stream, a.seq).cmp(&(b.next_attempt_at, &b.stream, b.seq)));
+    v
+}
+
+impl EventJournal for MemoryJournal {
+    async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
+        options.validate(batch)?;
+        let now = self.now();
+        let mut st = self.lock();
+        // Check every request before writing anything: all or nothing.
+        let mut heads: HashMap<&StreamId, u64> = HashMap::new();
+        for req in batch {
+            let actual = *heads.entry(&req.stream).or_insert_with(|| st.head_of(&req.stream));
+            if !req.expected.matches(actual) {
+                return Err(req.expected.conflict(&req.stream, actual));
+            }
+            let next = actual + req.events.len() as u64;
+            if next > Seq::MAX.get() {
+                return Err(Error::invalid(format_args!("stream {} would exceed the largest seq", req.stream)));
+            }
+            heads.insert(&req.stream, next);
+        }
+        let mut out = Vec::with_capacity(batch.len());
+        for req in batch {
+            let first = st.head_of(&req.stream) + 1;
+            let first_global = st.next_global;
+            for (i, new) in req.events.iter().enumerate() {
+                let seq = Seq::new(first + i as u64)?;
+                let event = Event {
+                    stream: req.stream.clone(),
+                    seq,
+                    global_position: st.next_global,
+                    event_type: new.event_type.clone(),
+                    intent: new.intent,
+                    payload_hash: PayloadHash::of(&new.payload),
+                    payload: new.payload.clone(),
+                    metadata: Metadata {
+                        recorded_at: now,
+                        correlation_id: new.metadata.correlation_id.clone(),
+                        causation_id: new.metadata.causation_id.clone(),
+                    },
+                };
+                st.next_global += 1;
+                if options.enqueues() {
+                    st.outbox.insert(
+                        (req.stream.clone(), seq),
+                        OutboxRow {
+                            stream: req.stream.clone(),
+                            seq,
+                            event_type: new.event_type.clone(),
+                            status: OutboxStatus::Pending,
+                            attempt_count: 0,
+                            next_attempt_at: now,
+                            last_error: None,
+                            updated_at: now,
+                        },
+                    );
+                }
+                st.streams.entry(req.stream.clone()).or_default().push(event);
+            }
+            if options.enqueues() {
+                st.refresh_head(&req.stream);
+            }
+            out.push(Appended {
+                stream: req.stream.clone(),
+                first_seq: Seq::new(first)?,
+                last_seq: Seq::new(first + req.events.len() as u64 - 1)?,
+                first_global_position: first_global,
+                recorded_at: now,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {
+        let st = self.lock();
+        let event = st
+            .streams
+            .get(stream)
+            .and_then(|v| v.get(seq.get() as usize - 1))
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("event {stream}/{seq}")))?;
+        event.verify()?;
+        Ok(event)
+    }
+
+    async fn read_stream(&self, stream: &StreamId, from: Seq, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.lock();
+        let events = st.streams.get(stream).map(Vec::as_slice).unwrap_or_default();
+        let start = usize::try_from(from.get() - 1).unwrap_or(usize::MAX).min(events.len());
+        let out: Vec<Event> = events[start..].iter().take(limit).cloned().collect();
+        out.iter().try_for_each(Event::verify)?;
+        Ok(out)
+    }
+
+    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+        Ok(self.lock().head_of(stream))
+    }
+
+    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.lock();
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.clone()));
+        st.streams
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(s, v)| {
+                Ok(StreamHead {
+                    stream: s.clone(),
+                    head: Seq::new(v.len() as u64)?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl OutboxStore for MemoryJournal {
+    async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let now = self.now();
+        let st = self.lock();
+        Ok(st
+            .due
+            .iter()
+            .take_while(|(due, _)| *due <= now)
+            .filter(|(_, s)| st.leases.get(s).is_none_or(|l| !l.held_by_other(None, now)))
+            .take(limit)
+            .map(|(_, s)| s.clone())
+            .collect())
+    }
+
+    async fn claim(&self, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+        let max = validate_limit(max, MAX_PAGE)?;
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let mut seqs = Vec::new();
+        let mut expect: Option<u64> = None;
+        for (seq, row) in st.stream_rows(&lease.stream).take(max) {
+            let contiguous = expect.is_none_or(|e| e == seq.get());
+            if !contiguous || row.status == OutboxStatus::Dead || row.next_attempt_at > now {
+                break;
+            }
+            seqs.push(*seq);
+            expect = Some(seq.get() + 1);
+        }
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(row) = st.outbox.get_mut(&(lease.stream.clone(), seq)) {
+                row.status = OutboxStatus::Processing;
+                row.updated_at = now;
+                out.push(row.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
+        let mut st = self.lock();
+        let doomed: Vec<Seq> = st.stream_rows(stream).take_while(|(s, _)| **s <= through).map(|(s, _)| *s).collect();
+        for seq in &doomed {
+            st.outbox.remove(&(stream.clone(), *seq));
+        }
+        st.refresh_head(stream);
+        Ok(doomed.len() as u64)
+    }
+
+    async fn fail(&self, lease: &Lease, seq: Seq, error: &str, policy: &RetryPolicy) -> Result<FailureOutcome> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let row = st.processing_row(lease, seq)?;
+        let attempt = row.attempt_count.saturating_add(1);
+        row.attempt_count = attempt;
+        row.last_error = Some(truncate_error(error).to_owned());
+        row.updated_at = now;
+        let outcome = match policy.decide(attempt) {
+            FailureDecision::DeadLetter => {
+                row.status = OutboxStatus::Dead;
+                row.next_attempt_at = now;
+                FailureOutcome::Dead { attempt }
+            }
+            FailureDecision::Retry(delay) => {
+                row.status = OutboxStatus::Failed;
+                row.next_attempt_at = now.saturating_add(delay);
+                FailureOutcome::Retry {
+                    attempt,
+                    next_attempt_at: row.next_attempt_at,
+                }
+            }
+        };
+        st.refresh_head(&lease.stream);
+        Ok(outcome)
+    }
+
+    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let row = st.processing_row(lease, seq)?;
+        row.attempt_count = row.attempt_count.saturating_add(1);
+        row.status = OutboxStatus::Dead;
+        row.last_error = Some(truncate_error(error).to_owned());
+        row.next_attempt_at = now;
+        row.updated_at = now;
+        let row = row.clone();
+        st.refresh_head(&lease.stream);
+        Ok(row)
+    }
+
+    async fn abandon(&self, lease: &Lease) -> Result<u64> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let seqs: Vec<Seq> = st
+            .stream_rows(&lease.stream)
+            .filter(|(_, r)| r.status == OutboxStatus::Processing)
+            .map(|(s, _)| *s)
+            .collect();
+        for seq in &seqs {
+            if let Some(row) = st.outbox.get_mut(&(lease.stream.clone(), *seq)) {
+                row.status = OutboxStatus::Pending;
+                row.updated_at = now;
+            }
+        }
+        st.refresh_head(&lease.stream);
+        Ok(seqs.len() as u64)
+    }
+
+    async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+        let now = self.now();
+        let mut st = self.lock();
+        let row = st
+            .outbox
+            .get_mut(&(stream.clone(), seq))
+            .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+        if row.status != OutboxStatus::Dead {
+            return Err(Error::InvalidState(format!(
+                "outbox row {stream}/{seq} is {}, not dead; only dead rows can be requeued",
+                row.status
+            )));
+        }
+        revive(row, now);
+        let row = row.clone();
+        st.refresh_head(stream);
+        Ok(row)
+    }
+
+    async fn requeue_dead(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let keys: Vec<(StreamId, Seq)> = sorted_rows(st.outbox.values().filter(|r| r.status == OutboxStatus::Dead))
+            .into_iter()
+            .take(limit)
+            .map(|r| (r.stream.clone(), r.seq))
+            .collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(row) = st.outbox.get_mut(&key) {
+                revive(row, now);
+                out.push(row.clone());
+            }
+            st.refresh_head(&key.0);
+        }
+        Ok(out)
+    }
+
+    async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
+        Ok(self.lock().outbox.get(&(stream.clone(), seq)).cloned())
+    }
+
+    async fn summary(&self) -> Result<OutboxSummary> {
+        let now = self.now();
+        let st = self.lock();
+        let mut s = OutboxSummary {
+            as_of: now,
+            ..OutboxSummary::default()
+        };
+        for row in st.outbox.values() {
+            match row.status {
+                OutboxStatus::Pending => s.pending += 1,
+                OutboxStatus::Processing => s.processing += 1,
+                OutboxStatus::Failed => s.failed += 1,
+                OutboxStatus::Dead => s.dead += 1,
+            }
+        }
+        s.oldest_retry_eligible = sorted_rows(
+            st.outbox
+                .values()
+                .filter(|r| matches!(r.status, OutboxStatus::Pending | OutboxStatus::Failed)),
+        )
+        .first()
+        .map(|r| (*r).clone());
+        Ok(s)
+    }
+
+    async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.lock();
+        Ok(sorted_rows(st.outbox.values().filter(|r| status.is_none_or(|s| r.status == s)))
+            .into_iter()
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+}
+
+fn revive(row: &mut OutboxRow, now: Timestamp) {
+    row.status = OutboxStatus::Pending;
+    row.attempt_count = 0;
+    row.last_error = None;
+    row.next_attempt_at = now;
+    row.updated_at = now;
+}
+
+impl LeaseStore for MemoryJournal {
+    async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let expires_at = now.saturating_add(ttl);
+        let record = match st.leases.get(stream) {
+            Some(r) if r.held_by_other(Some(owner), now) => return Ok(None),
+            Some(r) if r.owner.as_ref() == Some(owner) && r.expires_at > now => LeaseRecord {
+                expires_at,
+                ..r.clone()
+            },
+            Some(r) => LeaseRecord {
+                owner: Some(owner.clone()),
+                epoch: r.epoch + 1,
+                expires_at,
+            },
+            None => LeaseRecord {
+                owner: Some(owner.clone()),
+                epoch: 1,
+                expires_at,
+            },
+        };
+        st.leases.insert(stream.clone(), record.clone());
+        Ok(Some(Lease {
+            stream: stream.clone(),
+            owner: owner.clone(),
+            epoch: record.epoch,
+            expires_at,
+        }))
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let expires_at = now.saturating_add(ttl);
+        if let Some(r) = st.leases.get_mut(&lease.stream) {
+            r.expires_at = expires_at;
+        }
+        Ok(Lease {
+            expires_at,
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = self.now();
+        let mut st = self.lock();
+        match st.leases.get_mut(&lease.stream) {
+            Some(r) if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now => {
+                r.owner = None;
+                r.expires_at = now;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let st = self.lock();
+        Ok(st.leases.get(stream).and_then(|r| {
+            r.owner.as_ref().map(|owner| Lease {
+                stream: stream.clone(),
+                owner: owner.clone(),
+                epoch: r.epoch,
+                expires_at: r.expires_at,
+            })
+        }))
+    }
+}

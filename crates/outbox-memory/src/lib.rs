@@ -1,0 +1,7 @@
+#![doc = include_str!("../README.md")]
+
+mod journal;
+mod projection;
+
+pub use journal::MemoryJournal;
+pub use projection::{MemoryProjectionStore, MemoryTx, Tables, digest_table};

@@ -1,0 +1,301 @@
+//! The in-memory projection database: tables, checkpoints, watermarks.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use outbox_core::{
+    ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event,
+    Intent, MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId,
+    SystemClock, Watermark, WatermarkStore, plan_apply, validate_limit, validate_run,
+};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+/// Projection tables: table name -> key -> value bytes, all ordered.
+pub type Tables = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
+
+#[derive(Debug, Default)]
+struct State {
+    tables: Tables,
+    checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
+    watermarks: BTreeMap<StreamId, Watermark>,
+}
+
+/// The in-memory projection store: implements [`ProjectionStore`] (with
+/// [`MemoryTx`] as the transaction handle) and [`WatermarkStore`].
+///
+/// One async mutex serializes transactions, like SQLite's single writer.
+/// Clones share the state.
+#[derive(Clone, Debug)]
+pub struct MemoryProjectionStore {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryProjectionStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryProjectionStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock::new()))
+    }
+
+    /// An empty store on `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryProjectionStore {
+            state: Arc::new(Mutex::new(State::default())),
+            clock,
+        }
+    }
+
+    async fn begin(&self) -> MemoryTx {
+        MemoryTx {
+            guard: Arc::clone(&self.state).lock_owned().await,
+            undo: Vec::new(),
+            committed: false,
+        }
+    }
+
+    /// Runs `f` over the committed tables (for inspection and tests).
+    pub async fn read<R>(&self, f: impl FnOnce(&Tables) -> R) -> R {
+        f(&self.state.lock().await.tables)
+    }
+}
+
+/// The transaction handle appliers write through: a view of the projection
+/// tables that commits with the checkpoint advance or rolls back entirely
+/// (also when the apply future is dropped midway).
+#[derive(Debug)]
+pub struct MemoryTx {
+    guard: OwnedMutexGuard<State>,
+    undo: Vec<(String, String, Option<Vec<u8>>)>,
+    committed: bool,
+}
+
+impl MemoryTx {
+    /// The value at `key` of `table`.
+    pub fn get(&self, table: &str, key: &str) -> Option<&[u8]> {
+        self.guard.tables.get(table)?.get(key).map(Vec::as_slice)
+    }
+
+    /// Sets `key` of `table` to `value`.
+    pub fn put(&mut self, table: &str, key: &str, value: impl Into<Vec<u8>>) {
+        let old = self
+            .guard
+            .tables
+            .entry(table.to_owned())
+            .or_default()
+            .insert(key.to_owned(), value.into());
+        self.undo.push((table.to_owned(), key.to_owned(), old));
+    }
+
+    /// Removes `key` from `table`; returns whether it was there.
+    pub fn delete(&mut self, table: &str, key: &str) -> bool {
+        let old = self.guard.tables.get_mut(table).and_then(|t| t.remove(key));
+        let existed = old.is_some();
+        if existed {
+            self.undo.push((table.to_owned(), key.to_owned(), old));
+        }
+        existed
+    }
+
+    /// Every (key, value) of `table`, in key order.
+    pub fn scan(&self, table: &str) -> impl Iterator<Item = (&str, &[u8])> {
+        self.guard
+            .tables
+            .get(table)
+            .into_iter()
+            .flat_map(|t| t.iter().map(|(k, v)| (k.as_str(), v.as_slice())))
+    }
+
+    /// How many keys `table` has.
+    pub fn len(&self, table: &str) -> usize {
+        self.guard.tables.get(table).map_or(0, BTreeMap::len)
+    }
+
+    /// Removes every key of `table`.
+    pub fn clear(&mut self, table: &str) {
+        let keys: Vec<String> = self.scan(table).map(|(k, _)| k.to_owned()).collect();
+        for k in keys {
+            self.delete(table, &k);
+        }
+    }
+
+    fn commit(mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for MemoryTx {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        while let Some((table, key, old)) = self.undo.pop() {
+            let t = self.guard.tables.entry(table).or_default();
+            match old {
+                Some(v) => {
+                    t.insert(key, v);
+                }
+                None => {
+                    t.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Feeds every row of `table` into `out` in key order: the usual body of a
+/// memory projection's [`Projection::digest`].
+pub fn digest_table(tx: &MemoryTx, table: &str, out: &mut DigestBuilder) {
+    out.table(table);
+    for (k, v) in tx.scan(table) {
+        out.row(&[DigestValue::Text(k), DigestValue::Blob(v)]);
+    }
+}
+
+fn unique_names(projections: &[Arc<dyn Projection<MemoryTx>>]) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for p in projections {
+        if !seen.insert(p.name()) {
+            return Err(Error::invalid(format_args!("projection `{}` is listed twice", p.name())));
+        }
+    }
+    Ok(())
+}
+
+fn apply_error(p: &dyn Projection<MemoryTx>, e: &Event, source: BoxError) -> Error {
+    Error::Apply {
+        projection: p.name().to_string(),
+        stream: e.stream.clone(),
+        seq: e.seq,
+        source,
+    }
+}
+
+impl ProjectionStore for MemoryProjectionStore {
+    type Tx = MemoryTx;
+
+    async fn setup(&self, projections: &[Arc<dyn Projection<MemoryTx>>]) -> Result<()> {
+        unique_names(projections)?;
+        let mut tx = self.begin().await;
+        for p in projections {
+            p.setup(&mut tx)
+                .await
+                .map_err(|e| Error::invalid(format_args!("setting up projection `{}` failed: {e}", p.name())))?;
+        }
+        tx.commit();
+        Ok(())
+    }
+
+    async fn apply(
+        &self,
+        stream: &StreamId,
+        events: &[Event],
+        projections: &[Arc<dyn Projection<MemoryTx>>],
+    ) -> Result<ApplyOutcome> {
+        validate_run(stream, events)?;
+        unique_names(projections)?;
+        let now = self.clock.now();
+        let mut tx = self.begin().await;
+        let mut checkpoints = Vec::with_capacity(projections.len());
+        for p in projections {
+            let cp = tx.guard.checkpoints.get(&(p.name().clone(), stream.clone())).copied().unwrap_or(0);
+            if let Err(gap) = plan_apply(p.name(), cp, events) {
+                return Ok(ApplyOutcome::Gap(gap));
+            }
+            checkpoints.push(cp);
+        }
+        let mut report = ApplyReport::default();
+        for e in events {
+            let mut new_to_some = projections.is_empty();
+            for (p, cp) in projections.iter().zip(checkpoints.iter_mut()) {
+                if e.seq.get() <= *cp {
+                    continue;
+                }
+                if e.intent == Intent::Apply {
+                    p.apply(&mut tx, e).await.map_err(|err| apply_error(p.as_ref(), e, err))?;
+                }
+                *cp = e.seq.get();
+                new_to_some = true;
+            }
+            report.count(e, new_to_some);
+        }
+        let last = events[events.len() - 1].seq.get();
+        for (p, cp) in projections.iter().zip(&checkpoints) {
+            tx.guard.checkpoints.insert((p.name().clone(), stream.clone()), *cp);
+        }
+        raise_watermark(&mut tx.guard, stream, last, now);
+        tx.commit();
+        Ok(ApplyOutcome::Applied(report))
+    }
+
+    async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
+        let st = self.state.lock().await;
+        Ok(st.checkpoints.get(&(projection.clone(), stream.clone())).copied().unwrap_or(0))
+    }
+
+    async fn reset(&self, projection: &dyn Projection<MemoryTx>) -> Result<()> {
+        let mut tx = self.begin().await;
+        projection
+            .reset(&mut tx)
+            .await
+            .map_err(|e| Error::invalid(format_args!("resetting projection `{}` failed: {e}", projection.name())))?;
+        tx.guard.checkpoints.retain(|(p, _), _| p != projection.name());
+        tx.commit();
+        Ok(())
+    }
+
+    async fn digest(&self, projection: &dyn Projection<MemoryTx>) -> Result<Digest> {
+        let mut tx = self.begin().await;
+        let mut out = DigestBuilder::new();
+        projection
+            .digest(&mut tx, &mut out)
+            .await
+            .map_err(|e| Error::invalid(format_args!("digest of projection `{}` failed: {e}", projection.name())))?;
+        out.table("checkpoints");
+        for ((p, s), cp) in &tx.guard.checkpoints {
+            if p == projection.name() {
+                out.row(&[DigestValue::Text(s.as_str()), DigestValue::Int(*cp as i64)]);
+            }
+        }
+        Ok(out.finish())
+    }
+}
+
+fn raise_watermark(st: &mut State, stream: &StreamId, applied: u64, now: outbox_core::Timestamp) -> Watermark {
+    let w = st.watermarks.entry(stream.clone()).or_insert_with(|| Watermark {
+        stream: stream.clone(),
+        applied_through: 0,
+        expected_next: 1,
+        updated_at: now,
+    });
+    if applied > w.applied_through {
+        w.applied_through = applied;
+        w.expected_next = applied + 1;
+        w.updated_at = now;
+    }
+    w.clone()
+}
+
+impl WatermarkStore for MemoryProjectionStore {
+    async fn watermark(&self, stream: &StreamId) -> Result<Option<Watermark>> {
+        Ok(self.state.lock().await.watermarks.get(stream).cloned())
+    }
+
+    async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
+        let now = self.clock.now();
+        Ok(raise_watermark(&mut *self.state.lock().await, stream, applied.get(), now))
+    }
+
+    async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.state.lock().await;
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.clone()));
+        Ok(st.watermarks.range((lower, Bound::Unbounded)).take(limit).map(|(_, w)| w.clone()).collect())
+    }
+}

@@ -1,0 +1,86 @@
+//! What an adapter provides to run the conformance suite.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, WatermarkStore};
+
+use crate::oracle::{OracleState, OracleStorage};
+
+/// The projection transaction handle of a harness.
+pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
+
+/// An adapter under test.
+///
+/// Every method opens or inspects *real* stores of the adapter: the suite
+/// never reaches behind the ports except through [`Harness::advance`] and
+/// [`Harness::oracle_state`], which each adapter implements on its own terms.
+pub trait Harness: Send + Sync + Sized + 'static {
+    /// The journal database (journal, outbox and leases).
+    type Journal: EventJournal + OutboxStore + LeaseStore + 'static;
+    /// The projection database (checkpoints, watermarks, projection tables).
+    type Projections: ProjectionStore + WatermarkStore + 'static;
+    /// Whatever identifies the underlying databases, to open more instances.
+    type Context: Send + Sync + 'static;
+
+    /// Fresh, empty, migrated stores.
+    fn open(&self) -> impl Future<Output = Fixture<Self>> + Send;
+
+    /// Another journal instance on the same database, as another process
+    /// would open it (its own connections, its own in-process state).
+    fn reopen_journal(&self, ctx: &Self::Context) -> impl Future<Output = Self::Journal> + Send;
+
+    /// Another projection-store instance on the same database.
+    fn reopen_projections(&self, ctx: &Self::Context) -> impl Future<Output = Self::Projections> + Send;
+
+    /// Moves the stores' clock forward by `d`. The memory adapter advances its
+    /// injected clock; SQL adapters shift every stored time back by `d`, which
+    /// is the same thing as far as any comparison with "now" can tell.
+    fn advance(&self, ctx: &Self::Context, d: Duration) -> impl Future<Output = ()> + Send;
+
+    /// The oracle projection's storage for this adapter's transaction handle.
+    fn oracle_storage(&self) -> Arc<dyn OracleStorage<TxOf<Self>>>;
+
+    /// Reads the oracle projection `name`'s committed state, outside any apply.
+    fn oracle_state(
+        &self,
+        ctx: &Self::Context,
+        name: &str,
+    ) -> impl Future<Output = OracleState> + Send;
+
+    /// What the adapter can do; checks needing a missing capability are
+    /// reported as skipped with the reason, never silently passed.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+}
+
+/// Optional abilities of an adapter.
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    /// Several instances on one database coordinate through the database (true
+    /// for every adapter we ship; the memory adapter shares state between clones).
+    pub multi_instance: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities { multi_instance: true }
+    }
+}
+
+/// Stores opened by [`Harness::open`].
+pub struct Fixture<H: Harness> {
+    /// The journal instance.
+    pub journal: H::Journal,
+    /// The projection-store instance.
+    pub projections: H::Projections,
+    /// Identifies the databases.
+    pub ctx: H::Context,
+}
+
+/// A projection list of one, as [`ProjectionStore::apply`] takes it.
+pub fn one<Tx: Send + 'static>(p: Arc<dyn Projection<Tx>>) -> Vec<Arc<dyn Projection<Tx>>> {
+    vec![p]
+}
