@@ -1,1 +1,196 @@
-fn main() {}
+//! Project automation. `cargo xtask ci` is the single entry point that CI and
+//! people both run.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+mod pg;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  ci          fmt check, clippy (warnings denied), the core boundary check,
+              docs, and every test (starts a throwaway Postgres when needed)
+  boundary    check that outbox-core depends on neither tokio nor sqlx
+  test        run every test (starts a throwaway Postgres when needed)
+  pg-shell    start a throwaway Postgres, print its URL, wait for Enter
+  bench       run the benchmarks (criterion) and print their tables";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("boundary") => boundary(),
+        Some("test") => test(),
+        Some("pg-shell") => pg_shell(),
+        Some("bench") => bench(&args[1..]),
+        Some("-h" | "--help" | "help") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => {
+            eprintln!("error: unknown command `{other}`\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(step: &str, mut cmd: Command) -> Result<()> {
+    eprintln!("\n==> {step}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{step}`"))?;
+    if !status.success() {
+        bail!("`{step}` failed ({status})");
+    }
+    Ok(())
+}
+
+fn ci() -> Result<()> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    run("cargo fmt --check", fmt)?;
+
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run("cargo clippy -D warnings", clippy)?;
+
+    boundary()?;
+
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps", "--locked"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run("cargo doc", doc)?;
+
+    test()
+}
+
+/// `outbox-core` must stay free of I/O runtimes and drivers.
+fn boundary() -> Result<()> {
+    eprintln!("\n==> boundary: outbox-core has no tokio or sqlx");
+    let out = cargo()
+        .args([
+            "tree",
+            "-p",
+            "outbox-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .output()
+        .context("cargo tree")?;
+    if !out.status.success() {
+        bail!("cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let tree = String::from_utf8(out.stdout)?;
+    let offenders: Vec<&str> = tree
+        .lines()
+        .filter(|l| {
+            let name = l.split_whitespace().next().unwrap_or("");
+            name == "tokio" || name.starts_with("sqlx") || name == "mio" || name == "libsqlite3-sys"
+        })
+        .collect();
+    if !offenders.is_empty() {
+        bail!(
+            "outbox-core must not depend on these (normal dependencies): {}",
+            offenders.join(", ")
+        );
+    }
+    eprintln!(
+        "ok: {} crates in outbox-core's tree, none of them tokio or sqlx",
+        tree.lines().count()
+    );
+    Ok(())
+}
+
+fn needs_postgres() -> bool {
+    root().join("crates/outbox-postgres").exists()
+}
+
+fn test() -> Result<()> {
+    let server = if needs_postgres() && env::var_os("OUTBOX_TEST_DATABASE_URL").is_none() {
+        Some(pg::Server::start()?)
+    } else {
+        None
+    };
+    let with_pg = |mut c: Command| {
+        if let Some(s) = &server {
+            c.env("OUTBOX_TEST_DATABASE_URL", s.url());
+        }
+        c
+    };
+    let nextest = cargo()
+        .args(["nextest", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let mut tests = cargo();
+    if nextest {
+        tests.args(["nextest", "run", "--workspace", "--locked", "--no-fail-fast"]);
+        run("cargo nextest run", with_pg(tests))?;
+    } else {
+        tests.args([
+            "test",
+            "--workspace",
+            "--locked",
+            "--no-fail-fast",
+            "--lib",
+            "--bins",
+            "--tests",
+        ]);
+        run("cargo test", with_pg(tests))?;
+    }
+    let mut doctests = cargo();
+    doctests.args(["test", "--workspace", "--locked", "--doc"]);
+    run("cargo test --doc", with_pg(doctests))
+}
+
+fn pg_shell() -> Result<()> {
+    let server = pg::Server::start()?;
+    println!("{}", server.url());
+    eprintln!("press Enter to stop the server");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    drop(server);
+    Ok(())
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    let mut b = cargo();
+    b.args(["bench", "--workspace"]).args(extra);
+    run("cargo bench", b)
+}

@@ -440,14 +440,22 @@ mod tests {
     #[test]
     fn validate_rejects_empty_and_oversized() {
         let s = StreamId::new("s").unwrap();
-        let o = AppendOptions::enqueue().with_max_payload_bytes(4).with_max_batch_events(3);
+        let o = AppendOptions::enqueue()
+            .with_max_payload_bytes(4)
+            .with_max_batch_events(3);
         assert!(o.validate(&[]).is_err());
-        assert!(o.validate(&[AppendRequest::new(s.clone(), ExpectedVersion::Any, vec![])]).is_err());
+        assert!(
+            o.validate(&[AppendRequest::new(s.clone(), ExpectedVersion::Any, vec![])])
+                .is_err()
+        );
         let big = o.validate(&[AppendRequest::new(s.clone(), ExpectedVersion::Any, vec![ev(5)])]);
         assert!(big.unwrap_err().to_string().contains("5-byte payload"));
         let many = vec![AppendRequest::new(s.clone(), ExpectedVersion::Any, vec![ev(1), ev(1)]); 2];
         assert!(o.validate(&many).unwrap_err().to_string().contains("4 events"));
-        assert!(o.validate(&[AppendRequest::new(s, ExpectedVersion::Any, vec![ev(4)])]).is_ok());
+        assert!(
+            o.validate(&[AppendRequest::new(s, ExpectedVersion::Any, vec![ev(4)])])
+                .is_ok()
+        );
     }
 
     #[test]

@@ -230,7 +230,10 @@ mod tests {
         assert!(Seq::new(0).is_err());
         assert!(Seq::new(u64::MAX).is_err());
         assert_eq!(Seq::new(1).unwrap(), Seq::FIRST);
-        assert_eq!(Seq::try_from(-1i64).unwrap_err().to_string(), "invalid input: seq -1 is negative");
+        assert_eq!(
+            Seq::try_from(-1i64).unwrap_err().to_string(),
+            "invalid input: seq -1 is negative"
+        );
         assert_eq!("7".parse::<Seq>().unwrap().get(), 7);
         assert!("x".parse::<Seq>().is_err());
     }

@@ -11,8 +11,8 @@ mod time;
 
 pub use error::{BoxError, Error, Result};
 pub use event::{
-    AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent,
-    Metadata, NewEvent, NewMetadata, PayloadHash, StreamHead,
+    AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent, Metadata,
+    NewEvent, NewMetadata, PayloadHash, StreamHead,
 };
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
@@ -22,8 +22,8 @@ pub use outbox::{
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WatermarkStore};
 pub use projection::{
-    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection,
-    ProjectionPlan, StreamGap, Watermark, detect_gap, plan_apply, validate_run,
+    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
+    StreamGap, Watermark, detect_gap, plan_apply, validate_run,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
 

@@ -304,7 +304,12 @@ mod tests {
 
     #[test]
     fn mode_properties_are_consistent() {
-        for m in [Mode::InlineApplyOnly, Mode::OutboxInline, Mode::OutboxApplyOnly, Mode::ShadowOnly] {
+        for m in [
+            Mode::InlineApplyOnly,
+            Mode::OutboxInline,
+            Mode::OutboxApplyOnly,
+            Mode::ShadowOnly,
+        ] {
             // At most one worker; every mode has some path that applies projections.
             assert!(!(m.runs_apply_worker() && m.runs_shadow_worker()));
             assert!(m.applies_inline() || m.runs_apply_worker(), "{m}");

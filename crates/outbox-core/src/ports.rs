@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease,
-    OutboxRow, OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq,
-    StreamHead, StreamId, Watermark, WorkerId,
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
+    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamHead, StreamId,
+    Watermark, WorkerId,
 };
 
 /// The most rows any single listing or bulk operation returns.
@@ -266,10 +266,8 @@ pub trait ProjectionStore: Send + Sync {
     type Tx: Send + 'static;
 
     /// Creates every projection's tables.
-    fn setup(
-        &self,
-        projections: &[Arc<dyn Projection<Self::Tx>>],
-    ) -> impl Future<Output = Result<()>> + Send;
+    fn setup(&self, projections: &[Arc<dyn Projection<Self::Tx>>])
+    -> impl Future<Output = Result<()>> + Send;
 
     /// Applies a contiguous run of one stream exactly once.
     fn apply(

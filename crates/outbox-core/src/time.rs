@@ -118,7 +118,7 @@ impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| duration_millis(d))
+            .map(duration_millis)
             .unwrap_or(0);
         let prev = self.last.fetch_max(wall, Ordering::AcqRel);
         Timestamp(prev.max(wall))
@@ -170,7 +170,10 @@ mod tests {
     #[test]
     fn displays_rfc3339() {
         assert_eq!(Timestamp::EPOCH.to_string(), "1970-01-01T00:00:00.000Z");
-        assert_eq!(Timestamp(1_767_225_600_123).to_string(), "2026-01-01T00:00:00.123Z");
+        assert_eq!(
+            Timestamp(1_767_225_600_123).to_string(),
+            "2026-01-01T00:00:00.123Z"
+        );
         assert_eq!(Timestamp(951_782_400_000).to_string(), "2000-02-29T00:00:00.000Z");
         assert_eq!(Timestamp(-1).to_string(), "1969-12-31T23:59:59.999Z");
     }
@@ -187,7 +190,13 @@ mod tests {
 
     #[test]
     fn arithmetic_saturates() {
-        assert_eq!(Timestamp(i64::MAX).saturating_add(Duration::MAX), Timestamp(i64::MAX));
-        assert_eq!(Timestamp(i64::MIN).saturating_sub(Duration::MAX), Timestamp(i64::MIN));
+        assert_eq!(
+            Timestamp(i64::MAX).saturating_add(Duration::MAX),
+            Timestamp(i64::MAX)
+        );
+        assert_eq!(
+            Timestamp(i64::MIN).saturating_sub(Duration::MAX),
+            Timestamp(i64::MIN)
+        );
     }
 }

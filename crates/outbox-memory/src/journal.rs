@@ -8,8 +8,8 @@ use std::time::Duration;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
-    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, SystemClock,
-    Timestamp, WorkerId, truncate_error, validate_limit, validate_ttl,
+    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, SystemClock, Timestamp,
+    WorkerId, truncate_error, validate_limit, validate_ttl,
 };
 
 /// The in-memory journal: implements [`EventJournal`], [`OutboxStore`] and
@@ -98,10 +98,12 @@ impl State {
         if let Some((_, Some(due))) = self.heads.remove(stream) {
             self.due.remove(&(due, stream.clone()));
         }
-        let head = self
-            .stream_rows(stream)
-            .next()
-            .map(|(seq, row)| (*seq, (row.status != OutboxStatus::Dead).then_some(row.next_attempt_at)));
+        let head = self.stream_rows(stream).next().map(|(seq, row)| {
+            (
+                *seq,
+                (row.status != OutboxStatus::Dead).then_some(row.next_attempt_at),
+            )
+        });
         if let Some((seq, due)) = head {
             if let Some(due) = due {
                 self.due.insert((due, stream.clone()));
@@ -112,7 +114,11 @@ impl State {
 
     fn check_lease(&self, lease: &Lease, now: Timestamp) -> Result<()> {
         match self.leases.get(&lease.stream) {
-            Some(r) if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now => Ok(()),
+            Some(r)
+                if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now =>
+            {
+                Ok(())
+            }
             _ => Err(lease.lost()),
         }
     }
@@ -146,13 +152,18 @@ impl EventJournal for MemoryJournal {
         // Check every request before writing anything: all or nothing.
         let mut heads: HashMap<&StreamId, u64> = HashMap::new();
         for req in batch {
-            let actual = *heads.entry(&req.stream).or_insert_with(|| st.head_of(&req.stream));
+            let actual = *heads
+                .entry(&req.stream)
+                .or_insert_with(|| st.head_of(&req.stream));
             if !req.expected.matches(actual) {
                 return Err(req.expected.conflict(&req.stream, actual));
             }
             let next = actual + req.events.len() as u64;
             if next > Seq::MAX.get() {
-                return Err(Error::invalid(format_args!("stream {} would exceed the largest seq", req.stream)));
+                return Err(Error::invalid(format_args!(
+                    "stream {} would exceed the largest seq",
+                    req.stream
+                )));
             }
             heads.insert(&req.stream, next);
         }
@@ -224,7 +235,9 @@ impl EventJournal for MemoryJournal {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let st = self.lock();
         let events = st.streams.get(stream).map(Vec::as_slice).unwrap_or_default();
-        let start = usize::try_from(from.get() - 1).unwrap_or(usize::MAX).min(events.len());
+        let start = usize::try_from(from.get() - 1)
+            .unwrap_or(usize::MAX)
+            .min(events.len());
         let out: Vec<Event> = events[start..].iter().take(limit).cloned().collect();
         out.iter().try_for_each(Event::verify)?;
         Ok(out)
@@ -294,7 +307,11 @@ impl OutboxStore for MemoryJournal {
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
         let mut st = self.lock();
-        let doomed: Vec<Seq> = st.stream_rows(stream).take_while(|(s, _)| **s <= through).map(|(s, _)| *s).collect();
+        let doomed: Vec<Seq> = st
+            .stream_rows(stream)
+            .take_while(|(s, _)| **s <= through)
+            .map(|(s, _)| *s)
+            .collect();
         for seq in &doomed {
             st.outbox.remove(&(stream.clone(), *seq));
         }
@@ -302,7 +319,13 @@ impl OutboxStore for MemoryJournal {
         Ok(doomed.len() as u64)
     }
 
-    async fn fail(&self, lease: &Lease, seq: Seq, error: &str, policy: &RetryPolicy) -> Result<FailureOutcome> {
+    async fn fail(
+        &self,
+        lease: &Lease,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> Result<FailureOutcome> {
         let now = self.now();
         let mut st = self.lock();
         st.check_lease(lease, now)?;
@@ -387,11 +410,12 @@ impl OutboxStore for MemoryJournal {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let now = self.now();
         let mut st = self.lock();
-        let keys: Vec<(StreamId, Seq)> = sorted_rows(st.outbox.values().filter(|r| r.status == OutboxStatus::Dead))
-            .into_iter()
-            .take(limit)
-            .map(|r| (r.stream.clone(), r.seq))
-            .collect();
+        let keys: Vec<(StreamId, Seq)> =
+            sorted_rows(st.outbox.values().filter(|r| r.status == OutboxStatus::Dead))
+                .into_iter()
+                .take(limit)
+                .map(|r| (r.stream.clone(), r.seq))
+                .collect();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             if let Some(row) = st.outbox.get_mut(&key) {
@@ -435,11 +459,15 @@ impl OutboxStore for MemoryJournal {
     async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let st = self.lock();
-        Ok(sorted_rows(st.outbox.values().filter(|r| status.is_none_or(|s| r.status == s)))
-            .into_iter()
-            .take(limit)
-            .cloned()
-            .collect())
+        Ok(sorted_rows(
+            st.outbox
+                .values()
+                .filter(|r| status.is_none_or(|s| r.status == s)),
+        )
+        .into_iter()
+        .take(limit)
+        .cloned()
+        .collect())
     }
 }
 
@@ -502,7 +530,9 @@ impl LeaseStore for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         match st.leases.get_mut(&lease.stream) {
-            Some(r) if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now => {
+            Some(r)
+                if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now =>
+            {
                 r.owner = None;
                 r.expires_at = now;
                 Ok(true)

@@ -5,9 +5,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use outbox_core::{
-    ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event,
-    Intent, MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId,
-    SystemClock, Watermark, WatermarkStore, plan_apply, validate_limit, validate_run,
+    ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event, Intent,
+    MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
+    WatermarkStore, plan_apply, validate_limit, validate_run,
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -162,7 +162,10 @@ fn unique_names(projections: &[Arc<dyn Projection<MemoryTx>>]) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for p in projections {
         if !seen.insert(p.name()) {
-            return Err(Error::invalid(format_args!("projection `{}` is listed twice", p.name())));
+            return Err(Error::invalid(format_args!(
+                "projection `{}` is listed twice",
+                p.name()
+            )));
         }
     }
     Ok(())
@@ -184,9 +187,9 @@ impl ProjectionStore for MemoryProjectionStore {
         unique_names(projections)?;
         let mut tx = self.begin().await;
         for p in projections {
-            p.setup(&mut tx)
-                .await
-                .map_err(|e| Error::invalid(format_args!("setting up projection `{}` failed: {e}", p.name())))?;
+            p.setup(&mut tx).await.map_err(|e| {
+                Error::invalid(format_args!("setting up projection `{}` failed: {e}", p.name()))
+            })?;
         }
         tx.commit();
         Ok(())
@@ -204,7 +207,12 @@ impl ProjectionStore for MemoryProjectionStore {
         let mut tx = self.begin().await;
         let mut checkpoints = Vec::with_capacity(projections.len());
         for p in projections {
-            let cp = tx.guard.checkpoints.get(&(p.name().clone(), stream.clone())).copied().unwrap_or(0);
+            let cp = tx
+                .guard
+                .checkpoints
+                .get(&(p.name().clone(), stream.clone()))
+                .copied()
+                .unwrap_or(0);
             if let Err(gap) = plan_apply(p.name(), cp, events) {
                 return Ok(ApplyOutcome::Gap(gap));
             }
@@ -218,7 +226,9 @@ impl ProjectionStore for MemoryProjectionStore {
                     continue;
                 }
                 if e.intent == Intent::Apply {
-                    p.apply(&mut tx, e).await.map_err(|err| apply_error(p.as_ref(), e, err))?;
+                    p.apply(&mut tx, e)
+                        .await
+                        .map_err(|err| apply_error(p.as_ref(), e, err))?;
                 }
                 *cp = e.seq.get();
                 new_to_some = true;
@@ -227,7 +237,9 @@ impl ProjectionStore for MemoryProjectionStore {
         }
         let last = events[events.len() - 1].seq.get();
         for (p, cp) in projections.iter().zip(&checkpoints) {
-            tx.guard.checkpoints.insert((p.name().clone(), stream.clone()), *cp);
+            tx.guard
+                .checkpoints
+                .insert((p.name().clone(), stream.clone()), *cp);
         }
         raise_watermark(&mut tx.guard, stream, last, now);
         tx.commit();
@@ -236,15 +248,21 @@ impl ProjectionStore for MemoryProjectionStore {
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
         let st = self.state.lock().await;
-        Ok(st.checkpoints.get(&(projection.clone(), stream.clone())).copied().unwrap_or(0))
+        Ok(st
+            .checkpoints
+            .get(&(projection.clone(), stream.clone()))
+            .copied()
+            .unwrap_or(0))
     }
 
     async fn reset(&self, projection: &dyn Projection<MemoryTx>) -> Result<()> {
         let mut tx = self.begin().await;
-        projection
-            .reset(&mut tx)
-            .await
-            .map_err(|e| Error::invalid(format_args!("resetting projection `{}` failed: {e}", projection.name())))?;
+        projection.reset(&mut tx).await.map_err(|e| {
+            Error::invalid(format_args!(
+                "resetting projection `{}` failed: {e}",
+                projection.name()
+            ))
+        })?;
         tx.guard.checkpoints.retain(|(p, _), _| p != projection.name());
         tx.commit();
         Ok(())
@@ -253,10 +271,12 @@ impl ProjectionStore for MemoryProjectionStore {
     async fn digest(&self, projection: &dyn Projection<MemoryTx>) -> Result<Digest> {
         let mut tx = self.begin().await;
         let mut out = DigestBuilder::new();
-        projection
-            .digest(&mut tx, &mut out)
-            .await
-            .map_err(|e| Error::invalid(format_args!("digest of projection `{}` failed: {e}", projection.name())))?;
+        projection.digest(&mut tx, &mut out).await.map_err(|e| {
+            Error::invalid(format_args!(
+                "digest of projection `{}` failed: {e}",
+                projection.name()
+            ))
+        })?;
         out.table("checkpoints");
         for ((p, s), cp) in &tx.guard.checkpoints {
             if p == projection.name() {
@@ -267,7 +287,12 @@ impl ProjectionStore for MemoryProjectionStore {
     }
 }
 
-fn raise_watermark(st: &mut State, stream: &StreamId, applied: u64, now: outbox_core::Timestamp) -> Watermark {
+fn raise_watermark(
+    st: &mut State,
+    stream: &StreamId,
+    applied: u64,
+    now: outbox_core::Timestamp,
+) -> Watermark {
     let w = st.watermarks.entry(stream.clone()).or_insert_with(|| Watermark {
         stream: stream.clone(),
         applied_through: 0,
@@ -289,13 +314,23 @@ impl WatermarkStore for MemoryProjectionStore {
 
     async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
         let now = self.clock.now();
-        Ok(raise_watermark(&mut *self.state.lock().await, stream, applied.get(), now))
+        Ok(raise_watermark(
+            &mut *self.state.lock().await,
+            stream,
+            applied.get(),
+            now,
+        ))
     }
 
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let st = self.state.lock().await;
         let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.clone()));
-        Ok(st.watermarks.range((lower, Bound::Unbounded)).take(limit).map(|(_, w)| w.clone()).collect())
+        Ok(st
+            .watermarks
+            .range((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(_, w)| w.clone())
+            .collect())
     }
 }

@@ -29,7 +29,11 @@ fn decode(v: &[u8]) -> Result<OracleStream, BoxError> {
     let (sum, seqs) = s.split_once('|').ok_or("malformed oracle row")?;
     Ok(OracleStream {
         sum: sum.parse()?,
-        seqs: seqs.split(',').filter(|x| !x.is_empty()).map(str::parse).collect::<Result<_, _>>()?,
+        seqs: seqs
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()?,
     })
 }
 
@@ -45,14 +49,31 @@ impl OracleStorage<MemoryTx> for MemoryOracle {
     async fn setup(&self, _tx: &mut MemoryTx) -> Result<(), BoxError> {
         Ok(())
     }
-    async fn load(&self, tx: &mut MemoryTx, projection: &str, stream: &str) -> Result<Option<OracleStream>, BoxError> {
+    async fn load(
+        &self,
+        tx: &mut MemoryTx,
+        projection: &str,
+        stream: &str,
+    ) -> Result<Option<OracleStream>, BoxError> {
         tx.get(&streams_table(projection), stream).map(decode).transpose()
     }
-    async fn store(&self, tx: &mut MemoryTx, projection: &str, stream: &str, state: &OracleStream) -> Result<(), BoxError> {
+    async fn store(
+        &self,
+        tx: &mut MemoryTx,
+        projection: &str,
+        stream: &str,
+        state: &OracleStream,
+    ) -> Result<(), BoxError> {
         tx.put(&streams_table(projection), stream, encode(state));
         Ok(())
     }
-    async fn ledger(&self, tx: &mut MemoryTx, projection: &str, stream: &str, seq: u64) -> Result<(), BoxError> {
+    async fn ledger(
+        &self,
+        tx: &mut MemoryTx,
+        projection: &str,
+        stream: &str,
+        seq: u64,
+    ) -> Result<(), BoxError> {
         let table = ledger_table(projection);
         let key = format!("{:012}", tx.len(&table));
         tx.put(&table, &key, format!("{stream}|{seq}").into_bytes());
@@ -63,8 +84,14 @@ impl OracleStorage<MemoryTx> for MemoryOracle {
         tx.clear(&ledger_table(projection));
         Ok(())
     }
-    async fn dump(&self, tx: &mut MemoryTx, projection: &str) -> Result<Vec<(String, OracleStream)>, BoxError> {
-        tx.scan(&streams_table(projection)).map(|(k, v)| Ok((k.to_owned(), decode(v)?))).collect()
+    async fn dump(
+        &self,
+        tx: &mut MemoryTx,
+        projection: &str,
+    ) -> Result<Vec<(String, OracleStream)>, BoxError> {
+        tx.scan(&streams_table(projection))
+            .map(|(k, v)| Ok((k.to_owned(), decode(v)?)))
+            .collect()
     }
 }
 
