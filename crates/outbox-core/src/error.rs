@@ -120,13 +120,14 @@ impl Error {
     ///
     /// Storage errors say so themselves; applier failures are treated as
     /// temporary (the applier may depend on something that recovers, and a
-    /// deployed fix turns a failing event into a succeeding one); a lost lease
-    /// is temporary in that the work can be claimed again. Everything else is
-    /// a property of the input and will fail the same way again.
+    /// deployed fix turns a failing event into a succeeding one). A lost lease
+    /// is *not*: repeating the call with the same stale lease fails forever;
+    /// the caller must acquire a new lease. Everything else is a property of
+    /// the input and will fail the same way again.
     pub fn is_temporary(&self) -> bool {
         match self {
             Error::Storage { temporary, .. } => *temporary,
-            Error::Apply { .. } | Error::LeaseLost { .. } => true,
+            Error::Apply { .. } => true,
             _ => false,
         }
     }

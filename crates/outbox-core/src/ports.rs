@@ -245,9 +245,10 @@ pub trait LeaseStore: Send + Sync {
 /// - Calls `Projection::apply` for each new [`Intent::Apply`](crate::Intent)
 ///   event in seq order; audit-only events advance the checkpoint without
 ///   calling the applier.
-/// - Advances each checkpoint to the run's last seq with a compare-and-set
-///   against the value it read, and raises the stream's watermark to the
-///   run's last seq, in the same transaction.
+/// - Advances each checkpoint that is below the run's last seq to that seq
+///   with a compare-and-set against the value it read (a checkpoint already
+///   beyond the run is left as it is), and raises the stream's watermark to
+///   the run's last seq, in the same transaction.
 /// - If an applier fails, the transaction rolls back (no projection write,
 ///   no checkpoint move) and the call returns
 ///   [`Error::Apply`](crate::Error::Apply) naming the failing event.
@@ -255,6 +256,9 @@ pub trait LeaseStore: Send + Sync {
 ///   [`validate_run`](crate::validate_run)); otherwise `InvalidInput`.
 /// - Concurrent `apply` calls for the same (projection, stream) serialize:
 ///   each event commits at most once.
+///
+/// `setup`, `reset` and `digest` report a failing projection hook as a
+/// permanent [`Error::Storage`](crate::Error::Storage) naming the projection.
 ///
 /// `checkpoint` returns the last applied seq (0 when none).
 /// `reset` runs `Projection::reset` and deletes the projection's checkpoints

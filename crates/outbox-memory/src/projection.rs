@@ -188,7 +188,7 @@ impl ProjectionStore for MemoryProjectionStore {
         let mut tx = self.begin().await;
         for p in projections {
             p.setup(&mut tx).await.map_err(|e| {
-                Error::invalid(format_args!("setting up projection `{}` failed: {e}", p.name()))
+                Error::storage(format_args!("setting up projection `{}` failed", p.name()), e)
             })?;
         }
         tx.commit();
@@ -258,10 +258,10 @@ impl ProjectionStore for MemoryProjectionStore {
     async fn reset(&self, projection: &dyn Projection<MemoryTx>) -> Result<()> {
         let mut tx = self.begin().await;
         projection.reset(&mut tx).await.map_err(|e| {
-            Error::invalid(format_args!(
-                "resetting projection `{}` failed: {e}",
-                projection.name()
-            ))
+            Error::storage(
+                format_args!("resetting projection `{}` failed", projection.name()),
+                e,
+            )
         })?;
         tx.guard.checkpoints.retain(|(p, _), _| p != projection.name());
         tx.commit();
@@ -272,10 +272,10 @@ impl ProjectionStore for MemoryProjectionStore {
         let mut tx = self.begin().await;
         let mut out = DigestBuilder::new();
         projection.digest(&mut tx, &mut out).await.map_err(|e| {
-            Error::invalid(format_args!(
-                "digest of projection `{}` failed: {e}",
-                projection.name()
-            ))
+            Error::storage(
+                format_args!("digest of projection `{}` failed", projection.name()),
+                e,
+            )
         })?;
         out.table("checkpoints");
         for ((p, s), cp) in &tx.guard.checkpoints {
