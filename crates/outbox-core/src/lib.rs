@@ -20,7 +20,10 @@ pub use outbox::{
     OutboxSummary, truncate_error, validate_limit, validate_ttl,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
-pub use ports::{EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WatermarkStore};
+pub use ports::{
+    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WatermarkStore, WorkerInfo,
+    WorkerRegistry,
+};
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
     StreamGap, Watermark, detect_gap, plan_apply, validate_run,

@@ -321,3 +321,52 @@ pub trait WatermarkStore: Send + Sync {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Watermark>>> + Send;
 }
+
+/// A running worker as registered in the journal database.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerInfo {
+    /// The worker's id (also the owner on its leases).
+    pub id: WorkerId,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The mode it runs in.
+    pub mode: crate::Mode,
+    /// When it registered, by the store's clock.
+    pub started_at: crate::Timestamp,
+    /// Its last heartbeat, by the store's clock.
+    pub last_beat: crate::Timestamp,
+    /// When the entry ages out unless beaten again.
+    pub expires_at: crate::Timestamp,
+}
+
+/// Worker heartbeats, so operators can see who is working.
+///
+/// # Contract
+/// - `heartbeat` inserts the worker (keeping `started_at` from the first
+///   beat) or refreshes it: `last_beat = now`, `expires_at = now + ttl`, by
+///   the store's clock. `ttl` outside the lease TTL range is `InvalidInput`.
+/// - `workers` lists the entries that have not expired, ordered by id.
+/// - `deregister` removes the worker's entry and returns whether it existed.
+/// - `prune` deletes entries that expired more than `grace` ago and returns how many.
+pub trait WorkerRegistry: Send + Sync {
+    /// Registers or refreshes a worker.
+    fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: crate::Mode,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<WorkerInfo>> + Send;
+
+    /// Live workers.
+    fn workers(&self) -> impl Future<Output = Result<Vec<WorkerInfo>>> + Send;
+
+    /// Removes a worker.
+    fn deregister(&self, id: &WorkerId) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Deletes long-expired entries.
+    fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send;
+}

@@ -9,7 +9,7 @@ use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
     OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, SystemClock, Timestamp,
-    WorkerId, truncate_error, validate_limit, validate_ttl,
+    WorkerId, WorkerInfo, WorkerRegistry, truncate_error, validate_limit, validate_ttl,
 };
 
 /// The in-memory journal: implements [`EventJournal`], [`OutboxStore`] and
@@ -33,6 +33,7 @@ struct State {
     /// (due time, stream) for every head that is not dead: the "index".
     due: BTreeSet<(Timestamp, StreamId)>,
     leases: HashMap<StreamId, LeaseRecord>,
+    workers: BTreeMap<WorkerId, WorkerInfo>,
 }
 
 #[derive(Clone, Debug)]
@@ -551,5 +552,55 @@ impl LeaseStore for MemoryJournal {
                 expires_at: r.expires_at,
             })
         }))
+    }
+}
+
+impl WorkerRegistry for MemoryJournal {
+    async fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: outbox_core::Mode,
+        ttl: Duration,
+    ) -> Result<WorkerInfo> {
+        validate_ttl(ttl)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let started_at = st.workers.get(id).map_or(now, |w| w.started_at);
+        let info = WorkerInfo {
+            id: id.clone(),
+            host: host.to_owned(),
+            pid,
+            mode,
+            started_at,
+            last_beat: now,
+            expires_at: now.saturating_add(ttl),
+        };
+        st.workers.insert(id.clone(), info.clone());
+        Ok(info)
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let now = self.now();
+        Ok(self
+            .lock()
+            .workers
+            .values()
+            .filter(|w| w.expires_at > now)
+            .cloned()
+            .collect())
+    }
+
+    async fn deregister(&self, id: &WorkerId) -> Result<bool> {
+        Ok(self.lock().workers.remove(id).is_some())
+    }
+
+    async fn prune(&self, grace: Duration) -> Result<u64> {
+        let cutoff = self.now().saturating_sub(grace);
+        let mut st = self.lock();
+        let before = st.workers.len();
+        st.workers.retain(|_, w| w.expires_at > cutoff);
+        Ok((before - st.workers.len()) as u64)
     }
 }

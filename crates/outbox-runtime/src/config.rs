@@ -1,0 +1,385 @@
+//! Runtime configuration: a builder with documented defaults, or the environment.
+
+use std::time::Duration;
+
+use outbox_core::{Error, ModeFlags, Result, RetryPolicy, WorkerId};
+
+/// Every environment variable the runtime reads, with its default.
+pub const ENV_VARS: &[(&str, &str, &str)] = &[
+    (
+        "OUTBOX_ENABLED",
+        "false",
+        "appends enqueue an outbox row per event",
+    ),
+    (
+        "OUTBOX_WORKER_ENABLED",
+        "false",
+        "run the apply worker (needs OUTBOX_ENABLED)",
+    ),
+    (
+        "OUTBOX_SHADOW_WORKER_ENABLED",
+        "false",
+        "run the shadow worker (needs OUTBOX_ENABLED)",
+    ),
+    (
+        "OUTBOX_POLL_INTERVAL_MS",
+        "2000",
+        "how long an idle worker waits before polling again",
+    ),
+    (
+        "OUTBOX_BATCH_SIZE",
+        "64",
+        "rows claimed and applied per projection transaction",
+    ),
+    (
+        "OUTBOX_LEASE_TTL_MS",
+        "30000",
+        "stream lease duration; renewed at a third of it",
+    ),
+    (
+        "OUTBOX_RETRY_BASE_MS",
+        "1000",
+        "delay after the first failure; doubles per failure",
+    ),
+    ("OUTBOX_RETRY_CAP_MS", "300000", "the longest retry delay (5 min)"),
+    (
+        "OUTBOX_DEAD_LETTER_THRESHOLD",
+        "8",
+        "consecutive failures that park a row as dead",
+    ),
+    (
+        "OUTBOX_WAKE_ON_APPEND",
+        "true",
+        "wake the worker on an in-process append instead of waiting for the poll",
+    ),
+    (
+        "OUTBOX_REPAIR_ON_START",
+        "true",
+        "catch up streams whose projections are behind the journal at start-up",
+    ),
+    (
+        "OUTBOX_HEARTBEAT_INTERVAL_MS",
+        "5000",
+        "how often a worker refreshes its registry entry and gauges",
+    ),
+    (
+        "OUTBOX_WORKER_ID",
+        "<host>-<pid>-<random>",
+        "the worker's id (lease owner)",
+    ),
+];
+
+/// Runtime configuration. Build it with [`Config::default`] and the `with_*`
+/// setters, or read it with [`Config::from_env`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// The three mode flags.
+    pub flags: ModeFlags,
+    /// Idle wait between polls (default 2 s).
+    pub poll_interval: Duration,
+    /// Rows per claim and per projection transaction (default 64).
+    pub batch_size: usize,
+    /// Stream lease TTL (default 30 s).
+    pub lease_ttl: Duration,
+    /// Backoff and dead-letter threshold (default 1 s doubling to 5 min, dead after 8).
+    pub retry: RetryPolicy,
+    /// Wake the worker on in-process appends (default true).
+    pub wake_on_append: bool,
+    /// Run gap repair when workers start (default true).
+    pub repair_on_start: bool,
+    /// Heartbeat interval (default 5 s).
+    pub heartbeat_interval: Duration,
+    /// The worker id; generated when `None`.
+    pub worker_id: Option<WorkerId>,
+    /// Due streams fetched per pass (default 64).
+    pub streams_per_pass: usize,
+    /// Batches applied for one stream before moving on, for fairness (default 16).
+    pub batches_per_stream: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            flags: ModeFlags::default(),
+            poll_interval: Duration::from_secs(2),
+            batch_size: 64,
+            lease_ttl: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            wake_on_append: true,
+            repair_on_start: true,
+            heartbeat_interval: Duration::from_secs(5),
+            worker_id: None,
+            streams_per_pass: 64,
+            batches_per_stream: 16,
+        }
+    }
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident, $field:ident: $ty:ty) => {
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$field = value;
+            self
+        }
+    };
+}
+
+impl Config {
+    setter!(
+        /// Sets the mode flags.
+        with_flags, flags: ModeFlags
+    );
+    setter!(
+        /// Sets the idle poll interval.
+        with_poll_interval, poll_interval: Duration
+    );
+    setter!(
+        /// Sets the batch size.
+        with_batch_size, batch_size: usize
+    );
+    setter!(
+        /// Sets the lease TTL.
+        with_lease_ttl, lease_ttl: Duration
+    );
+    setter!(
+        /// Sets the retry policy.
+        with_retry, retry: RetryPolicy
+    );
+    setter!(
+        /// Turns wake-on-append on or off.
+        with_wake_on_append, wake_on_append: bool
+    );
+    setter!(
+        /// Turns start-up gap repair on or off.
+        with_repair_on_start, repair_on_start: bool
+    );
+    setter!(
+        /// Sets the heartbeat interval.
+        with_heartbeat_interval, heartbeat_interval: Duration
+    );
+    setter!(
+        /// Sets due streams fetched per pass.
+        with_streams_per_pass, streams_per_pass: usize
+    );
+    setter!(
+        /// Sets batches per stream per pass.
+        with_batches_per_stream, batches_per_stream: usize
+    );
+
+    /// Sets the worker id.
+    pub fn with_worker_id(mut self, id: WorkerId) -> Self {
+        self.worker_id = Some(id);
+        self
+    }
+
+    /// Shorthand: outbox on, apply worker on.
+    pub fn apply_worker() -> Self {
+        Self::default().with_flags(ModeFlags {
+            outbox: true,
+            apply_worker: true,
+            shadow_worker: false,
+        })
+    }
+
+    /// Checks the values; [`Outbox::builder`](crate::Outbox::builder) calls this.
+    pub fn validate(&self) -> Result<()> {
+        let in_range = |name: &str, v: Duration, lo: Duration, hi: Duration| {
+            if v < lo || v > hi {
+                Err(Error::Config(format!(
+                    "{name} must be between {lo:?} and {hi:?}, got {v:?}"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        in_range(
+            "poll interval",
+            self.poll_interval,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+        in_range(
+            "lease ttl",
+            self.lease_ttl,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
+        in_range(
+            "heartbeat interval",
+            self.heartbeat_interval,
+            Duration::from_millis(10),
+            Duration::from_secs(3600),
+        )?;
+        for (name, v) in [
+            ("batch size", self.batch_size),
+            ("streams per pass", self.streams_per_pass),
+            ("batches per stream", self.batches_per_stream),
+        ] {
+            if v == 0 || v > 10_000 {
+                return Err(Error::Config(format!(
+                    "{name} must be between 1 and 10000, got {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the configuration from the process environment (see [`ENV_VARS`]).
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `lookup` (the environment, a map in
+    /// tests). Unset variables keep their defaults; an invalid value is an
+    /// error naming the variable and the value.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut c = Config::default();
+        let get = |k: &str| lookup(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let flag = |k: &str, default: bool| -> Result<bool> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => match v.to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => Ok(true),
+                    "0" | "false" | "no" | "off" => Ok(false),
+                    _ => Err(Error::Config(format!(
+                        "{k}={v:?} is not a boolean (use true or false)"
+                    ))),
+                },
+            }
+        };
+        let number = |k: &str| -> Result<Option<u64>> {
+            get(k)
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| Error::Config(format!("{k}={v:?} is not a non-negative integer")))
+                })
+                .transpose()
+        };
+        let ms = |k: &str| -> Result<Option<Duration>> { Ok(number(k)?.map(Duration::from_millis)) };
+        c.flags = ModeFlags {
+            outbox: flag("OUTBOX_ENABLED", false)?,
+            apply_worker: flag("OUTBOX_WORKER_ENABLED", false)?,
+            shadow_worker: flag("OUTBOX_SHADOW_WORKER_ENABLED", false)?,
+        };
+        c.wake_on_append = flag("OUTBOX_WAKE_ON_APPEND", true)?;
+        c.repair_on_start = flag("OUTBOX_REPAIR_ON_START", true)?;
+        if let Some(v) = ms("OUTBOX_POLL_INTERVAL_MS")? {
+            c.poll_interval = v;
+        }
+        if let Some(v) = number("OUTBOX_BATCH_SIZE")? {
+            c.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = ms("OUTBOX_LEASE_TTL_MS")? {
+            c.lease_ttl = v;
+        }
+        if let Some(v) = ms("OUTBOX_HEARTBEAT_INTERVAL_MS")? {
+            c.heartbeat_interval = v;
+        }
+        let base = ms("OUTBOX_RETRY_BASE_MS")?.unwrap_or(c.retry.base());
+        let cap = ms("OUTBOX_RETRY_CAP_MS")?.unwrap_or(c.retry.cap());
+        let threshold = match number("OUTBOX_DEAD_LETTER_THRESHOLD")? {
+            Some(v) => u32::try_from(v)
+                .map_err(|_| Error::Config(format!("OUTBOX_DEAD_LETTER_THRESHOLD={v} is out of range")))?,
+            None => c.retry.dead_letter_after(),
+        };
+        c.retry = RetryPolicy::new(base, cap, threshold).map_err(|e| {
+            Error::Config(format!(
+                "OUTBOX_RETRY_BASE_MS / OUTBOX_RETRY_CAP_MS / OUTBOX_DEAD_LETTER_THRESHOLD: {}",
+                e.to_string().trim_start_matches("configuration error: ")
+            ))
+        })?;
+        if let Some(v) = get("OUTBOX_WORKER_ID") {
+            c.worker_id =
+                Some(WorkerId::new(&v).map_err(|e| Error::Config(format!("OUTBOX_WORKER_ID={v:?}: {e}")))?);
+        }
+        c.validate().map_err(|e| {
+            Error::Config(format!(
+                "{} (check the OUTBOX_* variables)",
+                e.to_string().trim_start_matches("configuration error: ")
+            ))
+        })?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let c = env(&[]).unwrap();
+        assert_eq!(c.poll_interval, Duration::from_secs(2));
+        assert_eq!(c.batch_size, 64);
+        assert_eq!(c.retry, RetryPolicy::default());
+        assert!(c.wake_on_append && c.repair_on_start);
+        assert_eq!(c.flags, ModeFlags::default());
+        for (name, default, _) in ENV_VARS {
+            assert!(name.starts_with("OUTBOX_") && !default.is_empty());
+        }
+    }
+
+    #[test]
+    fn values_are_read() {
+        let c = env(&[
+            ("OUTBOX_ENABLED", "true"),
+            ("OUTBOX_WORKER_ENABLED", "1"),
+            ("OUTBOX_BATCH_SIZE", "10"),
+            ("OUTBOX_POLL_INTERVAL_MS", "50"),
+            ("OUTBOX_DEAD_LETTER_THRESHOLD", "3"),
+            ("OUTBOX_RETRY_CAP_MS", "60000"),
+            ("OUTBOX_WORKER_ID", "w-1"),
+        ])
+        .unwrap();
+        assert!(c.flags.outbox && c.flags.apply_worker && !c.flags.shadow_worker);
+        assert_eq!(c.batch_size, 10);
+        assert_eq!(c.poll_interval, Duration::from_millis(50));
+        assert_eq!(c.retry.dead_letter_after(), 3);
+        assert_eq!(c.retry.cap(), Duration::from_secs(60));
+        assert_eq!(c.worker_id.unwrap().as_str(), "w-1");
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_and_value() {
+        for (k, v, want) in [
+            (
+                "OUTBOX_ENABLED",
+                "maybe",
+                "OUTBOX_ENABLED=\"maybe\" is not a boolean",
+            ),
+            (
+                "OUTBOX_BATCH_SIZE",
+                "abc",
+                "OUTBOX_BATCH_SIZE=\"abc\" is not a non-negative integer",
+            ),
+            (
+                "OUTBOX_BATCH_SIZE",
+                "0",
+                "batch size must be between 1 and 10000, got 0",
+            ),
+            ("OUTBOX_POLL_INTERVAL_MS", "-5", "OUTBOX_POLL_INTERVAL_MS=\"-5\""),
+            (
+                "OUTBOX_DEAD_LETTER_THRESHOLD",
+                "0",
+                "dead-letter threshold must be between 1",
+            ),
+            ("OUTBOX_RETRY_CAP_MS", "10", "retry cap"),
+            ("OUTBOX_WORKER_ID", "bad\u{7}id", "OUTBOX_WORKER_ID"),
+        ] {
+            let msg = env(&[(k, v)]).unwrap_err().to_string();
+            assert!(msg.contains(want), "{k}={v}: {msg}");
+            assert!(!msg.contains('\n'), "one line: {msg}");
+        }
+    }
+}

@@ -1,0 +1,35 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod metrics;
+mod outbox;
+mod running;
+mod worker;
+
+pub use config::{Config, ENV_VARS};
+pub use metrics::{Gauges, MetricsSnapshot};
+pub use outbox::{
+    AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend, RepairReport,
+};
+pub use running::{Running, Tasks};
+pub use worker::{TickReport, WorkerKind};
+
+/// This machine's host name (for worker ids and the registry), without I/O
+/// beyond reading `/etc/hostname` once.
+pub(crate) fn host_name() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+                    .collect()
+            })
+            .filter(|h: &String| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into())
+    })
+    .clone()
+}

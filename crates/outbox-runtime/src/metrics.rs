@@ -1,0 +1,125 @@
+//! Counters and gauges, exposed as a serializable snapshot.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use outbox_core::{Mode, OutboxSummary, Timestamp};
+use serde::Serialize;
+
+/// Live counters of one runtime. Cheap to update from any task.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    pub(crate) applied: AtomicU64,
+    pub(crate) duplicates: AtomicU64,
+    pub(crate) audit_only: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) completed_rows: AtomicU64,
+    pub(crate) claims: AtomicU64,
+    pub(crate) contended: AtomicU64,
+    pub(crate) caught_up: AtomicU64,
+    pub(crate) inline_applied: AtomicU64,
+    pub(crate) inline_failed: AtomicU64,
+    pub(crate) shadow_verified: AtomicU64,
+    pub(crate) storage_errors: AtomicU64,
+    pub(crate) gauges: Mutex<Option<Gauges>>,
+}
+
+/// Queue gauges, refreshed by the heartbeat task (and by [`Outbox::refresh_gauges`](crate::Outbox::refresh_gauges)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Gauges {
+    /// Pending rows.
+    pub pending: u64,
+    /// Processing rows.
+    pub processing: u64,
+    /// Failed rows.
+    pub failed: u64,
+    /// Dead rows.
+    pub dead: u64,
+    /// Age of the oldest pending-or-failed row that is due, in ms (0 when none).
+    pub oldest_due_age_ms: u64,
+    /// When these were read, by the store's clock.
+    pub as_of: Timestamp,
+}
+
+impl Gauges {
+    pub(crate) fn from_summary(s: &OutboxSummary) -> Self {
+        let oldest_due_age_ms = s
+            .oldest_retry_eligible
+            .as_ref()
+            .filter(|r| r.next_attempt_at <= s.as_of)
+            .map_or(0, |r| {
+                s.as_of.duration_since(r.next_attempt_at).as_millis() as u64
+            });
+        Gauges {
+            pending: s.pending,
+            processing: s.processing,
+            failed: s.failed,
+            dead: s.dead,
+            oldest_due_age_ms,
+            as_of: s.as_of,
+        }
+    }
+}
+
+/// A point-in-time copy of a runtime's counters and gauges.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsSnapshot {
+    /// The mode the runtime runs in.
+    pub mode: Option<Mode>,
+    /// Events applied to projections (by the worker, repair or catch-up).
+    pub applied: u64,
+    /// Events skipped because every projection had applied them already.
+    pub duplicates: u64,
+    /// Audit-only events checkpointed without calling appliers.
+    pub audit_only: u64,
+    /// Failures recorded (retries scheduled).
+    pub failed: u64,
+    /// Rows dead-lettered.
+    pub dead_lettered: u64,
+    /// Outbox rows deleted after their events were applied.
+    pub completed_rows: u64,
+    /// Successful claims.
+    pub claims: u64,
+    /// Streams skipped because another worker held the lease.
+    pub contended: u64,
+    /// Gap catch-ups from the journal.
+    pub caught_up: u64,
+    /// Appends applied inline.
+    pub inline_applied: u64,
+    /// Inline applies that failed (the events stay for a worker or repair).
+    pub inline_failed: u64,
+    /// Rows the shadow worker verified and completed.
+    pub shadow_verified: u64,
+    /// Temporary storage errors the worker backed off from.
+    pub storage_errors: u64,
+    /// The last gauges read, if any.
+    pub gauges: Option<Gauges>,
+}
+
+impl Metrics {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, mode: Mode) -> MetricsSnapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            mode: Some(mode),
+            applied: g(&self.applied),
+            duplicates: g(&self.duplicates),
+            audit_only: g(&self.audit_only),
+            failed: g(&self.failed),
+            dead_lettered: g(&self.dead_lettered),
+            completed_rows: g(&self.completed_rows),
+            claims: g(&self.claims),
+            contended: g(&self.contended),
+            caught_up: g(&self.caught_up),
+            inline_applied: g(&self.inline_applied),
+            inline_failed: g(&self.inline_failed),
+            shadow_verified: g(&self.shadow_verified),
+            storage_errors: g(&self.storage_errors),
+            gauges: self.gauges.lock().map(|g| g.clone()).unwrap_or(None),
+        }
+    }
+}

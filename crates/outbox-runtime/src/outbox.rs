@@ -1,0 +1,461 @@
+//! The embedding API: build the runtime, register projections and event
+//! types, append events, run or stop the workers.
+
+use std::sync::Arc;
+
+use outbox_core::{
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
+    EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
+    ProjectionStore, Result, Seq, StreamGap, StreamId, WatermarkStore, WorkerId, WorkerRegistry, detect_gap,
+    select_mode,
+};
+use serde::Serialize;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
+
+/// What a journal adapter must implement for the runtime.
+pub trait JournalBackend: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static {}
+impl<T: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static> JournalBackend for T {}
+
+/// What a projection adapter must implement for the runtime. A watermark
+/// store is part of the bound, so "a worker without a watermark store" cannot
+/// be configured at all.
+pub trait ProjectionBackend: ProjectionStore + WatermarkStore + 'static {}
+impl<T: ProjectionStore + WatermarkStore + 'static> ProjectionBackend for T {}
+
+/// The runtime: one journal, one projection store, the registered
+/// projections and event types, and the resolved [`Mode`]. Cheap to clone.
+pub struct Outbox<J, P: ProjectionStore> {
+    pub(crate) inner: Arc<Inner<J, P>>,
+}
+
+impl<J, P: ProjectionStore> Clone for Outbox<J, P> {
+    fn clone(&self) -> Self {
+        Outbox {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+pub(crate) struct Inner<J, P: ProjectionStore> {
+    pub(crate) journal: J,
+    pub(crate) store: P,
+    pub(crate) types: EventTypeRegistry,
+    pub(crate) projections: Vec<Arc<dyn Projection<P::Tx>>>,
+    pub(crate) config: Config,
+    pub(crate) mode: Mode,
+    pub(crate) worker_id: WorkerId,
+    pub(crate) wake: Notify,
+    pub(crate) metrics: Metrics,
+}
+
+/// Builds an [`Outbox`].
+pub struct OutboxBuilder<J, P: ProjectionStore> {
+    journal: J,
+    store: P,
+    types: EventTypeRegistry,
+    projections: Vec<Arc<dyn Projection<P::Tx>>>,
+    config: Config,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
+    /// Sets the configuration (default: [`Config::default`], inline apply only).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the event types and their intents.
+    pub fn event_types(mut self, types: EventTypeRegistry) -> Self {
+        self.types = types;
+        self
+    }
+
+    /// Adds a projection. Order matters only for rebuild-all.
+    pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
+        self.projections.push(projection);
+        self
+    }
+
+    /// Validates the configuration, resolves the mode (logged once), creates
+    /// the projections' tables, and returns the runtime. Nothing is spawned
+    /// until [`Outbox::start`].
+    pub async fn build(self) -> Result<Outbox<J, P>> {
+        self.config.validate()?;
+        let ModeSelection {
+            mode,
+            shadow_overridden,
+        } = select_mode(self.config.flags)?;
+        if shadow_overridden {
+            warn!(
+                "both OUTBOX_WORKER_ENABLED and OUTBOX_SHADOW_WORKER_ENABLED are set: the apply worker takes precedence, the shadow worker is disabled"
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.projections {
+            if !names.insert(p.name().clone()) {
+                return Err(Error::Config(format!(
+                    "projection `{}` is registered twice",
+                    p.name()
+                )));
+            }
+        }
+        if self.projections.is_empty() && mode.runs_apply_worker() {
+            warn!(
+                "the apply worker runs with no projections registered: rows will be completed without effect"
+            );
+        }
+        self.store.setup(&self.projections).await?;
+        let worker_id = match self.config.worker_id.clone() {
+            Some(id) => id,
+            None => generated_worker_id()?,
+        };
+        info!(mode = %mode, worker = %worker_id, projections = self.projections.len(), "outbox runtime configured");
+        Ok(Outbox {
+            inner: Arc::new(Inner {
+                journal: self.journal,
+                store: self.store,
+                types: self.types,
+                projections: self.projections,
+                config: self.config,
+                mode,
+                worker_id,
+                wake: Notify::new(),
+                metrics: Metrics::default(),
+            }),
+        })
+    }
+}
+
+fn generated_worker_id() -> Result<WorkerId> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    WorkerId::new(format!(
+        "{}-{}-{:08x}{n}",
+        crate::host_name(),
+        std::process::id(),
+        nanos
+    ))
+}
+
+/// An inline apply that did not complete; the events are durable and a
+/// worker, `outbox work --once` or gap repair will apply them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct InlineFailure {
+    /// The stream.
+    pub stream: StreamId,
+    /// Why.
+    pub error: String,
+}
+
+/// What an append did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AppendOutcome {
+    /// One entry per request, in order.
+    pub appended: Vec<Appended>,
+    /// Inline applies that failed (always empty in the worker modes).
+    pub inline_failures: Vec<InlineFailure>,
+}
+
+/// What gap repair did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// Streams compared with the journal.
+    pub streams_scanned: u64,
+    /// Streams where some projection was behind the journal.
+    pub streams_repaired: u64,
+    /// Events newly applied.
+    pub events_applied: u64,
+    /// Streams whose watermark was behind the journal head.
+    pub watermark_behind: u64,
+    /// The gaps found (at most the first 100), before repair.
+    pub gaps: Vec<StreamGap>,
+    /// Streams that could not be repaired, with the error.
+    pub failures: Vec<InlineFailure>,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// A builder over a journal adapter and a projection adapter.
+    pub fn builder(journal: J, store: P) -> OutboxBuilder<J, P> {
+        OutboxBuilder {
+            journal,
+            store,
+            types: EventTypeRegistry::new(),
+            projections: Vec::new(),
+            config: Config::default(),
+        }
+    }
+
+    /// The resolved mode.
+    pub fn mode(&self) -> Mode {
+        self.inner.mode
+    }
+
+    /// This runtime's worker id (the owner on its leases).
+    pub fn worker_id(&self) -> &WorkerId {
+        &self.inner.worker_id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The journal adapter.
+    pub fn journal(&self) -> &J {
+        &self.inner.journal
+    }
+
+    /// The projection adapter.
+    pub fn store(&self) -> &P {
+        &self.inner.store
+    }
+
+    /// The registered projections.
+    pub fn projections(&self) -> &[Arc<dyn Projection<P::Tx>>] {
+        &self.inner.projections
+    }
+
+    /// The registered event types.
+    pub fn event_types(&self) -> &EventTypeRegistry {
+        &self.inner.types
+    }
+
+    /// A new event of a registered type.
+    pub fn event(&self, event_type: &str, payload: impl Into<Vec<u8>>) -> Result<NewEvent> {
+        self.inner.types.event(event_type, payload)
+    }
+
+    /// Counters and the last gauges.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot(self.inner.mode)
+    }
+
+    /// Reads the queue gauges now and stores them in the metrics.
+    pub async fn refresh_gauges(&self) -> Result<Gauges> {
+        let g = Gauges::from_summary(&self.inner.journal.summary().await?);
+        if let Ok(mut slot) = self.inner.metrics.gauges.lock() {
+            *slot = Some(g.clone());
+        }
+        Ok(g)
+    }
+
+    /// Appends `events` to one stream. See [`Outbox::append_batch`].
+    pub async fn append(
+        &self,
+        stream: &StreamId,
+        expected: ExpectedVersion,
+        events: Vec<NewEvent>,
+    ) -> Result<AppendOutcome> {
+        self.append_batch(vec![AppendRequest::new(stream.clone(), expected, events)])
+            .await
+    }
+
+    /// Appends a batch (one transaction, many streams), enqueueing outbox
+    /// rows when the mode says so, then applies inline when the mode says so.
+    ///
+    /// Every event type must be registered with the intent the event carries.
+    /// An `Ok` means the events are durable; inline-apply failures are
+    /// reported in [`AppendOutcome::inline_failures`], never as an error,
+    /// because the events are accepted and will be applied by another path.
+    pub async fn append_batch(&self, batch: Vec<AppendRequest>) -> Result<AppendOutcome> {
+        for req in &batch {
+            for e in &req.events {
+                let registered = self.inner.types.intent(&e.event_type)?;
+                if registered != e.intent {
+                    return Err(Error::invalid(format_args!(
+                        "event type `{}` is registered as {registered} but the event says {}",
+                        e.event_type, e.intent
+                    )));
+                }
+            }
+        }
+        let mode = self.inner.mode;
+        let options = if mode.enqueues() {
+            AppendOptions::enqueue()
+        } else {
+            AppendOptions::journal_only()
+        };
+        let appended = self.inner.journal.append(&batch, options).await?;
+        if mode.enqueues()
+            && self.inner.config.wake_on_append
+            && mode.runs_apply_worker() | mode.runs_shadow_worker()
+        {
+            self.inner.wake.notify_one();
+        }
+        let mut inline_failures = Vec::new();
+        if mode.applies_inline() {
+            for a in &appended {
+                if let Err(e) = self.apply_inline(a).await {
+                    warn!(stream = %a.stream, error = %e, "inline apply failed; the events stay for another path");
+                    Metrics::add(&self.inner.metrics.inline_failed, 1);
+                    inline_failures.push(InlineFailure {
+                        stream: a.stream.clone(),
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(AppendOutcome {
+            appended,
+            inline_failures,
+        })
+    }
+
+    async fn apply_inline(&self, a: &Appended) -> Result<()> {
+        let n = (a.last_seq.get() - a.first_seq.get() + 1) as usize;
+        // Read back what the journal stored, so every path applies the same bytes.
+        let events = self.inner.journal.read_stream(&a.stream, a.first_seq, n).await?;
+        self.apply_run(&a.stream, &events).await?;
+        Metrics::add(&self.inner.metrics.inline_applied, 1);
+        if self.inner.mode.inline_deletes_rows() {
+            let n = self.inner.journal.complete(&a.stream, a.last_seq).await?;
+            Metrics::add(&self.inner.metrics.completed_rows, n);
+        }
+        Ok(())
+    }
+
+    /// Applies a contiguous run of `stream` exactly once to every projection,
+    /// catching a projection up from the journal first when it reports a gap.
+    pub(crate) async fn apply_run(&self, stream: &StreamId, events: &[Event]) -> Result<ApplyReport> {
+        let inner = &self.inner;
+        match inner.store.apply(stream, events, &inner.projections).await? {
+            ApplyOutcome::Applied(r) => {
+                self.count(&r);
+                Ok(r)
+            }
+            ApplyOutcome::Gap(gap) => {
+                let first = events[0].seq.get();
+                Metrics::add(&inner.metrics.caught_up, 1);
+                self.catch_up(stream, gap.checkpoint + 1, first - 1, &inner.projections)
+                    .await?;
+                match inner.store.apply(stream, events, &inner.projections).await? {
+                    ApplyOutcome::Applied(r) => {
+                        self.count(&r);
+                        Ok(r)
+                    }
+                    ApplyOutcome::Gap(gap) => Err(Error::InvalidState(format!(
+                        "projection `{}` is still behind on {stream} after catching up (checkpoint {}, offered {})",
+                        gap.projection, gap.checkpoint, gap.offered
+                    ))),
+                }
+            }
+        }
+    }
+
+    pub(crate) fn count(&self, r: &ApplyReport) {
+        let m = &self.inner.metrics;
+        Metrics::add(&m.applied, r.applied);
+        Metrics::add(&m.duplicates, r.duplicates);
+        Metrics::add(&m.audit_only, r.audit_only);
+    }
+
+    /// Applies seqs `from..=until` of `stream` from the journal, in batches,
+    /// to `projections`. Each batch commits with its checkpoints.
+    pub(crate) async fn catch_up(
+        &self,
+        stream: &StreamId,
+        from: u64,
+        until: u64,
+        projections: &[Arc<dyn Projection<P::Tx>>],
+    ) -> Result<u64> {
+        let inner = &self.inner;
+        let mut next = from;
+        let mut applied = 0;
+        while next <= until {
+            let want = ((until - next + 1) as usize).min(inner.config.batch_size);
+            let events = inner.journal.read_stream(stream, Seq::new(next)?, want).await?;
+            if events.is_empty() {
+                break;
+            }
+            match inner.store.apply(stream, &events, projections).await? {
+                ApplyOutcome::Applied(r) => {
+                    self.count(&r);
+                    applied += r.applied + r.audit_only;
+                }
+                ApplyOutcome::Gap(gap) => {
+                    // A projection is further behind than the run we were asked
+                    // for: widen the run to its checkpoint and go on.
+                    if gap.checkpoint + 1 >= next {
+                        return Err(Error::InvalidState(format!(
+                            "unexpected gap during catch-up: {gap:?}"
+                        )));
+                    }
+                    next = gap.checkpoint + 1;
+                    continue;
+                }
+            }
+            next = events[events.len() - 1].seq.get() + 1;
+        }
+        Ok(applied)
+    }
+
+    /// Start-up gap repair: compares every stream's journal head with every
+    /// projection's checkpoint (and reports the watermark), applies the
+    /// missing seqs in order, then completes outbox rows the projections have
+    /// now applied. Safe to run at any time, alongside workers.
+    pub async fn repair_gaps(&self) -> Result<RepairReport> {
+        let inner = &self.inner;
+        let mut report = RepairReport::default();
+        let mut after: Option<StreamId> = None;
+        loop {
+            let page = inner.journal.stream_heads(after.as_ref(), 500).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.stream.clone());
+            for head in page {
+                report.streams_scanned += 1;
+                let stream = &head.stream;
+                let head_seq = head.head.get();
+                let watermark = inner.store.watermark(stream).await?;
+                if let Some(g) = detect_gap(stream, head_seq, watermark.as_ref()) {
+                    report.watermark_behind += 1;
+                    if report.gaps.len() < 100 {
+                        report.gaps.push(g);
+                    }
+                }
+                let mut min_cp = head_seq;
+                for p in &inner.projections {
+                    min_cp = min_cp.min(inner.store.checkpoint(p.name(), stream).await?);
+                }
+                if min_cp < head_seq {
+                    report.streams_repaired += 1;
+                    match self
+                        .catch_up(stream, min_cp + 1, head_seq, &inner.projections)
+                        .await
+                    {
+                        Ok(n) => report.events_applied += n,
+                        Err(e) => {
+                            report.failures.push(InlineFailure {
+                                stream: stream.clone(),
+                                error: e.to_string(),
+                            });
+                            continue;
+                        }
+                    }
+                }
+                // Every projection is now at the head: the stream's rows are stale hints.
+                if inner.mode.runs_apply_worker() || inner.mode.inline_deletes_rows() {
+                    let n = inner.journal.complete(stream, head.head).await?;
+                    Metrics::add(&inner.metrics.completed_rows, n);
+                }
+            }
+        }
+        if report.streams_repaired > 0 || report.watermark_behind > 0 {
+            info!(
+                scanned = report.streams_scanned,
+                repaired = report.streams_repaired,
+                events = report.events_applied,
+                "gap repair applied missing events"
+            );
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,322 @@
+//! The apply and shadow workers: one pass ([`Outbox::tick`]) and the loop.
+
+use std::time::Duration;
+
+use outbox_core::{Error, Event, FailureOutcome, Lease, OutboxRow, Result, StreamId};
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::metrics::Metrics;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+
+/// Which worker a pass runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerKind {
+    /// Applies projections.
+    Apply,
+    /// Claims, loads, verifies and completes rows without touching projections.
+    Shadow,
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TickReport {
+    /// Due streams found.
+    pub due_streams: u64,
+    /// Streams whose lease we took.
+    pub leased: u64,
+    /// Streams another worker held.
+    pub contended: u64,
+    /// Rows claimed.
+    pub claimed: u64,
+    /// Rows completed (applied, verified or found already applied).
+    pub completed: u64,
+    /// Failures recorded with a retry.
+    pub failed: u64,
+    /// Rows dead-lettered.
+    pub dead_lettered: u64,
+    /// Temporary storage errors (the pass backed off).
+    pub storage_errors: u64,
+}
+
+impl TickReport {
+    /// Whether the pass changed anything (a busy pass is followed at once by another).
+    pub fn made_progress(&self) -> bool {
+        self.completed + self.failed + self.dead_lettered > 0
+    }
+}
+
+enum RunEnd {
+    /// Nothing more is immediately processable.
+    Drained,
+    /// The stream is blocked behind a failed or dead head.
+    Blocked,
+    /// The per-stream batch budget is used; come back next pass.
+    Budget,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// One pass of the worker of this runtime's mode (apply or shadow): finds
+    /// due streams and drains each as far as it can. `outbox work --once`
+    /// runs exactly this.
+    pub async fn tick(&self) -> Result<TickReport> {
+        let kind = if self.inner.mode.runs_shadow_worker() {
+            WorkerKind::Shadow
+        } else {
+            WorkerKind::Apply
+        };
+        self.tick_as(kind, &CancellationToken::new()).await
+    }
+
+    pub(crate) async fn tick_as(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
+        let inner = &self.inner;
+        let mut report = TickReport::default();
+        let due = inner.journal.due_streams(inner.config.streams_per_pass).await?;
+        report.due_streams = due.len() as u64;
+        for stream in due {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let span = info_span!("stream", stream = %stream, worker = %inner.worker_id);
+            match self
+                .process_stream(kind, &stream, &mut report, cancel)
+                .instrument(span)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
+                    // Infrastructure trouble or a lost lease: nothing is
+                    // counted against the row; the next pass retries.
+                    warn!(stream = %stream, error = %e, "stream pass interrupted");
+                    report.storage_errors += 1;
+                    Metrics::add(&inner.metrics.storage_errors, 1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+
+    async fn process_stream(
+        &self,
+        kind: WorkerKind,
+        stream: &StreamId,
+        report: &mut TickReport,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let ttl = inner.config.lease_ttl;
+        let Some(mut lease) = inner.journal.acquire(stream, &inner.worker_id, ttl).await? else {
+            report.contended += 1;
+            Metrics::add(&inner.metrics.contended, 1);
+            return Ok(());
+        };
+        report.leased += 1;
+        let mut renewed_at = Instant::now();
+        let result = async {
+            for _ in 0..inner.config.batches_per_stream {
+                if cancel.is_cancelled() {
+                    break;
+                }
+                // Renew at a third of the TTL; the store's clock judges expiry.
+                if renewed_at.elapsed() > ttl / 3 {
+                    lease = inner.journal.renew(&lease, ttl).await?;
+                    renewed_at = Instant::now();
+                }
+                match self.run_batch(kind, &lease, report).await? {
+                    RunEnd::Budget => continue,
+                    RunEnd::Drained | RunEnd::Blocked => break,
+                }
+            }
+            Ok::<(), Error>(())
+        }
+        .await;
+        // Whatever happened, leave nothing stuck in `processing` and free the
+        // stream for the next worker. Both are best effort: if they fail, the
+        // lease expires and the rows are due again anyway.
+        if let Err(e) = inner.journal.abandon(&lease).await
+            && !matches!(e, Error::LeaseLost { .. })
+        {
+            debug!(error = %e, "abandon failed; the lease will expire");
+        }
+        if let Err(e) = inner.journal.release(&lease).await {
+            debug!(error = %e, "release failed; the lease will expire");
+        }
+        result
+    }
+
+    /// Claims one run of rows and applies (or verifies) it.
+    async fn run_batch(&self, kind: WorkerKind, lease: &Lease, report: &mut TickReport) -> Result<RunEnd> {
+        let inner = &self.inner;
+        let batch = inner.config.batch_size;
+        let rows = inner.journal.claim(lease, batch).await?;
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return Ok(RunEnd::Drained);
+        };
+        let stream = &lease.stream;
+        report.claimed += rows.len() as u64;
+        Metrics::add(&inner.metrics.claims, 1);
+        let span = info_span!("apply", stream = %stream, first_seq = %first.seq, last_seq = %last.seq);
+        let outcome = async {
+            let events = match self.load_run(stream, &rows).await {
+                Ok(events) => events,
+                Err(e) if e.is_temporary() => return Err(e),
+                Err(e) => {
+                    return self
+                        .record_failure(lease, first, &e, report)
+                        .await
+                        .map(|()| RunEnd::Blocked);
+                }
+            };
+            let result = match kind {
+                WorkerKind::Apply => self.apply_run(stream, &events).await.map(|_| ()),
+                WorkerKind::Shadow => self.verify_run(&events),
+            };
+            match result {
+                Ok(()) => {
+                    let n = inner.journal.complete(stream, last.seq).await?;
+                    report.completed += n;
+                    Metrics::add(&inner.metrics.completed_rows, n);
+                    if kind == WorkerKind::Shadow {
+                        Metrics::add(&inner.metrics.shadow_verified, n);
+                    }
+                    Ok(if rows.len() == batch {
+                        RunEnd::Budget
+                    } else {
+                        RunEnd::Drained
+                    })
+                }
+                Err(Error::Apply {
+                    seq,
+                    source,
+                    projection,
+                    ..
+                }) if kind == WorkerKind::Apply => {
+                    // Isolate the failing event: commit the ones before it.
+                    let before: Vec<Event> = events.iter().filter(|e| e.seq < seq).cloned().collect();
+                    if let Some(prev) = before.last() {
+                        self.apply_run(stream, &before).await?;
+                        let n = inner.journal.complete(stream, prev.seq).await?;
+                        report.completed += n;
+                        Metrics::add(&inner.metrics.completed_rows, n);
+                    }
+                    let failing = rows.iter().find(|r| r.seq == seq).unwrap_or(first);
+                    let err = Error::Apply {
+                        projection,
+                        stream: stream.clone(),
+                        seq,
+                        source,
+                    };
+                    self.record_failure(lease, failing, &err, report).await?;
+                    Ok(RunEnd::Blocked)
+                }
+                Err(e) if e.is_temporary() => Err(e),
+                Err(e) => {
+                    self.record_failure(lease, first, &e, report).await?;
+                    Ok(RunEnd::Blocked)
+                }
+            }
+        }
+        .instrument(span)
+        .await;
+        outcome
+    }
+
+    /// Loads the claimed run from the journal and checks it is complete.
+    async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
+        let first = rows[0].seq;
+        let events = self.inner.journal.read_stream(stream, first, rows.len()).await?;
+        if events.len() != rows.len() {
+            let missing = first.get() + events.len() as u64;
+            return Err(Error::Corrupt {
+                stream: stream.clone(),
+                seq: outbox_core::Seq::new(missing)?,
+                reason: "the outbox points at an event the journal does not have".into(),
+            });
+        }
+        Ok(events)
+    }
+
+    /// The shadow worker's check: the event type is registered with the
+    /// intent recorded (payload hashes were verified by the journal on load).
+    fn verify_run(&self, events: &[Event]) -> Result<()> {
+        for e in events {
+            let intent = self.inner.types.intent(&e.event_type)?;
+            if intent != e.intent {
+                return Err(Error::Corrupt {
+                    stream: e.stream.clone(),
+                    seq: e.seq,
+                    reason: format!(
+                        "recorded intent {} differs from the registered {intent}",
+                        e.intent
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        row: &OutboxRow,
+        error: &Error,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let message = error.to_string();
+        match inner
+            .journal
+            .fail(lease, row.seq, &message, &inner.config.retry)
+            .await?
+        {
+            FailureOutcome::Retry {
+                attempt,
+                next_attempt_at,
+            } => {
+                warn!(stream = %lease.stream, seq = %row.seq, attempt, %next_attempt_at, error = %message, "apply failed; retry scheduled");
+                report.failed += 1;
+                Metrics::add(&inner.metrics.failed, 1);
+            }
+            FailureOutcome::Dead { attempt } => {
+                warn!(stream = %lease.stream, seq = %row.seq, attempt, error = %message, "row dead-lettered; its stream is blocked until requeued");
+                report.dead_lettered += 1;
+                Metrics::add(&inner.metrics.dead_lettered, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker loop: passes back to back while they make progress, then
+    /// waits for an append in this process, the poll interval, or shutdown.
+    pub(crate) async fn work_loop(&self, kind: WorkerKind, cancel: CancellationToken) {
+        let inner = &self.inner;
+        let mut backoff = inner.config.poll_interval;
+        while !cancel.is_cancelled() {
+            let busy = match self.tick_as(kind, &cancel).await {
+                Ok(r) => {
+                    backoff = inner.config.poll_interval;
+                    r.made_progress()
+                }
+                Err(e) => {
+                    warn!(error = %e, "worker pass failed; backing off");
+                    Metrics::add(&inner.metrics.storage_errors, 1);
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    false
+                }
+            };
+            if busy {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = inner.wake.notified() => {}
+                () = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}
