@@ -1,11 +1,13 @@
 #![doc = include_str!("../README.md")]
 
+mod clock;
 mod config;
 mod metrics;
 mod outbox;
 mod running;
 mod worker;
 
+pub use clock::TokioClock;
 pub use config::{Config, ENV_VARS};
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{

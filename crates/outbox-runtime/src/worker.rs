@@ -160,7 +160,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report.claimed += rows.len() as u64;
         Metrics::add(&inner.metrics.claims, 1);
         let span = info_span!("apply", stream = %stream, first_seq = %first.seq, last_seq = %last.seq);
-        let outcome = async {
+        async {
             let events = match self.load_run(stream, &rows).await {
                 Ok(events) => events,
                 Err(e) if e.is_temporary() => return Err(e),
@@ -221,8 +221,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         .instrument(span)
-        .await;
-        outcome
+        .await
     }
 
     /// Loads the claimed run from the journal and checks it is complete.

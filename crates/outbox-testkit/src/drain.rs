@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    ApplyOutcome, Error, EventJournal, FailureOutcome, LeaseStore, OutboxStore, Projection,
-    ProjectionStore, Result, RetryPolicy, Seq, WorkerId,
+    ApplyOutcome, Error, EventJournal, FailureOutcome, LeaseStore, OutboxStore, Projection, ProjectionStore,
+    Result, RetryPolicy, Seq, WorkerId,
 };
 
 /// What one [`drain`] pass did.
@@ -67,7 +67,9 @@ where
                 if let Ok(ApplyOutcome::Gap(gap)) = &outcome {
                     // Catch up from the journal, then offer the run again.
                     let from = Seq::new(gap.checkpoint + 1)?;
-                    let missing = journal.read_stream(&stream, from, (first.seq.get() - from.get()) as usize).await?;
+                    let missing = journal
+                        .read_stream(&stream, from, (first.seq.get() - from.get()) as usize)
+                        .await?;
                     if !missing.is_empty() {
                         store.apply(&stream, &missing, projections).await?;
                     }
@@ -79,14 +81,17 @@ where
                         stats.completed += journal.complete(&stream, last.seq).await?;
                     }
                     Ok(ApplyOutcome::Gap(gap)) => {
-                        return Err(Error::InvalidState(format!("gap persists after catch-up: {gap:?}")));
+                        return Err(Error::InvalidState(format!(
+                            "gap persists after catch-up: {gap:?}"
+                        )));
                     }
                     Err(Error::Apply { seq, source, .. }) => {
                         // Commit the run before the failing event, then record the failure.
                         let before: Vec<_> = events.iter().filter(|e| e.seq < seq).cloned().collect();
                         if !before.is_empty() {
                             store.apply(&stream, &before, projections).await?;
-                            stats.completed += journal.complete(&stream, before[before.len() - 1].seq).await?;
+                            stats.completed +=
+                                journal.complete(&stream, before[before.len() - 1].seq).await?;
                         }
                         match journal.fail(&lease, seq, &source.to_string(), policy).await? {
                             FailureOutcome::Retry { .. } => stats.failed += 1,

@@ -35,19 +35,15 @@ pub trait Harness: Send + Sync + Sized + 'static {
     fn reopen_projections(&self, ctx: &Self::Context) -> impl Future<Output = Self::Projections> + Send;
 
     /// Moves the stores' clock forward by `d`. The memory adapter advances its
-    /// injected clock; SQL adapters shift every stored time back by `d`, which
-    /// is the same thing as far as any comparison with "now" can tell.
+    /// injected clock; SQL adapters add `d` to a test-only offset on the
+    /// database clock (the stored times stay as they are).
     fn advance(&self, ctx: &Self::Context, d: Duration) -> impl Future<Output = ()> + Send;
 
     /// The oracle projection's storage for this adapter's transaction handle.
     fn oracle_storage(&self) -> Arc<dyn OracleStorage<TxOf<Self>>>;
 
     /// Reads the oracle projection `name`'s committed state, outside any apply.
-    fn oracle_state(
-        &self,
-        ctx: &Self::Context,
-        name: &str,
-    ) -> impl Future<Output = OracleState> + Send;
+    fn oracle_state(&self, ctx: &Self::Context, name: &str) -> impl Future<Output = OracleState> + Send;
 
     /// What the adapter can do; checks needing a missing capability are
     /// reported as skipped with the reason, never silently passed.

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox_core::{
-    BoxError, DigestBuilder, DigestValue, Event, EventTypeRegistry, NewEvent, Projection,
-    ProjectionName, Seq, StreamId,
+    BoxError, DigestBuilder, DigestValue, Event, EventTypeRegistry, NewEvent, Projection, ProjectionName,
+    Seq, StreamId,
 };
 
 /// The event type the oracle applies.
@@ -24,18 +24,24 @@ pub const ORACLE_AUDIT: &str = "oracle.audit";
 /// A registry with the oracle's two event types.
 pub fn oracle_registry() -> EventTypeRegistry {
     let mut r = EventTypeRegistry::new();
-    r.apply(ORACLE_EVENT).and_then(|r| r.audit_only(ORACLE_AUDIT)).expect("valid names");
+    r.apply(ORACLE_EVENT)
+        .and_then(|r| r.audit_only(ORACLE_AUDIT))
+        .expect("valid names");
     r
 }
 
 /// An oracle event carrying `value`.
 pub fn add(value: i64) -> NewEvent {
-    oracle_registry().event(ORACLE_EVENT, value.to_string().into_bytes()).expect("registered")
+    oracle_registry()
+        .event(ORACLE_EVENT, value.to_string().into_bytes())
+        .expect("registered")
 }
 
 /// An audit-only event.
 pub fn audit() -> NewEvent {
-    oracle_registry().event(ORACLE_AUDIT, b"audit".to_vec()).expect("registered")
+    oracle_registry()
+        .event(ORACLE_AUDIT, b"audit".to_vec())
+        .expect("registered")
 }
 
 /// Decodes an oracle event's value.
@@ -71,9 +77,20 @@ pub trait OracleStorage<Tx: Send>: Send + Sync {
     /// Creates the tables if needed.
     async fn setup(&self, tx: &mut Tx) -> Result<(), BoxError>;
     /// The stream's (sum, seq list) or `None`.
-    async fn load(&self, tx: &mut Tx, projection: &str, stream: &str) -> Result<Option<OracleStream>, BoxError>;
+    async fn load(
+        &self,
+        tx: &mut Tx,
+        projection: &str,
+        stream: &str,
+    ) -> Result<Option<OracleStream>, BoxError>;
     /// Stores the stream's (sum, seq list).
-    async fn store(&self, tx: &mut Tx, projection: &str, stream: &str, state: &OracleStream) -> Result<(), BoxError>;
+    async fn store(
+        &self,
+        tx: &mut Tx,
+        projection: &str,
+        stream: &str,
+        state: &OracleStream,
+    ) -> Result<(), BoxError>;
     /// Inserts a ledger row (never deduplicated).
     async fn ledger(&self, tx: &mut Tx, projection: &str, stream: &str, seq: u64) -> Result<(), BoxError>;
     /// Deletes the projection's rows (streams and ledger).
@@ -91,7 +108,10 @@ pub struct Faults {
 impl Faults {
     /// Makes the next `times` applies of (stream, seq) fail (`u32::MAX`: always).
     pub fn fail(&self, stream: &StreamId, seq: u64, times: u32) {
-        self.inner.lock().expect("faults lock").insert((stream.to_string(), seq), times);
+        self.inner
+            .lock()
+            .expect("faults lock")
+            .insert((stream.to_string(), seq), times);
     }
 
     /// Removes every injected failure ("the fix is deployed").
@@ -208,7 +228,10 @@ pub fn check_history(
         let want_seqs: Vec<u64> = (1..=want.through).filter(|s| !skip.contains(s)).collect();
         let got = state.streams.get(stream).cloned().unwrap_or_default();
         if got.seqs != want_seqs {
-            problems.push(format!("{stream}: applied seqs {:?}, want {:?}", got.seqs, want_seqs));
+            problems.push(format!(
+                "{stream}: applied seqs {:?}, want {:?}",
+                got.seqs, want_seqs
+            ));
         }
         if got.sum != want.sum {
             problems.push(format!("{stream}: sum {}, want {}", got.sum, want.sum));
@@ -230,7 +253,14 @@ pub fn check_history(
     }
     let listed: usize = state.streams.values().map(|s| s.seqs.len()).sum();
     if listed != state.ledger.len() {
-        problems.push(format!("{} ledger rows for {listed} listed applies", state.ledger.len()));
+        problems.push(format!(
+            "{} ledger rows for {listed} listed applies",
+            state.ledger.len()
+        ));
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("\n")) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }

@@ -1,0 +1,479 @@
+//! Opening a database file safely, migrations, the single writer, error mapping.
+
+use std::fmt;
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use outbox_core::{Error, Result};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
+
+use crate::SqliteOptions;
+
+/// The database's clock in integer milliseconds since the Unix epoch, as an
+/// SQL expression: SQLite's own clock (`unixepoch('subsec')` needs SQLite
+/// 3.42; the bundled one is 3.51) plus the test clock offset stored in the
+/// database (absent, so 0, unless `advance_clock_for_tests` was called). An
+/// uncorrelated scalar subquery: evaluated once per statement, and SQLite's
+/// 'now' is the same for every use within one statement.
+macro_rules! now_ms {
+    () => {
+        "(CAST(unixepoch('subsec') * 1000 AS INTEGER) + COALESCE((SELECT CAST(value AS INTEGER) \
+         FROM outbox_meta WHERE key = 'test_clock_offset_ms'), 0))"
+    };
+}
+pub(crate) use now_ms;
+
+/// The table recording applied migrations. Not sqlx's default
+/// `_sqlx_migrations`, so an application that keeps its own sqlx migrations
+/// in the same file (typically the projection database) does not collide.
+pub(crate) const MIGRATIONS_TABLE: &str = "_outbox_migrations";
+
+/// How many times `BEGIN IMMEDIATE` is retried after SQLite's own busy
+/// timeout expired, before a temporary error reaches the caller.
+const BUSY_RETRIES: u32 = 3;
+
+/// Which database a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Journal,
+    Projection,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Journal => "journal",
+            Role::Projection => "projection",
+        }
+    }
+
+    fn migrator(self) -> Migrator {
+        let mut m = match self {
+            Role::Journal => sqlx::migrate!("../../migrations/sqlite/journal"),
+            Role::Projection => sqlx::migrate!("../../migrations/sqlite/projection"),
+        };
+        m.dangerous_set_table_name(MIGRATIONS_TABLE);
+        m
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An open database: one writer connection and a pool of read-only ones.
+#[derive(Debug)]
+pub(crate) struct Db {
+    pub(crate) writer: SqlitePool,
+    pub(crate) reader: SqlitePool,
+    pub(crate) path: PathBuf,
+    busy_timeout: Duration,
+}
+
+/// The SQLite primary result code of a driver error, if it has one.
+fn sqlite_code(e: &sqlx::Error) -> Option<i32> {
+    match e {
+        sqlx::Error::Database(d) => d.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff),
+        _ => None,
+    }
+}
+
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+const SQLITE_IOERR: i32 = 10;
+const SQLITE_FULL: i32 = 13;
+const SQLITE_NOTADB: i32 = 26;
+
+/// Whether the error is SQLite's "database is busy/locked".
+pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
+    matches!(sqlite_code(e), Some(SQLITE_BUSY | SQLITE_LOCKED))
+}
+
+/// Maps a driver error to a storage error: busy, locked, I/O, a full disk and
+/// pool timeouts are temporary; everything else is permanent. The message
+/// names what was being done and the driver's one-line reason (SQLite
+/// messages carry no secrets); the driver error is kept as the source.
+pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
+    let temporary = match &e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        _ => matches!(
+            sqlite_code(&e),
+            Some(SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL)
+        ),
+    };
+    let message = format!("{context}: {e}");
+    if temporary {
+        Error::temporary(message, e)
+    } else {
+        Error::storage(message, e)
+    }
+}
+
+/// `sqlite://path`, `sqlite:path` (no query string) to a path.
+pub(crate) fn path_from_url(url: &str) -> Result<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| Error::invalid("a sqlite url must start with sqlite:// or sqlite:"))?;
+    if rest.is_empty() {
+        return Err(Error::invalid("the sqlite url names no file"));
+    }
+    if rest.contains('?') || rest.contains('#') {
+        return Err(Error::invalid(
+            "sqlite url options (?...) are not supported; use SqliteOptions instead",
+        ));
+    }
+    if rest == ":memory:" || rest.starts_with("file:") {
+        return Err(Error::invalid(
+            "in-memory and file: uri databases are not supported; give a file path (or use the memory adapter)",
+        ));
+    }
+    Ok(PathBuf::from(rest))
+}
+
+fn io_invalid(path: &Path, what: &str, e: io::Error) -> Error {
+    Error::invalid(format_args!("cannot open {}: {what}: {e}", path.display()))
+}
+
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Checks and prepares the path before SQLite sees it: the directory exists
+/// (or is created 0700 when asked), the file is created 0600 if missing, an
+/// existing file is a SQLite database (or empty) and writable. Returns the
+/// absolute path. Never changes an existing file.
+fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(Error::invalid("the database path is empty"));
+    }
+    if path.to_str().is_none() {
+        return Err(Error::invalid(format_args!(
+            "database path {shown} is not valid UTF-8"
+        )));
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::invalid(format_args!("database path {shown} names no file")))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::invalid(format_args!(
+                "cannot open {shown}: {} is not a directory",
+                parent.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if !options.create_dirs {
+                return Err(Error::invalid(format_args!(
+                    "cannot open {shown}: directory {} does not exist (enable create_dirs to create it)",
+                    parent.display()
+                )));
+            }
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| io_invalid(path, "creating its directory failed", e))?;
+        }
+        Err(e) => return Err(io_invalid(path, "its directory is not accessible", e)),
+    }
+    let dir = parent
+        .canonicalize()
+        .map_err(|e| io_invalid(path, "resolving its directory failed", e))?;
+    let abs = dir.join(name);
+    let shown = abs.display();
+
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&abs)
+    {
+        Ok(_) => return Ok(abs),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_invalid(&abs, "creating the file failed", e)),
+    }
+    let meta = std::fs::metadata(&abs).map_err(|e| io_invalid(&abs, "reading its metadata failed", e))?;
+    if !meta.is_file() {
+        return Err(Error::invalid(format_args!(
+            "cannot open {shown}: not a regular file"
+        )));
+    }
+    let mut header = [0u8; 16];
+    let mut file = OpenOptions::new()
+        .read(true)
+        .open(&abs)
+        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
+    let mut got = 0;
+    while got < header.len() {
+        match file.read(&mut header[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_invalid(&abs, "reading it failed", e)),
+        }
+    }
+    if got != 0 && (got < header.len() || &header != SQLITE_HEADER) {
+        return Err(Error::invalid(format_args!("{shown} is not a SQLite database")));
+    }
+    // `readonly()` means no write bit at all: honoured even when running as
+    // root, who would otherwise be allowed to write.
+    if meta.permissions().readonly() {
+        return Err(Error::invalid(format_args!(
+            "cannot open {shown}: the file is read-only"
+        )));
+    }
+    OpenOptions::new()
+        .write(true)
+        .open(&abs)
+        .map_err(|e| io_invalid(&abs, "it is not writable", e))?;
+    Ok(abs)
+}
+
+/// What an existing file says about itself.
+struct Found {
+    role: Option<String>,
+    version: Option<i64>,
+}
+
+async fn inspect(conn: &mut SqliteConnection, path: &Path) -> Result<Found> {
+    let not_db = |e: sqlx::Error| {
+        if sqlite_code(&e) == Some(SQLITE_NOTADB) {
+            Error::invalid(format_args!("{} is not a SQLite database", path.display()))
+        } else {
+            storage(format_args!("reading the schema of {}", path.display()), e)
+        }
+    };
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('outbox_meta', ?1)",
+    )
+    .bind(MIGRATIONS_TABLE)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(not_db)?;
+    let role = if tables.iter().any(|t| t == "outbox_meta") {
+        sqlx::query_scalar("SELECT value FROM outbox_meta WHERE key = 'role'")
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(not_db)?
+    } else {
+        None
+    };
+    let version = if tables.iter().any(|t| t == MIGRATIONS_TABLE) {
+        sqlx::query_scalar("SELECT MAX(version) FROM _outbox_migrations")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(not_db)?
+    } else {
+        None
+    };
+    Ok(Found { role, version })
+}
+
+/// Refuses a file of the other role or of a newer schema. Reads only.
+fn check(found: &Found, role: Role, path: &Path, newest: i64) -> Result<()> {
+    if let Some(r) = &found.role {
+        if r != role.as_str() {
+            return Err(Error::invalid(format_args!(
+                "{} is an outbox {r} database, not a {role} database; the {role} store needs its own file",
+                path.display()
+            )));
+        }
+    } else if found.version.is_some() {
+        return Err(Error::invalid(format_args!(
+            "{} has outbox migrations but no role; refusing to use it as a {role} database",
+            path.display()
+        )));
+    }
+    if let Some(v) = found.version
+        && v > newest
+    {
+        return Err(Error::SchemaTooNew {
+            database: format!("{role} database {}", path.display()),
+            found: v,
+            supported: newest,
+        });
+    }
+    Ok(())
+}
+
+impl Db {
+    pub(crate) async fn open(path: &Path, options: &SqliteOptions, role: Role) -> Result<Db> {
+        options.validate()?;
+        let abs = prepare_path(path, options)?;
+        let shown = abs.display().to_string();
+        let connect = SqliteConnectOptions::new()
+            .filename(&abs)
+            .create_if_missing(false)
+            .busy_timeout(options.busy_timeout)
+            .synchronous(options.synchronous.to_sqlx())
+            .foreign_keys(true)
+            .statement_cache_capacity(256);
+
+        // The single writer: one connection, kept open for the store's life.
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(connect.clone())
+            .await
+            .map_err(|e| storage(format_args!("opening {shown}"), e))?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(options.read_connections)
+            .min_connections(0)
+            .test_before_acquire(false)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_lazy_with(connect.read_only(true));
+        let db = Db {
+            writer,
+            reader,
+            path: abs,
+            busy_timeout: options.busy_timeout,
+        };
+        if let Err(e) = db.setup(role).await {
+            db.writer.close().await;
+            db.reader.close().await;
+            return Err(e);
+        }
+        Ok(db)
+    }
+
+    /// Role and version checks, WAL, migrations, role record.
+    async fn setup(&self, role: Role) -> Result<()> {
+        let path = self.path.as_path();
+        let shown = path.display();
+        let migrator = role.migrator();
+        let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        {
+            let mut conn = self
+                .writer
+                .acquire()
+                .await
+                .map_err(|e| storage(format_args!("opening {shown}"), e))?;
+            // 1. Read-only checks first: a refused file is left exactly as it was.
+            check(&inspect(&mut conn, path).await?, role, path, newest)?;
+
+            // 2. WAL. Switching needs an exclusive lock that the busy handler
+            //    does not wait for, so retry while another opener holds one.
+            let started = Instant::now();
+            loop {
+                match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = WAL")
+                    .fetch_one(&mut *conn)
+                    .await
+                {
+                    Ok(mode) if mode.eq_ignore_ascii_case("wal") => break,
+                    Ok(mode) => {
+                        return Err(Error::Storage {
+                            message: format!("{shown} cannot use WAL mode (journal mode is {mode})"),
+                            temporary: false,
+                            source: None,
+                        });
+                    }
+                    Err(e) if is_busy(&e) && started.elapsed() < self.busy_timeout => {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err(e) => return Err(storage(format_args!("switching {shown} to WAL mode"), e)),
+                }
+            }
+        }
+
+        // 3. Migrate and record the role in one write transaction, checking
+        //    again under the write lock (another process may have won).
+        let mut tx = self.begin().await?;
+        check(&inspect(&mut tx, path).await?, role, path, newest)?;
+        migrator
+            .run_direct(None, &mut *tx, false)
+            .await
+            .map_err(|e| Error::Storage {
+                message: format!("migrating the {role} database {shown}: {e}"),
+                temporary: false,
+                source: Some(Box::new(e)),
+            })?;
+        sqlx::query("INSERT INTO outbox_meta (key, value) VALUES ('role', ?1) ON CONFLICT (key) DO NOTHING")
+            .bind(role.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| storage(format_args!("recording the role of {shown}"), e))?;
+        tx.commit()
+            .await
+            .map_err(|e| storage(format_args!("migrating {shown}"), e))?;
+        Ok(())
+    }
+
+    /// `BEGIN IMMEDIATE` on the writer connection, retried a few times if
+    /// SQLite's busy timeout expires first (another process holds the write
+    /// lock); then a temporary error.
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+        let mut attempt = 0;
+        loop {
+            match self.writer.begin_with("BEGIN IMMEDIATE").await {
+                Ok(tx) => return Ok(tx),
+                Err(e) if is_busy(&e) && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(path = %self.path.display(), attempt, "sqlite write lock busy; retrying");
+                    tokio::time::sleep(Duration::from_millis(10 * u64::from(attempt))).await;
+                }
+                Err(e) => {
+                    return Err(storage(
+                        format_args!(
+                            "starting a write transaction on {} (waited {:?} per attempt)",
+                            self.path.display(),
+                            self.busy_timeout
+                        ),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Closes every connection (waits for checked-out ones to come back).
+    pub(crate) async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    /// Moves the database's clock forward by `ms` (tests only).
+    pub(crate) async fn advance_clock(&self, ms: i64) -> Result<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO outbox_meta (key, value) VALUES ('test_clock_offset_ms', ?1) \
+             ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + ?1",
+        )
+        .bind(ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| storage("advancing the test clock", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| storage("advancing the test clock", e))
+    }
+
+    /// A read-only connection.
+    pub(crate) async fn read(&self) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+        self.reader.acquire().await.map_err(|e| {
+            storage(
+                format_args!("opening a read connection to {}", self.path.display()),
+                e,
+            )
+        })
+    }
+
+    pub(crate) fn context(&self, what: &str) -> String {
+        format!("{what} on {}", self.path.display())
+    }
+}

@@ -1,0 +1,930 @@
+//! The journal database: events, outbox rows, outbox heads, stream leases.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use outbox_core::{
+    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, EventType, FailureDecision,
+    FailureOutcome, Intent, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
+    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, Timestamp, WorkerId,
+    duration_millis, truncate_error, validate_limit, validate_ttl,
+};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
+
+use crate::SqliteOptions;
+use crate::db::{Db, Role, now_ms, path_from_url, storage};
+
+/// The SQLite journal database: implements [`EventJournal`], [`OutboxStore`]
+/// and [`LeaseStore`] on one file.
+///
+/// Every write runs in a `BEGIN IMMEDIATE` transaction on the instance's
+/// single writer connection; reads use a small pool of read-only
+/// connections. Several instances (in one process or many) may open the same
+/// file: SQLite's write lock and busy timeout serialize them, and every lease
+/// expiry and due-time comparison happens in SQL with SQLite's clock.
+/// Clones share the connections.
+#[derive(Clone, Debug)]
+pub struct SqliteJournal {
+    db: Arc<Db>,
+}
+
+macro_rules! row_cols {
+    () => {
+        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
+    };
+}
+
+macro_rules! event_cols {
+    () => {
+        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
+         correlation_id, causation_id"
+    };
+}
+
+/// The largest number of events inserted by one statement.
+const CHUNK: usize = 64;
+
+/// `INSERT INTO events` statements for 1, 2, 4, ..., 64 rows, so a batch of
+/// any size uses at most seven distinct (cached) statements.
+static EVENT_INSERTS: LazyLock<Vec<Arc<str>>> = LazyLock::new(|| {
+    (0..=CHUNK.trailing_zeros())
+        .map(|k| {
+            let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; 1 << k].join(", ");
+            Arc::from(format!(
+                "INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
+                 correlation_id, causation_id) VALUES {rows}"
+            ))
+        })
+        .collect()
+});
+
+/// Splits `n` into chunk sizes: full chunks, then the binary digits of the rest.
+fn chunks(n: usize) -> impl Iterator<Item = usize> {
+    let full = n / CHUNK;
+    let rest = n % CHUNK;
+    std::iter::repeat_n(CHUNK, full).chain(
+        (0..CHUNK.trailing_zeros())
+            .rev()
+            .map(|k| 1usize << k)
+            .filter(move |b| rest & b != 0),
+    )
+}
+
+fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Storage {
+        message: format!("undecodable {what} in the journal: {e}"),
+        temporary: false,
+        source: None,
+    }
+}
+
+fn decode_row(r: &SqliteRow) -> Result<OutboxRow> {
+    let get_i64 = |i: usize| r.try_get::<i64, _>(i).map_err(|e| bad_row("outbox row", e));
+    let get_str = |i: usize| r.try_get::<String, _>(i).map_err(|e| bad_row("outbox row", e));
+    Ok(OutboxRow {
+        stream: StreamId::new(get_str(0)?).map_err(|e| bad_row("outbox row", e))?,
+        seq: Seq::try_from(get_i64(1)?).map_err(|e| bad_row("outbox row", e))?,
+        event_type: EventType::new(get_str(2)?).map_err(|e| bad_row("outbox row", e))?,
+        status: get_str(3)?.parse().map_err(|e| bad_row("outbox row", e))?,
+        attempt_count: u32::try_from(get_i64(4)?.max(0)).unwrap_or(u32::MAX),
+        next_attempt_at: Timestamp::from_millis(get_i64(5)?),
+        last_error: r
+            .try_get::<Option<String>, _>(6)
+            .map_err(|e| bad_row("outbox row", e))?,
+        updated_at: Timestamp::from_millis(get_i64(7)?),
+    })
+}
+
+fn decode_event(r: &SqliteRow, stream: &StreamId) -> Result<Event> {
+    let seq_raw: i64 = r.try_get(2).map_err(|e| bad_row("event", e))?;
+    let seq = Seq::try_from(seq_raw).map_err(|e| bad_row("event", e))?;
+    let corrupt = |reason: String| Error::Corrupt {
+        stream: stream.clone(),
+        seq,
+        reason,
+    };
+    let stored_stream: String = r.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+    if stored_stream != stream.as_str() {
+        return Err(corrupt(format!("row belongs to stream {stored_stream:?}")));
+    }
+    let global: i64 = r.try_get(0).map_err(|e| corrupt(e.to_string()))?;
+    let event_type: String = r.try_get(3).map_err(|e| corrupt(e.to_string()))?;
+    let intent: String = r.try_get(4).map_err(|e| corrupt(e.to_string()))?;
+    let payload: Vec<u8> = r.try_get(5).map_err(|e| corrupt(e.to_string()))?;
+    let hash: Vec<u8> = r.try_get(6).map_err(|e| corrupt(e.to_string()))?;
+    let recorded_at: i64 = r.try_get(7).map_err(|e| corrupt(e.to_string()))?;
+    let event = Event {
+        stream: stream.clone(),
+        seq,
+        global_position: u64::try_from(global).map_err(|e| corrupt(e.to_string()))?,
+        event_type: EventType::new(event_type).map_err(|e| corrupt(e.to_string()))?,
+        intent: intent.parse::<Intent>().map_err(|e| corrupt(e.to_string()))?,
+        payload_hash: PayloadHash::from_slice(&hash)
+            .ok_or_else(|| corrupt(format!("stored payload hash is {} bytes, not 32", hash.len())))?,
+        payload,
+        metadata: Metadata {
+            recorded_at: Timestamp::from_millis(recorded_at),
+            correlation_id: r.try_get(8).map_err(|e| corrupt(e.to_string()))?,
+            causation_id: r.try_get(9).map_err(|e| corrupt(e.to_string()))?,
+        },
+    };
+    event.verify()?;
+    Ok(event)
+}
+
+fn seq_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Recomputes the stream's `outbox_heads` entry from its first outbox row
+/// (or removes it when the stream has none). Two index seeks.
+async fn refresh_head(conn: &mut SqliteConnection, stream: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox_heads (stream, head_seq, due_at) \
+         SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END \
+         FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1 \
+         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at",
+    )
+    .bind(stream)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "DELETE FROM outbox_heads WHERE stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)",
+    )
+    .bind(stream)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether `lease` is the stream's current, unexpired lease (SQLite's clock).
+async fn lease_valid(conn: &mut SqliteConnection, lease: &Lease) -> sqlx::Result<bool> {
+    sqlx::query_scalar::<_, i64>(concat!(
+        "SELECT EXISTS (SELECT 1 FROM stream_leases WHERE stream = ?1 AND owner = ?2 AND epoch = ?3 \
+         AND expires_at > ",
+        now_ms!(),
+        ")"
+    ))
+    .bind(lease.stream.as_str())
+    .bind(lease.owner.as_str())
+    .bind(seq_i64(lease.epoch))
+    .fetch_one(&mut *conn)
+    .await
+    .map(|v| v != 0)
+}
+
+/// The current status and attempt count of a row that must be `processing`.
+async fn processing_row(conn: &mut SqliteConnection, lease: &Lease, seq: Seq) -> Result<u32> {
+    let found: Option<(String, i64)> =
+        sqlx::query_as("SELECT status, attempt_count FROM outbox WHERE stream = ?1 AND seq = ?2")
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| storage("reading an outbox row", e))?;
+    let (status, attempts) =
+        found.ok_or_else(|| Error::NotFound(format!("outbox row {}/{seq}", lease.stream)))?;
+    if status != OutboxStatus::Processing.as_str() {
+        return Err(Error::InvalidState(format!(
+            "outbox row {}/{seq} is {status}, not processing",
+            lease.stream
+        )));
+    }
+    Ok(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX))
+}
+
+async fn now(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+        .fetch_one(&mut *conn)
+        .await
+}
+
+impl SqliteJournal {
+    /// Opens (creating if needed, mode 0600) the journal database at `path`
+    /// and applies its migrations.
+    ///
+    /// Refused, leaving the file as it was: a file that is not a SQLite
+    /// database, a read-only file, a missing directory (unless
+    /// [`SqliteOptions::create_dirs`]), a projection database
+    /// ([`Error::InvalidInput`]), a schema newer than this build
+    /// ([`Error::SchemaTooNew`]).
+    pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        Ok(SqliteJournal {
+            db: Arc::new(Db::open(path.as_ref(), &options, Role::Journal).await?),
+        })
+    }
+
+    /// [`SqliteJournal::open`] from a `sqlite://path` or `sqlite:path` URL.
+    pub async fn open_url(url: &str, options: SqliteOptions) -> Result<Self> {
+        Self::open(path_from_url(url)?, options).await
+    }
+
+    /// The database file's absolute path.
+    pub fn path(&self) -> &Path {
+        &self.db.path
+    }
+
+    /// Closes the connections of this instance and its clones (later calls
+    /// fail). Dropping every clone also closes them, in the background;
+    /// `close` waits, so the files can be reopened or copied right after.
+    pub async fn close(&self) {
+        self.db.close().await;
+    }
+
+    /// Starts a `BEGIN IMMEDIATE` transaction on this store's writer
+    /// connection, for [`SqliteJournal::append_in`] alongside the caller's own
+    /// writes to the journal file. Commit it with `tx.commit()`; dropping it
+    /// rolls back. Other writes of this instance wait until it ends, so keep
+    /// it short.
+    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+        self.db.begin().await
+    }
+
+    /// The transactional append: appends `batch` inside the caller's open
+    /// transaction on the journal file (from [`SqliteJournal::begin`], or the
+    /// caller's own `BEGIN IMMEDIATE` on a connection to this file), so the
+    /// events and their outbox rows commit or roll back together with the
+    /// caller's writes. This is the adapter's answer to "append in my
+    /// transaction" (the port itself has no transaction parameter).
+    ///
+    /// Same contract as [`EventJournal::append`]; on any error the batch has
+    /// written nothing (it runs in a savepoint) and the caller's transaction
+    /// is still usable. Seqs and global positions are final only once the
+    /// caller commits.
+    pub async fn append_in(
+        &self,
+        conn: &mut SqliteConnection,
+        batch: &[AppendRequest],
+        options: AppendOptions,
+    ) -> Result<Vec<Appended>> {
+        options.validate(batch)?;
+        if !conn.is_in_transaction() {
+            return Err(Error::invalid(
+                "append_in needs a connection inside a transaction (see SqliteJournal::begin)",
+            ));
+        }
+        let mut sp = conn
+            .begin()
+            .await
+            .map_err(|e| storage("starting a savepoint", e))?;
+        let out = append_tx(&mut sp, batch, options).await?;
+        sp.commit()
+            .await
+            .map_err(|e| storage("releasing a savepoint", e))?;
+        Ok(out)
+    }
+
+    /// Test support: moves this database's clock forward by `d`, for every
+    /// instance on the file. The database's clock is SQLite's clock plus an
+    /// offset stored in the file (0 unless this is called), so lease expiry,
+    /// due times and recorded times all see the same shifted "now". Never
+    /// call it on a production database.
+    #[doc(hidden)]
+    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
+        self.db.advance_clock(duration_millis(d)).await
+    }
+
+    async fn write<T>(
+        &self,
+        what: &'static str,
+        f: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T>,
+    ) -> Result<T> {
+        let mut tx = self.db.begin().await?;
+        let out = f(&mut tx).await?;
+        tx.commit().await.map_err(|e| storage(self.db.context(what), e))?;
+        Ok(out)
+    }
+}
+
+/// The append itself, inside a transaction: checks every expected version
+/// first (nothing is written on a conflict), then writes.
+async fn append_tx(
+    conn: &mut SqliteConnection,
+    batch: &[AppendRequest],
+    options: AppendOptions,
+) -> Result<Vec<Appended>> {
+    let err = |e| storage("appending events", e);
+    let mut start: HashMap<&StreamId, u64> = HashMap::new();
+    let mut heads: HashMap<&StreamId, u64> = HashMap::new();
+    for req in batch {
+        let actual = match heads.get(&req.stream) {
+            Some(h) => *h,
+            None => {
+                let h: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = ?1")
+                    .bind(req.stream.as_str())
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(err)?;
+                let h = u64::try_from(h.unwrap_or(0)).unwrap_or(0);
+                start.insert(&req.stream, h);
+                h
+            }
+        };
+        if !req.expected.matches(actual) {
+            return Err(req.expected.conflict(&req.stream, actual));
+        }
+        let next = actual + req.events.len() as u64;
+        if next > Seq::MAX.get() {
+            return Err(Error::invalid(format_args!(
+                "stream {} would exceed the largest seq",
+                req.stream
+            )));
+        }
+        heads.insert(&req.stream, next);
+    }
+
+    let now = now(conn).await.map_err(err)?;
+    let mut out = Vec::with_capacity(batch.len());
+    for req in batch {
+        let head = start.get_mut(&req.stream).expect("read above");
+        let first = *head + 1;
+        let mut first_global = None;
+        let mut i = 0usize;
+        for n in chunks(req.events.len()) {
+            let sql = Arc::clone(&EVENT_INSERTS[n.trailing_zeros() as usize]);
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (j, e) in req.events[i..i + n].iter().enumerate() {
+                q = q
+                    .bind(req.stream.as_str())
+                    .bind(seq_i64(first + (i + j) as u64))
+                    .bind(e.event_type.as_str())
+                    .bind(e.intent.as_str())
+                    .bind(e.payload.as_slice())
+                    .bind(PayloadHash::of(&e.payload).0.to_vec())
+                    .bind(now)
+                    .bind(e.metadata.correlation_id.as_deref())
+                    .bind(e.metadata.causation_id.as_deref());
+            }
+            let done = q.execute(&mut *conn).await.map_err(err)?;
+            // AUTOINCREMENT under the write lock: one statement's rows get
+            // consecutive positions ending at last_insert_rowid.
+            first_global.get_or_insert(done.last_insert_rowid() - n as i64 + 1);
+            i += n;
+        }
+        let last = first + req.events.len() as u64 - 1;
+        if options.enqueues() {
+            sqlx::query(
+                "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, \
+                 last_error, updated_at) \
+                 SELECT stream, seq, event_type, 'pending', 0, ?4, NULL, ?4 FROM events \
+                 WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3",
+            )
+            .bind(req.stream.as_str())
+            .bind(seq_i64(first))
+            .bind(seq_i64(last))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+            // New rows are behind any existing ones: an existing head stays.
+            sqlx::query(
+                "INSERT INTO outbox_heads (stream, head_seq, due_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (stream) DO NOTHING",
+            )
+            .bind(req.stream.as_str())
+            .bind(seq_i64(first))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+        }
+        *head = last;
+        out.push(Appended {
+            stream: req.stream.clone(),
+            first_seq: Seq::new(first)?,
+            last_seq: Seq::new(last)?,
+            first_global_position: u64::try_from(first_global.unwrap_or(0)).unwrap_or(0),
+            recorded_at: Timestamp::from_millis(now),
+        });
+    }
+    for (stream, head) in &start {
+        sqlx::query(
+            "INSERT INTO streams (stream, head) VALUES (?1, ?2) \
+             ON CONFLICT (stream) DO UPDATE SET head = excluded.head",
+        )
+        .bind(stream.as_str())
+        .bind(seq_i64(*head))
+        .execute(&mut *conn)
+        .await
+        .map_err(err)?;
+    }
+    Ok(out)
+}
+
+impl EventJournal for SqliteJournal {
+    async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
+        options.validate(batch)?;
+        self.write("appending events", async |tx| append_tx(tx, batch, options).await)
+            .await
+    }
+
+    async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {
+        let mut conn = self.db.read().await?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM events WHERE stream = ?1 AND seq = ?2"
+        ))
+        .bind(stream.as_str())
+        .bind(seq.as_i64())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("loading an event"), e))?
+        .ok_or_else(|| Error::NotFound(format!("event {stream}/{seq}")))?;
+        decode_event(&row, stream)
+    }
+
+    async fn read_stream(&self, stream: &StreamId, from: Seq, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3"
+        ))
+        .bind(stream.as_str())
+        .bind(from.as_i64())
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream"), e))?;
+        rows.iter().map(|r| decode_event(r, stream)).collect()
+    }
+
+    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+        let mut conn = self.db.read().await?;
+        let head: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = ?1")
+            .bind(stream.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| storage(self.db.context("reading a stream head"), e))?;
+        Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
+    }
+
+    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT stream, head FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2")
+                .bind(after.map_or("", StreamId::as_str))
+                .bind(limit as i64)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| storage(self.db.context("listing streams"), e))?;
+        rows.into_iter()
+            .map(|(s, h)| {
+                Ok(StreamHead {
+                    stream: StreamId::new(s).map_err(|e| bad_row("stream", e))?,
+                    head: Seq::try_from(h).map_err(|e| bad_row("stream", e))?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl OutboxStore for SqliteJournal {
+    async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        let rows: Vec<String> = sqlx::query_scalar(concat!(
+            "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+             WHERE h.due_at IS NOT NULL AND h.due_at <= ",
+            now_ms!(),
+            " AND (l.owner IS NULL OR l.expires_at <= ",
+            now_ms!(),
+            ") ORDER BY h.due_at, h.stream LIMIT ?1"
+        ))
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("listing due streams"), e))?;
+        rows.into_iter()
+            .map(|s| StreamId::new(s).map_err(|e| bad_row("outbox head", e)))
+            .collect()
+    }
+
+    async fn claim(&self, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+        let max = validate_limit(max, MAX_PAGE)?;
+        let err = |e| storage("claiming outbox rows", e);
+        self.write("claiming outbox rows", async |tx| {
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            // The head run: the first `max` rows in seq order (a primary-key
+            // range seek), cut at the first hole, dead row or row not yet due.
+            let run: Vec<(i64, String, bool)> = sqlx::query_as(concat!(
+                "SELECT seq, status, next_attempt_at <= ",
+                now_ms!(),
+                " FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?2"
+            ))
+            .bind(lease.stream.as_str())
+            .bind(max as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+            let mut through = None;
+            for (i, (seq, status, due)) in run.iter().enumerate() {
+                let contiguous = i == 0 || *seq == run[0].0 + i as i64;
+                if !contiguous || status == OutboxStatus::Dead.as_str() || !due {
+                    break;
+                }
+                through = Some(*seq);
+            }
+            let Some(through) = through else {
+                return Ok(Vec::new());
+            };
+            let rows = sqlx::query(concat!(
+                "UPDATE outbox SET status = 'processing', updated_at = ",
+                now_ms!(),
+                " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
+                row_cols!()
+            ))
+            .bind(lease.stream.as_str())
+            .bind(run[0].0)
+            .bind(through)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+            let mut rows = rows.iter().map(decode_row).collect::<Result<Vec<_>>>()?;
+            rows.sort_by_key(|r| r.seq);
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
+        let err = |e| storage("completing outbox rows", e);
+        self.write("completing outbox rows", async |tx| {
+            let done = sqlx::query("DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2")
+                .bind(stream.as_str())
+                .bind(through.as_i64())
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?
+                .rows_affected();
+            if done > 0 {
+                refresh_head(tx, stream.as_str()).await.map_err(err)?;
+            }
+            Ok(done)
+        })
+        .await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> Result<FailureOutcome> {
+        let err = |e| storage("recording an outbox failure", e);
+        self.write("recording an outbox failure", async |tx| {
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
+            let (status, delay) = match policy.decide(attempt) {
+                FailureDecision::DeadLetter => (OutboxStatus::Dead, 0),
+                FailureDecision::Retry(d) => (OutboxStatus::Failed, duration_millis(d)),
+            };
+            let next: i64 = sqlx::query_scalar(concat!(
+                "UPDATE outbox SET status = ?3, attempt_count = ?4, last_error = ?5, \
+                 next_attempt_at = ",
+                now_ms!(),
+                " + ?6, updated_at = ",
+                now_ms!(),
+                " WHERE stream = ?1 AND seq = ?2 RETURNING next_attempt_at"
+            ))
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .bind(status.as_str())
+            .bind(i64::from(attempt))
+            .bind(truncate_error(error))
+            .bind(delay)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            Ok(match status {
+                OutboxStatus::Dead => FailureOutcome::Dead { attempt },
+                _ => FailureOutcome::Retry {
+                    attempt,
+                    next_attempt_at: Timestamp::from_millis(next),
+                },
+            })
+        })
+        .await
+    }
+
+    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
+        let err = |e| storage("dead-lettering an outbox row", e);
+        self.write("dead-lettering an outbox row", async |tx| {
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
+            let row = sqlx::query(concat!(
+                "UPDATE outbox SET status = 'dead', attempt_count = ?3, last_error = ?4, next_attempt_at = ",
+                now_ms!(),
+                ", updated_at = ",
+                now_ms!(),
+                " WHERE stream = ?1 AND seq = ?2 RETURNING ",
+                row_cols!()
+            ))
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .bind(i64::from(attempt))
+            .bind(truncate_error(error))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            decode_row(&row)
+        })
+        .await
+    }
+
+    async fn abandon(&self, lease: &Lease) -> Result<u64> {
+        let err = |e| storage("abandoning outbox rows", e);
+        self.write("abandoning outbox rows", async |tx| {
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let n = sqlx::query(concat!(
+                "UPDATE outbox INDEXED BY outbox_processing SET status = 'pending', updated_at = ",
+                now_ms!(),
+                " WHERE stream = ?1 AND status = 'processing'"
+            ))
+            .bind(lease.stream.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if n > 0 {
+                refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+        let err = |e| storage("requeueing an outbox row", e);
+        self.write("requeueing an outbox row", async |tx| {
+            let status: Option<String> =
+                sqlx::query_scalar("SELECT status FROM outbox WHERE stream = ?1 AND seq = ?2")
+                    .bind(stream.as_str())
+                    .bind(seq.as_i64())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(err)?;
+            let status = status.ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+            if status != OutboxStatus::Dead.as_str() {
+                return Err(Error::InvalidState(format!(
+                    "outbox row {stream}/{seq} is {status}, not dead; only dead rows can be requeued"
+                )));
+            }
+            let row = revive(tx, stream.as_str(), seq.as_i64()).await.map_err(err)?;
+            refresh_head(tx, stream.as_str()).await.map_err(err)?;
+            decode_row(&row)
+        })
+        .await
+    }
+
+    async fn requeue_dead(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let err = |e| storage("requeueing dead outbox rows", e);
+        self.write("requeueing dead outbox rows", async |tx| {
+            let keys: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT stream, seq FROM outbox WHERE status = 'dead' \
+                 ORDER BY next_attempt_at, stream, seq LIMIT ?1",
+            )
+            .bind(limit as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+            let mut out = Vec::with_capacity(keys.len());
+            for (stream, seq) in &keys {
+                out.push(decode_row(&revive(tx, stream, *seq).await.map_err(err)?)?);
+            }
+            let mut streams: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+            streams.sort_unstable();
+            streams.dedup();
+            for s in streams {
+                refresh_head(tx, s).await.map_err(err)?;
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
+        let mut conn = self.db.read().await?;
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE stream = ?1 AND seq = ?2"
+        ))
+        .bind(stream.as_str())
+        .bind(seq.as_i64())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("reading an outbox row"), e))?;
+        row.as_ref().map(decode_row).transpose()
+    }
+
+    async fn summary(&self) -> Result<OutboxSummary> {
+        let err = |e| storage(self.db.context("summarizing the outbox"), e);
+        let mut conn = self.db.read().await?;
+        // One read transaction: the counts and the oldest row agree.
+        let mut tx = conn.begin().await.map_err(err)?;
+        let as_of = now(&mut tx).await.map_err(err)?;
+        let counts: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status, COUNT(*) FROM outbox GROUP BY status")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(err)?;
+        let oldest = sqlx::query(concat!(
+            "SELECT * FROM (SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE status = 'pending' ORDER BY next_attempt_at, stream, seq LIMIT 1) \
+             UNION ALL SELECT * FROM (SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE status = 'failed' ORDER BY next_attempt_at, stream, seq LIMIT 1) \
+             ORDER BY next_attempt_at, stream, seq LIMIT 1"
+        ))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let mut s = OutboxSummary {
+            as_of: Timestamp::from_millis(as_of),
+            oldest_retry_eligible: oldest.as_ref().map(decode_row).transpose()?,
+            ..OutboxSummary::default()
+        };
+        for (status, n) in counts {
+            let n = u64::try_from(n).unwrap_or(0);
+            match status
+                .parse::<OutboxStatus>()
+                .map_err(|e| bad_row("outbox row", e))?
+            {
+                OutboxStatus::Pending => s.pending = n,
+                OutboxStatus::Processing => s.processing = n,
+                OutboxStatus::Failed => s.failed = n,
+                OutboxStatus::Dead => s.dead = n,
+            }
+        }
+        Ok(s)
+    }
+
+    async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        let rows = match status {
+            Some(st) => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    row_cols!(),
+                    " FROM outbox WHERE status = ?1 ORDER BY next_attempt_at, stream, seq LIMIT ?2"
+                ))
+                .bind(st.as_str())
+                .bind(limit as i64)
+                .fetch_all(&mut *conn)
+                .await
+            }
+            None => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    row_cols!(),
+                    " FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT ?1"
+                ))
+                .bind(limit as i64)
+                .fetch_all(&mut *conn)
+                .await
+            }
+        }
+        .map_err(|e| storage(self.db.context("listing outbox rows"), e))?;
+        rows.iter().map(decode_row).collect()
+    }
+}
+
+/// A dead row back to pending, due now, count and error cleared.
+async fn revive(conn: &mut SqliteConnection, stream: &str, seq: i64) -> sqlx::Result<SqliteRow> {
+    sqlx::query(concat!(
+        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, next_attempt_at = ",
+        now_ms!(),
+        ", updated_at = ",
+        now_ms!(),
+        " WHERE stream = ?1 AND seq = ?2 RETURNING ",
+        row_cols!()
+    ))
+    .bind(stream)
+    .bind(seq)
+    .fetch_one(&mut *conn)
+    .await
+}
+
+fn decode_lease(stream: &StreamId, owner: String, epoch: i64, expires_at: i64) -> Result<Lease> {
+    Ok(Lease {
+        stream: stream.clone(),
+        owner: WorkerId::new(owner).map_err(|e| bad_row("stream lease", e))?,
+        epoch: u64::try_from(epoch).map_err(|e| bad_row("stream lease", e))?,
+        expires_at: Timestamp::from_millis(expires_at),
+    })
+}
+
+impl LeaseStore for SqliteJournal {
+    async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl)?;
+        let err = |e| storage("acquiring a stream lease", e);
+        self.write("acquiring a stream lease", async |tx| {
+            // One statement: take a free, expired or released lease (epoch + 1),
+            // or extend our own unexpired one (same epoch); nothing otherwise.
+            // SQLite's 'now' is the same for every use within one statement.
+            let row: Option<(String, i64, i64)> = sqlx::query_as(concat!(
+                "INSERT INTO stream_leases (stream, owner, epoch, expires_at) VALUES (?1, ?2, 1, ",
+                now_ms!(),
+                " + ?3) ON CONFLICT (stream) DO UPDATE SET \
+                   epoch = CASE WHEN stream_leases.owner = excluded.owner AND stream_leases.expires_at > ",
+                now_ms!(),
+                " THEN stream_leases.epoch ELSE stream_leases.epoch + 1 END, \
+                   owner = excluded.owner, expires_at = excluded.expires_at \
+                 WHERE stream_leases.owner IS NULL OR stream_leases.owner = excluded.owner \
+                    OR stream_leases.expires_at <= ",
+                now_ms!(),
+                " RETURNING owner, epoch, expires_at"
+            ))
+            .bind(stream.as_str())
+            .bind(owner.as_str())
+            .bind(duration_millis(ttl))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?;
+            row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+        })
+        .await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let err = |e| storage("renewing a stream lease", e);
+        self.write("renewing a stream lease", async |tx| {
+            let expires: Option<i64> = sqlx::query_scalar(concat!(
+                "UPDATE stream_leases SET expires_at = ",
+                now_ms!(),
+                " + ?4 WHERE stream = ?1 AND owner = ?2 AND epoch = ?3 AND expires_at > ",
+                now_ms!(),
+                " RETURNING expires_at"
+            ))
+            .bind(lease.stream.as_str())
+            .bind(lease.owner.as_str())
+            .bind(seq_i64(lease.epoch))
+            .bind(duration_millis(ttl))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?;
+            let expires = expires.ok_or_else(|| lease.lost())?;
+            Ok(Lease {
+                expires_at: Timestamp::from_millis(expires),
+                ..lease.clone()
+            })
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let err = |e| storage("releasing a stream lease", e);
+        self.write("releasing a stream lease", async |tx| {
+            let n = sqlx::query(concat!(
+                "UPDATE stream_leases SET owner = NULL, expires_at = ",
+                now_ms!(),
+                " WHERE stream = ?1 AND owner = ?2 AND epoch = ?3 AND expires_at > ",
+                now_ms!()
+            ))
+            .bind(lease.stream.as_str())
+            .bind(lease.owner.as_str())
+            .bind(seq_i64(lease.epoch))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let mut conn = self.db.read().await?;
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = ?1 AND owner IS NOT NULL",
+        )
+        .bind(stream.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
+        row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+    }
+}

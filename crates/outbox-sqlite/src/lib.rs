@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+
+mod db;
+mod journal;
+mod options;
+mod projection;
+
+pub use journal::SqliteJournal;
+pub use options::{SqliteOptions, Synchronous};
+pub use projection::{SqliteProjectionStore, digest_table, validate_identifier};
+
+/// The driver, re-exported so appliers name the same `SqliteConnection`.
+pub use sqlx;

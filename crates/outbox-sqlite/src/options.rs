@@ -1,0 +1,127 @@
+//! How a store opens its database file.
+
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+
+/// SQLite's `synchronous` setting (the database always runs in WAL mode).
+///
+/// What each level promises once a write call has returned `Ok`:
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `FULL` (the default): the WAL is fsynced at every commit. A committed
+    /// append, claim, completion or apply survives a process crash *and* a
+    /// power loss or OS crash.
+    #[default]
+    Full,
+    /// `NORMAL`: the WAL is fsynced only at checkpoints. A process crash loses
+    /// nothing; a power loss or OS crash can roll back the last few commits
+    /// (the database stays consistent). Across two files this can leave a
+    /// projection checkpoint behind a deleted outbox row: the watermark gap
+    /// check and catch-up replay repair it, but the outbox row is no longer
+    /// there to drive it. About 4x faster commits.
+    Normal,
+    /// `OFF`: no fsync at all. A process crash loses nothing, but a power loss
+    /// or OS crash can lose commits and may corrupt the database. For tests
+    /// and throwaway data only.
+    Off,
+}
+
+impl Synchronous {
+    pub(crate) fn to_sqlx(self) -> sqlx::sqlite::SqliteSynchronous {
+        match self {
+            Synchronous::Full => sqlx::sqlite::SqliteSynchronous::Full,
+            Synchronous::Normal => sqlx::sqlite::SqliteSynchronous::Normal,
+            Synchronous::Off => sqlx::sqlite::SqliteSynchronous::Off,
+        }
+    }
+}
+
+/// How [`SqliteJournal`](crate::SqliteJournal) and
+/// [`SqliteProjectionStore`](crate::SqliteProjectionStore) open their file.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_sqlite::{SqliteOptions, Synchronous};
+///
+/// let options = SqliteOptions::default()
+///     .with_synchronous(Synchronous::Normal)
+///     .with_busy_timeout(Duration::from_secs(10))
+///     .with_create_dirs(true)
+///     .with_read_connections(2);
+/// assert_eq!(options.read_connections, 2);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// Durability of commits. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// How long a connection waits for another process's write lock before
+    /// giving up (and the store retrying a few times, then returning a
+    /// temporary error). Default 5 s.
+    pub busy_timeout: Duration,
+    /// Create missing parent directories (mode 0700). Default `false`: a
+    /// missing directory is an error naming the path.
+    pub create_dirs: bool,
+    /// Read-only connections for listings, loads and digests (writes always
+    /// go through the store's single writer connection). Default 4.
+    pub read_connections: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            create_dirs: false,
+            read_connections: 4,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The largest accepted [`SqliteOptions::read_connections`].
+    pub const MAX_READ_CONNECTIONS: u32 = 64;
+
+    /// Sets [`SqliteOptions::synchronous`].
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Sets [`SqliteOptions::busy_timeout`].
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets [`SqliteOptions::create_dirs`].
+    pub fn with_create_dirs(mut self, create: bool) -> Self {
+        self.create_dirs = create;
+        self
+    }
+
+    /// Sets [`SqliteOptions::read_connections`].
+    pub fn with_read_connections(mut self, n: u32) -> Self {
+        self.read_connections = n;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.busy_timeout < Duration::from_millis(1) || self.busy_timeout > Duration::from_secs(3600) {
+            return Err(Error::Config(format!(
+                "sqlite busy timeout {:?} is outside 1ms..=1h",
+                self.busy_timeout
+            )));
+        }
+        if self.read_connections == 0 || self.read_connections > Self::MAX_READ_CONNECTIONS {
+            return Err(Error::Config(format!(
+                "sqlite read connections must be between 1 and {}, got {}",
+                Self::MAX_READ_CONNECTIONS,
+                self.read_connections
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,416 @@
+//! The projection database: checkpoints, watermarks and the user's tables.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{
+    ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
+    Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, Timestamp, Watermark, WatermarkStore,
+    duration_millis, plan_apply, validate_limit, validate_run,
+};
+use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction, TypeInfo, ValueRef};
+
+use crate::SqliteOptions;
+use crate::db::{Db, Role, now_ms, path_from_url, storage};
+
+/// The SQLite projection database: implements [`ProjectionStore`] (appliers
+/// write through `&mut sqlx::SqliteConnection`, inside the store's
+/// `BEGIN IMMEDIATE` transaction) and [`WatermarkStore`].
+///
+/// The projection tables, the `(projection, stream)` checkpoints and the
+/// watermarks live in one file, so an apply commits them together. Clones
+/// share the connections.
+#[derive(Clone, Debug)]
+pub struct SqliteProjectionStore {
+    db: Arc<Db>,
+}
+
+/// Checks a table or column name for use in SQL text: an ASCII letter or
+/// underscore, then up to 62 ASCII letters, digits or underscores
+/// (`^[A-Za-z_][A-Za-z0-9_]{0,62}$`). Anything else is
+/// [`Error::InvalidInput`]. Identifiers cannot be bound as parameters, so
+/// every identifier that reaches SQL text must pass this first.
+pub fn validate_identifier(name: &str) -> Result<&str> {
+    let mut chars = name.chars();
+    let ok = match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {
+            name.len() <= 63 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(name)
+    } else {
+        Err(Error::invalid(format_args!(
+            "{name:?} is not a valid SQL identifier (letters, digits and underscores, at most 63, not starting with a digit)"
+        )))
+    }
+}
+
+/// Feeds every row of `table` into `out`, ordered by all its columns
+/// (`ORDER BY 1, 2, ...`, so the order is total and deterministic), each
+/// value mapped by its SQLite storage class to a [`DigestValue`]. The usual
+/// body of a SQLite projection's [`Projection::digest`].
+///
+/// `table` must pass [`validate_identifier`] and exist.
+pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut DigestBuilder) -> Result<()> {
+    validate_identifier(table)?;
+    let err = |e| storage(format_args!("digesting table {table}"), e);
+    let columns: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pragma_table_info(?1)")
+        .bind(table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(err)?;
+    if columns == 0 {
+        return Err(Error::invalid(format_args!("table {table} does not exist")));
+    }
+    let order: Vec<String> = (1..=columns).map(|i| i.to_string()).collect();
+    let sql = format!("SELECT * FROM \"{table}\" ORDER BY {}", order.join(", "));
+    let rows = sqlx::query(AssertSqlSafe(sql))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(err)?;
+    out.table(table);
+    let decode = |e: sqlx::Error| storage(format_args!("digesting table {table}"), e);
+    for row in &rows {
+        // Owned copies first, then borrowed DigestValues over them.
+        enum Owned {
+            Null,
+            Int(i64),
+            Real(f64),
+            Text(String),
+            Blob(Vec<u8>),
+        }
+        let mut values = Vec::with_capacity(row.len());
+        for i in 0..row.len() {
+            let raw = row.try_get_raw(i).map_err(decode)?;
+            let v = if raw.is_null() {
+                Owned::Null
+            } else {
+                match raw.type_info().name() {
+                    "INTEGER" => Owned::Int(row.try_get(i).map_err(decode)?),
+                    "REAL" => Owned::Real(row.try_get(i).map_err(decode)?),
+                    "TEXT" => Owned::Text(row.try_get(i).map_err(decode)?),
+                    _ => Owned::Blob(row.try_get(i).map_err(decode)?),
+                }
+            };
+            values.push(v);
+        }
+        let borrowed: Vec<DigestValue<'_>> = values
+            .iter()
+            .map(|v| match v {
+                Owned::Null => DigestValue::Null,
+                Owned::Int(i) => DigestValue::Int(*i),
+                Owned::Real(r) => DigestValue::Real(*r),
+                Owned::Text(t) => DigestValue::Text(t),
+                Owned::Blob(b) => DigestValue::Blob(b),
+            })
+            .collect();
+        out.row(&borrowed);
+    }
+    Ok(())
+}
+
+fn unique_names(projections: &[Arc<dyn Projection<SqliteConnection>>]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for p in projections {
+        if !seen.insert(p.name()) {
+            return Err(Error::invalid(format_args!(
+                "projection `{}` is listed twice",
+                p.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Storage {
+        message: format!("undecodable {what} in the projection database: {e}"),
+        temporary: false,
+        source: None,
+    }
+}
+
+fn decode_watermark(stream: String, applied: i64, updated_at: i64) -> Result<Watermark> {
+    let applied_through = u64::try_from(applied).map_err(|e| bad_row("watermark", e))?;
+    Ok(Watermark {
+        stream: StreamId::new(stream).map_err(|e| bad_row("watermark", e))?,
+        applied_through,
+        expected_next: applied_through + 1,
+        updated_at: Timestamp::from_millis(updated_at),
+    })
+}
+
+async fn checkpoint_of(conn: &mut SqliteConnection, projection: &str, stream: &str) -> sqlx::Result<u64> {
+    let cp: Option<i64> = sqlx::query_scalar(
+        "SELECT last_applied FROM outbox_checkpoints WHERE projection = ?1 AND stream = ?2",
+    )
+    .bind(projection)
+    .bind(stream)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
+}
+
+/// Raises the stream's watermark to `applied` (never lowers it) and returns it.
+async fn raise_watermark(
+    conn: &mut SqliteConnection,
+    stream: &str,
+    applied: i64,
+) -> sqlx::Result<(String, i64, i64)> {
+    sqlx::query(concat!(
+        "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
+        now_ms!(),
+        ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+         updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
+    ))
+    .bind(stream)
+    .bind(applied)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query_as("SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = ?1")
+        .bind(stream)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+impl SqliteProjectionStore {
+    /// Opens (creating if needed, mode 0600) the projection database at
+    /// `path` and applies its migrations. Refuses the same inputs as
+    /// [`SqliteJournal::open`](crate::SqliteJournal::open), and a journal
+    /// database.
+    pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        Ok(SqliteProjectionStore {
+            db: Arc::new(Db::open(path.as_ref(), &options, Role::Projection).await?),
+        })
+    }
+
+    /// [`SqliteProjectionStore::open`] from a `sqlite://path` or `sqlite:path` URL.
+    pub async fn open_url(url: &str, options: SqliteOptions) -> Result<Self> {
+        Self::open(path_from_url(url)?, options).await
+    }
+
+    /// The database file's absolute path.
+    pub fn path(&self) -> &Path {
+        &self.db.path
+    }
+
+    /// Closes the connections of this instance and its clones (later calls
+    /// fail). Dropping every clone also closes them, in the background;
+    /// `close` waits, so the files can be reopened or copied right after.
+    pub async fn close(&self) {
+        self.db.close().await;
+    }
+
+    /// A read-only connection to the projection database, for queries by the
+    /// application (projection tables, checkpoints).
+    pub async fn read(&self) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+        self.db.read().await
+    }
+
+    /// Test support: moves this database's clock forward by `d`. See
+    /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal).
+    #[doc(hidden)]
+    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
+        self.db.advance_clock(duration_millis(d)).await
+    }
+
+    async fn commit(&self, tx: Transaction<'static, Sqlite>, what: &str) -> Result<()> {
+        tx.commit().await.map_err(|e| storage(self.db.context(what), e))
+    }
+}
+
+impl ProjectionStore for SqliteProjectionStore {
+    type Tx = SqliteConnection;
+
+    async fn setup(&self, projections: &[Arc<dyn Projection<SqliteConnection>>]) -> Result<()> {
+        unique_names(projections)?;
+        let mut tx = self.db.begin().await?;
+        for p in projections {
+            p.setup(&mut tx).await.map_err(|e| {
+                Error::storage(format!("setting up projection `{}` failed: {e}", p.name()), e)
+            })?;
+        }
+        self.commit(tx, "setting up projections").await
+    }
+
+    async fn apply(
+        &self,
+        stream: &StreamId,
+        events: &[Event],
+        projections: &[Arc<dyn Projection<SqliteConnection>>],
+    ) -> Result<ApplyOutcome> {
+        validate_run(stream, events)?;
+        unique_names(projections)?;
+        let err = |e| storage("applying events", e);
+        let mut tx = self.db.begin().await?;
+        let mut read = Vec::with_capacity(projections.len());
+        for p in projections {
+            let cp = checkpoint_of(&mut tx, p.name().as_str(), stream.as_str())
+                .await
+                .map_err(err)?;
+            if let Err(gap) = plan_apply(p.name(), cp, events) {
+                // Dropping the transaction rolls it back: nothing written.
+                return Ok(ApplyOutcome::Gap(gap));
+            }
+            read.push(cp);
+        }
+        let mut current = read.clone();
+        let mut report = ApplyReport::default();
+        for e in events {
+            let mut new_to_some = projections.is_empty();
+            for (p, cp) in projections.iter().zip(current.iter_mut()) {
+                if e.seq.get() <= *cp {
+                    continue;
+                }
+                if e.intent == Intent::Apply {
+                    p.apply(&mut tx, e)
+                        .await
+                        .map_err(|source: BoxError| Error::Apply {
+                            projection: p.name().to_string(),
+                            stream: e.stream.clone(),
+                            seq: e.seq,
+                            source,
+                        })?;
+                }
+                *cp = e.seq.get();
+                new_to_some = true;
+            }
+            report.count(e, new_to_some);
+        }
+        for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
+            if new == old {
+                continue;
+            }
+            // Compare-and-set against the value read: under BEGIN IMMEDIATE no
+            // other writer can interleave, so a miss means the database was
+            // changed behind the store's back; refuse rather than double-apply.
+            let changed = sqlx::query(concat!(
+                "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
+                 VALUES (?1, ?2, ?3, ",
+                now_ms!(),
+                ") ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
+                 updated_at = excluded.updated_at WHERE outbox_checkpoints.last_applied = ?4"
+            ))
+            .bind(p.name().as_str())
+            .bind(stream.as_str())
+            .bind(i64::try_from(*new).unwrap_or(i64::MAX))
+            .bind(i64::try_from(*old).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if changed != 1 {
+                return Err(Error::Storage {
+                    message: format!(
+                        "checkpoint of projection `{}` on stream {stream} moved during the apply transaction",
+                        p.name()
+                    ),
+                    temporary: true,
+                    source: None,
+                });
+            }
+        }
+        let last = events[events.len() - 1].seq.as_i64();
+        raise_watermark(&mut tx, stream.as_str(), last)
+            .await
+            .map_err(err)?;
+        self.commit(tx, "applying events").await?;
+        Ok(ApplyOutcome::Applied(report))
+    }
+
+    async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
+        let mut conn = self.db.read().await?;
+        checkpoint_of(&mut conn, projection.as_str(), stream.as_str())
+            .await
+            .map_err(|e| storage(self.db.context("reading a checkpoint"), e))
+    }
+
+    async fn reset(&self, projection: &dyn Projection<SqliteConnection>) -> Result<()> {
+        let mut tx = self.db.begin().await?;
+        projection.reset(&mut tx).await.map_err(|e| {
+            Error::storage(
+                format!("resetting projection `{}` failed: {e}", projection.name()),
+                e,
+            )
+        })?;
+        sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = ?1")
+            .bind(projection.name().as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| storage("resetting checkpoints", e))?;
+        self.commit(tx, "resetting a projection").await
+    }
+
+    async fn digest(&self, projection: &dyn Projection<SqliteConnection>) -> Result<Digest> {
+        let err = |e| storage(self.db.context("digesting a projection"), e);
+        let mut conn = self.db.read().await?;
+        // One read transaction: the tables and the checkpoints are one snapshot.
+        let mut tx = conn.begin().await.map_err(err)?;
+        let mut out = DigestBuilder::new();
+        projection.digest(&mut tx, &mut out).await.map_err(|e| {
+            Error::storage(
+                format!("digest of projection `{}` failed: {e}", projection.name()),
+                e,
+            )
+        })?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1 ORDER BY stream",
+        )
+        .bind(projection.name().as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        // Same framing as the memory adapter, so equal states digest equally.
+        out.table("checkpoints");
+        for (stream, cp) in &rows {
+            out.row(&[DigestValue::Text(stream), DigestValue::Int(*cp)]);
+        }
+        Ok(out.finish())
+    }
+}
+
+impl WatermarkStore for SqliteProjectionStore {
+    async fn watermark(&self, stream: &StreamId) -> Result<Option<Watermark>> {
+        let mut conn = self.db.read().await?;
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = ?1",
+        )
+        .bind(stream.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
+        row.map(|(s, a, u)| decode_watermark(s, a, u)).transpose()
+    }
+
+    async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
+        let err = |e| storage("saving a watermark", e);
+        let mut tx = self.db.begin().await?;
+        let (s, a, u) = raise_watermark(&mut tx, stream.as_str(), applied.as_i64())
+            .await
+            .map_err(err)?;
+        self.commit(tx, "saving a watermark").await?;
+        decode_watermark(s, a, u)
+    }
+
+    async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT stream, applied_through, updated_at FROM outbox_watermarks \
+             WHERE stream > ?1 ORDER BY stream LIMIT ?2",
+        )
+        .bind(after.map_or("", StreamId::as_str))
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("listing watermarks"), e))?;
+        rows.into_iter()
+            .map(|(s, a, u)| decode_watermark(s, a, u))
+            .collect()
+    }
+}

@@ -1,0 +1,273 @@
+//! Files: private modes, and every bad input refused with the file untouched.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::test_options;
+use outbox_core::{AppendOptions, AppendRequest, Error, EventJournal, ExpectedVersion};
+use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
+use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
+use outbox_testkit::{add, sid};
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
+}
+
+fn sidecar(p: &Path, suffix: &str) -> PathBuf {
+    PathBuf::from(format!("{}{suffix}", p.display()))
+}
+
+async fn append_one(j: &SqliteJournal) {
+    j.append(
+        &[AppendRequest::new(sid("s"), ExpectedVersion::Any, vec![add(1)])],
+        AppendOptions::enqueue(),
+    )
+    .await
+    .expect("append");
+}
+
+/// A journal file written and closed (its WAL checkpointed away).
+async fn closed_journal(dir: &Path) -> PathBuf {
+    let path = dir.join("journal.db");
+    let j = SqliteJournal::open(&path, test_options()).await.expect("open");
+    append_one(&j).await;
+    j.close().await;
+    path
+}
+
+/// Asserts `result` is refused and the file's bytes did not change.
+fn assert_untouched(path: &Path, before: &[u8], what: &str) {
+    assert_eq!(
+        std::fs::read(path).expect("read"),
+        before,
+        "{what}: the file changed"
+    );
+}
+
+#[tokio::test]
+async fn new_database_files_are_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    let j = SqliteJournal::open(&path, test_options()).await.unwrap();
+    append_one(&j).await;
+    assert_eq!(mode(&path), 0o600, "database file");
+    for suffix in ["-wal", "-shm"] {
+        let side = sidecar(&path, suffix);
+        assert!(side.exists(), "{suffix} exists while the store is open");
+        assert_eq!(mode(&side), 0o600, "{suffix} file");
+    }
+    let p = SqliteProjectionStore::open(dir.path().join("p.db"), test_options())
+        .await
+        .unwrap();
+    assert_eq!(mode(p.path()), 0o600, "projection file");
+}
+
+#[tokio::test]
+async fn create_dirs_creates_private_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/journal.db");
+    let j = SqliteJournal::open(&path, test_options().with_create_dirs(true))
+        .await
+        .unwrap();
+    append_one(&j).await;
+    assert_eq!(mode(&dir.path().join("a")), 0o700);
+    assert_eq!(mode(&dir.path().join("a/b")), 0o700);
+    assert_eq!(mode(&path), 0o600);
+}
+
+#[tokio::test]
+async fn missing_directory_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing/journal.db");
+    let err = SqliteJournal::open(&path, test_options()).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("does not exist") && msg.contains("journal.db"),
+        "{msg}"
+    );
+    assert!(!dir.path().join("missing").exists(), "nothing created");
+}
+
+#[tokio::test]
+async fn text_file_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    let text = b"these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    for role in ["journal", "projection"] {
+        let err = match role {
+            "journal" => SqliteJournal::open(&path, test_options())
+                .await
+                .map(drop)
+                .unwrap_err(),
+            _ => SqliteProjectionStore::open(&path, test_options())
+                .await
+                .map(drop)
+                .unwrap_err(),
+        };
+        assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+        assert!(err.to_string().contains("is not a SQLite database"), "{err}");
+        assert!(err.to_string().contains("notes.txt"), "{err}");
+        assert_untouched(&path, &text, role);
+    }
+    assert!(!sidecar(&path, "-wal").exists() && !sidecar(&path, "-shm").exists());
+    // A short file too.
+    std::fs::write(&path, b"x").unwrap();
+    assert!(matches!(
+        SqliteJournal::open(&path, test_options()).await,
+        Err(Error::InvalidInput(_))
+    ));
+    assert_untouched(&path, b"x", "short file");
+}
+
+#[tokio::test]
+async fn corrupt_database_body_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.db");
+    // A valid header followed by garbage.
+    let mut bytes = b"SQLite format 3\0".to_vec();
+    bytes.extend(std::iter::repeat_n(0xA5u8, 8192));
+    std::fs::write(&path, &bytes).unwrap();
+    let err = SqliteJournal::open(&path, test_options()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(_) | Error::Storage { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("bad.db"), "names the file: {err}");
+    assert_untouched(&path, &bytes, "corrupt body");
+}
+
+#[tokio::test]
+async fn read_only_file_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    let before = std::fs::read(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let err = SqliteJournal::open(&path, test_options()).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert!(err.to_string().contains("read-only"), "{err}");
+    assert_untouched(&path, &before, "read-only");
+}
+
+#[tokio::test]
+async fn journal_file_is_not_a_projection_store_and_vice_versa() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = closed_journal(dir.path()).await;
+    let before = std::fs::read(&journal).unwrap();
+    let err = SqliteProjectionStore::open(&journal, test_options())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("journal.db") && msg.contains("journal") && msg.contains("projection"),
+        "{msg}"
+    );
+    assert_untouched(&journal, &before, "journal opened as projection");
+
+    let proj = dir.path().join("p.db");
+    SqliteProjectionStore::open(&proj, test_options())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let before = std::fs::read(&proj).unwrap();
+    let err = SqliteJournal::open(&proj, test_options()).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("is an outbox projection database"),
+        "{err}"
+    );
+    assert_untouched(&proj, &before, "projection opened as journal");
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _outbox_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::Connection::close(conn).await.unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteJournal::open(&path, test_options()).await.unwrap_err();
+    match &err {
+        Error::SchemaTooNew {
+            found,
+            supported,
+            database,
+        } => {
+            assert_eq!(*found, 9999);
+            assert_eq!(*supported, 1);
+            assert!(database.contains("journal.db"), "{database}");
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    assert_untouched(&path, &before, "newer schema");
+}
+
+#[tokio::test]
+async fn reopening_keeps_the_data_and_migrations_are_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    for _ in 0..2 {
+        let j = SqliteJournal::open(&path, test_options()).await.unwrap();
+        assert_eq!(j.stream_head(&sid("s")).await.unwrap(), 1);
+        j.close().await;
+    }
+}
+
+#[tokio::test]
+async fn urls_open_and_bad_urls_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.db");
+    let b = dir.path().join("b.db");
+    let j = SqliteJournal::open_url(&format!("sqlite://{}", a.display()), test_options())
+        .await
+        .unwrap();
+    assert_eq!(j.path(), a.canonicalize().unwrap());
+    let p = SqliteProjectionStore::open_url(&format!("sqlite:{}", b.display()), test_options())
+        .await
+        .unwrap();
+    assert_eq!(p.path(), b.canonicalize().unwrap());
+    for bad in [
+        "postgres://x/y",
+        "sqlite://",
+        "sqlite::memory:",
+        "sqlite://x.db?mode=ro",
+        "file:x.db",
+    ] {
+        let err = SqliteJournal::open_url(bad, test_options()).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput(_)), "{bad}: {err:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_directory_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = SqliteJournal::open(dir.path(), test_options()).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn invalid_options_are_config_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.db");
+    let err = SqliteJournal::open(&path, test_options().with_read_connections(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(!path.exists(), "nothing created for a bad option");
+}

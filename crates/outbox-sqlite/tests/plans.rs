@@ -1,0 +1,78 @@
+//! Hot-path statements are index seeks on the bundled SQLite, never scans of
+//! the backlog (the schema's indexes are what make that true; this test
+//! fails if one goes missing or the planner stops using it).
+
+mod common;
+
+use common::test_options;
+use outbox_sqlite::SqliteJournal;
+use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
+
+const HOT: &[(&str, &str)] = &[
+    (
+        "due_streams",
+        "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+         WHERE h.due_at IS NOT NULL AND h.due_at <= 5 AND (l.owner IS NULL OR l.expires_at <= 5) \
+         ORDER BY h.due_at, h.stream LIMIT 10",
+    ),
+    (
+        "claim run",
+        "SELECT seq, status, next_attempt_at <= 5 FROM outbox WHERE stream = 'x' ORDER BY seq LIMIT 64",
+    ),
+    (
+        "claim update",
+        "UPDATE outbox SET status = 'processing', updated_at = 5 WHERE stream = 'x' AND seq BETWEEN 1 AND 4",
+    ),
+    (
+        "abandon",
+        "UPDATE outbox INDEXED BY outbox_processing SET status = 'pending', updated_at = 5 \
+         WHERE stream = 'x' AND status = 'processing'",
+    ),
+    ("complete", "DELETE FROM outbox WHERE stream = 'x' AND seq <= 9"),
+    (
+        "refresh head",
+        "INSERT INTO outbox_heads (stream, head_seq, due_at) SELECT stream, seq, \
+         CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END FROM outbox WHERE stream = 'x' \
+         ORDER BY seq LIMIT 1 ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, \
+         due_at = excluded.due_at",
+    ),
+    ("stream head", "SELECT head FROM streams WHERE stream = 'x'"),
+    (
+        "requeue_dead",
+        "SELECT stream, seq FROM outbox WHERE status = 'dead' ORDER BY next_attempt_at, stream, seq LIMIT 5",
+    ),
+    (
+        "read_stream",
+        "SELECT * FROM events WHERE stream = 'x' AND seq >= 3 ORDER BY seq LIMIT 10",
+    ),
+];
+
+#[tokio::test]
+async fn hot_statements_seek_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("journal.db");
+    SqliteJournal::open(&path, test_options())
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    for (name, sql) in HOT {
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let steps: Vec<&str> = plan.iter().map(|p| p.3.as_str()).collect();
+        assert!(
+            steps
+                .iter()
+                .all(|s| !s.starts_with("SCAN") && !s.contains("TEMP B-TREE")),
+            "{name} scans or sorts: {steps:?}"
+        );
+    }
+}

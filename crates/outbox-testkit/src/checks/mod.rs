@@ -1,0 +1,133 @@
+//! The conformance checks. Each is a plain `pub async fn(&H)` that opens
+//! fresh stores through the [`Harness`](crate::Harness) and panics with a
+//! message naming the contract bullet it checks when the adapter breaks it.
+//!
+//! The list in [`for_each_check!`](crate::for_each_check) is the single place
+//! that names them; [`conformance_tests!`](crate::conformance_tests) expands it.
+
+mod end_to_end;
+mod journal;
+mod lease;
+mod outbox;
+mod projection;
+mod support;
+mod watermark;
+
+pub use end_to_end::*;
+pub use journal::*;
+pub use lease::*;
+pub use outbox::*;
+pub use projection::*;
+pub use watermark::*;
+
+/// Calls `$m!($arg; check_a, check_b, ...)` with every check's name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! for_each_check {
+    ($m:path, $arg:expr) => {
+        $m!($arg;
+            append_assigns_contiguous_seqs,
+            append_enqueues_one_pending_row_per_event,
+            append_without_enqueue_writes_no_rows,
+            append_rejects_empty_batch,
+            append_rejects_request_without_events,
+            append_rejects_oversized_payload,
+            append_rejects_too_many_events,
+            append_conflict_no_stream_on_existing,
+            append_conflict_exact_wrong_version,
+            append_expected_versions_that_match,
+            append_batch_is_all_or_nothing,
+            append_batch_requests_see_each_other,
+            append_seqs_stay_contiguous_after_failures,
+            append_global_positions_increase,
+            append_stamps_recorded_at_with_store_clock,
+            load_returns_event_as_appended,
+            load_unknown_is_not_found,
+            read_stream_honours_from_and_limit,
+            read_stream_past_end_is_empty,
+            stream_head_tracks_last_seq,
+            stream_heads_pages_by_stream_id,
+            due_streams_returns_due_heads_oldest_first,
+            due_streams_honours_limit,
+            due_streams_excludes_not_yet_due_failed_head,
+            due_streams_excludes_dead_head,
+            due_streams_excludes_leased_stream_until_expiry,
+            stale_processing_row_is_due_again,
+            claim_with_stale_epoch_is_lease_lost,
+            claim_with_other_owner_is_lease_lost,
+            claim_with_expired_lease_is_lease_lost,
+            claim_with_released_lease_is_lease_lost,
+            claim_returns_contiguous_head_run_up_to_max,
+            claim_is_empty_when_head_dead,
+            claim_is_empty_when_head_not_due,
+            claim_is_empty_without_rows,
+            claim_after_takeover_reclaims_processing_rows,
+            concurrent_claimers_exactly_one_wins,
+            failed_head_blocks_its_stream_only,
+            dead_head_blocks_its_stream_only,
+            fail_records_attempt_error_and_delay,
+            fail_truncates_long_errors,
+            fail_follows_default_schedule_and_dies_at_8,
+            fail_follows_custom_schedule_and_dies_at_3,
+            fail_delay_is_capped,
+            fail_requires_current_lease,
+            fail_needs_a_processing_row,
+            dead_letter_parks_at_once,
+            abandon_returns_processing_rows_to_pending,
+            abandon_requires_current_lease,
+            complete_deletes_rows_whatever_status,
+            complete_is_idempotent_and_needs_no_lease,
+            complete_makes_next_head_due,
+            requeue_revives_dead_row,
+            requeue_of_live_row_is_invalid_state,
+            requeue_of_missing_row_is_not_found,
+            requeue_dead_oldest_first_with_limit,
+            requeue_dead_breaks_ties_by_stream_and_seq,
+            summary_counts_by_status,
+            summary_names_oldest_retry_eligible_row,
+            list_filters_orders_and_limits,
+            row_returns_none_when_missing,
+            lease_first_acquire_has_epoch_1,
+            lease_of_unknown_stream_is_none,
+            lease_acquire_refused_while_other_owner_holds_it,
+            lease_same_owner_reacquire_keeps_epoch,
+            lease_takeover_after_expiry_bumps_epoch,
+            lease_takeover_after_release_bumps_epoch,
+            lease_reacquire_after_release_bumps_epoch,
+            lease_reacquire_after_expiry_bumps_epoch,
+            lease_renew_extends_held_lease,
+            lease_renew_of_expired_is_lease_lost,
+            lease_renew_of_other_or_stale_is_lease_lost,
+            lease_release_reports_whether_it_freed,
+            lease_release_of_lost_lease_is_not_an_error,
+            lease_epochs_never_decrease,
+            lease_ttl_out_of_range_is_invalid_input,
+            lease_concurrent_acquire_exactly_one_wins,
+            apply_is_exactly_once,
+            apply_partial_overlap_applies_only_tail,
+            apply_gap_writes_nothing,
+            apply_audit_only_advances_checkpoint,
+            apply_failure_rolls_back_everything,
+            apply_two_projections_with_different_checkpoints,
+            apply_is_one_transaction_across_projections,
+            apply_rejects_bad_runs,
+            checkpoint_is_per_projection_and_stream,
+            reset_clears_projection_and_checkpoints,
+            digest_tracks_state,
+            digest_covers_checkpoints,
+            setup_is_idempotent,
+            watermark_is_none_for_unsaved_stream,
+            watermark_never_decreases,
+            watermark_is_raised_by_apply,
+            watermarks_page_by_stream_id,
+            drain_loop_applies_every_event_exactly_once,
+            poison_event_dead_letters_then_requeue_applies_once,
+            requeued_row_that_fails_again_is_parked_again,
+            zombie_worker_commit_is_harmless,
+            crash_between_apply_and_complete_is_recovered,
+            concurrent_applies_commit_exactly_once,
+            two_concurrent_workers_apply_exactly_once,
+            worker_and_rebuild_digests_match,
+        );
+    };
+}

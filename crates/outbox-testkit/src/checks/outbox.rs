@@ -1,0 +1,1064 @@
+//! [`OutboxStore`] contract checks: due streams, claims, failures, dead
+//! letters, requeues and inspection.
+
+use std::sync::Arc;
+
+use outbox_core::{
+    AppendOptions, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore, MAX_ERROR_LEN,
+    OutboxRow, OutboxStatus, OutboxStore, OutboxSummary, RetryPolicy, Seq, StreamId, truncate_error,
+};
+
+use super::support::{
+    TTL, adds, assert_due_iff_reached, due, enqueue, fail_head, is_due, kill_head, ms, now, owner, req, row,
+    rows, secs, seq, seqs_of, statuses, take, take_and_claim,
+};
+use crate::{Fixture, Harness, sid};
+
+/// `due_streams`: streams with a due head, oldest due first (not by name).
+pub async fn due_streams_returns_due_heads_oldest_first<H: Harness>(h: &H) {
+    let f = h.open().await;
+    assert!(
+        due(&f.journal).await.is_empty(),
+        "an empty outbox has nothing due"
+    );
+    let c = enqueue(&f.journal, "c", 2).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let a = enqueue(&f.journal, "a", 1).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let b = enqueue(&f.journal, "b", 3).await;
+    assert_eq!(due(&f.journal).await, [c, a, b], "oldest due head first");
+}
+
+/// `due_streams`: returns at most `limit` streams, the oldest.
+pub async fn due_streams_honours_limit<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let mut want = Vec::new();
+    for name in ["e", "d", "c", "b", "a"] {
+        want.push(enqueue(&f.journal, name, 1).await);
+        h.advance(&f.ctx, ms(5)).await;
+    }
+    assert_eq!(
+        f.journal.due_streams(2).await.unwrap(),
+        want[..2],
+        "the two oldest"
+    );
+    assert_eq!(f.journal.due_streams(100).await.unwrap(), want, "all five");
+}
+
+/// `due_streams`: never a stream whose head failed and is not yet due; it
+/// becomes due at its `next_attempt_at`.
+pub async fn due_streams_excludes_not_yet_due_failed_head<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let t = enqueue(&f.journal, "t", 1).await;
+    let failed = fail_head(&f.journal, &s, "w", &RetryPolicy::default()).await;
+    assert_eq!(failed.status, OutboxStatus::Failed);
+    assert!(
+        !is_due(&f.journal, &s).await,
+        "a failed head is not due before its next_attempt_at"
+    );
+    assert!(is_due(&f.journal, &t).await, "other streams stay due");
+    h.advance(&f.ctx, secs(1)).await;
+    assert!(is_due(&f.journal, &s).await, "due once the 1 s delay passed");
+}
+
+/// `due_streams`: never a stream whose head is dead, however late.
+pub async fn due_streams_excludes_dead_head<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let t = enqueue(&f.journal, "t", 1).await;
+    kill_head(&f.journal, &s, "w").await;
+    h.advance(&f.ctx, secs(86_400)).await;
+    assert_eq!(due(&f.journal).await, [t], "the dead head's stream is never due");
+}
+
+/// `due_streams`: never a stream whose lease another owner holds, even one
+/// with pending rows; included again once that lease expires (store clock).
+pub async fn due_streams_excludes_leased_stream_until_expiry<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let t = enqueue(&f.journal, "t", 1).await;
+    take(&f.journal, &s, "other").await;
+    assert_eq!(
+        due(&f.journal).await,
+        std::slice::from_ref(&t),
+        "a leased stream is not due"
+    );
+    h.advance(&f.ctx, TTL - secs(1)).await;
+    assert!(
+        !is_due(&f.journal, &s).await,
+        "still leased before the ttl passed"
+    );
+    h.advance(&f.ctx, secs(2)).await;
+    assert_eq!(due(&f.journal).await, [s, t], "due again once the lease expired");
+}
+
+/// `due_streams`: a `processing` head whose lease expired is due again (a
+/// crashed worker never strands its rows).
+pub async fn stale_processing_row_is_due_again<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let (_lease, claimed) = take_and_claim(&f.journal, &s, "crashed", 10).await;
+    assert_eq!(seqs_of(&claimed), [1, 2]);
+    assert!(!is_due(&f.journal, &s).await, "not due while the lease holds");
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    assert_eq!(
+        row(&f.journal, &s, 1).await.status,
+        OutboxStatus::Processing,
+        "the row is still processing"
+    );
+    assert!(
+        is_due(&f.journal, &s).await,
+        "a processing head whose lease expired is due again"
+    );
+}
+
+/// `claim`: with a stale epoch (the stream was taken over) is `LeaseLost` and changes nothing.
+pub async fn claim_with_stale_epoch_is_lease_lost<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let old = take(&f.journal, &s, "w").await;
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let new = take(&f.journal, &s, "w").await;
+    assert!(new.epoch > old.epoch, "a takeover after expiry raises the epoch");
+    let before = rows(&f.journal).await;
+    let r = f.journal.claim(&old, 10).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "stale epoch: {r:?}");
+    assert_eq!(rows(&f.journal).await, before, "a refused claim changes nothing");
+}
+
+/// `claim`: a lease naming another owner than the holder is `LeaseLost` and changes nothing.
+pub async fn claim_with_other_owner_is_lease_lost<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let held = take(&f.journal, &s, "holder").await;
+    let forged = Lease {
+        owner: owner("intruder"),
+        ..held.clone()
+    };
+    let before = rows(&f.journal).await;
+    let r = f.journal.claim(&forged, 10).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "other owner: {r:?}");
+    let r = f
+        .journal
+        .claim(
+            &Lease {
+                stream: sid("unleased"),
+                ..held
+            },
+            10,
+        )
+        .await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "a stream nobody leased: {r:?}"
+    );
+    assert_eq!(rows(&f.journal).await, before, "a refused claim changes nothing");
+}
+
+/// `claim`: an expired lease (even if nobody took over) is `LeaseLost`.
+pub async fn claim_with_expired_lease_is_lease_lost<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let lease = take(&f.journal, &s, "w").await;
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let before = rows(&f.journal).await;
+    let r = f.journal.claim(&lease, 10).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "expired lease: {r:?}");
+    assert_eq!(rows(&f.journal).await, before, "a refused claim changes nothing");
+}
+
+/// `claim`: a released lease is `LeaseLost`.
+pub async fn claim_with_released_lease_is_lease_lost<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let lease = take(&f.journal, &s, "w").await;
+    assert!(f.journal.release(&lease).await.unwrap());
+    let before = rows(&f.journal).await;
+    let r = f.journal.claim(&lease, 10).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "released lease: {r:?}");
+    assert_eq!(rows(&f.journal).await, before, "a refused claim changes nothing");
+}
+
+/// `claim`: returns the head and the contiguous due rows behind it, at most
+/// `max`, in seq order, marked `processing`; the rest stay pending.
+pub async fn claim_returns_contiguous_head_run_up_to_max<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 5).await;
+    let t = enqueue(&f.journal, "t", 2).await;
+    let (_lease, claimed) = take_and_claim(&f.journal, &s, "w", 3).await;
+    assert_eq!(seqs_of(&claimed), [1, 2, 3], "head run of at most 3");
+    assert!(claimed.iter().all(|r| r.stream == s), "only the lease's stream");
+    assert!(
+        claimed.iter().all(|r| r.status == OutboxStatus::Processing),
+        "returned as processing"
+    );
+    use OutboxStatus::{Pending, Processing};
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [
+            (1, Processing),
+            (2, Processing),
+            (3, Processing),
+            (4, Pending),
+            (5, Pending)
+        ]
+    );
+    assert_eq!(
+        statuses(&f.journal, &t).await,
+        [(1, Pending), (2, Pending)],
+        "other streams untouched"
+    );
+}
+
+/// `claim`: empty when the head is dead (rows behind it stay pending).
+pub async fn claim_is_empty_when_head_dead<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    kill_head(&f.journal, &s, "w").await;
+    h.advance(&f.ctx, secs(3_600)).await;
+    let (_lease, claimed) = take_and_claim(&f.journal, &s, "w", 10).await;
+    assert!(claimed.is_empty(), "a dead head blocks its stream: {claimed:?}");
+    assert_eq!(
+        row(&f.journal, &s, 2).await.status,
+        OutboxStatus::Pending,
+        "rows behind stay pending"
+    );
+}
+
+/// `claim`: empty when the head failed and is not yet due; the head run once it is.
+pub async fn claim_is_empty_when_head_not_due<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    fail_head(&f.journal, &s, "w", &RetryPolicy::default()).await;
+    let lease = take(&f.journal, &s, "w").await;
+    let claimed = f.journal.claim(&lease, 10).await.unwrap();
+    assert!(
+        claimed.is_empty(),
+        "a failed head that is not due blocks its stream: {claimed:?}"
+    );
+    assert_eq!(
+        row(&f.journal, &s, 2).await.status,
+        OutboxStatus::Pending,
+        "rows behind stay pending"
+    );
+    h.advance(&f.ctx, secs(1)).await;
+    let claimed = f.journal.claim(&lease, 10).await.unwrap();
+    assert_eq!(
+        seqs_of(&claimed),
+        [1, 2, 3],
+        "once due, the failed head and the rows behind it"
+    );
+    assert_eq!(claimed[0].attempt_count, 1, "claiming keeps the attempt count");
+}
+
+/// `claim`: empty for a stream without rows.
+pub async fn claim_is_empty_without_rows<H: Harness>(h: &H) {
+    let f = h.open().await;
+    enqueue(&f.journal, "other", 1).await;
+    let (_lease, claimed) = take_and_claim(&f.journal, &sid("s"), "w", 10).await;
+    assert!(claimed.is_empty(), "no rows, nothing claimed");
+    let s = enqueue(&f.journal, "done", 2).await;
+    f.journal.complete(&s, seq(2)).await.unwrap();
+    let (_lease, claimed) = take_and_claim(&f.journal, &s, "w", 10).await;
+    assert!(claimed.is_empty(), "completed rows are gone");
+}
+
+/// `claim`: after the holder's lease expired, a new owner (higher epoch)
+/// re-claims the rows still `processing`; the old holder is refused.
+pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let (a, first) = take_and_claim(&f.journal, &s, "a", 2).await;
+    assert_eq!(seqs_of(&first), [1, 2]);
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let (b, second) = take_and_claim(&f.journal, &s, "b", 10).await;
+    assert_eq!(b.epoch, a.epoch + 1, "the takeover has the next epoch");
+    assert_eq!(
+        seqs_of(&second),
+        [1, 2, 3],
+        "processing rows are re-claimed, with the row behind them"
+    );
+    assert!(second.iter().all(|r| r.status == OutboxStatus::Processing));
+    let r = f.journal.claim(&a, 10).await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "the old holder's claim: {r:?}"
+    );
+    let r = f
+        .journal
+        .fail(&a, seq(1), "zombie", &RetryPolicy::default())
+        .await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "the old holder's fail: {r:?}"
+    );
+    let r = f.journal.abandon(&a).await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "the old holder's abandon: {r:?}"
+    );
+    assert!(
+        rows(&f.journal)
+            .await
+            .iter()
+            .all(|r| r.status == OutboxStatus::Processing && r.attempt_count == 0)
+    );
+}
+
+/// `claim`: of two claimers presenting different leases, at most one
+/// succeeds, also when they race from two instances on one database.
+pub async fn concurrent_claimers_exactly_one_wins<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j1 = Arc::new(h.reopen_journal(&f.ctx).await);
+    let j2 = Arc::new(h.reopen_journal(&f.ctx).await);
+    let streams: Vec<_> = (0..8).map(|i| sid(&format!("s{i}"))).collect();
+    for s in &streams {
+        enqueue(&f.journal, s.as_str(), 2).await;
+    }
+    // Race 1: both acquire every stream; exactly one wins each.
+    let mut held = Vec::new();
+    for s in &streams {
+        let (x, y) = (j1.clone(), j2.clone());
+        let (sa, sb) = (s.clone(), s.clone());
+        let ta = tokio::spawn(async move { x.acquire(&sa, &owner("a"), TTL).await });
+        let tb = tokio::spawn(async move { y.acquire(&sb, &owner("b"), TTL).await });
+        let (ra, rb) = (
+            ta.await.unwrap().expect("acquire a"),
+            tb.await.unwrap().expect("acquire b"),
+        );
+        assert!(
+            ra.is_some() != rb.is_some(),
+            "{s}: exactly one acquirer wins, got {ra:?} and {rb:?}"
+        );
+        held.push(ra.or(rb).unwrap());
+    }
+    // Race 2: after expiry, a new owner takes over; old and new leases claim at once.
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    for old in held {
+        let new = take(&*j2, &old.stream, "c").await;
+        let (x, y) = (j1.clone(), j2.clone());
+        let new2 = new.clone();
+        let tx = tokio::spawn(async move { x.claim(&old, 10).await });
+        let ty = tokio::spawn(async move { y.claim(&new2, 10).await });
+        let (rx, ry) = (tx.await.unwrap(), ty.await.unwrap());
+        assert!(
+            matches!(rx, Err(Error::LeaseLost { .. })),
+            "{}: the stale lease loses: {rx:?}",
+            new.stream
+        );
+        assert_eq!(seqs_of(&ry.expect("the current lease wins")), [1, 2]);
+    }
+}
+
+/// Head-of-line blocking: a failed head blocks the rows behind it while
+/// other streams keep flowing.
+pub async fn failed_head_blocks_its_stream_only<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let t = enqueue(&f.journal, "t", 2).await;
+    fail_head(&f.journal, &s, "w", &RetryPolicy::default()).await;
+    assert_eq!(
+        due(&f.journal).await,
+        std::slice::from_ref(&t),
+        "only the other stream is due"
+    );
+    let (_lease, claimed) = take_and_claim(&f.journal, &t, "w", 10).await;
+    assert_eq!(seqs_of(&claimed), [1, 2], "the other stream flows");
+    let lease = take(&f.journal, &s, "w").await;
+    assert!(
+        f.journal.claim(&lease, 10).await.unwrap().is_empty(),
+        "rows behind a failed head are not claimable"
+    );
+}
+
+/// Head-of-line blocking: a dead head blocks the rows behind it for good while
+/// other streams keep flowing.
+pub async fn dead_head_blocks_its_stream_only<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    kill_head(&f.journal, &s, "w").await;
+    let t = enqueue(&f.journal, "t", 2).await;
+    h.advance(&f.ctx, secs(86_400)).await;
+    assert_eq!(
+        due(&f.journal).await,
+        std::slice::from_ref(&t),
+        "only the other stream is due"
+    );
+    let (_lease, claimed) = take_and_claim(&f.journal, &t, "w", 10).await;
+    assert_eq!(seqs_of(&claimed), [1, 2], "the other stream flows");
+    assert_eq!(
+        row(&f.journal, &s, 2).await.status,
+        OutboxStatus::Pending,
+        "rows behind the dead head wait"
+    );
+}
+
+/// `fail`: increments the attempt count, stores the message, marks the row
+/// `failed` and due at `now + policy.delay(attempt)` by the store's clock.
+pub async fn fail_records_attempt_error_and_delay<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let policy = RetryPolicy::default();
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 2).await;
+    let before = now(&f.journal).await;
+    let out = f
+        .journal
+        .fail(&lease, seq(1), "disk on fire", &policy)
+        .await
+        .expect("fail");
+    let after = now(&f.journal).await;
+    let FailureOutcome::Retry {
+        attempt,
+        next_attempt_at,
+    } = out
+    else {
+        panic!("first failure retries: {out:?}")
+    };
+    assert_eq!(attempt, 1);
+    assert!(
+        before.saturating_add(secs(1)) <= next_attempt_at && next_attempt_at <= after.saturating_add(secs(1)),
+        "next_attempt_at {next_attempt_at} is not now + 1 s (now in [{before}, {after}])"
+    );
+    let r = row(&f.journal, &s, 1).await;
+    assert_eq!(r.status, OutboxStatus::Failed);
+    assert_eq!(r.attempt_count, 1);
+    assert_eq!(r.last_error.as_deref(), Some("disk on fire"));
+    assert_eq!(
+        r.next_attempt_at, next_attempt_at,
+        "the row agrees with the outcome"
+    );
+    assert_eq!(
+        r.next_attempt_at,
+        r.updated_at.saturating_add(secs(1)),
+        "due = time of failure + delay(1)"
+    );
+    assert_eq!(
+        row(&f.journal, &s, 2).await.status,
+        OutboxStatus::Processing,
+        "other claimed rows stay as they were"
+    );
+}
+
+/// `fail`: a message longer than `MAX_ERROR_LEN` is cut (at a char boundary).
+pub async fn fail_truncates_long_errors<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let long = format!("x{}", "é".repeat(MAX_ERROR_LEN));
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 1).await;
+    f.journal
+        .fail(&lease, seq(1), &long, &RetryPolicy::default())
+        .await
+        .expect("fail");
+    let stored = row(&f.journal, &s, 1).await.last_error.expect("error stored");
+    assert!(
+        stored.len() <= MAX_ERROR_LEN,
+        "stored error is {} bytes, over {MAX_ERROR_LEN}",
+        stored.len()
+    );
+    assert_eq!(stored, truncate_error(&long), "cut exactly like truncate_error");
+}
+
+/// Fails the head of `s` `attempts` times with `policy`, checking after each
+/// retryable failure that the row is due exactly `policy.delay(n)` later.
+async fn run_schedule<H: Harness>(h: &H, f: &Fixture<H>, s: &StreamId, policy: &RetryPolicy) {
+    let threshold = policy.dead_letter_after();
+    for n in 1..=threshold {
+        let (lease, claimed) = take_and_claim(&f.journal, s, "w", 1).await;
+        assert_eq!(
+            seqs_of(&claimed),
+            [1],
+            "attempt {n}: the head is claimable once due"
+        );
+        let out = f
+            .journal
+            .fail(&lease, seq(1), &format!("failure {n}"), policy)
+            .await
+            .expect("fail");
+        assert!(f.journal.release(&lease).await.unwrap());
+        let r = row(&f.journal, s, 1).await;
+        assert_eq!(r.attempt_count, n, "attempt {n}: attempt count");
+        assert_eq!(r.last_error.as_deref(), Some(format!("failure {n}").as_str()));
+        if n < threshold {
+            let delay = policy.delay(n);
+            assert_eq!(
+                out,
+                FailureOutcome::Retry {
+                    attempt: n,
+                    next_attempt_at: r.next_attempt_at
+                },
+                "failure {n} of {threshold} retries"
+            );
+            assert_eq!(r.status, OutboxStatus::Failed, "attempt {n}: failed, not dead");
+            assert_eq!(
+                r.next_attempt_at,
+                r.updated_at.saturating_add(delay),
+                "attempt {n}: due after {delay:?}"
+            );
+            h.advance(&f.ctx, delay - ms(1)).await;
+            assert_due_iff_reached(&f.journal, s, 1, &format!("attempt {n}, 1 ms early")).await;
+            h.advance(&f.ctx, ms(1)).await;
+            assert_due_iff_reached(&f.journal, s, 1, &format!("attempt {n}, on time")).await;
+            assert!(is_due(&f.journal, s).await, "attempt {n}: due after {delay:?}");
+        } else {
+            assert_eq!(
+                out,
+                FailureOutcome::Dead { attempt: n },
+                "failure {n} reaches the threshold"
+            );
+            assert_eq!(
+                r.status,
+                OutboxStatus::Dead,
+                "dead at exactly {threshold} failures"
+            );
+            h.advance(&f.ctx, policy.cap() * 2).await;
+            assert!(!is_due(&f.journal, s).await, "a dead row is never due");
+        }
+    }
+}
+
+/// `fail`: the default policy retries after 1, 2, 4, ... 64 s by the store's
+/// clock and dead-letters on failure 8, not before.
+pub async fn fail_follows_default_schedule_and_dies_at_8<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let policy = RetryPolicy::default();
+    assert_eq!(policy.dead_letter_after(), 8);
+    run_schedule(h, &f, &s, &policy).await;
+    let summary = f.journal.summary().await.unwrap();
+    assert_eq!((summary.dead, summary.pending), (1, 1));
+}
+
+/// `fail`: a custom policy (250 ms doubling, 600 ms cap, dead after 3) is
+/// followed exactly: due 250 ms, then 500 ms later, dead on failure 3.
+pub async fn fail_follows_custom_schedule_and_dies_at_3<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let policy = RetryPolicy::new(ms(250), ms(600), 3).unwrap();
+    run_schedule(h, &f, &s, &policy).await;
+}
+
+/// `fail`: the capped delay is used once the doubling passes the cap.
+pub async fn fail_delay_is_capped<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let policy = RetryPolicy::new(ms(100), ms(300), 10).unwrap();
+    for n in 1..=4u32 {
+        let r = fail_head(&f.journal, &s, "w", &policy).await;
+        let want = [100, 200, 300, 300][n as usize - 1];
+        assert_eq!(
+            r.next_attempt_at,
+            r.updated_at.saturating_add(ms(want)),
+            "attempt {n}: {want} ms"
+        );
+        h.advance(&f.ctx, ms(want)).await;
+    }
+}
+
+/// `fail`: requires the current lease; a stale one is `LeaseLost` and changes nothing.
+pub async fn fail_requires_current_lease<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 1).await;
+    let forged = Lease {
+        epoch: lease.epoch + 1,
+        ..lease.clone()
+    };
+    let before = rows(&f.journal).await;
+    let r = f
+        .journal
+        .fail(&forged, seq(1), "x", &RetryPolicy::default())
+        .await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "wrong epoch: {r:?}");
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let r = f.journal.fail(&lease, seq(1), "x", &RetryPolicy::default()).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "expired lease: {r:?}");
+    let r = f.journal.dead_letter(&lease, seq(1), "x").await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "dead_letter with an expired lease: {r:?}"
+    );
+    assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
+}
+
+/// `fail`: a row that is not `processing` is `InvalidState`, a missing row
+/// `NotFound`; neither changes anything.
+pub async fn fail_needs_a_processing_row<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 1).await;
+    assert_eq!(seqs_of(&claimed), [1]);
+    let p = RetryPolicy::default();
+    let before = rows(&f.journal).await;
+    let r = f.journal.fail(&lease, seq(2), "x", &p).await;
+    assert!(
+        matches!(r, Err(Error::InvalidState(_))),
+        "fail on a pending row: {r:?}"
+    );
+    let r = f.journal.fail(&lease, seq(9), "x", &p).await;
+    assert!(
+        matches!(r, Err(Error::NotFound(_))),
+        "fail on a missing row: {r:?}"
+    );
+    let r = f.journal.dead_letter(&lease, seq(2), "x").await;
+    assert!(
+        matches!(r, Err(Error::InvalidState(_))),
+        "dead_letter on a pending row: {r:?}"
+    );
+    let r = f.journal.dead_letter(&lease, seq(9), "x").await;
+    assert!(
+        matches!(r, Err(Error::NotFound(_))),
+        "dead_letter on a missing row: {r:?}"
+    );
+    assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
+    f.journal
+        .fail(&lease, seq(1), "x", &p)
+        .await
+        .expect("fail the processing head");
+    let before = rows(&f.journal).await;
+    let r = f.journal.fail(&lease, seq(1), "x", &p).await;
+    assert!(
+        matches!(r, Err(Error::InvalidState(_))),
+        "fail on a failed row: {r:?}"
+    );
+    assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
+}
+
+/// `dead_letter`: parks the processing row as `dead` at once, with its message.
+pub async fn dead_letter_parks_at_once<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 1).await;
+    let dead = f
+        .journal
+        .dead_letter(&lease, seq(1), "poison pill")
+        .await
+        .expect("dead_letter");
+    assert_eq!(dead.status, OutboxStatus::Dead);
+    assert_eq!(dead.last_error.as_deref(), Some("poison pill"));
+    assert_eq!(
+        row(&f.journal, &s, 1).await,
+        dead,
+        "the returned row is the stored row"
+    );
+    let summary = f.journal.summary().await.unwrap();
+    assert_eq!((summary.dead, summary.pending, summary.processing), (1, 1, 0));
+    f.journal.release(&lease).await.unwrap();
+    assert!(!is_due(&f.journal, &s).await, "a dead head is not due");
+}
+
+/// `abandon`: turns the lease's processing rows back to pending (attempt
+/// counts unchanged), returns how many, and they are due once released.
+pub async fn abandon_returns_processing_rows_to_pending<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 4).await;
+    fail_head(&f.journal, &s, "w", &RetryPolicy::default()).await;
+    h.advance(&f.ctx, secs(1)).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 3).await;
+    assert_eq!(seqs_of(&claimed), [1, 2, 3]);
+    assert_eq!(
+        f.journal.abandon(&lease).await.expect("abandon"),
+        3,
+        "three processing rows"
+    );
+    let all = rows(&f.journal).await;
+    assert!(
+        all.iter().all(|r| r.status == OutboxStatus::Pending),
+        "all pending again: {all:?}"
+    );
+    assert_eq!(
+        row(&f.journal, &s, 1).await.attempt_count,
+        1,
+        "attempt count unchanged"
+    );
+    assert!(!is_due(&f.journal, &s).await, "not due while the lease is held");
+    f.journal.release(&lease).await.unwrap();
+    assert!(
+        is_due(&f.journal, &s).await,
+        "due at once when the lease is released"
+    );
+    assert_eq!(
+        f.journal.abandon(&take(&f.journal, &s, "w").await).await.unwrap(),
+        0,
+        "nothing left to abandon"
+    );
+}
+
+/// `abandon`: requires the current lease; otherwise `LeaseLost` and nothing changes.
+pub async fn abandon_requires_current_lease<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 2).await;
+    let before = rows(&f.journal).await;
+    let r = f
+        .journal
+        .abandon(&Lease {
+            owner: owner("other"),
+            ..lease.clone()
+        })
+        .await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "other owner: {r:?}");
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let r = f.journal.abandon(&lease).await;
+    assert!(matches!(r, Err(Error::LeaseLost { .. })), "expired lease: {r:?}");
+    assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
+}
+
+/// `complete`: deletes every row of the stream with seq `<= through`,
+/// whatever its status, and returns how many; other streams are untouched.
+pub async fn complete_deletes_rows_whatever_status<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 5).await;
+    let t = enqueue(&f.journal, "t", 2).await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 3).await;
+    f.journal.dead_letter(&lease, seq(1), "dead").await.unwrap();
+    f.journal
+        .fail(&lease, seq(2), "failed", &RetryPolicy::default())
+        .await
+        .unwrap();
+    use OutboxStatus::{Dead, Failed, Pending, Processing};
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [
+            (1, Dead),
+            (2, Failed),
+            (3, Processing),
+            (4, Pending),
+            (5, Pending)
+        ]
+    );
+    assert_eq!(
+        f.journal.complete(&s, seq(4)).await.expect("complete"),
+        4,
+        "four rows deleted"
+    );
+    assert_eq!(statuses(&f.journal, &s).await, [(5, Pending)]);
+    assert_eq!(
+        seqs_of(&rows(&f.journal).await).len(),
+        3,
+        "t's rows are untouched"
+    );
+    assert_eq!(statuses(&f.journal, &t).await, [(1, Pending), (2, Pending)]);
+}
+
+/// `complete`: idempotent and needs no lease (even while another owner holds one).
+pub async fn complete_is_idempotent_and_needs_no_lease<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    take_and_claim(&f.journal, &s, "holder", 10).await;
+    assert_eq!(
+        f.journal
+            .complete(&s, seq(2))
+            .await
+            .expect("complete without the lease"),
+        2
+    );
+    assert_eq!(
+        f.journal.complete(&s, seq(2)).await.expect("complete again"),
+        0,
+        "idempotent"
+    );
+    assert_eq!(f.journal.complete(&s, seq(1)).await.expect("complete lower"), 0);
+    assert_eq!(
+        f.journal
+            .complete(&sid("nope"), seq(5))
+            .await
+            .expect("unknown stream"),
+        0
+    );
+    assert_eq!(seqs_of(&rows(&f.journal).await), [3]);
+}
+
+/// `complete`: the row after the completed ones becomes the head and is due.
+pub async fn complete_makes_next_head_due<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 1).await;
+    assert_eq!(seqs_of(&claimed), [1]);
+    f.journal.complete(&s, seq(1)).await.unwrap();
+    f.journal.release(&lease).await.unwrap();
+    assert!(is_due(&f.journal, &s).await, "the next head is due");
+    let (_lease, claimed) = take_and_claim(&f.journal, &s, "w", 10).await;
+    assert_eq!(seqs_of(&claimed), [2, 3]);
+}
+
+/// `requeue`: a dead row becomes pending, attempt count 0, error cleared, due now.
+pub async fn requeue_revives_dead_row<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let policy = RetryPolicy::new(ms(10), ms(10), 2).unwrap();
+    fail_head(&f.journal, &s, "w", &policy).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let dead = fail_head(&f.journal, &s, "w", &policy).await;
+    assert_eq!((dead.status, dead.attempt_count), (OutboxStatus::Dead, 2));
+    h.advance(&f.ctx, secs(60)).await;
+    let before = now(&f.journal).await;
+    let r = f.journal.requeue(&s, seq(1)).await.expect("requeue");
+    assert_eq!(r.status, OutboxStatus::Pending);
+    assert_eq!(r.attempt_count, 0, "attempts reset");
+    assert_eq!(r.last_error, None, "error cleared");
+    assert!(
+        r.next_attempt_at >= before && r.next_attempt_at <= now(&f.journal).await,
+        "due now"
+    );
+    assert_eq!(
+        row(&f.journal, &s, 1).await,
+        r,
+        "the returned row is the stored row"
+    );
+    assert!(is_due(&f.journal, &s).await, "the stream is due again");
+}
+
+/// `requeue`: a row that is not dead is `InvalidState`, and nothing changes.
+pub async fn requeue_of_live_row_is_invalid_state<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 2).await;
+    f.journal
+        .fail(&lease, seq(1), "x", &RetryPolicy::default())
+        .await
+        .unwrap();
+    let before = rows(&f.journal).await;
+    for (n, what) in [(1, "failed"), (2, "processing"), (3, "pending")] {
+        let r = f.journal.requeue(&s, seq(n)).await;
+        assert!(
+            matches!(r, Err(Error::InvalidState(_))),
+            "requeue of a {what} row: {r:?}"
+        );
+    }
+    assert_eq!(rows(&f.journal).await, before, "refused requeues change nothing");
+}
+
+/// `requeue`: a missing row is `NotFound`.
+pub async fn requeue_of_missing_row_is_not_found<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let r = f.journal.requeue(&s, seq(2)).await;
+    assert!(matches!(r, Err(Error::NotFound(_))), "missing seq: {r:?}");
+    let r = f.journal.requeue(&sid("nope"), Seq::FIRST).await;
+    assert!(matches!(r, Err(Error::NotFound(_))), "unknown stream: {r:?}");
+    f.journal.complete(&s, seq(1)).await.unwrap();
+    let r = f.journal.requeue(&s, seq(1)).await;
+    assert!(matches!(r, Err(Error::NotFound(_))), "completed row: {r:?}");
+}
+
+/// `requeue_dead`: up to `limit` dead rows, oldest first by
+/// (`next_attempt_at`, stream, seq), returned as they now are.
+pub async fn requeue_dead_oldest_first_with_limit<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (a, b, c) = (
+        enqueue(&f.journal, "a", 1).await,
+        enqueue(&f.journal, "b", 1).await,
+        enqueue(&f.journal, "c", 1).await,
+    );
+    enqueue(&f.journal, "d", 1).await;
+    kill_head(&f.journal, &c, "w").await;
+    h.advance(&f.ctx, secs(1)).await;
+    kill_head(&f.journal, &b, "w").await;
+    h.advance(&f.ctx, secs(1)).await;
+    kill_head(&f.journal, &a, "w").await;
+    let first = f.journal.requeue_dead(2).await.expect("requeue_dead");
+    let names: Vec<&str> = first.iter().map(|r| r.stream.as_str()).collect();
+    assert_eq!(names, ["c", "b"], "oldest dead first, at most `limit`");
+    for r in &first {
+        assert_eq!(
+            (r.status, r.attempt_count, r.last_error.as_deref()),
+            (OutboxStatus::Pending, 0, None)
+        );
+        assert_eq!(
+            &row(&f.journal, &r.stream, r.seq.get()).await,
+            r,
+            "returned as they now are"
+        );
+    }
+    assert_eq!(
+        row(&f.journal, &a, 1).await.status,
+        OutboxStatus::Dead,
+        "beyond the limit stays dead"
+    );
+    let rest = f.journal.requeue_dead(10).await.unwrap();
+    assert_eq!(rest.iter().map(|r| r.stream.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert!(
+        f.journal.requeue_dead(10).await.unwrap().is_empty(),
+        "nothing dead is left"
+    );
+    assert_eq!(due(&f.journal).await.len(), 4, "every stream is due again");
+}
+
+/// `requeue_dead`: ties on `next_attempt_at` are broken by stream, then seq.
+pub async fn requeue_dead_breaks_ties_by_stream_and_seq<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (b, a) = (
+        enqueue(&f.journal, "b", 2).await,
+        enqueue(&f.journal, "a", 1).await,
+    );
+    let (lb, _) = take_and_claim(&f.journal, &b, "w", 2).await;
+    let (la, _) = take_and_claim(&f.journal, &a, "w", 1).await;
+    // The memory clock stands still, so these three die at the same instant.
+    f.journal.dead_letter(&lb, seq(1), "x").await.unwrap();
+    f.journal.dead_letter(&lb, seq(2), "x").await.unwrap();
+    f.journal.dead_letter(&la, seq(1), "x").await.unwrap();
+    let mut dead = rows(&f.journal).await;
+    dead.sort_by(|x, y| (x.next_attempt_at, &x.stream, x.seq).cmp(&(y.next_attempt_at, &y.stream, y.seq)));
+    let want: Vec<(String, u64)> = dead.iter().map(|r| (r.stream.to_string(), r.seq.get())).collect();
+    let got: Vec<(String, u64)> = f
+        .journal
+        .requeue_dead(10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.stream.to_string(), r.seq.get()))
+        .collect();
+    assert_eq!(got, want, "ordered by (next_attempt_at, stream, seq)");
+}
+
+/// `summary`: counts rows by status; an empty outbox counts zero and names no row.
+pub async fn summary_counts_by_status<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let empty = f.journal.summary().await.unwrap();
+    assert_eq!(
+        (empty.total(), empty.oldest_retry_eligible.clone()),
+        (0, None),
+        "empty outbox"
+    );
+    let s = enqueue(&f.journal, "s", 3).await;
+    let t = enqueue(&f.journal, "t", 2).await;
+    enqueue(&f.journal, "u", 4).await;
+    kill_head(&f.journal, &t, "w").await;
+    let (lease, _) = take_and_claim(&f.journal, &s, "w", 2).await;
+    f.journal
+        .fail(&lease, seq(1), "x", &RetryPolicy::default())
+        .await
+        .unwrap();
+    let sum = f.journal.summary().await.unwrap();
+    assert_eq!(
+        (sum.pending, sum.processing, sum.failed, sum.dead),
+        (1 + 1 + 4, 1, 1, 1),
+        "counts by status: {sum:?}"
+    );
+    assert_eq!(sum.total(), 9);
+    for st in OutboxStatus::ALL {
+        let n = f.journal.list(Some(st), 100).await.unwrap().len() as u64;
+        assert_eq!(sum.count(st), n, "summary and list agree on {st}");
+    }
+}
+
+/// `summary`: names the pending-or-failed row with the earliest
+/// `next_attempt_at` (ties by stream, then seq); processing and dead rows never.
+pub async fn summary_names_oldest_retry_eligible_row<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let oldest = |s: OutboxSummary| {
+        s.oldest_retry_eligible
+            .map(|r| (r.stream.to_string(), r.seq.get()))
+    };
+    let z = enqueue(&f.journal, "z", 2).await;
+    h.advance(&f.ctx, secs(1)).await;
+    let (c, d) = (sid("c"), sid("d"));
+    f.journal
+        .append(
+            &[
+                req(&c, ExpectedVersion::Any, adds(&[1])),
+                req(&d, ExpectedVersion::Any, adds(&[1])),
+            ],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        oldest(f.journal.summary().await.unwrap()),
+        Some(("z".into(), 1)),
+        "the earliest due row"
+    );
+    let (lease, _) = take_and_claim(&f.journal, &z, "w", 2).await;
+    assert_eq!(
+        oldest(f.journal.summary().await.unwrap()),
+        Some(("c".into(), 1)),
+        "processing rows are not eligible; ties broken by stream"
+    );
+    f.journal.dead_letter(&lease, seq(1), "x").await.unwrap();
+    f.journal.complete(&c, seq(1)).await.unwrap();
+    assert_eq!(
+        oldest(f.journal.summary().await.unwrap()),
+        Some(("d".into(), 1)),
+        "dead rows are not eligible"
+    );
+    f.journal
+        .fail(&lease, seq(2), "x", &RetryPolicy::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        oldest(f.journal.summary().await.unwrap()),
+        Some(("d".into(), 1)),
+        "a failed row due later does not beat an earlier pending one"
+    );
+    f.journal.complete(&d, seq(1)).await.unwrap();
+    assert_eq!(
+        oldest(f.journal.summary().await.unwrap()),
+        Some(("z".into(), 2)),
+        "failed rows are eligible"
+    );
+}
+
+/// `list`: up to `limit` rows, optionally of one status, ordered by
+/// (`next_attempt_at`, stream, seq).
+pub async fn list_filters_orders_and_limits<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let key = |rs: Vec<OutboxRow>| {
+        rs.iter()
+            .map(|r| (r.stream.to_string(), r.seq.get()))
+            .collect::<Vec<_>>()
+    };
+    let p = |s: &str, n: u64| (s.to_string(), n);
+    let b = enqueue(&f.journal, "b", 2).await;
+    h.advance(&f.ctx, secs(1)).await;
+    enqueue(&f.journal, "a", 2).await;
+    assert_eq!(
+        key(rows(&f.journal).await),
+        [p("b", 1), p("b", 2), p("a", 1), p("a", 2)],
+        "by time, then seq"
+    );
+    assert_eq!(
+        key(f.journal.list(None, 3).await.unwrap()),
+        [p("b", 1), p("b", 2), p("a", 1)],
+        "at most `limit`"
+    );
+    fail_head(&f.journal, &b, "w", &RetryPolicy::default()).await;
+    assert_eq!(
+        key(f.journal.list(Some(OutboxStatus::Failed), 10).await.unwrap()),
+        [p("b", 1)]
+    );
+    assert_eq!(
+        key(f.journal.list(Some(OutboxStatus::Pending), 10).await.unwrap()),
+        [p("b", 2), p("a", 1), p("a", 2)],
+        "only pending rows, in order"
+    );
+    assert_eq!(
+        key(f.journal.list(Some(OutboxStatus::Pending), 1).await.unwrap()),
+        [p("b", 2)]
+    );
+    assert!(
+        f.journal
+            .list(Some(OutboxStatus::Dead), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        key(rows(&f.journal).await),
+        [p("b", 2), p("a", 1), p("a", 2), p("b", 1)],
+        "the failed row moved behind by its next_attempt_at"
+    );
+}
+
+/// `row`: one row, `None` when there is no such row.
+pub async fn row_returns_none_when_missing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 1).await;
+    let r = row(&f.journal, &s, 1).await;
+    assert_eq!(
+        (r.stream.clone(), r.seq.get(), r.event_type.as_str()),
+        (s.clone(), 1, crate::oracle::ORACLE_EVENT)
+    );
+    assert_eq!(f.journal.row(&s, seq(2)).await.unwrap(), None);
+    assert_eq!(f.journal.row(&sid("nope"), seq(1)).await.unwrap(), None);
+}

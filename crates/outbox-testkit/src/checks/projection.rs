@@ -1,0 +1,467 @@
+//! [`ProjectionStore`] contract checks: exactly-once apply, gaps, audit-only
+//! events, rollback on applier failure, reset, digest and setup.
+
+use outbox_core::{ApplyOutcome, ApplyReport, Error, ProjectionStore, WatermarkStore};
+
+use super::support::{adds, all_events, applied, apply_ok, oracle, recorded, state};
+use crate::{Harness, add, audit, one, sid};
+
+/// `apply`: each new event is applied once and the checkpoint moves to the
+/// run's last seq; offering the same run again skips every event as a
+/// duplicate (reported in `duplicates`) and writes nothing.
+pub async fn apply_is_exactly_once<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 10, 100])).await;
+    let r = apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 3,
+            applied: 3,
+            duplicates: 0,
+            audit_only: 0
+        }
+    );
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 3);
+    let after_first = state(h, &f, "p").await;
+    assert_eq!(after_first.streams["s"].sum, 111);
+    assert_eq!(after_first.streams["s"].seqs, [1, 2, 3]);
+    let r = apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 3,
+            applied: 0,
+            duplicates: 3,
+            audit_only: 0
+        },
+        "all duplicates"
+    );
+    assert_eq!(
+        state(h, &f, "p").await,
+        after_first,
+        "a duplicate run writes nothing (ledger included)"
+    );
+    let r = apply_ok(&f.projections, &s, &evs[1..2], &one(p.clone())).await;
+    assert_eq!(
+        (r.applied, r.duplicates),
+        (0, 1),
+        "a single old event is a duplicate too"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        3,
+        "duplicates never move the checkpoint back"
+    );
+}
+
+/// `apply`: a run overlapping the checkpoint applies only its tail.
+pub async fn apply_partial_overlap_applies_only_tail<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4, 5])).await;
+    apply_ok(&f.projections, &s, &evs[..2], &one(p.clone())).await;
+    let r = apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 5,
+            applied: 3,
+            duplicates: 2,
+            audit_only: 0
+        }
+    );
+    assert_eq!(
+        applied(h, &f, "p", &s).await,
+        [1, 2, 3, 4, 5],
+        "each seq applied once"
+    );
+    assert_eq!(state(h, &f, "p").await.streams["s"].sum, 15);
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 5);
+}
+
+/// `apply`: a run starting after `checkpoint + 1` is `ApplyOutcome::Gap`
+/// naming the checkpoint and the offered seq, and writes nothing (no
+/// projection row, no checkpoint, no watermark).
+pub async fn apply_gap_writes_nothing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4])).await;
+    match f.projections.apply(&s, &evs[2..], &one(p.clone())).await {
+        Ok(ApplyOutcome::Gap(g)) => {
+            assert_eq!((g.projection.as_str(), g.stream.clone()), ("p", s.clone()));
+            assert_eq!(
+                (g.checkpoint, g.offered.get()),
+                (0, 3),
+                "gap names checkpoint and offered seq"
+            );
+        }
+        other => panic!("a run starting at 3 over checkpoint 0 is a gap, got {other:?}"),
+    }
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 0);
+    assert_eq!(state(h, &f, "p").await, Default::default(), "nothing applied");
+    assert_eq!(f.projections.watermark(&s).await.unwrap(), None, "no watermark");
+    apply_ok(&f.projections, &s, &evs[..1], &one(p.clone())).await;
+    let r = f.projections.apply(&s, &evs[2..], &one(p.clone())).await;
+    assert!(
+        matches!(r, Ok(ApplyOutcome::Gap(ref g)) if g.checkpoint == 1),
+        "gap after seq 1: {r:?}"
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [1]);
+}
+
+/// `apply`: audit-only events advance the checkpoint without calling the
+/// applier (the oracle never lists them) and are counted in `audit_only`.
+pub async fn apply_audit_only_advances_checkpoint<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, vec![audit(), add(5), audit(), audit(), add(7)]).await;
+    let r = apply_ok(&f.projections, &s, &evs[..1], &one(p.clone())).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 1,
+            applied: 0,
+            duplicates: 0,
+            audit_only: 1
+        }
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        1,
+        "an audit-only head advances"
+    );
+    assert!(
+        applied(h, &f, "p", &s).await.is_empty(),
+        "the applier was not called"
+    );
+    let r = apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 5,
+            applied: 2,
+            duplicates: 1,
+            audit_only: 2
+        }
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [2, 5], "only the apply events");
+    assert_eq!(state(h, &f, "p").await.streams["s"].sum, 12);
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 5);
+    assert_eq!(
+        f.projections
+            .watermark(&s)
+            .await
+            .unwrap()
+            .map(|w| w.applied_through),
+        Some(5)
+    );
+}
+
+/// `apply`: an applier failure rolls the whole transaction back (no
+/// projection write, no checkpoint or watermark move, even for the events
+/// before the failing one) and returns `Error::Apply` naming the event.
+pub async fn apply_failure_rolls_back_everything<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, faults) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4, 5])).await;
+    apply_ok(&f.projections, &s, &evs[..2], &one(p.clone())).await;
+    let before = state(h, &f, "p").await;
+    faults.fail(&s, 4, 1);
+    match f.projections.apply(&s, &evs, &one(p.clone())).await {
+        Err(Error::Apply {
+            projection,
+            stream,
+            seq,
+            ..
+        }) => {
+            assert_eq!(
+                (projection.as_str(), stream, seq.get()),
+                ("p", s.clone(), 4),
+                "names the failing event"
+            )
+        }
+        other => panic!("an applier failure is Error::Apply, got {other:?}"),
+    }
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        2,
+        "checkpoint unchanged"
+    );
+    assert_eq!(
+        state(h, &f, "p").await,
+        before,
+        "seq 3 was rolled back with seq 4"
+    );
+    assert_eq!(
+        f.projections
+            .watermark(&s)
+            .await
+            .unwrap()
+            .map(|w| w.applied_through),
+        Some(2),
+        "watermark unchanged"
+    );
+    let r = apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!((r.applied, r.duplicates), (3, 2), "the retry applies the rest");
+    assert_eq!(
+        applied(h, &f, "p", &s).await,
+        [1, 2, 3, 4, 5],
+        "each seq exactly once"
+    );
+}
+
+/// `apply`: several projections in one call, each planned against its own
+/// checkpoint; `applied` counts events new to at least one projection.
+pub async fn apply_two_projections_with_different_checkpoints<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (q, _) = oracle(h, &f, "q").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4])).await;
+    apply_ok(&f.projections, &s, &evs[..2], &one(p.clone())).await;
+    let both = vec![p.clone(), q.clone()];
+    let r = apply_ok(&f.projections, &s, &evs, &both).await;
+    assert_eq!(
+        r,
+        ApplyReport {
+            through: 4,
+            applied: 4,
+            duplicates: 0,
+            audit_only: 0
+        }
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2, 3, 4], "p got 3 and 4 once");
+    assert_eq!(applied(h, &f, "q", &s).await, [1, 2, 3, 4], "q got everything");
+    assert_eq!(f.projections.checkpoint(q.name(), &s).await.unwrap(), 4);
+    let r = apply_ok(&f.projections, &s, &evs, &both).await;
+    assert_eq!((r.applied, r.duplicates), (0, 4), "duplicates for both");
+}
+
+/// `apply`: one transaction for every projection: when one projection has a
+/// gap, nothing is written for the others either; when one applier fails,
+/// the others roll back too.
+pub async fn apply_is_one_transaction_across_projections<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (q, q_faults) = oracle(h, &f, "q").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4])).await;
+    apply_ok(&f.projections, &s, &evs[..2], &one(p.clone())).await;
+    let both = vec![p.clone(), q.clone()];
+    let r = f.projections.apply(&s, &evs[2..], &both).await;
+    assert!(
+        matches!(r, Ok(ApplyOutcome::Gap(ref g)) if g.projection.as_str() == "q"),
+        "q has a gap: {r:?}"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        2,
+        "p did not move"
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2], "nothing written for p");
+    q_faults.fail(&s, 2, 1);
+    let r = f.projections.apply(&s, &evs, &both).await;
+    assert!(
+        matches!(r, Err(Error::Apply { ref projection, .. }) if projection == "q"),
+        "q fails: {r:?}"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        2,
+        "p rolled back with q"
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2]);
+    assert!(applied(h, &f, "q", &s).await.is_empty());
+    apply_ok(&f.projections, &s, &evs, &both).await;
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2, 3, 4]);
+    assert_eq!(applied(h, &f, "q", &s).await, [1, 2, 3, 4]);
+}
+
+/// `apply`: a run that is empty, not contiguous or of another stream is
+/// `InvalidInput` and writes nothing.
+pub async fn apply_rejects_bad_runs<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (s, t) = (sid("s"), sid("t"));
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3])).await;
+    let other = recorded(&f.journal, &t, adds(&[1])).await;
+    let holey = vec![evs[0].clone(), evs[2].clone()];
+    let backwards = vec![evs[1].clone(), evs[0].clone()];
+    let mixed = vec![evs[0].clone(), other[0].clone()];
+    for (what, stream, run) in [
+        ("empty", &s, vec![]),
+        ("with a hole", &s, holey),
+        ("backwards", &s, backwards),
+        ("of two streams", &s, mixed),
+        ("of another stream", &t, evs.clone()),
+    ] {
+        let r = f.projections.apply(stream, &run, &one(p.clone())).await;
+        assert!(matches!(r, Err(Error::InvalidInput(_))), "a run {what}: {r:?}");
+    }
+    assert_eq!(state(h, &f, "p").await, Default::default(), "nothing applied");
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 0);
+    assert_eq!(f.projections.checkpoint(p.name(), &t).await.unwrap(), 0);
+    assert_eq!(f.projections.watermark(&s).await.unwrap(), None);
+}
+
+/// `checkpoint`: 0 before any apply, per (projection, stream).
+pub async fn checkpoint_is_per_projection_and_stream<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (q, _) = oracle(h, &f, "q").await;
+    let (s, t) = (sid("s"), sid("t"));
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        0,
+        "no apply yet"
+    );
+    let evs = recorded(&f.journal, &s, adds(&[1, 2])).await;
+    apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 2);
+    assert_eq!(
+        f.projections.checkpoint(q.name(), &s).await.unwrap(),
+        0,
+        "another projection"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &t).await.unwrap(),
+        0,
+        "another stream"
+    );
+}
+
+/// `reset`: clears the projection's rows and checkpoints (in one
+/// transaction) and leaves other projections alone; events then apply from 1.
+pub async fn reset_clears_projection_and_checkpoints<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (q, _) = oracle(h, &f, "q").await;
+    let (s, t) = (sid("s"), sid("t"));
+    let es = recorded(&f.journal, &s, adds(&[1, 2])).await;
+    let et = recorded(&f.journal, &t, adds(&[3])).await;
+    let both = vec![p.clone(), q.clone()];
+    apply_ok(&f.projections, &s, &es, &both).await;
+    apply_ok(&f.projections, &t, &et, &both).await;
+    let q_before = state(h, &f, "q").await;
+    f.projections.reset(&*p).await.expect("reset");
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        0,
+        "checkpoints cleared"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &t).await.unwrap(),
+        0,
+        "on every stream"
+    );
+    assert_eq!(
+        state(h, &f, "p").await,
+        Default::default(),
+        "rows and ledger cleared"
+    );
+    assert_eq!(state(h, &f, "q").await, q_before, "other projections untouched");
+    assert_eq!(f.projections.checkpoint(q.name(), &s).await.unwrap(), 2);
+    let r = apply_ok(&f.projections, &s, &es, &one(p.clone())).await;
+    assert_eq!(r.applied, 2, "after a reset the events are new again");
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2]);
+}
+
+/// `digest`: equal for equal states (on two separate stores), different
+/// after a change, and equal again after reset and replay.
+pub async fn digest_tracks_state<H: Harness>(h: &H) {
+    let f1 = h.open().await;
+    let f2 = h.open().await;
+    let (p1, _) = oracle(h, &f1, "p").await;
+    let (p2, _) = oracle(h, &f2, "p").await;
+    let empty = f1.projections.digest(&*p1).await.unwrap();
+    assert_eq!(
+        empty,
+        f2.projections.digest(&*p2).await.unwrap(),
+        "two empty projections"
+    );
+    let s = sid("s");
+    let e1 = recorded(&f1.journal, &s, adds(&[4, 5, 6])).await;
+    let e2 = recorded(&f2.journal, &s, adds(&[4, 5, 6])).await;
+    apply_ok(&f1.projections, &s, &e1, &one(p1.clone())).await;
+    apply_ok(&f2.projections, &s, &e2[..1], &one(p2.clone())).await;
+    apply_ok(&f2.projections, &s, &e2, &one(p2.clone())).await;
+    let d1 = f1.projections.digest(&*p1).await.unwrap();
+    assert_ne!(d1, empty, "applying changes the digest");
+    assert_eq!(
+        d1,
+        f2.projections.digest(&*p2).await.unwrap(),
+        "the same events in other batches: same digest"
+    );
+    assert_eq!(
+        d1,
+        f1.projections.digest(&*p1).await.unwrap(),
+        "digest is deterministic"
+    );
+    let more = recorded(&f1.journal, &s, adds(&[7])).await;
+    apply_ok(&f1.projections, &s, &more, &one(p1.clone())).await;
+    let d2 = f1.projections.digest(&*p1).await.unwrap();
+    assert_ne!(d2, d1, "another event changes the digest");
+    f1.projections.reset(&*p1).await.unwrap();
+    assert_eq!(
+        f1.projections.digest(&*p1).await.unwrap(),
+        empty,
+        "reset returns to the empty digest"
+    );
+    let all = all_events(&f1.journal, &s).await;
+    apply_ok(&f1.projections, &s, &all, &one(p1.clone())).await;
+    assert_eq!(
+        f1.projections.digest(&*p1).await.unwrap(),
+        d2,
+        "replay after reset converges"
+    );
+}
+
+/// `digest`: covers checkpoints too: an audit-only event changes it.
+pub async fn digest_covers_checkpoints<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, vec![add(1), audit()]).await;
+    apply_ok(&f.projections, &s, &evs[..1], &one(p.clone())).await;
+    let d1 = f.projections.digest(&*p).await.unwrap();
+    apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 2);
+    assert_ne!(
+        f.projections.digest(&*p).await.unwrap(),
+        d1,
+        "the checkpoint moved, so the digest changes"
+    );
+}
+
+/// `setup`: idempotent, and a second setup keeps what was applied.
+pub async fn setup_is_idempotent<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    f.projections.setup(&one(p.clone())).await.expect("second setup");
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2])).await;
+    apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    let before = state(h, &f, "p").await;
+    f.projections
+        .setup(&one(p.clone()))
+        .await
+        .expect("setup after applies");
+    let other = h.reopen_projections(&f.ctx).await;
+    other
+        .setup(&one(p.clone()))
+        .await
+        .expect("setup from another instance");
+    assert_eq!(state(h, &f, "p").await, before, "setup keeps applied state");
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        2,
+        "and checkpoints"
+    );
+}
