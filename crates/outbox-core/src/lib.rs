@@ -21,7 +21,7 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WatermarkStore, WorkerInfo,
+    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WakeSource, WatermarkStore, WorkerInfo,
     WorkerRegistry,
 };
 pub use projection::{

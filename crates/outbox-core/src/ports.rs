@@ -370,3 +370,18 @@ pub trait WorkerRegistry: Send + Sync {
     /// Deletes long-expired entries.
     fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send;
 }
+
+/// Optional ability: tells a worker that another process may have appended,
+/// so it need not wait for its poll (Postgres LISTEN/NOTIFY, for example).
+///
+/// # Contract
+/// - `wait` resolves after an append committed anywhere may have made work
+///   due, and may also resolve spuriously; callers re-check the store.
+/// - It never errors: an adapter that loses its notification channel keeps
+///   trying to restore it and meanwhile resolves at most every few seconds,
+///   so polling remains the fallback.
+#[async_trait::async_trait]
+pub trait WakeSource: Send + Sync {
+    /// Resolves when work may be due.
+    async fn wait(&self);
+}

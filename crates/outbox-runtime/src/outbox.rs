@@ -6,8 +6,8 @@ use std::sync::Arc;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
     EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
-    ProjectionStore, Result, Seq, StreamGap, StreamId, WatermarkStore, WorkerId, WorkerRegistry, detect_gap,
-    select_mode,
+    ProjectionStore, Result, Seq, StreamGap, StreamId, WakeSource, WatermarkStore, WorkerId, WorkerRegistry,
+    detect_gap, select_mode,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -49,6 +49,7 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) mode: Mode,
     pub(crate) worker_id: WorkerId,
     pub(crate) wake: Notify,
+    pub(crate) wake_source: Option<Arc<dyn WakeSource>>,
     pub(crate) metrics: Metrics,
 }
 
@@ -59,6 +60,7 @@ pub struct OutboxBuilder<J, P: ProjectionStore> {
     types: EventTypeRegistry,
     projections: Vec<Arc<dyn Projection<P::Tx>>>,
     config: Config,
+    wake_source: Option<Arc<dyn WakeSource>>,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
@@ -71,6 +73,13 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// Sets the event types and their intents.
     pub fn event_types(mut self, types: EventTypeRegistry) -> Self {
         self.types = types;
+        self
+    }
+
+    /// Adds a source of cross-process wake-ups (e.g. the Postgres adapter's
+    /// LISTEN/NOTIFY listener). Polling stays the fallback.
+    pub fn wake_source(mut self, source: Arc<dyn WakeSource>) -> Self {
+        self.wake_source = Some(source);
         self
     }
 
@@ -124,6 +133,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 mode,
                 worker_id,
                 wake: Notify::new(),
+                wake_source: self.wake_source,
                 metrics: Metrics::default(),
             }),
         })
@@ -191,6 +201,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             types: EventTypeRegistry::new(),
             projections: Vec::new(),
             config: Config::default(),
+            wake_source: None,
         }
     }
 
