@@ -7,6 +7,7 @@ mod outbox;
 mod policy;
 mod ports;
 mod projection;
+mod run;
 mod time;
 
 pub use error::{BoxError, Error, Result};
@@ -21,13 +22,14 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, WakeSource, WatermarkStore, WorkerInfo,
-    WorkerRegistry,
+    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, WakeSource, WatermarkStore,
+    WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
     StreamGap, Watermark, detect_gap, plan_apply, validate_run,
 };
+pub use run::{RunEnd, RunKind, RunRecord, RunState};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.

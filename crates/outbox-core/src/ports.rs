@@ -385,3 +385,62 @@ pub trait WakeSource: Send + Sync {
     /// Resolves when work may be due.
     async fn wait(&self);
 }
+
+/// Persisted replay and rebuild runs, kept in the projection database.
+///
+/// # Contract
+/// - `admit_run` records a new `queued` run for `projection` owned by
+///   `owner`, with its claim expiring at `now + ttl` (store clock), unless the
+///   projection already has an active (queued or running) run whose claim has
+///   not expired: then [`Error::InvalidState`](crate::Error::InvalidState)
+///   naming that run, and nothing changes. An active run whose claim expired
+///   is marked `failed` (code `abandoned`) first. Ids are unique and increasing.
+/// - `update_run` is called by the owner: it moves a queued run to
+///   `running`, records `processed` and the last committed (stream, seq), and
+///   renews the claim; it returns the record, whose `cancel_requested` tells
+///   the owner to stop. A run that is not active or not owned by `owner` is
+///   `InvalidState`.
+/// - `finish_run` moves an active run owned by `owner` to its terminal state
+///   with the error code and message for a failure; otherwise `InvalidState`.
+/// - `cancel_run` sets `cancel_requested` on an active run (a queued run is
+///   cancelled at once) and returns it; `NotFound` for an unknown id,
+///   `InvalidState` for a finished run.
+/// - `run` returns one run or `None`; `runs` lists up to `limit`, newest first.
+pub trait RunStore: Send + Sync {
+    /// Admits a run.
+    fn admit_run(
+        &self,
+        kind: crate::RunKind,
+        projection: &ProjectionName,
+        until: Option<u64>,
+        owner: &WorkerId,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Records progress and renews the owner's claim.
+    fn update_run(
+        &self,
+        id: u64,
+        owner: &WorkerId,
+        processed: u64,
+        last: Option<(&StreamId, Seq)>,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Ends a run.
+    fn finish_run(
+        &self,
+        id: u64,
+        owner: &WorkerId,
+        end: crate::RunEnd,
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Requests cancellation.
+    fn cancel_run(&self, id: u64) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// One run.
+    fn run(&self, id: u64) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
+
+    /// Recent runs, newest first.
+    fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<crate::RunRecord>>> + Send;
+}

@@ -9,6 +9,7 @@ use outbox_core::{
     MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
     WatermarkStore, plan_apply, validate_limit, validate_run,
 };
+use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, WorkerId, validate_ttl};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Projection tables: table name -> key -> value bytes, all ordered.
@@ -19,6 +20,7 @@ struct State {
     tables: Tables,
     checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
     watermarks: BTreeMap<StreamId, Watermark>,
+    runs: BTreeMap<u64, RunRecord>,
 }
 
 /// The in-memory projection store: implements [`ProjectionStore`] (with
@@ -331,6 +333,143 @@ impl WatermarkStore for MemoryProjectionStore {
             .range((lower, Bound::Unbounded))
             .take(limit)
             .map(|(_, w)| w.clone())
+            .collect())
+    }
+}
+
+fn active_run_conflict(run: &RunRecord) -> Error {
+    Error::InvalidState(format!(
+        "{} run {} is already {} on projection `{}` (owner {}); wait for it or cancel it with `outbox runs cancel {}`",
+        run.kind, run.id, run.state, run.projection, run.owner, run.id
+    ))
+}
+
+fn owned_active<'a>(st: &'a mut State, id: u64, owner: &WorkerId) -> Result<&'a mut RunRecord> {
+    let run = st
+        .runs
+        .get_mut(&id)
+        .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+    if !run.state.is_active() || &run.owner != owner {
+        return Err(Error::InvalidState(format!(
+            "run {id} is {} and owned by {}; {owner} cannot update it",
+            run.state, run.owner
+        )));
+    }
+    Ok(run)
+}
+
+impl RunStore for MemoryProjectionStore {
+    async fn admit_run(
+        &self,
+        kind: RunKind,
+        projection: &ProjectionName,
+        until: Option<u64>,
+        owner: &WorkerId,
+        ttl: std::time::Duration,
+    ) -> Result<RunRecord> {
+        validate_ttl(ttl)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock().await;
+        for run in st.runs.values_mut() {
+            if &run.projection == projection && run.state.is_active() {
+                if run.lease_expires_at > now {
+                    return Err(active_run_conflict(run));
+                }
+                run.state = RunState::Failed;
+                run.error_code = Some("abandoned".into());
+                run.error_message = Some("the run's owner stopped renewing its claim".into());
+                run.updated_at = now;
+            }
+        }
+        let id = st.runs.keys().next_back().map_or(1, |k| k + 1);
+        let run = RunRecord {
+            id,
+            kind,
+            projection: projection.clone(),
+            state: RunState::Queued,
+            until,
+            processed: 0,
+            last_stream: None,
+            last_seq: None,
+            error_code: None,
+            error_message: None,
+            cancel_requested: false,
+            owner: owner.clone(),
+            lease_expires_at: now.saturating_add(ttl),
+            created_at: now,
+            updated_at: now,
+        };
+        st.runs.insert(id, run.clone());
+        Ok(run)
+    }
+
+    async fn update_run(
+        &self,
+        id: u64,
+        owner: &WorkerId,
+        processed: u64,
+        last: Option<(&StreamId, Seq)>,
+        ttl: std::time::Duration,
+    ) -> Result<RunRecord> {
+        validate_ttl(ttl)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock().await;
+        let run = owned_active(&mut st, id, owner)?;
+        run.state = RunState::Running;
+        run.processed = processed;
+        if let Some((stream, seq)) = last {
+            run.last_stream = Some(stream.clone());
+            run.last_seq = Some(seq);
+        }
+        run.lease_expires_at = now.saturating_add(ttl);
+        run.updated_at = now;
+        Ok(run.clone())
+    }
+
+    async fn finish_run(&self, id: u64, owner: &WorkerId, end: RunEnd) -> Result<RunRecord> {
+        let now = self.clock.now();
+        let mut st = self.state.lock().await;
+        let run = owned_active(&mut st, id, owner)?;
+        run.state = end.state();
+        if let RunEnd::Failed { code, message } = end {
+            run.error_code = Some(code);
+            run.error_message = Some(outbox_core::truncate_error(&message).to_owned());
+        }
+        run.updated_at = now;
+        Ok(run.clone())
+    }
+
+    async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
+        let now = self.clock.now();
+        let mut st = self.state.lock().await;
+        let run = st
+            .runs
+            .get_mut(&id)
+            .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+        match run.state {
+            RunState::Queued => run.state = RunState::Cancelled,
+            RunState::Running => run.cancel_requested = true,
+            _ => return Err(Error::InvalidState(format!("run {id} is already {}", run.state))),
+        }
+        run.updated_at = now;
+        Ok(run.clone())
+    }
+
+    async fn run(&self, id: u64) -> Result<Option<RunRecord>> {
+        Ok(self.state.lock().await.runs.get(&id).cloned())
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunRecord>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        Ok(self
+            .state
+            .lock()
+            .await
+            .runs
+            .values()
+            .rev()
+            .take(limit)
+            .cloned()
             .collect())
     }
 }

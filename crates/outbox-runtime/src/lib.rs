@@ -4,6 +4,7 @@ mod clock;
 mod config;
 mod metrics;
 mod outbox;
+mod replay;
 mod running;
 mod worker;
 
@@ -13,6 +14,7 @@ pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{
     AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend, RepairReport,
 };
+pub use replay::error_code;
 pub use running::{Running, Tasks};
 pub use worker::{TickReport, WorkerKind};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
     EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
-    ProjectionStore, Result, Seq, StreamGap, StreamId, WakeSource, WatermarkStore, WorkerId, WorkerRegistry,
-    detect_gap, select_mode,
+    ProjectionStore, Result, RunStore, Seq, StreamGap, StreamId, WakeSource, WatermarkStore, WorkerId,
+    WorkerRegistry, detect_gap, select_mode,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -23,8 +23,8 @@ impl<T: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static> Jour
 /// What a projection adapter must implement for the runtime. A watermark
 /// store is part of the bound, so "a worker without a watermark store" cannot
 /// be configured at all.
-pub trait ProjectionBackend: ProjectionStore + WatermarkStore + 'static {}
-impl<T: ProjectionStore + WatermarkStore + 'static> ProjectionBackend for T {}
+pub trait ProjectionBackend: ProjectionStore + WatermarkStore + RunStore + 'static {}
+impl<T: ProjectionStore + WatermarkStore + RunStore + 'static> ProjectionBackend for T {}
 
 /// The runtime: one journal, one projection store, the registered
 /// projections and event types, and the resolved [`Mode`]. Cheap to clone.

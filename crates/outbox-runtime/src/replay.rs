@@ -1,0 +1,222 @@
+//! The replay coordinator: catch-up and rebuild runs, persisted in the
+//! projection database, one active run per projection.
+//!
+//! A run and the live worker never corrupt one projection: every apply, from
+//! either, is one projection transaction that compare-and-sets the
+//! (projection, stream) checkpoint, and those transactions serialize on the
+//! checkpoint row (SQLite's single writer; a row lock on Postgres). A worker
+//! that meets a projection a rebuild has reset catches that stream up itself;
+//! the rebuild then finds the stream applied and skips it as duplicates.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{
+    ApplyOutcome, Error, Projection, ProjectionName, Result, RunEnd, RunKind, RunRecord, Seq, StreamId,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+
+/// How long a run's claim lasts between progress updates.
+const RUN_TTL: Duration = Duration::from_secs(60);
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The registered projection called `name`.
+    pub fn projection(&self, name: &str) -> Result<Arc<dyn Projection<P::Tx>>> {
+        self.projections()
+            .iter()
+            .find(|p| p.name().as_str() == name)
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.projections().iter().map(|p| p.name().as_str()).collect();
+                Error::NotFound(format!("projection `{name}` (registered: {})", known.join(", ")))
+            })
+    }
+
+    /// Catch-up: from each stream's checkpoint forward, in seq order, to the
+    /// tail or to global position `until`. Returns the finished run record.
+    pub async fn replay(
+        &self,
+        projection: &str,
+        until: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        let p = self.projection(projection)?;
+        let run = self.admit(RunKind::CatchUp, p.name(), until).await?;
+        self.execute(run, p, cancel).await
+    }
+
+    /// Rebuild: clears the projection's tables and checkpoints, then replays
+    /// from the journal's origin. Returns the finished run record.
+    pub async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
+        let p = self.projection(projection)?;
+        let run = self.admit(RunKind::Rebuild, p.name(), None).await?;
+        self.execute(run, p, cancel).await
+    }
+
+    /// Rebuilds every projection in registration order. All runs are admitted
+    /// (queued) first, so a conflict refuses the whole request before anything
+    /// is cleared; a failed or cancelled run stops the sequence and cancels
+    /// the queued rest.
+    pub async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
+        let mut queued = Vec::new();
+        for p in self.projections() {
+            match self.admit(RunKind::Rebuild, p.name(), None).await {
+                Ok(run) => queued.push((run, p.clone())),
+                Err(e) => {
+                    for (run, _) in &queued {
+                        let _ = self.store().cancel_run(run.id).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut done = Vec::new();
+        let mut rest = queued.into_iter();
+        for (run, p) in rest.by_ref() {
+            let rec = self.execute(run, p, cancel).await?;
+            let stop = rec.state != outbox_core::RunState::Completed;
+            done.push(rec);
+            if stop {
+                break;
+            }
+        }
+        for (run, _) in rest {
+            done.push(self.store().cancel_run(run.id).await?);
+        }
+        Ok(done)
+    }
+
+    async fn admit(
+        &self,
+        kind: RunKind,
+        projection: &ProjectionName,
+        until: Option<u64>,
+    ) -> Result<RunRecord> {
+        self.store()
+            .admit_run(kind, projection, until, self.worker_id(), RUN_TTL)
+            .await
+    }
+
+    async fn execute(
+        &self,
+        run: RunRecord,
+        projection: Arc<dyn Projection<P::Tx>>,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        let owner = self.worker_id().clone();
+        let store = self.store();
+        let mut rec = store.update_run(run.id, &owner, 0, None, RUN_TTL).await?;
+        info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
+        let result = self.run_body(&mut rec, projection, cancel).await;
+        let end = match result {
+            Ok(true) => RunEnd::Completed,
+            Ok(false) => RunEnd::Cancelled,
+            Err(e) => {
+                warn!(run = rec.id, error = %e, "run failed; committed batches stay");
+                RunEnd::Failed {
+                    code: error_code(&e).into(),
+                    message: e.to_string(),
+                }
+            }
+        };
+        let rec = store.finish_run(rec.id, &owner, end).await?;
+        info!(run = rec.id, state = %rec.state, processed = rec.processed, "run finished");
+        Ok(rec)
+    }
+
+    /// Returns Ok(true) when it reached the end, Ok(false) when cancelled.
+    async fn run_body(
+        &self,
+        rec: &mut RunRecord,
+        projection: Arc<dyn Projection<P::Tx>>,
+        cancel: &CancellationToken,
+    ) -> Result<bool> {
+        let owner = self.worker_id().clone();
+        let store = self.store();
+        let journal = self.journal();
+        let batch = self.config().batch_size;
+        let one = [projection.clone()];
+        if rec.kind == RunKind::Rebuild {
+            store.reset(projection.as_ref()).await?;
+        }
+        let mut processed = 0u64;
+        let mut after: Option<StreamId> = None;
+        loop {
+            let page = journal.stream_heads(after.as_ref(), 500).await?;
+            let Some(last_head) = page.last() else { break };
+            after = Some(last_head.stream.clone());
+            for head in page {
+                let stream = &head.stream;
+                let mut next = store.checkpoint(projection.name(), stream).await? + 1;
+                while next <= head.head.get() {
+                    let events = journal.read_stream(stream, Seq::new(next)?, batch).await?;
+                    let events: Vec<_> = events
+                        .into_iter()
+                        .take_while(|e| rec.until.is_none_or(|u| e.global_position <= u))
+                        .collect();
+                    let Some(last) = events.last() else { break };
+                    let last_seq = last.seq;
+                    match store.apply(stream, &events, &one).await? {
+                        ApplyOutcome::Applied(r) => {
+                            self.count(&r);
+                            processed += r.applied + r.audit_only;
+                        }
+                        ApplyOutcome::Gap(gap) => {
+                            // Someone (a concurrent reset) moved the checkpoint back: follow it.
+                            next = gap.checkpoint + 1;
+                            continue;
+                        }
+                    }
+                    next = last_seq.get() + 1;
+                    *rec = store
+                        .update_run(rec.id, &owner, processed, Some((stream, last_seq)), RUN_TTL)
+                        .await?;
+                    if rec.cancel_requested || cancel.is_cancelled() {
+                        return Ok(false);
+                    }
+                }
+                self.resolve_rows(stream).await?;
+            }
+        }
+        *rec = store.update_run(rec.id, &owner, processed, None, RUN_TTL).await?;
+        Ok(true)
+    }
+
+    /// Deletes the stream's outbox rows (dead ones included) that every
+    /// projection has now applied: the failure records a replay resolves.
+    async fn resolve_rows(&self, stream: &StreamId) -> Result<()> {
+        if !self.mode().enqueues() || self.projections().is_empty() {
+            return Ok(());
+        }
+        let mut min = u64::MAX;
+        for p in self.projections() {
+            min = min.min(self.store().checkpoint(p.name(), stream).await?);
+        }
+        if min > 0 {
+            let n = self.journal().complete(stream, Seq::new(min)?).await?;
+            Metrics::add(&self.inner.metrics.completed_rows, n);
+        }
+        Ok(())
+    }
+
+    /// Requests cancellation of a run (possibly running in another process).
+    pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
+        self.store().cancel_run(id).await
+    }
+}
+
+/// A short machine-readable code for a run failure.
+pub fn error_code(e: &Error) -> &'static str {
+    match e {
+        Error::Apply { .. } => "apply",
+        Error::Corrupt { .. } => "corrupt",
+        Error::Storage { .. } => "storage",
+        Error::InvalidState(_) => "invalid_state",
+        Error::NotFound(_) => "not_found",
+        _ => "other",
+    }
+}

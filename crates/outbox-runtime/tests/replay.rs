@@ -1,0 +1,360 @@
+//! The replay coordinator on the memory adapter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use outbox_core::{
+    BoxError, Clock, DigestBuilder, Event, ExpectedVersion, OutboxStore, Projection, ProjectionName,
+    ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
+};
+use outbox_memory::oracle::MemoryOracle;
+use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
+use outbox_runtime::{Config, Outbox, TokioClock};
+use outbox_testkit::{OracleProjection, Seed, add, audit, oracle_registry, sid};
+use tokio_util::sync::CancellationToken;
+
+type Rt = Outbox<MemoryJournal, MemoryProjectionStore>;
+
+/// Wraps a projection and cancels a token after `after` applies.
+struct CancelAfter {
+    inner: Arc<dyn Projection<MemoryTx>>,
+    seen: AtomicU64,
+    after: u64,
+    token: CancellationToken,
+}
+
+#[async_trait]
+impl Projection<MemoryTx> for CancelAfter {
+    fn name(&self) -> &ProjectionName {
+        self.inner.name()
+    }
+    async fn apply(&self, tx: &mut MemoryTx, e: &Event) -> Result<(), BoxError> {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 == self.after {
+            self.token.cancel();
+        }
+        self.inner.apply(tx, e).await
+    }
+    async fn reset(&self, tx: &mut MemoryTx) -> Result<(), BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(&self, tx: &mut MemoryTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+fn oracle(name: &str) -> Arc<dyn Projection<MemoryTx>> {
+    OracleProjection::new(name, Arc::new(MemoryOracle)).shared()
+}
+
+async fn build(
+    journal: &MemoryJournal,
+    store: &MemoryProjectionStore,
+    projections: &[Arc<dyn Projection<MemoryTx>>],
+    config: Config,
+) -> Rt {
+    let mut b = Outbox::builder(journal.clone(), store.clone())
+        .config(config)
+        .event_types(oracle_registry());
+    for p in projections {
+        b = b.projection(p.clone());
+    }
+    b.build().await.unwrap()
+}
+
+fn stores() -> (MemoryJournal, MemoryProjectionStore) {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::default());
+    (
+        MemoryJournal::with_clock(clock.clone()),
+        MemoryProjectionStore::with_clock(clock),
+    )
+}
+
+/// Appends a seeded random history; returns how many events were appended.
+async fn random_history(rt: &Rt, seed: Seed, appends: usize) -> u64 {
+    let mut rng = seed.rng();
+    let mut total = 0;
+    for _ in 0..appends {
+        let s = sid(&format!("s{}", rng.below(9)));
+        let n = 1 + rng.below(5);
+        let events = (0..n)
+            .map(|_| {
+                if rng.below(6) == 0 {
+                    audit()
+                } else {
+                    add(rng.below(100) as i64)
+                }
+            })
+            .collect();
+        rt.append(&s, ExpectedVersion::Any, events).await.unwrap();
+        total += n;
+    }
+    total
+}
+
+async fn drain(rt: &Rt) {
+    for _ in 0..1000 {
+        let r = rt.tick().await.unwrap();
+        if !r.made_progress() && rt.journal().summary().await.unwrap().total() == 0 {
+            return;
+        }
+    }
+    panic!("not drained");
+}
+
+#[tokio::test(start_paused = true)]
+async fn worker_catch_up_and_rebuild_converge_on_randomized_journals() {
+    for round in 0..5 {
+        let seed = Seed::pick(&format!("worker_catch_up_and_rebuild_converge round {round}"));
+        let (journal, store) = stores();
+        let p = oracle("oracle");
+        let rt = build(
+            &journal,
+            &store,
+            std::slice::from_ref(&p),
+            Config::apply_worker().with_batch_size(4),
+        )
+        .await;
+        random_history(&rt, seed, 150).await;
+        drain(&rt).await;
+        let by_worker = store.digest(p.as_ref()).await.unwrap();
+
+        // Catch-up into a fresh projection store over the same journal.
+        let (_, fresh) = stores();
+        let caught = build(&journal, &fresh, std::slice::from_ref(&p), Config::default()).await;
+        let run = caught
+            .replay("oracle", None, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            (run.kind, run.state),
+            (RunKind::CatchUp, RunState::Completed),
+            "seed {}",
+            seed.0
+        );
+        assert_eq!(
+            fresh.digest(p.as_ref()).await.unwrap(),
+            by_worker,
+            "seed {}: catch-up vs worker",
+            seed.0
+        );
+
+        // Rebuild from origin in the worker's own store.
+        let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
+        assert_eq!(run.state, RunState::Completed, "seed {}", seed.0);
+        assert!(run.processed > 0);
+        assert_eq!(
+            store.digest(p.as_ref()).await.unwrap(),
+            by_worker,
+            "seed {}: rebuild vs worker",
+            seed.0
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_run_keeps_committed_batches_and_the_next_run_resumes() {
+    let (journal, store) = stores();
+    let reference = oracle("oracle");
+    let rt = build(
+        &journal,
+        &store,
+        std::slice::from_ref(&reference),
+        Config::apply_worker().with_batch_size(5),
+    )
+    .await;
+    let total = random_history(&rt, Seed(7), 60).await;
+    drain(&rt).await;
+    let want = store.digest(reference.as_ref()).await.unwrap();
+
+    let token = CancellationToken::new();
+    let cancelling: Arc<dyn Projection<MemoryTx>> = Arc::new(CancelAfter {
+        inner: oracle("oracle"),
+        seen: AtomicU64::new(0),
+        after: 23,
+        token: token.clone(),
+    });
+    let (_, fresh) = stores();
+    let first = build(
+        &journal,
+        &fresh,
+        &[cancelling],
+        Config::default().with_batch_size(5),
+    )
+    .await;
+    let run = first.replay("oracle", None, &token).await.unwrap();
+    assert_eq!(run.state, RunState::Cancelled);
+    assert!(
+        run.processed >= 23 && run.processed < total,
+        "stopped at a batch boundary: {}",
+        run.processed
+    );
+    let committed = fresh.digest(reference.as_ref()).await.unwrap();
+    assert_ne!(committed, want, "a cancelled run is partial");
+
+    let second = build(
+        &journal,
+        &fresh,
+        std::slice::from_ref(&reference),
+        Config::default().with_batch_size(5),
+    )
+    .await;
+    let run2 = second
+        .replay("oracle", None, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(run2.state, RunState::Completed);
+    assert_eq!(
+        run.processed + run2.processed,
+        total,
+        "resumed from the checkpoint: nothing twice, nothing lost"
+    );
+    assert_eq!(fresh.digest(reference.as_ref()).await.unwrap(), want);
+    let runs = fresh.runs(10).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [RunState::Completed, RunState::Cancelled]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn until_stops_at_a_global_position() {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
+    for i in 0..10 {
+        rt.append(
+            &sid(if i % 2 == 0 { "a" } else { "b" }),
+            ExpectedVersion::Any,
+            vec![add(1)],
+        )
+        .await
+        .unwrap();
+    }
+    let (_, fresh) = stores();
+    let replayer = build(&journal, &fresh, std::slice::from_ref(&p), Config::default()).await;
+    let run = replayer
+        .replay("oracle", Some(5), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (run.state, run.processed, run.until),
+        (RunState::Completed, 5, Some(5))
+    );
+    assert_eq!(fresh.checkpoint(p.name(), &sid("a")).await.unwrap(), 3);
+    assert_eq!(fresh.checkpoint(p.name(), &sid("b")).await.unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_run_per_projection_and_a_clear_refusal() {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
+    rt.append(&sid("a"), ExpectedVersion::Any, vec![add(1)])
+        .await
+        .unwrap();
+    // Another process is rebuilding the projection.
+    let other = WorkerId::new("other-process").unwrap();
+    let held = store
+        .admit_run(RunKind::Rebuild, p.name(), None, &other, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let err = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!(
+            "rebuild run {} is already queued on projection `oracle`",
+            held.id
+        )),
+        "{msg}"
+    );
+    assert!(matches!(err, outbox_core::Error::InvalidState(_)));
+    let err = rt
+        .replay("nope", None, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("projection `nope` (registered: oracle)"),
+        "{err}"
+    );
+    // Its claim expires (it crashed): the next request takes over and marks it abandoned.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    let old = store.run(held.id).await.unwrap().unwrap();
+    assert_eq!(
+        (old.state, old.error_code.as_deref()),
+        (RunState::Failed, Some("abandoned"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_request_from_another_process_stops_the_run() {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(
+        &journal,
+        &store,
+        std::slice::from_ref(&p),
+        Config::default().with_batch_size(1),
+    )
+    .await;
+    random_history(&rt, Seed(3), 30).await;
+    // Queue a run, cancel it before it starts: it is cancelled at once.
+    let other = WorkerId::new("other").unwrap();
+    let queued = store
+        .admit_run(RunKind::CatchUp, p.name(), None, &other, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let cancelled = rt.cancel_run(queued.id).await.unwrap();
+    assert_eq!(cancelled.state, RunState::Cancelled);
+    assert!(
+        rt.cancel_run(queued.id).await.is_err(),
+        "a finished run cannot be cancelled"
+    );
+    assert!(matches!(
+        rt.cancel_run(999).await,
+        Err(outbox_core::Error::NotFound(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rebuild_alongside_the_live_worker_converges() {
+    let seed = Seed::pick("rebuild_alongside_the_live_worker_converges");
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let config = Config::apply_worker()
+        .with_batch_size(3)
+        .with_poll_interval(Duration::from_millis(5));
+    let rt = build(&journal, &store, std::slice::from_ref(&p), config).await;
+    random_history(&rt, seed, 80).await;
+    let running = rt.start().await.unwrap();
+    // Rebuild while the worker drains and while more events arrive.
+    let appender = {
+        let rt = rt.clone();
+        tokio::spawn(async move { random_history(&rt, Seed(seed.0 ^ 1), 80).await })
+    };
+    let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
+    assert_eq!(run.state, RunState::Completed, "seed {}", seed.0);
+    appender.await.unwrap();
+    for _ in 0..10_000 {
+        if rt.journal().summary().await.unwrap().total() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    running.shutdown().await;
+    let live = store.digest(p.as_ref()).await.unwrap();
+    let (_, fresh) = stores();
+    let check = build(&journal, &fresh, std::slice::from_ref(&p), Config::default()).await;
+    check
+        .replay("oracle", None, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        live,
+        fresh.digest(p.as_ref()).await.unwrap(),
+        "seed {}: live+rebuild vs replay from scratch",
+        seed.0
+    );
+}
