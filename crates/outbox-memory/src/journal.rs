@@ -72,6 +72,27 @@ impl MemoryJournal {
         }
     }
 
+    /// Test support: flips one byte of the stored payload of `stream`/`seq`
+    /// (an empty payload gains a byte), leaving its stored hash as it was, so
+    /// reading the event reports [`Error::Corrupt`]. Returns whether the event
+    /// exists. Never call it outside tests.
+    #[doc(hidden)]
+    pub fn corrupt_payload_for_tests(&self, stream: &StreamId, seq: Seq) -> bool {
+        let mut st = self.lock();
+        let Some(event) = st
+            .streams
+            .get_mut(stream)
+            .and_then(|v| v.get_mut(seq.get() as usize - 1))
+        else {
+            return false;
+        };
+        match event.payload.first_mut() {
+            Some(b) => *b ^= 0xff,
+            None => event.payload.push(0),
+        }
+        true
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied
         // operation: every mutation is computed first and written last.

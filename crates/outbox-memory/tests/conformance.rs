@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::ManualClock;
+use outbox_core::{ManualClock, Seq, StreamId};
 use outbox_memory::oracle::{MemoryOracle, read_oracle};
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
@@ -47,6 +47,13 @@ impl Harness for MemoryHarness {
 
     async fn advance(&self, ctx: &Ctx, d: Duration) {
         ctx.clock.advance(d);
+    }
+
+    async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {
+        assert!(
+            ctx.journal.corrupt_payload_for_tests(stream, seq),
+            "no event {stream}/{seq} to corrupt"
+        );
     }
 
     fn oracle_storage(&self) -> Arc<dyn OracleStorage<MemoryTx>> {

@@ -13,6 +13,7 @@ pub use config::{Config, ENV_VARS};
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{
     AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend, RepairReport,
+    StreamLag,
 };
 pub use replay::error_code;
 pub use running::{Running, Tasks};

@@ -175,6 +175,19 @@ pub struct AppendOutcome {
     pub inline_failures: Vec<InlineFailure>,
 }
 
+/// A stream some projection has not applied through the journal head.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StreamLag {
+    /// The stream.
+    pub stream: StreamId,
+    /// The journal's last seq.
+    pub head: u64,
+    /// The stream's watermark (0 when none).
+    pub watermark: u64,
+    /// Each projection that is behind, with its checkpoint.
+    pub behind: Vec<(String, u64)>,
+}
+
 /// What gap repair did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RepairReport {
@@ -407,6 +420,43 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             next = events[events.len() - 1].seq.get() + 1;
         }
         Ok(applied)
+    }
+
+    /// Streams whose watermark or some projection's checkpoint is behind the
+    /// journal head (at most `limit`), without changing anything.
+    pub async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        let mut after: Option<StreamId> = None;
+        while out.len() < limit {
+            let page = inner.journal.stream_heads(after.as_ref(), 500).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.stream.clone());
+            for head in page {
+                let head_seq = head.head.get();
+                let watermark = inner
+                    .store
+                    .watermark(&head.stream)
+                    .await?
+                    .map_or(0, |w| w.applied_through);
+                let mut behind = Vec::new();
+                for p in &inner.projections {
+                    let cp = inner.store.checkpoint(p.name(), &head.stream).await?;
+                    if cp < head_seq {
+                        behind.push((p.name().to_string(), cp));
+                    }
+                }
+                if (watermark < head_seq || !behind.is_empty()) && out.len() < limit {
+                    out.push(StreamLag {
+                        stream: head.stream,
+                        head: head_seq,
+                        watermark,
+                        behind,
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Start-up gap repair: compares every stream's journal head with every

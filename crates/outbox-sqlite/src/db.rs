@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use outbox_core::{Error, Result};
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 
 use crate::SqliteOptions;
 
@@ -174,6 +174,11 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
             )));
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if !options.create_if_missing {
+                return Err(Error::NotFound(format!(
+                    "database file {shown} (its directory does not exist)"
+                )));
+            }
             if !options.create_dirs {
                 return Err(Error::invalid(format_args!(
                     "cannot open {shown}: directory {} does not exist (enable create_dirs to create it)",
@@ -194,6 +199,11 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
     let abs = dir.join(name);
     let shown = abs.display();
 
+    if !options.create_if_missing && !abs.exists() {
+        return Err(Error::NotFound(format!(
+            "database file {shown} (create it with `outbox migrate`)"
+        )));
+    }
     match OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -417,11 +427,39 @@ impl Db {
     /// `BEGIN IMMEDIATE` on the writer connection, retried a few times if
     /// SQLite's busy timeout expires first (another process holds the write
     /// lock); then a temporary error.
+    ///
+    /// When SQLite ended a transaction by itself (it rolls back on some
+    /// errors, e.g. a full disk, or user code committed or rolled back), the
+    /// driver's `ROLLBACK` on drop fails and it keeps counting the connection
+    /// as inside a transaction, refusing every later `BEGIN`. Such a writer
+    /// connection is closed and replaced once, instead of failing every write
+    /// for the rest of the store's life.
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
         let mut attempt = 0;
+        let mut replaced = false;
         loop {
             match self.writer.begin_with("BEGIN IMMEDIATE").await {
                 Ok(tx) => return Ok(tx),
+                Err(sqlx::Error::InvalidSavePointStatement) if !replaced => {
+                    replaced = true;
+                    tracing::warn!(
+                        path = %self.path.display(),
+                        "the writer connection's transaction was ended behind the driver's back; replacing the connection"
+                    );
+                    // The pool holds exactly one writer connection: this is it.
+                    let conn = self.writer.acquire().await.map_err(|e| {
+                        storage(
+                            format_args!("replacing the writer connection of {}", self.path.display()),
+                            e,
+                        )
+                    })?;
+                    if conn.is_in_transaction() {
+                        // Closing rolls back whatever SQLite may still hold open.
+                        if let Err(e) = conn.close().await {
+                            tracing::warn!(path = %self.path.display(), error = %e, "closing the stale writer connection failed");
+                        }
+                    }
+                }
                 Err(e) if is_busy(&e) && attempt < BUSY_RETRIES => {
                     attempt += 1;
                     tracing::debug!(path = %self.path.display(), attempt, "sqlite write lock busy; retrying");

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, EventType, FailureDecision,
-    FailureOutcome, Intent, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
-    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, Timestamp, WorkerId,
-    duration_millis, truncate_error, validate_limit, validate_ttl,
+    FailureOutcome, Intent, Lease, LeaseStore, MAX_PAGE, Metadata, Mode, OutboxRow, OutboxStatus,
+    OutboxStore, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, Timestamp,
+    WorkerId, WorkerInfo, WorkerRegistry, duration_millis, truncate_error, validate_limit, validate_ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
@@ -17,8 +17,8 @@ use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 
-/// The SQLite journal database: implements [`EventJournal`], [`OutboxStore`]
-/// and [`LeaseStore`] on one file.
+/// The SQLite journal database: implements [`EventJournal`], [`OutboxStore`],
+/// [`LeaseStore`] and [`WorkerRegistry`] on one file.
 ///
 /// Every write runs in a `BEGIN IMMEDIATE` transaction on the instance's
 /// single writer connection; reads use a small pool of read-only
@@ -926,5 +926,126 @@ impl LeaseStore for SqliteJournal {
         .await
         .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
         row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+    }
+}
+
+macro_rules! worker_cols {
+    () => {
+        "id, host, pid, mode, started_at, last_beat, expires_at"
+    };
+}
+
+/// The inverse of [`Mode::as_str`].
+fn parse_mode(s: &str) -> Option<Mode> {
+    [
+        Mode::InlineApplyOnly,
+        Mode::OutboxInline,
+        Mode::OutboxApplyOnly,
+        Mode::ShadowOnly,
+    ]
+    .into_iter()
+    .find(|m| m.as_str() == s)
+}
+
+fn decode_worker(r: &SqliteRow) -> Result<WorkerInfo> {
+    let bad = |e: &dyn std::fmt::Display| bad_row("worker entry", e);
+    let get_i64 = |i: usize| r.try_get::<i64, _>(i).map_err(|e| bad(&e));
+    let get_str = |i: usize| r.try_get::<String, _>(i).map_err(|e| bad(&e));
+    let mode = get_str(3)?;
+    Ok(WorkerInfo {
+        id: WorkerId::new(get_str(0)?).map_err(|e| bad(&e))?,
+        host: get_str(1)?,
+        pid: u32::try_from(get_i64(2)?).map_err(|e| bad(&e))?,
+        mode: parse_mode(&mode).ok_or_else(|| bad(&format_args!("unknown mode {mode:?}")))?,
+        started_at: Timestamp::from_millis(get_i64(4)?),
+        last_beat: Timestamp::from_millis(get_i64(5)?),
+        expires_at: Timestamp::from_millis(get_i64(6)?),
+    })
+}
+
+impl WorkerRegistry for SqliteJournal {
+    async fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: Mode,
+        ttl: Duration,
+    ) -> Result<WorkerInfo> {
+        validate_ttl(ttl)?;
+        let err = |e| storage("recording a worker heartbeat", e);
+        self.write("recording a worker heartbeat", async |tx| {
+            // One statement, so every use of the clock sees the same 'now';
+            // a refresh keeps started_at from the first beat.
+            let row = sqlx::query(concat!(
+                "INSERT INTO outbox_workers (id, host, pid, mode, started_at, last_beat, expires_at) \
+                 VALUES (?1, ?2, ?3, ?4, ",
+                now_ms!(),
+                ", ",
+                now_ms!(),
+                ", ",
+                now_ms!(),
+                " + ?5) ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+                 mode = excluded.mode, last_beat = excluded.last_beat, expires_at = excluded.expires_at \
+                 RETURNING ",
+                worker_cols!()
+            ))
+            .bind(id.as_str())
+            .bind(host)
+            .bind(i64::from(pid))
+            .bind(mode.as_str())
+            .bind(duration_millis(ttl))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+            decode_worker(&row)
+        })
+        .await
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let mut conn = self.db.read().await?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            worker_cols!(),
+            " FROM outbox_workers WHERE expires_at > ",
+            now_ms!(),
+            " ORDER BY id"
+        ))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("listing workers"), e))?;
+        rows.iter().map(decode_worker).collect()
+    }
+
+    async fn deregister(&self, id: &WorkerId) -> Result<bool> {
+        let err = |e| storage("deregistering a worker", e);
+        self.write("deregistering a worker", async |tx| {
+            let n = sqlx::query("DELETE FROM outbox_workers WHERE id = ?1")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?
+                .rows_affected();
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn prune(&self, grace: Duration) -> Result<u64> {
+        let err = |e| storage("pruning expired workers", e);
+        self.write("pruning expired workers", async |tx| {
+            Ok(sqlx::query(concat!(
+                "DELETE FROM outbox_workers WHERE expires_at <= ",
+                now_ms!(),
+                " - ?1"
+            ))
+            .bind(duration_millis(grace))
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected())
+        })
+        .await
     }
 }

@@ -3,7 +3,10 @@
 mod db;
 mod journal;
 mod options;
+#[cfg(feature = "oracle")]
+pub mod oracle;
 mod projection;
+mod runs;
 
 pub use journal::SqliteJournal;
 pub use options::{SqliteOptions, Synchronous};

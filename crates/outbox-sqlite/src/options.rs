@@ -64,6 +64,10 @@ pub struct SqliteOptions {
     /// Create missing parent directories (mode 0700). Default `false`: a
     /// missing directory is an error naming the path.
     pub create_dirs: bool,
+    /// Create the database file when it does not exist. Default `true`;
+    /// maintenance tools turn it off so a mistyped path is an error, not a
+    /// new empty database.
+    pub create_if_missing: bool,
     /// Read-only connections for listings, loads and digests (writes always
     /// go through the store's single writer connection). Default 4.
     pub read_connections: u32,
@@ -75,6 +79,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             create_dirs: false,
+            create_if_missing: true,
             read_connections: 4,
         }
     }
@@ -93,6 +98,12 @@ impl SqliteOptions {
     /// Sets [`SqliteOptions::busy_timeout`].
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Sets [`SqliteOptions::create_if_missing`].
+    pub fn with_create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
         self
     }
 

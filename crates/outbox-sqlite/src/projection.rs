@@ -24,7 +24,7 @@ use crate::db::{Db, Role, now_ms, path_from_url, storage};
 /// share the connections.
 #[derive(Clone, Debug)]
 pub struct SqliteProjectionStore {
-    db: Arc<Db>,
+    pub(crate) db: Arc<Db>,
 }
 
 /// Checks a table or column name for use in SQL text: an ASCII letter or
@@ -177,6 +177,50 @@ async fn raise_watermark(
         .await
 }
 
+/// Opens a savepoint right after `BEGIN IMMEDIATE`, before user code (appliers,
+/// `Projection::reset`) runs on the store's transaction. See [`close_guard`].
+async fn open_guard(conn: &mut SqliteConnection) -> sqlx::Result<()> {
+    sqlx::query("SAVEPOINT outbox_guard")
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+}
+
+/// Releases the savepoint of [`open_guard`] after the user code, before the
+/// store's own writes (checkpoints, watermark). If the user code ended the
+/// transaction behind the store's back (committed it, or swallowed an error
+/// after which SQLite rolled it back), the savepoint is gone and `RELEASE`
+/// fails: the store's writes must not then run in autocommit mode, where a
+/// checkpoint would commit without the projection writes it stands for.
+async fn close_guard(
+    conn: &mut SqliteConnection,
+    stream: Option<&StreamId>,
+    projections: &str,
+) -> Result<()> {
+    match sqlx::query("RELEASE outbox_guard").execute(&mut *conn).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let on = stream.map(|s| format!(" on stream {s}")).unwrap_or_default();
+            Err(Error::storage(
+                format!(
+                    "the transaction of projection(s) {projections}{on} was ended by the projection \
+                     (it committed or rolled back the store's transaction, or swallowed an error after \
+                     which SQLite rolled it back); no checkpoint was moved: {e}"
+                ),
+                e,
+            ))
+        }
+    }
+}
+
+fn names(projections: &[Arc<dyn Projection<SqliteConnection>>]) -> String {
+    projections
+        .iter()
+        .map(|p| format!("`{}`", p.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl SqliteProjectionStore {
     /// Opens (creating if needed, mode 0600) the projection database at
     /// `path` and applies its migrations. Refuses the same inputs as
@@ -258,6 +302,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
             read.push(cp);
         }
+        open_guard(&mut tx).await.map_err(err)?;
         let mut current = read.clone();
         let mut report = ApplyReport::default();
         for e in events {
@@ -281,6 +326,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
             report.count(e, new_to_some);
         }
+        close_guard(&mut tx, Some(stream), &names(projections)).await?;
         for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
             if new == old {
                 continue;
@@ -331,12 +377,16 @@ impl ProjectionStore for SqliteProjectionStore {
 
     async fn reset(&self, projection: &dyn Projection<SqliteConnection>) -> Result<()> {
         let mut tx = self.db.begin().await?;
+        open_guard(&mut tx)
+            .await
+            .map_err(|e| storage("resetting a projection", e))?;
         projection.reset(&mut tx).await.map_err(|e| {
             Error::storage(
                 format!("resetting projection `{}` failed: {e}", projection.name()),
                 e,
             )
         })?;
+        close_guard(&mut tx, None, &format!("`{}`", projection.name())).await?;
         sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = ?1")
             .bind(projection.name().as_str())
             .execute(&mut *tx)

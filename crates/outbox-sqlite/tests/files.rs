@@ -210,12 +210,84 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 1);
+            assert_eq!(*supported, 2, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     assert_untouched(&path, &before, "newer schema");
+}
+
+/// A journal file as the first release left it: only migration 0001, with
+/// its role recorded and some data.
+async fn journal_at_0001(dir: &Path) -> PathBuf {
+    let migrations = dir.join("migrations-0001");
+    std::fs::create_dir(&migrations).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite/journal/0001_init.sql"),
+        migrations.join("0001_init.sql"),
+    )
+    .unwrap();
+    let mut migrator = sqlx::migrate::Migrator::new(migrations.as_path()).await.unwrap();
+    migrator.dangerous_set_table_name("_outbox_migrations");
+    let path = dir.join("old.db");
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .connect()
+        .await
+        .unwrap();
+    migrator.run_direct(None, &mut conn, false).await.unwrap();
+    sqlx::query("INSERT INTO outbox_meta (key, value) VALUES ('role', 'journal')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO streams (stream, head) VALUES ('old', 7)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::Connection::close(conn).await.unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_0001_journal_migrates_forward_on_open() {
+    use outbox_core::{Mode, WorkerId, WorkerRegistry};
+    let dir = tempfile::tempdir().unwrap();
+    let path = journal_at_0001(dir.path()).await;
+    let j = SqliteJournal::open(&path, test_options())
+        .await
+        .expect("an older schema migrates forward");
+    assert_eq!(j.stream_head(&sid("old")).await.unwrap(), 7, "data kept");
+    let w = WorkerId::new("w").unwrap();
+    j.heartbeat(
+        &w,
+        "host",
+        1,
+        Mode::OutboxApplyOnly,
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("the worker registry works after the migration");
+    assert_eq!(j.workers().await.unwrap().len(), 1);
+    append_one(&j).await;
+    j.close().await;
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _outbox_migrations WHERE success ORDER BY version")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(versions, [1, 2], "0002 recorded once, after 0001");
+    sqlx::Connection::close(conn).await.unwrap();
+    let again = SqliteJournal::open(&path, test_options())
+        .await
+        .expect("reopening a migrated file");
+    assert_eq!(again.workers().await.unwrap().len(), 1, "the entry persisted");
 }
 
 #[tokio::test]

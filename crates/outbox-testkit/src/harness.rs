@@ -4,7 +4,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, WatermarkStore};
+use outbox_core::{
+    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, Seq, StreamId, WatermarkStore,
+    WorkerRegistry,
+};
 
 use crate::oracle::{OracleState, OracleStorage};
 
@@ -14,11 +17,12 @@ pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
 /// An adapter under test.
 ///
 /// Every method opens or inspects *real* stores of the adapter: the suite
-/// never reaches behind the ports except through [`Harness::advance`] and
-/// [`Harness::oracle_state`], which each adapter implements on its own terms.
+/// never reaches behind the ports except through [`Harness::advance`],
+/// [`Harness::oracle_state`] and [`Harness::corrupt_payload`], which each
+/// adapter implements on its own terms.
 pub trait Harness: Send + Sync + Sized + 'static {
-    /// The journal database (journal, outbox and leases).
-    type Journal: EventJournal + OutboxStore + LeaseStore + 'static;
+    /// The journal database (journal, outbox, leases and the worker registry).
+    type Journal: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static;
     /// The projection database (checkpoints, watermarks, projection tables).
     type Projections: ProjectionStore + WatermarkStore + 'static;
     /// Whatever identifies the underlying databases, to open more instances.
@@ -38,6 +42,16 @@ pub trait Harness: Send + Sync + Sized + 'static {
     /// injected clock; SQL adapters add `d` to a test-only offset on the
     /// database clock (the stored times stay as they are).
     fn advance(&self, ctx: &Self::Context, d: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Damages the stored payload of event `seq` of `stream` behind the store's
+    /// back (flips one byte, leaving the stored hash as it was), as disk or
+    /// operator damage would. Panics if there is no such event.
+    fn corrupt_payload(
+        &self,
+        ctx: &Self::Context,
+        stream: &StreamId,
+        seq: Seq,
+    ) -> impl Future<Output = ()> + Send;
 
     /// The oracle projection's storage for this adapter's transaction handle.
     fn oracle_storage(&self) -> Arc<dyn OracleStorage<TxOf<Self>>>;

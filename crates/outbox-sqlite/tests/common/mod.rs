@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::BoxError;
-use outbox_sqlite::sqlx::{self, Row, SqliteConnection};
+use outbox_core::{Seq, StreamId};
+pub use outbox_sqlite::oracle::{SqliteOracle, read_oracle};
+use outbox_sqlite::sqlx::{self, SqliteConnection};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, Synchronous};
-use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage, OracleStream};
+use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
 
 /// Options for tests: NORMAL sync keeps the suite quick (durability across
 /// power loss is not what the suite checks; crash tests reopen the files).
@@ -26,172 +27,6 @@ pub struct Ctx {
     pub projection_path: PathBuf,
     pub journal: SqliteJournal,
     pub projections: SqliteProjectionStore,
-}
-
-pub struct SqliteOracle;
-
-fn encode(seqs: &[u64]) -> String {
-    seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn decode(seqs: &str) -> Result<Vec<u64>, BoxError> {
-    seqs.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| Ok(s.parse()?))
-        .collect()
-}
-
-#[outbox_core::async_trait]
-impl OracleStorage<SqliteConnection> for SqliteOracle {
-    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS oracle_streams (projection TEXT NOT NULL, stream TEXT NOT NULL, \
-             sum INTEGER NOT NULL, seqs TEXT NOT NULL, PRIMARY KEY (projection, stream))",
-        )
-        .execute(&mut *tx)
-        .await?;
-        // No unique constraint: a duplicate apply shows up as a second row.
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS oracle_ledger (projection TEXT NOT NULL, stream TEXT NOT NULL, \
-             seq INTEGER NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn load(
-        &self,
-        tx: &mut SqliteConnection,
-        projection: &str,
-        stream: &str,
-    ) -> Result<Option<OracleStream>, BoxError> {
-        let row: Option<(i64, String)> =
-            sqlx::query_as("SELECT sum, seqs FROM oracle_streams WHERE projection = ?1 AND stream = ?2")
-                .bind(projection)
-                .bind(stream)
-                .fetch_optional(&mut *tx)
-                .await?;
-        row.map(|(sum, seqs)| {
-            Ok(OracleStream {
-                sum,
-                seqs: decode(&seqs)?,
-            })
-        })
-        .transpose()
-    }
-
-    async fn store(
-        &self,
-        tx: &mut SqliteConnection,
-        projection: &str,
-        stream: &str,
-        state: &OracleStream,
-    ) -> Result<(), BoxError> {
-        sqlx::query(
-            "INSERT INTO oracle_streams (projection, stream, sum, seqs) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (projection, stream) DO UPDATE SET sum = excluded.sum, seqs = excluded.seqs",
-        )
-        .bind(projection)
-        .bind(stream)
-        .bind(state.sum)
-        .bind(encode(&state.seqs))
-        .execute(&mut *tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn ledger(
-        &self,
-        tx: &mut SqliteConnection,
-        projection: &str,
-        stream: &str,
-        seq: u64,
-    ) -> Result<(), BoxError> {
-        sqlx::query("INSERT INTO oracle_ledger (projection, stream, seq) VALUES (?1, ?2, ?3)")
-            .bind(projection)
-            .bind(stream)
-            .bind(seq as i64)
-            .execute(&mut *tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn clear(&self, tx: &mut SqliteConnection, projection: &str) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM oracle_streams WHERE projection = ?1")
-            .bind(projection)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM oracle_ledger WHERE projection = ?1")
-            .bind(projection)
-            .execute(&mut *tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn dump(
-        &self,
-        tx: &mut SqliteConnection,
-        projection: &str,
-    ) -> Result<Vec<(String, OracleStream)>, BoxError> {
-        let rows: Vec<(String, i64, String)> = sqlx::query_as(
-            "SELECT stream, sum, seqs FROM oracle_streams WHERE projection = ?1 ORDER BY stream",
-        )
-        .bind(projection)
-        .fetch_all(&mut *tx)
-        .await?;
-        rows.into_iter()
-            .map(|(stream, sum, seqs)| {
-                Ok((
-                    stream,
-                    OracleStream {
-                        sum,
-                        seqs: decode(&seqs)?,
-                    },
-                ))
-            })
-            .collect()
-    }
-}
-
-/// Reads the oracle's committed state from the projection file.
-pub async fn read_oracle(store: &SqliteProjectionStore, name: &str) -> OracleState {
-    let mut conn = store.read().await.expect("read connection");
-    let mut state = OracleState::default();
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('oracle_streams', 'oracle_ledger')",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .expect("schema");
-    if exists < 2 {
-        return state;
-    }
-    let rows =
-        sqlx::query("SELECT stream, sum, seqs FROM oracle_streams WHERE projection = ?1 ORDER BY stream")
-            .bind(name)
-            .fetch_all(&mut *conn)
-            .await
-            .expect("oracle rows");
-    for r in rows {
-        let stream: String = r.get(0);
-        let seqs: String = r.get(2);
-        state.streams.insert(
-            stream,
-            OracleStream {
-                sum: r.get(1),
-                seqs: decode(&seqs).expect("seq list"),
-            },
-        );
-    }
-    let ledger: Vec<(String, i64)> =
-        sqlx::query_as("SELECT stream, seq FROM oracle_ledger WHERE projection = ?1 ORDER BY rowid")
-            .bind(name)
-            .fetch_all(&mut *conn)
-            .await
-            .expect("ledger rows");
-    state.ledger = ledger.into_iter().map(|(s, q)| (s, q as u64)).collect();
-    state
 }
 
 impl Harness for SqliteHarness {
@@ -243,6 +78,30 @@ impl Harness for SqliteHarness {
             .advance_clock_for_tests(d)
             .await
             .expect("advance projection clock");
+    }
+
+    async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {
+        let mut tx = ctx.journal.begin().await.expect("begin");
+        let mut payload: Vec<u8> =
+            sqlx::query_scalar("SELECT payload FROM events WHERE stream = ?1 AND seq = ?2")
+                .bind(stream.as_str())
+                .bind(seq.as_i64())
+                .fetch_optional(&mut *tx)
+                .await
+                .expect("read payload")
+                .unwrap_or_else(|| panic!("no event {stream}/{seq} to corrupt"));
+        match payload.first_mut() {
+            Some(b) => *b ^= 0xff,
+            None => payload.push(0),
+        }
+        sqlx::query("UPDATE events SET payload = ?3 WHERE stream = ?1 AND seq = ?2")
+            .bind(stream.as_str())
+            .bind(seq.as_i64())
+            .bind(payload)
+            .execute(&mut *tx)
+            .await
+            .expect("corrupt payload");
+        tx.commit().await.expect("commit");
     }
 
     fn oracle_storage(&self) -> Arc<dyn OracleStorage<SqliteConnection>> {

@@ -460,6 +460,39 @@ pub async fn load_unknown_is_not_found<H: Harness>(h: &H) {
     assert!(f.journal.load(&s, seq(2)).await.is_ok(), "the head itself loads");
 }
 
+/// `load` and `read_stream`: a stored payload that no longer matches its hash
+/// is [`Error::Corrupt`] naming the stream and seq (never returned as if it
+/// were the event appended); the stream's other events still load.
+pub async fn corrupt_payload_is_reported<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let other = enqueue(&f.journal, "t", 1).await;
+    h.corrupt_payload(&f.ctx, &s, seq(2)).await;
+    let is_corrupt_at = |r: &Result<_, Error>, n: u64| matches!(r, Err(Error::Corrupt { stream, seq, .. }) if *stream == s && seq.get() == n);
+    let r = f.journal.load(&s, seq(2)).await.map(|_| ());
+    assert!(is_corrupt_at(&r, 2), "load of the damaged event: {r:?}");
+    let r = f.journal.read_stream(&s, Seq::FIRST, 10).await.map(|_| ());
+    assert!(is_corrupt_at(&r, 2), "read_stream over the damaged event: {r:?}");
+    let r = f.journal.read_stream(&s, seq(2), 1).await.map(|_| ());
+    assert!(
+        is_corrupt_at(&r, 2),
+        "read_stream of just the damaged event: {r:?}"
+    );
+    assert!(
+        f.journal.load(&s, seq(1)).await.is_ok(),
+        "an undamaged event of the stream still loads"
+    );
+    let tail = f.journal.read_stream(&s, seq(3), 10).await;
+    assert!(
+        tail.as_ref().is_ok_and(|v| v.len() == 1),
+        "read_stream past the damaged event still works: {tail:?}"
+    );
+    assert!(
+        f.journal.load(&other, Seq::FIRST).await.is_ok(),
+        "other streams are unaffected"
+    );
+}
+
 /// `read_stream`: up to `limit` events with seq `>= from`, in seq order.
 pub async fn read_stream_honours_from_and_limit<H: Harness>(h: &H) {
     let f = h.open().await;

@@ -10,6 +10,7 @@ mod journal;
 mod lease;
 mod outbox;
 mod projection;
+mod registry;
 mod support;
 mod watermark;
 
@@ -18,6 +19,7 @@ pub use journal::*;
 pub use lease::*;
 pub use outbox::*;
 pub use projection::*;
+pub use registry::*;
 pub use watermark::*;
 
 /// Calls `$m!($arg; check_a, check_b, ...)` with every check's name.
@@ -43,6 +45,7 @@ macro_rules! for_each_check {
             append_stamps_recorded_at_with_store_clock,
             load_returns_event_as_appended,
             load_unknown_is_not_found,
+            corrupt_payload_is_reported,
             read_stream_honours_from_and_limit,
             read_stream_past_end_is_empty,
             stream_head_tracks_last_seq,
@@ -120,6 +123,13 @@ macro_rules! for_each_check {
             watermark_never_decreases,
             watermark_is_raised_by_apply,
             watermarks_page_by_stream_id,
+            registry_heartbeat_inserts_worker,
+            registry_heartbeat_refresh_keeps_started_at,
+            registry_expired_workers_are_not_listed,
+            registry_deregister_returns_whether_it_existed,
+            registry_prune_deletes_only_long_expired,
+            registry_ttl_out_of_range_is_invalid_input,
+            registry_workers_ordered_by_id,
             drain_loop_applies_every_event_exactly_once,
             poison_event_dead_letters_then_requeue_applies_once,
             requeued_row_that_fails_again_is_parked_again,

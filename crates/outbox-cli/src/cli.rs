@@ -1,0 +1,249 @@
+//! Command-line definitions (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use outbox_core::OutboxStatus;
+
+/// The transactional projection-apply outbox: worker, maintenance and demo.
+///
+/// Databases: `--journal` / `--projection` (or `OUTBOX_JOURNAL_URL` /
+/// `OUTBOX_PROJECTION_URL`), as `sqlite://path`, `sqlite:path` or a plain
+/// path. Defaults: `outbox-journal.db` and `outbox-projections.db` in the
+/// current directory.
+///
+/// Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not
+/// found, 4 conflict (wrong state, version conflict, a run already active),
+/// 5 storage error.
+#[derive(Debug, Parser)]
+#[command(name = "outbox", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// The journal database (events, outbox rows, leases).
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_JOURNAL_URL",
+        default_value = "sqlite://outbox-journal.db"
+    )]
+    pub journal: String,
+
+    /// The projection database (checkpoints, watermarks, runs, projection tables).
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PROJECTION_URL",
+        default_value = "sqlite://outbox-projections.db"
+    )]
+    pub projection: String,
+
+    /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
+    /// Default: `warn` (`error` for the demo, which reports its own progress).
+    #[arg(long, global = true, env = "OUTBOX_LOG")]
+    pub log: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the configured worker (apply or shadow, from OUTBOX_* variables;
+    /// the apply worker when none is set).
+    Work(WorkArgs),
+    /// Queue counts, oldest due row and lag, dead letters, rows, digests.
+    Report(ReportArgs),
+    /// Requeue one dead row (status pending, attempts 0, due now).
+    Requeue(RequeueArgs),
+    /// Requeue up to N dead rows, oldest first by (next attempt, stream, seq).
+    RequeueDead(RequeueDeadArgs),
+    /// Catch a projection up from its checkpoints (or every projection with --all).
+    Replay(ReplayArgs),
+    /// Clear a projection and replay it from the journal's origin (or all, in order).
+    Rebuild(RebuildArgs),
+    /// List, show or cancel replay and rebuild runs.
+    Runs(RunsArgs),
+    /// List streams whose projections are behind the journal; --repair catches them up.
+    Gaps(GapsArgs),
+    /// List the workers registered in the journal database.
+    Workers(JsonArg),
+    /// Create the databases if needed and apply schema migrations.
+    Migrate(JsonArg),
+    /// Run the tabletop-campaign demo on fresh SQLite files.
+    Demo(DemoArgs),
+}
+
+/// `--json`.
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox work`.
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// Run one pass, print it, exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Print one JSON line per tick.
+    #[arg(long)]
+    pub json: bool,
+    /// Idle poll interval in milliseconds (overrides OUTBOX_POLL_INTERVAL_MS).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub interval_ms: Option<u64>,
+    /// Rows per claim and per projection transaction (overrides OUTBOX_BATCH_SIZE).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub batch_size: Option<u64>,
+    /// Print nothing but errors.
+    #[arg(long)]
+    pub quiet: bool,
+    /// How often a status line is printed, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub report_ms: u64,
+}
+
+/// `outbox report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Only rows of this status.
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<OutboxStatus>,
+    /// Rows listed at most.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub limit: u64,
+    /// Skip the projection digests (they read every projection table).
+    #[arg(long)]
+    pub no_digests: bool,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_status(s: &str) -> Result<OutboxStatus, String> {
+    s.parse::<OutboxStatus>().map_err(|e| e.to_string())
+}
+
+/// `outbox requeue`.
+#[derive(Debug, Args)]
+pub struct RequeueArgs {
+    /// The stream.
+    #[arg(long)]
+    pub stream: String,
+    /// The seq.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox requeue-dead`.
+#[derive(Debug, Args)]
+pub struct RequeueDeadArgs {
+    /// Rows requeued at most.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which projections.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// One projection.
+    #[arg(long)]
+    pub projection: Option<String>,
+    /// Every projection, in declared order.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `outbox replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Which projections.
+    #[command(flatten)]
+    pub which: Which,
+    /// Stop at this global position.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub until: Option<u64>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox rebuild`.
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Which projections.
+    #[command(flatten)]
+    pub which: Which,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// list (default), show ID, cancel ID.
+    #[command(subcommand)]
+    pub action: Option<RunsAction>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox runs` actions.
+#[derive(Debug, Subcommand)]
+pub enum RunsAction {
+    /// Recent runs, newest first.
+    List {
+        /// Runs listed at most.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        limit: u64,
+    },
+    /// One run.
+    Show {
+        /// The run id.
+        id: u64,
+    },
+    /// Ask a run to stop at its next batch boundary (a queued run stops at once).
+    Cancel {
+        /// The run id.
+        id: u64,
+    },
+}
+
+/// `outbox gaps`.
+#[derive(Debug, Args)]
+pub struct GapsArgs {
+    /// Catch the behind streams up (targeted replay).
+    #[arg(long)]
+    pub repair: bool,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Directory for the demo's files (must not exist; default: a new `outbox-demo-<time>` here).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Campaigns (streams).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub campaigns: u64,
+    /// Events in all.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub events: u64,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,610 @@
+//! The subcommands.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use outbox_core::{
+    Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, OutboxStore, Projection,
+    ProjectionStore, RunRecord, RunStore, Seq, StreamId, WorkerInfo, WorkerRegistry,
+};
+use outbox_runtime::{Config, Outbox, StreamLag};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use serde::Serialize;
+use sqlx::SqliteConnection;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{Cli, Command, GapsArgs, ReplayArgs, ReportArgs, RunsAction, RunsArgs, WorkArgs};
+use crate::domain::{self, Faults};
+use crate::output::{human_ms, json, json_line};
+
+pub(crate) type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
+
+/// A database location parsed from a URL or path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+}
+
+/// Parses a database URL: `sqlite://path`, `sqlite:path` or a plain path.
+/// The one place a backend is chosen from a scheme.
+pub fn open_url(url: &str) -> Result<Location, Error> {
+    match url.split_once(':') {
+        Some(("sqlite", rest)) => {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(Error::invalid(format_args!("database URL {url:?} names no file")));
+            }
+            Ok(Location::Sqlite(PathBuf::from(path)))
+        }
+        Some(("postgres" | "postgresql", _)) => Err(Error::invalid(
+            "postgres URLs are not supported by this build of outbox yet (use a sqlite:// URL)",
+        )),
+        Some((scheme, rest)) if rest.starts_with("//") => Err(Error::invalid(format_args!(
+            "unsupported database URL scheme {scheme:?} (use sqlite://path)"
+        ))),
+        _ if url.is_empty() => Err(Error::invalid("the database URL is empty")),
+        _ => Ok(Location::Sqlite(PathBuf::from(url))),
+    }
+}
+
+fn sqlite_path(url: &str) -> Result<PathBuf, Error> {
+    match open_url(url)? {
+        Location::Sqlite(p) => Ok(p),
+    }
+}
+
+/// Opens both stores. `create` allows creating missing files (migrate,
+/// demo); every other command refuses a missing database.
+pub(crate) async fn open_stores(
+    cli: &Cli,
+    create: bool,
+) -> Result<(SqliteJournal, SqliteProjectionStore), Error> {
+    let opts = SqliteOptions::default().with_create_if_missing(create);
+    let journal_path = sqlite_path(&cli.journal)?;
+    let projection_path = sqlite_path(&cli.projection)?;
+    if journal_path == projection_path {
+        return Err(Error::invalid(format_args!(
+            "the journal and the projection database must be different files (both are {})",
+            journal_path.display()
+        )));
+    }
+    let journal = SqliteJournal::open(&journal_path, opts.clone()).await?;
+    let store = SqliteProjectionStore::open(&projection_path, opts).await?;
+    Ok((journal, store))
+}
+
+/// The runtime configuration for the CLI: the OUTBOX_* variables, with the
+/// apply worker on when none of the three mode flags is set.
+pub(crate) fn config() -> Result<Config, Error> {
+    let flags_set = [
+        "OUTBOX_ENABLED",
+        "OUTBOX_WORKER_ENABLED",
+        "OUTBOX_SHADOW_WORKER_ENABLED",
+    ]
+    .iter()
+    .any(|k| std::env::var_os(k).is_some());
+    let config = Config::from_env()?;
+    Ok(if flags_set {
+        config
+    } else {
+        config.with_flags(Config::apply_worker().flags)
+    })
+}
+
+pub(crate) async fn build(
+    journal: SqliteJournal,
+    store: SqliteProjectionStore,
+    config: Config,
+    faults: &Faults,
+) -> Result<Rt, Error> {
+    let mut b = Outbox::builder(journal, store)
+        .config(config)
+        .event_types(domain::event_types());
+    for p in domain::projections(faults) {
+        b = b.projection(p);
+    }
+    b.build().await
+}
+
+async fn runtime(cli: &Cli) -> Result<Rt, Error> {
+    let (journal, store) = open_stores(cli, false).await?;
+    let faults = Faults::default();
+    faults.deploy_fix();
+    build(journal, store, config()?, &faults).await
+}
+
+/// Runs one parsed command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    match &cli.command {
+        Command::Work(a) => work(&cli, a).await,
+        Command::Report(a) => report(&cli, a).await,
+        Command::Requeue(a) => {
+            let stream = StreamId::new(&a.stream)?;
+            let seq = Seq::new(a.seq)?;
+            let rt = runtime(&cli).await?;
+            let row = rt.journal().requeue(&stream, seq).await?;
+            if a.json {
+                json(&row)
+            } else {
+                println!(
+                    "requeued {}/{} ({}): pending, attempts 0, due now",
+                    row.stream, row.seq, row.event_type
+                );
+                Ok(())
+            }
+        }
+        Command::RequeueDead(a) => {
+            let rt = runtime(&cli).await?;
+            let rows = rt.journal().requeue_dead(a.limit as usize).await?;
+            if a.json {
+                json(&rows)
+            } else {
+                println!("requeued {} dead row(s)", rows.len());
+                for r in &rows {
+                    println!("  {}/{} {}", r.stream, r.seq, r.event_type);
+                }
+                Ok(())
+            }
+        }
+        Command::Replay(a) => replay(&cli, a).await,
+        Command::Rebuild(a) => {
+            let rt = runtime(&cli).await?;
+            let cancel = cancel_on_signal();
+            let runs = match &a.which.projection {
+                Some(p) => vec![rt.rebuild(p, &cancel).await?],
+                None => rt.rebuild_all(&cancel).await?,
+            };
+            print_runs(&runs, a.json)?;
+            fail_unless_completed(&runs)
+        }
+        Command::Runs(a) => runs(&cli, a).await,
+        Command::Gaps(a) => gaps(&cli, a).await,
+        Command::Workers(a) => {
+            let rt = runtime(&cli).await?;
+            let workers = rt.journal().workers().await?;
+            if a.json {
+                json(&workers)
+            } else {
+                print_workers(&workers);
+                Ok(())
+            }
+        }
+        Command::Migrate(a) => {
+            let (journal, store) = open_stores(&cli, true).await?;
+            let rt = build(journal, store, config()?, &Faults::default()).await?;
+            #[derive(Serialize)]
+            struct Migrated<'a> {
+                journal: String,
+                projection: String,
+                projections: Vec<&'a str>,
+            }
+            let out = Migrated {
+                journal: rt.journal().path().display().to_string(),
+                projection: rt.store().path().display().to_string(),
+                projections: rt.projections().iter().map(|p| p.name().as_str()).collect(),
+            };
+            if a.json {
+                json(&out)
+            } else {
+                println!("journal    {} (migrated)", out.journal);
+                println!(
+                    "projection {} (migrated; tables of {})",
+                    out.projection,
+                    out.projections.join(", ")
+                );
+                Ok(())
+            }
+        }
+        Command::Demo(a) => crate::demo::demo(a).await,
+    }
+}
+
+/// A token cancelled by Ctrl-C or SIGTERM.
+fn cancel_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+        t.cancel();
+    });
+    token
+}
+
+async fn work(cli: &Cli, a: &WorkArgs) -> Result<()> {
+    let (journal, store) = open_stores(cli, false).await?;
+    let mut config = config()?;
+    if let Some(ms) = a.interval_ms {
+        config = config.with_poll_interval(Duration::from_millis(ms));
+    }
+    if let Some(n) = a.batch_size {
+        config = config.with_batch_size(n as usize);
+    }
+    let faults = Faults::default();
+    faults.deploy_fix();
+    let rt = build(journal, store, config, &faults).await?;
+    if !(rt.mode().runs_apply_worker() || rt.mode().runs_shadow_worker()) {
+        return Err(Error::Config(format!(
+            "mode {} runs no worker: set OUTBOX_ENABLED=true and OUTBOX_WORKER_ENABLED=true (or OUTBOX_SHADOW_WORKER_ENABLED=true)",
+            rt.mode()
+        ))
+        .into());
+    }
+    if a.once {
+        let tick = rt.tick().await?;
+        if a.json {
+            json_line(&tick)?;
+        } else if !a.quiet {
+            println!(
+                "{} pass: {} due stream(s), {} claimed, {} completed, {} failed, {} dead-lettered, {} contended",
+                rt.mode(),
+                tick.due_streams,
+                tick.claimed,
+                tick.completed,
+                tick.failed,
+                tick.dead_lettered,
+                tick.contended
+            );
+        }
+        return Ok(());
+    }
+    let running = rt.start().await?;
+    if let Some(r) = running.repair_report()
+        && !(a.quiet || a.json)
+        && r.streams_repaired > 0
+    {
+        println!(
+            "start-up repair: {} stream(s) caught up, {} event(s) applied",
+            r.streams_repaired, r.events_applied
+        );
+    }
+    if !a.quiet && !a.json {
+        println!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id());
+    }
+    let cancel = cancel_on_signal();
+    let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = every.tick() => {
+                let m = rt.metrics();
+                if a.json {
+                    json_line(&m)?;
+                } else if !a.quiet {
+                    let g = m.gauges.clone().unwrap_or_default();
+                    println!(
+                        "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
+                        m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
+                        human_ms(g.oldest_due_age_ms)
+                    );
+                }
+            }
+        }
+    }
+    running.shutdown().await;
+    if !a.quiet && !a.json {
+        println!("stopped: leases released, nothing left processing");
+    }
+    Ok(())
+}
+
+/// Per-projection digests and the whole store's digest.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Digests {
+    pub(crate) projections: Vec<(String, String)>,
+    pub(crate) store: String,
+}
+
+pub(crate) async fn digests(
+    store: &SqliteProjectionStore,
+    projections: &[Arc<dyn Projection<SqliteConnection>>],
+) -> Result<Digests, Error> {
+    let mut out = Vec::new();
+    let mut whole = DigestBuilder::new();
+    whole.table("projections");
+    for p in projections {
+        let d: Digest = store.digest(p.as_ref()).await?;
+        let hex = d.to_string();
+        whole.row(&[DigestValue::Text(p.name().as_str()), DigestValue::Text(&hex)]);
+        out.push((p.name().to_string(), hex));
+    }
+    Ok(Digests {
+        projections: out,
+        store: whole.finish().to_string(),
+    })
+}
+
+#[derive(Serialize)]
+pub(crate) struct Report {
+    pub(crate) as_of: String,
+    pub(crate) pending: u64,
+    pub(crate) processing: u64,
+    pub(crate) failed: u64,
+    pub(crate) dead: u64,
+    pub(crate) total: u64,
+    pub(crate) oldest_retry_eligible: Option<OutboxRow>,
+    pub(crate) oldest_due_age_ms: u64,
+    pub(crate) rows: Vec<OutboxRow>,
+    pub(crate) digests: Option<Digests>,
+    pub(crate) workers: Vec<WorkerInfo>,
+    pub(crate) active_runs: Vec<RunRecord>,
+}
+
+pub(crate) async fn build_report(
+    rt: &Rt,
+    status: Option<OutboxStatus>,
+    limit: u64,
+    with_digests: bool,
+) -> Result<Report, Error> {
+    let summary = rt.journal().summary().await?;
+    let g = rt.refresh_gauges().await?;
+    let rows = if limit == 0 {
+        Vec::new()
+    } else {
+        rt.journal().list(status, limit as usize).await?
+    };
+    let digests = if with_digests {
+        Some(digests(rt.store(), rt.projections()).await?)
+    } else {
+        None
+    };
+    let active_runs = rt
+        .store()
+        .runs(50)
+        .await?
+        .into_iter()
+        .filter(|r| r.state.is_active())
+        .collect();
+    Ok(Report {
+        as_of: summary.as_of.to_string(),
+        pending: summary.pending,
+        processing: summary.processing,
+        failed: summary.failed,
+        dead: summary.dead,
+        total: summary.total(),
+        oldest_retry_eligible: summary.oldest_retry_eligible.clone(),
+        oldest_due_age_ms: g.oldest_due_age_ms,
+        rows,
+        digests,
+        workers: rt.journal().workers().await?,
+        active_runs,
+    })
+}
+
+pub(crate) fn print_report(r: &Report, status: Option<OutboxStatus>) {
+    println!("outbox report at {}", r.as_of);
+    println!(
+        "  rows: {} pending, {} processing, {} failed, {} dead ({} in all)",
+        r.pending, r.processing, r.failed, r.dead, r.total
+    );
+    match &r.oldest_retry_eligible {
+        Some(row) => println!(
+            "  oldest retry-eligible: {}/{} {} ({}, attempts {}, due {}) - lag {}",
+            row.stream,
+            row.seq,
+            row.event_type,
+            row.status,
+            row.attempt_count,
+            row.next_attempt_at,
+            human_ms(r.oldest_due_age_ms)
+        ),
+        None => println!("  oldest retry-eligible: none (lag 0)"),
+    }
+    if r.dead > 0 {
+        println!(
+            "  dead letters: {} (fix the cause, then `outbox requeue-dead --limit N`)",
+            r.dead
+        );
+    }
+    if !r.rows.is_empty() {
+        let which = status.map_or("rows".to_string(), |s| format!("{s} rows"));
+        println!("  {which} (first {}):", r.rows.len());
+        for row in &r.rows {
+            let err = row
+                .last_error
+                .as_deref()
+                .map(|e| format!(" - {e}"))
+                .unwrap_or_default();
+            println!(
+                "    {}/{} {} {} attempts={} next={}{}",
+                row.stream, row.seq, row.event_type, row.status, row.attempt_count, row.next_attempt_at, err
+            );
+        }
+    }
+    if let Some(d) = &r.digests {
+        println!("  digests:");
+        for (name, hex) in &d.projections {
+            println!("    {name:<18} {hex}");
+        }
+        println!("    {:<18} {}", "(store)", d.store);
+    }
+    if !r.workers.is_empty() {
+        println!("  workers:");
+        for w in &r.workers {
+            println!(
+                "    {} {} pid {} on {}, last beat {}",
+                w.id, w.mode, w.pid, w.host, w.last_beat
+            );
+        }
+    }
+    for run in &r.active_runs {
+        println!(
+            "  active run {}: {} {} ({}, {} processed)",
+            run.id, run.kind, run.projection, run.state, run.processed
+        );
+    }
+}
+
+async fn report(cli: &Cli, a: &ReportArgs) -> Result<()> {
+    let rt = runtime(cli).await?;
+    let r = build_report(&rt, a.status, a.limit, !a.no_digests).await?;
+    if a.json {
+        json(&r)
+    } else {
+        print_report(&r, a.status);
+        Ok(())
+    }
+}
+
+async fn replay(cli: &Cli, a: &ReplayArgs) -> Result<()> {
+    let rt = runtime(cli).await?;
+    let cancel = cancel_on_signal();
+    let mut runs = Vec::new();
+    match &a.which.projection {
+        Some(p) => runs.push(rt.replay(p, a.until, &cancel).await?),
+        None => {
+            let names: Vec<String> = rt.projections().iter().map(|p| p.name().to_string()).collect();
+            for p in names {
+                let run = rt.replay(&p, a.until, &cancel).await?;
+                let stop = run.state != outbox_core::RunState::Completed;
+                runs.push(run);
+                if stop {
+                    break;
+                }
+            }
+        }
+    }
+    print_runs(&runs, a.json)?;
+    fail_unless_completed(&runs)
+}
+
+fn fail_unless_completed(runs: &[RunRecord]) -> Result<()> {
+    match runs.iter().find(|r| r.state == outbox_core::RunState::Failed) {
+        Some(r) => Err(Error::storage(
+            format!(
+                "run {} ({} {}) failed: {}",
+                r.id,
+                r.kind,
+                r.projection,
+                r.error_message.as_deref().unwrap_or("unknown error")
+            ),
+            std::io::Error::other(r.error_code.clone().unwrap_or_default()),
+        )
+        .into()),
+        None => Ok(()),
+    }
+}
+
+fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
+    if as_json {
+        return json(&runs);
+    }
+    if runs.is_empty() {
+        println!("no runs");
+    }
+    for r in runs {
+        let last = match (&r.last_stream, r.last_seq) {
+            (Some(s), Some(q)) => format!(" last {s}/{q}"),
+            _ => String::new(),
+        };
+        let until = r.until.map(|u| format!(" until {u}")).unwrap_or_default();
+        let err = r
+            .error_message
+            .as_deref()
+            .map(|m| format!(" error [{}] {m}", r.error_code.as_deref().unwrap_or("")))
+            .unwrap_or_default();
+        let cancel = if r.cancel_requested && r.state.is_active() {
+            " (cancel requested)"
+        } else {
+            ""
+        };
+        println!(
+            "run {:>4}  {:<9} {:<18} {:<9} processed {}{}{}{}{}  owner {} updated {}",
+            r.id, r.kind, r.projection, r.state, r.processed, until, last, err, cancel, r.owner, r.updated_at
+        );
+    }
+    Ok(())
+}
+
+async fn runs(cli: &Cli, a: &RunsArgs) -> Result<()> {
+    let rt = runtime(cli).await?;
+    match a.action.as_ref().unwrap_or(&RunsAction::List { limit: 20 }) {
+        RunsAction::List { limit } => print_runs(&rt.store().runs(*limit as usize).await?, a.json),
+        RunsAction::Show { id } => {
+            let run = rt
+                .store()
+                .run(*id)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+            print_runs(&[run], a.json)
+        }
+        RunsAction::Cancel { id } => {
+            let run = rt.cancel_run(*id).await?;
+            print_runs(&[run], a.json)
+        }
+    }
+}
+
+async fn gaps(cli: &Cli, a: &GapsArgs) -> Result<()> {
+    let rt = runtime(cli).await?;
+    let lags: Vec<StreamLag> = rt.gaps(10_000).await?;
+    if !a.repair {
+        if a.json {
+            return json(&lags);
+        }
+        if lags.is_empty() {
+            println!("no gaps: every projection has applied every stream through its journal head");
+        }
+        for l in &lags {
+            let behind: Vec<String> = l.behind.iter().map(|(p, cp)| format!("{p} at {cp}")).collect();
+            println!(
+                "{}: head {}, watermark {}, behind: {}",
+                l.stream,
+                l.head,
+                l.watermark,
+                behind.join(", ")
+            );
+        }
+        return Ok(());
+    }
+    let report = rt.repair_gaps().await?;
+    if a.json {
+        json(&report)?;
+    } else {
+        println!(
+            "repaired {} of {} stream(s): {} event(s) applied ({} watermark(s) were behind)",
+            report.streams_repaired, report.streams_scanned, report.events_applied, report.watermark_behind
+        );
+        for f in &report.failures {
+            println!("  could not repair {}: {}", f.stream, f.error);
+        }
+    }
+    if let Some(f) = report.failures.first() {
+        return Err(Error::storage(
+            format!(
+                "{} stream(s) could not be repaired, first {}",
+                report.failures.len(),
+                f.stream
+            ),
+            std::io::Error::other(f.error.clone()),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn print_workers(workers: &[WorkerInfo]) {
+    if workers.is_empty() {
+        println!("no live workers registered");
+    }
+    for w in workers {
+        println!(
+            "{}  {}  host {} pid {}  started {}  last beat {}  expires {}",
+            w.id, w.mode, w.host, w.pid, w.started_at, w.last_beat, w.expires_at
+        );
+    }
+}

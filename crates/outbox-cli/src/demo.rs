@@ -1,0 +1,429 @@
+//! `outbox demo`: the whole lifecycle on fresh SQLite files in under a minute.
+
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use outbox_core::{AppendRequest, Error, ExpectedVersion, NewEvent, OutboxStore, RetryPolicy, StreamId};
+use outbox_runtime::Config;
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::DemoArgs;
+use crate::commands::{Digests, Report, Rt, build, build_report, digests, print_report};
+use crate::domain::{Faults, Payload};
+use crate::output::json;
+
+/// splitmix64, so every demo run appends the same history.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const SCENES: [&str; 6] = [
+    "the tavern",
+    "the crypt",
+    "the market",
+    "the tower",
+    "the road",
+    "the keep",
+];
+const NAMES: [&str; 8] = ["Aria", "Borin", "Cass", "Dain", "Elow", "Fenn", "Gwyn", "Hale"];
+
+fn event(rt: &Rt, kind: &str, p: &Payload) -> Result<NewEvent, Error> {
+    let bytes = serde_json::to_vec(p).map_err(|e| Error::invalid(format_args!("demo payload: {e}")))?;
+    rt.event(kind, bytes)
+}
+
+/// The events of one campaign, in order.
+fn campaign_events(rt: &Rt, index: u64, count: u64, rng: &mut Rng) -> Result<Vec<NewEvent>, Error> {
+    let mut out = Vec::with_capacity(count as usize);
+    let name = format!(
+        "The {} of {}",
+        ["Saga", "Quest", "Siege", "Heist"][(index % 4) as usize],
+        NAMES[(index % 8) as usize]
+    );
+    out.push(event(
+        rt,
+        "campaign_created",
+        &Payload {
+            name: Some(name),
+            ..Payload::default()
+        },
+    )?);
+    let party = 4u64;
+    for i in 0..party {
+        let player = format!("player-{i}");
+        out.push(event(
+            rt,
+            "player_joined",
+            &Payload {
+                player: Some(player.clone()),
+                ..Payload::default()
+            },
+        )?);
+        let character = NAMES[((index + i) % 8) as usize].to_string();
+        out.push(event(
+            rt,
+            "character_created",
+            &Payload {
+                character: Some(character),
+                player: Some(player),
+                ..Payload::default()
+            },
+        )?);
+    }
+    while (out.len() as u64) < count {
+        let roll = rng.below(100);
+        let p = if roll < 70 {
+            let sides = [4, 6, 8, 12, 20][rng.below(5) as usize];
+            Payload {
+                character: Some(NAMES[((index + rng.below(party)) % 8) as usize].to_string()),
+                sides: Some(sides),
+                result: Some(1 + rng.below(sides as u64) as i64),
+                ..Payload::default()
+            }
+        } else if roll < 85 {
+            Payload {
+                player: Some(format!("player-{}", rng.below(party))),
+                text: Some("well met".into()),
+                ..Payload::default()
+            }
+        } else {
+            Payload {
+                scene: Some(SCENES[rng.below(6) as usize].into()),
+                ..Payload::default()
+            }
+        };
+        let kind = if p.sides.is_some() {
+            "dice_rolled"
+        } else if p.text.is_some() {
+            "chat_message"
+        } else {
+            "scene_changed"
+        };
+        out.push(event(rt, kind, &p)?);
+    }
+    Ok(out)
+}
+
+/// Marks a few dice rolls faulty: two glitch (fail a few times, then pass),
+/// one is cursed (fails until the fix is deployed, so it dead-letters).
+fn inject_faults(rt: &Rt, plan: &mut [(StreamId, Vec<NewEvent>)]) -> Result<Vec<String>, Error> {
+    let mut notes = Vec::new();
+    let picks = [(7usize, Some(2), false), (42, Some(3), false), (66, None, true)];
+    for (campaign, glitch, cursed) in picks {
+        let Some((stream, events)) = plan.get_mut(campaign % plan.len().max(1)) else {
+            continue;
+        };
+        // A roll in the middle of the campaign, so later events queue behind it.
+        let middle = events.len() / 2;
+        let Some(idx) = events
+            .iter()
+            .skip(middle)
+            .position(|e| e.event_type.as_str() == "dice_rolled")
+            .map(|i| i + middle)
+        else {
+            continue;
+        };
+        let mut p: Payload = serde_json::from_slice(&events[idx].payload)
+            .map_err(|e| Error::invalid(format_args!("demo payload: {e}")))?;
+        p.glitch = glitch;
+        p.cursed = cursed.then_some(true);
+        events[idx] = event(rt, "dice_rolled", &p)?;
+        notes.push(match glitch {
+            Some(n) => format!("{stream}/{}: fails {n} time(s), then succeeds", idx + 1),
+            None => format!("{stream}/{}: cursed, fails until the fix is deployed", idx + 1),
+        });
+    }
+    Ok(notes)
+}
+
+#[derive(Serialize)]
+struct DemoSummary {
+    dir: String,
+    campaigns: u64,
+    events: u64,
+    append_transactions: u64,
+    append_seconds: f64,
+    injected: Vec<String>,
+    retries_scheduled: u64,
+    dead_lettered: u64,
+    requeued: u64,
+    applied: u64,
+    audit_only: u64,
+    report: Report,
+    digests: Digests,
+    verification_store_digest: String,
+    verified: bool,
+    seconds: f64,
+}
+
+fn progress(done: u64, total: u64, tty: bool) {
+    let width = 30;
+    let filled = (done.min(total) * width / total.max(1)) as usize;
+    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width as usize - filled));
+    if tty {
+        eprint!("\r  applying [{bar}] {done}/{total}");
+        let _ = std::io::stderr().flush();
+    } else {
+        eprintln!("  applying [{bar}] {done}/{total}");
+    }
+}
+
+async fn wait_for(
+    rt: &Rt,
+    total: u64,
+    tty: bool,
+    mut done: impl AsyncFnMut() -> Result<bool, Error>,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last_print = Instant::now();
+    loop {
+        if done().await? {
+            return Ok(());
+        }
+        if last_print.elapsed() > Duration::from_millis(if tty { 100 } else { 2000 }) {
+            progress(rt.metrics().completed_rows, total, tty);
+            last_print = Instant::now();
+        }
+        if Instant::now() > deadline {
+            return Err(Error::InvalidState(
+                "the demo did not finish within two minutes".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
+    let started = Instant::now();
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            PathBuf::from(format!("outbox-demo-{secs}"))
+        }
+    };
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| {
+        Error::invalid(format_args!(
+            "cannot create demo directory {}: {e} (pass --dir with a new path)",
+            dir.display()
+        ))
+    })?;
+    let dir = dir.canonicalize().context("resolving the demo directory")?;
+    let say = |s: String| {
+        if !a.json {
+            println!("{s}");
+        }
+    };
+    say(format!(
+        "outbox demo: tabletop campaigns on embedded SQLite\n  files in {}",
+        dir.display()
+    ));
+
+    let opts = SqliteOptions::default();
+    let journal = SqliteJournal::open(dir.join("journal.db"), opts.clone()).await?;
+    let store = SqliteProjectionStore::open(dir.join("projections.db"), opts.clone()).await?;
+    let faults = Faults::default();
+    let retry = RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(400), 5)?;
+    let config = Config::apply_worker()
+        .with_retry(retry)
+        .with_poll_interval(Duration::from_millis(100))
+        .with_lease_ttl(Duration::from_secs(10));
+    let rt = build(journal, store, config, &faults).await?;
+    say(format!(
+        "  mode {}, retry 50ms doubling to 400ms, dead after {} failures (demo settings)",
+        rt.mode(),
+        retry.dead_letter_after()
+    ));
+
+    // The history: `events` spread over `campaigns`, with three faulty rolls.
+    let mut rng = Rng(0x5eed);
+    let per = (a.events / a.campaigns).max(12);
+    let mut plan = Vec::new();
+    for c in 0..a.campaigns {
+        let stream = StreamId::new(format!("campaign-{c:03}"))?;
+        plan.push((stream, campaign_events(&rt, c, per, &mut rng)?));
+    }
+    let injected = inject_faults(&rt, &mut plan)?;
+    for note in &injected {
+        say(format!("  injected fault: {note}"));
+    }
+    let total: u64 = plan.iter().map(|(_, e)| e.len() as u64).sum();
+
+    // Start the worker first: it wakes on each append.
+    let running = rt.start().await?;
+    let appending = Instant::now();
+    let chunk = 10usize;
+    let mut transactions = 0u64;
+    let mut offset = 0usize;
+    while offset < per as usize {
+        for group in plan.chunks(10) {
+            let batch: Vec<AppendRequest> = group
+                .iter()
+                .filter_map(|(s, events)| {
+                    let slice = events.get(offset..(offset + chunk).min(events.len()))?;
+                    (!slice.is_empty()).then(|| {
+                        AppendRequest::new(s.clone(), ExpectedVersion::Exact(offset as u64), slice.to_vec())
+                    })
+                })
+                .collect();
+            if batch.is_empty() {
+                continue;
+            }
+            rt.append_batch(batch).await?;
+            transactions += 1;
+        }
+        offset += chunk;
+    }
+    let append_seconds = appending.elapsed().as_secs_f64();
+    say(format!(
+        "  appended {total} events to {} campaigns in {transactions} transactions ({append_seconds:.2}s)",
+        a.campaigns
+    ));
+
+    let tty = std::io::stderr().is_terminal() && !a.json;
+    // Until only the cursed row's stream is left, blocked behind its dead head.
+    wait_for(&rt, total, tty, async || {
+        let s = rt.journal().summary().await?;
+        Ok(
+            s.dead >= 1
+                && s.failed == 0
+                && s.processing == 0
+                && rt.journal().due_streams(1).await?.is_empty(),
+        )
+    })
+    .await?;
+    if tty {
+        eprintln!();
+    }
+    let m = rt.metrics();
+    let dead = rt
+        .journal()
+        .list(Some(outbox_core::OutboxStatus::Dead), 10)
+        .await?;
+    say(format!(
+        "  retries scheduled: {}; dead-lettered: {}",
+        m.failed, m.dead_lettered
+    ));
+    for row in &dead {
+        let blocked = rt
+            .journal()
+            .list(Some(outbox_core::OutboxStatus::Pending), 10_000)
+            .await?;
+        let behind = blocked.iter().filter(|r| r.stream == row.stream).count();
+        say(format!(
+            "  dead: {}/{} after {} attempts ({}); {behind} later row(s) of that campaign wait behind it, every other campaign is applied",
+            row.stream,
+            row.seq,
+            row.attempt_count,
+            row.last_error.as_deref().unwrap_or("")
+        ));
+    }
+
+    say("  deploying the fix, then `outbox requeue-dead`".into());
+    faults.deploy_fix();
+    let requeued = rt.journal().requeue_dead(100).await?;
+    wait_for(&rt, total, tty, async || {
+        Ok(rt.journal().summary().await?.total() == 0)
+    })
+    .await?;
+    if tty {
+        progress(total, total, tty);
+        eprintln!();
+    }
+    running.shutdown().await;
+    say(format!(
+        "  requeued {} row(s); the backlog is empty",
+        requeued.len()
+    ));
+
+    let report = build_report(&rt, None, 0, false).await?;
+    let digests = digests(rt.store(), rt.projections()).await?;
+
+    // The promise, checked: a catch-up replay of the journal into a fresh
+    // projection file converges on the same digests.
+    let verify_store = SqliteProjectionStore::open(dir.join("verify-projections.db"), opts).await?;
+    let verifier = build(
+        rt.journal().clone(),
+        verify_store.clone(),
+        Config::default(),
+        &faults,
+    )
+    .await?;
+    let cancel = CancellationToken::new();
+    for p in verifier.projections().to_vec() {
+        verifier.replay(p.name().as_str(), None, &cancel).await?;
+    }
+    let check = crate::commands::digests(&verify_store, verifier.projections()).await?;
+    let verified = check.store == digests.store;
+
+    let m = rt.metrics();
+    let summary = DemoSummary {
+        dir: dir.display().to_string(),
+        campaigns: a.campaigns,
+        events: total,
+        append_transactions: transactions,
+        append_seconds,
+        injected,
+        retries_scheduled: m.failed,
+        dead_lettered: m.dead_lettered,
+        requeued: requeued.len() as u64,
+        applied: m.applied,
+        audit_only: m.audit_only,
+        report,
+        digests,
+        verification_store_digest: check.store,
+        verified,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    if a.json {
+        json(&summary)?;
+    } else {
+        print_report(&summary.report, None);
+        println!(
+            "  applied {} events, {} audit-only checkpointed without projecting",
+            summary.applied, summary.audit_only
+        );
+        println!("  digests:");
+        for (name, hex) in &summary.digests.projections {
+            println!("    {name:<18} {hex}");
+        }
+        println!("    {:<18} {}", "(store)", summary.digests.store);
+        println!(
+            "  verification: catch-up replay into a fresh projection file gives store digest {} ({})",
+            summary.verification_store_digest,
+            if verified { "identical" } else { "DIFFERENT" }
+        );
+        println!(
+            "  done in {:.1}s; inspect with: outbox --journal {dir}/journal.db --projection {dir}/projections.db report",
+            summary.seconds,
+            dir = dir.display()
+        );
+    }
+    rt.journal().close().await;
+    rt.store().close().await;
+    verify_store.close().await;
+    if !verified {
+        return Err(
+            Error::InvalidState("replay digests differ from the worker's: this is a bug".into()).into(),
+        );
+    }
+    Ok(())
+}

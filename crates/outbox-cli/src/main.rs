@@ -1,0 +1,5 @@
+//! The `outbox` binary.
+
+fn main() -> std::process::ExitCode {
+    outbox_cli::main()
+}

@@ -1,0 +1,253 @@
+//! The runtime on SQLite files, with several runtimes (each with its own
+//! store instances, as separate processes would have) on the same files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
+    Projection, RetryPolicy, Seq, StreamId,
+};
+use outbox_runtime::{Config, Outbox};
+use outbox_sqlite::oracle::{SqliteOracle, read_oracle};
+use outbox_sqlite::sqlx::SqliteConnection;
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, sid};
+
+type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
+
+struct Files {
+    _dir: tempfile::TempDir,
+    journal: std::path::PathBuf,
+    projections: std::path::PathBuf,
+}
+
+fn files() -> Files {
+    let dir = tempfile::tempdir().unwrap();
+    Files {
+        journal: dir.path().join("journal.db"),
+        projections: dir.path().join("projections.db"),
+        _dir: dir,
+    }
+}
+
+fn oracle() -> (Arc<dyn Projection<SqliteConnection>>, Faults) {
+    let p = OracleProjection::new("oracle", Arc::new(SqliteOracle));
+    let f = p.faults();
+    (p.shared(), f)
+}
+
+async fn open(f: &Files, config: Config, p: &Arc<dyn Projection<SqliteConnection>>) -> Rt {
+    let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
+        .await
+        .unwrap();
+    let store = SqliteProjectionStore::open(&f.projections, SqliteOptions::default())
+        .await
+        .unwrap();
+    Outbox::builder(journal, store)
+        .config(config)
+        .event_types(oracle_registry())
+        .projection(p.clone())
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn wait_drained(rt: &Rt, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let s = rt.journal().summary().await.unwrap();
+        if s.total() == 0 {
+            return;
+        }
+        assert!(start.elapsed() < limit, "not drained within {limit:?}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn expected(streams: &[StreamId], events: u64, value: i64) -> BTreeMap<String, Expected> {
+    streams
+        .iter()
+        .map(|s| {
+            (
+                s.to_string(),
+                Expected {
+                    through: events,
+                    sum: value * events as i64,
+                },
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled() {
+    let f = files();
+    let (p, _) = oracle();
+    let config = Config::apply_worker()
+        .with_lease_ttl(Duration::from_millis(1500))
+        .with_poll_interval(Duration::from_millis(50))
+        .with_batch_size(16)
+        .with_repair_on_start(false);
+    let mut rts = Vec::new();
+    for i in 0..4 {
+        let c = config
+            .clone()
+            .with_worker_id(outbox_core::WorkerId::new(format!("rt-{i}")).unwrap());
+        rts.push(open(&f, c, &p).await);
+    }
+    let streams: Vec<StreamId> = (0..100).map(|i| sid(&format!("s{i:03}"))).collect();
+    // 100 streams x 100 events, appended in 10 rounds of one transaction each.
+    for round in 0..10u64 {
+        let batch: Vec<AppendRequest> = streams
+            .iter()
+            .map(|s| {
+                AppendRequest::new(
+                    s.clone(),
+                    ExpectedVersion::Exact(round * 10),
+                    (0..10).map(|_| add(3)).collect(),
+                )
+            })
+            .collect();
+        rts[0].append_batch(batch).await.unwrap();
+    }
+    let mut running: Vec<_> = Vec::new();
+    for rt in &rts {
+        running.push(Some(rt.start().await.unwrap()));
+    }
+    // Crash runtime 0 while it holds a stream lease.
+    let victim = rts[0].worker_id().clone();
+    let mut stranded = BTreeSet::new();
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let mut held = Vec::new();
+        for s in &streams {
+            if let Some(l) = rts[1].journal().lease(s).await.unwrap()
+                && l.owner == victim
+            {
+                held.push(s.clone());
+            }
+        }
+        if !held.is_empty() {
+            running[0].take().unwrap().abort();
+            // What a dead process leaves: its connections gone, its leases live.
+            rts[0].journal().close().await;
+            rts[0].store().close().await;
+            for s in held {
+                if let Some(l) = rts[1].journal().lease(&s).await.unwrap()
+                    && l.owner == victim
+                {
+                    stranded.insert(s);
+                }
+            }
+            break;
+        }
+    }
+    assert!(running[0].is_none(), "runtime 0 never held a lease to crash with");
+    wait_drained(&rts[1], Duration::from_secs(90)).await;
+    for r in running.into_iter().flatten() {
+        r.shutdown().await;
+    }
+    let state = read_oracle(rts[1].store(), "oracle").await;
+    check_history(&state, &expected(&streams, 100, 3), &BTreeMap::new())
+        .expect("every event applied exactly once, in order");
+    eprintln!(
+        "runtime 0 crashed holding {} stream lease(s); all were taken over after expiry",
+        stranded.len()
+    );
+    for s in &stranded {
+        let l = rts[1].journal().lease(s).await.unwrap();
+        assert!(
+            l.is_none_or(|l| l.owner != victim),
+            "{s} still owned by the crashed runtime"
+        );
+    }
+    let totals: u64 = rts[1..].iter().map(|r| r.metrics().completed_rows).sum();
+    assert!(totals > 0, "the surviving runtimes did the work");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_on_sqlite_dead_letters_at_the_threshold_and_requeue_applies_once() {
+    let f = files();
+    let (p, faults) = oracle();
+    let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20), 3).unwrap();
+    let rt = open(
+        &f,
+        Config::apply_worker()
+            .with_retry(policy)
+            .with_poll_interval(Duration::from_millis(10)),
+        &p,
+    )
+    .await;
+    let (bad, good) = (sid("bad"), sid("good"));
+    faults.fail(&bad, 2, u32::MAX);
+    rt.append(&bad, ExpectedVersion::NoStream, vec![add(1), add(2), add(3)])
+        .await
+        .unwrap();
+    rt.append(&good, ExpectedVersion::NoStream, vec![add(5), add(5)])
+        .await
+        .unwrap();
+    let running = rt.start().await.unwrap();
+    let start = Instant::now();
+    while rt.journal().summary().await.unwrap().dead == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "never dead-lettered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = rt
+        .journal()
+        .row(&bad, Seq::new(2).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Dead, 3));
+    faults.clear();
+    rt.journal().requeue(&bad, Seq::new(2).unwrap()).await.unwrap();
+    wait_drained(&rt, Duration::from_secs(30)).await;
+    running.shutdown().await;
+    let state = read_oracle(rt.store(), "oracle").await;
+    let want = BTreeMap::from([
+        ("bad".to_string(), Expected { through: 3, sum: 6 }),
+        ("good".to_string(), Expected { through: 2, sum: 10 }),
+    ]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_repair_and_the_worker_finish_what_a_crash_left_on_sqlite() {
+    let f = files();
+    let (p, _) = oracle();
+    {
+        // A process appended (with and without outbox rows) and died before applying.
+        let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
+            .await
+            .unwrap();
+        let req = |s: &str| AppendRequest::new(sid(s), ExpectedVersion::NoStream, vec![add(2), add(2)]);
+        journal
+            .append(&[req("queued")], AppendOptions::enqueue())
+            .await
+            .unwrap();
+        journal
+            .append(&[req("unqueued")], AppendOptions::journal_only())
+            .await
+            .unwrap();
+        journal.close().await;
+    }
+    let rt = open(
+        &f,
+        Config::apply_worker().with_poll_interval(Duration::from_millis(10)),
+        &p,
+    )
+    .await;
+    let running = rt.start().await.unwrap();
+    let repair = running.repair_report().unwrap().clone();
+    assert_eq!((repair.streams_repaired, repair.events_applied), (2, 4));
+    wait_drained(&rt, Duration::from_secs(30)).await;
+    running.shutdown().await;
+    let state = read_oracle(rt.store(), "oracle").await;
+    let want = BTreeMap::from([
+        ("queued".to_string(), Expected { through: 2, sum: 4 }),
+        ("unqueued".to_string(), Expected { through: 2, sum: 4 }),
+    ]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+}

@@ -1,0 +1,239 @@
+//! Regression tests from reviewing the adapter against the contracts.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::test_options;
+use outbox_core::{
+    AppendOptions, AppendRequest, BoxError, DigestBuilder, EventJournal, ExpectedVersion, Projection,
+    ProjectionName, ProjectionStore, Seq,
+};
+use outbox_sqlite::sqlx::{self, SqliteConnection};
+use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, digest_table};
+use outbox_testkit::{add, sid};
+
+/// How the applier misbehaves after writing its row.
+#[derive(Clone, Copy)]
+enum Sabotage {
+    /// A statement that makes SQLite roll the whole transaction back
+    /// (`INSERT OR ROLLBACK` on a conflict), its error swallowed.
+    RollbackAndSwallow,
+    /// The applier commits the store's transaction itself.
+    Commit,
+    /// None: a well-behaved projection.
+    None,
+}
+
+struct Saboteur(ProjectionName, Sabotage);
+
+#[outbox_core::async_trait]
+impl Projection<SqliteConnection> for Saboteur {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS written (seq INTEGER PRIMARY KEY)")
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+    async fn apply(&self, tx: &mut SqliteConnection, e: &outbox_core::Event) -> Result<(), BoxError> {
+        sqlx::query("INSERT INTO written (seq) VALUES (?1)")
+            .bind(e.seq.as_i64())
+            .execute(&mut *tx)
+            .await?;
+        match self.1 {
+            Sabotage::RollbackAndSwallow => {
+                let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (?1)")
+                    .bind(e.seq.as_i64())
+                    .execute(&mut *tx)
+                    .await;
+                assert!(r.is_err(), "the conflicting insert fails");
+            }
+            Sabotage::Commit => {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
+            }
+            Sabotage::None => {}
+        }
+        Ok(())
+    }
+    async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM written").execute(&mut *tx).await?;
+        if let Sabotage::RollbackAndSwallow = self.1 {
+            // Make SQLite roll the transaction back, and swallow the error.
+            sqlx::query("INSERT INTO written (seq) VALUES (-1)")
+                .execute(&mut *tx)
+                .await?;
+            let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (-1)")
+                .execute(&mut *tx)
+                .await;
+            assert!(r.is_err(), "the conflicting insert fails");
+        }
+        Ok(())
+    }
+    async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(digest_table(tx, "written", out).await?)
+    }
+}
+
+async fn written(store: &SqliteProjectionStore) -> Vec<i64> {
+    let mut conn = store.read().await.unwrap();
+    sqlx::query_scalar("SELECT seq FROM written ORDER BY seq")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap()
+}
+
+/// A checkpoint must never commit without the projection writes of its
+/// events: if an applier ends the store's transaction behind its back (SQLite
+/// rolled it back, or the applier committed), `apply` fails, the checkpoint
+/// stays where it was, and the store stays usable.
+async fn apply_survives(sabotage: Sabotage) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("j.db"), test_options())
+        .await
+        .unwrap();
+    let store = SqliteProjectionStore::open(dir.path().join("p.db"), test_options())
+        .await
+        .unwrap();
+    let name = ProjectionName::new("saboteur").unwrap();
+    let p: Arc<dyn Projection<SqliteConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+    store.setup(std::slice::from_ref(&p)).await.unwrap();
+    let s = sid("s");
+    journal
+        .append(
+            &[AppendRequest::new(
+                s.clone(),
+                ExpectedVersion::Any,
+                vec![add(1), add(2)],
+            )],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    let events = journal.read_stream(&s, Seq::FIRST, 10).await.unwrap();
+
+    let r = store.apply(&s, &events[..1], std::slice::from_ref(&p)).await;
+    let cp = store.checkpoint(&name, &s).await.unwrap();
+    let rows = written(&store).await;
+    match sabotage {
+        Sabotage::RollbackAndSwallow => {
+            assert!(r.is_err(), "the apply must fail: {r:?}");
+            assert_eq!(
+                (cp, rows),
+                (0, vec![]),
+                "no checkpoint without its projection writes"
+            );
+        }
+        Sabotage::None => unreachable!("only saboteurs are tested here"),
+        Sabotage::Commit => {
+            // The applier's own COMMIT made its row durable; what must not
+            // happen is the checkpoint committing outside the transaction.
+            assert!(r.is_err(), "the apply must fail: {r:?}");
+            assert_eq!(cp, 0, "the checkpoint did not move outside the transaction");
+        }
+    }
+
+    // The writer connection is still usable afterwards.
+    let ok: Arc<dyn Projection<SqliteConnection>> = Arc::new(outbox_testkit::OracleProjection::new(
+        "oracle",
+        Arc::new(outbox_sqlite::oracle::SqliteOracle),
+    ));
+    store.setup(std::slice::from_ref(&ok)).await.expect("setup after");
+    store
+        .apply(&s, &events, std::slice::from_ref(&ok))
+        .await
+        .expect("a later apply works");
+    let st = outbox_sqlite::oracle::read_oracle(&store, "oracle").await;
+    assert_eq!(st.streams["s"].seqs, [1, 2]);
+}
+
+#[tokio::test]
+async fn apply_refuses_a_transaction_rolled_back_by_an_applier() {
+    apply_survives(Sabotage::RollbackAndSwallow).await;
+}
+
+#[tokio::test]
+async fn apply_refuses_a_transaction_committed_by_an_applier() {
+    apply_survives(Sabotage::Commit).await;
+}
+
+/// `reset` clears the projection and its checkpoints in one transaction: if
+/// `Projection::reset` made SQLite roll that transaction back, the checkpoints
+/// must not be deleted on their own (a replay would then apply every event a
+/// second time onto the rows that are still there).
+#[tokio::test]
+async fn reset_refuses_a_transaction_rolled_back_by_the_projection() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("j.db"), test_options())
+        .await
+        .unwrap();
+    let store = SqliteProjectionStore::open(dir.path().join("p.db"), test_options())
+        .await
+        .unwrap();
+    let name = ProjectionName::new("saboteur").unwrap();
+    let p: Arc<dyn Projection<SqliteConnection>> =
+        Arc::new(Saboteur(name.clone(), Sabotage::RollbackAndSwallow));
+    store.setup(std::slice::from_ref(&p)).await.unwrap();
+    let s = sid("s");
+    journal
+        .append(
+            &[AppendRequest::new(s.clone(), ExpectedVersion::Any, vec![add(1)])],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    let events = journal.read_stream(&s, Seq::FIRST, 10).await.unwrap();
+    let good: Arc<dyn Projection<SqliteConnection>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
+    store
+        .apply(&s, &events, std::slice::from_ref(&good))
+        .await
+        .expect("apply");
+    assert_eq!(
+        (store.checkpoint(&name, &s).await.unwrap(), written(&store).await),
+        (1, vec![1])
+    );
+    let r = store.reset(p.as_ref()).await;
+    assert!(r.is_err(), "the reset must fail: {r:?}");
+    assert_eq!(
+        (store.checkpoint(&name, &s).await.unwrap(), written(&store).await),
+        (1, vec![1]),
+        "neither the rows nor the checkpoint were cleared"
+    );
+    store.reset(good.as_ref()).await.expect("a later reset works");
+    assert_eq!(
+        (store.checkpoint(&name, &s).await.unwrap(), written(&store).await),
+        (0, vec![])
+    );
+}
+
+/// The journal's writer connection recovers when a caller's transaction from
+/// `SqliteJournal::begin` was ended by SQLite (here: `INSERT OR ROLLBACK` on a
+/// conflict, error swallowed) instead of failing every later write.
+#[tokio::test]
+async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("j.db"), test_options())
+        .await
+        .unwrap();
+    let append = || async {
+        journal
+            .append(
+                &[AppendRequest::new(sid("s"), ExpectedVersion::Any, vec![add(1)])],
+                AppendOptions::enqueue(),
+            )
+            .await
+    };
+    append().await.expect("first append");
+    {
+        let mut tx = journal.begin().await.unwrap();
+        let r = sqlx::query("INSERT OR ROLLBACK INTO outbox_meta (key, value) VALUES ('role', 'x')")
+            .execute(&mut *tx)
+            .await;
+        assert!(r.is_err(), "the conflicting insert fails and SQLite rolls back");
+        // Dropped: the driver's ROLLBACK fails (no transaction is active).
+    }
+    append().await.expect("a later append works");
+    assert_eq!(journal.stream_head(&sid("s")).await.unwrap(), 2);
+}

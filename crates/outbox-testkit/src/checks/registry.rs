@@ -1,0 +1,265 @@
+//! [`WorkerRegistry`] contract checks: heartbeats by the store's clock,
+//! expiry, deregistration, pruning, the ttl range and the listing order.
+
+use std::time::Duration;
+
+use outbox_core::{Error, MAX_LEASE_TTL, MIN_LEASE_TTL, Mode, WorkerInfo, WorkerRegistry};
+
+use super::support::{ms, now, owner, secs};
+use crate::Harness;
+
+/// Beats `id` (host `h-<id>`, pid 42, `OutboxApplyOnly`) with `ttl`, which must succeed.
+async fn beat<J: WorkerRegistry>(j: &J, id: &str, ttl: Duration) -> WorkerInfo {
+    j.heartbeat(&owner(id), &format!("h-{id}"), 42, Mode::OutboxApplyOnly, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("heartbeat of {id} failed: {e}"))
+}
+
+/// The ids `workers` lists, in its order.
+async fn listed<J: WorkerRegistry>(j: &J) -> Vec<String> {
+    j.workers()
+        .await
+        .expect("workers")
+        .into_iter()
+        .map(|w| w.id.to_string())
+        .collect()
+}
+
+/// `heartbeat`: the first beat inserts the worker as given, with
+/// `started_at = last_beat = now` and `expires_at = now + ttl` by the store's
+/// clock; `workers` lists it exactly as returned (every [`Mode`], a pid up to
+/// `u32::MAX` and any host text round-trip).
+pub async fn registry_heartbeat_inserts_worker<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let modes = [
+        Mode::InlineApplyOnly,
+        Mode::OutboxInline,
+        Mode::OutboxApplyOnly,
+        Mode::ShadowOnly,
+    ];
+    let ttl = secs(30);
+    let mut returned = Vec::new();
+    for (i, mode) in modes.into_iter().enumerate() {
+        let id = owner(&format!("w-{i}"));
+        let host = format!("host-{i}.example, ünïcode");
+        let pid = if i == 0 { u32::MAX } else { 1000 + i as u32 };
+        let before = now(j).await;
+        let w = j.heartbeat(&id, &host, pid, mode, ttl).await.expect("heartbeat");
+        let after = now(j).await;
+        assert_eq!(
+            (&w.id, w.host.as_str(), w.pid, w.mode),
+            (&id, host.as_str(), pid, mode),
+            "heartbeat returns the worker as given"
+        );
+        assert_eq!(w.started_at, w.last_beat, "a first beat starts the worker now");
+        assert!(
+            before <= w.last_beat && w.last_beat <= after,
+            "last_beat {} is not the store's now (in [{before}, {after}])",
+            w.last_beat
+        );
+        assert_eq!(
+            w.expires_at,
+            w.last_beat.saturating_add(ttl),
+            "expires_at is last_beat + ttl"
+        );
+        returned.push(w);
+    }
+    assert_eq!(
+        j.workers().await.expect("workers"),
+        returned,
+        "workers lists every live entry as heartbeat returned it"
+    );
+}
+
+/// `heartbeat`: a later beat refreshes the entry, `last_beat = now` and
+/// `expires_at = now + ttl` by the store's clock, and keeps `started_at` from
+/// the first beat.
+pub async fn registry_heartbeat_refresh_keeps_started_at<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let first = beat(j, "w", secs(30)).await;
+    h.advance(&f.ctx, secs(10)).await;
+    let before = now(j).await;
+    let again = beat(j, "w", secs(60)).await;
+    let after = now(j).await;
+    assert_eq!(again.started_at, first.started_at, "started_at is kept");
+    assert!(
+        again.last_beat >= first.last_beat.saturating_add(secs(10)),
+        "last_beat moved with the store's clock: {} -> {}",
+        first.last_beat,
+        again.last_beat
+    );
+    assert!(
+        before <= again.last_beat && again.last_beat <= after,
+        "last_beat {} is not the store's now (in [{before}, {after}])",
+        again.last_beat
+    );
+    assert_eq!(
+        again.expires_at,
+        again.last_beat.saturating_add(secs(60)),
+        "expires_at is the new last_beat + the new ttl"
+    );
+    assert_eq!(
+        j.workers().await.expect("workers"),
+        vec![again.clone()],
+        "one entry per id, as refreshed"
+    );
+    // The refreshed expiry holds past the first beat's expiry.
+    h.advance(&f.ctx, secs(40)).await;
+    assert_eq!(listed(j).await, ["w"], "listed past the first beat's expiry");
+}
+
+/// `workers`: an entry whose `expires_at` has passed by the store's clock is
+/// not listed; a live one is; beating the expired one again lists it again.
+pub async fn registry_expired_workers_are_not_listed<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    beat(j, "short", secs(5)).await;
+    beat(j, "long", secs(60)).await;
+    assert_eq!(listed(j).await, ["long", "short"], "both live");
+    h.advance(&f.ctx, secs(5) + ms(1)).await;
+    assert_eq!(listed(j).await, ["long"], "the expired entry is not listed");
+    let back = beat(j, "short", secs(5)).await;
+    assert!(
+        back.expires_at > now(j).await,
+        "a new beat makes the entry live again"
+    );
+    assert_eq!(
+        listed(j).await,
+        ["long", "short"],
+        "listed again after a new beat"
+    );
+    h.advance(&f.ctx, secs(60)).await;
+    assert!(listed(j).await.is_empty(), "every entry expired");
+}
+
+/// `deregister`: removes the entry and returns `true`; `false` for an id with
+/// no entry (never registered, or already removed). An expired entry that was
+/// not pruned still exists.
+pub async fn registry_deregister_returns_whether_it_existed<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    beat(j, "a", secs(30)).await;
+    beat(j, "b", secs(30)).await;
+    assert!(j.deregister(&owner("a")).await.expect("deregister"), "a existed");
+    assert_eq!(listed(j).await, ["b"], "only a was removed");
+    assert!(
+        !j.deregister(&owner("a")).await.expect("deregister"),
+        "a no longer exists"
+    );
+    assert!(
+        !j.deregister(&owner("never")).await.expect("deregister"),
+        "never registered"
+    );
+    beat(j, "gone", ms(10)).await;
+    h.advance(&f.ctx, secs(1)).await;
+    assert_eq!(listed(j).await, ["b"], "gone expired");
+    assert!(
+        j.deregister(&owner("gone")).await.expect("deregister"),
+        "an expired, unpruned entry still existed"
+    );
+    assert_eq!(
+        j.prune(Duration::ZERO).await.expect("prune"),
+        0,
+        "deregistered entries are gone"
+    );
+}
+
+/// `prune`: deletes the entries that expired more than `grace` ago, by the
+/// store's clock, and returns how many; recently expired and live entries stay.
+pub async fn registry_prune_deletes_only_long_expired<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    beat(j, "old", secs(10)).await;
+    let started = beat(j, "recent", secs(60)).await.started_at;
+    beat(j, "live", secs(200)).await;
+    assert_eq!(
+        j.prune(Duration::ZERO).await.expect("prune"),
+        0,
+        "nothing expired yet"
+    );
+    h.advance(&f.ctx, secs(70)).await;
+    // old expired ~60 s ago, recent ~10 s ago, live in ~130 s.
+    assert_eq!(
+        j.prune(secs(30)).await.expect("prune"),
+        1,
+        "only the entry expired more than 30 s ago"
+    );
+    assert_eq!(
+        j.prune(secs(30)).await.expect("prune"),
+        0,
+        "pruning again finds nothing"
+    );
+    assert!(
+        !j.deregister(&owner("old")).await.expect("deregister"),
+        "old was pruned"
+    );
+    assert_eq!(
+        beat(j, "recent", secs(60)).await.started_at,
+        started,
+        "the recently expired entry survived the prune (its started_at is kept)"
+    );
+    let live = j.workers().await.expect("workers");
+    assert!(
+        live.iter().any(|w| w.id == owner("live")),
+        "the live entry survived the prune: {live:?}"
+    );
+    assert!(
+        j.deregister(&owner("recent")).await.expect("deregister"),
+        "recent existed"
+    );
+    assert_eq!(
+        j.prune(Duration::ZERO).await.expect("prune"),
+        0,
+        "a live entry is never pruned"
+    );
+    assert_eq!(listed(j).await, ["live"]);
+}
+
+/// `heartbeat`: a `ttl` outside the lease TTL range is `InvalidInput` and
+/// registers nothing; the bounds themselves are accepted.
+pub async fn registry_ttl_out_of_range_is_invalid_input<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    for ttl in [
+        Duration::ZERO,
+        MIN_LEASE_TTL - ms(1),
+        MAX_LEASE_TTL + ms(1),
+        Duration::MAX,
+    ] {
+        let r = j.heartbeat(&owner("w"), "h", 1, Mode::OutboxApplyOnly, ttl).await;
+        assert!(matches!(r, Err(Error::InvalidInput(_))), "ttl {ttl:?}: {r:?}");
+    }
+    assert!(listed(j).await.is_empty(), "a rejected beat registers nothing");
+    assert!(
+        !j.deregister(&owner("w")).await.expect("deregister"),
+        "not even an expired entry"
+    );
+    for ttl in [MIN_LEASE_TTL, MAX_LEASE_TTL] {
+        let w = beat(j, "w", ttl).await;
+        assert_eq!(
+            w.expires_at,
+            w.last_beat.saturating_add(ttl),
+            "ttl {ttl:?} is accepted"
+        );
+    }
+}
+
+/// `workers`: ordered by id (byte order, as [`WorkerId`](outbox_core::WorkerId)
+/// orders), whatever the order of registration.
+pub async fn registry_workers_ordered_by_id<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    for id in ["w-c", "w-a", "W-z", "w-b", "w-a-1", "10", "9"] {
+        beat(j, id, secs(30)).await;
+    }
+    let mut want = vec!["w-c", "w-a", "W-z", "w-b", "w-a-1", "10", "9"];
+    want.sort_unstable();
+    assert_eq!(
+        want,
+        ["10", "9", "W-z", "w-a", "w-a-1", "w-b", "w-c"],
+        "byte order"
+    );
+    assert_eq!(listed(j).await, want, "workers are ordered by id");
+}
