@@ -111,7 +111,7 @@ pub struct RunRecord {
     pub updated_at: Timestamp,
 }
 
-/// How a run ended, for [`RunStore::finish_run`].
+/// How a run ended, for [`RunStore::finish_run`](crate::RunStore::finish_run).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RunEnd {
     /// Completed.
