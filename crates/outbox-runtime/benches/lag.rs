@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection, ProjectionName,
-    StreamId, async_trait,
+    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection,
+    ProjectionName, StreamId, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::sqlx::{self, SqliteConnection};
@@ -30,17 +30,24 @@ impl Projection<SqliteConnection> for Probe {
         &self.name
     }
     async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS probe (stream TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID")
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS probe (stream TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+        )
+        .execute(&mut *tx)
+        .await?;
         Ok(())
     }
     async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
-        sqlx::query("INSERT INTO probe (stream, n) VALUES (?1, 1) ON CONFLICT (stream) DO UPDATE SET n = n + 1")
-            .bind(e.stream.as_str())
-            .execute(&mut *tx)
-            .await?;
-        self.applied.lock().map_err(|_| "poisoned")?.insert((e.stream.to_string(), e.seq.get()), Instant::now());
+        sqlx::query(
+            "INSERT INTO probe (stream, n) VALUES (?1, 1) ON CONFLICT (stream) DO UPDATE SET n = n + 1",
+        )
+        .bind(e.stream.as_str())
+        .execute(&mut *tx)
+        .await?;
+        self.applied
+            .lock()
+            .map_err(|_| "poisoned")?
+            .insert((e.stream.to_string(), e.seq.get()), Instant::now());
         Ok(())
     }
     async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
@@ -61,13 +68,20 @@ struct Lag {
 }
 
 fn env_u64(k: &str, default: u64) -> u64 {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 async fn run(wake: bool, rate: u64, seconds: u64) -> Lag {
     let dir = tempfile::tempdir().expect("tempdir");
-    let journal = SqliteJournal::open(dir.path().join("j.db"), SqliteOptions::default()).await.expect("journal");
-    let store = SqliteProjectionStore::open(dir.path().join("p.db"), SqliteOptions::default()).await.expect("store");
+    let journal = SqliteJournal::open(dir.path().join("j.db"), SqliteOptions::default())
+        .await
+        .expect("journal");
+    let store = SqliteProjectionStore::open(dir.path().join("p.db"), SqliteOptions::default())
+        .await
+        .expect("store");
     let applied = Arc::new(Mutex::new(HashMap::new()));
     let probe = Arc::new(Probe {
         name: ProjectionName::new("probe").expect("name"),
@@ -76,14 +90,20 @@ async fn run(wake: bool, rate: u64, seconds: u64) -> Lag {
     let mut types = EventTypeRegistry::new();
     types.apply("tick").expect("type");
     let rt = Outbox::builder(journal, store)
-        .config(Config::apply_worker().with_wake_on_append(wake).with_repair_on_start(false))
+        .config(
+            Config::apply_worker()
+                .with_wake_on_append(wake)
+                .with_repair_on_start(false),
+        )
         .event_types(types)
         .projection(probe)
         .build()
         .await
         .expect("runtime");
     let running = rt.start().await.expect("start");
-    let streams: Vec<StreamId> = (0..20).map(|i| StreamId::new(format!("s{i:02}")).expect("id")).collect();
+    let streams: Vec<StreamId> = (0..20)
+        .map(|i| StreamId::new(format!("s{i:02}")).expect("id"))
+        .collect();
     let total = (rate * seconds) as usize;
     let interval = Duration::from_nanos(1_000_000_000 / rate);
     let t0 = Instant::now() + Duration::from_millis(50);
@@ -95,7 +115,9 @@ async fn run(wake: bool, rate: u64, seconds: u64) -> Lag {
         let s = i % streams.len();
         heads[s] += 1;
         let ev = rt.event("tick", vec![]).expect("event");
-        rt.append(&streams[s], ExpectedVersion::Exact(heads[s] - 1), vec![ev]).await.expect("append");
+        rt.append(&streams[s], ExpectedVersion::Exact(heads[s] - 1), vec![ev])
+            .await
+            .expect("append");
         scheduled.insert((streams[s].to_string(), heads[s]), at);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -124,14 +146,23 @@ async fn run(wake: bool, rate: u64, seconds: u64) -> Lag {
 fn main() {
     let rate = env_u64("OUTBOX_BENCH_RATE", 200);
     let seconds = env_u64("OUTBOX_BENCH_SECONDS", 5);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
     let with = rt.block_on(run(true, rate, seconds));
     let without = rt.block_on(run(false, rate, seconds));
-    println!("W3 lag, SQLite (synchronous=FULL), {rate} events/s for {seconds}s over 20 streams, poll interval 2s");
+    println!(
+        "W3 lag, SQLite (synchronous=FULL), {rate} events/s for {seconds}s over 20 streams, poll interval 2s"
+    );
     println!("| mode | events | p50 | p99 | max |");
     println!("|---|---|---|---|---|");
     for (name, l) in [("wake on append", &with), ("polling only", &without)] {
-        println!("| {name} | {} | {:.2?} | {:.2?} | {:.2?} |", l.events, l.p50, l.p99, l.max);
+        println!(
+            "| {name} | {} | {:.2?} | {:.2?} | {:.2?} |",
+            l.events, l.p50, l.p99, l.max
+        );
     }
     println!(
         "ratio polling/wake: p50 {:.0}x, p99 {:.0}x",
