@@ -5,3 +5,4 @@ mod common;
 use common::SqliteHarness;
 
 outbox_testkit::conformance_tests!(SqliteHarness);
+outbox_testkit::run_store_tests!(SqliteHarness);

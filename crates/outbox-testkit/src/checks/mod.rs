@@ -11,6 +11,7 @@ mod lease;
 mod outbox;
 mod projection;
 mod registry;
+mod runs;
 mod support;
 mod watermark;
 
@@ -20,6 +21,7 @@ pub use lease::*;
 pub use outbox::*;
 pub use projection::*;
 pub use registry::*;
+pub use runs::*;
 pub use watermark::*;
 
 /// Calls `$m!($arg; check_a, check_b, ...)` with every check's name.
@@ -138,6 +140,23 @@ macro_rules! for_each_check {
             concurrent_applies_commit_exactly_once,
             two_concurrent_workers_apply_exactly_once,
             worker_and_rebuild_digests_match,
+        );
+    };
+}
+
+/// Calls `$m!($arg; check_a, ...)` with every [`RunStore`](outbox_core::RunStore) check.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! for_each_run_check {
+    ($m:path, $arg:expr) => {
+        $m!($arg;
+            runs_admit_records_a_queued_run,
+            runs_one_active_run_per_projection,
+            runs_expired_claim_is_abandoned,
+            runs_update_records_progress_for_the_owner_only,
+            runs_finish_records_the_outcome,
+            runs_cancel_semantics,
+            runs_listing_and_validation,
         );
     };
 }

@@ -1,0 +1,303 @@
+//! [`RunStore`] contract checks: persisted replay and rebuild runs.
+
+use std::time::Duration;
+
+use outbox_core::{Error, ProjectionName, RunEnd, RunKind, RunState, RunStore, Seq};
+
+use super::support::{owner, secs};
+use crate::{Harness, sid};
+
+const TTL: Duration = Duration::from_secs(60);
+
+fn proj(name: &str) -> ProjectionName {
+    ProjectionName::new(name).expect("valid projection name")
+}
+
+/// `admit_run`: a new queued run with the given fields; ids increase.
+pub async fn runs_admit_records_a_queued_run<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let a = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w1"), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.kind, a.state, a.processed, a.until),
+        (RunKind::Rebuild, RunState::Queued, 0, None)
+    );
+    assert_eq!((a.projection.as_str(), a.owner.as_str()), ("p", "w1"));
+    assert!(!a.cancel_requested && a.error_code.is_none() && a.last_seq.is_none());
+    assert!(
+        a.lease_expires_at > a.created_at,
+        "the claim expires after admission"
+    );
+    let b = f
+        .projections
+        .admit_run(RunKind::CatchUp, &proj("q"), Some(42), &owner("w1"), TTL)
+        .await
+        .unwrap();
+    assert!(b.id > a.id, "ids increase");
+    assert_eq!(b.until, Some(42));
+}
+
+/// `admit_run`: refused while the projection has an active run with a live
+/// claim; nothing changes; other projections are unaffected.
+pub async fn runs_one_active_run_per_projection<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let first = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w1"), TTL)
+        .await
+        .unwrap();
+    let err = f
+        .projections
+        .admit_run(RunKind::CatchUp, &proj("p"), None, &owner("w2"), TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidState(_)), "{err}");
+    assert!(
+        err.to_string().contains(&format!("run {}", first.id)),
+        "names the active run: {err}"
+    );
+    assert_eq!(f.projections.runs(10).await.unwrap().len(), 1, "nothing admitted");
+    // Running (not only queued) also blocks.
+    f.projections
+        .update_run(first.id, &owner("w1"), 0, None, TTL)
+        .await
+        .unwrap();
+    assert!(
+        f.projections
+            .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w2"), TTL)
+            .await
+            .is_err()
+    );
+    f.projections
+        .admit_run(RunKind::Rebuild, &proj("other"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+    // Finished runs do not block.
+    f.projections
+        .finish_run(first.id, &owner("w1"), RunEnd::Completed)
+        .await
+        .unwrap();
+    f.projections
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+}
+
+/// `admit_run`: an active run whose claim expired is marked failed
+/// (`abandoned`) and no longer blocks.
+pub async fn runs_expired_claim_is_abandoned<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let stale = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("dead"), secs(5))
+        .await
+        .unwrap();
+    h.advance(&f.ctx, secs(6)).await;
+    let fresh = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+    assert_eq!(fresh.state, RunState::Queued);
+    let old = f.projections.run(stale.id).await.unwrap().expect("still listed");
+    assert_eq!(
+        (old.state, old.error_code.as_deref()),
+        (RunState::Failed, Some("abandoned"))
+    );
+}
+
+/// `update_run`: queued -> running, progress and last event recorded, claim
+/// renewed; only the owner of an active run may update it.
+pub async fn runs_update_records_progress_for_the_owner_only<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let r = f
+        .projections
+        .admit_run(RunKind::CatchUp, &proj("p"), None, &owner("w1"), secs(5))
+        .await
+        .unwrap();
+    h.advance(&f.ctx, secs(3)).await;
+    let s = sid("s");
+    let u = f
+        .projections
+        .update_run(r.id, &owner("w1"), 7, Some((&s, Seq::new(4).unwrap())), secs(5))
+        .await
+        .unwrap();
+    assert_eq!((u.state, u.processed), (RunState::Running, 7));
+    assert_eq!(
+        (u.last_stream.as_ref(), u.last_seq.map(Seq::get)),
+        (Some(&s), Some(4))
+    );
+    assert!(u.lease_expires_at > r.lease_expires_at, "claim renewed");
+    let kept = f
+        .projections
+        .update_run(r.id, &owner("w1"), 9, None, secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept.processed, kept.last_seq.map(Seq::get)),
+        (9, Some(4)),
+        "no last event keeps the previous one"
+    );
+    let err = f
+        .projections
+        .update_run(r.id, &owner("intruder"), 1, None, secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidState(_)), "{err}");
+    f.projections
+        .finish_run(r.id, &owner("w1"), RunEnd::Completed)
+        .await
+        .unwrap();
+    assert!(matches!(
+        f.projections
+            .update_run(r.id, &owner("w1"), 1, None, secs(5))
+            .await,
+        Err(Error::InvalidState(_))
+    ));
+}
+
+/// `finish_run`: terminal state with the failure's code and message; a
+/// finished run cannot be finished again.
+pub async fn runs_finish_records_the_outcome<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let w = owner("w1");
+    for (i, end) in [
+        RunEnd::Completed,
+        RunEnd::Cancelled,
+        RunEnd::Failed {
+            code: "apply".into(),
+            message: "projection failed on s/3".into(),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = f
+            .projections
+            .admit_run(RunKind::Rebuild, &proj(&format!("p{i}")), None, &w, TTL)
+            .await
+            .unwrap();
+        let want = end.state();
+        let done = f.projections.finish_run(r.id, &w, end.clone()).await.unwrap();
+        assert_eq!(done.state, want);
+        if let RunEnd::Failed { code, message } = end {
+            assert_eq!((done.error_code, done.error_message), (Some(code), Some(message)));
+        }
+        assert!(matches!(
+            f.projections.finish_run(r.id, &w, RunEnd::Completed).await,
+            Err(Error::InvalidState(_))
+        ));
+        assert!(matches!(
+            f.projections.finish_run(r.id + 1000, &w, RunEnd::Completed).await,
+            Err(Error::NotFound(_) | Error::InvalidState(_))
+        ));
+    }
+}
+
+/// `cancel_run`: queued runs are cancelled at once, running ones get the
+/// flag; finished runs are `InvalidState`, unknown ids `NotFound`.
+pub async fn runs_cancel_semantics<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let w = owner("w1");
+    let queued = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("a"), None, &w, TTL)
+        .await
+        .unwrap();
+    let c = f.projections.cancel_run(queued.id).await.unwrap();
+    assert_eq!((c.state, c.id), (RunState::Cancelled, queued.id));
+    let running = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("b"), None, &w, TTL)
+        .await
+        .unwrap();
+    f.projections
+        .update_run(running.id, &w, 0, None, TTL)
+        .await
+        .unwrap();
+    let c = f.projections.cancel_run(running.id).await.unwrap();
+    assert_eq!((c.state, c.cancel_requested), (RunState::Running, true));
+    let seen = f
+        .projections
+        .update_run(running.id, &w, 1, None, TTL)
+        .await
+        .unwrap();
+    assert!(
+        seen.cancel_requested,
+        "the owner sees the request on its next update"
+    );
+    assert!(matches!(
+        f.projections.cancel_run(queued.id).await,
+        Err(Error::InvalidState(_))
+    ));
+    assert!(matches!(
+        f.projections.cancel_run(999_999).await,
+        Err(Error::NotFound(_))
+    ));
+}
+
+/// `run` / `runs`: one by id, `None` when unknown; newest first with a limit;
+/// a ttl out of range is rejected.
+pub async fn runs_listing_and_validation<H: Harness>(h: &H)
+where
+    H::Projections: RunStore,
+{
+    let f = h.open().await;
+    let w = owner("w1");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = f
+            .projections
+            .admit_run(RunKind::CatchUp, &proj(&format!("p{i}")), None, &w, TTL)
+            .await
+            .unwrap();
+        ids.push(r.id);
+    }
+    let listed: Vec<u64> = f
+        .projections
+        .runs(3)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    let want: Vec<u64> = ids.iter().rev().take(3).copied().collect();
+    assert_eq!(listed, want, "newest first, limited");
+    assert_eq!(
+        f.projections
+            .run(ids[0])
+            .await
+            .unwrap()
+            .unwrap()
+            .projection
+            .as_str(),
+        "p0"
+    );
+    assert!(f.projections.run(ids[4] + 100).await.unwrap().is_none());
+    let bad = f
+        .projections
+        .admit_run(RunKind::CatchUp, &proj("z"), None, &w, Duration::ZERO)
+        .await;
+    assert!(matches!(bad, Err(Error::InvalidInput(_))));
+}
