@@ -4,8 +4,10 @@
 //! [`LeaseStore`] (an append and its outbox rows must share a transaction);
 //! one projection database holds [`ProjectionStore`] and [`WatermarkStore`]
 //! (a projection's writes, its checkpoints and the watermark must share a
-//! transaction). The two may be the same database or not: exactly-once never
-//! relies on them committing together (see `docs/architecture.md`).
+//! transaction). Whether the two may be the same database is the adapter's
+//! choice (SQLite keeps two files and refuses to mix them; Postgres allows
+//! either): exactly-once never relies on them committing together (see
+//! `docs/architecture.md`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,7 +50,9 @@ pub const MAX_PAGE: usize = 10_000;
 ///
 /// `read_stream`:
 /// - Returns up to `limit` events of the stream with seq `>= from`, in seq
-///   order; an empty vector past the end or for an unknown stream.
+///   order; an empty vector past the end or for an unknown stream;
+///   [`Error::Corrupt`](crate::Error::Corrupt) if a stored payload does not
+///   match its hash.
 ///
 /// `stream_head`:
 /// - Returns the stream's last seq, 0 for a stream with no events.
@@ -125,12 +129,15 @@ pub trait EventJournal: Send + Sync {
 ///   `now + policy.delay(attempt)` by the store's clock.
 ///
 /// `dead_letter`:
-/// - Like `fail` but parks the row as `dead` at once, whatever its count.
+/// - Like `fail` (same lease and row requirements; the attempt count is
+///   incremented and the message stored) but parks the row as `dead` at
+///   once, whatever its count.
 ///
 /// `abandon`:
 /// - Requires the current lease; turns the stream's `processing` rows back to
-///   `pending` (attempt counts unchanged) so they are due at once when the
-///   lease is released. Returns how many.
+///   `pending` (attempt counts and `next_attempt_at` unchanged: they were
+///   due when claimed) so they are due at once when the lease is released.
+///   Returns how many.
 ///
 /// `requeue`:
 /// - Turns one `dead` row into `pending`, attempt count 0, due now, error
@@ -252,6 +259,10 @@ pub trait LeaseStore: Send + Sync {
 /// - If an applier fails, the transaction rolls back (no projection write,
 ///   no checkpoint move) and the call returns
 ///   [`Error::Apply`](crate::Error::Apply) naming the failing event.
+/// - An applier must not end the store's transaction (commit, roll back, or
+///   swallow an error after which the database rolled back). If it does, the
+///   store detects it, moves no checkpoint and returns a permanent
+///   [`Error::Storage`](crate::Error::Storage).
 /// - `events` must be a contiguous run of `stream` (see
 ///   [`validate_run`](crate::validate_run)); otherwise `InvalidInput`.
 /// - Concurrent `apply` calls for the same (projection, stream) serialize:
@@ -349,7 +360,10 @@ pub struct WorkerInfo {
 ///   the store's clock. `ttl` outside the lease TTL range is `InvalidInput`.
 /// - `workers` lists the entries that have not expired, ordered by id.
 /// - `deregister` removes the worker's entry and returns whether it existed.
-/// - `prune` deletes entries that expired more than `grace` ago and returns how many.
+/// - `prune` deletes entries that expired `grace` or more ago
+///   (`expires_at <= now - grace`) and returns how many.
+/// - A heartbeat refreshes `host`, `pid` and `mode` too, and keeps
+///   `started_at` for as long as the entry exists (expired or not).
 pub trait WorkerRegistry: Send + Sync {
     /// Registers or refreshes a worker.
     fn heartbeat(

@@ -1,0 +1,339 @@
+//! Connecting, migrations, the database clock and error mapping.
+
+use std::fmt;
+use std::str::FromStr;
+
+use outbox_core::{Error, Result};
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
+
+use crate::PgOptions;
+
+/// The journal's clock in integer milliseconds since the Unix epoch, as an
+/// SQL expression: the database's `statement_timestamp()` (one value for the
+/// whole statement, like SQLite's 'now'; it advances with every statement)
+/// plus the test clock offset stored in the schema (absent, so 0, unless
+/// `advance_clock_for_tests` was called).
+macro_rules! jnow {
+    () => {
+        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + COALESCE((SELECT value::bigint \
+         FROM outbox_journal_meta WHERE key = 'test_clock_offset_ms'), 0))"
+    };
+}
+pub(crate) use jnow;
+
+/// The projection store's clock; see [`jnow!`].
+macro_rules! pnow {
+    () => {
+        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + COALESCE((SELECT value::bigint \
+         FROM outbox_projection_meta WHERE key = 'test_clock_offset_ms'), 0))"
+    };
+}
+pub(crate) use pnow;
+
+/// Which database a schema holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Journal,
+    Projection,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Journal => "journal",
+            Role::Projection => "projection",
+        }
+    }
+
+    /// The role's meta table (role marker, test clock offset).
+    fn meta_table(self) -> &'static str {
+        match self {
+            Role::Journal => "outbox_journal_meta",
+            Role::Projection => "outbox_projection_meta",
+        }
+    }
+
+    /// The role's migrations table: not sqlx's default `_sqlx_migrations`, so
+    /// an application's own migrations in the same schema do not collide,
+    /// and one per role, so both stores may share a schema.
+    fn migrations_table(self) -> &'static str {
+        match self {
+            Role::Journal => "_outbox_journal_migrations",
+            Role::Projection => "_outbox_projection_migrations",
+        }
+    }
+
+    fn migrator(self) -> Migrator {
+        let mut m = match self {
+            Role::Journal => sqlx::migrate!("../../migrations/postgres/journal"),
+            Role::Projection => sqlx::migrate!("../../migrations/postgres/projection"),
+        };
+        m.dangerous_set_table_name(self.migrations_table());
+        // No session-level advisory lock: we migrate inside our own
+        // transaction under pg_advisory_xact_lock.
+        m.set_locking(false);
+        m
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// SQLSTATEs after which retrying the same call can succeed.
+fn temporary_sqlstate(code: &str) -> bool {
+    matches!(
+        code,
+        "40001" // serialization_failure
+            | "40P01" // deadlock_detected
+            | "55P03" // lock_not_available
+            | "57014" // query_canceled (statement timeout)
+            | "57P01" // admin_shutdown (pg_terminate_backend)
+            | "57P02" // crash_shutdown
+            | "57P03" // cannot_connect_now
+            | "53300" // too_many_connections
+            | "53000" // insufficient_resources
+            | "53200" // out_of_memory
+            | "53100" // disk_full
+    ) || code.starts_with("08") // connection exceptions
+}
+
+/// Whether a driver error is temporary: connection and pool trouble,
+/// serialization failures, deadlocks, shutdowns; decided by the error's kind
+/// and SQLSTATE, never by its text.
+pub(crate) fn is_temporary(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| temporary_sqlstate(&c)),
+        _ => false,
+    }
+}
+
+/// Maps a driver error to a storage error that names what was being done and
+/// keeps the driver error as the source. Postgres error messages carry no
+/// connection secrets.
+pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
+    let message = format!("{context}: {e}");
+    if is_temporary(&e) {
+        Error::temporary(message, e)
+    } else {
+        Error::storage(message, e)
+    }
+}
+
+/// A connection target shown without credentials: `user@host:port/db` or
+/// `user@socket-dir/db`.
+pub(crate) fn redacted(o: &PgConnectOptions) -> String {
+    let db = o.get_database().unwrap_or("(default)");
+    match o.get_socket() {
+        Some(dir) => format!("postgres {}@{}/{db}", o.get_username(), dir.display()),
+        None => format!(
+            "postgres {}@{}:{}/{db}",
+            o.get_username(),
+            o.get_host(),
+            o.get_port()
+        ),
+    }
+}
+
+/// Parses a `postgres://` URL. The error never repeats the URL (it may hold a
+/// password).
+pub(crate) fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(Error::invalid(
+            "a postgres url must start with postgres:// or postgresql://",
+        ));
+    }
+    PgConnectOptions::from_str(url).map_err(|e| {
+        // sqlx's parse errors describe the bad part, not the whole URL; keep
+        // only the kind of failure to be safe.
+        let kind = match e {
+            sqlx::Error::Configuration(_) => "malformed connection url",
+            _ => "unusable connection url",
+        };
+        Error::invalid(format_args!("{kind} (url not shown; it may contain a password)"))
+    })
+}
+
+/// An open schema: a pool whose connections all use it as `search_path`.
+#[derive(Debug)]
+pub(crate) struct Db {
+    pub(crate) pool: PgPool,
+    pub(crate) schema: String,
+    pub(crate) channel: String,
+    pub(crate) notify: bool,
+    pub(crate) shown: String,
+    pub(crate) connect: PgConnectOptions,
+}
+
+impl Db {
+    /// Opens a pool on `schema` (creating nothing yet).
+    pub(crate) fn pool(connect: PgConnectOptions, options: &PgOptions) -> Result<Db> {
+        options.validate()?;
+        let shown = format!("{} schema {}", redacted(&connect), options.schema);
+        let connect = connect
+            .options([("search_path", options.schema.as_str())])
+            .application_name("outbox");
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .min_connections(0)
+            .acquire_timeout(options.acquire_timeout)
+            // No ping per acquire (a round trip per call): a connection that
+            // died idle fails its first statement with a temporary error and
+            // is discarded, and the caller's retry gets a fresh one.
+            .test_before_acquire(false)
+            .connect_lazy_with(connect.clone());
+        Ok(Db {
+            pool,
+            schema: options.schema.clone(),
+            channel: options.channel(),
+            notify: options.notify,
+            shown,
+            connect,
+        })
+    }
+
+    /// Checks and migrates the schema for `role` in one transaction under a
+    /// transaction-scoped advisory lock (so concurrent openers serialize and
+    /// nothing leaks behind a pooler). A newer schema or one holding the other
+    /// role's marker in its own table is refused before anything is written.
+    pub(crate) async fn migrate(&self, role: Role) -> Result<()> {
+        let shown = &self.shown;
+        let err = |e| storage(format_args!("migrating the {role} tables in {shown}"), e);
+        let migrator = role.migrator();
+        let newest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| storage(format_args!("connecting to {shown}"), e))?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('outbox.migrate.' || $1, 0))")
+            .bind(&self.schema)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        // 1. Read-only checks first: a refused schema is left as it was.
+        let found: (Option<String>, Option<String>) =
+            sqlx::query_as("SELECT to_regclass($1)::text, to_regclass($2)::text")
+                .bind(format!("{}.{}", self.schema, role.migrations_table()))
+                .bind(format!("{}.{}", self.schema, role.meta_table()))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
+        let version: Option<i64> = if found.0.is_some() {
+            sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT MAX(version) FROM {}.{}",
+                self.schema,
+                role.migrations_table()
+            )))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?
+        } else {
+            None
+        };
+        let marker: Option<String> = if found.1.is_some() {
+            sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT value FROM {}.{} WHERE key = 'role'",
+                self.schema,
+                role.meta_table()
+            )))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?
+        } else {
+            None
+        };
+        if let Some(v) = version
+            && v > newest
+        {
+            return Err(Error::SchemaTooNew {
+                database: format!("{role} tables in {shown}"),
+                found: v,
+                supported: newest,
+            });
+        }
+        match (&marker, version) {
+            (Some(r), _) if r != role.as_str() => {
+                return Err(Error::invalid(format_args!(
+                    "{shown}: {} is marked as {r:?}, not {role}; refusing to use it",
+                    role.meta_table()
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(format_args!(
+                    "{shown} has outbox {role} migrations but no role marker; refusing to use it"
+                )));
+            }
+            _ => {}
+        }
+        // 2. Create the schema if missing (only then: CREATE needs a privilege
+        //    an existing schema's user may lack), migrate, mark the role.
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(&self.schema)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
+        if !exists {
+            // The name passed validate_identifier: lowercase, no quoting needed.
+            sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {}", self.schema)))
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+        }
+        migrator
+            .run_direct(None, &mut *tx, false)
+            .await
+            .map_err(|e| Error::Storage {
+                message: format!("migrating the {role} tables in {shown}: {e}"),
+                temporary: false,
+                source: Some(Box::new(e)),
+            })?;
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {}.{} (key, value) VALUES ('role', $1) ON CONFLICT (key) DO NOTHING",
+            self.schema,
+            role.meta_table()
+        )))
+        .bind(role.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)
+    }
+
+    /// A transaction on a pooled connection.
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        self.pool
+            .begin()
+            .await
+            .map_err(|e| storage(format_args!("starting a transaction on {}", self.shown), e))
+    }
+
+    /// Moves the role's clock forward by `ms` (tests only).
+    pub(crate) async fn advance_clock(&self, role: Role, ms: i64) -> Result<()> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {t} (key, value) VALUES ('test_clock_offset_ms', $1::bigint::text) \
+             ON CONFLICT (key) DO UPDATE SET value = ({t}.value::bigint + $1::bigint)::text",
+            t = role.meta_table()
+        )))
+        .bind(ms)
+        .execute(&self.pool)
+        .await
+        .map(|_| ())
+        .map_err(|e| storage("advancing the test clock", e))
+    }
+
+    pub(crate) fn context(&self, what: &str) -> String {
+        format!("{what} on {}", self.shown)
+    }
+
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,1129 @@
+//! The journal database: events, outbox rows, outbox heads, stream leases,
+//! worker heartbeats.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{
+    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, EventType, FailureDecision,
+    FailureOutcome, Intent, Lease, LeaseStore, MAX_PAGE, Metadata, Mode, OutboxRow, OutboxStatus,
+    OutboxStore, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, Timestamp,
+    WakeSource, WorkerId, WorkerInfo, WorkerRegistry, duration_millis, truncate_error, validate_limit,
+    validate_ttl,
+};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
+use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
+
+use crate::PgOptions;
+use crate::db::{Db, Role, jnow, parse_url, storage};
+use crate::wake::PgWakeSource;
+
+/// The Postgres journal database: implements [`EventJournal`],
+/// [`OutboxStore`], [`LeaseStore`] and [`WorkerRegistry`] on one schema.
+///
+/// Any number of instances, in any number of processes and hosts, may use the
+/// same schema: appends lock their streams' version rows, claims are guarded
+/// by the stream lease row (locked `FOR SHARE`), and every lease expiry and
+/// due time is compared in SQL with the database's clock. Clones share the
+/// pool.
+#[derive(Clone, Debug)]
+pub struct PgJournal {
+    db: Arc<Db>,
+}
+
+macro_rules! row_cols {
+    () => {
+        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
+    };
+}
+
+macro_rules! event_cols {
+    () => {
+        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
+         correlation_id, causation_id"
+    };
+}
+
+fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Storage {
+        message: format!("undecodable {what} in the journal: {e}"),
+        temporary: false,
+        source: None,
+    }
+}
+
+fn decode_row(r: &PgRow) -> Result<OutboxRow> {
+    let get_i64 = |i: usize| r.try_get::<i64, _>(i).map_err(|e| bad_row("outbox row", e));
+    let get_str = |i: usize| r.try_get::<String, _>(i).map_err(|e| bad_row("outbox row", e));
+    Ok(OutboxRow {
+        stream: StreamId::new(get_str(0)?).map_err(|e| bad_row("outbox row", e))?,
+        seq: Seq::try_from(get_i64(1)?).map_err(|e| bad_row("outbox row", e))?,
+        event_type: EventType::new(get_str(2)?).map_err(|e| bad_row("outbox row", e))?,
+        status: get_str(3)?.parse().map_err(|e| bad_row("outbox row", e))?,
+        attempt_count: u32::try_from(
+            r.try_get::<i32, _>(4)
+                .map_err(|e| bad_row("outbox row", e))?
+                .max(0),
+        )
+        .unwrap_or(0),
+        next_attempt_at: Timestamp::from_millis(get_i64(5)?),
+        last_error: r
+            .try_get::<Option<String>, _>(6)
+            .map_err(|e| bad_row("outbox row", e))?,
+        updated_at: Timestamp::from_millis(get_i64(7)?),
+    })
+}
+
+fn decode_event(r: &PgRow, stream: &StreamId) -> Result<Event> {
+    let seq_raw: i64 = r.try_get(2).map_err(|e| bad_row("event", e))?;
+    let seq = Seq::try_from(seq_raw).map_err(|e| bad_row("event", e))?;
+    let corrupt = |reason: String| Error::Corrupt {
+        stream: stream.clone(),
+        seq,
+        reason,
+    };
+    let stored_stream: String = r.try_get(1).map_err(|e| corrupt(e.to_string()))?;
+    if stored_stream != stream.as_str() {
+        return Err(corrupt(format!("row belongs to stream {stored_stream:?}")));
+    }
+    let global: i64 = r.try_get(0).map_err(|e| corrupt(e.to_string()))?;
+    let event_type: String = r.try_get(3).map_err(|e| corrupt(e.to_string()))?;
+    let intent: String = r.try_get(4).map_err(|e| corrupt(e.to_string()))?;
+    let payload: Vec<u8> = r.try_get(5).map_err(|e| corrupt(e.to_string()))?;
+    let hash: Vec<u8> = r.try_get(6).map_err(|e| corrupt(e.to_string()))?;
+    let recorded_at: i64 = r.try_get(7).map_err(|e| corrupt(e.to_string()))?;
+    let event = Event {
+        stream: stream.clone(),
+        seq,
+        global_position: u64::try_from(global).map_err(|e| corrupt(e.to_string()))?,
+        event_type: EventType::new(event_type).map_err(|e| corrupt(e.to_string()))?,
+        intent: intent.parse::<Intent>().map_err(|e| corrupt(e.to_string()))?,
+        payload_hash: PayloadHash::from_slice(&hash)
+            .ok_or_else(|| corrupt(format!("stored payload hash is {} bytes, not 32", hash.len())))?,
+        payload,
+        metadata: Metadata {
+            recorded_at: Timestamp::from_millis(recorded_at),
+            correlation_id: r.try_get(8).map_err(|e| corrupt(e.to_string()))?,
+            causation_id: r.try_get(9).map_err(|e| corrupt(e.to_string()))?,
+        },
+    };
+    event.verify()?;
+    Ok(event)
+}
+
+fn seq_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Postgres text cannot hold NUL; stored error messages replace it.
+fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+fn no_nul(what: &str, text: &str) -> Result<()> {
+    if text.contains('\0') {
+        Err(Error::invalid(format_args!("{what} contains a NUL character")))
+    } else {
+        Ok(())
+    }
+}
+
+/// Locks the stream's version row. Every transaction that changes a
+/// stream's outbox rows takes it first, so the statements after it (each
+/// with a fresh READ COMMITTED snapshot) see every committed append, and
+/// the head row is never recomputed from a stale view.
+async fn lock_stream(conn: &mut PgConnection, stream: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM streams WHERE stream = $1 FOR NO KEY UPDATE")
+        .bind(stream)
+        .fetch_optional(&mut *conn)
+        .await
+        .map(|_| ())
+}
+
+/// Locks several streams' version rows, in stream order (no deadlocks
+/// between batches naming the same streams in another order), creating
+/// missing ones at version 0. Returns each stream's version.
+async fn lock_streams(conn: &mut PgConnection, names: &[&str]) -> sqlx::Result<HashMap<String, i64>> {
+    const LOCK: &str = LOCK_STREAMS;
+    let found: Vec<(String, i64)> = sqlx::query_as(LOCK).bind(names).fetch_all(&mut *conn).await?;
+    let mut heads: HashMap<String, i64> = found.into_iter().collect();
+    if heads.len() < names.len() {
+        let missing: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| !heads.contains_key(*n))
+            .collect();
+        // A concurrent creator of the same stream makes this wait for its
+        // commit, then do nothing; the second lock then sees its version.
+        sqlx::query(
+            "INSERT INTO streams (stream, head) SELECT s, 0 FROM unnest($1::text[]) AS u(s) ORDER BY s \
+             ON CONFLICT (stream) DO NOTHING",
+        )
+        .bind(&missing)
+        .execute(&mut *conn)
+        .await?;
+        let more: Vec<(String, i64)> = sqlx::query_as(LOCK).bind(&missing).fetch_all(&mut *conn).await?;
+        heads.extend(more);
+    }
+    Ok(heads)
+}
+
+/// Recomputes the stream's `outbox_heads` entry from its first outbox row,
+/// or removes it when the stream has none. One statement, two index seeks.
+/// The caller holds the stream lock.
+async fn refresh_head(conn: &mut PgConnection, stream: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
+                        FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
+              up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) SELECT stream, seq, due FROM first \
+                     ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at) \
+         DELETE FROM outbox_heads WHERE stream = $1 AND NOT EXISTS (SELECT 1 FROM first)",
+    )
+    .bind(stream)
+    .execute(&mut *conn)
+    .await
+    .map(|_| ())
+}
+
+/// Whether `lease` is the stream's current, unexpired lease (database clock).
+/// Locks the lease row `FOR SHARE` until the transaction ends, so a takeover
+/// (which updates the row) waits for this transaction.
+async fn lease_valid(conn: &mut PgConnection, lease: &Lease) -> sqlx::Result<bool> {
+    sqlx::query(LEASE_CHECK)
+        .bind(lease.stream.as_str())
+        .bind(lease.owner.as_str())
+        .bind(seq_i64(lease.epoch))
+        .fetch_optional(&mut *conn)
+        .await
+        .map(|r| r.is_some())
+}
+
+/// The current attempt count of a row that must be `processing` (locked).
+async fn processing_row(conn: &mut PgConnection, lease: &Lease, seq: Seq) -> Result<u32> {
+    let found: Option<(String, i32)> =
+        sqlx::query_as("SELECT status, attempt_count FROM outbox WHERE stream = $1 AND seq = $2 FOR UPDATE")
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| storage("reading an outbox row", e))?;
+    let (status, attempts) =
+        found.ok_or_else(|| Error::NotFound(format!("outbox row {}/{seq}", lease.stream)))?;
+    if status != OutboxStatus::Processing.as_str() {
+        return Err(Error::InvalidState(format!(
+            "outbox row {}/{seq} is {status}, not processing",
+            lease.stream
+        )));
+    }
+    Ok(u32::try_from(attempts.max(0)).unwrap_or(0))
+}
+
+async fn now(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar(concat!("SELECT ", jnow!()))
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// The append itself, inside a transaction: locks the streams (in order),
+/// checks every expected version first (nothing is written on a conflict),
+/// then writes every event, outbox row and head in one statement, and
+/// notifies at most once.
+async fn append_tx(
+    conn: &mut PgConnection,
+    batch: &[AppendRequest],
+    options: AppendOptions,
+    notify: Option<&str>,
+) -> Result<Vec<Appended>> {
+    let err = |e| storage("appending events", e);
+    for req in batch {
+        for e in &req.events {
+            if let Some(c) = &e.metadata.correlation_id {
+                no_nul("a correlation id", c)?;
+            }
+            if let Some(c) = &e.metadata.causation_id {
+                no_nul("a causation id", c)?;
+            }
+        }
+    }
+    let mut names: Vec<&str> = batch.iter().map(|r| r.stream.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let versions = lock_streams(conn, &names).await.map_err(err)?;
+    let mut heads: HashMap<&str, u64> = HashMap::with_capacity(names.len());
+    let mut firsts = Vec::with_capacity(batch.len());
+    let total: usize = batch.iter().map(|r| r.events.len()).sum();
+    let (mut s, mut q, mut t, mut i, mut p, mut h, mut c, mut k) = (
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+        Vec::with_capacity(total),
+    );
+    for req in batch {
+        let actual = match heads.get(req.stream.as_str()) {
+            Some(h) => *h,
+            None => u64::try_from(versions.get(req.stream.as_str()).copied().unwrap_or(0)).unwrap_or(0),
+        };
+        if !req.expected.matches(actual) {
+            return Err(req.expected.conflict(&req.stream, actual));
+        }
+        let next = actual + req.events.len() as u64;
+        if next > Seq::MAX.get() {
+            return Err(Error::invalid(format_args!(
+                "stream {} would exceed the largest seq",
+                req.stream
+            )));
+        }
+        firsts.push(actual + 1);
+        for (j, e) in req.events.iter().enumerate() {
+            s.push(req.stream.as_str());
+            q.push(seq_i64(actual + 1 + j as u64));
+            t.push(e.event_type.as_str());
+            i.push(e.intent.as_str());
+            p.push(e.payload.as_slice());
+            h.push(PayloadHash::of(&e.payload).0.to_vec());
+            c.push(e.metadata.correlation_id.as_deref());
+            k.push(e.metadata.causation_id.as_deref());
+        }
+        heads.insert(req.stream.as_str(), next);
+    }
+    let (head_names, head_values): (Vec<&str>, Vec<i64>) =
+        heads.iter().map(|(s, h)| (*s, seq_i64(*h))).unzip();
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(APPEND_WRITE)
+        .bind(&s)
+        .bind(&q)
+        .bind(&t)
+        .bind(&i)
+        .bind(&p)
+        .bind(&h)
+        .bind(&c)
+        .bind(&k)
+        .bind(options.enqueues())
+        .bind(&head_names)
+        .bind(&head_values)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(err)?;
+    let mut positions: HashMap<(&str, i64), (i64, i64)> = HashMap::with_capacity(rows.len());
+    for (stream, seq, global, at) in &rows {
+        positions.insert((stream.as_str(), *seq), (*global, *at));
+    }
+    let mut out = Vec::with_capacity(batch.len());
+    for (req, first) in batch.iter().zip(firsts) {
+        let (global, at) = positions
+            .get(&(req.stream.as_str(), seq_i64(first)))
+            .copied()
+            .ok_or_else(|| bad_row("append result", "an inserted event was not returned"))?;
+        out.push(Appended {
+            stream: req.stream.clone(),
+            first_seq: Seq::new(first)?,
+            last_seq: Seq::new(first + req.events.len() as u64 - 1)?,
+            first_global_position: u64::try_from(global).unwrap_or(0),
+            recorded_at: Timestamp::from_millis(at),
+        });
+    }
+    if options.enqueues()
+        && let Some(channel) = notify
+    {
+        // One notification per append (and Postgres folds identical ones
+        // within a transaction), delivered when the transaction commits.
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(channel)
+            .execute(&mut *conn)
+            .await
+            .map_err(err)?;
+    }
+    Ok(out)
+}
+
+impl PgJournal {
+    /// Connects to the database at `url` (`postgres://` or `postgresql://`),
+    /// creates the schema named by [`PgOptions::schema`] if missing and applies
+    /// the journal migrations.
+    ///
+    /// Refused, leaving the database as it was: a schema whose journal
+    /// tables are newer than this build ([`Error::SchemaTooNew`]) or carry
+    /// another role's marker ([`Error::InvalidInput`]); an invalid schema
+    /// name ([`Error::Config`]). The URL is never shown in errors or logs.
+    pub async fn connect(url: &str, options: PgOptions) -> Result<Self> {
+        Self::connect_with(parse_url(url)?, options).await
+    }
+
+    /// [`PgJournal::connect`] with parsed connection options.
+    pub async fn connect_with(connect: PgConnectOptions, options: PgOptions) -> Result<Self> {
+        let db = Db::pool(connect, &options)?;
+        if let Err(e) = db.migrate(Role::Journal).await {
+            db.close().await;
+            return Err(e);
+        }
+        Ok(PgJournal { db: Arc::new(db) })
+    }
+
+    pub(crate) fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+
+    /// The pool (its connections use the store's schema as `search_path`).
+    pub fn pool(&self) -> &PgPool {
+        &self.db.pool
+    }
+
+    /// The schema holding the journal tables.
+    pub fn schema(&self) -> &str {
+        &self.db.schema
+    }
+
+    /// The LISTEN/NOTIFY channel appends notify on.
+    pub fn channel(&self) -> &str {
+        &self.db.channel
+    }
+
+    /// Closes the pool of this instance and its clones (later calls fail).
+    pub async fn close(&self) {
+        self.db.close().await;
+    }
+
+    /// A wake-up source for workers: resolves when an append that enqueued
+    /// rows committed anywhere on this schema (LISTEN on [`PgJournal::channel`]
+    /// over a dedicated connection), or at most every few seconds while that
+    /// connection is down. See [`PgWakeSource`].
+    pub fn wake_source(&self) -> Arc<dyn WakeSource> {
+        Arc::new(PgWakeSource::new(
+            self.db.connect.clone(),
+            self.db.channel.clone(),
+        ))
+    }
+
+    /// Starts a transaction on a pooled connection, for
+    /// [`PgJournal::append_in`] alongside the caller's own writes to the
+    /// journal database. Commit it with `tx.commit()`; dropping it rolls back.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        self.db.begin().await
+    }
+
+    /// The transactional append: appends `batch` inside the caller's open
+    /// transaction on the journal database (from [`PgJournal::begin`], or any
+    /// transaction on a connection whose `search_path` names the journal
+    /// schema), so the events and their outbox rows commit or roll back with
+    /// the caller's writes. The notification, if any, is sent when the caller
+    /// commits.
+    ///
+    /// Same contract as [`EventJournal::append`]; on any error the batch has
+    /// written nothing (it runs in a savepoint) and the caller's transaction
+    /// is still usable. The streams appended to stay locked until the caller
+    /// commits, so keep the transaction short.
+    pub async fn append_in(
+        &self,
+        conn: &mut PgConnection,
+        batch: &[AppendRequest],
+        options: AppendOptions,
+    ) -> Result<Vec<Appended>> {
+        options.validate(batch)?;
+        if !conn.is_in_transaction() {
+            return Err(Error::invalid(
+                "append_in needs a connection inside a transaction (see PgJournal::begin)",
+            ));
+        }
+        let mut sp = conn
+            .begin()
+            .await
+            .map_err(|e| storage("starting a savepoint", e))?;
+        let out = append_tx(&mut sp, batch, options, self.notify_channel()).await?;
+        sp.commit()
+            .await
+            .map_err(|e| storage("releasing a savepoint", e))?;
+        Ok(out)
+    }
+
+    /// Test support: moves this schema's journal clock forward by `d`, for
+    /// every instance. The clock is the database's clock plus an offset stored
+    /// in the schema (0 unless this is called). Never call it in production.
+    #[doc(hidden)]
+    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
+        self.db.advance_clock(Role::Journal, duration_millis(d)).await
+    }
+
+    fn notify_channel(&self) -> Option<&str> {
+        self.db.notify.then_some(self.db.channel.as_str())
+    }
+
+    async fn write<T>(
+        &self,
+        what: &'static str,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
+        let mut tx = self.db.begin().await?;
+        let out = f(&mut tx).await?;
+        tx.commit().await.map_err(|e| storage(self.db.context(what), e))?;
+        Ok(out)
+    }
+}
+
+impl EventJournal for PgJournal {
+    async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
+        options.validate(batch)?;
+        let notify = self.notify_channel();
+        self.write("appending events", async |tx| {
+            append_tx(tx, batch, options, notify).await
+        })
+        .await
+    }
+
+    async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM events WHERE stream = $1 AND seq = $2"
+        ))
+        .bind(stream.as_str())
+        .bind(seq.as_i64())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("loading an event"), e))?
+        .ok_or_else(|| Error::NotFound(format!("event {stream}/{seq}")))?;
+        decode_event(&row, stream)
+    }
+
+    async fn read_stream(&self, stream: &StreamId, from: Seq, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            event_cols!(),
+            " FROM events WHERE stream = $1 AND seq >= $2 ORDER BY seq LIMIT $3"
+        ))
+        .bind(stream.as_str())
+        .bind(from.as_i64())
+        .bind(limit as i64)
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream"), e))?;
+        rows.iter().map(|r| decode_event(r, stream)).collect()
+    }
+
+    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+        let head: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = $1")
+            .bind(stream.as_str())
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("reading a stream head"), e))?;
+        Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
+    }
+
+    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT stream, head FROM streams WHERE stream > $1 AND head > 0 ORDER BY stream LIMIT $2",
+        )
+        .bind(after.map_or("", StreamId::as_str))
+        .bind(limit as i64)
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("listing streams"), e))?;
+        rows.into_iter()
+            .map(|(s, h)| {
+                Ok(StreamHead {
+                    stream: StreamId::new(s).map_err(|e| bad_row("stream", e))?,
+                    head: Seq::try_from(h).map_err(|e| bad_row("stream", e))?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl OutboxStore for PgJournal {
+    async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
+            .bind(limit as i64)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("listing due streams"), e))?;
+        rows.into_iter()
+            .map(|s| StreamId::new(s).map_err(|e| bad_row("outbox head", e)))
+            .collect()
+    }
+
+    async fn claim(&self, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+        let max = validate_limit(max, MAX_PAGE)?;
+        let err = |e| storage("claiming outbox rows", e);
+        self.write("claiming outbox rows", async |tx| {
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let rows = sqlx::query(CLAIM)
+                .bind(lease.stream.as_str())
+                .bind(max as i64)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(err)?;
+            let mut rows = rows.iter().map(decode_row).collect::<Result<Vec<_>>>()?;
+            rows.sort_by_key(|r| r.seq);
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
+        let err = |e| storage("completing outbox rows", e);
+        self.write("completing outbox rows", async |tx| {
+            lock_stream(tx, stream.as_str()).await.map_err(err)?;
+            let done: i64 = sqlx::query_scalar(COMPLETE)
+                .bind(stream.as_str())
+                .bind(through.as_i64())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
+            Ok(u64::try_from(done).unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn fail(
+        &self,
+        lease: &Lease,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> Result<FailureOutcome> {
+        let err = |e| storage("recording an outbox failure", e);
+        self.write("recording an outbox failure", async |tx| {
+            lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
+            let (status, delay) = match policy.decide(attempt) {
+                FailureDecision::DeadLetter => (OutboxStatus::Dead, 0),
+                FailureDecision::Retry(d) => (OutboxStatus::Failed, duration_millis(d)),
+            };
+            let next: i64 = sqlx::query_scalar(concat!(
+                "UPDATE outbox SET status = $3, attempt_count = $4, last_error = $5, next_attempt_at = ",
+                jnow!(),
+                " + $6, updated_at = ",
+                jnow!(),
+                " WHERE stream = $1 AND seq = $2 RETURNING next_attempt_at"
+            ))
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .bind(status.as_str())
+            .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+            .bind(storable(truncate_error(error)))
+            .bind(delay)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            Ok(match status {
+                OutboxStatus::Dead => FailureOutcome::Dead { attempt },
+                _ => FailureOutcome::Retry {
+                    attempt,
+                    next_attempt_at: Timestamp::from_millis(next),
+                },
+            })
+        })
+        .await
+    }
+
+    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
+        let err = |e| storage("dead-lettering an outbox row", e);
+        self.write("dead-lettering an outbox row", async |tx| {
+            lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
+            let row = sqlx::query(concat!(
+                "UPDATE outbox SET status = 'dead', attempt_count = $3, last_error = $4, next_attempt_at = ",
+                jnow!(),
+                ", updated_at = ",
+                jnow!(),
+                " WHERE stream = $1 AND seq = $2 RETURNING ",
+                row_cols!()
+            ))
+            .bind(lease.stream.as_str())
+            .bind(seq.as_i64())
+            .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+            .bind(storable(truncate_error(error)))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(err)?;
+            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            decode_row(&row)
+        })
+        .await
+    }
+
+    async fn abandon(&self, lease: &Lease) -> Result<u64> {
+        let err = |e| storage("abandoning outbox rows", e);
+        self.write("abandoning outbox rows", async |tx| {
+            lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+            if !lease_valid(tx, lease).await.map_err(err)? {
+                return Err(lease.lost());
+            }
+            let n = sqlx::query(concat!(
+                "UPDATE outbox SET status = 'pending', updated_at = ",
+                jnow!(),
+                " WHERE stream = $1 AND status = 'processing'"
+            ))
+            .bind(lease.stream.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if n > 0 {
+                refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+            }
+            Ok(n)
+        })
+        .await
+    }
+
+    async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+        let err = |e| storage("requeueing an outbox row", e);
+        self.write("requeueing an outbox row", async |tx| {
+            lock_stream(tx, stream.as_str()).await.map_err(err)?;
+            let status: Option<String> =
+                sqlx::query_scalar("SELECT status FROM outbox WHERE stream = $1 AND seq = $2 FOR UPDATE")
+                    .bind(stream.as_str())
+                    .bind(seq.as_i64())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(err)?;
+            let status = status.ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+            if status != OutboxStatus::Dead.as_str() {
+                return Err(Error::InvalidState(format!(
+                    "outbox row {stream}/{seq} is {status}, not dead; only dead rows can be requeued"
+                )));
+            }
+            let row = revive(tx, stream.as_str(), seq.as_i64())
+                .await
+                .map_err(err)?
+                .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+            refresh_head(tx, stream.as_str()).await.map_err(err)?;
+            decode_row(&row)
+        })
+        .await
+    }
+
+    async fn requeue_dead(&self, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let err = |e| storage("requeueing dead outbox rows", e);
+        self.write("requeueing dead outbox rows", async |tx| {
+            let keys: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT stream, seq FROM outbox WHERE status = 'dead' \
+                 ORDER BY next_attempt_at, stream, seq LIMIT $1",
+            )
+            .bind(limit as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+            let mut streams: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+            streams.sort_unstable();
+            streams.dedup();
+            sqlx::query("SELECT 1 FROM streams WHERE stream = ANY($1) ORDER BY stream FOR NO KEY UPDATE")
+                .bind(&streams)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(err)?;
+            let mut out = Vec::with_capacity(keys.len());
+            for (stream, seq) in &keys {
+                // Revived only if still dead (another requeue may have won).
+                if let Some(row) = revive(tx, stream, *seq).await.map_err(err)? {
+                    out.push(decode_row(&row)?);
+                }
+            }
+            for s in streams {
+                refresh_head(tx, s).await.map_err(err)?;
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE stream = $1 AND seq = $2"
+        ))
+        .bind(stream.as_str())
+        .bind(seq.as_i64())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("reading an outbox row"), e))?;
+        row.as_ref().map(decode_row).transpose()
+    }
+
+    async fn summary(&self) -> Result<OutboxSummary> {
+        let err = |e| storage(self.db.context("summarizing the outbox"), e);
+        // One snapshot: the counts and the oldest row agree.
+        let mut tx = self
+            .db
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(err)?;
+        let as_of = now(&mut tx).await.map_err(err)?;
+        let counts: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status, COUNT(*) FROM outbox GROUP BY status")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(err)?;
+        let oldest = sqlx::query(concat!(
+            "SELECT * FROM ((SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE status = 'pending' ORDER BY next_attempt_at, stream, seq LIMIT 1) \
+             UNION ALL (SELECT ",
+            row_cols!(),
+            " FROM outbox WHERE status = 'failed' ORDER BY next_attempt_at, stream, seq LIMIT 1)) o \
+             ORDER BY next_attempt_at, stream, seq LIMIT 1"
+        ))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let mut s = OutboxSummary {
+            as_of: Timestamp::from_millis(as_of),
+            oldest_retry_eligible: oldest.as_ref().map(decode_row).transpose()?,
+            ..OutboxSummary::default()
+        };
+        for (status, n) in counts {
+            let n = u64::try_from(n).unwrap_or(0);
+            match status
+                .parse::<OutboxStatus>()
+                .map_err(|e| bad_row("outbox row", e))?
+            {
+                OutboxStatus::Pending => s.pending = n,
+                OutboxStatus::Processing => s.processing = n,
+                OutboxStatus::Failed => s.failed = n,
+                OutboxStatus::Dead => s.dead = n,
+            }
+        }
+        Ok(s)
+    }
+
+    async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows = match status {
+            Some(st) => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    row_cols!(),
+                    " FROM outbox WHERE status = $1 ORDER BY next_attempt_at, stream, seq LIMIT $2"
+                ))
+                .bind(st.as_str())
+                .bind(limit as i64)
+                .fetch_all(&self.db.pool)
+                .await
+            }
+            None => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    row_cols!(),
+                    " FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT $1"
+                ))
+                .bind(limit as i64)
+                .fetch_all(&self.db.pool)
+                .await
+            }
+        }
+        .map_err(|e| storage(self.db.context("listing outbox rows"), e))?;
+        rows.iter().map(decode_row).collect()
+    }
+}
+
+/// Writes a whole append batch: events, outbox rows (when `$9`), heads and
+/// stream versions, in one statement over arrays.
+pub const APPEND_WRITE: &str = concat!(
+    "WITH e AS (\
+           INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
+                               correlation_id, causation_id) \
+           SELECT u.s, u.q, u.t, u.i, u.p, u.h, ",
+    jnow!(),
+    ", u.c, u.k \
+           FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], \
+                       $7::text[], $8::text[]) WITH ORDINALITY AS u(s, q, t, i, p, h, c, k, n) \
+           ORDER BY u.n \
+           RETURNING global_position, stream, seq, event_type, recorded_at), \
+         o AS (\
+           INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at) \
+           SELECT stream, seq, event_type, 'pending', 0, recorded_at, NULL, recorded_at FROM e WHERE $9), \
+         hd AS (\
+           INSERT INTO outbox_heads (stream, head_seq, due_at) \
+           SELECT stream, min(seq), min(recorded_at) FROM e WHERE $9 GROUP BY stream \
+           ON CONFLICT (stream) DO NOTHING), \
+         st AS (\
+           UPDATE streams SET head = x.h FROM unnest($10::text[], $11::bigint[]) AS x(s, h) \
+           WHERE streams.stream = x.s) \
+         SELECT stream, seq, global_position, recorded_at FROM e"
+);
+
+/// Locks streams' version rows in stream order and reads their versions.
+pub const LOCK_STREAMS: &str =
+    "SELECT stream, head FROM streams WHERE stream = ANY($1) ORDER BY stream FOR NO KEY UPDATE";
+
+/// Checks (and share-locks) a lease: stream, owner, epoch.
+pub const LEASE_CHECK: &str = concat!(
+    "SELECT 1 FROM stream_leases WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
+    jnow!(),
+    " FOR SHARE"
+);
+
+/// Due heads with a free or expired lease, oldest due first: an ordered scan
+/// of the partial index on `outbox_heads (due_at, stream)`, a primary-key
+/// probe of `stream_leases` per head.
+pub const DUE_STREAMS: &str = concat!(
+    "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+     WHERE h.due_at IS NOT NULL AND h.due_at <= ",
+    jnow!(),
+    " AND (l.owner IS NULL OR l.expires_at <= ",
+    jnow!(),
+    ") ORDER BY h.due_at, h.stream LIMIT $1"
+);
+
+/// The head run: the stream's first `$2` rows in seq order (a primary-key
+/// range seek), kept while contiguous, not dead and due; marked processing
+/// in the same statement.
+pub const CLAIM: &str = concat!(
+    "WITH run AS (\
+       SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
+         SELECT seq, status <> 'dead' AND next_attempt_at <= ",
+    jnow!(),
+    " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 AS ok \
+         FROM (SELECT seq, status, next_attempt_at FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
+       ) x) \
+     UPDATE outbox o SET status = 'processing', updated_at = ",
+    jnow!(),
+    " FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
+     RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
+               o.last_error, o.updated_at"
+);
+
+/// Deletes the stream's rows through `$2` and recomputes its head from the
+/// first remaining row, in one statement (the caller holds the stream lock).
+pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AND seq <= $2 RETURNING 1), \
+     first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
+               FROM outbox WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT 1), \
+     up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) \
+            SELECT stream, seq, due FROM first WHERE EXISTS (SELECT 1 FROM del) \
+            ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at), \
+     gone AS (DELETE FROM outbox_heads WHERE stream = $1 AND EXISTS (SELECT 1 FROM del) \
+              AND NOT EXISTS (SELECT 1 FROM first)) \
+     SELECT count(*) FROM del";
+
+/// A dead row back to pending, due now, count and error cleared (`None` if
+/// it is no longer dead).
+async fn revive(conn: &mut PgConnection, stream: &str, seq: i64) -> sqlx::Result<Option<PgRow>> {
+    sqlx::query(concat!(
+        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, next_attempt_at = ",
+        jnow!(),
+        ", updated_at = ",
+        jnow!(),
+        " WHERE stream = $1 AND seq = $2 AND status = 'dead' RETURNING ",
+        row_cols!()
+    ))
+    .bind(stream)
+    .bind(seq)
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+fn decode_lease(stream: &StreamId, owner: String, epoch: i64, expires_at: i64) -> Result<Lease> {
+    Ok(Lease {
+        stream: stream.clone(),
+        owner: WorkerId::new(owner).map_err(|e| bad_row("stream lease", e))?,
+        epoch: u64::try_from(epoch).map_err(|e| bad_row("stream lease", e))?,
+        expires_at: Timestamp::from_millis(expires_at),
+    })
+}
+
+impl LeaseStore for PgJournal {
+    async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl)?;
+        // One statement: take a free, expired or released lease (epoch + 1),
+        // or extend our own unexpired one (same epoch); nothing otherwise. A
+        // concurrent acquirer waits on the row and re-checks it after our
+        // commit, so exactly one wins.
+        let row: Option<(String, i64, i64)> = sqlx::query_as(ACQUIRE)
+            .bind(stream.as_str())
+            .bind(owner.as_str())
+            .bind(duration_millis(ttl))
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("acquiring a stream lease"), e))?;
+        row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let expires: Option<i64> = sqlx::query_scalar(concat!(
+            "UPDATE stream_leases SET expires_at = ",
+            jnow!(),
+            " + $4 WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
+            jnow!(),
+            " RETURNING expires_at"
+        ))
+        .bind(lease.stream.as_str())
+        .bind(lease.owner.as_str())
+        .bind(seq_i64(lease.epoch))
+        .bind(duration_millis(ttl))
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("renewing a stream lease"), e))?;
+        let expires = expires.ok_or_else(|| lease.lost())?;
+        Ok(Lease {
+            expires_at: Timestamp::from_millis(expires),
+            ..lease.clone()
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let n = sqlx::query(concat!(
+            "UPDATE stream_leases SET owner = NULL, expires_at = ",
+            jnow!(),
+            " WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
+            jnow!()
+        ))
+        .bind(lease.stream.as_str())
+        .bind(lease.owner.as_str())
+        .bind(seq_i64(lease.epoch))
+        .execute(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("releasing a stream lease"), e))?
+        .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = $1 AND owner IS NOT NULL",
+        )
+        .bind(stream.as_str())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
+        row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+    }
+}
+
+/// Takes or extends a stream lease in one statement.
+pub const ACQUIRE: &str = concat!(
+    "INSERT INTO stream_leases AS l (stream, owner, epoch, expires_at) VALUES ($1, $2, 1, ",
+    jnow!(),
+    " + $3) ON CONFLICT (stream) DO UPDATE SET \
+       epoch = CASE WHEN l.owner = excluded.owner AND l.expires_at > ",
+    jnow!(),
+    " THEN l.epoch ELSE l.epoch + 1 END, \
+       owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= ",
+    jnow!(),
+    " RETURNING owner, epoch, expires_at"
+);
+
+fn decode_mode(s: &str) -> Result<Mode> {
+    [
+        Mode::InlineApplyOnly,
+        Mode::OutboxInline,
+        Mode::OutboxApplyOnly,
+        Mode::ShadowOnly,
+    ]
+    .into_iter()
+    .find(|m| m.as_str() == s)
+    .ok_or_else(|| bad_row("worker", format_args!("unknown mode {s:?}")))
+}
+
+fn decode_worker(r: &PgRow) -> Result<WorkerInfo> {
+    let bad = |e: sqlx::Error| bad_row("worker", e);
+    let id: String = r.try_get(0).map_err(bad)?;
+    let mode: String = r.try_get(3).map_err(bad)?;
+    let pid: i64 = r.try_get(2).map_err(bad)?;
+    Ok(WorkerInfo {
+        id: WorkerId::new(id).map_err(|e| bad_row("worker", e))?,
+        host: r.try_get(1).map_err(bad)?,
+        pid: u32::try_from(pid).map_err(|e| bad_row("worker", e))?,
+        mode: decode_mode(&mode)?,
+        started_at: Timestamp::from_millis(r.try_get(4).map_err(bad)?),
+        last_beat: Timestamp::from_millis(r.try_get(5).map_err(bad)?),
+        expires_at: Timestamp::from_millis(r.try_get(6).map_err(bad)?),
+    })
+}
+
+impl WorkerRegistry for PgJournal {
+    async fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: Mode,
+        ttl: Duration,
+    ) -> Result<WorkerInfo> {
+        validate_ttl(ttl)?;
+        no_nul("the worker's host", host)?;
+        let row = sqlx::query(concat!(
+            "INSERT INTO outbox_workers AS w (id, host, pid, mode, started_at, last_beat, expires_at) \
+             VALUES ($1, $2, $3, $4, ",
+            jnow!(),
+            ", ",
+            jnow!(),
+            ", ",
+            jnow!(),
+            " + $5) ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
+             mode = excluded.mode, last_beat = excluded.last_beat, expires_at = excluded.expires_at \
+             RETURNING id, host, pid, mode, started_at, last_beat, expires_at"
+        ))
+        .bind(id.as_str())
+        .bind(host)
+        .bind(i64::from(pid))
+        .bind(mode.as_str())
+        .bind(duration_millis(ttl))
+        .fetch_one(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("recording a worker heartbeat"), e))?;
+        decode_worker(&row)
+    }
+
+    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        let rows = sqlx::query(concat!(
+            "SELECT id, host, pid, mode, started_at, last_beat, expires_at FROM outbox_workers \
+             WHERE expires_at > ",
+            jnow!(),
+            " ORDER BY id"
+        ))
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("listing workers"), e))?;
+        rows.iter().map(decode_worker).collect()
+    }
+
+    async fn deregister(&self, id: &WorkerId) -> Result<bool> {
+        let n = sqlx::query("DELETE FROM outbox_workers WHERE id = $1")
+            .bind(id.as_str())
+            .execute(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("deregistering a worker"), e))?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn prune(&self, grace: Duration) -> Result<u64> {
+        let n = sqlx::query(concat!(
+            "DELETE FROM outbox_workers WHERE expires_at <= ",
+            jnow!(),
+            " - $1"
+        ))
+        .bind(duration_millis(grace))
+        .execute(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("pruning workers"), e))?
+        .rows_affected();
+        Ok(n)
+    }
+}

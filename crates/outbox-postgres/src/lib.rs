@@ -1,0 +1,27 @@
+#![doc = include_str!("../README.md")]
+
+mod db;
+mod journal;
+mod options;
+mod projection;
+mod wake;
+
+#[cfg(feature = "oracle")]
+pub mod oracle;
+
+pub use journal::PgJournal;
+pub use options::{PgOptions, validate_identifier};
+pub use projection::{PgProjectionStore, digest_table};
+pub use wake::PgWakeSource;
+
+/// The driver, re-exported so appliers name the same `PgConnection`.
+pub use sqlx;
+
+/// The hot statements, for plan checks (`EXPLAIN`) in tests and benches.
+#[doc(hidden)]
+pub mod statements {
+    pub use crate::journal::{
+        ACQUIRE, APPEND_WRITE, CLAIM, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS,
+    };
+    pub use crate::projection::{APPLY_CAS, LOCK_CHECKPOINTS};
+}

@@ -1,0 +1,183 @@
+//! How a store connects: the schema, the pool, notifications.
+
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+
+/// Checks a schema, table or column name for use in SQL text:
+/// `^[a-z_][a-z0-9_]{0,62}$` (lowercase, so it never needs quoting and means
+/// the same quoted or not). Anything else is [`Error::InvalidInput`].
+/// Identifiers cannot be bound as parameters, so every identifier that reaches
+/// SQL text passes this first.
+pub fn validate_identifier(name: &str) -> Result<&str> {
+    let mut chars = name.chars();
+    let ok = match chars.next() {
+        Some(c) if c.is_ascii_lowercase() || c == '_' => {
+            name.len() <= 63 && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(name)
+    } else {
+        Err(Error::invalid(format_args!(
+            "{name:?} is not a valid postgres identifier (lowercase letters, digits and underscores, \
+             at most 63, not starting with a digit)"
+        )))
+    }
+}
+
+/// How [`PgJournal`](crate::PgJournal) and
+/// [`PgProjectionStore`](crate::PgProjectionStore) use their database.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_postgres::PgOptions;
+///
+/// let options = PgOptions::default()
+///     .with_schema("billing_outbox")
+///     .with_max_connections(8)
+///     .with_acquire_timeout(Duration::from_secs(5))
+///     .with_notify(false);
+/// assert_eq!(options.schema, "billing_outbox");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PgOptions {
+    /// The schema holding the store's tables (created if missing), set as the
+    /// connections' `search_path`, so projection tables created through the
+    /// apply transaction land there too. Must pass [`validate_identifier`].
+    /// Default `outbox`.
+    pub schema: String,
+    /// The pool's largest number of connections. Default 10.
+    pub max_connections: u32,
+    /// How long a call waits for a pooled connection before failing with a
+    /// temporary error. Default 30 s.
+    pub acquire_timeout: Duration,
+    /// Whether an append that enqueued outbox rows sends one `pg_notify` on the
+    /// schema's channel (for [`PgJournal::wake_source`](crate::PgJournal::wake_source)).
+    /// Default `true`. Notifications take a database-wide lock at commit; turn
+    /// them off when no worker listens and appends are many and concurrent.
+    pub notify: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: "outbox".to_owned(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+            notify: true,
+        }
+    }
+}
+
+impl PgOptions {
+    /// The largest accepted [`PgOptions::max_connections`].
+    pub const MAX_CONNECTIONS: u32 = 1_000;
+
+    /// Sets [`PgOptions::schema`].
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets [`PgOptions::max_connections`].
+    pub fn with_max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Sets [`PgOptions::acquire_timeout`].
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Sets [`PgOptions::notify`].
+    pub fn with_notify(mut self, notify: bool) -> Self {
+        self.notify = notify;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_identifier(&self.schema).map_err(|e| Error::Config(format!("schema: {e}")))?;
+        if self.schema.starts_with("pg_") {
+            return Err(Error::Config(format!(
+                "schema {:?}: names starting with pg_ are reserved by postgres",
+                self.schema
+            )));
+        }
+        if self.max_connections == 0 || self.max_connections > Self::MAX_CONNECTIONS {
+            return Err(Error::Config(format!(
+                "postgres max connections must be between 1 and {}, got {}",
+                Self::MAX_CONNECTIONS,
+                self.max_connections
+            )));
+        }
+        if self.acquire_timeout < Duration::from_millis(1) || self.acquire_timeout > Duration::from_secs(3600)
+        {
+            return Err(Error::Config(format!(
+                "postgres acquire timeout {:?} is outside 1ms..=1h",
+                self.acquire_timeout
+            )));
+        }
+        Ok(())
+    }
+
+    /// The LISTEN/NOTIFY channel of the schema: `<schema>_wake`, or for long
+    /// schema names a prefix and a hash (channel names are at most 63 bytes).
+    pub(crate) fn channel(&self) -> String {
+        channel_of(&self.schema)
+    }
+}
+
+pub(crate) fn channel_of(schema: &str) -> String {
+    if schema.len() <= 58 {
+        format!("{schema}_wake")
+    } else {
+        // FNV-1a: stable across builds and platforms.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in schema.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{}_{h:016x}_wake", &schema[..40])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        for ok in ["outbox", "_x", "a1_b2", &"a".repeat(63)] {
+            assert!(validate_identifier(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1a",
+            "Outbox",
+            "a-b",
+            "a b",
+            "a\"b",
+            "é",
+            &"a".repeat(64),
+            "a;drop",
+        ] {
+            assert!(validate_identifier(bad).is_err(), "{bad}");
+        }
+        assert!(PgOptions::default().with_schema("pg_x").validate().is_err());
+        assert!(PgOptions::default().with_max_connections(0).validate().is_err());
+    }
+
+    #[test]
+    fn channels_fit() {
+        assert_eq!(channel_of("outbox"), "outbox_wake");
+        let long = "a".repeat(63);
+        let c = channel_of(&long);
+        assert!(c.len() <= 63, "{c}");
+        assert_ne!(c, channel_of(&"a".repeat(62)));
+    }
+}

@@ -1,0 +1,190 @@
+//! The Postgres test harness: a fresh schema (or two) per fixture, dropped
+//! when the fixture is; the oracle's tables in the projection schema.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use outbox_core::{Seq, StreamId};
+use outbox_postgres::oracle::{PgOracle, read_oracle};
+use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
+
+/// The test database's URL. Tests must not pass silently without one.
+pub fn database_url() -> String {
+    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "OUTBOX_TEST_DATABASE_URL is not set: the outbox-postgres tests need a PostgreSQL server. \
+             Run them through `cargo xtask test` (it starts a throwaway server), or start one with \
+             `cargo xtask pg-shell` and export the URL it prints"
+        ),
+    }
+}
+
+/// A schema name no other test (or test process) uses.
+pub fn unique_schema(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// Options for a test store on `schema`.
+pub fn options(schema: &str) -> PgOptions {
+    PgOptions::default()
+        .with_schema(schema)
+        .with_max_connections(4)
+        .with_acquire_timeout(Duration::from_secs(20))
+}
+
+pub async fn journal(schema: &str) -> PgJournal {
+    PgJournal::connect(&database_url(), options(schema))
+        .await
+        .expect("connect journal")
+}
+
+pub async fn projections(schema: &str) -> PgProjectionStore {
+    PgProjectionStore::connect(&database_url(), options(schema))
+        .await
+        .expect("connect projections")
+}
+
+/// Drops the schemas when dropped (from a thread of its own: Drop cannot await).
+pub struct DropSchemas(pub Vec<String>);
+
+impl Drop for DropSchemas {
+    fn drop(&mut self) {
+        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
+            return;
+        }
+        let schemas = std::mem::take(&mut self.0);
+        let url = database_url();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let Ok(mut conn) = PgConnection::connect(&url).await else {
+                    return;
+                };
+                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
+                for s in schemas {
+                    // Test-generated names only (unique_schema).
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
+                        .execute(&mut conn)
+                        .await;
+                }
+                let _ = conn.close().await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Runs the suite with the journal and the projections in two schemas with
+/// their own pools (`shared: false`, the "two databases" shape), or in one
+/// schema sharing one pool (`shared: true`).
+#[derive(Default)]
+pub struct PgHarness {
+    pub shared: bool,
+}
+
+impl PgHarness {
+    pub fn shared() -> Self {
+        PgHarness { shared: true }
+    }
+}
+
+pub struct Ctx {
+    pub journal_schema: String,
+    pub projection_schema: String,
+    pub journal: PgJournal,
+    pub projections: PgProjectionStore,
+    _drop: DropSchemas,
+}
+
+impl Harness for PgHarness {
+    type Journal = PgJournal;
+    type Projections = PgProjectionStore;
+    type Context = Ctx;
+
+    async fn open(&self) -> Fixture<Self> {
+        let (journal_schema, projection_schema, journal, projections) = if self.shared {
+            let s = unique_schema("one");
+            let j = journal(&s).await;
+            let p = PgProjectionStore::sharing(&j).await.expect("sharing projections");
+            (s.clone(), s, j, p)
+        } else {
+            let (js, ps) = (unique_schema("j"), unique_schema("p"));
+            let j = journal(&js).await;
+            let p = projections(&ps).await;
+            (js, ps, j, p)
+        };
+        let mut schemas = vec![journal_schema.clone()];
+        if projection_schema != journal_schema {
+            schemas.push(projection_schema.clone());
+        }
+        Fixture {
+            journal: journal.clone(),
+            projections: projections.clone(),
+            ctx: Ctx {
+                journal_schema,
+                projection_schema,
+                journal,
+                projections,
+                _drop: DropSchemas(schemas),
+            },
+        }
+    }
+
+    async fn reopen_journal(&self, ctx: &Ctx) -> PgJournal {
+        journal(&ctx.journal_schema).await
+    }
+
+    async fn reopen_projections(&self, ctx: &Ctx) -> PgProjectionStore {
+        projections(&ctx.projection_schema).await
+    }
+
+    async fn advance(&self, ctx: &Ctx, d: Duration) {
+        ctx.journal
+            .advance_clock_for_tests(d)
+            .await
+            .expect("advance journal clock");
+        ctx.projections
+            .advance_clock_for_tests(d)
+            .await
+            .expect("advance projection clock");
+    }
+
+    async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {
+        let n = sqlx::query(
+            "UPDATE events SET payload = CASE WHEN length(payload) = 0 THEN '\\x00'::bytea \
+             ELSE set_byte(payload, 0, get_byte(payload, 0) # 255) END WHERE stream = $1 AND seq = $2",
+        )
+        .bind(stream.as_str())
+        .bind(seq.as_i64())
+        .execute(ctx.journal.pool())
+        .await
+        .expect("corrupt a payload")
+        .rows_affected();
+        assert_eq!(n, 1, "no event {stream}/{seq} to corrupt");
+    }
+
+    fn oracle_storage(&self) -> Arc<dyn OracleStorage<PgConnection>> {
+        Arc::new(PgOracle)
+    }
+
+    async fn oracle_state(&self, ctx: &Ctx, name: &str) -> OracleState {
+        read_oracle(&ctx.projections, name)
+            .await
+            .expect("read the oracle")
+    }
+}

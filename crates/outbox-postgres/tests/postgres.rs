@@ -1,0 +1,516 @@
+//! Postgres-specific behaviour beyond the conformance suite: a connection
+//! killed inside an apply, query plans on a large outbox, LISTEN/NOTIFY,
+//! schema checks and secrets.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{DropSchemas, database_url, journal, options, projections, unique_schema};
+use outbox_core::{
+    AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal,
+    ExpectedVersion, LeaseStore, OutboxStore, Projection, ProjectionName, ProjectionStore, WakeSource,
+    WorkerId,
+};
+use outbox_postgres::oracle::{PgOracle, read_oracle};
+use outbox_postgres::sqlx::postgres::PgListener;
+use outbox_postgres::sqlx::{self, PgConnection, PgPool};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, statements};
+use outbox_testkit::{Expected, OracleProjection, add, check_history, sid};
+use tokio::sync::Notify;
+
+fn request(stream: &str, values: &[i64]) -> AppendRequest {
+    AppendRequest::new(
+        sid(stream),
+        ExpectedVersion::Any,
+        values.iter().map(|v| add(*v)).collect(),
+    )
+}
+
+async fn admin_pool() -> PgPool {
+    PgPool::connect(&database_url()).await.expect("admin pool")
+}
+
+/// An oracle projection that, after writing inside the apply transaction,
+/// reports its backend pid and blocks until released.
+struct Blocking {
+    inner: Arc<dyn Projection<PgConnection>>,
+    pid: Arc<Mutex<Option<i32>>>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+#[outbox_core::async_trait]
+impl Projection<PgConnection> for Blocking {
+    fn name(&self) -> &ProjectionName {
+        self.inner.name()
+    }
+    async fn setup(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+        self.inner.setup(tx).await
+    }
+    async fn apply(&self, tx: &mut PgConnection, event: &Event) -> Result<(), BoxError> {
+        self.inner.apply(tx, event).await?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *tx)
+            .await?;
+        *self.pid.lock().unwrap() = Some(pid);
+        self.entered.notify_one();
+        self.release.notified().await;
+        Ok(())
+    }
+    async fn reset(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(&self, tx: &mut PgConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+/// A backend terminated (`pg_terminate_backend`) while its apply transaction
+/// is open ends that apply in a temporary error with nothing committed; the
+/// retry applies every event exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once() {
+    let (js, ps) = (unique_schema("kj"), unique_schema("kp"));
+    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
+    let j = journal(&js).await;
+    let store = projections(&ps).await;
+    let oracle = OracleProjection::new("p", Arc::new(PgOracle)).shared();
+    store.setup(std::slice::from_ref(&oracle)).await.expect("setup");
+    j.append(&[request("s", &[1, 2, 3])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    let events = j
+        .read_stream(&sid("s"), outbox_core::Seq::FIRST, 10)
+        .await
+        .expect("read");
+
+    let blocking = Blocking {
+        inner: oracle.clone(),
+        pid: Arc::default(),
+        entered: Arc::new(Notify::new()),
+        release: Arc::new(Notify::new()),
+    };
+    let (pid, entered, release) = (
+        blocking.pid.clone(),
+        blocking.entered.clone(),
+        blocking.release.clone(),
+    );
+    let blocking: Arc<dyn Projection<PgConnection>> = Arc::new(blocking);
+    let task = {
+        let (store, events) = (store.clone(), events.clone());
+        tokio::spawn(async move { store.apply(&sid("s"), &events[..1], &[blocking]).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the applier entered the transaction");
+    let victim = pid.lock().unwrap().expect("pid recorded");
+    let admin = admin_pool().await;
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(victim)
+        .fetch_one(&admin)
+        .await
+        .expect("terminate");
+    assert!(killed, "the applier's backend was terminated");
+    release.notify_one();
+    let r = task.await.expect("apply task");
+    match &r {
+        Err(e) => assert!(
+            e.is_temporary(),
+            "a dropped connection is a temporary error, got {e:?}"
+        ),
+        Ok(o) => panic!("an apply on a terminated connection cannot commit, got {o:?}"),
+    }
+    assert!(
+        matches!(&r, Err(Error::Storage { .. })),
+        "a storage error, not an applier error: {r:?}"
+    );
+    assert_eq!(
+        store.checkpoint(oracle.name(), &sid("s")).await.unwrap(),
+        0,
+        "nothing committed"
+    );
+
+    // The retry (the pool replaces the dead connection) applies once.
+    let mut attempts = 0;
+    let report = loop {
+        attempts += 1;
+        match store
+            .apply(&sid("s"), &events, std::slice::from_ref(&oracle))
+            .await
+        {
+            Ok(ApplyOutcome::Applied(r)) => break r,
+            Err(e) if e.is_temporary() && attempts < 5 => continue,
+            other => panic!("retry after the dropped connection: {other:?}"),
+        }
+    };
+    assert_eq!((report.applied, report.duplicates), (3, 0));
+    let state = read_oracle(&store, "p").await.expect("oracle");
+    let want = BTreeMap::from([("s".to_owned(), Expected { through: 3, sum: 6 })]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap_or_else(|p| panic!("history:\n{p}"));
+}
+
+async fn explain(
+    pool: &PgPool,
+    sql: &str,
+    binds: impl FnOnce(
+        sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> String {
+    let mut tx = pool.begin().await.expect("begin");
+    // Plan as the server would for the prepared statement with these values.
+    let q = sqlx::query(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")));
+    let rows: Vec<(String,)> = {
+        use sqlx::Row;
+        binds(q)
+            .fetch_all(&mut *tx)
+            .await
+            .expect("explain")
+            .into_iter()
+            .map(|r| (r.get::<String, _>(0),))
+            .collect()
+    };
+    tx.rollback().await.expect("rollback");
+    rows.into_iter().map(|(l,)| l).collect::<Vec<_>>().join("\n")
+}
+
+/// `due_streams`, `claim` and `complete` seek indexes on a large outbox:
+/// no sequential scan of `outbox` (or of `outbox_heads`) in their plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_statements_use_indexes_on_a_large_outbox() {
+    let s = unique_schema("plan");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let j = journal(&s).await;
+    let pool = j.pool();
+    // 20,000 streams x 10 rows, most of them not due yet, built in SQL.
+    sqlx::query(
+        "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, updated_at) \
+         SELECT 's' || st, q, 'oracle.add', 'pending', 0, 4000000000000 + st, 0 \
+         FROM generate_series(1, 20000) st, generate_series(1, 10) q",
+    )
+    .execute(pool)
+    .await
+    .expect("fill outbox");
+    sqlx::query(
+        "INSERT INTO outbox_heads (stream, head_seq, due_at) \
+         SELECT 's' || st, 1, CASE WHEN st % 1000 = 0 THEN 0 ELSE 4000000000000 + st END \
+         FROM generate_series(1, 20000) st",
+    )
+    .execute(pool)
+    .await
+    .expect("fill heads");
+    for t in ["outbox", "outbox_heads", "stream_leases"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
+            .execute(pool)
+            .await
+            .expect("analyze");
+    }
+
+    let due = explain(pool, statements::DUE_STREAMS, |q| q.bind(64i64)).await;
+    let claim = explain(pool, statements::CLAIM, |q| q.bind("s500").bind(64i64)).await;
+    let complete = explain(pool, statements::COMPLETE, |q| q.bind("s500").bind(3i64)).await;
+    for (what, plan) in [("due_streams", &due), ("claim", &claim), ("complete", &complete)] {
+        println!("{what}:\n{plan}\n");
+        assert!(
+            !plan.contains("Seq Scan on outbox"),
+            "{what} scans a table:\n{plan}"
+        );
+        assert!(plan.contains("Index"), "{what} uses no index:\n{plan}");
+    }
+    assert!(
+        due.contains("outbox_heads_by_due"),
+        "due_streams walks the due index:\n{due}"
+    );
+
+    // And the results are right on that data: the 20 due streams, oldest first.
+    let found = j.due_streams(100).await.expect("due_streams");
+    assert_eq!(found.len(), 20);
+    let lease = j
+        .acquire(
+            &sid("s1000"),
+            &WorkerId::new("w").unwrap(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        j.claim(&lease, 64).await.expect("claim").is_empty(),
+        "rows of s1000 are not due"
+    );
+}
+
+/// A waiter on one journal instance is woken by an append through another
+/// (its own pool), and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_a_waiter_after_an_append_from_another_pool() {
+    let s = unique_schema("wake");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let listener_side = journal(&s).await;
+    let appender = journal(&s).await;
+    let wake = listener_side.wake_source();
+    // The first wait connects and LISTENs, then resolves (appends may have
+    // been missed before): callers re-check the store after it.
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("first wait connects");
+    let waiting = {
+        let wake = wake.clone();
+        tokio::spawn(async move { wake.wait().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "nothing appended yet: the waiter waits");
+    appender
+        .append(&[request("s", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("woken by the append's notification")
+        .expect("waiter task");
+
+    // A journal-only append enqueues nothing and notifies nobody.
+    let waiting = {
+        let wake = wake.clone();
+        tokio::spawn(async move { wake.wait().await })
+    };
+    appender
+        .append(&[request("t", &[1])], AppendOptions::journal_only())
+        .await
+        .expect("append");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a journal-only append does not wake workers"
+    );
+    appender
+        .append(&[request("t", &[2])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("woken")
+        .expect("waiter task");
+}
+
+/// One append transaction, whatever its size, sends one notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_append_transaction_emits_one_notification() {
+    let s = unique_schema("once");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let j = journal(&s).await;
+    let mut listener = PgListener::connect(&database_url()).await.expect("listener");
+    listener.listen(j.channel()).await.expect("listen");
+    let batch = vec![
+        request("a", &[1, 2, 3]),
+        request("b", &[4]),
+        request("a", &[5, 6]),
+    ];
+    j.append(&batch, AppendOptions::enqueue()).await.expect("append");
+    // append_in: two appends in the caller's transaction, one commit.
+    let mut tx = j.begin().await.expect("begin");
+    j.append_in(&mut tx, &[request("c", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append_in");
+    j.append_in(&mut tx, &[request("d", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append_in");
+    tx.commit().await.expect("commit");
+    let mut got = 0;
+    while let Ok(n) = tokio::time::timeout(Duration::from_millis(700), listener.recv()).await {
+        n.expect("notification");
+        got += 1;
+    }
+    assert_eq!(got, 2, "one notification per committed append transaction");
+
+    let quiet = PgJournal::connect(&database_url(), options(&s).with_notify(false))
+        .await
+        .expect("connect");
+    quiet
+        .append(&[request("e", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    let none = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(none.is_err(), "with notify off nothing is sent");
+}
+
+/// The listener's connection terminated under it: the waiter resolves (a
+/// spurious wake-up), the source reconnects, and a later append wakes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_source_reconnects_after_its_connection_is_terminated() {
+    let s = unique_schema("recon");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let j = journal(&s).await;
+    let wake = j.wake_source();
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("connects");
+    let waiting = {
+        let wake = wake.clone();
+        tokio::spawn(async move { wake.wait().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let admin = admin_pool().await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN \"' || $1 || '\"'",
+    )
+    .bind(j.channel())
+    .fetch_all(&admin)
+    .await
+    .expect("terminate");
+    assert_eq!(killed, [true], "the listener's backend was found and terminated");
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a lost connection resolves the waiter")
+        .expect("waiter task");
+    // The next wait reconnects (and resolves: appends may have been missed).
+    tokio::time::timeout(Duration::from_secs(6), wake.wait())
+        .await
+        .expect("wait resolves within a few seconds while reconnecting");
+    // Connected again: a waiter now waits (retrying if the reconnection
+    // needed another round) until an append wakes it.
+    let mut waiting = None;
+    for _ in 0..5 {
+        let w = {
+            let wake = wake.clone();
+            tokio::spawn(async move { wake.wait().await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if !w.is_finished() {
+            waiting = Some(w);
+            break;
+        }
+    }
+    let waiting = waiting.expect("reconnected and waiting");
+    j.append(&[request("s", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("woken after reconnecting")
+        .expect("waiter task");
+}
+
+/// While the database cannot be reached, `wait` keeps resolving every few
+/// seconds (polling stays the fallback) and never errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_source_resolves_while_the_database_is_unreachable() {
+    let connect = sqlx::postgres::PgConnectOptions::new()
+        .socket("/nonexistent-outbox-socket-dir")
+        .username("nobody");
+    let wake = outbox_postgres::PgWakeSource::new(connect, "x_wake".to_owned());
+    for _ in 0..3 {
+        tokio::time::timeout(Duration::from_secs(5), wake.wait())
+            .await
+            .expect("resolves while disconnected");
+    }
+    assert!(!wake.is_connected().await);
+}
+
+/// A schema migrated by a newer build is refused with `SchemaTooNew` and left
+/// exactly as it was; so is a journal schema marked with another role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_schema_is_refused_unchanged() {
+    let s = unique_schema("new");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let j = journal(&s).await;
+    sqlx::query(
+        "INSERT INTO _outbox_journal_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(j.pool())
+    .await
+    .expect("fake a newer migration");
+    let tables = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = tables(j.pool().clone()).await;
+    match PgJournal::connect(&database_url(), options(&s)).await {
+        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 1)),
+        other => panic!("a newer schema is SchemaTooNew, got {other:?}"),
+    }
+    assert_eq!(tables(j.pool().clone()).await, before, "nothing created");
+    // The projection role has its own tables and is unaffected...
+    PgProjectionStore::connect(&database_url(), options(&s))
+        .await
+        .expect("the projection role may share the schema");
+    // ...but a forged role marker is refused.
+    sqlx::query("UPDATE outbox_journal_meta SET value = 'projection' WHERE key = 'role'")
+        .execute(j.pool())
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM _outbox_journal_migrations WHERE version = 9999")
+        .execute(j.pool())
+        .await
+        .unwrap();
+    let r = PgJournal::connect(&database_url(), options(&s)).await;
+    assert!(
+        matches!(r, Err(Error::InvalidInput(_))),
+        "wrong role marker: {r:?}"
+    );
+}
+
+/// Bad schema names are configuration errors; a URL's password never shows
+/// up in an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_names_and_secrets() {
+    for bad in [
+        "",
+        "Outbox",
+        "a-b",
+        "x; DROP TABLE y",
+        "pg_catalog",
+        &"a".repeat(64),
+    ] {
+        let r = PgJournal::connect(&database_url(), PgOptions::default().with_schema(bad)).await;
+        assert!(matches!(r, Err(Error::Config(_))), "schema {bad:?}: {r:?}");
+    }
+    let secret = "s3cr3t-pw";
+    for url in [
+        format!("postgres://user:{secret}@127.0.0.1:1/db"),
+        format!("postgres://user:{secret}@[bad/db"),
+        format!("mysql://user:{secret}@127.0.0.1/db"),
+    ] {
+        let r = PgJournal::connect(
+            &url,
+            PgOptions::default().with_acquire_timeout(Duration::from_millis(500)),
+        )
+        .await;
+        let e = r.expect_err("cannot connect");
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains(secret), "the password leaked: {shown}");
+    }
+}
+
+/// An applier that writes nothing still works through the same pool the
+/// journal uses when both share one schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharing_store_uses_the_journal_schema() {
+    let s = unique_schema("share");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let j = journal(&s).await;
+    let p = PgProjectionStore::sharing(&j).await.expect("sharing");
+    assert_eq!(p.schema(), j.schema());
+    let oracle = OracleProjection::new("p", Arc::new(PgOracle)).shared();
+    p.setup(std::slice::from_ref(&oracle)).await.unwrap();
+    j.append(&[request("s", &[5])], AppendOptions::enqueue())
+        .await
+        .unwrap();
+    let events = j
+        .read_stream(&sid("s"), outbox_core::Seq::FIRST, 10)
+        .await
+        .unwrap();
+    p.apply(&sid("s"), &events, std::slice::from_ref(&oracle))
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM oracle_ledger")
+        .fetch_one(j.pool())
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "the projection's table is in the shared schema");
+}
