@@ -7,10 +7,11 @@ use outbox_core::OutboxStatus;
 
 /// The transactional projection-apply outbox: worker, maintenance and demo.
 ///
-/// Databases: `--journal` / `--projection` (or `OUTBOX_JOURNAL_URL` /
+/// Databases: `--journal` / `--projection-db` (or `OUTBOX_JOURNAL_URL` /
 /// `OUTBOX_PROJECTION_URL`), as `sqlite://path`, `sqlite:path` or a plain
 /// path. Defaults: `outbox-journal.db` and `outbox-projections.db` in the
-/// current directory.
+/// current directory. (`--projection NAME` of `replay` and `rebuild` names a
+/// projection, not a database.)
 ///
 /// Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not
 /// found, 4 conflict (wrong state, version conflict, a run already active),
@@ -21,6 +22,7 @@ pub struct Cli {
     /// The journal database (events, outbox rows, leases).
     #[arg(
         long,
+        visible_alias = "journal-db",
         global = true,
         env = "OUTBOX_JOURNAL_URL",
         default_value = "sqlite://outbox-journal.db"
@@ -28,13 +30,15 @@ pub struct Cli {
     pub journal: String,
 
     /// The projection database (checkpoints, watermarks, runs, projection tables).
+    // Not `--projection`: that flag of `replay` and `rebuild` names a
+    // projection, and one id for both made either overwrite the other.
     #[arg(
-        long,
+        long = "projection-db",
         global = true,
         env = "OUTBOX_PROJECTION_URL",
         default_value = "sqlite://outbox-projections.db"
     )]
-    pub projection: String,
+    pub projection_db: String,
 
     /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
     /// Default: `warn` (`error` for the demo, which reports its own progress).
@@ -195,7 +199,7 @@ pub struct RunsArgs {
     #[command(subcommand)]
     pub action: Option<RunsAction>,
     /// Print machine-readable JSON.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use outbox_core::{
     Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, OutboxStore, Projection,
-    ProjectionStore, RunRecord, RunStore, Seq, StreamId, WorkerInfo, WorkerRegistry,
+    ProjectionStore, RunRecord, RunStore, Seq, StreamId, WorkerInfo, WorkerRegistry, select_mode,
 };
 use outbox_runtime::{Config, Outbox, StreamLag};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
@@ -64,7 +64,7 @@ pub(crate) async fn open_stores(
 ) -> Result<(SqliteJournal, SqliteProjectionStore), Error> {
     let opts = SqliteOptions::default().with_create_if_missing(create);
     let journal_path = sqlite_path(&cli.journal)?;
-    let projection_path = sqlite_path(&cli.projection)?;
+    let projection_path = sqlite_path(&cli.projection_db)?;
     if journal_path == projection_path {
         return Err(Error::invalid(format_args!(
             "the journal and the projection database must be different files (both are {})",
@@ -72,8 +72,13 @@ pub(crate) async fn open_stores(
         )));
     }
     let journal = SqliteJournal::open(&journal_path, opts.clone()).await?;
-    let store = SqliteProjectionStore::open(&projection_path, opts).await?;
-    Ok((journal, store))
+    match SqliteProjectionStore::open(&projection_path, opts).await {
+        Ok(store) => Ok((journal, store)),
+        Err(e) => {
+            journal.close().await;
+            Err(e)
+        }
+    }
 }
 
 /// The runtime configuration for the CLI: the OUTBOX_* variables, with the
@@ -109,22 +114,83 @@ pub(crate) async fn build(
     b.build().await
 }
 
-async fn runtime(cli: &Cli) -> Result<Rt, Error> {
-    let (journal, store) = open_stores(cli, false).await?;
+/// The opened databases and the configuration of one command.
+struct Ctx {
+    journal: SqliteJournal,
+    store: SqliteProjectionStore,
+    config: Config,
+}
+
+/// The runtime over the opened databases, with the demo's fix deployed.
+async fn runtime(ctx: &Ctx) -> Result<Rt, Error> {
     let faults = Faults::default();
     faults.deploy_fix();
-    build(journal, store, config()?, &faults).await
+    build(
+        ctx.journal.clone(),
+        ctx.store.clone(),
+        ctx.config.clone(),
+        &faults,
+    )
+    .await
+}
+
+/// The configuration: the OUTBOX_* variables, and for `work` its flags and
+/// the check that the mode runs a worker.
+fn command_config(cli: &Cli) -> Result<Config, Error> {
+    let mut config = config()?;
+    if let Command::Work(a) = &cli.command {
+        if let Some(ms) = a.interval_ms {
+            config = config.with_poll_interval(Duration::from_millis(ms));
+        }
+        if let Some(n) = a.batch_size {
+            config = config.with_batch_size(n as usize);
+        }
+        config.validate()?;
+        let mode = select_mode(config.flags)?.mode;
+        if !(mode.runs_apply_worker() || mode.runs_shadow_worker()) {
+            return Err(Error::Config(format!(
+                "mode {mode} runs no worker: set OUTBOX_ENABLED=true and OUTBOX_WORKER_ENABLED=true (or OUTBOX_SHADOW_WORKER_ENABLED=true)"
+            )));
+        }
+    }
+    Ok(config)
 }
 
 /// Runs one parsed command line.
+///
+/// Everything that can be checked without a database (configuration,
+/// identifiers) is checked before one is opened, and the databases are
+/// closed before returning, on success and on error: the last close
+/// checkpoints the WAL and removes the `-wal` and `-shm` files.
 pub async fn run(cli: Cli) -> Result<()> {
+    if let Command::Demo(a) = &cli.command {
+        return crate::demo::demo(a).await;
+    }
+    let config = command_config(&cli)?;
+    if let Command::Requeue(a) = &cli.command {
+        StreamId::new(&a.stream)?;
+        Seq::new(a.seq)?;
+    }
+    let (journal, store) = open_stores(&cli, matches!(cli.command, Command::Migrate(_))).await?;
+    let ctx = Ctx {
+        journal,
+        store,
+        config,
+    };
+    let result = dispatch(&cli, &ctx).await;
+    ctx.journal.close().await;
+    ctx.store.close().await;
+    result
+}
+
+async fn dispatch(cli: &Cli, ctx: &Ctx) -> Result<()> {
     match &cli.command {
-        Command::Work(a) => work(&cli, a).await,
-        Command::Report(a) => report(&cli, a).await,
+        Command::Work(a) => work(ctx, a).await,
+        Command::Report(a) => report(ctx, a).await,
         Command::Requeue(a) => {
             let stream = StreamId::new(&a.stream)?;
             let seq = Seq::new(a.seq)?;
-            let rt = runtime(&cli).await?;
+            let rt = runtime(ctx).await?;
             let row = rt.journal().requeue(&stream, seq).await?;
             if a.json {
                 json(&row)
@@ -137,7 +203,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::RequeueDead(a) => {
-            let rt = runtime(&cli).await?;
+            let rt = runtime(ctx).await?;
             let rows = rt.journal().requeue_dead(a.limit as usize).await?;
             if a.json {
                 json(&rows)
@@ -149,9 +215,9 @@ pub async fn run(cli: Cli) -> Result<()> {
                 Ok(())
             }
         }
-        Command::Replay(a) => replay(&cli, a).await,
+        Command::Replay(a) => replay(ctx, a).await,
         Command::Rebuild(a) => {
-            let rt = runtime(&cli).await?;
+            let rt = runtime(ctx).await?;
             let cancel = cancel_on_signal();
             let runs = match &a.which.projection {
                 Some(p) => vec![rt.rebuild(p, &cancel).await?],
@@ -160,10 +226,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             print_runs(&runs, a.json)?;
             fail_unless_completed(&runs)
         }
-        Command::Runs(a) => runs(&cli, a).await,
-        Command::Gaps(a) => gaps(&cli, a).await,
+        Command::Runs(a) => runs(ctx, a).await,
+        Command::Gaps(a) => gaps(ctx, a).await,
         Command::Workers(a) => {
-            let rt = runtime(&cli).await?;
+            let rt = runtime(ctx).await?;
             let workers = rt.journal().workers().await?;
             if a.json {
                 json(&workers)
@@ -173,8 +239,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Migrate(a) => {
-            let (journal, store) = open_stores(&cli, true).await?;
-            let rt = build(journal, store, config()?, &Faults::default()).await?;
+            let rt = runtime(ctx).await?;
             #[derive(Serialize)]
             struct Migrated<'a> {
                 journal: String,
@@ -224,25 +289,9 @@ fn cancel_on_signal() -> CancellationToken {
     token
 }
 
-async fn work(cli: &Cli, a: &WorkArgs) -> Result<()> {
-    let (journal, store) = open_stores(cli, false).await?;
-    let mut config = config()?;
-    if let Some(ms) = a.interval_ms {
-        config = config.with_poll_interval(Duration::from_millis(ms));
-    }
-    if let Some(n) = a.batch_size {
-        config = config.with_batch_size(n as usize);
-    }
-    let faults = Faults::default();
-    faults.deploy_fix();
-    let rt = build(journal, store, config, &faults).await?;
-    if !(rt.mode().runs_apply_worker() || rt.mode().runs_shadow_worker()) {
-        return Err(Error::Config(format!(
-            "mode {} runs no worker: set OUTBOX_ENABLED=true and OUTBOX_WORKER_ENABLED=true (or OUTBOX_SHADOW_WORKER_ENABLED=true)",
-            rt.mode()
-        ))
-        .into());
-    }
+async fn work(ctx: &Ctx, a: &WorkArgs) -> Result<()> {
+    // The configuration (flags applied, a worker mode) was checked by `run`.
+    let rt = runtime(ctx).await?;
     if a.once {
         let tick = rt.tick().await?;
         if a.json {
@@ -449,8 +498,8 @@ pub(crate) fn print_report(r: &Report, status: Option<OutboxStatus>) {
     }
 }
 
-async fn report(cli: &Cli, a: &ReportArgs) -> Result<()> {
-    let rt = runtime(cli).await?;
+async fn report(ctx: &Ctx, a: &ReportArgs) -> Result<()> {
+    let rt = runtime(ctx).await?;
     let r = build_report(&rt, a.status, a.limit, !a.no_digests).await?;
     if a.json {
         json(&r)
@@ -460,8 +509,8 @@ async fn report(cli: &Cli, a: &ReportArgs) -> Result<()> {
     }
 }
 
-async fn replay(cli: &Cli, a: &ReplayArgs) -> Result<()> {
-    let rt = runtime(cli).await?;
+async fn replay(ctx: &Ctx, a: &ReplayArgs) -> Result<()> {
+    let rt = runtime(ctx).await?;
     let cancel = cancel_on_signal();
     let mut runs = Vec::new();
     match &a.which.projection {
@@ -530,8 +579,8 @@ fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
     Ok(())
 }
 
-async fn runs(cli: &Cli, a: &RunsArgs) -> Result<()> {
-    let rt = runtime(cli).await?;
+async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<()> {
+    let rt = runtime(ctx).await?;
     match a.action.as_ref().unwrap_or(&RunsAction::List { limit: 20 }) {
         RunsAction::List { limit } => print_runs(&rt.store().runs(*limit as usize).await?, a.json),
         RunsAction::Show { id } => {
@@ -549,8 +598,8 @@ async fn runs(cli: &Cli, a: &RunsArgs) -> Result<()> {
     }
 }
 
-async fn gaps(cli: &Cli, a: &GapsArgs) -> Result<()> {
-    let rt = runtime(cli).await?;
+async fn gaps(ctx: &Ctx, a: &GapsArgs) -> Result<()> {
+    let rt = runtime(ctx).await?;
     let lags: Vec<StreamLag> = rt.gaps(10_000).await?;
     if !a.repair {
         if a.json {

@@ -412,7 +412,7 @@ pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
             if verified { "identical" } else { "DIFFERENT" }
         );
         println!(
-            "  done in {:.1}s; inspect with: outbox --journal {dir}/journal.db --projection {dir}/projections.db report",
+            "  done in {:.1}s; inspect with: outbox --journal {dir}/journal.db --projection-db {dir}/projections.db report",
             summary.seconds,
             dir = dir.display()
         );

@@ -35,14 +35,38 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
     }
 }
 
+/// A clap usage error as one line: its first paragraph (the error and, for
+/// missing arguments, their list) without the `error: ` prefix, pointing at
+/// `--help`. Clap's own rendering spans several lines with tips and usage.
+fn usage_error_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let first = first.join(" ");
+    let first = first.strip_prefix("error: ").unwrap_or(&first);
+    if first.is_empty() {
+        return "invalid command line (see `outbox --help`)".into();
+    }
+    format!("{first} (see `outbox --help`)")
+}
+
 /// Parses the arguments, runs the command, prints a one-line error and
 /// returns the exit code. The `outbox` binary's whole `main`.
 pub fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            eprintln!("outbox: error: {}", usage_error_line(&e));
+            return ExitCode::from(2);
+        }
         Err(e) => {
+            // --help and --version: on stdout, exit 0.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return ExitCode::SUCCESS;
         }
     };
     let default = if matches!(cli.command, cli::Command::Demo(_)) {

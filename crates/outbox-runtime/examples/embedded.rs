@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection, ProjectionName,
-    StreamId, async_trait,
+    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection,
+    ProjectionName, StreamId, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::sqlx::{self, SqliteConnection};
@@ -37,7 +37,11 @@ impl Projection<SqliteConnection> for Balances {
 
     async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
         let cents: i64 = std::str::from_utf8(&e.payload)?.parse()?;
-        let delta = if e.event_type.as_str() == "withdrawn" { -cents } else { cents };
+        let delta = if e.event_type.as_str() == "withdrawn" {
+            -cents
+        } else {
+            cents
+        };
         sqlx::query(
             "INSERT INTO balances (account, cents) VALUES (?1, ?2) \
              ON CONFLICT (account) DO UPDATE SET cents = cents + excluded.cents",
@@ -64,10 +68,14 @@ impl Projection<SqliteConnection> for Balances {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let journal = SqliteJournal::open(dir.path().join("journal.db"), SqliteOptions::default()).await?;
-    let store = SqliteProjectionStore::open(dir.path().join("projections.db"), SqliteOptions::default()).await?;
+    let store =
+        SqliteProjectionStore::open(dir.path().join("projections.db"), SqliteOptions::default()).await?;
 
     let mut types = EventTypeRegistry::new();
-    types.apply("deposited")?.apply("withdrawn")?.audit_only("statement_viewed")?;
+    types
+        .apply("deposited")?
+        .apply("withdrawn")?
+        .audit_only("statement_viewed")?;
 
     // Config::from_env() reads the OUTBOX_* variables; here: outbox on, apply worker on.
     let outbox = Outbox::builder(journal, store)
@@ -85,12 +93,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .append(
             &alice,
             ExpectedVersion::NoStream,
-            vec![outbox.event("deposited", "1000")?, outbox.event("statement_viewed", "")?],
+            vec![
+                outbox.event("deposited", "1000")?,
+                outbox.event("statement_viewed", "")?,
+            ],
         )
         .await?;
-    outbox.append(&alice, ExpectedVersion::Exact(2), vec![outbox.event("withdrawn", "250")?]).await?;
+    outbox
+        .append(
+            &alice,
+            ExpectedVersion::Exact(2),
+            vec![outbox.event("withdrawn", "250")?],
+        )
+        .await?;
     // A stale expected version is a typed conflict, not a hole in the stream.
-    let stale = outbox.append(&alice, ExpectedVersion::Exact(1), vec![outbox.event("withdrawn", "1")?]).await;
+    let stale = outbox
+        .append(
+            &alice,
+            ExpectedVersion::Exact(1),
+            vec![outbox.event("withdrawn", "1")?],
+        )
+        .await;
     println!("stale append: {}", stale.unwrap_err());
 
     while outbox.journal().summary().await?.total() > 0 {
@@ -103,7 +126,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bind(alice.as_str())
         .fetch_one(&mut *conn)
         .await?;
-    println!("alice: {cents} cents (applied {}, audit-only {})", outbox.metrics().applied, outbox.metrics().audit_only);
+    println!(
+        "alice: {cents} cents (applied {}, audit-only {})",
+        outbox.metrics().applied,
+        outbox.metrics().audit_only
+    );
     assert_eq!(cents, 750);
     Ok(())
 }

@@ -181,7 +181,7 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
             }
             if !options.create_dirs {
                 return Err(Error::invalid(format_args!(
-                    "cannot open {shown}: directory {} does not exist (enable create_dirs to create it)",
+                    "cannot open {shown}: directory {} does not exist",
                     parent.display()
                 )));
             }
@@ -218,6 +218,13 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
     if !meta.is_file() {
         return Err(Error::invalid(format_args!(
             "cannot open {shown}: not a regular file"
+        )));
+    }
+    if meta.len() == 0 && !options.create_if_missing {
+        // An empty file is a database that was never created; only a
+        // command allowed to create databases may initialize it.
+        return Err(Error::NotFound(format!(
+            "database file {shown} is empty (create it with `outbox migrate`)"
         )));
     }
     let mut header = [0u8; 16];

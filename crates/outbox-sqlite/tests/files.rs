@@ -343,3 +343,28 @@ async fn invalid_options_are_config_errors() {
     assert!(matches!(err, Error::Config(_)), "{err:?}");
     assert!(!path.exists(), "nothing created for a bad option");
 }
+
+#[tokio::test]
+async fn without_create_if_missing_a_missing_or_empty_file_is_not_found_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    let opts = test_options().with_create_if_missing(false);
+    let err = SqliteJournal::open(&missing, opts.clone()).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    assert!(!missing.exists(), "no file created");
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let err = SqliteProjectionStore::open(&empty, opts).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err}");
+    assert!(err.to_string().contains("is empty"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "the empty file is left as it was"
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "no -wal or -shm files either: {names:?}");
+}

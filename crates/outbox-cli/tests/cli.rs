@@ -1,0 +1,1483 @@
+//! Integration tests of the `outbox` binary: the real executable against real
+//! SQLite files in a temporary directory.
+//!
+//! Fixtures are made by the binary itself (`outbox migrate`, `outbox demo`)
+//! or, where the CLI has no command for it (appending events, producing dead
+//! rows, an active run of another owner), through the library the binary is
+//! built on. Databases are passed through `OUTBOX_JOURNAL_URL` and
+//! `OUTBOX_PROJECTION_URL`, like a deployment would; every other `OUTBOX_*`
+//! variable of the test's environment is removed.
+//!
+//! Refused input is checked for three things: the documented exit code, a
+//! one-line message on stderr, and no change to any file (every file of the
+//! directory is compared byte for byte, so a new file is a change too).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use outbox_cli::domain::{self, Faults, Payload};
+use outbox_core::{
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxStore, ProjectionName,
+    RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
+};
+use outbox_runtime::{Config, Outbox};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_outbox");
+const PROJECTIONS: [&str; 3] = ["campaign_summary", "roster", "character_tally"];
+/// Events per campaign appended by [`campaign`]; the dice roll at seq 4 is the cursed one.
+const PER_CAMPAIGN: u64 = 7;
+const CURSED_SEQ: u64 = 4;
+/// Every bounded wait gives up after this long, with a message.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+/// A temporary directory with the two database paths (not created).
+struct Site {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    journal: PathBuf,
+    projection: PathBuf,
+}
+
+/// A finished command.
+struct Run {
+    args: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn from(args: &[&str], out: Output) -> Run {
+        Run {
+            args: args.join(" "),
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn explain(&self) -> String {
+        format!(
+            "`outbox {}` exited with {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.args, self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Site {
+    fn new() -> Site {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().canonicalize().expect("canonical tempdir");
+        Site {
+            journal: dir.join("journal.db"),
+            projection: dir.join("projections.db"),
+            dir,
+            _tmp: tmp,
+        }
+    }
+
+    /// `outbox migrate`: both databases created and migrated.
+    fn migrated() -> Site {
+        let site = Site::new();
+        site.ok(&["migrate"]);
+        site
+    }
+
+    /// The binary with this site's databases and no inherited OUTBOX_* variable.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("OUTBOX_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env(
+            "OUTBOX_JOURNAL_URL",
+            format!("sqlite://{}", self.journal.display()),
+        )
+        .env(
+            "OUTBOX_PROJECTION_URL",
+            format!("sqlite://{}", self.projection.display()),
+        )
+        .current_dir(&self.dir)
+        .args(args)
+        .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = self.command(args);
+        cmd.envs(env.iter().copied());
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn outbox");
+        Run::from(args, wait_output(child, &args.join(" ")))
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_env(args, &[])
+    }
+
+    fn ok_env(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let r = self.run_env(args, env);
+        assert_eq!(r.code, Some(0), "{}", r.explain());
+        r.stdout
+    }
+
+    /// Runs a `--json` command that must succeed and parses its stdout.
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("`outbox {}`: not JSON ({e}):\n{out}", args.join(" ")))
+    }
+
+    /// `report --json` without digests.
+    fn report(&self) -> Value {
+        self.json(&["report", "--json", "--no-digests", "--limit", "1000"])
+    }
+
+    /// Every file of the directory with its bytes.
+    fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+        snapshot(&self.dir)
+    }
+
+    /// Runs a command that must be refused: exit `code`, ONE line on stderr
+    /// that contains every one of `mentions`, nothing on stdout, and no file
+    /// of the directory changed, created or removed. Returns the line.
+    fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32, mentions: &[&str]) -> String {
+        let before = self.snapshot();
+        let r = self.run_env(args, env);
+        assert_eq!(r.code, Some(code), "wrong exit code; {}", r.explain());
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "stderr must be one line; {}", r.explain());
+        for m in mentions {
+            assert!(
+                lines[0].contains(m),
+                "stderr does not mention {m:?}; {}",
+                r.explain()
+            );
+        }
+        assert!(r.stdout.is_empty(), "nothing on stdout; {}", r.explain());
+        assert_same_files(&before, &self.snapshot(), &r.args);
+        lines[0].to_string()
+    }
+
+    /// The library runtime on this site's files, with the demo's projections.
+    async fn library(&self, config: Config, faults: &Faults) -> Outbox<SqliteJournal, SqliteProjectionStore> {
+        let opts = SqliteOptions::default();
+        let journal = SqliteJournal::open(&self.journal, opts.clone())
+            .await
+            .expect("open journal");
+        let store = SqliteProjectionStore::open(&self.projection, opts)
+            .await
+            .expect("open projection db");
+        let mut b = Outbox::builder(journal, store)
+            .config(config)
+            .event_types(domain::event_types());
+        for p in domain::projections(faults) {
+            b = b.projection(p);
+        }
+        b.build().await.expect("build runtime")
+    }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(f)
+}
+
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(dir).expect("read dir") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().expect("name").to_string_lossy().into_owned();
+        if path.is_dir() {
+            for (k, v) in snapshot(&path) {
+                out.insert(format!("{name}/{k}"), v);
+            }
+        } else {
+            out.insert(name, fs::read(&path).expect("read file"));
+        }
+    }
+    out
+}
+
+fn assert_same_files(before: &BTreeMap<String, Vec<u8>>, after: &BTreeMap<String, Vec<u8>>, what: &str) {
+    let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(before),
+        names(after),
+        "`outbox {what}` created or removed files"
+    );
+    for (name, bytes) in before {
+        assert!(after[name] == *bytes, "`outbox {what}` changed {name}");
+    }
+}
+
+/// Waits for a child with a bound, killing it (and failing) if it hangs.
+fn wait_output(mut child: Child, what: &str) -> Output {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return child.wait_with_output().expect("collect output"),
+            None if Instant::now() > deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("collect output");
+                panic!(
+                    "`outbox {what}` did not exit within {PATIENCE:?}\n--- stdout\n{}\n--- stderr\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn wait_status(child: &mut Child, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not happen within {PATIENCE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `check` until it returns true, failing with `what` after the bound.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mode_of(path: &Path) -> u32 {
+    fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned integer: {v}"))
+}
+
+/// The digests of a full `report --json`: (per projection, store).
+fn digests(site: &Site) -> (Vec<(String, String)>, String) {
+    let r = site.json(&["report", "--json", "--limit", "0"]);
+    let d = &r["digests"];
+    let per = d["projections"]
+        .as_array()
+        .expect("digests.projections")
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_str().unwrap().to_string(),
+                p[1].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (per, d["store"].as_str().expect("digests.store").to_string())
+}
+
+// ---------------------------------------------------------------------------
+// Fixtures through the library
+// ---------------------------------------------------------------------------
+
+fn payload(p: Payload) -> Vec<u8> {
+    serde_json::to_vec(&p).expect("payload")
+}
+
+/// Seven events of one campaign; the d20 roll at seq 4 is cursed when asked
+/// (the tally projection fails on it until the fix is deployed).
+fn campaign(types: &outbox_core::EventTypeRegistry, name: &str, cursed: bool) -> Vec<NewEvent> {
+    let ev = |t: &str, p: Payload| types.event(t, payload(p)).expect("registered type");
+    vec![
+        ev(
+            "campaign_created",
+            Payload {
+                name: Some(format!("The Saga of {name}")),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "player_joined",
+            Payload {
+                player: Some("p1".into()),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "character_created",
+            Payload {
+                character: Some("Aria".into()),
+                player: Some("p1".into()),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "dice_rolled",
+            Payload {
+                character: Some("Aria".into()),
+                sides: Some(20),
+                result: Some(20),
+                cursed: cursed.then_some(true),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "scene_changed",
+            Payload {
+                scene: Some("the crypt".into()),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "chat_message",
+            Payload {
+                player: Some("p1".into()),
+                text: Some("well met".into()),
+                ..Payload::default()
+            },
+        ),
+        ev(
+            "dice_rolled",
+            Payload {
+                character: Some("Aria".into()),
+                sides: Some(6),
+                result: Some(3),
+                ..Payload::default()
+            },
+        ),
+    ]
+}
+
+/// Appends the campaigns (one append each, in order) with the outbox on and
+/// no worker running: every event has a `pending` row, nothing is applied.
+fn seed_backlog(site: &Site, campaigns: &[(&str, bool)]) {
+    block_on(async {
+        let rt = site.library(Config::apply_worker(), &Faults::default()).await;
+        for (name, cursed) in campaigns {
+            let stream = StreamId::new(*name).unwrap();
+            let events = campaign(rt.event_types(), name, *cursed);
+            rt.append(&stream, ExpectedVersion::Exact(0), events)
+                .await
+                .expect("append");
+        }
+        rt.journal().close().await;
+        rt.store().close().await;
+    });
+}
+
+/// [`seed_backlog`], then one worker pass with the fix NOT deployed and a
+/// dead-letter threshold of 1: clean campaigns are applied, each cursed one
+/// has a dead row at seq 4 and pending rows 5..=7 behind it.
+fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
+    seed_backlog(site, campaigns);
+    block_on(async {
+        let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
+        let rt = site
+            .library(Config::apply_worker().with_retry(retry), &Faults::default())
+            .await;
+        let tick = rt.tick().await.expect("tick");
+        let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
+        assert_eq!(tick.dead_lettered, cursed, "fixture: {tick:?}");
+        let s = rt.journal().summary().await.unwrap();
+        assert_eq!(
+            (s.dead, s.pending, s.processing, s.failed),
+            (cursed, cursed * 3, 0, 0),
+            "fixture: {s:?}"
+        );
+        rt.journal().close().await;
+        rt.store().close().await;
+    });
+}
+
+/// Appends the campaigns to the journal only (no outbox rows, nothing
+/// applied): what a crash in inline-apply mode leaves behind.
+fn seed_journal_only(site: &Site, campaigns: &[&str]) {
+    block_on(async {
+        let journal = SqliteJournal::open(&site.journal, SqliteOptions::default())
+            .await
+            .unwrap();
+        let types = domain::event_types();
+        let batch: Vec<AppendRequest> = campaigns
+            .iter()
+            .map(|name| {
+                AppendRequest::new(
+                    StreamId::new(*name).unwrap(),
+                    ExpectedVersion::Exact(0),
+                    campaign(&types, name, false),
+                )
+            })
+            .collect();
+        journal
+            .append(&batch, AppendOptions::journal_only())
+            .await
+            .expect("append");
+        journal.close().await;
+    });
+}
+
+/// The demo's files, everything applied (`outbox demo`, small sizes),
+/// with the site's paths pointing at them.
+fn demo_site() -> Site {
+    let mut site = Site::new();
+    let d = site.dir.join("d");
+    site.ok(&[
+        "demo",
+        "--dir",
+        d.to_str().unwrap(),
+        "--campaigns",
+        "5",
+        "--events",
+        "200",
+    ]);
+    site.journal = d.join("journal.db");
+    site.projection = d.join("projections.db");
+    site
+}
+
+// ---------------------------------------------------------------------------
+// migrate, and files left behind
+// ---------------------------------------------------------------------------
+
+#[test]
+fn migrate_creates_private_databases_and_reports_them() {
+    let site = Site::new();
+    let out = site.ok(&["migrate"]);
+    assert!(
+        out.contains(&format!("journal    {} (migrated)", site.journal.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("(migrated; tables of campaign_summary, roster, character_tally)"),
+        "{out}"
+    );
+    assert_eq!(mode_of(&site.journal), 0o600);
+    assert_eq!(mode_of(&site.projection), 0o600);
+
+    let j = site.json(&["migrate", "--json"]);
+    assert_eq!(j["journal"], site.journal.display().to_string());
+    assert_eq!(j["projection"], site.projection.display().to_string());
+    assert_eq!(j["projections"], serde_json::json!(PROJECTIONS));
+}
+
+#[test]
+fn commands_close_their_databases_before_exiting() {
+    // The last connection's close checkpoints the WAL and removes the
+    // `-wal` and `-shm` companions: what is left is the complete database.
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    for args in [
+        &["migrate"][..],
+        &["report"],
+        &["work", "--once"],
+        &["gaps", "--repair"],
+        &["rebuild", "--all"],
+        &["runs"],
+        &["workers"],
+    ] {
+        site.ok(args);
+        let names: Vec<String> = site.snapshot().into_keys().collect();
+        assert_eq!(
+            names,
+            ["journal.db", "projections.db"],
+            "after `outbox {}`",
+            args.join(" ")
+        );
+    }
+}
+
+#[test]
+fn database_flags_name_the_files() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    // Flags, not the environment: `--projection` after replay/rebuild names a
+    // projection, the projection database has its own flag.
+    let run = |args: &[&str]| {
+        let mut full = vec![
+            "--journal",
+            site.journal.to_str().unwrap(),
+            "--projection-db",
+            site.projection.to_str().unwrap(),
+        ];
+        full.extend_from_slice(args);
+        let mut cmd = site.command(&full);
+        cmd.env_remove("OUTBOX_JOURNAL_URL")
+            .env_remove("OUTBOX_PROJECTION_URL");
+        let r = Run::from(&full, cmd.output().expect("run"));
+        assert_eq!(r.code, Some(0), "{}", r.explain());
+        r.stdout
+    };
+    let out = run(&["replay", "--projection", "roster"]);
+    assert!(
+        out.contains("catch_up") && out.contains("roster") && out.contains("completed"),
+        "{out}"
+    );
+    let out = run(&["rebuild", "--projection", "campaign_summary", "--json"]);
+    let runs: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(runs[0]["projection"], "campaign_summary");
+    assert_eq!(runs[0]["state"], "completed");
+    let out = run(&["report", "--json", "--no-digests"]);
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        r["pending"], PER_CAMPAIGN,
+        "rows stay until every projection applied them"
+    );
+    // --journal-db is the symmetric spelling of --journal.
+    let mut cmd = site.command(&[
+        "--journal-db",
+        site.journal.to_str().unwrap(),
+        "--projection-db",
+        site.projection.to_str().unwrap(),
+        "workers",
+    ]);
+    cmd.env_remove("OUTBOX_JOURNAL_URL")
+        .env_remove("OUTBOX_PROJECTION_URL");
+    assert!(cmd.output().unwrap().status.success());
+    // No file named after the projection appeared.
+    let names: Vec<String> = site.snapshot().into_keys().collect();
+    assert_eq!(names, ["journal.db", "projections.db"]);
+}
+
+// ---------------------------------------------------------------------------
+// report
+// ---------------------------------------------------------------------------
+
+#[test]
+fn report_of_a_healthy_outbox() {
+    let site = demo_site();
+    let out = site.ok(&["report"]);
+    assert!(
+        out.contains("rows: 0 pending, 0 processing, 0 failed, 0 dead (0 in all)"),
+        "{out}"
+    );
+    assert!(out.contains("oldest retry-eligible: none (lag 0)"), "{out}");
+    for p in PROJECTIONS.iter().chain(&["(store)"]) {
+        assert!(out.contains(&format!("    {p:<18} ")), "digest of {p}: {out}");
+    }
+    assert!(!out.contains("dead letters"), "{out}");
+
+    let r = site.json(&["report", "--json"]);
+    for k in [
+        "pending",
+        "processing",
+        "failed",
+        "dead",
+        "total",
+        "oldest_due_age_ms",
+    ] {
+        assert_eq!(r[k], 0, "{k}: {r}");
+    }
+    assert!(r["oldest_retry_eligible"].is_null());
+    assert_eq!(r["rows"], serde_json::json!([]));
+    assert_eq!(r["workers"], serde_json::json!([]));
+    assert_eq!(r["active_runs"], serde_json::json!([]));
+    assert!(r["as_of"].as_str().unwrap().ends_with('Z'), "RFC 3339: {r}");
+    let names: Vec<&str> = r["digests"]["projections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_str().unwrap())
+        .collect();
+    assert_eq!(names, PROJECTIONS);
+    assert_eq!(r["digests"]["store"].as_str().unwrap().len(), 64);
+
+    let r = site.json(&["report", "--json", "--no-digests"]);
+    assert!(r["digests"].is_null());
+}
+
+#[test]
+fn report_lists_rows_by_status_with_a_limit() {
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-a", false), ("campaign-b", true)]);
+
+    let r = site.report();
+    assert_eq!(
+        (u(&r["pending"]), u(&r["dead"]), u(&r["total"])),
+        (3, 1, 4),
+        "{r}"
+    );
+    let oldest = &r["oldest_retry_eligible"];
+    assert_eq!(oldest["stream"], "campaign-b");
+    assert_eq!(
+        oldest["seq"],
+        CURSED_SEQ + 1,
+        "the first pending row behind the dead head: {r}"
+    );
+
+    let dead = site.json(&["report", "--status", "dead", "--limit", "100", "--json"]);
+    let rows = dead["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{dead}");
+    let row = &rows[0];
+    assert_eq!(row["stream"], "campaign-b");
+    assert_eq!(row["seq"], CURSED_SEQ);
+    assert_eq!(row["event_type"], "dice_rolled");
+    assert_eq!(row["status"], "dead");
+    assert_eq!(row["attempt_count"], 1);
+    assert!(
+        row["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("cursed die on campaign-b/4"),
+        "{row}"
+    );
+
+    let pending = site.json(&[
+        "report",
+        "--status",
+        "pending",
+        "--limit",
+        "2",
+        "--json",
+        "--no-digests",
+    ]);
+    let rows = pending["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "--limit 2: {pending}");
+    assert!(rows.iter().all(|r| r["status"] == "pending"));
+
+    let none = site.json(&["report", "--limit", "0", "--json", "--no-digests"]);
+    assert_eq!(none["rows"], serde_json::json!([]));
+    assert_eq!(none["total"], 4, "counts do not depend on the listing");
+
+    let text = site.ok(&["report", "--status", "dead", "--limit", "100", "--no-digests"]);
+    assert!(
+        text.contains("rows: 3 pending, 0 processing, 0 failed, 1 dead (4 in all)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("dead letters: 1 (fix the cause, then `outbox requeue-dead --limit N`)"),
+        "{text}"
+    );
+    assert!(text.contains("dead rows (first 1):"), "{text}");
+    assert!(
+        text.contains("campaign-b/4 dice_rolled dead attempts=1"),
+        "{text}"
+    );
+    assert!(text.contains("cursed die on campaign-b/4"), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// work --once
+// ---------------------------------------------------------------------------
+
+#[test]
+fn work_once_drains_what_is_due() {
+    let site = Site::migrated();
+    seed_backlog(
+        &site,
+        &[
+            ("campaign-a", false),
+            ("campaign-b", false),
+            ("campaign-c", false),
+        ],
+    );
+    let out = site.ok(&["work", "--once"]);
+    assert_eq!(
+        out.trim(),
+        "outbox_apply_only pass: 3 due stream(s), 21 claimed, 21 completed, 0 failed, 0 dead-lettered, 0 contended"
+    );
+    assert_eq!(site.report()["total"], 0);
+    // Nothing is due any more.
+    let out = site.ok(&["work", "--once"]);
+    assert!(out.contains("0 due stream(s), 0 claimed"), "{out}");
+}
+
+#[test]
+fn work_once_json_reports_the_pass() {
+    let site = Site::migrated();
+    // The cursed row applies: the binary runs with the fix deployed.
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", true)]);
+    let out = site.ok(&["work", "--once", "--json", "--batch-size", "3"]);
+    assert_eq!(out.lines().count(), 1, "one JSON line: {out}");
+    let t: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(t["due_streams"], 2);
+    assert_eq!(t["leased"], 2);
+    assert_eq!(t["contended"], 0);
+    assert_eq!(t["claimed"], 2 * PER_CAMPAIGN);
+    assert_eq!(t["completed"], 2 * PER_CAMPAIGN);
+    assert_eq!(t["failed"], 0);
+    assert_eq!(t["dead_lettered"], 0);
+    assert_eq!(t["storage_errors"], 0);
+    assert_eq!(site.report()["total"], 0);
+
+    let quiet = site.ok(&["work", "--once", "--quiet"]);
+    assert_eq!(quiet, "", "--quiet prints nothing");
+}
+
+// ---------------------------------------------------------------------------
+// dead letters: inspect, requeue, requeue-dead, verify
+// ---------------------------------------------------------------------------
+
+#[test]
+fn dead_letters_are_requeued_and_drained() {
+    let site = Site::migrated();
+    seed_with_dead(
+        &site,
+        &[("campaign-a", false), ("campaign-b", true), ("campaign-d", true)],
+    );
+    assert_eq!(site.report()["dead"], 2);
+
+    let out = site.ok(&["requeue", "--stream", "campaign-b", "--seq", "4"]);
+    assert_eq!(
+        out.trim(),
+        "requeued campaign-b/4 (dice_rolled): pending, attempts 0, due now"
+    );
+
+    let dead = site.json(&["report", "--status", "dead", "--json", "--no-digests"]);
+    let rows = dead["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["stream"], "campaign-d");
+
+    let requeued = site.json(&["requeue-dead", "--limit", "10", "--json"]);
+    let rows = requeued.as_array().expect("an array of rows");
+    assert_eq!(rows.len(), 1, "{requeued}");
+    assert_eq!(rows[0]["stream"], "campaign-d");
+    assert_eq!(rows[0]["seq"], CURSED_SEQ);
+    assert_eq!(rows[0]["status"], "pending");
+    assert_eq!(rows[0]["attempt_count"], 0);
+    assert!(rows[0]["last_error"].is_null(), "{requeued}");
+
+    let out = site.ok(&["requeue-dead", "--limit", "10"]);
+    assert_eq!(out.trim(), "requeued 0 dead row(s)");
+
+    let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
+    assert_eq!(t["completed"], 2 * (PER_CAMPAIGN - CURSED_SEQ + 1), "{t}");
+    let r = site.report();
+    assert_eq!((u(&r["total"]), u(&r["dead"])), (0, 0), "{r}");
+
+    // Every path converges: the worker's projections equal a rebuild from origin.
+    let before = digests(&site);
+    site.ok(&["rebuild", "--all"]);
+    assert_eq!(digests(&site), before);
+}
+
+#[test]
+fn requeue_dead_text_lists_the_rows_oldest_first() {
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-b", true), ("campaign-d", true)]);
+    let out = site.ok(&["requeue-dead", "--limit", "1"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "requeued 1 dead row(s)", "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[1].trim().ends_with("/4 dice_rolled"), "{out}");
+    assert_eq!(site.report()["dead"], 1, "--limit 1 requeues one");
+}
+
+#[test]
+fn requeue_of_an_unknown_or_live_row_is_refused() {
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-a", false), ("campaign-b", true)]);
+    site.refused(
+        &["requeue", "--stream", "nope", "--seq", "1"],
+        &[],
+        3,
+        &["nope/1"],
+    );
+    site.refused(
+        &["requeue", "--stream", "campaign-b", "--seq", "99"],
+        &[],
+        3,
+        &["campaign-b/99"],
+    );
+    // Applied and deleted: no row any more.
+    site.refused(
+        &["requeue", "--stream", "campaign-a", "--seq", "1"],
+        &[],
+        3,
+        &["campaign-a/1"],
+    );
+    // Pending behind the dead head: not dead.
+    site.refused(
+        &["requeue", "--stream", "campaign-b", "--seq", "5"],
+        &[],
+        4,
+        &["campaign-b/5"],
+    );
+    // The dead row itself is untouched by the refusals and still requeueable.
+    let row = site.json(&["requeue", "--stream", "campaign-b", "--seq", "4", "--json"]);
+    assert_eq!(row["status"], "pending");
+    assert_eq!(row["attempt_count"], 0);
+    // Requeueing it twice: it is no longer dead.
+    site.refused(
+        &["requeue", "--stream", "campaign-b", "--seq", "4"],
+        &[],
+        4,
+        &["campaign-b/4"],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// replay, rebuild, runs
+// ---------------------------------------------------------------------------
+
+#[test]
+fn replay_until_then_all_catches_up() {
+    let site = Site::migrated();
+    // Global positions 1..=7 are campaign-a, 8..=14 campaign-b.
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+
+    let runs = site.json(&[
+        "replay",
+        "--projection",
+        "campaign_summary",
+        "--until",
+        "10",
+        "--json",
+    ]);
+    let run = &runs.as_array().unwrap()[0];
+    assert_eq!(run["kind"], "catch_up");
+    assert_eq!(run["projection"], "campaign_summary");
+    assert_eq!(run["state"], "completed");
+    assert_eq!(run["until"], 10);
+    assert_eq!(run["processed"], 10, "{run}");
+
+    let gaps = site.json(&["gaps", "--json"]);
+    let gaps = gaps.as_array().unwrap();
+    assert_eq!(gaps.len(), 2, "{gaps:?}");
+    let behind = |i: usize| -> Vec<(String, u64)> {
+        gaps[i]["behind"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b[0].as_str().unwrap().to_string(), u(&b[1])))
+            .collect()
+    };
+    assert_eq!(gaps[0]["stream"], "campaign-a");
+    assert_eq!(gaps[0]["head"], PER_CAMPAIGN);
+    assert_eq!(
+        behind(0),
+        [("roster".to_string(), 0), ("character_tally".to_string(), 0)]
+    );
+    assert_eq!(gaps[1]["stream"], "campaign-b");
+    assert_eq!(
+        behind(1)[0],
+        ("campaign_summary".to_string(), 3),
+        "stopped at position 10 = seq 3"
+    );
+
+    let runs = site.json(&["replay", "--all", "--json"]);
+    let runs = runs.as_array().unwrap();
+    let order: Vec<&str> = runs.iter().map(|r| r["projection"].as_str().unwrap()).collect();
+    assert_eq!(order, PROJECTIONS, "declared order");
+    assert!(
+        runs.iter()
+            .all(|r| r["state"] == "completed" && r["until"].is_null()),
+        "{runs:?}"
+    );
+    assert_eq!(
+        runs[0]["processed"], 4,
+        "campaign_summary resumes from its checkpoints"
+    );
+    assert_eq!(runs[1]["processed"], 2 * PER_CAMPAIGN);
+
+    // Every projection applied every row: the replay resolved them.
+    assert_eq!(site.report()["total"], 0);
+    assert!(site.ok(&["gaps"]).contains("no gaps"));
+
+    let out = site.ok(&["replay", "--projection", "roster"]);
+    assert!(out.starts_with("run "), "{out}");
+    for w in ["catch_up", "roster", "completed", "processed 0"] {
+        assert!(out.contains(w), "{w}: {out}");
+    }
+}
+
+#[test]
+fn rebuild_one_and_all_reproduce_the_digests() {
+    let site = demo_site();
+    let before = digests(&site);
+
+    let runs = site.json(&["rebuild", "--projection", "roster", "--json"]);
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["kind"], "rebuild");
+    assert_eq!(runs[0]["projection"], "roster");
+    assert_eq!(runs[0]["state"], "completed");
+    assert!(u(&runs[0]["processed"]) > 0);
+    assert_eq!(digests(&site), before);
+
+    let out = site.ok(&["rebuild", "--all"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for (line, p) in lines.iter().zip(PROJECTIONS) {
+        assert!(
+            line.contains("rebuild") && line.contains(p) && line.contains("completed"),
+            "{out}"
+        );
+    }
+    assert_eq!(digests(&site), before);
+
+    // runs list: newest first, with a limit.
+    let all = site.json(&["runs", "list", "--json"]);
+    let ids: Vec<u64> = all.as_array().unwrap().iter().map(|r| u(&r["id"])).collect();
+    assert_eq!(ids.len(), 4, "{all}");
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
+    assert_eq!(
+        site.json(&["runs", "list", "--limit", "2", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        site.json(&["runs", "--json"]).as_array().unwrap().len(),
+        4,
+        "list is the default"
+    );
+
+    let shown = site.json(&["runs", "show", &ids[3].to_string(), "--json"]);
+    assert_eq!(shown[0]["id"], ids[3]);
+    assert_eq!(shown[0]["projection"], "roster");
+    let text = site.ok(&["runs", "show", &ids[3].to_string()]);
+    assert!(text.starts_with(&format!("run {:>4}  rebuild", ids[3])), "{text}");
+
+    // A finished run cannot be cancelled; unknown ids are not found.
+    site.refused(
+        &["runs", "cancel", &ids[0].to_string()],
+        &[],
+        4,
+        &[&format!("run {}", ids[0])],
+    );
+    site.refused(&["runs", "show", "999"], &[], 3, &["run 999"]);
+    site.refused(&["runs", "cancel", "999"], &[], 3, &["run 999"]);
+}
+
+#[test]
+fn a_rebuild_waits_for_the_active_run_of_another_owner() {
+    let site = demo_site();
+    let before = digests(&site);
+    let id = block_on(async {
+        let store = SqliteProjectionStore::open(&site.projection, SqliteOptions::default())
+            .await
+            .unwrap();
+        let run = store
+            .admit_run(
+                RunKind::Rebuild,
+                &ProjectionName::new("roster").unwrap(),
+                None,
+                &WorkerId::new("other-host-1-abc").unwrap(),
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+        store.close().await;
+        run.id
+    });
+
+    let line = site.refused(&["rebuild", "--projection", "roster"], &[], 4, &["roster"]);
+    assert!(
+        line.contains(&format!("run {id}")),
+        "names the active run: {line}"
+    );
+    site.refused(&["replay", "--projection", "roster"], &[], 4, &["roster"]);
+    // --all is refused before anything is cleared.
+    let r = site.run(&["rebuild", "--all"]);
+    assert_eq!(r.code, Some(4), "{}", r.explain());
+    assert_eq!(digests(&site), before);
+
+    let report = site.report();
+    let active = report["active_runs"].as_array().unwrap();
+    assert!(
+        active
+            .iter()
+            .any(|r| r["id"] == id && r["state"] == "queued" && r["owner"] == "other-host-1-abc"),
+        "{report}"
+    );
+    let listed = site.ok(&["runs", "list"]);
+    assert!(listed.contains("owner other-host-1-abc"), "{listed}");
+
+    // A queued run is cancelled at once; then the rebuild is admitted.
+    let cancelled = site.json(&["runs", "cancel", &id.to_string(), "--json"]);
+    assert_eq!(cancelled[0]["state"], "cancelled");
+    assert_eq!(cancelled[0]["id"], id);
+    let runs = site.json(&["rebuild", "--projection", "roster", "--json"]);
+    assert_eq!(runs[0]["state"], "completed");
+    assert_eq!(digests(&site), before);
+}
+
+#[test]
+fn unknown_projection_names_are_refused() {
+    let site = demo_site();
+    for args in [
+        &["replay", "--projection", "nope"][..],
+        &["rebuild", "--projection", "nope"],
+        &["replay", "--projection", "nope", "--until", "5", "--json"],
+    ] {
+        site.refused(
+            args,
+            &[],
+            3,
+            &["projection `nope`", "campaign_summary, roster, character_tally"],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// gaps, workers
+// ---------------------------------------------------------------------------
+
+#[test]
+fn gaps_lists_and_repairs_streams_behind_the_journal() {
+    let site = Site::migrated();
+    seed_journal_only(&site, &["campaign-a", "campaign-b"]);
+
+    let out = site.ok(&["gaps"]);
+    assert!(
+        out.contains("campaign-a: head 7, watermark 0, behind: campaign_summary at 0, roster at 0, character_tally at 0"),
+        "{out}"
+    );
+    let gaps = site.json(&["gaps", "--json"]);
+    let gaps = gaps.as_array().unwrap();
+    assert_eq!(gaps.len(), 2);
+    assert_eq!(gaps[1]["stream"], "campaign-b");
+    assert_eq!(gaps[1]["head"], PER_CAMPAIGN);
+    assert_eq!(gaps[1]["watermark"], 0);
+    assert_eq!(gaps[1]["behind"].as_array().unwrap().len(), 3);
+
+    let r = site.json(&["gaps", "--repair", "--json"]);
+    assert_eq!(r["streams_scanned"], 2);
+    assert_eq!(r["streams_repaired"], 2);
+    assert_eq!(r["events_applied"], 2 * PER_CAMPAIGN);
+    assert_eq!(r["watermark_behind"], 2);
+    assert_eq!(r["gaps"].as_array().unwrap().len(), 2);
+    assert_eq!(r["failures"], serde_json::json!([]));
+
+    assert!(site.ok(&["gaps"]).contains("no gaps"));
+    assert_eq!(site.json(&["gaps", "--json"]), serde_json::json!([]));
+    let out = site.ok(&["gaps", "--repair"]);
+    assert_eq!(
+        out.trim(),
+        "repaired 0 of 2 stream(s): 0 event(s) applied (0 watermark(s) were behind)"
+    );
+}
+
+#[test]
+fn workers_lists_nothing_when_no_worker_runs() {
+    let site = Site::migrated();
+    assert_eq!(site.ok(&["workers"]).trim(), "no live workers registered");
+    assert_eq!(site.json(&["workers", "--json"]), serde_json::json!([]));
+}
+
+// ---------------------------------------------------------------------------
+// the long-running worker
+// ---------------------------------------------------------------------------
+
+fn kill_term(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(ok.success(), "kill -TERM failed");
+}
+
+#[test]
+fn work_drains_the_backlog_and_stops_cleanly_on_sigterm() {
+    let site = Site::migrated();
+    let names: Vec<String> = (0..12).map(|i| format!("campaign-{i:02}")).collect();
+    let campaigns: Vec<(&str, bool)> = names.iter().map(|n| (n.as_str(), n.ends_with('7'))).collect();
+    seed_backlog(&site, &campaigns);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = site
+        .command(&["work", "--interval-ms", "50", "--report-ms", "100"])
+        .stdout(log.reopen().unwrap())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker");
+    let pid = child.id();
+
+    eventually("the worker to register", || {
+        let w = site.json(&["workers", "--json"]);
+        w.as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["pid"] == pid && w["mode"] == "outbox_apply_only")
+    });
+    eventually("the backlog to drain", || site.report()["total"] == 0);
+    let text = site.ok(&["workers"]);
+    assert!(text.contains(&format!("pid {pid}")), "{text}");
+
+    kill_term(&child);
+    let status = wait_status(&mut child, "the worker's exit after SIGTERM");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let out = fs::read_to_string(log.path()).unwrap();
+    assert_eq!(status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    // The backlog is older than the worker: start-up gap repair applies it
+    // (and completes its rows) before the loop starts.
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("start-up repair: 12 stream(s) caught up, 84 event(s) applied"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("outbox_apply_only worker ") && l.ends_with("running (Ctrl-C to stop)")),
+        "{out}"
+    );
+    assert!(
+        out.trim_end()
+            .ends_with("stopped: leases released, nothing left processing"),
+        "{out}"
+    );
+
+    let r = site.report();
+    assert_eq!((u(&r["processing"]), u(&r["total"])), (0, 0), "{r}");
+    assert_eq!(
+        site.json(&["workers", "--json"]),
+        serde_json::json!([]),
+        "deregistered"
+    );
+    let names: Vec<String> = site.snapshot().into_keys().collect();
+    assert_eq!(names, ["journal.db", "projections.db"], "closed cleanly");
+}
+
+#[test]
+fn work_json_prints_one_metrics_line_per_report_and_stops_on_sigterm() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = site
+        .command(&["work", "--json", "--report-ms", "50"])
+        .stdout(log.reopen().unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn worker");
+    eventually("a metrics line showing the campaign applied", || {
+        fs::read_to_string(log.path())
+            .unwrap()
+            .lines()
+            .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|m| m["completed_rows"] == PER_CAMPAIGN))
+    });
+    kill_term(&child);
+    let status = wait_status(&mut child, "the worker's exit after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    let out = fs::read_to_string(log.path()).unwrap();
+    for line in out.lines() {
+        let m: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(m["mode"], "outbox_apply_only", "{line}");
+        for k in [
+            "applied",
+            "failed",
+            "dead_lettered",
+            "completed_rows",
+            "storage_errors",
+        ] {
+            assert!(m[k].is_u64(), "{k} in {line}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// refused input
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_missing_database_is_not_created() {
+    let site = Site::new();
+    for args in [
+        &["report"][..],
+        &["work", "--once"],
+        &["requeue-dead", "--limit", "1"],
+        &["gaps"],
+    ] {
+        site.refused(
+            args,
+            &[],
+            3,
+            &[&site.journal.display().to_string(), "outbox migrate"],
+        );
+    }
+    // The journal exists, the projection database does not.
+    let site = Site::migrated();
+    fs::remove_file(&site.projection).unwrap();
+    site.refused(&["report"], &[], 3, &[&site.projection.display().to_string()]);
+    site.refused(
+        &["rebuild", "--all"],
+        &[],
+        3,
+        &[&site.projection.display().to_string()],
+    );
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_unchanged() {
+    let site = Site::migrated();
+    let projection = fs::read(&site.projection).unwrap();
+    fs::write(
+        &site.journal,
+        b"these are not the droids you are looking for\n".repeat(100),
+    )
+    .unwrap();
+    let line = site.refused(&["report"], &[], 2, &["is not a SQLite database"]);
+    assert!(line.contains("journal.db"), "{line}");
+    site.refused(&["work", "--once"], &[], 2, &["journal.db"]);
+    site.refused(&["migrate"], &[], 2, &["journal.db"]);
+
+    let site = Site::migrated();
+    fs::write(&site.projection, [0xffu8; 8192]).unwrap();
+    site.refused(
+        &["rebuild", "--all"],
+        &[],
+        2,
+        &["projections.db", "is not a SQLite database"],
+    );
+    drop(projection);
+
+    // The two roles are not interchangeable.
+    let site = Site::migrated();
+    let (j, p) = (site.journal.clone(), site.projection.clone());
+    let swapped = Site {
+        journal: p,
+        projection: j,
+        ..site
+    };
+    swapped.refused(
+        &["report"],
+        &[],
+        2,
+        &["projection database, not a journal database"],
+    );
+}
+
+#[test]
+fn malformed_flag_values_are_usage_errors() {
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-b", true)]);
+    for (args, mention) in [
+        (
+            &["requeue", "--stream", "campaign-b", "--seq", "abc"][..],
+            "--seq",
+        ),
+        (&["requeue", "--stream", "campaign-b", "--seq", "0"], "--seq"),
+        (&["requeue", "--stream", "campaign-b", "--seq", "-1"], "-1"),
+        (&["requeue", "--stream", "", "--seq", "4"], "stream"),
+        (&["requeue", "--seq", "4"], "--stream"),
+        (&["report", "--limit", "-1"], "-1"),
+        (&["report", "--limit", "10001"], "--limit"),
+        (&["report", "--status", "bogus"], "bogus"),
+        (&["requeue-dead", "--limit", "0"], "--limit"),
+        (&["requeue-dead"], "--limit"),
+        (&["work", "--once", "--batch-size", "0"], "--batch-size"),
+        (&["work", "--once", "--interval-ms", "0"], "--interval-ms"),
+        (&["replay"], "--projection"),
+        (&["replay", "--all", "--projection", "roster"], "--all"),
+        (&["replay", "--all", "--until", "0"], "--until"),
+        (&["rebuild", "--all", "--until", "5"], "--until"),
+        (&["runs", "show", "abc"], "abc"),
+        (&["runs", "list", "--limit", "0"], "--limit"),
+        (&["demo", "--events", "5"], "--events"),
+        (&["frobnicate"], "frobnicate"),
+        (&["--log", "[", "report"], "log filter"),
+    ] {
+        site.refused(args, &[], 2, &[mention]);
+    }
+}
+
+#[test]
+fn invalid_environment_for_work_is_refused() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    for (var, value) in [
+        ("OUTBOX_BATCH_SIZE", "abc"),
+        ("OUTBOX_BATCH_SIZE", "0"),
+        ("OUTBOX_POLL_INTERVAL_MS", "-5"),
+        ("OUTBOX_ENABLED", "maybe"),
+        ("OUTBOX_DEAD_LETTER_THRESHOLD", "0"),
+        ("OUTBOX_RETRY_BASE_MS", "0"),
+        ("OUTBOX_LEASE_TTL_MS", "5"),
+        ("OUTBOX_HEARTBEAT_INTERVAL_MS", "1"),
+        ("OUTBOX_WAKE_ON_APPEND", "sometimes"),
+        ("OUTBOX_WORKER_ID", "bad\u{7}id"),
+    ] {
+        for args in [&["work", "--once"][..], &["work"]] {
+            site.refused(args, &[(var, value)], 2, &["configuration error"]);
+        }
+    }
+    // Cap below the base names the three variables.
+    site.refused(
+        &["work"],
+        &[("OUTBOX_RETRY_CAP_MS", "10")],
+        2,
+        &["OUTBOX_RETRY_CAP_MS"],
+    );
+    site.refused(
+        &["work"],
+        &[("OUTBOX_BATCH_SIZE", "abc")],
+        2,
+        &["OUTBOX_BATCH_SIZE=\"abc\""],
+    );
+    // A worker flag without the outbox.
+    site.refused(
+        &["work"],
+        &[("OUTBOX_WORKER_ENABLED", "true")],
+        2,
+        &["OUTBOX_ENABLED"],
+    );
+}
+
+#[test]
+fn work_in_a_mode_without_a_worker_is_refused() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    for env in [
+        &[("OUTBOX_ENABLED", "false")][..],
+        &[("OUTBOX_ENABLED", "true")],
+        &[("OUTBOX_ENABLED", "true"), ("OUTBOX_WORKER_ENABLED", "false")],
+    ] {
+        for args in [&["work"][..], &["work", "--once"]] {
+            site.refused(args, env, 2, &["runs no worker", "OUTBOX_WORKER_ENABLED=true"]);
+        }
+    }
+    // The shadow worker is a worker: it verifies and completes rows.
+    let out = site.ok_env(
+        &["work", "--once"],
+        &[
+            ("OUTBOX_ENABLED", "true"),
+            ("OUTBOX_SHADOW_WORKER_ENABLED", "true"),
+        ],
+    );
+    assert!(
+        out.starts_with("shadow_only pass: 1 due stream(s), 7 claimed, 7 completed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_database_urls_are_usage_errors() {
+    let site = Site::migrated();
+    for (url, mention) in [
+        ("postgres://db/outbox", "postgres URLs are not supported"),
+        ("mysql://db/outbox", "unsupported database URL scheme \"mysql\""),
+        ("sqlite://", "names no file"),
+    ] {
+        site.refused(&["report"], &[("OUTBOX_JOURNAL_URL", url)], 2, &[mention]);
+    }
+    let same = format!("sqlite://{}", site.journal.display());
+    site.refused(
+        &["report"],
+        &[("OUTBOX_PROJECTION_URL", &same)],
+        2,
+        &["must be different files"],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// demo
+// ---------------------------------------------------------------------------
+
+#[test]
+fn demo_runs_end_to_end() {
+    let site = Site::new();
+    let dir = site.dir.join("demo");
+    let out = site.ok(&["demo", "--dir", dir.to_str().unwrap()]);
+    assert!(out.contains("injected fault: campaign-066/"), "{out}");
+    assert!(out.contains("retries scheduled: "), "{out}");
+    assert!(out.contains("dead-lettered: 1"), "{out}");
+    assert!(out.contains("requeued 1 row(s); the backlog is empty"), "{out}");
+    let verification = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("verification:"))
+        .unwrap_or_else(|| panic!("no verification line: {out}"));
+    assert!(verification.ends_with("(identical)"), "{verification}");
+
+    assert_eq!(mode_of(&dir), 0o700);
+    let names: Vec<String> = snapshot(&dir).into_keys().collect();
+    assert_eq!(names, ["journal.db", "projections.db", "verify-projections.db"]);
+    for name in &names {
+        assert_eq!(mode_of(&dir.join(name)), 0o600, "{name}");
+    }
+    // The files it leaves are ordinary outbox databases.
+    let demo = Site {
+        journal: dir.join("journal.db"),
+        projection: dir.join("projections.db"),
+        ..site
+    };
+    let r = demo.report();
+    assert_eq!(r["total"], 0);
+
+    // An existing directory is refused.
+    let r = demo.run(&["demo", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(r.code, Some(2), "{}", r.explain());
+    assert!(
+        r.stderr.contains("cannot create demo directory"),
+        "{}",
+        r.explain()
+    );
+}
+
+#[test]
+fn demo_json_summary() {
+    let site = Site::new();
+    let dir = site.dir.join("demo");
+    let s = site.json(&["demo", "--dir", dir.to_str().unwrap(), "--json"]);
+    assert_eq!(s["verified"], true, "{s}");
+    assert_eq!(s["dead_lettered"], 1);
+    assert_eq!(s["requeued"], 1);
+    assert_eq!(s["campaigns"], 100);
+    assert_eq!(s["events"], 10_000);
+    assert_eq!(s["injected"].as_array().unwrap().len(), 3);
+    assert_eq!(s["digests"]["store"], s["verification_store_digest"]);
+    assert_eq!(s["report"]["total"], 0);
+    assert_eq!(s["dir"], dir.display().to_string());
+    assert!(
+        u(&s["retries_scheduled"]) >= 5,
+        "two glitches (2 + 3 failures) and the cursed roll"
+    );
+    assert_eq!(mode_of(&dir), 0o700);
+    for name in ["journal.db", "projections.db", "verify-projections.db"] {
+        assert_eq!(mode_of(&dir.join(name)), 0o600, "{name}");
+    }
+}
+
+#[test]
+fn a_scratch_replay_with_the_outbox_off_leaves_the_journal_rows_alone() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false)]);
+    let scratch = format!("sqlite://{}", site.dir.join("scratch.db").display());
+    let off = [
+        ("OUTBOX_PROJECTION_URL", scratch.as_str()),
+        ("OUTBOX_ENABLED", "false"),
+    ];
+    site.ok_env(&["migrate"], &off);
+    let runs: Value =
+        serde_json::from_str(&site.ok_env(&["replay", "--all", "--until", "5", "--json"], &off)).unwrap();
+    assert!(
+        runs.as_array().unwrap().iter().all(|r| r["state"] == "completed"),
+        "{runs}"
+    );
+    site.ok_env(&["gaps", "--repair"], &off);
+    assert_eq!(
+        site.report()["pending"],
+        PER_CAMPAIGN,
+        "the journal's rows are the live projection's"
+    );
+}
