@@ -19,7 +19,7 @@ use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
 use outbox_testkit::{Expected, OracleProjection, Seed, add, check_history, stream_ids};
 
 const STREAMS: usize = 200;
-const EVENTS_PER_STREAM: u64 = 5;
+const EVENTS_PER_STREAM: u64 = 25;
 const WORKERS: usize = 4;
 
 type Claims = Arc<Mutex<HashMap<(String, u64), usize>>>;
