@@ -91,7 +91,9 @@ pub struct MetricsSnapshot {
     pub inline_failed: u64,
     /// Rows the shadow worker verified and completed.
     pub shadow_verified: u64,
-    /// Temporary storage errors the worker backed off from.
+    /// Stream passes stopped by a temporary storage error or a lost lease
+    /// (rows abandoned, nothing counted against them), plus whole passes that
+    /// failed (after which the worker doubles its idle wait, up to 60 s).
     pub storage_errors: u64,
     /// The last gauges read, if any.
     pub gauges: Option<Gauges>,

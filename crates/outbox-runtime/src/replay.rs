@@ -149,6 +149,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let page = journal.stream_heads(after.as_ref(), 500).await?;
             let Some(last_head) = page.last() else { break };
             after = Some(last_head.stream.clone());
+            // Renew the claim and look for a cancel request once per page too,
+            // so a long scan over already-applied streams keeps the run alive.
+            *rec = store.update_run(rec.id, &owner, processed, None, RUN_TTL).await?;
+            if rec.cancel_requested || cancel.is_cancelled() {
+                return Ok(false);
+            }
             for head in page {
                 let stream = &head.stream;
                 let mut next = store.checkpoint(projection.name(), stream).await? + 1;

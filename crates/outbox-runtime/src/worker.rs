@@ -38,7 +38,9 @@ pub struct TickReport {
     pub failed: u64,
     /// Rows dead-lettered.
     pub dead_lettered: u64,
-    /// Temporary storage errors (the pass backed off).
+    /// Streams whose pass stopped on a temporary storage error or a lost
+    /// lease: their claimed rows were abandoned and their leases released,
+    /// nothing counted against the rows; the pass went on to the next stream.
     pub storage_errors: u64,
 }
 
@@ -197,19 +199,30 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }) if kind == WorkerKind::Apply => {
                     // Isolate the failing event: commit the ones before it.
                     let before: Vec<Event> = events.iter().filter(|e| e.seq < seq).cloned().collect();
-                    if let Some(prev) = before.last() {
-                        self.apply_run(stream, &before).await?;
-                        let n = inner.journal.complete(stream, prev.seq).await?;
-                        report.completed += n;
-                        Metrics::add(&inner.metrics.completed_rows, n);
-                    }
-                    let failing = rows.iter().find(|r| r.seq == seq).unwrap_or(first);
-                    let err = Error::Apply {
+                    let mut err = Error::Apply {
                         projection,
                         stream: stream.clone(),
                         seq,
                         source,
                     };
+                    let mut failing_seq = seq;
+                    if let Some(prev) = before.last() {
+                        match self.apply_run(stream, &before).await {
+                            Ok(_) => {
+                                let n = inner.journal.complete(stream, prev.seq).await?;
+                                report.completed += n;
+                                Metrics::add(&inner.metrics.completed_rows, n);
+                            }
+                            // The applier failed on an earlier event this time:
+                            // that event is now the head, and the failure is its.
+                            Err(e @ Error::Apply { seq: earlier, .. }) => {
+                                failing_seq = earlier;
+                                err = e;
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    let failing = rows.iter().find(|r| r.seq == failing_seq).unwrap_or(first);
                     self.record_failure(lease, failing, &err, report).await?;
                     Ok(RunEnd::Blocked)
                 }

@@ -89,3 +89,44 @@ async fn a_failing_event_is_isolated_and_its_predecessors_commit() {
     assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
     // Dropping the runtime drops the mock, which verifies every expectation.
 }
+
+/// The applier fails on 2, and then, while the events before 2 are
+/// re-applied alone, on 1: the failure is recorded on row 1 (now the head),
+/// not lost and not charged to 2.
+#[tokio::test(start_paused = true)]
+async fn a_failure_while_committing_the_prefix_is_recorded_on_its_own_row() {
+    let mut p = MockProj::new();
+    p.expect_name().return_const(ProjectionName::new("mock").unwrap());
+    let mut seq = mockall::Sequence::new();
+    expect_apply(&mut p, &mut seq, 1, true);
+    expect_apply(&mut p, &mut seq, 2, false);
+    expect_apply(&mut p, &mut seq, 1, false); // the prefix fails too
+
+    let mut types = EventTypeRegistry::new();
+    types.apply("e").unwrap();
+    let clock = ManualClock::default();
+    let rt = Outbox::builder(
+        MemoryJournal::with_clock(Arc::new(clock.clone())),
+        MemoryProjectionStore::with_clock(Arc::new(clock)),
+    )
+    .config(Config::apply_worker().with_repair_on_start(false))
+    .event_types(types)
+    .projection(Arc::new(p))
+    .build()
+    .await
+    .unwrap();
+    let s = sid("s");
+    let events = (0..3).map(|_| rt.event("e", vec![]).unwrap()).collect();
+    rt.append(&s, ExpectedVersion::NoStream, events).await.unwrap();
+
+    let tick = rt.tick().await.unwrap();
+    assert_eq!((tick.completed, tick.failed, tick.storage_errors), (0, 1, 0));
+    let one = rt.journal().row(&s, Seq::new(1).unwrap()).await.unwrap().unwrap();
+    assert_eq!(
+        (one.status, one.attempt_count),
+        (OutboxStatus::Failed, 1),
+        "charged to the new head"
+    );
+    let two = rt.journal().row(&s, Seq::new(2).unwrap()).await.unwrap().unwrap();
+    assert_eq!((two.status, two.attempt_count), (OutboxStatus::Pending, 0));
+}

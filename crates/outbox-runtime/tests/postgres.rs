@@ -1,0 +1,379 @@
+//! The runtime on Postgres: the LISTEN/NOTIFY wake source across pools,
+//! several runtimes (each with its own pools, as separate processes would
+//! have) on one database with one of them crashing, and poison rows.
+//!
+//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use outbox_core::{
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
+    Projection, RetryPolicy, Seq, StreamId, WorkerId,
+};
+use outbox_postgres::oracle::{PgOracle, read_oracle};
+use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_runtime::{Config, Outbox};
+use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, sid};
+
+type Rt = Outbox<PgJournal, PgProjectionStore>;
+
+fn database_url() -> String {
+    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "OUTBOX_TEST_DATABASE_URL is not set: the runtime's Postgres tests need a PostgreSQL server. \
+             Run them through `cargo xtask test` (it starts a throwaway server), or start one with \
+             `cargo xtask pg-shell` and export the URL it prints"
+        ),
+    }
+}
+
+/// A journal schema and a projection schema no other test uses, dropped at
+/// the end.
+struct Schemas {
+    journal: String,
+    projections: String,
+}
+
+impl Schemas {
+    fn new(tag: &str) -> Schemas {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let base = format!("rt_{tag}_{}_{n}_{nanos:x}", std::process::id());
+        Schemas {
+            journal: format!("{base}_j"),
+            projections: format!("{base}_p"),
+        }
+    }
+
+    fn options(schema: &str) -> PgOptions {
+        PgOptions::default()
+            .with_schema(schema)
+            .with_max_connections(4)
+            .with_acquire_timeout(Duration::from_secs(20))
+    }
+
+    async fn journal(&self) -> PgJournal {
+        PgJournal::connect(&database_url(), Self::options(&self.journal))
+            .await
+            .expect("connect journal")
+    }
+
+    async fn projections(&self) -> PgProjectionStore {
+        PgProjectionStore::connect(&database_url(), Self::options(&self.projections))
+            .await
+            .expect("connect projections")
+    }
+}
+
+impl Drop for Schemas {
+    fn drop(&mut self) {
+        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
+            return;
+        }
+        let schemas = [self.journal.clone(), self.projections.clone()];
+        let url = database_url();
+        // Drop cannot await: a thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let Ok(mut conn) = PgConnection::connect(&url).await else {
+                    return;
+                };
+                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
+                for s in schemas {
+                    // Test-generated names only.
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
+                        .execute(&mut conn)
+                        .await;
+                }
+                let _ = conn.close().await;
+            });
+        })
+        .join();
+    }
+}
+
+fn oracle() -> (Arc<dyn Projection<PgConnection>>, Faults) {
+    let p = OracleProjection::new("oracle", Arc::new(PgOracle));
+    let f = p.faults();
+    (p.shared(), f)
+}
+
+/// A runtime with pools of its own on the schemas.
+async fn open(s: &Schemas, config: Config, p: &Arc<dyn Projection<PgConnection>>, wake: bool) -> Rt {
+    let journal = s.journal().await;
+    let store = s.projections().await;
+    let mut b = Outbox::builder(journal.clone(), store)
+        .config(config)
+        .event_types(oracle_registry())
+        .projection(p.clone());
+    if wake {
+        b = b.wake_source(journal.wake_source());
+    }
+    b.build().await.unwrap()
+}
+
+async fn close(rt: &Rt) {
+    rt.journal().close().await;
+    rt.store().close().await;
+}
+
+async fn wait_drained(rt: &Rt, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let s = rt.journal().summary().await.unwrap();
+        if s.total() == 0 {
+            return;
+        }
+        assert!(start.elapsed() < limit, "not drained within {limit:?}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits up to `limit` for the oracle to have applied `stream` through
+/// `through`; returns how long it took, or `None`.
+async fn applied_within(rt: &Rt, stream: &StreamId, through: u64, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let name = outbox_core::ProjectionName::new("oracle").unwrap();
+    loop {
+        use outbox_core::ProjectionStore;
+        if rt.store().checkpoint(&name, stream).await.unwrap() >= through {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// With a one-hour poll interval, only a wake-up can make an idle worker
+/// look again within seconds. A worker with the journal's wake source applies
+/// an event appended through another pool (as another process would) within
+/// the bound; one without it is reported (not asserted: a spurious wake-up
+/// is allowed by the contract, polling is the fallback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_source_wakes_an_idle_worker_for_an_append_from_another_pool() {
+    const BOUND: Duration = Duration::from_secs(5);
+    let config = Config::apply_worker()
+        .with_poll_interval(Duration::from_secs(3600))
+        .with_repair_on_start(false);
+    let mut outcomes = Vec::new();
+    for wake in [true, false] {
+        let s = Schemas::new(if wake { "wake" } else { "nowake" });
+        let (p, _) = oracle();
+        let rt = open(&s, config.clone(), &p, wake).await;
+        let running = rt.start().await.unwrap();
+        // Let the worker finish its first (empty) pass, go idle and LISTEN.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let other = s.journal().await;
+        let stream = sid("woken");
+        other
+            .append(
+                &[AppendRequest::new(
+                    stream.clone(),
+                    ExpectedVersion::NoStream,
+                    vec![add(7)],
+                )],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .unwrap();
+        let took = applied_within(&rt, &stream, 1, BOUND).await;
+        eprintln!(
+            "wake source {}: the idle worker applied an append from another pool {}",
+            if wake { "on" } else { "off" },
+            match took {
+                Some(d) => format!("after {d:?}"),
+                None => format!("not within {BOUND:?}"),
+            }
+        );
+        outcomes.push((wake, took));
+        running.shutdown().await;
+        other.close().await;
+        close(&rt).await;
+    }
+    assert!(
+        outcomes[0].1.is_some(),
+        "with the wake source the worker must apply the append within {BOUND:?}"
+    );
+}
+
+fn expected(streams: &[StreamId], events: u64, value: i64) -> BTreeMap<String, Expected> {
+    streams
+        .iter()
+        .map(|s| {
+            (
+                s.to_string(),
+                Expected {
+                    through: events,
+                    sum: value * events as i64,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Three runtimes on one database, 100 streams x 50 events; one is aborted
+/// while it holds a stream lease and its pools are closed (what a dead
+/// process leaves: its leases live until they expire). The others finish the
+/// work: every event applied exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
+    let s = Schemas::new("three");
+    let (p, _) = oracle();
+    let config = Config::apply_worker()
+        .with_lease_ttl(Duration::from_millis(1500))
+        .with_poll_interval(Duration::from_millis(50))
+        .with_batch_size(16)
+        .with_repair_on_start(false);
+    let mut rts = Vec::new();
+    for i in 0..3 {
+        let c = config
+            .clone()
+            .with_worker_id(WorkerId::new(format!("pg-rt-{i}")).unwrap());
+        rts.push(open(&s, c, &p, true).await);
+    }
+    let streams: Vec<StreamId> = (0..100).map(|i| sid(&format!("s{i:03}"))).collect();
+    // 100 streams x 50 events, appended in 5 rounds of one transaction each.
+    for round in 0..5u64 {
+        let batch: Vec<AppendRequest> = streams
+            .iter()
+            .map(|st| {
+                AppendRequest::new(
+                    st.clone(),
+                    ExpectedVersion::Exact(round * 10),
+                    (0..10).map(|_| add(3)).collect(),
+                )
+            })
+            .collect();
+        rts[0].append_batch(batch).await.unwrap();
+    }
+    let mut running: Vec<_> = Vec::new();
+    for rt in &rts {
+        running.push(Some(rt.start().await.unwrap()));
+    }
+    // Crash runtime 0 while it holds a stream lease.
+    let victim = rts[0].worker_id().clone();
+    let mut stranded = BTreeSet::new();
+    for _ in 0..1000 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let mut held = Vec::new();
+        for st in &streams {
+            if let Some(l) = rts[1].journal().lease(st).await.unwrap()
+                && l.owner == victim
+            {
+                held.push(st.clone());
+            }
+        }
+        if !held.is_empty() {
+            running[0].take().unwrap().abort();
+            close(&rts[0]).await;
+            for st in held {
+                if let Some(l) = rts[1].journal().lease(&st).await.unwrap()
+                    && l.owner == victim
+                {
+                    stranded.insert(st);
+                }
+            }
+            break;
+        }
+    }
+    assert!(running[0].is_none(), "runtime 0 never held a lease to crash with");
+    wait_drained(&rts[1], Duration::from_secs(120)).await;
+    for r in running.into_iter().flatten() {
+        r.shutdown().await;
+    }
+    let state = read_oracle(rts[1].store(), "oracle").await.unwrap();
+    check_history(&state, &expected(&streams, 50, 3), &BTreeMap::new())
+        .expect("every event applied exactly once, in order");
+    eprintln!(
+        "runtime 0 crashed holding {} stream lease(s); all were taken over after expiry",
+        stranded.len()
+    );
+    for st in &stranded {
+        let l = rts[1].journal().lease(st).await.unwrap();
+        assert!(
+            l.is_none_or(|l| l.owner != victim),
+            "{st} still owned by the crashed runtime"
+        );
+    }
+    let totals: u64 = rts[1..].iter().map(|r| r.metrics().completed_rows).sum();
+    assert!(totals > 0, "the surviving runtimes did the work");
+    for rt in &rts[1..] {
+        close(rt).await;
+    }
+}
+
+/// A poison event dead-letters on exactly the threshold-th failure, blocks
+/// only its stream, and once requeued (after the fix) applies exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_on_postgres_dead_letters_at_the_threshold_and_requeue_applies_once() {
+    let s = Schemas::new("poison");
+    let (p, faults) = oracle();
+    let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20), 3).unwrap();
+    let rt = open(
+        &s,
+        Config::apply_worker()
+            .with_retry(policy)
+            .with_poll_interval(Duration::from_millis(10)),
+        &p,
+        true,
+    )
+    .await;
+    let (bad, good) = (sid("bad"), sid("good"));
+    faults.fail(&bad, 2, u32::MAX);
+    rt.append(&bad, ExpectedVersion::NoStream, vec![add(1), add(2), add(3)])
+        .await
+        .unwrap();
+    rt.append(&good, ExpectedVersion::NoStream, vec![add(5), add(5)])
+        .await
+        .unwrap();
+    let running = rt.start().await.unwrap();
+    let start = Instant::now();
+    while rt.journal().summary().await.unwrap().dead == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "never dead-lettered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = rt
+        .journal()
+        .row(&bad, Seq::new(2).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Dead, 3));
+    // The other stream flowed meanwhile.
+    assert!(
+        rt.journal()
+            .row(&good, Seq::new(2).unwrap())
+            .await
+            .unwrap()
+            .is_none()
+            || applied_within(&rt, &good, 2, Duration::from_secs(10))
+                .await
+                .is_some()
+    );
+    faults.clear();
+    rt.journal().requeue(&bad, Seq::new(2).unwrap()).await.unwrap();
+    wait_drained(&rt, Duration::from_secs(30)).await;
+    running.shutdown().await;
+    let state = read_oracle(rt.store(), "oracle").await.unwrap();
+    let want = BTreeMap::from([
+        ("bad".to_string(), Expected { through: 3, sum: 6 }),
+        ("good".to_string(), Expected { through: 2, sum: 10 }),
+    ]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+    close(&rt).await;
+}
