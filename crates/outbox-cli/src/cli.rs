@@ -9,8 +9,10 @@ use outbox_core::OutboxStatus;
 ///
 /// Databases: `--journal` / `--projection-db` (or `OUTBOX_JOURNAL_URL` /
 /// `OUTBOX_PROJECTION_URL`), as `sqlite://path`, `sqlite:path` or a plain
-/// path. Defaults: `outbox-journal.db` and `outbox-projections.db` in the
-/// current directory. (`--projection NAME` of `replay` and `rebuild` names a
+/// path, or `postgres://...` (both must use the same backend; on Postgres the
+/// stores live in `--schema`, and equal URLs share one pool and schema).
+/// Defaults: `outbox-journal.db` and `outbox-projections.db` in the current
+/// directory. (`--projection NAME` of `replay` and `rebuild` names a
 /// projection, not a database.)
 ///
 /// Exit codes: 0 ok, 1 internal error, 2 usage or invalid input, 3 not
@@ -39,6 +41,11 @@ pub struct Cli {
         default_value = "sqlite://outbox-projections.db"
     )]
     pub projection_db: String,
+
+    /// The Postgres schema holding the outbox tables (and the projection
+    /// tables) of `postgres://` databases. Ignored for SQLite.
+    #[arg(long, global = true, env = "OUTBOX_PG_SCHEMA", default_value = "outbox")]
+    pub schema: String,
 
     /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
     /// Default: `warn` (`error` for the demo, which reports its own progress).

@@ -1,35 +1,121 @@
 //! The subcommands.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use outbox_core::{
-    Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, OutboxStore, Projection,
-    ProjectionStore, RunRecord, RunStore, Seq, StreamId, WorkerInfo, WorkerRegistry, select_mode,
+    Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, Projection, ProjectionStore,
+    RunRecord, Seq, StreamId, WakeSource, WorkerInfo, select_mode,
 };
-use outbox_runtime::{Config, Outbox, StreamLag};
+use outbox_postgres::sqlx::postgres::PgConnectOptions;
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend, StreamLag};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::Serialize;
-use sqlx::SqliteConnection;
+use sqlx::{Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, Command, GapsArgs, ReplayArgs, ReportArgs, RunsAction, RunsArgs, WorkArgs};
 use crate::domain::{self, Faults};
 use crate::output::{human_ms, json, json_line};
 
-pub(crate) type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
+/// The journal side of a backend, as the commands use it.
+pub(crate) trait CliJournal: JournalBackend + Clone {
+    /// Where it is, for `migrate` (a path, or a Postgres schema).
+    fn describe(&self) -> String;
+    /// Cross-process wake-ups for the worker, when the backend has them.
+    fn wake(&self) -> Option<Arc<dyn WakeSource>>;
+    /// Closes its connections.
+    fn shut(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// The projection side of a backend: the demo domain's projections on its
+/// connection type.
+pub(crate) trait CliStore: ProjectionBackend + Clone {
+    /// The demo domain's projections for this store's transaction handle.
+    fn domain_projections(faults: &Faults) -> Vec<Arc<dyn Projection<Self::Tx>>>;
+    /// Where it is, for `migrate`.
+    fn describe(&self) -> String;
+    /// Closes its connections.
+    fn shut(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl CliJournal for SqliteJournal {
+    fn describe(&self) -> String {
+        self.path().display().to_string()
+    }
+    fn wake(&self) -> Option<Arc<dyn WakeSource>> {
+        None
+    }
+    async fn shut(&self) {
+        self.close().await;
+    }
+}
+
+impl CliStore for SqliteProjectionStore {
+    fn domain_projections(faults: &Faults) -> Vec<Arc<dyn Projection<Self::Tx>>> {
+        domain::projections(faults)
+    }
+    fn describe(&self) -> String {
+        self.path().display().to_string()
+    }
+    async fn shut(&self) {
+        self.close().await;
+    }
+}
+
+impl CliJournal for PgJournal {
+    fn describe(&self) -> String {
+        format!("postgres schema {}", self.schema())
+    }
+    fn wake(&self) -> Option<Arc<dyn WakeSource>> {
+        Some(self.wake_source())
+    }
+    async fn shut(&self) {
+        self.close().await;
+    }
+}
+
+impl CliStore for PgProjectionStore {
+    fn domain_projections(faults: &Faults) -> Vec<Arc<dyn Projection<Self::Tx>>> {
+        domain::projections(faults)
+    }
+    fn describe(&self) -> String {
+        format!("postgres schema {}", self.schema())
+    }
+    async fn shut(&self) {
+        self.close().await;
+    }
+}
+
+/// The runtime over a journal and a projection store.
+pub(crate) type Runtime<J, P> = Outbox<J, P>;
 
 /// A database location parsed from a URL or path.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Location {
     /// A SQLite file.
     Sqlite(PathBuf),
+    /// A Postgres database: the `postgres://` or `postgresql://` URL as given
+    /// (never shown: it may hold a password).
+    Postgres(String),
 }
 
-/// Parses a database URL: `sqlite://path`, `sqlite:path` or a plain path.
-/// The one place a backend is chosen from a scheme.
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            Location::Postgres(_) => f.write_str("Postgres(<url not shown>)"),
+        }
+    }
+}
+
+/// Parses a database URL: `postgres://...` / `postgresql://...`,
+/// `sqlite://path`, `sqlite:path` or a plain path (SQLite). The one place a
+/// backend is chosen from a scheme.
 pub fn open_url(url: &str) -> Result<Location, Error> {
     match url.split_once(':') {
         Some(("sqlite", rest)) => {
@@ -39,32 +125,28 @@ pub fn open_url(url: &str) -> Result<Location, Error> {
             }
             Ok(Location::Sqlite(PathBuf::from(path)))
         }
+        Some(("postgres" | "postgresql", rest)) if rest.starts_with("//") => {
+            Ok(Location::Postgres(url.to_owned()))
+        }
         Some(("postgres" | "postgresql", _)) => Err(Error::invalid(
-            "postgres URLs are not supported by this build of outbox yet (use a sqlite:// URL)",
+            "a postgres URL must start with postgres:// or postgresql:// (url not shown)",
         )),
         Some((scheme, rest)) if rest.starts_with("//") => Err(Error::invalid(format_args!(
-            "unsupported database URL scheme {scheme:?} (use sqlite://path)"
+            "unsupported database URL scheme {scheme:?} (use sqlite://path or postgres://...)"
         ))),
         _ if url.is_empty() => Err(Error::invalid("the database URL is empty")),
         _ => Ok(Location::Sqlite(PathBuf::from(url))),
     }
 }
 
-fn sqlite_path(url: &str) -> Result<PathBuf, Error> {
-    match open_url(url)? {
-        Location::Sqlite(p) => Ok(p),
-    }
-}
-
-/// Opens both stores. `create` allows creating missing files (migrate,
-/// demo); every other command refuses a missing database.
-pub(crate) async fn open_stores(
-    cli: &Cli,
+/// Opens both SQLite stores. `create` allows creating missing files
+/// (migrate, demo); every other command refuses a missing database.
+pub(crate) async fn open_sqlite(
+    journal_path: PathBuf,
+    projection_path: PathBuf,
     create: bool,
 ) -> Result<(SqliteJournal, SqliteProjectionStore), Error> {
     let opts = SqliteOptions::default().with_create_if_missing(create);
-    let journal_path = sqlite_path(&cli.journal)?;
-    let projection_path = sqlite_path(&cli.projection_db)?;
     if journal_path == projection_path {
         return Err(Error::invalid(format_args!(
             "the journal and the projection database must be different files (both are {})",
@@ -73,6 +155,64 @@ pub(crate) async fn open_stores(
     }
     let journal = SqliteJournal::open(&journal_path, opts.clone()).await?;
     match SqliteProjectionStore::open(&projection_path, opts).await {
+        Ok(store) => Ok((journal, store)),
+        Err(e) => {
+            journal.close().await;
+            Err(e)
+        }
+    }
+}
+
+fn pg_connect_options(url: &str) -> Result<PgConnectOptions, Error> {
+    PgConnectOptions::from_str(url).map_err(|_| {
+        Error::invalid("malformed postgres connection url (url not shown; it may contain a password)")
+    })
+}
+
+/// Refuses a Postgres schema that does not hold the role's outbox tables
+/// (every command but `migrate` works on an existing outbox, as on SQLite).
+async fn pg_require(connect: &PgConnectOptions, schema: &str, meta: &str, what: &str) -> Result<(), Error> {
+    let shown =
+        |e: sqlx::Error| Error::temporary(format!("connecting to postgres to check schema {schema}: {e}"), e);
+    let mut conn = PgConnection::connect_with(connect).await.map_err(shown)?;
+    let found: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(format!("{schema}.{meta}"))
+        .fetch_one(&mut conn)
+        .await
+        .map_err(shown)?;
+    let _ = conn.close().await;
+    match found {
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound(format!(
+            "postgres schema {schema} holds no outbox {what} (run `outbox migrate` to create it)"
+        ))),
+    }
+}
+
+/// Opens both Postgres stores in `schema`. Equal URLs share one pool and
+/// schema (`PgProjectionStore::sharing`); otherwise each store connects on
+/// its own. Without `create`, a schema without the outbox tables is refused.
+pub(crate) async fn open_postgres(
+    journal_url: &str,
+    projection_url: &str,
+    schema: &str,
+    create: bool,
+) -> Result<(PgJournal, PgProjectionStore), Error> {
+    outbox_postgres::validate_identifier(schema).map_err(|e| Error::Config(format!("--schema: {e}")))?;
+    let options = PgOptions::default().with_schema(schema);
+    let jc = pg_connect_options(journal_url)?;
+    let pc = pg_connect_options(projection_url)?;
+    if !create {
+        pg_require(&jc, schema, "outbox_journal_meta", "journal").await?;
+        pg_require(&pc, schema, "outbox_projection_meta", "projection tables").await?;
+    }
+    let journal = PgJournal::connect_with(jc, options.clone()).await?;
+    let store = if journal_url == projection_url {
+        PgProjectionStore::sharing(&journal).await
+    } else {
+        PgProjectionStore::connect_with(pc, options).await
+    };
+    match store {
         Ok(store) => Ok((journal, store)),
         Err(e) => {
             journal.close().await;
@@ -99,30 +239,34 @@ pub(crate) fn config() -> Result<Config, Error> {
     })
 }
 
-pub(crate) async fn build(
-    journal: SqliteJournal,
-    store: SqliteProjectionStore,
+pub(crate) async fn build<J: CliJournal, P: CliStore>(
+    journal: J,
+    store: P,
     config: Config,
     faults: &Faults,
-) -> Result<Rt, Error> {
+) -> Result<Runtime<J, P>, Error> {
+    let wake = journal.wake();
     let mut b = Outbox::builder(journal, store)
         .config(config)
         .event_types(domain::event_types());
-    for p in domain::projections(faults) {
+    if let Some(w) = wake {
+        b = b.wake_source(w);
+    }
+    for p in P::domain_projections(faults) {
         b = b.projection(p);
     }
     b.build().await
 }
 
 /// The opened databases and the configuration of one command.
-struct Ctx {
-    journal: SqliteJournal,
-    store: SqliteProjectionStore,
+struct Ctx<J, P> {
+    journal: J,
+    store: P,
     config: Config,
 }
 
 /// The runtime over the opened databases, with the demo's fix deployed.
-async fn runtime(ctx: &Ctx) -> Result<Rt, Error> {
+async fn runtime<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>) -> Result<Runtime<J, P>, Error> {
     let faults = Faults::default();
     faults.deploy_fix();
     build(
@@ -171,19 +315,38 @@ pub async fn run(cli: Cli) -> Result<()> {
         StreamId::new(&a.stream)?;
         Seq::new(a.seq)?;
     }
-    let (journal, store) = open_stores(&cli, matches!(cli.command, Command::Migrate(_))).await?;
+    let create = matches!(cli.command, Command::Migrate(_));
+    match (open_url(&cli.journal)?, open_url(&cli.projection_db)?) {
+        (Location::Sqlite(j), Location::Sqlite(p)) => {
+            let (journal, store) = open_sqlite(j, p, create).await?;
+            run_with(&cli, journal, store, config).await
+        }
+        (Location::Postgres(j), Location::Postgres(p)) => {
+            let (journal, store) = open_postgres(&j, &p, &cli.schema, create).await?;
+            run_with(&cli, journal, store, config).await
+        }
+        _ => Err(Error::invalid(
+            "the journal and the projection database must use the same backend (both sqlite or both postgres)",
+        )
+        .into()),
+    }
+}
+
+/// Runs the command on opened stores, then closes them (on success and on
+/// error).
+async fn run_with<J: CliJournal, P: CliStore>(cli: &Cli, journal: J, store: P, config: Config) -> Result<()> {
     let ctx = Ctx {
         journal,
         store,
         config,
     };
-    let result = dispatch(&cli, &ctx).await;
-    ctx.journal.close().await;
-    ctx.store.close().await;
+    let result = dispatch(cli, &ctx).await;
+    ctx.journal.shut().await;
+    ctx.store.shut().await;
     result
 }
 
-async fn dispatch(cli: &Cli, ctx: &Ctx) -> Result<()> {
+async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<J, P>) -> Result<()> {
     match &cli.command {
         Command::Work(a) => work(ctx, a).await,
         Command::Report(a) => report(ctx, a).await,
@@ -247,8 +410,8 @@ async fn dispatch(cli: &Cli, ctx: &Ctx) -> Result<()> {
                 projections: Vec<&'a str>,
             }
             let out = Migrated {
-                journal: rt.journal().path().display().to_string(),
-                projection: rt.store().path().display().to_string(),
+                journal: rt.journal().describe(),
+                projection: rt.store().describe(),
                 projections: rt.projections().iter().map(|p| p.name().as_str()).collect(),
             };
             if a.json {
@@ -269,27 +432,10 @@ async fn dispatch(cli: &Cli, ctx: &Ctx) -> Result<()> {
 
 /// A token cancelled by Ctrl-C or SIGTERM.
 fn cancel_on_signal() -> CancellationToken {
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
-        }
-        t.cancel();
-    });
-    token
+    outbox_runtime::cancel_on_shutdown_signal()
 }
 
-async fn work(ctx: &Ctx, a: &WorkArgs) -> Result<()> {
+async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>, a: &WorkArgs) -> Result<()> {
     // The configuration (flags applied, a worker mode) was checked by `run`.
     let rt = runtime(ctx).await?;
     if a.once {
@@ -358,9 +504,9 @@ pub(crate) struct Digests {
     pub(crate) store: String,
 }
 
-pub(crate) async fn digests(
-    store: &SqliteProjectionStore,
-    projections: &[Arc<dyn Projection<SqliteConnection>>],
+pub(crate) async fn digests<P: ProjectionStore>(
+    store: &P,
+    projections: &[Arc<dyn Projection<P::Tx>>],
 ) -> Result<Digests, Error> {
     let mut out = Vec::new();
     let mut whole = DigestBuilder::new();
@@ -393,8 +539,8 @@ pub(crate) struct Report {
     pub(crate) active_runs: Vec<RunRecord>,
 }
 
-pub(crate) async fn build_report(
-    rt: &Rt,
+pub(crate) async fn build_report<J: CliJournal, P: CliStore>(
+    rt: &Runtime<J, P>,
     status: Option<OutboxStatus>,
     limit: u64,
     with_digests: bool,
@@ -498,7 +644,7 @@ pub(crate) fn print_report(r: &Report, status: Option<OutboxStatus>) {
     }
 }
 
-async fn report(ctx: &Ctx, a: &ReportArgs) -> Result<()> {
+async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>, a: &ReportArgs) -> Result<()> {
     let rt = runtime(ctx).await?;
     let r = build_report(&rt, a.status, a.limit, !a.no_digests).await?;
     if a.json {
@@ -509,7 +655,7 @@ async fn report(ctx: &Ctx, a: &ReportArgs) -> Result<()> {
     }
 }
 
-async fn replay(ctx: &Ctx, a: &ReplayArgs) -> Result<()> {
+async fn replay<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>, a: &ReplayArgs) -> Result<()> {
     let rt = runtime(ctx).await?;
     let cancel = cancel_on_signal();
     let mut runs = Vec::new();
@@ -579,7 +725,7 @@ fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
     Ok(())
 }
 
-async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<()> {
+async fn runs<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>, a: &RunsArgs) -> Result<()> {
     let rt = runtime(ctx).await?;
     match a.action.as_ref().unwrap_or(&RunsAction::List { limit: 20 }) {
         RunsAction::List { limit } => print_runs(&rt.store().runs(*limit as usize).await?, a.json),
@@ -598,7 +744,7 @@ async fn runs(ctx: &Ctx, a: &RunsArgs) -> Result<()> {
     }
 }
 
-async fn gaps(ctx: &Ctx, a: &GapsArgs) -> Result<()> {
+async fn gaps<J: CliJournal, P: CliStore>(ctx: &Ctx<J, P>, a: &GapsArgs) -> Result<()> {
     let rt = runtime(ctx).await?;
     let lags: Vec<StreamLag> = rt.gaps(10_000).await?;
     if !a.repair {

@@ -13,8 +13,11 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::DemoArgs;
-use crate::commands::{Digests, Report, Rt, build, build_report, digests, print_report};
+use crate::commands::{Digests, Report, Runtime, build, build_report, digests, print_report};
 use crate::domain::{Faults, Payload};
+
+/// The demo runs on SQLite files only.
+type Rt = Runtime<SqliteJournal, SqliteProjectionStore>;
 use crate::output::json;
 
 /// splitmix64, so every demo run appends the same history.

@@ -15,9 +15,8 @@ use std::sync::{Arc, Mutex};
 use outbox_core::{
     BoxError, DigestBuilder, Event, EventTypeRegistry, Projection, ProjectionName, async_trait,
 };
-use outbox_sqlite::digest_table;
 use serde::{Deserialize, Serialize};
-use sqlx::SqliteConnection;
+use sqlx::{PgConnection, SqliteConnection};
 
 /// Every event type of the domain with its intent.
 pub fn event_types() -> EventTypeRegistry {
@@ -115,9 +114,17 @@ impl Faults {
     }
 }
 
-macro_rules! sqlite_projection {
-    ($ty:ident, $name:literal, [$($table:literal),+], setup: [$($ddl:literal),+]) => {
-        #[doc = concat!("The `", $name, "` projection.")]
+/// Declares a projection struct and implements [`Projection`] for both
+/// connection types. `apply` runs the same statements on both (sqlx binds
+/// `$N` placeholders on SQLite too); only the DDL differs.
+macro_rules! demo_projection {
+    (
+        $ty:ident, $name:literal, [$($table:literal),+],
+        sqlite: [$($sqlite_ddl:literal),+],
+        postgres: [$($pg_ddl:literal),+],
+        apply: $apply:ident
+    ) => {
+        #[doc = concat!("The `", $name, "` projection (SQLite and Postgres).")]
         pub struct $ty {
             name: ProjectionName,
             faults: Faults,
@@ -130,142 +137,186 @@ macro_rules! sqlite_projection {
             }
         }
 
+        demo_projection!(@impl $ty, SqliteConnection, outbox_sqlite::digest_table, [$($table),+], [$($sqlite_ddl),+], $apply);
+        demo_projection!(@impl $ty, PgConnection, outbox_postgres::digest_table, [$($table),+], [$($pg_ddl),+], $apply);
+    };
+    (@impl $ty:ident, $conn:ty, $digest:path, [$($table:literal),+], [$($ddl:literal),+], $apply:ident) => {
         #[async_trait]
-        impl Projection<SqliteConnection> for $ty {
+        impl Projection<$conn> for $ty {
             fn name(&self) -> &ProjectionName {
                 &self.name
             }
-            async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+            async fn setup(&self, tx: &mut $conn) -> Result<(), BoxError> {
                 $(sqlx::query($ddl).execute(&mut *tx).await?;)+
                 Ok(())
             }
-            async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
+            async fn apply(&self, tx: &mut $conn, e: &Event) -> Result<(), BoxError> {
                 let p = payload(e)?;
-                self.apply_event(tx, e, &p).await
+                $apply!(self, tx, e, &p)
             }
-            async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+            async fn reset(&self, tx: &mut $conn) -> Result<(), BoxError> {
                 $(sqlx::query(concat!("DELETE FROM ", $table)).execute(&mut *tx).await?;)+
                 Ok(())
             }
-            async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
-                $(digest_table(tx, $table, out).await?;)+
+            async fn digest(&self, tx: &mut $conn, out: &mut DigestBuilder) -> Result<(), BoxError> {
+                $($digest(tx, $table, out).await?;)+
                 Ok(())
             }
         }
     };
 }
 
-sqlite_projection!(CampaignSummary, "campaign_summary", ["demo_campaigns"], setup: [
-    "CREATE TABLE IF NOT EXISTS demo_campaigns (campaign TEXT PRIMARY KEY, name TEXT NOT NULL, scene TEXT, \
-     players INTEGER NOT NULL DEFAULT 0, characters INTEGER NOT NULL DEFAULT 0, rolls INTEGER NOT NULL DEFAULT 0, \
-     last_seq INTEGER NOT NULL) WITHOUT ROWID"
-]);
-
-sqlite_projection!(Roster, "roster", ["demo_players", "demo_characters"], setup: [
-    "CREATE TABLE IF NOT EXISTS demo_players (campaign TEXT NOT NULL, player TEXT NOT NULL, joined_seq INTEGER NOT NULL, \
-     PRIMARY KEY (campaign, player)) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS demo_characters (campaign TEXT NOT NULL, character TEXT NOT NULL, player TEXT NOT NULL, \
-     PRIMARY KEY (campaign, character)) WITHOUT ROWID"
-]);
-
-sqlite_projection!(CharacterTally, "character_tally", ["demo_tally"], setup: [
-    "CREATE TABLE IF NOT EXISTS demo_tally (campaign TEXT NOT NULL, character TEXT NOT NULL, rolls INTEGER NOT NULL, \
-     total INTEGER NOT NULL, natural_20s INTEGER NOT NULL, PRIMARY KEY (campaign, character)) WITHOUT ROWID"
-]);
-
-impl CampaignSummary {
-    async fn apply_event(&self, tx: &mut SqliteConnection, e: &Event, p: &Payload) -> Result<(), BoxError> {
+/// `campaign_summary`'s apply, the same statements on either connection.
+macro_rules! campaign_apply {
+    ($self:ident, $tx:ident, $e:ident, $p:expr) => {{
+        let (e, p) = ($e, $p);
         let c = e.stream.as_str();
         let seq = e.seq.as_i64();
         let sql = match e.event_type.as_str() {
             "campaign_created" => {
-                sqlx::query("INSERT INTO demo_campaigns (campaign, name, last_seq) VALUES (?1, ?2, ?3)")
+                sqlx::query("INSERT INTO demo_campaigns (campaign, name, last_seq) VALUES ($1, $2, $3)")
                     .bind(c)
                     .bind(field(&p.name, "name", e)?)
                     .bind(seq)
-                    .execute(&mut *tx)
+                    .execute(&mut *$tx)
                     .await?;
                 return Ok(());
             }
             "player_joined" => {
-                "UPDATE demo_campaigns SET players = players + 1, last_seq = ?2 WHERE campaign = ?1"
+                "UPDATE demo_campaigns SET players = players + 1, last_seq = $2 WHERE campaign = $1"
             }
             "character_created" => {
-                "UPDATE demo_campaigns SET characters = characters + 1, last_seq = ?2 WHERE campaign = ?1"
+                "UPDATE demo_campaigns SET characters = characters + 1, last_seq = $2 WHERE campaign = $1"
             }
-            "dice_rolled" => "UPDATE demo_campaigns SET rolls = rolls + 1, last_seq = ?2 WHERE campaign = ?1",
+            "dice_rolled" => "UPDATE demo_campaigns SET rolls = rolls + 1, last_seq = $2 WHERE campaign = $1",
             "scene_changed" => {
-                sqlx::query("UPDATE demo_campaigns SET scene = ?3, last_seq = ?2 WHERE campaign = ?1")
+                sqlx::query("UPDATE demo_campaigns SET scene = $3, last_seq = $2 WHERE campaign = $1")
                     .bind(c)
                     .bind(seq)
                     .bind(field(&p.scene, "scene", e)?)
-                    .execute(&mut *tx)
+                    .execute(&mut *$tx)
                     .await?;
                 return Ok(());
             }
             other => return Err(format!("campaign_summary does not know event type {other}").into()),
         };
-        let done = sqlx::query(sql).bind(c).bind(seq).execute(&mut *tx).await?;
+        let done = sqlx::query(sql).bind(c).bind(seq).execute(&mut *$tx).await?;
         if done.rows_affected() != 1 {
             return Err(format!("{} on {c}/{seq} before campaign_created", e.event_type).into());
         }
-        let _ = &self.faults;
+        let _ = &$self.faults;
         Ok(())
-    }
+    }};
 }
 
-impl Roster {
-    async fn apply_event(&self, tx: &mut SqliteConnection, e: &Event, p: &Payload) -> Result<(), BoxError> {
+/// `roster`'s apply.
+macro_rules! roster_apply {
+    ($self:ident, $tx:ident, $e:ident, $p:expr) => {{
+        let (e, p) = ($e, $p);
         let c = e.stream.as_str();
         match e.event_type.as_str() {
             "player_joined" => {
-                sqlx::query("INSERT INTO demo_players (campaign, player, joined_seq) VALUES (?1, ?2, ?3)")
+                sqlx::query("INSERT INTO demo_players (campaign, player, joined_seq) VALUES ($1, $2, $3)")
                     .bind(c)
                     .bind(field(&p.player, "player", e)?)
                     .bind(e.seq.as_i64())
-                    .execute(&mut *tx)
+                    .execute(&mut *$tx)
                     .await?;
             }
             "character_created" => {
-                sqlx::query("INSERT INTO demo_characters (campaign, character, player) VALUES (?1, ?2, ?3)")
-                    .bind(c)
-                    .bind(field(&p.character, "character", e)?)
-                    .bind(field(&p.player, "player", e)?)
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(
+                    "INSERT INTO demo_characters (campaign, \"character\", player) VALUES ($1, $2, $3)",
+                )
+                .bind(c)
+                .bind(field(&p.character, "character", e)?)
+                .bind(field(&p.player, "player", e)?)
+                .execute(&mut *$tx)
+                .await?;
             }
             _ => {}
         }
-        let _ = &self.faults;
+        let _ = &$self.faults;
         Ok(())
-    }
+    }};
 }
 
-impl CharacterTally {
-    async fn apply_event(&self, tx: &mut SqliteConnection, e: &Event, p: &Payload) -> Result<(), BoxError> {
+/// `character_tally`'s apply.
+macro_rules! tally_apply {
+    ($self:ident, $tx:ident, $e:ident, $p:expr) => {{
+        let (e, p) = ($e, $p);
         if e.event_type.as_str() != "dice_rolled" {
             return Ok(());
         }
-        self.faults.check(e, p)?;
+        $self.faults.check(e, p)?;
         let result = p.result.ok_or("dice_rolled has no result")?;
         let sides = p.sides.ok_or("dice_rolled has no sides")?;
         sqlx::query(
-            "INSERT INTO demo_tally (campaign, character, rolls, total, natural_20s) VALUES (?1, ?2, 1, ?3, ?4) \
-             ON CONFLICT (campaign, character) DO UPDATE SET rolls = rolls + 1, total = total + excluded.total, \
-             natural_20s = natural_20s + excluded.natural_20s",
+            "INSERT INTO demo_tally AS t (campaign, \"character\", rolls, total, natural_20s) \
+             VALUES ($1, $2, 1, $3, $4) ON CONFLICT (campaign, \"character\") DO UPDATE SET \
+             rolls = t.rolls + 1, total = t.total + excluded.total, \
+             natural_20s = t.natural_20s + excluded.natural_20s",
         )
         .bind(e.stream.as_str())
         .bind(field(&p.character, "character", e)?)
         .bind(result)
         .bind(i64::from(sides == 20 && result == 20))
-        .execute(&mut *tx)
+        .execute(&mut *$tx)
         .await?;
         Ok(())
-    }
+    }};
 }
 
-/// The three projections, in rebuild order, sharing one fault switch.
-pub fn projections(faults: &Faults) -> Vec<Arc<dyn Projection<SqliteConnection>>> {
+demo_projection!(CampaignSummary, "campaign_summary", ["demo_campaigns"],
+    sqlite: [
+        "CREATE TABLE IF NOT EXISTS demo_campaigns (campaign TEXT PRIMARY KEY, name TEXT NOT NULL, scene TEXT, \
+         players INTEGER NOT NULL DEFAULT 0, characters INTEGER NOT NULL DEFAULT 0, rolls INTEGER NOT NULL DEFAULT 0, \
+         last_seq INTEGER NOT NULL) WITHOUT ROWID"
+    ],
+    postgres: [
+        "CREATE TABLE IF NOT EXISTS demo_campaigns (campaign text COLLATE \"C\" PRIMARY KEY, name text NOT NULL, \
+         scene text, players bigint NOT NULL DEFAULT 0, characters bigint NOT NULL DEFAULT 0, \
+         rolls bigint NOT NULL DEFAULT 0, last_seq bigint NOT NULL)"
+    ],
+    apply: campaign_apply
+);
+
+demo_projection!(Roster, "roster", ["demo_players", "demo_characters"],
+    sqlite: [
+        "CREATE TABLE IF NOT EXISTS demo_players (campaign TEXT NOT NULL, player TEXT NOT NULL, joined_seq INTEGER NOT NULL, \
+         PRIMARY KEY (campaign, player)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS demo_characters (campaign TEXT NOT NULL, character TEXT NOT NULL, player TEXT NOT NULL, \
+         PRIMARY KEY (campaign, character)) WITHOUT ROWID"
+    ],
+    postgres: [
+        "CREATE TABLE IF NOT EXISTS demo_players (campaign text COLLATE \"C\" NOT NULL, player text COLLATE \"C\" NOT NULL, \
+         joined_seq bigint NOT NULL, PRIMARY KEY (campaign, player))",
+        "CREATE TABLE IF NOT EXISTS demo_characters (campaign text COLLATE \"C\" NOT NULL, \
+         \"character\" text COLLATE \"C\" NOT NULL, player text COLLATE \"C\" NOT NULL, PRIMARY KEY (campaign, \"character\"))"
+    ],
+    apply: roster_apply
+);
+
+demo_projection!(CharacterTally, "character_tally", ["demo_tally"],
+    sqlite: [
+        "CREATE TABLE IF NOT EXISTS demo_tally (campaign TEXT NOT NULL, character TEXT NOT NULL, rolls INTEGER NOT NULL, \
+         total INTEGER NOT NULL, natural_20s INTEGER NOT NULL, PRIMARY KEY (campaign, character)) WITHOUT ROWID"
+    ],
+    postgres: [
+        "CREATE TABLE IF NOT EXISTS demo_tally (campaign text COLLATE \"C\" NOT NULL, \"character\" text COLLATE \"C\" NOT NULL, \
+         rolls bigint NOT NULL, total bigint NOT NULL, natural_20s bigint NOT NULL, PRIMARY KEY (campaign, \"character\"))"
+    ],
+    apply: tally_apply
+);
+
+/// The three projections, in rebuild order, sharing one fault switch, for
+/// either connection type (`SqliteConnection` or `PgConnection`).
+pub fn projections<Tx>(faults: &Faults) -> Vec<Arc<dyn Projection<Tx>>>
+where
+    Tx: Send + 'static,
+    CampaignSummary: Projection<Tx>,
+    Roster: Projection<Tx>,
+    CharacterTally: Projection<Tx>,
+{
     vec![
         Arc::new(CampaignSummary::new(faults.clone())),
         Arc::new(Roster::new(faults.clone())),

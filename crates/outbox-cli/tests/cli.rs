@@ -1375,12 +1375,31 @@ fn work_in_a_mode_without_a_worker_is_refused() {
 fn bad_database_urls_are_usage_errors() {
     let site = Site::migrated();
     for (url, mention) in [
-        ("postgres://db/outbox", "postgres URLs are not supported"),
+        // A Postgres journal with the (default) SQLite projection database.
+        ("postgres://db/outbox", "must use the same backend"),
+        ("postgres:db", "must start with postgres://"),
         ("mysql://db/outbox", "unsupported database URL scheme \"mysql\""),
         ("sqlite://", "names no file"),
     ] {
         site.refused(&["report"], &[("OUTBOX_JOURNAL_URL", url)], 2, &[mention]);
     }
+    // A malformed Postgres URL is refused without being repeated (it may
+    // hold a password), and so is a bad schema name.
+    let bad = "postgres://user:hunter2@localhost:notaport/db";
+    let err = site.refused(
+        &["report"],
+        &[("OUTBOX_JOURNAL_URL", bad), ("OUTBOX_PROJECTION_URL", bad)],
+        2,
+        &["malformed postgres connection url"],
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    let pg = "postgres://user@localhost/db";
+    site.refused(
+        &["report", "--schema", "Bad-Name"],
+        &[("OUTBOX_JOURNAL_URL", pg), ("OUTBOX_PROJECTION_URL", pg)],
+        2,
+        &["--schema", "not a valid postgres identifier"],
+    );
     let same = format!("sqlite://{}", site.journal.display());
     site.refused(
         &["report"],

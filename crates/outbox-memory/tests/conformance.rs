@@ -66,4 +66,3 @@ impl Harness for MemoryHarness {
 }
 
 outbox_testkit::conformance_tests!(MemoryHarness);
-outbox_testkit::run_store_tests!(MemoryHarness);

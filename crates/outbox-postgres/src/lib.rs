@@ -4,6 +4,7 @@ mod db;
 mod journal;
 mod options;
 mod projection;
+mod runs;
 mod wake;
 
 #[cfg(feature = "oracle")]

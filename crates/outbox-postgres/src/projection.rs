@@ -17,7 +17,8 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 
 /// The Postgres projection database: implements [`ProjectionStore`]
 /// (appliers write through `&mut sqlx::PgConnection`, inside the store's
-/// transaction) and [`WatermarkStore`].
+/// transaction), [`WatermarkStore`] and [`RunStore`](outbox_core::RunStore)
+/// (replay and rebuild runs in `outbox_runs`).
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
 /// watermarks live in one schema (the connections' `search_path`), so an
@@ -27,7 +28,7 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 /// checkpoint advances by compare-and-set. Clones share the pool.
 #[derive(Clone, Debug)]
 pub struct PgProjectionStore {
-    db: Arc<Db>,
+    pub(crate) db: Arc<Db>,
 }
 
 fn unique_names(projections: &[Arc<dyn Projection<PgConnection>>]) -> Result<()> {
@@ -123,6 +124,63 @@ async fn lock_checkpoints(
         cps.extend(more);
     }
     Ok(cps)
+}
+
+/// The store's transaction id, assigned now if it was not yet: taken right
+/// before user code (appliers, `Projection::reset`) runs on the store's
+/// transaction. See [`check_guard`].
+async fn open_guard(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT txid_current()")
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// Checks, after the user code and before the store's own writes
+/// (checkpoints, watermark, checkpoint deletion), that the transaction of
+/// [`open_guard`] is still the one open on the connection. If the user code
+/// ended it (`COMMIT` or `ROLLBACK`, possibly followed by a `BEGIN`), the
+/// connection is in autocommit mode or in another transaction, whose id is
+/// unassigned or different, and the store's writes must not run: a checkpoint
+/// would commit without the projection writes it stands for. If it swallowed
+/// an error, Postgres aborted the transaction and the check itself fails
+/// with `25P02`. Both are a permanent [`Error::Storage`].
+async fn check_guard(
+    conn: &mut PgConnection,
+    xid: i64,
+    stream: Option<&StreamId>,
+    projections: &str,
+) -> Result<()> {
+    let ended = |detail: String| {
+        let on = stream.map(|s| format!(" on stream {s}")).unwrap_or_default();
+        Error::Storage {
+            message: format!(
+                "the transaction of projection(s) {projections}{on} was ended by the projection (it \
+                 committed or rolled back the store's transaction, or swallowed an error after which \
+                 Postgres aborted it); no checkpoint was moved{detail}"
+            ),
+            temporary: false,
+            source: None,
+        }
+    };
+    match sqlx::query_scalar::<_, Option<i64>>("SELECT txid_current_if_assigned()")
+        .fetch_one(&mut *conn)
+        .await
+    {
+        Ok(Some(now)) if now == xid => Ok(()),
+        Ok(_) => Err(ended(String::new())),
+        Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("25P02") => {
+            Err(ended(format!(": {}", d.message())))
+        }
+        Err(e) => Err(storage("applying events", e)),
+    }
+}
+
+fn names_of(projections: &[Arc<dyn Projection<PgConnection>>]) -> String {
+    projections
+        .iter()
+        .map(|p| format!("`{}`", p.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl PgProjectionStore {
@@ -234,6 +292,9 @@ impl ProjectionStore for PgProjectionStore {
         }
         let mut current = read.clone();
         let mut report = ApplyReport::default();
+        // Taken before the first applier runs (none may run: duplicates and
+        // audit-only events only), checked after the last.
+        let mut guard = None;
         for e in events {
             let mut new_to_some = projections.is_empty();
             for (p, cp) in projections.iter().zip(current.iter_mut()) {
@@ -241,6 +302,9 @@ impl ProjectionStore for PgProjectionStore {
                     continue;
                 }
                 if e.intent == Intent::Apply {
+                    if guard.is_none() {
+                        guard = Some(open_guard(&mut tx).await.map_err(err)?);
+                    }
                     p.apply(&mut tx, e)
                         .await
                         .map_err(|source: BoxError| Error::Apply {
@@ -254,6 +318,9 @@ impl ProjectionStore for PgProjectionStore {
                 new_to_some = true;
             }
             report.count(e, new_to_some);
+        }
+        if let Some(xid) = guard {
+            check_guard(&mut tx, xid, Some(stream), &names_of(projections)).await?;
         }
         let mut moved_names = Vec::new();
         let mut moved_new = Vec::new();
@@ -315,12 +382,16 @@ impl ProjectionStore for PgProjectionStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
+        let xid = open_guard(&mut tx)
+            .await
+            .map_err(|e| storage("resetting checkpoints", e))?;
         projection.reset(&mut tx).await.map_err(|e| {
             Error::storage(
                 format!("resetting projection `{}` failed: {e}", projection.name()),
                 e,
             )
         })?;
+        check_guard(&mut tx, xid, None, &format!("`{}`", projection.name())).await?;
         sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = $1")
             .bind(projection.name().as_str())
             .execute(&mut *tx)

@@ -12,7 +12,7 @@ use common::{DropSchemas, database_url, journal, options, projections, unique_sc
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal,
     ExpectedVersion, LeaseStore, OutboxStore, Projection, ProjectionName, ProjectionStore, WakeSource,
-    WorkerId,
+    WatermarkStore, WorkerId,
 };
 use outbox_postgres::oracle::{PgOracle, read_oracle};
 use outbox_postgres::sqlx::postgres::PgListener;
@@ -513,4 +513,293 @@ async fn sharing_store_uses_the_journal_schema() {
         .await
         .unwrap();
     assert_eq!(n, 1, "the projection's table is in the shared schema");
+}
+
+/// `admit_run` across processes: many stores (each its own pool, as separate
+/// processes) admit a run for one projection at the same moment; exactly one
+/// succeeds and every other is `InvalidState` naming the winner. Also when
+/// the projection's previous run has an expired claim (the sweep races too):
+/// it is abandoned once and exactly one new run is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_admissions_admit_exactly_one_run() {
+    use outbox_core::{RunEnd, RunKind, RunState, RunStore};
+    let s = unique_schema("runs");
+    let _drop = DropSchemas(vec![s.clone()]);
+    let mut stores = Vec::new();
+    for _ in 0..8 {
+        stores.push(projections(&s).await);
+    }
+    let p = ProjectionName::new("p").unwrap();
+    let ttl = Duration::from_secs(60);
+    let mut previous: Option<(u64, WorkerId)> = None;
+    for round in 0..6 {
+        let expire = round % 2 == 1;
+        if expire {
+            // Leave the active run with a claim that expires.
+            let (id, owner) = previous.take().expect("an active run from the last round");
+            stores[0].advance_clock_for_tests(ttl * 2).await.unwrap();
+            previous = Some((id, owner));
+        } else if let Some((id, owner)) = previous.take() {
+            stores[0].finish_run(id, &owner, RunEnd::Completed).await.unwrap();
+        }
+        let barrier = Arc::new(tokio::sync::Barrier::new(stores.len()));
+        let mut tasks = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let (store, p, barrier) = (store.clone(), p.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                let owner = WorkerId::new(format!("w{round}-{i}")).unwrap();
+                barrier.wait().await;
+                (
+                    owner.clone(),
+                    store.admit_run(RunKind::Rebuild, &p, None, &owner, ttl).await,
+                )
+            }));
+        }
+        let mut won = Vec::new();
+        let mut refused = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                (owner, Ok(run)) => won.push((run, owner)),
+                (_, Err(Error::InvalidState(m))) => refused.push(m),
+                (_, Err(e)) => panic!("round {round}: unexpected error {e}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "round {round}: exactly one admission wins: {won:?}");
+        let (run, owner) = won.pop().unwrap();
+        assert_eq!(refused.len(), stores.len() - 1);
+        for m in &refused {
+            assert!(
+                m.contains(&format!("run {}", run.id)),
+                "round {round}: names the winner: {m}"
+            );
+        }
+        let active: Vec<_> = stores[1]
+            .runs(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.projection == p && r.state.is_active())
+            .collect();
+        assert_eq!(active.len(), 1, "round {round}: one active run");
+        if expire {
+            let (old, _) = previous.as_ref().unwrap();
+            let old = stores[2].run(*old).await.unwrap().unwrap();
+            assert_eq!(
+                (old.state, old.error_code.as_deref()),
+                (RunState::Failed, Some("abandoned"))
+            );
+        }
+        previous = Some((run.id, owner));
+    }
+    for st in &stores {
+        st.close().await;
+    }
+}
+
+/// How an applier (or a projection's reset) ends the store's transaction
+/// behind its back.
+#[derive(Clone, Copy, Debug)]
+enum Sabotage {
+    /// `COMMIT` through the store's connection.
+    Commit,
+    /// `ROLLBACK` through the store's connection.
+    Rollback,
+    /// `COMMIT` then `BEGIN`: a transaction is open again, but a new one.
+    CommitAndBegin,
+    /// A failing statement whose error is swallowed: Postgres aborts the
+    /// transaction.
+    SwallowError,
+    /// None: a well-behaved projection.
+    None,
+}
+
+struct Saboteur(ProjectionName, Sabotage);
+
+impl Saboteur {
+    async fn sabotage(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+        match self.1 {
+            Sabotage::Commit => {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
+            }
+            Sabotage::Rollback => {
+                sqlx::query("ROLLBACK").execute(&mut *tx).await?;
+            }
+            Sabotage::CommitAndBegin => {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
+                sqlx::query("BEGIN").execute(&mut *tx).await?;
+            }
+            Sabotage::SwallowError => {
+                let r = sqlx::query("SELECT 1/0").execute(&mut *tx).await;
+                assert!(r.is_err(), "the division fails");
+            }
+            Sabotage::None => {}
+        }
+        Ok(())
+    }
+}
+
+#[outbox_core::async_trait]
+impl Projection<PgConnection> for Saboteur {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+    async fn setup(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS written (seq bigint PRIMARY KEY)")
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+    async fn apply(&self, tx: &mut PgConnection, e: &Event) -> Result<(), BoxError> {
+        sqlx::query("INSERT INTO written (seq) VALUES ($1)")
+            .bind(e.seq.as_i64())
+            .execute(&mut *tx)
+            .await?;
+        self.sabotage(tx).await
+    }
+    async fn reset(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM written").execute(&mut *tx).await?;
+        self.sabotage(tx).await
+    }
+    async fn digest(&self, tx: &mut PgConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(outbox_postgres::digest_table(tx, "written", out).await?)
+    }
+}
+
+async fn written(store: &PgProjectionStore) -> Vec<i64> {
+    sqlx::query_scalar("SELECT seq FROM written ORDER BY seq")
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+}
+
+fn is_permanent_storage(r: &outbox_core::Result<impl std::fmt::Debug>) -> bool {
+    matches!(r, Err(e @ Error::Storage { .. }) if !e.is_temporary())
+}
+
+/// `apply`: an applier that ends the store's transaction makes the call a
+/// permanent `Storage` error with no checkpoint or watermark moved, and the
+/// store (its pooled connections) stays usable.
+async fn apply_detects(sabotage: Sabotage) {
+    let (js, ps) = (unique_schema("sabj"), unique_schema("sabp"));
+    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
+    let j = journal(&js).await;
+    // One connection: the sabotaged one is the one reused afterwards.
+    let store = PgProjectionStore::connect(&database_url(), options(&ps).with_max_connections(1))
+        .await
+        .unwrap();
+    let name = ProjectionName::new("saboteur").unwrap();
+    let p: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+    store.setup(std::slice::from_ref(&p)).await.unwrap();
+    j.append(&[request("s", &[1, 2])], AppendOptions::enqueue())
+        .await
+        .unwrap();
+    let s = sid("s");
+    let events = j.read_stream(&s, outbox_core::Seq::FIRST, 10).await.unwrap();
+    let r = store.apply(&s, &events[..1], std::slice::from_ref(&p)).await;
+    assert!(
+        is_permanent_storage(&r),
+        "{sabotage:?}: a permanent storage error: {r:?}"
+    );
+    let msg = r.unwrap_err().to_string();
+    assert!(
+        msg.contains("saboteur"),
+        "{sabotage:?}: names the projection: {msg}"
+    );
+    assert_eq!(
+        store.checkpoint(&name, &s).await.unwrap(),
+        0,
+        "{sabotage:?}: no checkpoint moved"
+    );
+    assert_eq!(
+        store.watermark(&s).await.unwrap(),
+        None,
+        "{sabotage:?}: no watermark"
+    );
+    match sabotage {
+        // The applier's own COMMIT made its row durable; what must not
+        // happen is the checkpoint committing with (or without) it.
+        Sabotage::Commit | Sabotage::CommitAndBegin => assert_eq!(written(&store).await, [1]),
+        _ => assert_eq!(written(&store).await, Vec::<i64>::new()),
+    }
+    // The store is usable afterwards, on the same (only) connection.
+    let ok = OracleProjection::new("oracle", Arc::new(PgOracle)).shared();
+    store.setup(std::slice::from_ref(&ok)).await.expect("setup after");
+    store
+        .apply(&s, &events, std::slice::from_ref(&ok))
+        .await
+        .expect("a later apply works");
+    let st = read_oracle(&store, "oracle").await.unwrap();
+    assert_eq!(st.streams["s"].seqs, [1, 2]);
+    store.close().await;
+    j.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_a_transaction_committed_by_an_applier() {
+    apply_detects(Sabotage::Commit).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_a_transaction_rolled_back_by_an_applier() {
+    apply_detects(Sabotage::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_a_transaction_replaced_by_an_applier() {
+    apply_detects(Sabotage::CommitAndBegin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_refuses_a_transaction_aborted_by_a_swallowed_error() {
+    apply_detects(Sabotage::SwallowError).await;
+}
+
+/// `reset`: a projection whose reset ends the transaction makes the call a
+/// permanent `Storage` error and the checkpoints are not deleted on their
+/// own (a replay would then apply every event again onto rows still there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_refuses_a_transaction_ended_by_the_projection() {
+    for sabotage in [
+        Sabotage::Commit,
+        Sabotage::Rollback,
+        Sabotage::CommitAndBegin,
+        Sabotage::SwallowError,
+    ] {
+        let (js, ps) = (unique_schema("rsj"), unique_schema("rsp"));
+        let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
+        let j = journal(&js).await;
+        let store = PgProjectionStore::connect(&database_url(), options(&ps).with_max_connections(1))
+            .await
+            .unwrap();
+        let name = ProjectionName::new("saboteur").unwrap();
+        let good: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
+        let bad: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+        store.setup(std::slice::from_ref(&good)).await.unwrap();
+        j.append(&[request("s", &[1])], AppendOptions::enqueue())
+            .await
+            .unwrap();
+        let s = sid("s");
+        let events = j.read_stream(&s, outbox_core::Seq::FIRST, 10).await.unwrap();
+        store
+            .apply(&s, &events, std::slice::from_ref(&good))
+            .await
+            .unwrap();
+        let r = store.reset(bad.as_ref()).await;
+        assert!(
+            is_permanent_storage(&r),
+            "{sabotage:?}: a permanent storage error: {r:?}"
+        );
+        assert_eq!(
+            store.checkpoint(&name, &s).await.unwrap(),
+            1,
+            "{sabotage:?}: the checkpoints were not deleted"
+        );
+        store.reset(good.as_ref()).await.expect("a later reset works");
+        assert_eq!(
+            (store.checkpoint(&name, &s).await.unwrap(), written(&store).await),
+            (0, vec![])
+        );
+        store.close().await;
+        j.close().await;
+    }
 }

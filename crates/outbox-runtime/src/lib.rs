@@ -16,7 +16,7 @@ pub use outbox::{
     StreamLag,
 };
 pub use replay::error_code;
-pub use running::{Running, Tasks};
+pub use running::{Running, Tasks, cancel_on_shutdown_signal};
 pub use worker::{TickReport, WorkerKind};
 
 /// This machine's host name (for worker ids and the registry), without I/O

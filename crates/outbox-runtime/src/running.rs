@@ -142,3 +142,29 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
     }
 }
+
+/// A token cancelled when the process receives Ctrl-C (SIGINT) or SIGTERM.
+///
+/// Spawns one small task that waits for the signals (the runtime is the
+/// only crate that spawns). Binaries pass the token to [`Outbox::replay`] and
+/// friends, or select on it to call [`Running::shutdown`].
+pub fn cancel_on_shutdown_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = term => {}
+        }
+        t.cancel();
+    });
+    token
+}

@@ -5,4 +5,3 @@ mod common;
 use common::SqliteHarness;
 
 outbox_testkit::conformance_tests!(SqliteHarness);
-outbox_testkit::run_store_tests!(SqliteHarness);

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, Seq, StreamId, WatermarkStore,
-    WorkerRegistry,
+    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, RunStore, Seq, StreamId,
+    WatermarkStore, WorkerRegistry,
 };
 
 use crate::oracle::{OracleState, OracleStorage};
@@ -23,8 +23,8 @@ pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
 pub trait Harness: Send + Sync + Sized + 'static {
     /// The journal database (journal, outbox, leases and the worker registry).
     type Journal: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static;
-    /// The projection database (checkpoints, watermarks, projection tables).
-    type Projections: ProjectionStore + WatermarkStore + 'static;
+    /// The projection database (checkpoints, watermarks, runs, projection tables).
+    type Projections: ProjectionStore + WatermarkStore + RunStore + 'static;
     /// Whatever identifies the underlying databases, to open more instances.
     type Context: Send + Sync + 'static;
 

@@ -31,15 +31,6 @@ macro_rules! conformance_tests {
     };
 }
 
-/// Expands every [`RunStore`](outbox_core::RunStore) check into a named
-/// `#[tokio::test]`, for adapters whose projection store keeps runs.
-#[macro_export]
-macro_rules! run_store_tests {
-    ($harness:expr) => {
-        $crate::for_each_run_check!($crate::__expand_check, $harness);
-    };
-}
-
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __expand_check {

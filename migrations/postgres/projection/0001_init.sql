@@ -46,4 +46,7 @@ CREATE TABLE outbox_runs (
     updated_at       bigint  NOT NULL
 );
 
-CREATE INDEX outbox_runs_active ON outbox_runs (projection) WHERE state IN ('queued', 'running');
+-- At most one active run per projection, enforced by the database: of two
+-- concurrent admissions (from any processes) exactly one inserts; the other
+-- waits for it on this index and then sees it.
+CREATE UNIQUE INDEX outbox_runs_active ON outbox_runs (projection) WHERE state IN ('queued', 'running');

@@ -140,16 +140,6 @@ macro_rules! for_each_check {
             concurrent_applies_commit_exactly_once,
             two_concurrent_workers_apply_exactly_once,
             worker_and_rebuild_digests_match,
-        );
-    };
-}
-
-/// Calls `$m!($arg; check_a, ...)` with every [`RunStore`](outbox_core::RunStore) check.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! for_each_run_check {
-    ($m:path, $arg:expr) => {
-        $m!($arg;
             runs_admit_records_a_queued_run,
             runs_one_active_run_per_projection,
             runs_expired_claim_is_abandoned,

@@ -14,10 +14,7 @@ fn proj(name: &str) -> ProjectionName {
 }
 
 /// `admit_run`: a new queued run with the given fields; ids increase.
-pub async fn runs_admit_records_a_queued_run<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_admit_records_a_queued_run<H: Harness>(h: &H) {
     let f = h.open().await;
     let a = f
         .projections
@@ -45,10 +42,7 @@ where
 
 /// `admit_run`: refused while the projection has an active run with a live
 /// claim; nothing changes; other projections are unaffected.
-pub async fn runs_one_active_run_per_projection<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_one_active_run_per_projection<H: Harness>(h: &H) {
     let f = h.open().await;
     let first = f
         .projections
@@ -94,10 +88,7 @@ where
 
 /// `admit_run`: an active run whose claim expired is marked failed
 /// (`abandoned`) and no longer blocks.
-pub async fn runs_expired_claim_is_abandoned<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_expired_claim_is_abandoned<H: Harness>(h: &H) {
     let f = h.open().await;
     let stale = f
         .projections
@@ -120,10 +111,7 @@ where
 
 /// `update_run`: queued -> running, progress and last event recorded, claim
 /// renewed; only the owner of an active run may update it.
-pub async fn runs_update_records_progress_for_the_owner_only<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_update_records_progress_for_the_owner_only<H: Harness>(h: &H) {
     let f = h.open().await;
     let r = f
         .projections
@@ -173,10 +161,7 @@ where
 
 /// `finish_run`: terminal state with the failure's code and message; a
 /// finished run cannot be finished again.
-pub async fn runs_finish_records_the_outcome<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_finish_records_the_outcome<H: Harness>(h: &H) {
     let f = h.open().await;
     let w = owner("w1");
     for (i, end) in [
@@ -214,10 +199,7 @@ where
 
 /// `cancel_run`: queued runs are cancelled at once, running ones get the
 /// flag; finished runs are `InvalidState`, unknown ids `NotFound`.
-pub async fn runs_cancel_semantics<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_cancel_semantics<H: Harness>(h: &H) {
     let f = h.open().await;
     let w = owner("w1");
     let queued = f
@@ -259,10 +241,7 @@ where
 
 /// `run` / `runs`: one by id, `None` when unknown; newest first with a limit;
 /// a ttl out of range is rejected.
-pub async fn runs_listing_and_validation<H: Harness>(h: &H)
-where
-    H::Projections: RunStore,
-{
+pub async fn runs_listing_and_validation<H: Harness>(h: &H) {
     let f = h.open().await;
     let w = owner("w1");
     let mut ids = Vec::new();

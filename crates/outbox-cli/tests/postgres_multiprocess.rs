@@ -1,0 +1,525 @@
+//! Issue 6: three real `outbox work` processes on one Postgres schema, one of
+//! them killed with SIGKILL while it holds stream leases. Nothing may be lost
+//! or applied twice (the demo projections are non-idempotent counters), the
+//! killed process's streams are taken over once its leases expire, and the
+//! result equals a catch-up replay into a fresh schema.
+//!
+//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use outbox_cli::domain::{self, Faults, Payload};
+use outbox_core::{
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, Projection, ProjectionStore,
+    StreamId,
+};
+use outbox_postgres::sqlx::{self, Connection, PgConnection, PgPool};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_runtime::{Config, Outbox};
+use tokio_util::sync::CancellationToken;
+
+const CAMPAIGNS: usize = 200;
+const EVENTS_PER_CAMPAIGN: u64 = 100;
+const LEASE_TTL: Duration = Duration::from_millis(2000);
+const POLL: Duration = Duration::from_millis(200);
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+
+fn database_url() -> String {
+    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "OUTBOX_TEST_DATABASE_URL is not set: this test needs a PostgreSQL server. Run it through \
+             `cargo xtask test` (it starts a throwaway server), or start one with `cargo xtask pg-shell` \
+             and export the URL it prints"
+        ),
+    }
+}
+
+fn unique_schema(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("mp_{tag}_{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// Drops the schemas when dropped (from a thread of its own: Drop cannot await).
+struct DropSchemas(Vec<String>);
+
+impl Drop for DropSchemas {
+    fn drop(&mut self) {
+        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
+            return;
+        }
+        let schemas = std::mem::take(&mut self.0);
+        let url = database_url();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let Ok(mut conn) = PgConnection::connect(&url).await else {
+                    return;
+                };
+                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
+                for s in schemas {
+                    // Test-generated names only.
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
+                        .execute(&mut conn)
+                        .await;
+                }
+                let _ = conn.close().await;
+            });
+        })
+        .join();
+    }
+}
+
+/// The worker processes; any still running when dropped (a failed
+/// assertion) are killed, so no test leaves workers behind.
+struct Workers(Vec<Worker>);
+
+struct Worker {
+    id: String,
+    child: Child,
+    stderr: tempfile::NamedTempFile,
+    exited: Option<ExitStatus>,
+}
+
+impl Worker {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
+    }
+
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait for a worker") {
+                self.exited = Some(s);
+                return s;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "worker {} did not exit within {limit:?}; stderr:\n{}",
+                self.id,
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(ok.success(), "kill {sig} {} failed", self.child.id());
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            if w.exited.is_none() {
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+            }
+        }
+    }
+}
+
+fn spawn_worker(url: &str, schema: &str, id: &str) -> Worker {
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    for (k, _, _) in outbox_runtime::ENV_VARS {
+        cmd.env_remove(k);
+    }
+    let child = cmd
+        .args(["work", "--quiet"])
+        .env("OUTBOX_JOURNAL_URL", url)
+        .env("OUTBOX_PROJECTION_URL", url)
+        .env("OUTBOX_PG_SCHEMA", schema)
+        .env("OUTBOX_LEASE_TTL_MS", LEASE_TTL.as_millis().to_string())
+        .env("OUTBOX_POLL_INTERVAL_MS", POLL.as_millis().to_string())
+        .env("OUTBOX_WORKER_ID", id)
+        // The backlog goes through leases and claims, not start-up repair.
+        .env("OUTBOX_REPAIR_ON_START", "false")
+        .env("OUTBOX_BATCH_SIZE", "10")
+        .env_remove("OUTBOX_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(File::create(stderr.path()).unwrap())
+        .spawn()
+        .expect("spawn `outbox work`");
+    Worker {
+        id: id.to_owned(),
+        child,
+        stderr,
+        exited: None,
+    }
+}
+
+/// A small deterministic generator for the dice.
+struct Rng(u64);
+
+impl Rng {
+    fn roll(&mut self, sides: i64) -> i64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % sides as u64) as i64 + 1
+    }
+}
+
+fn event(types: &outbox_core::EventTypeRegistry, t: &str, p: Payload) -> NewEvent {
+    types
+        .event(t, serde_json::to_vec(&p).unwrap())
+        .expect("registered type")
+}
+
+/// What was appended for one campaign: dice rolls and their total.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Appended {
+    rolls: i64,
+    total: i64,
+}
+
+/// One campaign: created, one player, one character, then dice rolls.
+fn campaign(types: &outbox_core::EventTypeRegistry, i: usize, rng: &mut Rng) -> (Vec<NewEvent>, Appended) {
+    let mut events = vec![
+        event(
+            types,
+            "campaign_created",
+            Payload {
+                name: Some(format!("campaign {i}")),
+                ..Payload::default()
+            },
+        ),
+        event(
+            types,
+            "player_joined",
+            Payload {
+                player: Some("p1".into()),
+                ..Payload::default()
+            },
+        ),
+        event(
+            types,
+            "character_created",
+            Payload {
+                character: Some("hero".into()),
+                player: Some("p1".into()),
+                ..Payload::default()
+            },
+        ),
+    ];
+    let mut sum = Appended::default();
+    while (events.len() as u64) < EVENTS_PER_CAMPAIGN {
+        let sides = [4, 6, 8, 12, 20][rng.roll(5) as usize - 1];
+        let result = rng.roll(sides);
+        sum.rolls += 1;
+        sum.total += result;
+        events.push(event(
+            types,
+            "dice_rolled",
+            Payload {
+                character: Some("hero".into()),
+                sides: Some(sides),
+                result: Some(result),
+                ..Payload::default()
+            },
+        ));
+    }
+    (events, sum)
+}
+
+fn name(i: usize) -> String {
+    format!("campaign-{i:03}")
+}
+
+/// The journal clock (no test offset in this schema) as SQL.
+const NOW_MS: &str = "floor(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+async fn live_leases_of(pool: &PgPool, owner: &str) -> Vec<String> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT stream FROM stream_leases WHERE owner = $1 AND expires_at > {NOW_MS} ORDER BY stream"
+    )))
+    .bind(owner)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn outbox_counts(pool: &PgPool) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>("SELECT status, count(*) FROM outbox GROUP BY status")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+async fn digests(
+    store: &PgProjectionStore,
+    projections: &[Arc<dyn Projection<PgConnection>>],
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in projections {
+        let d = store.digest(p.as_ref()).await.expect("digest");
+        out.push((p.name().to_string(), d.to_string()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
+    let url = database_url();
+    let schema = unique_schema("work");
+    let fresh = unique_schema("replay");
+    let _drop = DropSchemas(vec![schema.clone(), fresh.clone()]);
+    let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
+
+    // 1. Seed through the library: 200 campaigns x 100 events, every event
+    //    with a pending outbox row, nothing applied.
+    let journal = PgJournal::connect(&url, options.clone()).await.expect("journal");
+    let store = PgProjectionStore::sharing(&journal).await.expect("projections");
+    let projections: Vec<Arc<dyn Projection<PgConnection>>> = domain::projections(&Faults::default());
+    store.setup(&projections).await.expect("setup");
+    let types = domain::event_types();
+    let mut rng = Rng(0x6e0b_0c5e);
+    let mut appended = BTreeMap::new();
+    let mut batch = Vec::new();
+    for i in 0..CAMPAIGNS {
+        let (events, sum) = campaign(&types, i, &mut rng);
+        appended.insert(name(i), sum);
+        batch.push(AppendRequest::new(
+            StreamId::new(name(i)).unwrap(),
+            ExpectedVersion::NoStream,
+            events,
+        ));
+        if batch.len() == 25 {
+            journal
+                .append(&batch, AppendOptions::enqueue())
+                .await
+                .expect("append");
+            batch.clear();
+        }
+    }
+    let pool = journal.pool().clone();
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        total as u64,
+        CAMPAIGNS as u64 * EVENTS_PER_CAMPAIGN,
+        "seeded backlog"
+    );
+
+    // 2. Three worker processes.
+    let mut workers = Workers(
+        (0..3)
+            .map(|i| spawn_worker(&url, &schema, &format!("mp-worker-{i}")))
+            .collect(),
+    );
+    let victim = workers.0[0].id.clone();
+
+    // 3. SIGKILL worker 0 once it holds at least one stream lease.
+    let start = Instant::now();
+    loop {
+        if !live_leases_of(&pool, &victim).await.is_empty() {
+            break;
+        }
+        if let Some(s) = workers.0[0].child.try_wait().unwrap() {
+            panic!("worker 0 exited early ({s}); stderr:\n{}", workers.0[0].stderr());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "worker 0 never held a stream lease within 60 s; stderr:\n{}",
+            workers.0[0].stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    workers.0[0].signal("-KILL");
+    let killed_at = Instant::now();
+    let status = workers.0[0].wait(Duration::from_secs(10));
+    assert!(!status.success(), "SIGKILL ends the process: {status}");
+    // A dead process changes nothing any more: what it still holds is
+    // stranded until its leases expire. For each such stream, the seq that
+    // must be completed: its claimed (processing) run, else its head.
+    let stranded: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT l.stream, COALESCE((SELECT max(seq) FROM outbox o WHERE o.stream = l.stream AND o.status = 'processing'), \
+                                   (SELECT min(seq) FROM outbox o WHERE o.stream = l.stream)) AS target \
+         FROM stream_leases l WHERE l.owner = $1 AND l.expires_at > {NOW_MS} ORDER BY l.stream"
+    )))
+    .bind(&victim)
+    .fetch_all(&pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .filter_map(|(s, t): (String, Option<i64>)| t.map(|t| (s, t)))
+    .collect();
+
+    // 4. Wait for the takeover of the stranded streams and for the outbox to
+    //    be empty.
+    let mut taken_over: Option<Duration> = stranded.is_empty().then(Duration::default);
+    loop {
+        if taken_over.is_none() {
+            let mut done = true;
+            for (s, target) in &stranded {
+                let left: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE stream = $1 AND seq <= $2")
+                        .bind(s)
+                        .bind(target)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                if left > 0 {
+                    done = false;
+                    break;
+                }
+            }
+            if done {
+                taken_over = Some(killed_at.elapsed());
+            }
+        }
+        let counts = outbox_counts(&pool).await;
+        if counts.is_empty() && taken_over.is_some() {
+            break;
+        }
+        if killed_at.elapsed() > DRAIN_LIMIT {
+            let errs: Vec<String> = workers.0[1..]
+                .iter()
+                .map(|w| format!("--- {} stderr:\n{}", w.id, w.stderr()))
+                .collect();
+            panic!(
+                "the outbox did not drain within {DRAIN_LIMIT:?} of the SIGKILL: rows by status {counts:?}, \
+                 stranded streams taken over: {}\n{}",
+                taken_over.is_some(),
+                errs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drained = killed_at.elapsed();
+    let takeover = taken_over.unwrap();
+    eprintln!(
+        "SIGKILLed {victim} holding {} stream lease(s) with unfinished work; the others completed them {:?} \
+         after the kill (lease ttl {LEASE_TTL:?}, poll {POLL:?}); outbox empty {drained:?} after the kill",
+        stranded.len(),
+        takeover
+    );
+    let bound = LEASE_TTL + POLL + Duration::from_secs(30);
+    assert!(
+        takeover < bound,
+        "the stranded streams took {takeover:?} to be completed (bound {bound:?})"
+    );
+
+    // 5. SIGTERM the other two: clean exits.
+    for w in &workers.0[1..] {
+        w.signal("-TERM");
+    }
+    for w in &mut workers.0[1..] {
+        let status = w.wait(Duration::from_secs(30));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{} after SIGTERM; stderr:\n{}",
+            w.id,
+            w.stderr()
+        );
+    }
+
+    // 6. Zero lost, zero doubled: the counters equal what was appended.
+    let campaigns: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT campaign, rolls, last_seq, players, characters FROM demo_campaigns ORDER BY campaign",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(campaigns.len(), CAMPAIGNS, "one row per campaign");
+    for (c, rolls, last_seq, players, characters) in &campaigns {
+        let want = appended[c];
+        assert_eq!(
+            (*rolls, *last_seq, *players, *characters),
+            (want.rolls, EVENTS_PER_CAMPAIGN as i64, 1, 1),
+            "campaign {c}: rolls, last_seq, players, characters (a lost apply is lower, a doubled one higher)"
+        );
+    }
+    let tallies: Vec<(String, String, i64, i64)> =
+        sqlx::query_as("SELECT campaign, \"character\", rolls, total FROM demo_tally ORDER BY campaign")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(tallies.len(), CAMPAIGNS, "one tally per character");
+    for (c, ch, rolls, total) in &tallies {
+        let want = appended[c];
+        assert_eq!(
+            (ch.as_str(), *rolls, *total),
+            ("hero", want.rolls, want.total),
+            "tally of {c}"
+        );
+    }
+
+    // 7. The digests equal a catch-up replay of the journal into a fresh schema.
+    let replay_store = PgProjectionStore::connect(&url, PgOptions::default().with_schema(&fresh))
+        .await
+        .expect("fresh projections");
+    let mut b = Outbox::builder(journal.clone(), replay_store.clone())
+        .config(Config::default())
+        .event_types(domain::event_types());
+    for p in domain::projections(&Faults::default()) {
+        b = b.projection(p);
+    }
+    let verifier = b.build().await.expect("verifier runtime");
+    let cancel = CancellationToken::new();
+    for p in verifier.projections().to_vec() {
+        let run = verifier
+            .replay(p.name().as_str(), None, &cancel)
+            .await
+            .expect("replay");
+        assert_eq!(run.state, outbox_core::RunState::Completed, "{run:?}");
+    }
+    let worked = digests(&store, &projections).await;
+    let replayed = digests(&replay_store, verifier.projections()).await;
+    assert_eq!(
+        worked, replayed,
+        "the workers' projections equal a catch-up replay"
+    );
+
+    // The CLI reports the same digests.
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["report", "--json", "--limit", "0"])
+        .env("OUTBOX_JOURNAL_URL", &url)
+        .env("OUTBOX_PROJECTION_URL", &url)
+        .env("OUTBOX_PG_SCHEMA", &schema)
+        .output()
+        .expect("outbox report");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["total"], 0, "{report}");
+    let reported: Vec<(String, String)> = report["digests"]["projections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_str().unwrap().to_owned(),
+                p[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(reported, worked);
+
+    replay_store.close().await;
+    journal.close().await;
+}

@@ -1,0 +1,304 @@
+//! [`RunStore`] on the projection database: the `outbox_runs` table.
+//!
+//! One active (queued or running) run per projection is enforced by the
+//! partial unique index `outbox_runs_active`, so admission is race-free
+//! across processes: the expired-claim sweep and the insert run in one
+//! transaction, and of two concurrent admissions the second waits on the
+//! index entry of the first and then inserts nothing. Every time is the
+//! projection store's database clock.
+
+use std::time::Duration;
+
+use outbox_core::{
+    Error, MAX_PAGE, ProjectionName, Result, RunEnd, RunKind, RunRecord, RunState, RunStore, Seq, StreamId,
+    Timestamp, WorkerId, duration_millis, truncate_error, validate_limit, validate_ttl,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgConnection, Row};
+
+use crate::PgProjectionStore;
+use crate::db::{pnow, storage};
+
+const COLUMNS: &str = "id, kind, projection, state, until_position, processed, last_stream, last_seq, \
+     error_code, error_message, cancel_requested, owner, lease_expires_at, created_at, updated_at";
+
+fn decode(row: &PgRow) -> Result<RunRecord> {
+    let err = |e| storage("reading a run", e);
+    let corrupt = |what: &str, e: Error| Error::storage(format!("run row has an invalid {what}"), e);
+    let u = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(RunRecord {
+        id: u(row.try_get("id").map_err(err)?),
+        kind: row
+            .try_get::<String, _>("kind")
+            .map_err(err)?
+            .parse()
+            .map_err(|e| corrupt("kind", e))?,
+        projection: ProjectionName::new(row.try_get::<String, _>("projection").map_err(err)?)
+            .map_err(|e| corrupt("projection", e))?,
+        state: row
+            .try_get::<String, _>("state")
+            .map_err(err)?
+            .parse()
+            .map_err(|e| corrupt("state", e))?,
+        until: row
+            .try_get::<Option<i64>, _>("until_position")
+            .map_err(err)?
+            .map(u),
+        processed: u(row.try_get("processed").map_err(err)?),
+        last_stream: row
+            .try_get::<Option<String>, _>("last_stream")
+            .map_err(err)?
+            .map(StreamId::new)
+            .transpose()
+            .map_err(|e| corrupt("stream", e))?,
+        last_seq: row
+            .try_get::<Option<i64>, _>("last_seq")
+            .map_err(err)?
+            .map(Seq::try_from)
+            .transpose()
+            .map_err(|e| corrupt("seq", e))?,
+        error_code: row.try_get("error_code").map_err(err)?,
+        error_message: row.try_get("error_message").map_err(err)?,
+        cancel_requested: row.try_get::<bool, _>("cancel_requested").map_err(err)?,
+        owner: WorkerId::new(row.try_get::<String, _>("owner").map_err(err)?)
+            .map_err(|e| corrupt("owner", e))?,
+        lease_expires_at: Timestamp::from_millis(row.try_get("lease_expires_at").map_err(err)?),
+        created_at: Timestamp::from_millis(row.try_get("created_at").map_err(err)?),
+        updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(err)?),
+    })
+}
+
+/// One run; `lock` takes its row lock for the rest of the transaction.
+async fn fetch(conn: &mut PgConnection, id: u64, lock: bool) -> Result<Option<RunRecord>> {
+    let Ok(id) = i64::try_from(id) else {
+        return Ok(None);
+    };
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM outbox_runs WHERE id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| storage("reading a run", e))?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// The run, locked, if it is active and owned by `owner`.
+async fn owned_active(conn: &mut PgConnection, id: u64, owner: &WorkerId) -> Result<RunRecord> {
+    let run = fetch(conn, id, true)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+    if !run.state.is_active() || &run.owner != owner {
+        return Err(Error::InvalidState(format!(
+            "run {id} is {} and owned by {}; {owner} cannot update it",
+            run.state, run.owner
+        )));
+    }
+    Ok(run)
+}
+
+/// Marks the projection's active runs whose claim expired as failed
+/// (`abandoned`).
+const SWEEP: &str = concat!(
+    "UPDATE outbox_runs SET state = 'failed', error_code = 'abandoned', \
+     error_message = 'the run''s owner stopped renewing its claim', updated_at = ",
+    pnow!(),
+    " WHERE projection = $1 AND state IN ('queued', 'running') AND lease_expires_at <= ",
+    pnow!()
+);
+
+/// Inserts a queued run unless the projection has an active one (the
+/// partial unique index decides, waiting for a concurrent admission).
+fn admit_sql() -> String {
+    format!(
+        "INSERT INTO outbox_runs (kind, projection, state, until_position, owner, lease_expires_at, \
+         created_at, updated_at) VALUES ($1, $2, 'queued', $3, $4, {now} + $5, {now}, {now}) \
+         ON CONFLICT (projection) WHERE state IN ('queued', 'running') DO NOTHING RETURNING {COLUMNS}",
+        now = pnow!()
+    )
+}
+
+impl PgProjectionStore {
+    async fn run_write<T>(
+        &self,
+        what: &'static str,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
+        let mut tx = self.db.begin().await?;
+        let out = f(&mut tx).await?;
+        tx.commit().await.map_err(|e| storage(self.db.context(what), e))?;
+        Ok(out)
+    }
+}
+
+impl RunStore for PgProjectionStore {
+    async fn admit_run(
+        &self,
+        kind: RunKind,
+        projection: &ProjectionName,
+        until: Option<u64>,
+        owner: &WorkerId,
+        ttl: Duration,
+    ) -> Result<RunRecord> {
+        validate_ttl(ttl)?;
+        let until = until.map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+        let insert = admit_sql();
+        // The active run that refused us can finish between our insert and
+        // our read of it; then try again (a few times: each retry means
+        // another admission or completion raced with this one).
+        for _ in 0..5 {
+            let admitted = self
+                .run_write("admitting a run", async |tx| {
+                    let err = |e| storage("admitting a run", e);
+                    sqlx::query(SWEEP)
+                        .bind(projection.as_str())
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                    let row = sqlx::query(AssertSqlSafe(insert.as_str()))
+                        .bind(kind.as_str())
+                        .bind(projection.as_str())
+                        .bind(until)
+                        .bind(owner.as_str())
+                        .bind(duration_millis(ttl))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                    if let Some(row) = row {
+                        return decode(&row).map(Ok);
+                    }
+                    // A new statement, so a new snapshot: it sees the run
+                    // that made the insert do nothing (committed by now).
+                    let active = sqlx::query(AssertSqlSafe(format!(
+                        "SELECT {COLUMNS} FROM outbox_runs WHERE projection = $1 \
+                         AND state IN ('queued', 'running')"
+                    )))
+                    .bind(projection.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(err)?;
+                    active.as_ref().map(decode).transpose().map(Err)
+                })
+                .await?;
+            match admitted {
+                Ok(run) => return Ok(run),
+                Err(Some(run)) => {
+                    return Err(Error::InvalidState(format!(
+                        "{} run {} is already {} on projection `{}` (owner {}); wait for it or cancel it \
+                         with `outbox runs cancel {}`",
+                        run.kind, run.id, run.state, run.projection, run.owner, run.id
+                    )));
+                }
+                Err(None) => continue,
+            }
+        }
+        Err(Error::Storage {
+            message: format!(
+                "admitting a run on projection `{projection}`: concurrent admissions kept racing; try again"
+            ),
+            temporary: true,
+            source: None,
+        })
+    }
+
+    async fn update_run(
+        &self,
+        id: u64,
+        owner: &WorkerId,
+        processed: u64,
+        last: Option<(&StreamId, Seq)>,
+        ttl: Duration,
+    ) -> Result<RunRecord> {
+        validate_ttl(ttl)?;
+        self.run_write("updating a run", async |tx| {
+            owned_active(tx, id, owner).await?;
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE outbox_runs SET state = 'running', processed = $2, \
+                 last_stream = COALESCE($3, last_stream), last_seq = COALESCE($4, last_seq), \
+                 lease_expires_at = {now} + $5, updated_at = {now} WHERE id = $1 RETURNING {COLUMNS}",
+                now = pnow!()
+            )))
+            .bind(id as i64)
+            .bind(i64::try_from(processed).unwrap_or(i64::MAX))
+            .bind(last.map(|(s, _)| s.as_str()))
+            .bind(last.map(|(_, q)| q.as_i64()))
+            .bind(duration_millis(ttl))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| storage("updating a run", e))?;
+            decode(&row)
+        })
+        .await
+    }
+
+    async fn finish_run(&self, id: u64, owner: &WorkerId, end: RunEnd) -> Result<RunRecord> {
+        let state = end.state();
+        let (code, message) = match &end {
+            RunEnd::Failed { code, message } => (Some(code.as_str()), Some(truncate_error(message))),
+            _ => (None, None),
+        };
+        self.run_write("finishing a run", async |tx| {
+            owned_active(tx, id, owner).await?;
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE outbox_runs SET state = $2, error_code = $3, error_message = $4, updated_at = {now} \
+                 WHERE id = $1 RETURNING {COLUMNS}",
+                now = pnow!()
+            )))
+            .bind(id as i64)
+            .bind(state.as_str())
+            .bind(code)
+            .bind(message)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| storage("finishing a run", e))?;
+            decode(&row)
+        })
+        .await
+    }
+
+    async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
+        self.run_write("cancelling a run", async |tx| {
+            let run = fetch(tx, id, true)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+            let set = match run.state {
+                RunState::Queued => "state = 'cancelled'",
+                RunState::Running => "cancel_requested = true",
+                _ => return Err(Error::InvalidState(format!("run {id} is already {}", run.state))),
+            };
+            let row = sqlx::query(AssertSqlSafe(format!(
+                "UPDATE outbox_runs SET {set}, updated_at = {now} WHERE id = $1 RETURNING {COLUMNS}",
+                now = pnow!()
+            )))
+            .bind(id as i64)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| storage("cancelling a run", e))?;
+            decode(&row)
+        })
+        .await
+    }
+
+    async fn run(&self, id: u64) -> Result<Option<RunRecord>> {
+        let mut conn = self
+            .db
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| storage(self.db.context("reading a run"), e))?;
+        fetch(&mut conn, id, false).await
+    }
+
+    async fn runs(&self, limit: usize) -> Result<Vec<RunRecord>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM outbox_runs ORDER BY id DESC LIMIT $1"
+        )))
+        .bind(limit as i64)
+        .fetch_all(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("listing runs"), e))?;
+        rows.iter().map(decode).collect()
+    }
+}
