@@ -8,6 +8,7 @@ mod policy;
 mod ports;
 mod projection;
 mod run;
+mod stored;
 mod time;
 
 pub use error::{BoxError, Error, Result};
@@ -30,6 +31,10 @@ pub use projection::{
     StreamGap, Watermark, detect_gap, plan_apply, validate_run,
 };
 pub use run::{RunEnd, RunKind, RunRecord, RunState};
+pub use stored::{
+    StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
+    projection_names, projection_undecodable, validate_projection_names,
+};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.

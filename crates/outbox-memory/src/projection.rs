@@ -7,7 +7,7 @@ use std::sync::Arc;
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event, Intent,
     MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
-    WatermarkStore, plan_apply, validate_limit, validate_run,
+    WatermarkStore, plan_apply, validate_limit, validate_projection_names, validate_run,
 };
 use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, WorkerId, validate_ttl};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -160,19 +160,6 @@ pub fn digest_table(tx: &MemoryTx, table: &str, out: &mut DigestBuilder) {
     }
 }
 
-fn unique_names(projections: &[Arc<dyn Projection<MemoryTx>>]) -> Result<()> {
-    let mut seen = std::collections::BTreeSet::new();
-    for p in projections {
-        if !seen.insert(p.name()) {
-            return Err(Error::invalid(format_args!(
-                "projection `{}` is listed twice",
-                p.name()
-            )));
-        }
-    }
-    Ok(())
-}
-
 fn apply_error(p: &dyn Projection<MemoryTx>, e: &Event, source: BoxError) -> Error {
     Error::Apply {
         projection: p.name().to_string(),
@@ -186,7 +173,7 @@ impl ProjectionStore for MemoryProjectionStore {
     type Tx = MemoryTx;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<MemoryTx>>]) -> Result<()> {
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let mut tx = self.begin().await;
         for p in projections {
             p.setup(&mut tx).await.map_err(|e| {
@@ -204,7 +191,7 @@ impl ProjectionStore for MemoryProjectionStore {
         projections: &[Arc<dyn Projection<MemoryTx>>],
     ) -> Result<ApplyOutcome> {
         validate_run(stream, events)?;
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let now = self.clock.now();
         let mut tx = self.begin().await;
         let mut checkpoints = Vec::with_capacity(projections.len());

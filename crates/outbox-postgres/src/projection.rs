@@ -1,13 +1,14 @@
 //! The projection database: checkpoints, watermarks and the user's tables.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, Timestamp, Watermark, WatermarkStore,
-    duration_millis, plan_apply, validate_limit, validate_run,
+    Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
+    WatermarkStore, duration_millis, plan_apply, projection_names, validate_limit, validate_projection_names,
+    validate_run,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
@@ -29,37 +30,6 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 #[derive(Clone, Debug)]
 pub struct PgProjectionStore {
     pub(crate) db: Arc<Db>,
-}
-
-fn unique_names(projections: &[Arc<dyn Projection<PgConnection>>]) -> Result<()> {
-    let mut seen = BTreeSet::new();
-    for p in projections {
-        if !seen.insert(p.name()) {
-            return Err(Error::invalid(format_args!(
-                "projection `{}` is listed twice",
-                p.name()
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        message: format!("undecodable {what} in the projection database: {e}"),
-        temporary: false,
-        source: None,
-    }
-}
-
-fn decode_watermark(stream: String, applied: i64, updated_at: i64) -> Result<Watermark> {
-    let applied_through = u64::try_from(applied).map_err(|e| bad_row("watermark", e))?;
-    Ok(Watermark {
-        stream: StreamId::new(stream).map_err(|e| bad_row("watermark", e))?,
-        applied_through,
-        expected_next: applied_through + 1,
-        updated_at: Timestamp::from_millis(updated_at),
-    })
 }
 
 /// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
@@ -175,14 +145,6 @@ async fn check_guard(
     }
 }
 
-fn names_of(projections: &[Arc<dyn Projection<PgConnection>>]) -> String {
-    projections
-        .iter()
-        .map(|p| format!("`{}`", p.name()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl PgProjectionStore {
     /// Connects to the database at `url`, creates the schema named by
     /// [`PgOptions::schema`] if missing and applies the projection
@@ -241,7 +203,7 @@ impl ProjectionStore for PgProjectionStore {
     type Tx = PgConnection;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<PgConnection>>]) -> Result<()> {
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let mut tx = self.db.begin().await?;
         // Concurrent setups of the same tables would race on CREATE TABLE IF
         // NOT EXISTS (a unique violation in the catalog): serialize them.
@@ -266,7 +228,7 @@ impl ProjectionStore for PgProjectionStore {
         projections: &[Arc<dyn Projection<PgConnection>>],
     ) -> Result<ApplyOutcome> {
         validate_run(stream, events)?;
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let err = |e| storage("applying events", e);
         let mut tx = self.db.begin().await?;
         // Lock every checkpoint of the run first, in name order: a concurrent
@@ -320,7 +282,7 @@ impl ProjectionStore for PgProjectionStore {
             report.count(e, new_to_some);
         }
         if let Some(xid) = guard {
-            check_guard(&mut tx, xid, Some(stream), &names_of(projections)).await?;
+            check_guard(&mut tx, xid, Some(stream), &projection_names(projections)).await?;
         }
         let mut moved_names = Vec::new();
         let mut moved_new = Vec::new();
@@ -446,7 +408,7 @@ impl WatermarkStore for PgProjectionStore {
         .fetch_optional(&self.db.pool)
         .await
         .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
-        row.map(|(s, a, u)| decode_watermark(s, a, u)).transpose()
+        row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
     }
 
     async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
@@ -458,7 +420,7 @@ impl WatermarkStore for PgProjectionStore {
             .execute(&mut *tx)
             .await
             .map_err(err)?;
-        let (s, a, u): (String, i64, i64) = sqlx::query_as(
+        let row: (String, i64, i64) = sqlx::query_as(
             "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = $1",
         )
         .bind(stream.as_str())
@@ -466,7 +428,7 @@ impl WatermarkStore for PgProjectionStore {
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        decode_watermark(s, a, u)
+        StoredWatermark::from(row).into_watermark()
     }
 
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
@@ -481,7 +443,7 @@ impl WatermarkStore for PgProjectionStore {
         .await
         .map_err(|e| storage(self.db.context("listing watermarks"), e))?;
         rows.into_iter()
-            .map(|(s, a, u)| decode_watermark(s, a, u))
+            .map(|w| StoredWatermark::from(w).into_watermark())
             .collect()
     }
 }

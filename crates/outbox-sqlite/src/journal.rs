@@ -6,10 +6,11 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, EventType, FailureDecision,
-    FailureOutcome, Intent, Lease, LeaseStore, MAX_PAGE, Metadata, Mode, OutboxRow, OutboxStatus,
-    OutboxStore, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, Timestamp,
-    WorkerId, WorkerInfo, WorkerRegistry, duration_millis, truncate_error, validate_limit, validate_ttl,
+    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
+    Lease, LeaseStore, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxStore, OutboxSummary, PayloadHash,
+    Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow, StreamHead, StreamId, Timestamp,
+    WorkerId, WorkerInfo, WorkerRegistry, duration_millis, journal_undecodable, truncate_error,
+    validate_limit, validate_ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
@@ -73,66 +74,37 @@ fn chunks(n: usize) -> impl Iterator<Item = usize> {
     )
 }
 
-fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        message: format!("undecodable {what} in the journal: {e}"),
-        temporary: false,
-        source: None,
-    }
-}
-
 fn decode_row(r: &SqliteRow) -> Result<OutboxRow> {
-    let get_i64 = |i: usize| r.try_get::<i64, _>(i).map_err(|e| bad_row("outbox row", e));
-    let get_str = |i: usize| r.try_get::<String, _>(i).map_err(|e| bad_row("outbox row", e));
-    Ok(OutboxRow {
-        stream: StreamId::new(get_str(0)?).map_err(|e| bad_row("outbox row", e))?,
-        seq: Seq::try_from(get_i64(1)?).map_err(|e| bad_row("outbox row", e))?,
-        event_type: EventType::new(get_str(2)?).map_err(|e| bad_row("outbox row", e))?,
-        status: get_str(3)?.parse().map_err(|e| bad_row("outbox row", e))?,
-        attempt_count: u32::try_from(get_i64(4)?.max(0)).unwrap_or(u32::MAX),
-        next_attempt_at: Timestamp::from_millis(get_i64(5)?),
-        last_error: r
-            .try_get::<Option<String>, _>(6)
-            .map_err(|e| bad_row("outbox row", e))?,
-        updated_at: Timestamp::from_millis(get_i64(7)?),
-    })
+    let bad = |e: sqlx::Error| journal_undecodable("outbox row", e);
+    StoredOutboxRow {
+        stream: r.try_get(0).map_err(bad)?,
+        seq: r.try_get(1).map_err(bad)?,
+        event_type: r.try_get(2).map_err(bad)?,
+        status: r.try_get(3).map_err(bad)?,
+        attempt_count: r.try_get(4).map_err(bad)?,
+        next_attempt_at: r.try_get(5).map_err(bad)?,
+        last_error: r.try_get(6).map_err(bad)?,
+        updated_at: r.try_get(7).map_err(bad)?,
+    }
+    .into_row()
 }
 
 fn decode_event(r: &SqliteRow, stream: &StreamId) -> Result<Event> {
-    let seq_raw: i64 = r.try_get(2).map_err(|e| bad_row("event", e))?;
-    let seq = Seq::try_from(seq_raw).map_err(|e| bad_row("event", e))?;
-    let corrupt = |reason: String| Error::Corrupt {
-        stream: stream.clone(),
+    let seq: i64 = r.try_get(2).map_err(|e| journal_undecodable("event", e))?;
+    let bad = |e: sqlx::Error| StoredEvent::column_error(stream, seq, e);
+    StoredEvent {
+        stream: r.try_get(1).map_err(bad)?,
+        global_position: r.try_get(0).map_err(bad)?,
         seq,
-        reason,
-    };
-    let stored_stream: String = r.try_get(1).map_err(|e| corrupt(e.to_string()))?;
-    if stored_stream != stream.as_str() {
-        return Err(corrupt(format!("row belongs to stream {stored_stream:?}")));
+        event_type: r.try_get(3).map_err(bad)?,
+        intent: r.try_get(4).map_err(bad)?,
+        payload: r.try_get(5).map_err(bad)?,
+        payload_hash: r.try_get(6).map_err(bad)?,
+        recorded_at: r.try_get(7).map_err(bad)?,
+        correlation_id: r.try_get(8).map_err(bad)?,
+        causation_id: r.try_get(9).map_err(bad)?,
     }
-    let global: i64 = r.try_get(0).map_err(|e| corrupt(e.to_string()))?;
-    let event_type: String = r.try_get(3).map_err(|e| corrupt(e.to_string()))?;
-    let intent: String = r.try_get(4).map_err(|e| corrupt(e.to_string()))?;
-    let payload: Vec<u8> = r.try_get(5).map_err(|e| corrupt(e.to_string()))?;
-    let hash: Vec<u8> = r.try_get(6).map_err(|e| corrupt(e.to_string()))?;
-    let recorded_at: i64 = r.try_get(7).map_err(|e| corrupt(e.to_string()))?;
-    let event = Event {
-        stream: stream.clone(),
-        seq,
-        global_position: u64::try_from(global).map_err(|e| corrupt(e.to_string()))?,
-        event_type: EventType::new(event_type).map_err(|e| corrupt(e.to_string()))?,
-        intent: intent.parse::<Intent>().map_err(|e| corrupt(e.to_string()))?,
-        payload_hash: PayloadHash::from_slice(&hash)
-            .ok_or_else(|| corrupt(format!("stored payload hash is {} bytes, not 32", hash.len())))?,
-        payload,
-        metadata: Metadata {
-            recorded_at: Timestamp::from_millis(recorded_at),
-            correlation_id: r.try_get(8).map_err(|e| corrupt(e.to_string()))?,
-            causation_id: r.try_get(9).map_err(|e| corrupt(e.to_string()))?,
-        },
-    };
-    event.verify()?;
-    Ok(event)
+    .into_event(stream)
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -477,8 +449,8 @@ impl EventJournal for SqliteJournal {
         rows.into_iter()
             .map(|(s, h)| {
                 Ok(StreamHead {
-                    stream: StreamId::new(s).map_err(|e| bad_row("stream", e))?,
-                    head: Seq::try_from(h).map_err(|e| bad_row("stream", e))?,
+                    stream: StreamId::new(s).map_err(|e| journal_undecodable("stream", e))?,
+                    head: Seq::try_from(h).map_err(|e| journal_undecodable("stream", e))?,
                 })
             })
             .collect()
@@ -502,7 +474,7 @@ impl OutboxStore for SqliteJournal {
         .await
         .map_err(|e| storage(self.db.context("listing due streams"), e))?;
         rows.into_iter()
-            .map(|s| StreamId::new(s).map_err(|e| bad_row("outbox head", e)))
+            .map(|s| StreamId::new(s).map_err(|e| journal_undecodable("outbox head", e)))
             .collect()
     }
 
@@ -769,7 +741,7 @@ impl OutboxStore for SqliteJournal {
             let n = u64::try_from(n).unwrap_or(0);
             match status
                 .parse::<OutboxStatus>()
-                .map_err(|e| bad_row("outbox row", e))?
+                .map_err(|e| journal_undecodable("outbox row", e))?
             {
                 OutboxStatus::Pending => s.pending = n,
                 OutboxStatus::Processing => s.processing = n,
@@ -827,15 +799,6 @@ async fn revive(conn: &mut SqliteConnection, stream: &str, seq: i64) -> sqlx::Re
     .await
 }
 
-fn decode_lease(stream: &StreamId, owner: String, epoch: i64, expires_at: i64) -> Result<Lease> {
-    Ok(Lease {
-        stream: stream.clone(),
-        owner: WorkerId::new(owner).map_err(|e| bad_row("stream lease", e))?,
-        epoch: u64::try_from(epoch).map_err(|e| bad_row("stream lease", e))?,
-        expires_at: Timestamp::from_millis(expires_at),
-    })
-}
-
 impl LeaseStore for SqliteJournal {
     async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl)?;
@@ -863,7 +826,7 @@ impl LeaseStore for SqliteJournal {
             .fetch_optional(&mut *tx)
             .await
             .map_err(err)?;
-            row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+            row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
         })
         .await
     }
@@ -925,7 +888,7 @@ impl LeaseStore for SqliteJournal {
         .fetch_optional(&mut *conn)
         .await
         .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
-        row.map(|(o, e, x)| decode_lease(stream, o, e, x)).transpose()
+        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
     }
 }
 
@@ -948,7 +911,7 @@ fn parse_mode(s: &str) -> Option<Mode> {
 }
 
 fn decode_worker(r: &SqliteRow) -> Result<WorkerInfo> {
-    let bad = |e: &dyn std::fmt::Display| bad_row("worker entry", e);
+    let bad = |e: &dyn std::fmt::Display| journal_undecodable("worker entry", e);
     let get_i64 = |i: usize| r.try_get::<i64, _>(i).map_err(|e| bad(&e));
     let get_str = |i: usize| r.try_get::<String, _>(i).map_err(|e| bad(&e));
     let mode = get_str(3)?;

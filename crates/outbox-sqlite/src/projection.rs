@@ -1,14 +1,14 @@
 //! The projection database: checkpoints, watermarks and the user's tables.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, Timestamp, Watermark, WatermarkStore,
-    duration_millis, plan_apply, validate_limit, validate_run,
+    Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
+    WatermarkStore, duration_millis, plan_apply, projection_names, validate_limit, validate_projection_names,
+    validate_run,
 };
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction, TypeInfo, ValueRef};
 
@@ -113,37 +113,6 @@ pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut Di
     Ok(())
 }
 
-fn unique_names(projections: &[Arc<dyn Projection<SqliteConnection>>]) -> Result<()> {
-    let mut seen = BTreeSet::new();
-    for p in projections {
-        if !seen.insert(p.name()) {
-            return Err(Error::invalid(format_args!(
-                "projection `{}` is listed twice",
-                p.name()
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn bad_row(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        message: format!("undecodable {what} in the projection database: {e}"),
-        temporary: false,
-        source: None,
-    }
-}
-
-fn decode_watermark(stream: String, applied: i64, updated_at: i64) -> Result<Watermark> {
-    let applied_through = u64::try_from(applied).map_err(|e| bad_row("watermark", e))?;
-    Ok(Watermark {
-        stream: StreamId::new(stream).map_err(|e| bad_row("watermark", e))?,
-        applied_through,
-        expected_next: applied_through + 1,
-        updated_at: Timestamp::from_millis(updated_at),
-    })
-}
-
 async fn checkpoint_of(conn: &mut SqliteConnection, projection: &str, stream: &str) -> sqlx::Result<u64> {
     let cp: Option<i64> = sqlx::query_scalar(
         "SELECT last_applied FROM outbox_checkpoints WHERE projection = ?1 AND stream = ?2",
@@ -213,14 +182,6 @@ async fn close_guard(
     }
 }
 
-fn names(projections: &[Arc<dyn Projection<SqliteConnection>>]) -> String {
-    projections
-        .iter()
-        .map(|p| format!("`{}`", p.name()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 impl SqliteProjectionStore {
     /// Opens (creating if needed, mode 0600) the projection database at
     /// `path` and applies its migrations. Refuses the same inputs as
@@ -271,7 +232,7 @@ impl ProjectionStore for SqliteProjectionStore {
     type Tx = SqliteConnection;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<SqliteConnection>>]) -> Result<()> {
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let mut tx = self.db.begin().await?;
         for p in projections {
             p.setup(&mut tx).await.map_err(|e| {
@@ -288,7 +249,7 @@ impl ProjectionStore for SqliteProjectionStore {
         projections: &[Arc<dyn Projection<SqliteConnection>>],
     ) -> Result<ApplyOutcome> {
         validate_run(stream, events)?;
-        unique_names(projections)?;
+        validate_projection_names(projections)?;
         let err = |e| storage("applying events", e);
         let mut tx = self.db.begin().await?;
         let mut read = Vec::with_capacity(projections.len());
@@ -326,7 +287,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
             report.count(e, new_to_some);
         }
-        close_guard(&mut tx, Some(stream), &names(projections)).await?;
+        close_guard(&mut tx, Some(stream), &projection_names(projections)).await?;
         for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
             if new == old {
                 continue;
@@ -434,17 +395,17 @@ impl WatermarkStore for SqliteProjectionStore {
         .fetch_optional(&mut *conn)
         .await
         .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
-        row.map(|(s, a, u)| decode_watermark(s, a, u)).transpose()
+        row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
     }
 
     async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
         let err = |e| storage("saving a watermark", e);
         let mut tx = self.db.begin().await?;
-        let (s, a, u) = raise_watermark(&mut tx, stream.as_str(), applied.as_i64())
+        let row = raise_watermark(&mut tx, stream.as_str(), applied.as_i64())
             .await
             .map_err(err)?;
         self.commit(tx, "saving a watermark").await?;
-        decode_watermark(s, a, u)
+        StoredWatermark::from(row).into_watermark()
     }
 
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
@@ -460,7 +421,7 @@ impl WatermarkStore for SqliteProjectionStore {
         .await
         .map_err(|e| storage(self.db.context("listing watermarks"), e))?;
         rows.into_iter()
-            .map(|(s, a, u)| decode_watermark(s, a, u))
+            .map(|w| StoredWatermark::from(w).into_watermark())
             .collect()
     }
 }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    Error, MAX_PAGE, ProjectionName, Result, RunEnd, RunKind, RunRecord, RunState, RunStore, Seq, StreamId,
-    Timestamp, WorkerId, duration_millis, truncate_error, validate_limit, validate_ttl,
+    Error, MAX_PAGE, ProjectionName, Result, RunEnd, RunKind, RunRecord, RunState, RunStore, Seq, StoredRun,
+    StreamId, WorkerId, duration_millis, truncate_error, validate_limit, validate_ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
@@ -17,48 +17,24 @@ const COLUMNS: &str = "id, kind, projection, state, until_position, processed, l
 
 fn decode(row: &SqliteRow) -> Result<RunRecord> {
     let err = |e| storage("reading a run", e);
-    let corrupt = |what: &str, e: Error| Error::storage(format!("run row has an invalid {what}"), e);
-    let u = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(RunRecord {
-        id: u(row.try_get("id").map_err(err)?),
-        kind: row
-            .try_get::<String, _>("kind")
-            .map_err(err)?
-            .parse()
-            .map_err(|e| corrupt("kind", e))?,
-        projection: ProjectionName::new(row.try_get::<String, _>("projection").map_err(err)?)
-            .map_err(|e| corrupt("projection", e))?,
-        state: row
-            .try_get::<String, _>("state")
-            .map_err(err)?
-            .parse()
-            .map_err(|e| corrupt("state", e))?,
-        until: row
-            .try_get::<Option<i64>, _>("until_position")
-            .map_err(err)?
-            .map(u),
-        processed: u(row.try_get("processed").map_err(err)?),
-        last_stream: row
-            .try_get::<Option<String>, _>("last_stream")
-            .map_err(err)?
-            .map(StreamId::new)
-            .transpose()
-            .map_err(|e| corrupt("stream", e))?,
-        last_seq: row
-            .try_get::<Option<i64>, _>("last_seq")
-            .map_err(err)?
-            .map(Seq::try_from)
-            .transpose()
-            .map_err(|e| corrupt("seq", e))?,
+    StoredRun {
+        id: row.try_get("id").map_err(err)?,
+        kind: row.try_get("kind").map_err(err)?,
+        projection: row.try_get("projection").map_err(err)?,
+        state: row.try_get("state").map_err(err)?,
+        until_position: row.try_get("until_position").map_err(err)?,
+        processed: row.try_get("processed").map_err(err)?,
+        last_stream: row.try_get("last_stream").map_err(err)?,
+        last_seq: row.try_get("last_seq").map_err(err)?,
         error_code: row.try_get("error_code").map_err(err)?,
         error_message: row.try_get("error_message").map_err(err)?,
         cancel_requested: row.try_get::<i64, _>("cancel_requested").map_err(err)? != 0,
-        owner: WorkerId::new(row.try_get::<String, _>("owner").map_err(err)?)
-            .map_err(|e| corrupt("owner", e))?,
-        lease_expires_at: Timestamp::from_millis(row.try_get("lease_expires_at").map_err(err)?),
-        created_at: Timestamp::from_millis(row.try_get("created_at").map_err(err)?),
-        updated_at: Timestamp::from_millis(row.try_get("updated_at").map_err(err)?),
-    })
+        owner: row.try_get("owner").map_err(err)?,
+        lease_expires_at: row.try_get("lease_expires_at").map_err(err)?,
+        created_at: row.try_get("created_at").map_err(err)?,
+        updated_at: row.try_get("updated_at").map_err(err)?,
+    }
+    .into_record()
 }
 
 async fn fetch(conn: &mut SqliteConnection, id: u64) -> Result<Option<RunRecord>> {
