@@ -972,7 +972,7 @@ fn rebuild_one_and_all_reproduce_the_digests() {
 }
 
 #[test]
-fn a_rebuild_waits_for_the_active_run_of_another_owner() {
+fn a_rebuild_is_refused_while_another_owner_has_an_active_run() {
     let site = demo_site();
     let before = digests(&site);
     let id = block_on(async {
