@@ -142,6 +142,37 @@ impl OutboxSummary {
         self.pending + self.processing + self.failed + self.dead
     }
 
+    /// A summary from stored `(status, count)` pairs, as SQL adapters read
+    /// them with `GROUP BY status`. An unknown status is
+    /// [`Error::Storage`] (the stored data is not ours).
+    pub fn from_counts(
+        as_of: Timestamp,
+        oldest_retry_eligible: Option<OutboxRow>,
+        counts: impl IntoIterator<Item = (String, i64)>,
+    ) -> Result<Self> {
+        let mut s = OutboxSummary {
+            as_of,
+            oldest_retry_eligible,
+            ..OutboxSummary::default()
+        };
+        for (status, n) in counts {
+            let status: OutboxStatus = status
+                .parse()
+                .map_err(|e| Error::storage("undecodable outbox row status in the journal", e))?;
+            *s.count_mut(status) = u64::try_from(n).unwrap_or(0);
+        }
+        Ok(s)
+    }
+
+    fn count_mut(&mut self, status: OutboxStatus) -> &mut u64 {
+        match status {
+            OutboxStatus::Pending => &mut self.pending,
+            OutboxStatus::Processing => &mut self.processing,
+            OutboxStatus::Failed => &mut self.failed,
+            OutboxStatus::Dead => &mut self.dead,
+        }
+    }
+
     /// The count for one status.
     pub fn count(&self, status: OutboxStatus) -> u64 {
         match status {
@@ -206,6 +237,25 @@ pub fn validate_limit(limit: usize, max: usize) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summary_from_counts() {
+        let s = OutboxSummary::from_counts(
+            Timestamp::EPOCH,
+            None,
+            [
+                ("pending".to_string(), 3),
+                ("dead".to_string(), 1),
+                ("failed".to_string(), -1),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (s.pending, s.processing, s.failed, s.dead, s.total()),
+            (3, 0, 0, 1, 4)
+        );
+        assert!(OutboxSummary::from_counts(Timestamp::EPOCH, None, [("done".to_string(), 1)]).is_err());
+    }
 
     #[test]
     fn status_round_trips() {

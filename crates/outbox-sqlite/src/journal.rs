@@ -732,24 +732,11 @@ impl OutboxStore for SqliteJournal {
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
-        let mut s = OutboxSummary {
-            as_of: Timestamp::from_millis(as_of),
-            oldest_retry_eligible: oldest.as_ref().map(decode_row).transpose()?,
-            ..OutboxSummary::default()
-        };
-        for (status, n) in counts {
-            let n = u64::try_from(n).unwrap_or(0);
-            match status
-                .parse::<OutboxStatus>()
-                .map_err(|e| journal_undecodable("outbox row", e))?
-            {
-                OutboxStatus::Pending => s.pending = n,
-                OutboxStatus::Processing => s.processing = n,
-                OutboxStatus::Failed => s.failed = n,
-                OutboxStatus::Dead => s.dead = n,
-            }
-        }
-        Ok(s)
+        OutboxSummary::from_counts(
+            Timestamp::from_millis(as_of),
+            oldest.as_ref().map(decode_row).transpose()?,
+            counts,
+        )
     }
 
     async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
