@@ -18,17 +18,12 @@ fn decode(v: &[u8]) -> Result<OracleStream, BoxError> {
     let (sum, seqs) = s.split_once('|').ok_or("malformed oracle row")?;
     Ok(OracleStream {
         sum: sum.parse()?,
-        seqs: seqs
-            .split(',')
-            .filter(|x| !x.is_empty())
-            .map(str::parse)
-            .collect::<Result<_, _>>()?,
+        seqs: OracleStream::parse_seqs(seqs)?,
     })
 }
 
 fn encode(s: &OracleStream) -> Vec<u8> {
-    let seqs: Vec<String> = s.seqs.iter().map(u64::to_string).collect();
-    format!("{}|{}", s.sum, seqs.join(",")).into_bytes()
+    format!("{}|{}", s.sum, s.seqs_text()).into_bytes()
 }
 
 /// The oracle's storage on [`MemoryTx`]: a table per projection for the

@@ -7,17 +7,6 @@ use sqlx::{PgConnection, Row};
 use crate::PgProjectionStore;
 use crate::db::storage;
 
-fn encode(seqs: &[u64]) -> String {
-    seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn decode(seqs: &str) -> Result<Vec<u64>, BoxError> {
-    seqs.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| Ok(s.parse()?))
-        .collect()
-}
-
 /// The oracle's storage in two tables of the projection schema:
 /// `oracle_streams` (one row per projection and stream: the sum and the seq
 /// list) and `oracle_ledger` (one row per apply, no unique constraint, so a
@@ -59,7 +48,7 @@ impl OracleStorage<PgConnection> for PgOracle {
         row.map(|(sum, seqs)| {
             Ok(OracleStream {
                 sum,
-                seqs: decode(&seqs)?,
+                seqs: OracleStream::parse_seqs(&seqs)?,
             })
         })
         .transpose()
@@ -79,7 +68,7 @@ impl OracleStorage<PgConnection> for PgOracle {
         .bind(projection)
         .bind(stream)
         .bind(state.sum)
-        .bind(encode(&state.seqs))
+        .bind(state.seqs_text())
         .execute(&mut *tx)
         .await?;
         Ok(())
@@ -130,7 +119,7 @@ impl OracleStorage<PgConnection> for PgOracle {
                     stream,
                     OracleStream {
                         sum,
-                        seqs: decode(&seqs)?,
+                        seqs: OracleStream::parse_seqs(&seqs)?,
                     },
                 ))
             })
@@ -162,8 +151,8 @@ pub async fn read_oracle(store: &PgProjectionStore, name: &str) -> Result<Oracle
     for r in rows {
         let stream: String = r.try_get(0).map_err(err)?;
         let seqs: String = r.try_get(2).map_err(err)?;
-        let seqs =
-            decode(&seqs).map_err(|e| outbox_core::Error::storage("undecodable oracle seq list", e))?;
+        let seqs = OracleStream::parse_seqs(&seqs)
+            .map_err(|e| outbox_core::Error::storage("undecodable oracle seq list", e))?;
         state.streams.insert(
             stream,
             OracleStream {

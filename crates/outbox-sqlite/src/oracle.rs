@@ -15,17 +15,6 @@ use crate::SqliteProjectionStore;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SqliteOracle;
 
-fn encode(seqs: &[u64]) -> String {
-    seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-}
-
-fn decode(seqs: &str) -> Result<Vec<u64>, BoxError> {
-    seqs.split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| Ok(s.parse()?))
-        .collect()
-}
-
 #[outbox_core::async_trait]
 impl OracleStorage<SqliteConnection> for SqliteOracle {
     async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
@@ -60,7 +49,7 @@ impl OracleStorage<SqliteConnection> for SqliteOracle {
         row.map(|(sum, seqs)| {
             Ok(OracleStream {
                 sum,
-                seqs: decode(&seqs)?,
+                seqs: OracleStream::parse_seqs(&seqs)?,
             })
         })
         .transpose()
@@ -80,7 +69,7 @@ impl OracleStorage<SqliteConnection> for SqliteOracle {
         .bind(projection)
         .bind(stream)
         .bind(state.sum)
-        .bind(encode(&state.seqs))
+        .bind(state.seqs_text())
         .execute(&mut *tx)
         .await?;
         Ok(())
@@ -131,7 +120,7 @@ impl OracleStorage<SqliteConnection> for SqliteOracle {
                     stream,
                     OracleStream {
                         sum,
-                        seqs: decode(&seqs)?,
+                        seqs: OracleStream::parse_seqs(&seqs)?,
                     },
                 ))
             })
@@ -167,7 +156,7 @@ pub async fn read_oracle(store: &SqliteProjectionStore, projection: &str) -> Ora
             stream,
             OracleStream {
                 sum: r.get(1),
-                seqs: decode(&seqs).expect("seq list"),
+                seqs: OracleStream::parse_seqs(&seqs).expect("seq list"),
             },
         );
     }

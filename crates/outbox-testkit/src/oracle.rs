@@ -58,6 +58,21 @@ pub struct OracleStream {
     pub seqs: Vec<u64>,
 }
 
+impl OracleStream {
+    /// The seq list as stored by the adapters' oracle storage: `"1,2,3"`.
+    pub fn seqs_text(&self) -> String {
+        self.seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+    }
+
+    /// Parses a seq list written by [`OracleStream::seqs_text`].
+    pub fn parse_seqs(text: &str) -> Result<Vec<u64>, BoxError> {
+        text.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| Ok(s.parse()?))
+            .collect()
+    }
+}
+
 /// The committed state of one oracle projection.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OracleState {
@@ -191,11 +206,10 @@ impl<Tx: Send + 'static> Projection<Tx> for OracleProjection<Tx> {
     async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError> {
         out.table("oracle");
         for (stream, s) in self.storage.dump(tx, self.name.as_str()).await? {
-            let seqs: Vec<String> = s.seqs.iter().map(u64::to_string).collect();
             out.row(&[
                 DigestValue::Text(&stream),
                 DigestValue::Int(s.sum),
-                DigestValue::Text(&seqs.join(",")),
+                DigestValue::Text(&s.seqs_text()),
             ]);
         }
         Ok(())
