@@ -1,7 +1,9 @@
 //! Rebuilds the crate when an embedded migration changes (`sqlx::migrate!`
-//! reads them at compile time).
+//! reads them at compile time). The crate's `migrations/` is a copy of the
+//! workspace's `migrations/sqlite/`, kept equal by `cargo xtask sync-migrations`
+//! and checked by `cargo xtask ci`.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../../migrations/sqlite/journal");
-    println!("cargo:rerun-if-changed=../../migrations/sqlite/projection");
+    println!("cargo:rerun-if-changed=migrations/journal");
+    println!("cargo:rerun-if-changed=migrations/projection");
 }

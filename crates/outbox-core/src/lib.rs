@@ -8,8 +8,10 @@ mod policy;
 mod ports;
 mod projection;
 mod run;
+pub mod spi;
 mod stored;
 mod time;
+mod view;
 
 pub use error::{BoxError, Error, Result};
 pub use event::{
@@ -23,8 +25,8 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, WakeSource, WatermarkStore,
-    WorkerInfo, WorkerRegistry,
+    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, WakeSource, ViewStore,
+    WatermarkStore, WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
@@ -34,6 +36,10 @@ pub use run::{RunEnd, RunKind, RunRecord, RunState};
 pub use stored::{
     StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
     projection_names, projection_undecodable, validate_projection_names,
+};
+pub use view::{
+    MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx, digest_view,
+    validate_view_key, validate_view_table, view_projection,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
 

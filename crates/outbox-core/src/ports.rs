@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::spi::ViewStorage;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
     OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamHead, StreamId,
@@ -277,8 +278,10 @@ pub trait LeaseStore: Send + Sync {
 /// `Projection::digest`, and its checkpoints). `setup` runs every
 /// projection's `setup` (idempotent).
 pub trait ProjectionStore: Send + Sync {
-    /// The transaction-scoped handle appliers write through.
-    type Tx: Send + 'static;
+    /// The transaction-scoped handle appliers write through. It stores the
+    /// documents of [`ViewProjection`](crate::ViewProjection)s, so a
+    /// projection written once runs on every adapter.
+    type Tx: ViewStorage + 'static;
 
     /// Creates every projection's tables.
     fn setup(&self, projections: &[Arc<dyn Projection<Self::Tx>>])
@@ -457,4 +460,34 @@ pub trait RunStore: Send + Sync {
 
     /// Recent runs, newest first.
     fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<crate::RunRecord>>> + Send;
+}
+
+/// Reads the documents of [`ViewProjection`](crate::ViewProjection)s outside
+/// any apply (the application's query side); used through
+/// [`ViewReader`](crate::ViewReader), which validates names and decodes.
+///
+/// # Contract
+/// - `view_get` returns the committed JSON text of (projection, table, key)
+///   or `None`.
+/// - `view_scan` returns up to `limit` committed documents of one table with
+///   key strictly greater than `after`, ordered by key bytewise, as
+///   [`ViewStorage::view_scan`] does inside a transaction.
+/// - Each call reads one committed state; it never blocks an apply for long.
+pub trait ViewStore: Send + Sync {
+    /// One document.
+    fn view_get(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send;
+
+    /// A page of one table, in key order.
+    fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send;
 }

@@ -72,6 +72,7 @@ impl MemoryJournal {
         }
     }
 
+    #[cfg(feature = "test-util")]
     /// Test support: flips one byte of the stored payload of `stream`/`seq`
     /// (an empty payload gains a byte), leaving its stored hash as it was, so
     /// reading the event reports [`Error::Corrupt`]. Returns whether the event

@@ -1,8 +1,6 @@
 #![doc = include_str!("../README.md")]
 
 mod journal;
-#[cfg(feature = "oracle")]
-pub mod oracle;
 mod projection;
 
 pub use journal::MemoryJournal;

@@ -9,15 +9,20 @@ use outbox_core::{
     MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
     WatermarkStore, plan_apply, validate_limit, validate_projection_names, validate_run,
 };
-use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, WorkerId, validate_ttl};
+use outbox_core::spi::{ViewRow, ViewStorage};
+use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait, validate_ttl};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Projection tables: table name -> key -> value bytes, all ordered.
 pub type Tables = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 
+/// View documents: (projection, table, key) -> JSON text, ordered bytewise.
+type Views = BTreeMap<(String, String, String), String>;
+
 #[derive(Debug, Default)]
 struct State {
     tables: Tables,
+    views: Views,
     checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
     watermarks: BTreeMap<StreamId, Watermark>,
     runs: BTreeMap<u64, RunRecord>,
@@ -74,8 +79,17 @@ impl MemoryProjectionStore {
 #[derive(Debug)]
 pub struct MemoryTx {
     guard: OwnedMutexGuard<State>,
-    undo: Vec<(String, String, Option<Vec<u8>>)>,
+    undo: Vec<Undo>,
     committed: bool,
+}
+
+/// What rolling back one write restores.
+#[derive(Debug)]
+enum Undo {
+    /// A raw table entry and its previous value.
+    Table(String, String, Option<Vec<u8>>),
+    /// A view document and its previous text.
+    View((String, String, String), Option<String>),
 }
 
 impl MemoryTx {
@@ -92,7 +106,7 @@ impl MemoryTx {
             .entry(table.to_owned())
             .or_default()
             .insert(key.to_owned(), value.into());
-        self.undo.push((table.to_owned(), key.to_owned(), old));
+        self.undo.push(Undo::Table(table.to_owned(), key.to_owned(), old));
     }
 
     /// Removes `key` from `table`; returns whether it was there.
@@ -100,7 +114,7 @@ impl MemoryTx {
         let old = self.guard.tables.get_mut(table).and_then(|t| t.remove(key));
         let existed = old.is_some();
         if existed {
-            self.undo.push((table.to_owned(), key.to_owned(), old));
+            self.undo.push(Undo::Table(table.to_owned(), key.to_owned(), old));
         }
         existed
     }
@@ -137,17 +151,142 @@ impl Drop for MemoryTx {
         if self.committed {
             return;
         }
-        while let Some((table, key, old)) = self.undo.pop() {
-            let t = self.guard.tables.entry(table).or_default();
-            match old {
-                Some(v) => {
-                    t.insert(key, v);
+        while let Some(undo) = self.undo.pop() {
+            match undo {
+                Undo::Table(table, key, old) => {
+                    let t = self.guard.tables.entry(table).or_default();
+                    match old {
+                        Some(v) => t.insert(key, v),
+                        None => t.remove(&key),
+                    };
                 }
-                None => {
-                    t.remove(&key);
+                Undo::View(key, old) => {
+                    match old {
+                        Some(v) => self.guard.views.insert(key, v),
+                        None => self.guard.views.remove(&key),
+                    };
                 }
             }
         }
+    }
+}
+
+impl MemoryTx {
+    fn set_view(&mut self, key: (String, String, String), value: Option<String>) -> Option<String> {
+        let old = match value {
+            Some(v) => self.guard.views.insert(key.clone(), v),
+            None => self.guard.views.remove(&key),
+        };
+        self.undo.push(Undo::View(key, old.clone()));
+        old
+    }
+}
+
+fn view_key(projection: &ProjectionName, table: &str, key: &str) -> (String, String, String) {
+    (projection.to_string(), table.to_owned(), key.to_owned())
+}
+
+/// Documents of one projection (optionally one table) after `after`, in order.
+fn view_range<'a>(
+    views: &'a Views,
+    projection: &ProjectionName,
+    table: Option<&str>,
+    after: Option<(&str, &str)>,
+) -> impl Iterator<Item = (&'a (String, String, String), &'a String)> {
+    let p = projection.to_string();
+    let lower = match after {
+        Some((t, k)) => Bound::Excluded((p.clone(), t.to_owned(), k.to_owned())),
+        None => Bound::Included((p.clone(), table.unwrap_or("").to_owned(), String::new())),
+    };
+    let table = table.map(str::to_owned);
+    views
+        .range((lower, Bound::Unbounded))
+        .take_while(move |((vp, vt, _), _)| *vp == p && table.as_ref().is_none_or(|t| t == vt))
+}
+
+#[async_trait]
+impl ViewStorage for MemoryTx {
+    async fn view_get(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.guard.views.get(&view_key(projection, table, key)).cloned())
+    }
+
+    async fn view_put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str) -> Result<()> {
+        self.set_view(view_key(projection, table, key), Some(value.to_owned()));
+        Ok(())
+    }
+
+    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool> {
+        let key = view_key(projection, table, key);
+        if !self.guard.views.contains_key(&key) {
+            return Ok(false);
+        }
+        Ok(self.set_view(key, None).is_some())
+    }
+
+    async fn view_scan(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(scan_views(&self.guard.views, projection, table, after, limit))
+    }
+
+    async fn view_rows(
+        &mut self,
+        projection: &ProjectionName,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ViewRow>> {
+        Ok(view_range(&self.guard.views, projection, None, after)
+            .take(limit)
+            .map(|((_, t, k), v)| ViewRow {
+                table: t.clone(),
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect())
+    }
+
+    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64> {
+        let keys: Vec<_> = view_range(&self.guard.views, projection, None, None)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            self.set_view(k.clone(), None);
+        }
+        Ok(keys.len() as u64)
+    }
+}
+
+fn scan_views(
+    views: &Views,
+    projection: &ProjectionName,
+    table: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Vec<(String, String)> {
+    view_range(views, projection, Some(table), after.map(|a| (table, a)))
+        .take(limit)
+        .map(|((_, _, k), v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+impl ViewStore for MemoryProjectionStore {
+    async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.state.lock().await.views.get(&view_key(projection, table, key)).cloned())
+    }
+
+    async fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        Ok(scan_views(&self.state.lock().await.views, projection, table, after, limit))
     }
 }
 

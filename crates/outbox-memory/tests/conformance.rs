@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{ManualClock, Seq, StreamId};
-use outbox_memory::oracle::{MemoryOracle, read_oracle};
-use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
-use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
+use outbox_memory::{MemoryJournal, MemoryProjectionStore};
+use outbox_testkit::{Fixture, Harness};
 
 #[derive(Default)]
 struct MemoryHarness;
@@ -54,14 +53,6 @@ impl Harness for MemoryHarness {
             ctx.journal.corrupt_payload_for_tests(stream, seq),
             "no event {stream}/{seq} to corrupt"
         );
-    }
-
-    fn oracle_storage(&self) -> Arc<dyn OracleStorage<MemoryTx>> {
-        Arc::new(MemoryOracle)
-    }
-
-    async fn oracle_state(&self, ctx: &Ctx, name: &str) -> OracleState {
-        ctx.projections.read(|t| read_oracle(t, name)).await
     }
 }
 

@@ -23,7 +23,7 @@ use outbox_core::{
     ProjectionStore, StreamId, WorkerId, async_trait,
 };
 use outbox_postgres::sqlx::{self, Connection, PgConnection, PgPool};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, digest_table, statements};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx, digest_table, statements};
 use tokio::runtime::Runtime;
 
 static RESULTS: Mutex<BTreeMap<(String, &'static str), (Duration, u64)>> = Mutex::new(BTreeMap::new());
@@ -72,7 +72,7 @@ async fn fixture(tag: &str) -> Fixture {
     let options = PgOptions::default().with_schema(&schema).with_max_connections(8);
     let journal = PgJournal::connect(&url(), options).await.unwrap();
     let store = PgProjectionStore::sharing(&journal).await.unwrap();
-    let p: Arc<dyn Projection<PgConnection>> = Arc::new(Upsert(ProjectionName::new("totals").unwrap()));
+    let p: Arc<dyn Projection<PgTx>> = Arc::new(Upsert(ProjectionName::new("totals").unwrap()));
     store.setup(&[p]).await.unwrap();
     Fixture {
         schema,
@@ -109,26 +109,26 @@ async fn upsert(tx: &mut PgConnection, stream: &str, seq: i64) -> sqlx::Result<(
 }
 
 #[async_trait]
-impl Projection<PgConnection> for Upsert {
+impl Projection<PgTx> for Upsert {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
-    async fn setup(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut PgTx) -> Result<(), BoxError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS totals (stream text PRIMARY KEY, n bigint NOT NULL, last bigint NOT NULL)")
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         Ok(())
     }
-    async fn apply(&self, tx: &mut PgConnection, e: &Event) -> Result<(), BoxError> {
-        upsert(tx, e.stream.as_str(), e.seq.as_i64()).await?;
+    async fn apply(&self, tx: &mut PgTx, e: &Event) -> Result<(), BoxError> {
+        upsert(tx.conn(), e.stream.as_str(), e.seq.as_i64()).await?;
         Ok(())
     }
-    async fn reset(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM totals").execute(&mut *tx).await?;
+    async fn reset(&self, tx: &mut PgTx) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM totals").execute(&mut **tx).await?;
         Ok(())
     }
-    async fn digest(&self, tx: &mut PgConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        Ok(digest_table(tx, "totals", out).await?)
+    async fn digest(&self, tx: &mut PgTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(digest_table(tx.conn(), "totals", out).await?)
     }
 }
 
@@ -295,7 +295,7 @@ async fn check(f: &Fixture, per_stream: u64) {
 /// The adapter's worker loop (one worker).
 async fn adapter_worker(f: &Fixture, who: &str, batch: usize) {
     let owner = WorkerId::new(who).unwrap();
-    let projs: Vec<Arc<dyn Projection<PgConnection>>> =
+    let projs: Vec<Arc<dyn Projection<PgTx>>> =
         vec![Arc::new(Upsert(ProjectionName::new("totals").unwrap()))];
     loop {
         let due = f.journal.due_streams(16).await.unwrap();

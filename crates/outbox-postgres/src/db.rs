@@ -67,8 +67,8 @@ impl Role {
 
     fn migrator(self) -> Migrator {
         let mut m = match self {
-            Role::Journal => sqlx::migrate!("../../migrations/postgres/journal"),
-            Role::Projection => sqlx::migrate!("../../migrations/postgres/projection"),
+            Role::Journal => sqlx::migrate!("migrations/journal"),
+            Role::Projection => sqlx::migrate!("migrations/projection"),
         };
         m.dangerous_set_table_name(self.migrations_table());
         // No session-level advisory lock: we migrate inside our own
@@ -316,6 +316,7 @@ impl Db {
     }
 
     /// Moves the role's clock forward by `ms` (tests only).
+    #[cfg(feature = "test-util")]
     pub(crate) async fn advance_clock(&self, role: Role, ms: i64) -> Result<()> {
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {t} (key, value) VALUES ('test_clock_offset_ms', $1::bigint::text) \

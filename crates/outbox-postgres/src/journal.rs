@@ -409,6 +409,7 @@ impl PgJournal {
         Ok(out)
     }
 
+    #[cfg(feature = "test-util")]
     /// Test support: moves this schema's journal clock forward by `d`, for
     /// every instance. The clock is the database's clock plus an offset stored
     /// in the schema (0 unless this is called). Never call it in production.

@@ -5,14 +5,14 @@ mod journal;
 mod options;
 mod projection;
 mod runs;
+mod tx;
 mod wake;
 
-#[cfg(feature = "oracle")]
-pub mod oracle;
 
 pub use journal::PgJournal;
 pub use options::{PgOptions, validate_identifier};
 pub use projection::{PgProjectionStore, digest_table};
+pub use tx::PgTx;
 pub use wake::PgWakeSource;
 
 /// The driver, re-exported so appliers name the same `PgConnection`.

@@ -14,12 +14,14 @@ use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
 
 use crate::db::{Db, Role, parse_url, pnow, storage};
+use crate::tx::{self, PgTx};
 use crate::{PgJournal, PgOptions, validate_identifier};
 
 /// The Postgres projection database: implements [`ProjectionStore`]
-/// (appliers write through `&mut sqlx::PgConnection`, inside the store's
-/// transaction), [`WatermarkStore`] and [`RunStore`](outbox_core::RunStore)
-/// (replay and rebuild runs in `outbox_runs`).
+/// (appliers write through a [`PgTx`], inside the store's transaction),
+/// [`WatermarkStore`], [`ViewStore`](outbox_core::ViewStore) and
+/// [`RunStore`](outbox_core::RunStore) (replay and rebuild runs in
+/// `outbox_runs`).
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
 /// watermarks live in one schema (the connections' `search_path`), so an
@@ -191,6 +193,7 @@ impl PgProjectionStore {
         self.db.close().await;
     }
 
+    #[cfg(feature = "test-util")]
     /// Test support: moves this schema's projection clock forward by `d`.
     /// See [`PgJournal::advance_clock_for_tests`].
     #[doc(hidden)]
@@ -200,15 +203,15 @@ impl PgProjectionStore {
 }
 
 impl ProjectionStore for PgProjectionStore {
-    type Tx = PgConnection;
+    type Tx = PgTx;
 
-    async fn setup(&self, projections: &[Arc<dyn Projection<PgConnection>>]) -> Result<()> {
+    async fn setup(&self, projections: &[Arc<dyn Projection<PgTx>>]) -> Result<()> {
         validate_projection_names(projections)?;
-        let mut tx = self.db.begin().await?;
+        let mut tx = PgTx::new(self.db.begin().await?);
         // Concurrent setups of the same tables would race on CREATE TABLE IF
         // NOT EXISTS (a unique violation in the catalog): serialize them.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('outbox.setup.' || current_schema(), 0))")
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(|e| storage("setting up projections", e))?;
         for p in projections {
@@ -225,12 +228,12 @@ impl ProjectionStore for PgProjectionStore {
         &self,
         stream: &StreamId,
         events: &[Event],
-        projections: &[Arc<dyn Projection<PgConnection>>],
+        projections: &[Arc<dyn Projection<PgTx>>],
     ) -> Result<ApplyOutcome> {
         validate_run(stream, events)?;
         validate_projection_names(projections)?;
         let err = |e| storage("applying events", e);
-        let mut tx = self.db.begin().await?;
+        let mut tx = PgTx::new(self.db.begin().await?);
         // Lock every checkpoint of the run first, in name order: a concurrent
         // apply of the same (projection, stream) waits here, then sees what
         // this one committed and skips it as duplicates.
@@ -239,7 +242,7 @@ impl ProjectionStore for PgProjectionStore {
         let locked = if names.is_empty() {
             HashMap::new()
         } else {
-            lock_checkpoints(&mut tx, stream.as_str(), &names)
+            lock_checkpoints(tx.conn(), stream.as_str(), &names)
                 .await
                 .map_err(err)?
         };
@@ -265,7 +268,7 @@ impl ProjectionStore for PgProjectionStore {
                 }
                 if e.intent == Intent::Apply {
                     if guard.is_none() {
-                        guard = Some(open_guard(&mut tx).await.map_err(err)?);
+                        guard = Some(open_guard(tx.conn()).await.map_err(err)?);
                     }
                     p.apply(&mut tx, e)
                         .await
@@ -282,7 +285,7 @@ impl ProjectionStore for PgProjectionStore {
             report.count(e, new_to_some);
         }
         if let Some(xid) = guard {
-            check_guard(&mut tx, xid, Some(stream), &projection_names(projections)).await?;
+            check_guard(tx.conn(), xid, Some(stream), &projection_names(projections)).await?;
         }
         let mut moved_names = Vec::new();
         let mut moved_new = Vec::new();
@@ -305,7 +308,7 @@ impl ProjectionStore for PgProjectionStore {
             .bind(&moved_new)
             .bind(&moved_old)
             .bind(last)
-            .fetch_one(&mut *tx)
+            .fetch_one(tx.conn())
             .await
             .map_err(err)?;
         if changed != moved_names.len() as i64 {
@@ -335,16 +338,16 @@ impl ProjectionStore for PgProjectionStore {
         Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
     }
 
-    async fn reset(&self, projection: &dyn Projection<PgConnection>) -> Result<()> {
-        let mut tx = self.db.begin().await?;
+    async fn reset(&self, projection: &dyn Projection<PgTx>) -> Result<()> {
+        let mut tx = PgTx::new(self.db.begin().await?);
         // Lock the projection's checkpoints first so a concurrent apply
         // either finishes before the reset or starts after it.
         sqlx::query("SELECT 1 FROM outbox_checkpoints WHERE projection = $1 ORDER BY stream FOR UPDATE")
             .bind(projection.name().as_str())
-            .fetch_all(&mut *tx)
+            .fetch_all(tx.conn())
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
-        let xid = open_guard(&mut tx)
+        let xid = open_guard(tx.conn())
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
         projection.reset(&mut tx).await.map_err(|e| {
@@ -353,10 +356,10 @@ impl ProjectionStore for PgProjectionStore {
                 e,
             )
         })?;
-        check_guard(&mut tx, xid, None, &format!("`{}`", projection.name())).await?;
+        check_guard(tx.conn(), xid, None, &format!("`{}`", projection.name())).await?;
         sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = $1")
             .bind(projection.name().as_str())
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
         tx.commit()
@@ -364,15 +367,16 @@ impl ProjectionStore for PgProjectionStore {
             .map_err(|e| storage(self.db.context("resetting a projection"), e))
     }
 
-    async fn digest(&self, projection: &dyn Projection<PgConnection>) -> Result<Digest> {
+    async fn digest(&self, projection: &dyn Projection<PgTx>) -> Result<Digest> {
         let err = |e| storage(self.db.context("digesting a projection"), e);
         // One snapshot: the tables and the checkpoints agree.
-        let mut tx = self
-            .db
-            .pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await
-            .map_err(err)?;
+        let mut tx = PgTx::new(
+            self.db
+                .pool
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await
+                .map_err(err)?,
+        );
         let mut out = DigestBuilder::new();
         projection.digest(&mut tx, &mut out).await.map_err(|e| {
             Error::storage(
@@ -386,7 +390,7 @@ impl ProjectionStore for PgProjectionStore {
              WHERE projection = $1 AND last_applied > 0 ORDER BY stream",
         )
         .bind(projection.name().as_str())
-        .fetch_all(&mut *tx)
+        .fetch_all(tx.conn())
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
@@ -413,18 +417,18 @@ impl WatermarkStore for PgProjectionStore {
 
     async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
         let err = |e| storage(self.db.context("saving a watermark"), e);
-        let mut tx = self.db.begin().await?;
+        let mut tx = PgTx::new(self.db.begin().await?);
         sqlx::query(RAISE_WATERMARK)
             .bind(stream.as_str())
             .bind(applied.as_i64())
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(err)?;
         let row: (String, i64, i64) = sqlx::query_as(
             "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = $1",
         )
         .bind(stream.as_str())
-        .fetch_one(&mut *tx)
+        .fetch_one(tx.conn())
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
@@ -532,4 +536,33 @@ pub async fn digest_table(conn: &mut PgConnection, table: &str, out: &mut Digest
         out.row(&borrowed);
     }
     Ok(())
+}
+
+impl outbox_core::ViewStore for PgProjectionStore {
+    async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
+            .bind(projection.as_str())
+            .bind(table)
+            .bind(key)
+            .fetch_optional(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("reading a view document"), e))
+    }
+
+    async fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self
+            .db
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| storage(self.db.context("scanning a view table"), e))?;
+        tx::scan(&mut conn, projection, table, after, limit).await
+    }
 }

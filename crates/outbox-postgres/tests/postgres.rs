@@ -14,11 +14,10 @@ use outbox_core::{
     ExpectedVersion, LeaseStore, OutboxStore, Projection, ProjectionName, ProjectionStore, WakeSource,
     WatermarkStore, WorkerId,
 };
-use outbox_postgres::oracle::{PgOracle, read_oracle};
 use outbox_postgres::sqlx::postgres::PgListener;
-use outbox_postgres::sqlx::{self, PgConnection, PgPool};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, statements};
-use outbox_testkit::{Expected, OracleProjection, add, check_history, sid};
+use outbox_postgres::sqlx::{self, PgPool};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx, statements};
+use outbox_testkit::{Expected, OracleProjection, add, check_history, read_state, sid};
 use tokio::sync::Notify;
 
 fn request(stream: &str, values: &[i64]) -> AppendRequest {
@@ -36,34 +35,34 @@ async fn admin_pool() -> PgPool {
 /// An oracle projection that, after writing inside the apply transaction,
 /// reports its backend pid and blocks until released.
 struct Blocking {
-    inner: Arc<dyn Projection<PgConnection>>,
+    inner: Arc<dyn Projection<PgTx>>,
     pid: Arc<Mutex<Option<i32>>>,
     entered: Arc<Notify>,
     release: Arc<Notify>,
 }
 
 #[outbox_core::async_trait]
-impl Projection<PgConnection> for Blocking {
+impl Projection<PgTx> for Blocking {
     fn name(&self) -> &ProjectionName {
         self.inner.name()
     }
-    async fn setup(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut PgTx) -> Result<(), BoxError> {
         self.inner.setup(tx).await
     }
-    async fn apply(&self, tx: &mut PgConnection, event: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, tx: &mut PgTx, event: &Event) -> Result<(), BoxError> {
         self.inner.apply(tx, event).await?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut **tx)
             .await?;
         *self.pid.lock().unwrap() = Some(pid);
         self.entered.notify_one();
         self.release.notified().await;
         Ok(())
     }
-    async fn reset(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+    async fn reset(&self, tx: &mut PgTx) -> Result<(), BoxError> {
         self.inner.reset(tx).await
     }
-    async fn digest(&self, tx: &mut PgConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+    async fn digest(&self, tx: &mut PgTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
         self.inner.digest(tx, out).await
     }
 }
@@ -77,7 +76,7 @@ async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once
     let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
     let j = journal(&js).await;
     let store = projections(&ps).await;
-    let oracle = OracleProjection::new("p", Arc::new(PgOracle)).shared();
+    let oracle = OracleProjection::new("p").shared();
     store.setup(std::slice::from_ref(&oracle)).await.expect("setup");
     j.append(&[request("s", &[1, 2, 3])], AppendOptions::enqueue())
         .await
@@ -98,7 +97,7 @@ async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once
         blocking.entered.clone(),
         blocking.release.clone(),
     );
-    let blocking: Arc<dyn Projection<PgConnection>> = Arc::new(blocking);
+    let blocking: Arc<dyn Projection<PgTx>> = Arc::new(blocking);
     let task = {
         let (store, events) = (store.clone(), events.clone());
         tokio::spawn(async move { store.apply(&sid("s"), &events[..1], &[blocking]).await })
@@ -147,7 +146,7 @@ async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once
         }
     };
     assert_eq!((report.applied, report.duplicates), (3, 0));
-    let state = read_oracle(&store, "p").await.expect("oracle");
+    let state = read_state(&store, "p").await.expect("oracle");
     let want = BTreeMap::from([("s".to_owned(), Expected { through: 3, sum: 6 })]);
     check_history(&state, &want, &BTreeMap::new()).unwrap_or_else(|p| panic!("history:\n{p}"));
 }
@@ -496,7 +495,7 @@ async fn sharing_store_uses_the_journal_schema() {
     let j = journal(&s).await;
     let p = PgProjectionStore::sharing(&j).await.expect("sharing");
     assert_eq!(p.schema(), j.schema());
-    let oracle = OracleProjection::new("p", Arc::new(PgOracle)).shared();
+    let oracle = OracleProjection::new("p").shared();
     p.setup(std::slice::from_ref(&oracle)).await.unwrap();
     j.append(&[request("s", &[5])], AppendOptions::enqueue())
         .await
@@ -508,11 +507,11 @@ async fn sharing_store_uses_the_journal_schema() {
     p.apply(&sid("s"), &events, std::slice::from_ref(&oracle))
         .await
         .unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM oracle_ledger")
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_views WHERE projection = 'p' AND tbl = 'ledger'")
         .fetch_one(j.pool())
         .await
         .unwrap();
-    assert_eq!(n, 1, "the projection's table is in the shared schema");
+    assert_eq!(n, 1, "the projection's documents are in the shared schema");
 }
 
 /// `admit_run` across processes: many stores (each its own pool, as separate
@@ -616,20 +615,20 @@ enum Sabotage {
 struct Saboteur(ProjectionName, Sabotage);
 
 impl Saboteur {
-    async fn sabotage(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+    async fn sabotage(&self, tx: &mut PgTx) -> Result<(), BoxError> {
         match self.1 {
             Sabotage::Commit => {
-                sqlx::query("COMMIT").execute(&mut *tx).await?;
+                sqlx::query("COMMIT").execute(&mut **tx).await?;
             }
             Sabotage::Rollback => {
-                sqlx::query("ROLLBACK").execute(&mut *tx).await?;
+                sqlx::query("ROLLBACK").execute(&mut **tx).await?;
             }
             Sabotage::CommitAndBegin => {
-                sqlx::query("COMMIT").execute(&mut *tx).await?;
-                sqlx::query("BEGIN").execute(&mut *tx).await?;
+                sqlx::query("COMMIT").execute(&mut **tx).await?;
+                sqlx::query("BEGIN").execute(&mut **tx).await?;
             }
             Sabotage::SwallowError => {
-                let r = sqlx::query("SELECT 1/0").execute(&mut *tx).await;
+                let r = sqlx::query("SELECT 1/0").execute(&mut **tx).await;
                 assert!(r.is_err(), "the division fails");
             }
             Sabotage::None => {}
@@ -639,28 +638,28 @@ impl Saboteur {
 }
 
 #[outbox_core::async_trait]
-impl Projection<PgConnection> for Saboteur {
+impl Projection<PgTx> for Saboteur {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
-    async fn setup(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut PgTx) -> Result<(), BoxError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS written (seq bigint PRIMARY KEY)")
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         Ok(())
     }
-    async fn apply(&self, tx: &mut PgConnection, e: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, tx: &mut PgTx, e: &Event) -> Result<(), BoxError> {
         sqlx::query("INSERT INTO written (seq) VALUES ($1)")
             .bind(e.seq.as_i64())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         self.sabotage(tx).await
     }
-    async fn reset(&self, tx: &mut PgConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM written").execute(&mut *tx).await?;
+    async fn reset(&self, tx: &mut PgTx) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM written").execute(&mut **tx).await?;
         self.sabotage(tx).await
     }
-    async fn digest(&self, tx: &mut PgConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+    async fn digest(&self, tx: &mut PgTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
         Ok(outbox_postgres::digest_table(tx, "written", out).await?)
     }
 }
@@ -688,7 +687,7 @@ async fn apply_detects(sabotage: Sabotage) {
         .await
         .unwrap();
     let name = ProjectionName::new("saboteur").unwrap();
-    let p: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+    let p: Arc<dyn Projection<PgTx>> = Arc::new(Saboteur(name.clone(), sabotage));
     store.setup(std::slice::from_ref(&p)).await.unwrap();
     j.append(&[request("s", &[1, 2])], AppendOptions::enqueue())
         .await
@@ -722,13 +721,13 @@ async fn apply_detects(sabotage: Sabotage) {
         _ => assert_eq!(written(&store).await, Vec::<i64>::new()),
     }
     // The store is usable afterwards, on the same (only) connection.
-    let ok = OracleProjection::new("oracle", Arc::new(PgOracle)).shared();
+    let ok = OracleProjection::new("oracle").shared();
     store.setup(std::slice::from_ref(&ok)).await.expect("setup after");
     store
         .apply(&s, &events, std::slice::from_ref(&ok))
         .await
         .expect("a later apply works");
-    let st = read_oracle(&store, "oracle").await.unwrap();
+    let st = read_state(&store, "oracle").await.unwrap();
     assert_eq!(st.streams["s"].seqs, [1, 2]);
     store.close().await;
     j.close().await;
@@ -772,8 +771,8 @@ async fn reset_refuses_a_transaction_ended_by_the_projection() {
             .await
             .unwrap();
         let name = ProjectionName::new("saboteur").unwrap();
-        let good: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
-        let bad: Arc<dyn Projection<PgConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+        let good: Arc<dyn Projection<PgTx>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
+        let bad: Arc<dyn Projection<PgTx>> = Arc::new(Saboteur(name.clone(), sabotage));
         store.setup(std::slice::from_ref(&good)).await.unwrap();
         j.append(&[request("s", &[1])], AppendOptions::enqueue())
             .await

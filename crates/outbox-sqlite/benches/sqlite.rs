@@ -22,7 +22,7 @@ use outbox_core::{
     ProjectionStore, StreamId, WorkerId, async_trait,
 };
 use outbox_sqlite::sqlx::{self, ConnectOptions, Connection, SqliteConnection, sqlite::SqliteConnectOptions};
-use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx};
 use tokio::runtime::Runtime;
 
 macro_rules! now {
@@ -95,26 +95,26 @@ async fn fixture() -> Fixture {
 struct Upsert(ProjectionName);
 
 #[async_trait]
-impl Projection<SqliteConnection> for Upsert {
+impl Projection<SqliteTx> for Upsert {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
-    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS totals (stream TEXT PRIMARY KEY, n INTEGER NOT NULL, last INTEGER NOT NULL)")
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await?;
         Ok(())
     }
-    async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
-        upsert(tx, e.stream.as_str(), e.seq.as_i64()).await?;
+    async fn apply(&self, tx: &mut SqliteTx, e: &Event) -> Result<(), BoxError> {
+        upsert(tx.conn(), e.stream.as_str(), e.seq.as_i64()).await?;
         Ok(())
     }
-    async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM totals").execute(&mut *tx).await?;
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM totals").execute(tx.conn()).await?;
         Ok(())
     }
-    async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        Ok(outbox_sqlite::digest_table(tx, "totals", out).await?)
+    async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(outbox_sqlite::digest_table(tx.conn(), "totals", out).await?)
     }
 }
 
@@ -438,7 +438,7 @@ async fn raw_drain_step(f: &mut Fixture, batch: i64) -> u64 {
 
 async fn adapter_drain_step(
     f: &Fixture,
-    projections: &[Arc<dyn Projection<SqliteConnection>>],
+    projections: &[Arc<dyn Projection<SqliteTx>>],
     batch: usize,
 ) -> u64 {
     let owner = WorkerId::new("adapter").unwrap();
@@ -537,7 +537,7 @@ fn w1_append(c: &mut Criterion, rt: &Runtime) {
 
 fn w2_drain(c: &mut Criterion, rt: &Runtime) {
     let mut g = c.benchmark_group("W2 drain step");
-    let upsert: Arc<dyn Projection<SqliteConnection>> =
+    let upsert: Arc<dyn Projection<SqliteTx>> =
         Arc::new(Upsert(ProjectionName::new("upsert").unwrap()));
     let projections = vec![upsert];
     for batch in [1u64, 64] {

@@ -54,8 +54,8 @@ impl Role {
 
     fn migrator(self) -> Migrator {
         let mut m = match self {
-            Role::Journal => sqlx::migrate!("../../migrations/sqlite/journal"),
-            Role::Projection => sqlx::migrate!("../../migrations/sqlite/projection"),
+            Role::Journal => sqlx::migrate!("migrations/journal"),
+            Role::Projection => sqlx::migrate!("migrations/projection"),
         };
         m.dangerous_set_table_name(MIGRATIONS_TABLE);
         m
@@ -493,6 +493,7 @@ impl Db {
     }
 
     /// Moves the database's clock forward by `ms` (tests only).
+    #[cfg(feature = "test-util")]
     pub(crate) async fn advance_clock(&self, ms: i64) -> Result<()> {
         let mut tx = self.begin().await?;
         sqlx::query(

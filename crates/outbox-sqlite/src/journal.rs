@@ -249,6 +249,7 @@ impl SqliteJournal {
         Ok(out)
     }
 
+    #[cfg(feature = "test-util")]
     /// Test support: moves this database's clock forward by `d`, for every
     /// instance on the file. The database's clock is SQLite's clock plus an
     /// offset stored in the file (0 unless this is called), so lease expiry,

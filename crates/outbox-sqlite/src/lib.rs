@@ -3,14 +3,14 @@
 mod db;
 mod journal;
 mod options;
-#[cfg(feature = "oracle")]
-pub mod oracle;
 mod projection;
 mod runs;
+mod tx;
 
 pub use journal::SqliteJournal;
 pub use options::{SqliteOptions, Synchronous};
 pub use projection::{SqliteProjectionStore, digest_table, validate_identifier};
+pub use tx::SqliteTx;
 
-/// The driver, re-exported so appliers name the same `SqliteConnection`.
+/// The driver, re-exported so hand-written projections use the same `sqlx`.
 pub use sqlx;

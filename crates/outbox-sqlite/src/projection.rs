@@ -10,14 +10,15 @@ use outbox_core::{
     WatermarkStore, duration_millis, plan_apply, projection_names, validate_limit, validate_projection_names,
     validate_run,
 };
-use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::SqliteOptions;
+use crate::tx::{self, SqliteTx};
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
-/// write through `&mut sqlx::SqliteConnection`, inside the store's
-/// `BEGIN IMMEDIATE` transaction) and [`WatermarkStore`].
+/// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
+/// transaction), [`WatermarkStore`] and [`ViewStore`](outbox_core::ViewStore).
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
 /// watermarks live in one file, so an apply commits them together. Clones
@@ -212,10 +213,11 @@ impl SqliteProjectionStore {
 
     /// A read-only connection to the projection database, for queries by the
     /// application (projection tables, checkpoints).
-    pub async fn read(&self) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+    pub async fn read(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>> {
         self.db.read().await
     }
 
+    #[cfg(feature = "test-util")]
     /// Test support: moves this database's clock forward by `d`. See
     /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal).
     #[doc(hidden)]
@@ -223,17 +225,21 @@ impl SqliteProjectionStore {
         self.db.advance_clock(duration_millis(d)).await
     }
 
-    async fn commit(&self, tx: Transaction<'static, Sqlite>, what: &str) -> Result<()> {
+    async fn begin(&self) -> Result<SqliteTx> {
+        Ok(SqliteTx::new(self.db.begin().await?))
+    }
+
+    async fn commit(&self, tx: SqliteTx, what: &str) -> Result<()> {
         tx.commit().await.map_err(|e| storage(self.db.context(what), e))
     }
 }
 
 impl ProjectionStore for SqliteProjectionStore {
-    type Tx = SqliteConnection;
+    type Tx = SqliteTx;
 
-    async fn setup(&self, projections: &[Arc<dyn Projection<SqliteConnection>>]) -> Result<()> {
+    async fn setup(&self, projections: &[Arc<dyn Projection<SqliteTx>>]) -> Result<()> {
         validate_projection_names(projections)?;
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.begin().await?;
         for p in projections {
             p.setup(&mut tx).await.map_err(|e| {
                 Error::storage(format!("setting up projection `{}` failed: {e}", p.name()), e)
@@ -246,15 +252,15 @@ impl ProjectionStore for SqliteProjectionStore {
         &self,
         stream: &StreamId,
         events: &[Event],
-        projections: &[Arc<dyn Projection<SqliteConnection>>],
+        projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<ApplyOutcome> {
         validate_run(stream, events)?;
         validate_projection_names(projections)?;
         let err = |e| storage("applying events", e);
-        let mut tx = self.db.begin().await?;
+        let mut tx = self.begin().await?;
         let mut read = Vec::with_capacity(projections.len());
         for p in projections {
-            let cp = checkpoint_of(&mut tx, p.name().as_str(), stream.as_str())
+            let cp = checkpoint_of(tx.conn(), p.name().as_str(), stream.as_str())
                 .await
                 .map_err(err)?;
             if let Err(gap) = plan_apply(p.name(), cp, events) {
@@ -263,7 +269,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
             read.push(cp);
         }
-        open_guard(&mut tx).await.map_err(err)?;
+        open_guard(tx.conn()).await.map_err(err)?;
         let mut current = read.clone();
         let mut report = ApplyReport::default();
         for e in events {
@@ -287,7 +293,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
             report.count(e, new_to_some);
         }
-        close_guard(&mut tx, Some(stream), &projection_names(projections)).await?;
+        close_guard(tx.conn(), Some(stream), &projection_names(projections)).await?;
         for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
             if new == old {
                 continue;
@@ -306,7 +312,7 @@ impl ProjectionStore for SqliteProjectionStore {
             .bind(stream.as_str())
             .bind(i64::try_from(*new).unwrap_or(i64::MAX))
             .bind(i64::try_from(*old).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(err)?
             .rows_affected();
@@ -322,7 +328,7 @@ impl ProjectionStore for SqliteProjectionStore {
             }
         }
         let last = events[events.len() - 1].seq.as_i64();
-        raise_watermark(&mut tx, stream.as_str(), last)
+        raise_watermark(tx.conn(), stream.as_str(), last)
             .await
             .map_err(err)?;
         self.commit(tx, "applying events").await?;
@@ -336,9 +342,9 @@ impl ProjectionStore for SqliteProjectionStore {
             .map_err(|e| storage(self.db.context("reading a checkpoint"), e))
     }
 
-    async fn reset(&self, projection: &dyn Projection<SqliteConnection>) -> Result<()> {
-        let mut tx = self.db.begin().await?;
-        open_guard(&mut tx)
+    async fn reset(&self, projection: &dyn Projection<SqliteTx>) -> Result<()> {
+        let mut tx = self.begin().await?;
+        open_guard(tx.conn())
             .await
             .map_err(|e| storage("resetting a projection", e))?;
         projection.reset(&mut tx).await.map_err(|e| {
@@ -347,20 +353,19 @@ impl ProjectionStore for SqliteProjectionStore {
                 e,
             )
         })?;
-        close_guard(&mut tx, None, &format!("`{}`", projection.name())).await?;
+        close_guard(tx.conn(), None, &format!("`{}`", projection.name())).await?;
         sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = ?1")
             .bind(projection.name().as_str())
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
         self.commit(tx, "resetting a projection").await
     }
 
-    async fn digest(&self, projection: &dyn Projection<SqliteConnection>) -> Result<Digest> {
+    async fn digest(&self, projection: &dyn Projection<SqliteTx>) -> Result<Digest> {
         let err = |e| storage(self.db.context("digesting a projection"), e);
-        let mut conn = self.db.read().await?;
         // One read transaction: the tables and the checkpoints are one snapshot.
-        let mut tx = conn.begin().await.map_err(err)?;
+        let mut tx = SqliteTx::new(self.db.reader.begin().await.map_err(err)?);
         let mut out = DigestBuilder::new();
         projection.digest(&mut tx, &mut out).await.map_err(|e| {
             Error::storage(
@@ -372,7 +377,7 @@ impl ProjectionStore for SqliteProjectionStore {
             "SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1 ORDER BY stream",
         )
         .bind(projection.name().as_str())
-        .fetch_all(&mut *tx)
+        .fetch_all(tx.conn())
         .await
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
@@ -400,8 +405,8 @@ impl WatermarkStore for SqliteProjectionStore {
 
     async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
         let err = |e| storage("saving a watermark", e);
-        let mut tx = self.db.begin().await?;
-        let row = raise_watermark(&mut tx, stream.as_str(), applied.as_i64())
+        let mut tx = self.begin().await?;
+        let row = raise_watermark(tx.conn(), stream.as_str(), applied.as_i64())
             .await
             .map_err(err)?;
         self.commit(tx, "saving a watermark").await?;
@@ -423,5 +428,30 @@ impl WatermarkStore for SqliteProjectionStore {
         rows.into_iter()
             .map(|w| StoredWatermark::from(w).into_watermark())
             .collect()
+    }
+}
+
+impl outbox_core::ViewStore for SqliteProjectionStore {
+    async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+        let mut conn = self.db.read().await?;
+        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = ?1 AND tbl = ?2 AND key = ?3")
+            .bind(projection.as_str())
+            .bind(table)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| storage(self.db.context("reading a view document"), e))
+    }
+
+    async fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let mut conn = self.db.read().await?;
+        tx::scan(&mut conn, projection, table, after, limit).await
     }
 }

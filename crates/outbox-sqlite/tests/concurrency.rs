@@ -9,14 +9,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{SqliteOracle, read_oracle, test_options};
+use common::test_options;
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxStore,
     Projection, ProjectionStore, WorkerId,
 };
-use outbox_sqlite::sqlx::SqliteConnection;
+use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
-use outbox_testkit::{Expected, OracleProjection, Seed, add, check_history, stream_ids};
+use outbox_testkit::{Expected, OracleProjection, read_state, Seed, add, check_history, stream_ids};
 
 const STREAMS: usize = 200;
 const EVENTS_PER_STREAM: u64 = 25;
@@ -28,7 +28,7 @@ async fn worker(
     id: usize,
     journal: SqliteJournal,
     store: SqliteProjectionStore,
-    projections: Vec<Arc<dyn Projection<SqliteConnection>>>,
+    projections: Vec<Arc<dyn Projection<SqliteTx>>>,
     claims: Claims,
     appending_done: Arc<std::sync::atomic::AtomicBool>,
     deadline: Instant,
@@ -124,8 +124,8 @@ async fn four_instances_drain_200_streams_without_busy_or_double_claims() {
     for o in opens {
         instances.push(o.await.unwrap());
     }
-    let oracle: Arc<dyn Projection<SqliteConnection>> =
-        OracleProjection::new("oracle", Arc::new(SqliteOracle)).shared();
+    let oracle: Arc<dyn Projection<SqliteTx>> =
+        OracleProjection::new("oracle").shared();
     instances[0].1.setup(std::slice::from_ref(&oracle)).await.unwrap();
 
     // Values appended, per stream.
@@ -207,7 +207,7 @@ async fn four_instances_drain_200_streams_without_busy_or_double_claims() {
         appender.clone(),
         SqliteProjectionStore::open(&ppath, test_options()).await.unwrap(),
     );
-    let state = read_oracle(&store, "oracle").await;
+    let state = read_state(&store, "oracle").await.expect("oracle state");
     check_history(&state, &expected, &BTreeMap::new()).unwrap_or_else(|e| panic!("{seed:?}: {e}"));
     assert_eq!(appender.summary().await.unwrap().total(), 0);
     eprintln!("drained {total} events on {WORKERS} instances in {elapsed:?}");

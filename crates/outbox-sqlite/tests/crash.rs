@@ -9,22 +9,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{SqliteOracle, read_oracle, test_options};
+use common::test_options;
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxStore,
     Projection, ProjectionStore, RetryPolicy, WorkerId,
 };
-use outbox_sqlite::sqlx::SqliteConnection;
+use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
-use outbox_testkit::{Expected, OracleProjection, add, check_history, drain, sid};
+use outbox_testkit::{Expected, OracleProjection, read_state, add, check_history, drain, sid};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_projection_commit_before_row_delete() {
     let dir = tempfile::tempdir().unwrap();
     let jpath = dir.path().join("journal.db");
     let ppath = dir.path().join("projections.db");
-    let oracle: Arc<dyn Projection<SqliteConnection>> =
-        OracleProjection::new("oracle", Arc::new(SqliteOracle)).shared();
+    let oracle: Arc<dyn Projection<SqliteTx>> =
+        OracleProjection::new("oracle").shared();
     let projections = vec![oracle.clone()];
     let s = sid("s");
     let policy = RetryPolicy::default();
@@ -103,7 +103,7 @@ async fn crash_after_projection_commit_before_row_delete() {
     assert_eq!(stats.completed, 1, "the stale row is completed");
     assert_eq!(journal.summary().await.unwrap().total(), 0, "the row is removed");
 
-    let state = read_oracle(&store, "oracle").await;
+    let state = read_state(&store, "oracle").await.expect("oracle state");
     let expected = BTreeMap::from([(s.to_string(), Expected { through: 3, sum: 7 })]);
     check_history(&state, &expected, &BTreeMap::new()).expect("no double apply");
     assert_eq!(store.checkpoint(oracle.name(), &s).await.unwrap(), 3);

@@ -9,7 +9,8 @@ use outbox_core::{
     AppendOptions, AppendRequest, BoxError, DigestBuilder, EventJournal, ExpectedVersion, Projection,
     ProjectionName, ProjectionStore, Seq,
 };
-use outbox_sqlite::sqlx::{self, SqliteConnection};
+use outbox_sqlite::SqliteTx;
+use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, digest_table};
 use outbox_testkit::{add, sid};
 
@@ -28,51 +29,51 @@ enum Sabotage {
 struct Saboteur(ProjectionName, Sabotage);
 
 #[outbox_core::async_trait]
-impl Projection<SqliteConnection> for Saboteur {
+impl Projection<SqliteTx> for Saboteur {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
-    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
         sqlx::query("CREATE TABLE IF NOT EXISTS written (seq INTEGER PRIMARY KEY)")
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         Ok(())
     }
-    async fn apply(&self, tx: &mut SqliteConnection, e: &outbox_core::Event) -> Result<(), BoxError> {
+    async fn apply(&self, tx: &mut SqliteTx, e: &outbox_core::Event) -> Result<(), BoxError> {
         sqlx::query("INSERT INTO written (seq) VALUES (?1)")
             .bind(e.seq.as_i64())
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         match self.1 {
             Sabotage::RollbackAndSwallow => {
                 let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (?1)")
                     .bind(e.seq.as_i64())
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await;
                 assert!(r.is_err(), "the conflicting insert fails");
             }
             Sabotage::Commit => {
-                sqlx::query("COMMIT").execute(&mut *tx).await?;
+                sqlx::query("COMMIT").execute(&mut **tx).await?;
             }
             Sabotage::None => {}
         }
         Ok(())
     }
-    async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM written").execute(&mut *tx).await?;
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM written").execute(&mut **tx).await?;
         if let Sabotage::RollbackAndSwallow = self.1 {
             // Make SQLite roll the transaction back, and swallow the error.
             sqlx::query("INSERT INTO written (seq) VALUES (-1)")
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
             let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (-1)")
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await;
             assert!(r.is_err(), "the conflicting insert fails");
         }
         Ok(())
     }
-    async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
+    async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
         Ok(digest_table(tx, "written", out).await?)
     }
 }
@@ -98,7 +99,7 @@ async fn apply_survives(sabotage: Sabotage) {
         .await
         .unwrap();
     let name = ProjectionName::new("saboteur").unwrap();
-    let p: Arc<dyn Projection<SqliteConnection>> = Arc::new(Saboteur(name.clone(), sabotage));
+    let p: Arc<dyn Projection<SqliteTx>> = Arc::new(Saboteur(name.clone(), sabotage));
     store.setup(std::slice::from_ref(&p)).await.unwrap();
     let s = sid("s");
     journal
@@ -136,16 +137,13 @@ async fn apply_survives(sabotage: Sabotage) {
     }
 
     // The writer connection is still usable afterwards.
-    let ok: Arc<dyn Projection<SqliteConnection>> = Arc::new(outbox_testkit::OracleProjection::new(
-        "oracle",
-        Arc::new(outbox_sqlite::oracle::SqliteOracle),
-    ));
+    let ok: Arc<dyn Projection<SqliteTx>> = outbox_testkit::OracleProjection::new("oracle").shared();
     store.setup(std::slice::from_ref(&ok)).await.expect("setup after");
     store
         .apply(&s, &events, std::slice::from_ref(&ok))
         .await
         .expect("a later apply works");
-    let st = outbox_sqlite::oracle::read_oracle(&store, "oracle").await;
+    let st = outbox_testkit::read_state(&store, "oracle").await.expect("oracle state");
     assert_eq!(st.streams["s"].seqs, [1, 2]);
 }
 
@@ -173,7 +171,7 @@ async fn reset_refuses_a_transaction_rolled_back_by_the_projection() {
         .await
         .unwrap();
     let name = ProjectionName::new("saboteur").unwrap();
-    let p: Arc<dyn Projection<SqliteConnection>> =
+    let p: Arc<dyn Projection<SqliteTx>> =
         Arc::new(Saboteur(name.clone(), Sabotage::RollbackAndSwallow));
     store.setup(std::slice::from_ref(&p)).await.unwrap();
     let s = sid("s");
@@ -185,7 +183,7 @@ async fn reset_refuses_a_transaction_rolled_back_by_the_projection() {
         .await
         .unwrap();
     let events = journal.read_stream(&s, Seq::FIRST, 10).await.unwrap();
-    let good: Arc<dyn Projection<SqliteConnection>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
+    let good: Arc<dyn Projection<SqliteTx>> = Arc::new(Saboteur(name.clone(), Sabotage::None));
     store
         .apply(&s, &events, std::slice::from_ref(&good))
         .await

@@ -5,11 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, RunStore, Seq, StreamId,
+    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore,
     WatermarkStore, WorkerRegistry,
 };
-
-use crate::oracle::{OracleState, OracleStorage};
 
 /// The projection transaction handle of a harness.
 pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
@@ -17,14 +15,15 @@ pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
 /// An adapter under test.
 ///
 /// Every method opens or inspects *real* stores of the adapter: the suite
-/// never reaches behind the ports except through [`Harness::advance`],
-/// [`Harness::oracle_state`] and [`Harness::corrupt_payload`], which each
-/// adapter implements on its own terms.
+/// never reaches behind the ports except through [`Harness::advance`] and
+/// [`Harness::corrupt_payload`], which each adapter implements on its own
+/// terms. The oracle is a backend-neutral projection and is read back through
+/// the [`ViewStore`] port.
 pub trait Harness: Send + Sync + Sized + 'static {
     /// The journal database (journal, outbox, leases and the worker registry).
     type Journal: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
-    type Projections: ProjectionStore + WatermarkStore + RunStore + 'static;
+    type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static;
     /// Whatever identifies the underlying databases, to open more instances.
     type Context: Send + Sync + 'static;
 
@@ -52,12 +51,6 @@ pub trait Harness: Send + Sync + Sized + 'static {
         stream: &StreamId,
         seq: Seq,
     ) -> impl Future<Output = ()> + Send;
-
-    /// The oracle projection's storage for this adapter's transaction handle.
-    fn oracle_storage(&self) -> Arc<dyn OracleStorage<TxOf<Self>>>;
-
-    /// Reads the oracle projection `name`'s committed state, outside any apply.
-    fn oracle_state(&self, ctx: &Self::Context, name: &str) -> impl Future<Output = OracleState> + Send;
 
     /// What the adapter can do; checks needing a missing capability are
     /// reported as skipped with the reason, never silently passed.

@@ -1,20 +1,23 @@
 //! The test oracle: a projection that cannot hide a lost or doubled event.
 //!
 //! Per stream it keeps a running **sum** of the events' values and an
-//! append-only **list** of the seqs it applied; an **applied ledger** gets one
-//! row per apply with no unique constraint. Losing an event changes the sum
-//! and leaves a hole in the list; applying one twice changes the sum, repeats
-//! a seq in the list and doubles a ledger row. [`check_history`] verifies all
-//! three against the journal.
+//! append-only **list** of the seqs it applied; an **applied ledger** counts
+//! every apply of every (stream, seq). Losing an event changes the sum and
+//! leaves a hole in the list; applying one twice changes the sum, repeats a
+//! seq in the list and counts 2 in the ledger. [`check_history`] verifies all
+//! three against the journal. The oracle is a [`ViewProjection`], so the same
+//! code runs on every adapter.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use outbox_core::spi::ViewStorage;
 use outbox_core::{
-    BoxError, DigestBuilder, DigestValue, Event, EventTypeRegistry, NewEvent, Projection, ProjectionName,
-    Seq, StreamId,
+    BoxError, Error, Event, EventTypeRegistry, NewEvent, Projection, ProjectionName, Seq, StreamId,
+    ViewProjection, ViewReader, ViewStore, ViewTx, view_projection,
 };
+use serde::{Deserialize, Serialize};
 
 /// The event type the oracle applies.
 pub const ORACLE_EVENT: &str = "oracle.add";
@@ -50,7 +53,7 @@ pub fn value_of(event: &Event) -> Result<i64, BoxError> {
 }
 
 /// One stream's committed oracle state.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OracleStream {
     /// Sum of applied values.
     pub sum: i64,
@@ -58,60 +61,13 @@ pub struct OracleStream {
     pub seqs: Vec<u64>,
 }
 
-impl OracleStream {
-    /// The seq list as stored by the adapters' oracle storage: `"1,2,3"`.
-    pub fn seqs_text(&self) -> String {
-        self.seqs.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
-    }
-
-    /// Parses a seq list written by [`OracleStream::seqs_text`].
-    pub fn parse_seqs(text: &str) -> Result<Vec<u64>, BoxError> {
-        text.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| Ok(s.parse()?))
-            .collect()
-    }
-}
-
 /// The committed state of one oracle projection.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OracleState {
     /// Per stream.
     pub streams: BTreeMap<String, OracleStream>,
-    /// Every ledger row (stream, seq), in insertion order.
+    /// Every ledger entry (stream, seq), once per apply, ordered by stream and seq.
     pub ledger: Vec<(String, u64)>,
-}
-
-/// How an adapter stores the oracle inside its projection transaction.
-///
-/// Implementations keep three things per projection name: a row per stream
-/// with the sum and the seq list (the list may be stored as text, e.g.
-/// `"1,2,3"`), and a ledger table with no unique constraint.
-#[async_trait]
-pub trait OracleStorage<Tx: Send>: Send + Sync {
-    /// Creates the tables if needed.
-    async fn setup(&self, tx: &mut Tx) -> Result<(), BoxError>;
-    /// The stream's (sum, seq list) or `None`.
-    async fn load(
-        &self,
-        tx: &mut Tx,
-        projection: &str,
-        stream: &str,
-    ) -> Result<Option<OracleStream>, BoxError>;
-    /// Stores the stream's (sum, seq list).
-    async fn store(
-        &self,
-        tx: &mut Tx,
-        projection: &str,
-        stream: &str,
-        state: &OracleStream,
-    ) -> Result<(), BoxError>;
-    /// Inserts a ledger row (never deduplicated).
-    async fn ledger(&self, tx: &mut Tx, projection: &str, stream: &str, seq: u64) -> Result<(), BoxError>;
-    /// Deletes the projection's rows (streams and ledger).
-    async fn clear(&self, tx: &mut Tx, projection: &str) -> Result<(), BoxError>;
-    /// Every stream row of the projection, ordered by stream.
-    async fn dump(&self, tx: &mut Tx, projection: &str) -> Result<Vec<(String, OracleStream)>, BoxError>;
 }
 
 /// Injected failures, shared by clones.
@@ -149,71 +105,95 @@ impl Faults {
     }
 }
 
-/// The oracle projection over an adapter's [`OracleStorage`].
-pub struct OracleProjection<Tx: Send> {
+/// The oracle projection, written once as a [`ViewProjection`], so it runs
+/// unchanged on every adapter.
+///
+/// Documents: table `streams`, one per stream (`{"sum": .., "seqs": [..]}`),
+/// and table `ledger`, one per applied (stream, seq) whose value counts the
+/// applies: a key-value store cannot hold a row twice, so a duplicate apply
+/// shows as a count of 2 instead (and as a repeated seq in `seqs`).
+pub struct OracleProjection {
     name: ProjectionName,
-    storage: Arc<dyn OracleStorage<Tx>>,
     faults: Faults,
 }
 
-impl<Tx: Send + 'static> OracleProjection<Tx> {
+/// The oracle's table of per-stream states.
+const STREAMS: &str = "streams";
+/// The oracle's apply ledger.
+const LEDGER: &str = "ledger";
+
+fn ledger_key(stream: &str, seq: u64) -> String {
+    format!("{stream}/{seq:020}")
+}
+
+impl OracleProjection {
     /// An oracle projection called `name`.
-    pub fn new(name: &str, storage: Arc<dyn OracleStorage<Tx>>) -> Self {
+    pub fn new(name: &str) -> Self {
         OracleProjection {
             name: ProjectionName::new(name).expect("valid projection name"),
-            storage,
             faults: Faults::default(),
         }
     }
 
-    /// The fault switchboard (clone it before boxing the projection).
+    /// The fault switchboard (clone it before sharing the projection).
     pub fn faults(&self) -> Faults {
         self.faults.clone()
     }
 
-    /// As a trait object.
-    pub fn shared(self) -> Arc<dyn Projection<Tx>> {
-        Arc::new(self)
+    /// As a projection of any store (`Tx` is the store's transaction handle).
+    pub fn shared<Tx: ViewStorage + 'static>(self) -> Arc<dyn Projection<Tx>> {
+        view_projection(Arc::new(self))
     }
 }
 
 #[async_trait]
-impl<Tx: Send + 'static> Projection<Tx> for OracleProjection<Tx> {
+impl ViewProjection for OracleProjection {
     fn name(&self) -> &ProjectionName {
         &self.name
     }
 
-    async fn setup(&self, tx: &mut Tx) -> Result<(), BoxError> {
-        self.storage.setup(tx).await
-    }
-
-    async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
         self.faults.check(&event.stream, event.seq)?;
         let value = value_of(event)?;
-        let name = self.name.as_str();
         let stream = event.stream.as_str();
-        let mut state = self.storage.load(tx, name, stream).await?.unwrap_or_default();
-        state.sum += value;
-        state.seqs.push(event.seq.get());
-        self.storage.store(tx, name, stream, &state).await?;
-        self.storage.ledger(tx, name, stream, event.seq.get()).await
-    }
-
-    async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError> {
-        self.storage.clear(tx, self.name.as_str()).await
-    }
-
-    async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        out.table("oracle");
-        for (stream, s) in self.storage.dump(tx, self.name.as_str()).await? {
-            out.row(&[
-                DigestValue::Text(&stream),
-                DigestValue::Int(s.sum),
-                DigestValue::Text(&s.seqs_text()),
-            ]);
-        }
+        view.update(STREAMS, stream, |s: &mut OracleStream| {
+            s.sum += value;
+            s.seqs.push(event.seq.get());
+        })
+        .await?;
+        view.update(LEDGER, &ledger_key(stream, event.seq.get()), |n: &mut u64| *n += 1)
+            .await?;
         Ok(())
     }
+}
+
+/// Reads the committed state of oracle projection `name` from any store.
+pub async fn read_state<S: ViewStore + ?Sized>(store: &S, name: &str) -> Result<OracleState, Error> {
+    let reader = ViewReader::new(store, ProjectionName::new(name)?);
+    let mut state = OracleState::default();
+    let mut after: Option<String> = None;
+    loop {
+        let page: Vec<(String, OracleStream)> = reader.scan(STREAMS, after.as_deref(), 1000).await?;
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        state.streams.extend(page);
+    }
+    let mut after: Option<String> = None;
+    loop {
+        let page: Vec<(String, u64)> = reader.scan(LEDGER, after.as_deref(), 1000).await?;
+        let Some((last, _)) = page.last() else { break };
+        after = Some(last.clone());
+        for (key, count) in page {
+            let (stream, seq) = key
+                .rsplit_once('/')
+                .and_then(|(s, q)| Some((s.to_owned(), q.parse::<u64>().ok()?)))
+                .ok_or_else(|| Error::invalid(format_args!("malformed oracle ledger key {key:?}")))?;
+            for _ in 0..count {
+                state.ledger.push((stream.clone(), seq));
+            }
+        }
+    }
+    Ok(state)
 }
 
 /// What a stream should look like after processing.

@@ -3,15 +3,13 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use outbox_core::{Seq, StreamId};
-use outbox_postgres::oracle::{PgOracle, read_oracle};
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
-use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
+use outbox_testkit::{Fixture, Harness};
 
 /// The test database's URL. Tests must not pass silently without one.
 pub fn database_url() -> String {
@@ -178,13 +176,4 @@ impl Harness for PgHarness {
         assert_eq!(n, 1, "no event {stream}/{seq} to corrupt");
     }
 
-    fn oracle_storage(&self) -> Arc<dyn OracleStorage<PgConnection>> {
-        Arc::new(PgOracle)
-    }
-
-    async fn oracle_state(&self, ctx: &Ctx, name: &str) -> OracleState {
-        read_oracle(&ctx.projections, name)
-            .await
-            .expect("read the oracle")
-    }
 }

@@ -1,16 +1,14 @@
-//! The SQLite test harness: a temp dir per fixture, the oracle's tables.
+//! The SQLite test harness: a temp dir per fixture.
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Seq, StreamId};
-pub use outbox_sqlite::oracle::{SqliteOracle, read_oracle};
-use outbox_sqlite::sqlx::{self, SqliteConnection};
+use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, Synchronous};
-use outbox_testkit::{Fixture, Harness, OracleState, OracleStorage};
+use outbox_testkit::{Fixture, Harness};
 
 /// Options for tests: NORMAL sync keeps the suite quick (durability across
 /// power loss is not what the suite checks; crash tests reopen the files).
@@ -104,11 +102,4 @@ impl Harness for SqliteHarness {
         tx.commit().await.expect("commit");
     }
 
-    fn oracle_storage(&self) -> Arc<dyn OracleStorage<SqliteConnection>> {
-        Arc::new(SqliteOracle)
-    }
-
-    async fn oracle_state(&self, ctx: &Ctx, name: &str) -> OracleState {
-        read_oracle(&ctx.projections, name).await
-    }
 }

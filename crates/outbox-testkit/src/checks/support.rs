@@ -228,7 +228,8 @@ pub(crate) async fn oracle<H: Harness>(
     f: &Fixture<H>,
     name: &str,
 ) -> (Arc<dyn Projection<TxOf<H>>>, Faults) {
-    let p = OracleProjection::new(name, h.oracle_storage());
+    let _ = h;
+    let p = OracleProjection::new(name);
     let faults = p.faults();
     let p = p.shared();
     f.projections
@@ -240,7 +241,10 @@ pub(crate) async fn oracle<H: Harness>(
 
 /// The committed oracle state of projection `name`.
 pub(crate) async fn state<H: Harness>(h: &H, f: &Fixture<H>, name: &str) -> OracleState {
-    h.oracle_state(&f.ctx, name).await
+    let _ = h;
+    crate::oracle::read_state(&f.projections, name)
+        .await
+        .expect("reading the oracle state")
 }
 
 /// The seqs projection `name` applied on `stream`.

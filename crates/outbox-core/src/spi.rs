@@ -1,0 +1,77 @@
+//! Plumbing for adapter authors: what an adapter implements or calls that an
+//! application never touches.
+//!
+//! Applications use the crate root (events, ports, projections, policies);
+//! adapters additionally implement the traits here and use its helpers.
+
+use async_trait::async_trait;
+
+use crate::{ProjectionName, Result};
+
+pub use crate::outbox::validate_limit;
+
+/// One stored document of a view, as [`ViewStorage::view_rows`] returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewRow {
+    /// The table.
+    pub table: String,
+    /// The key.
+    pub key: String,
+    /// The JSON text, exactly as stored.
+    pub value: String,
+}
+
+/// The document storage of a projection transaction: implemented by every
+/// adapter's [`ProjectionStore::Tx`](crate::ProjectionStore::Tx), used
+/// through [`ViewTx`](crate::ViewTx) by [`ViewProjection`](crate::ViewProjection)s.
+///
+/// # Contract
+/// - Every call runs inside the store's apply (or reset, or digest)
+///   transaction: writes commit or roll back with the checkpoints.
+/// - Documents are keyed by (projection, table, key); projections never see
+///   each other's documents. Table names and keys arrive validated
+///   ([`validate_view_table`](crate::validate_view_table),
+///   [`validate_view_key`](crate::validate_view_key)); values are JSON text
+///   and are stored and returned byte for byte.
+/// - `view_get` returns the stored text or `None`.
+/// - `view_put` inserts or replaces the document.
+/// - `view_delete` removes it and returns whether it existed.
+/// - `view_scan` returns up to `limit` documents of one table with key
+///   strictly greater than `after`, ordered by key bytewise (Postgres:
+///   `COLLATE "C"`).
+/// - `view_rows` returns up to `limit` documents of the projection, every
+///   table, with (table, key) strictly greater than `after`, ordered by
+///   (table, key) bytewise.
+/// - `view_clear` deletes every document of the projection and returns how many.
+#[async_trait]
+pub trait ViewStorage: Send {
+    /// One document.
+    async fn view_get(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>>;
+
+    /// Inserts or replaces one document.
+    async fn view_put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str)
+    -> Result<()>;
+
+    /// Removes one document.
+    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool>;
+
+    /// A page of one table, in key order.
+    async fn view_scan(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>>;
+
+    /// A page of every table of the projection, in (table, key) order.
+    async fn view_rows(
+        &mut self,
+        projection: &ProjectionName,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ViewRow>>;
+
+    /// Deletes every document of the projection.
+    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64>;
+}

@@ -1,0 +1,340 @@
+//! Backend-neutral projections: named tables of JSON documents.
+//!
+//! A [`ViewProjection`] is written once and runs unchanged on every adapter
+//! (memory, SQLite, Postgres). Its `apply` reads and writes documents through
+//! a [`ViewTx`]: `get`, `put`, `delete` and `scan` of serde values in named
+//! tables, inside the store's apply transaction, so exactly-once is the same
+//! checkpoint compare-and-set as for any projection. Reset (rebuild) and
+//! digests come for free: the rows are the adapter's, namespaced by the
+//! projection's name. Applications read the documents back with
+//! [`ViewReader`].
+//!
+//! Values are stored as the JSON text `serde_json` produces, keys compare
+//! bytewise on every backend, so equal states have byte-identical digests
+//! whichever adapter holds them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName, Result};
+use crate::ViewStore;
+use crate::spi::{ViewRow, ViewStorage};
+
+/// The longest table name, in bytes.
+pub const MAX_VIEW_TABLE_LEN: usize = 63;
+/// The longest document key, in bytes.
+pub const MAX_VIEW_KEY_LEN: usize = 512;
+/// The largest document, in bytes of JSON text.
+pub const MAX_VIEW_VALUE_LEN: usize = 1 << 20;
+
+/// A projection written once for every backend.
+///
+/// # Contract
+/// - `apply` is called at most once per (projection, stream, seq) that
+///   commits, inside the store's apply transaction: everything it writes
+///   through the [`ViewTx`] commits or rolls back with the checkpoint.
+/// - `apply` must be deterministic in the event and the documents it reads
+///   (every path, inline, worker, catch-up or rebuild, must reach the same
+///   documents; the digest checks it).
+/// - It sees only its own tables: the documents are namespaced by
+///   [`ViewProjection::name`].
+/// - A returned error (or a [`ViewTx`] error passed on with `?`) rolls the
+///   whole apply transaction back and the outbox row is retried by the policy.
+///
+/// ```
+/// use outbox_core::{async_trait, BoxError, Event, ProjectionName, ViewProjection, ViewTx};
+///
+/// /// Counts events per stream.
+/// struct Counts(ProjectionName);
+///
+/// #[async_trait]
+/// impl ViewProjection for Counts {
+///     fn name(&self) -> &ProjectionName {
+///         &self.0
+///     }
+///
+///     async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+///         view.update("counts", event.stream.as_str(), |n: &mut u64| *n += 1).await?;
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait ViewProjection: Send + Sync + 'static {
+    /// The projection's name; checkpoints and documents are kept under it.
+    fn name(&self) -> &ProjectionName;
+
+    /// Applies one event (never an [`Intent::AuditOnly`](crate::Intent) one).
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError>;
+}
+
+/// Checks a view table name: an ASCII letter, then up to 62 ASCII letters,
+/// digits or underscores. Anything else is [`Error::InvalidInput`].
+pub fn validate_view_table(table: &str) -> Result<&str> {
+    let mut chars = table.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && table.len() <= MAX_VIEW_TABLE_LEN
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(table)
+    } else {
+        Err(Error::invalid(format_args!(
+            "view table {table:?} is not a valid name (an ASCII letter, then letters, digits or underscores, at most {MAX_VIEW_TABLE_LEN})"
+        )))
+    }
+}
+
+/// Checks a document key: 1 to [`MAX_VIEW_KEY_LEN`] bytes, no NUL (which
+/// Postgres text cannot hold). Anything else is [`Error::InvalidInput`].
+pub fn validate_view_key(key: &str) -> Result<&str> {
+    if key.is_empty() || key.len() > MAX_VIEW_KEY_LEN || key.contains('\0') {
+        let shown: String = key.chars().take(64).collect();
+        return Err(Error::invalid(format_args!(
+            "view key {shown:?} is not valid (1 to {MAX_VIEW_KEY_LEN} bytes, no NUL)"
+        )));
+    }
+    Ok(key)
+}
+
+fn encode<T: Serialize + ?Sized>(table: &str, key: &str, value: &T) -> Result<String> {
+    let text = serde_json::to_string(value).map_err(|e| {
+        Error::invalid(format_args!(
+            "view document {table}/{key} cannot be serialized: {e}"
+        ))
+    })?;
+    if text.len() > MAX_VIEW_VALUE_LEN {
+        return Err(Error::invalid(format_args!(
+            "view document {table}/{key} is {} bytes of JSON, more than the {MAX_VIEW_VALUE_LEN} allowed",
+            text.len()
+        )));
+    }
+    Ok(text)
+}
+
+fn decode<T: DeserializeOwned>(projection: &ProjectionName, table: &str, key: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::invalid(format_args!(
+            "view document {table}/{key} of projection `{projection}` does not decode as the requested type: {e}"
+        ))
+    })
+}
+
+/// The documents of one projection inside its apply transaction.
+///
+/// Every method validates the table name ([`validate_view_table`]), the key
+/// ([`validate_view_key`]) and the document size before touching the store;
+/// an invalid one is [`Error::InvalidInput`] and changes nothing.
+pub struct ViewTx<'a> {
+    storage: &'a mut dyn ViewStorage,
+    projection: &'a ProjectionName,
+}
+
+impl<'a> ViewTx<'a> {
+    /// The documents of `projection` through an adapter's transaction handle.
+    pub fn new(storage: &'a mut dyn ViewStorage, projection: &'a ProjectionName) -> Self {
+        ViewTx { storage, projection }
+    }
+
+    /// The projection whose documents these are.
+    pub fn projection(&self) -> &ProjectionName {
+        self.projection
+    }
+
+    /// The document at `key` of `table`, or `None`.
+    pub async fn get<T: DeserializeOwned>(&mut self, table: &str, key: &str) -> Result<Option<T>> {
+        validate_view_table(table)?;
+        validate_view_key(key)?;
+        match self.storage.view_get(self.projection, table, key).await? {
+            Some(text) => decode(self.projection, table, key, &text).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets the document at `key` of `table` (inserting or replacing it).
+    pub async fn put<T: Serialize + Sync + ?Sized>(&mut self, table: &str, key: &str, value: &T) -> Result<()> {
+        validate_view_table(table)?;
+        validate_view_key(key)?;
+        let text = encode(table, key, value)?;
+        self.storage.view_put(self.projection, table, key, &text).await
+    }
+
+    /// Removes the document at `key` of `table`; returns whether it existed.
+    pub async fn delete(&mut self, table: &str, key: &str) -> Result<bool> {
+        validate_view_table(table)?;
+        validate_view_key(key)?;
+        self.storage.view_delete(self.projection, table, key).await
+    }
+
+    /// Reads the document at `key` (or `T::default()`), lets `f` change it,
+    /// writes it back and returns it.
+    pub async fn update<T, F>(&mut self, table: &str, key: &str, f: F) -> Result<T>
+    where
+        T: Serialize + DeserializeOwned + Default + Sync,
+        F: FnOnce(&mut T) + Send,
+    {
+        let mut doc: T = self.get(table, key).await?.unwrap_or_default();
+        f(&mut doc);
+        self.put(table, key, &doc).await?;
+        Ok(doc)
+    }
+
+    /// Up to `limit` documents of `table` whose key is strictly after
+    /// `after`, in bytewise key order. `limit` is 1 to [`MAX_PAGE`].
+    pub async fn scan<T: DeserializeOwned>(
+        &mut self,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, T)>> {
+        validate_view_table(table)?;
+        let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
+        let rows = self.storage.view_scan(self.projection, table, after, limit).await?;
+        rows.into_iter()
+            .map(|(k, text)| decode(self.projection, table, &k, &text).map(|v| (k, v)))
+            .collect()
+    }
+}
+
+/// Reads a projection's documents outside any apply, from a store that
+/// implements [`ViewStore`]: the application's query side.
+///
+/// Each call is one read; two calls may see different commits.
+pub struct ViewReader<'a, S: ?Sized> {
+    store: &'a S,
+    projection: ProjectionName,
+}
+
+impl<'a, S: ViewStore + ?Sized> ViewReader<'a, S> {
+    /// The documents of `projection` in `store`.
+    pub fn new(store: &'a S, projection: ProjectionName) -> Self {
+        ViewReader { store, projection }
+    }
+
+    /// The document at `key` of `table`, or `None`.
+    pub async fn get<T: DeserializeOwned>(&self, table: &str, key: &str) -> Result<Option<T>> {
+        validate_view_table(table)?;
+        validate_view_key(key)?;
+        match self.store.view_get(&self.projection, table, key).await? {
+            Some(text) => decode(&self.projection, table, key, &text).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` documents of `table` whose key is strictly after
+    /// `after`, in bytewise key order. `limit` is 1 to [`MAX_PAGE`].
+    pub async fn scan<T: DeserializeOwned>(
+        &self,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, T)>> {
+        validate_view_table(table)?;
+        let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
+        let rows = self.store.view_scan(&self.projection, table, after, limit).await?;
+        rows.into_iter()
+            .map(|(k, text)| decode(&self.projection, table, &k, &text).map(|v| (k, v)))
+            .collect()
+    }
+}
+
+/// A [`ViewProjection`] as a [`Projection`] of any store whose transaction
+/// handle implements [`ViewStorage`] (every adapter's does).
+pub fn view_projection<Tx: ViewStorage + 'static>(view: Arc<dyn ViewProjection>) -> Arc<dyn Projection<Tx>> {
+    Arc::new(Viewed(view))
+}
+
+/// The rows read per page when digesting or dumping a view.
+const DIGEST_PAGE: usize = 1000;
+
+struct Viewed(Arc<dyn ViewProjection>);
+
+#[async_trait]
+impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
+    fn name(&self) -> &ProjectionName {
+        self.0.name()
+    }
+
+    async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {
+        let mut view = ViewTx::new(tx, self.0.name());
+        self.0.apply(&mut view, event).await
+    }
+
+    async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError> {
+        tx.view_clear(self.0.name()).await?;
+        Ok(())
+    }
+
+    async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        digest_view(tx, self.0.name(), out).await?;
+        Ok(())
+    }
+}
+
+/// Feeds every document of `projection` into `out`, ordered by (table, key):
+/// each table starts with `table("view:<name>")`, each document is the row
+/// (key, JSON text). Pages through the store, so memory stays flat.
+pub async fn digest_view(
+    tx: &mut (dyn ViewStorage + '_),
+    projection: &ProjectionName,
+    out: &mut DigestBuilder,
+) -> Result<()> {
+    let mut after: Option<(String, String)> = None;
+    let mut current: Option<String> = None;
+    loop {
+        let page = tx
+            .view_rows(
+                projection,
+                after.as_ref().map(|(t, k)| (t.as_str(), k.as_str())),
+                DIGEST_PAGE,
+            )
+            .await?;
+        let full = page.len() == DIGEST_PAGE;
+        for ViewRow { table, key, value } in page {
+            if current.as_deref() != Some(table.as_str()) {
+                out.table(&format!("view:{table}"));
+                current = Some(table.clone());
+            }
+            out.row(&[DigestValue::Text(&key), DigestValue::Text(&value)]);
+            after = Some((table, key));
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        assert!(validate_view_table("accounts").is_ok());
+        assert!(validate_view_table("a_1").is_ok());
+        for bad in ["", "1a", "_a", "a-b", "a b", "ä", &"a".repeat(64)] {
+            assert!(validate_view_table(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(validate_view_table(&"a".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn keys() {
+        assert!(validate_view_key("campaign-7/player 3").is_ok());
+        assert!(validate_view_key("é").is_ok());
+        assert!(validate_view_key("").is_err());
+        assert!(validate_view_key("a\0b").is_err());
+        assert!(validate_view_key(&"k".repeat(MAX_VIEW_KEY_LEN)).is_ok());
+        assert!(validate_view_key(&"k".repeat(MAX_VIEW_KEY_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn oversized_documents_are_refused() {
+        let big = "x".repeat(MAX_VIEW_VALUE_LEN);
+        let err = encode("t", "k", &big).unwrap_err();
+        assert!(err.to_string().contains("more than"), "{err}");
+        assert_eq!(encode("t", "k", &7u32).unwrap(), "7");
+    }
+}
