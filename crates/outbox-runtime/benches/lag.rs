@@ -15,8 +15,8 @@ use outbox_core::{
     ProjectionName, StreamId, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
-use outbox_sqlite::sqlx::{self, SqliteConnection};
-use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, digest_table};
+use outbox_sqlite::sqlx;
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx, digest_table};
 
 /// Records when each event was applied, and upserts a row like a real projection.
 struct Probe {
@@ -25,24 +25,24 @@ struct Probe {
 }
 
 #[async_trait]
-impl Projection<SqliteConnection> for Probe {
+impl Projection<SqliteTx> for Probe {
     fn name(&self) -> &ProjectionName {
         &self.name
     }
-    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
+    async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS probe (stream TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
         )
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await?;
         Ok(())
     }
-    async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, tx: &mut SqliteTx, e: &Event) -> Result<(), BoxError> {
         sqlx::query(
             "INSERT INTO probe (stream, n) VALUES (?1, 1) ON CONFLICT (stream) DO UPDATE SET n = n + 1",
         )
         .bind(e.stream.as_str())
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await?;
         self.applied
             .lock()
@@ -50,12 +50,12 @@ impl Projection<SqliteConnection> for Probe {
             .insert((e.stream.to_string(), e.seq.get()), Instant::now());
         Ok(())
     }
-    async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM probe").execute(&mut *tx).await?;
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
+        sqlx::query("DELETE FROM probe").execute(tx.conn()).await?;
         Ok(())
     }
-    async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        digest_table(tx, "probe", out).await?;
+    async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        digest_table(tx.conn(), "probe", out).await?;
         Ok(())
     }
 }

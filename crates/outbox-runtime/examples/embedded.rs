@@ -8,58 +8,34 @@
 //! on its request path, and runs the apply worker in the background; the
 //! projection table it queries is updated exactly once per event.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection,
-    ProjectionName, StreamId, async_trait,
+    BoxError, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, ProjectionName, StreamId, ViewProjection,
+    ViewTx, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
-use outbox_sqlite::sqlx::{self, SqliteConnection};
-use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, digest_table};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 
-/// A projection: the balance of each account.
+/// A projection: the balance of each account, in cents. Written once, it
+/// runs unchanged on the memory, SQLite and Postgres adapters.
 struct Balances(ProjectionName);
 
 #[async_trait]
-impl Projection<SqliteConnection> for Balances {
+impl ViewProjection for Balances {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
 
-    async fn setup(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS balances (account TEXT PRIMARY KEY, cents INTEGER NOT NULL)")
-            .execute(&mut *tx)
-            .await?;
-        Ok(())
-    }
-
-    async fn apply(&self, tx: &mut SqliteConnection, e: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
         let cents: i64 = std::str::from_utf8(&e.payload)?.parse()?;
         let delta = if e.event_type.as_str() == "withdrawn" {
             -cents
         } else {
             cents
         };
-        sqlx::query(
-            "INSERT INTO balances (account, cents) VALUES (?1, ?2) \
-             ON CONFLICT (account) DO UPDATE SET cents = cents + excluded.cents",
-        )
-        .bind(e.stream.as_str())
-        .bind(delta)
-        .execute(&mut *tx)
-        .await?;
-        Ok(())
-    }
-
-    async fn reset(&self, tx: &mut SqliteConnection) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM balances").execute(&mut *tx).await?;
-        Ok(())
-    }
-
-    async fn digest(&self, tx: &mut SqliteConnection, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        digest_table(tx, "balances", out).await?;
+        view.update("balances", e.stream.as_str(), |balance: &mut i64| *balance += delta)
+            .await?;
         Ok(())
     }
 }
@@ -81,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outbox = Outbox::builder(journal, store)
         .config(Config::apply_worker().with_poll_interval(Duration::from_millis(500)))
         .event_types(types)
-        .projection(Arc::new(Balances(ProjectionName::new("balances")?)))
+        .view(Balances(ProjectionName::new("balances")?))
         .build()
         .await?;
     let running = outbox.start().await?;
@@ -121,11 +97,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     running.shutdown().await;
 
-    let mut conn = outbox.store().read().await?;
-    let cents: i64 = sqlx::query_scalar("SELECT cents FROM balances WHERE account = ?1")
-        .bind(alice.as_str())
-        .fetch_one(&mut *conn)
-        .await?;
+    let cents: i64 = outbox
+        .views("balances")?
+        .get("balances", alice.as_str())
+        .await?
+        .unwrap_or_default();
     println!(
         "alice: {cents} cents (applied {}, audit-only {})",
         outbox.metrics().applied,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
     EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
-    ProjectionStore, Result, RunStore, Seq, StreamGap, StreamId, WakeSource, WatermarkStore, WorkerId,
-    WorkerRegistry, detect_gap, select_mode,
+    ProjectionName, ProjectionStore, Result, RunStore, Seq, StreamGap, StreamId, ViewProjection, ViewReader,
+    ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry, detect_gap, select_mode, view_projection,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -23,8 +23,8 @@ impl<T: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static> Jour
 /// What a projection adapter must implement for the runtime. A watermark
 /// store is part of the bound, so "a worker without a watermark store" cannot
 /// be configured at all.
-pub trait ProjectionBackend: ProjectionStore + WatermarkStore + RunStore + 'static {}
-impl<T: ProjectionStore + WatermarkStore + RunStore + 'static> ProjectionBackend for T {}
+pub trait ProjectionBackend: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static {}
+impl<T: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static> ProjectionBackend for T {}
 
 /// The runtime: one journal, one projection store, the registered
 /// projections and event types, and the resolved [`Mode`]. Cheap to clone.
@@ -83,7 +83,19 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
         self
     }
 
-    /// Adds a projection. Order matters only for rebuild-all.
+    /// Adds a backend-neutral projection (the usual kind: written once, it
+    /// runs on every adapter). Order matters only for rebuild-all.
+    pub fn view(self, projection: impl ViewProjection) -> Self {
+        self.view_arc(Arc::new(projection))
+    }
+
+    /// [`OutboxBuilder::view`] for a projection that is already shared.
+    pub fn view_arc(self, projection: Arc<dyn ViewProjection>) -> Self {
+        self.projection(view_projection(projection))
+    }
+
+    /// Adds a projection written against this backend's transaction handle
+    /// (hand-written SQL: the escape hatch). Order matters only for rebuild-all.
     pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
         self.projections.push(projection);
         self
@@ -246,6 +258,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The registered projections.
     pub fn projections(&self) -> &[Arc<dyn Projection<P::Tx>>] {
         &self.inner.projections
+    }
+
+    /// Reads the documents of the backend-neutral projection `projection`
+    /// (the application's query side). The name is validated here; a
+    /// projection that is not registered simply has no documents.
+    pub fn views(&self, projection: &str) -> Result<ViewReader<'_, P>> {
+        Ok(ViewReader::new(&self.inner.store, ProjectionName::new(projection)?))
     }
 
     /// The registered event types.

@@ -8,11 +8,10 @@ use outbox_core::{
     AppendOptions, AppendRequest, Clock, EventJournal, ExpectedVersion, LeaseStore, Mode, ModeFlags,
     OutboxStatus, OutboxStore, Projection, ProjectionStore, RetryPolicy, Seq, StreamId, WorkerRegistry,
 };
-use outbox_memory::oracle::{MemoryOracle, read_oracle};
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
 use outbox_testkit::{
-    Expected, Faults, OracleProjection, Seed, add, audit, check_history, oracle_registry, sid,
+    Expected, Faults, OracleProjection, Seed, add, audit, check_history, oracle_registry, read_state, sid,
 };
 
 type Rt = Outbox<MemoryJournal, MemoryProjectionStore>;
@@ -28,7 +27,7 @@ struct Env {
 
 fn env() -> Env {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::default());
-    let p = OracleProjection::new(ORACLE, Arc::new(MemoryOracle));
+    let p = OracleProjection::new(ORACLE);
     let faults = p.faults();
     Env {
         journal: MemoryJournal::with_clock(clock.clone()),
@@ -71,7 +70,7 @@ async fn wait_until_drained(rt: &Rt) {
 }
 
 async fn state(e: &Env) -> outbox_testkit::OracleState {
-    e.store.read(|t| read_oracle(t, ORACLE)).await
+    read_state(&e.store, ORACLE).await.expect("oracle state")
 }
 
 fn expect(streams: &[(&str, u64, i64)]) -> BTreeMap<String, Expected> {

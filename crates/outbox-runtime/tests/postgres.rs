@@ -13,11 +13,10 @@ use outbox_core::{
     AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
     Projection, RetryPolicy, Seq, StreamId, WorkerId,
 };
-use outbox_postgres::oracle::{PgOracle, read_oracle};
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};
 use outbox_runtime::{Config, Outbox};
-use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, sid};
+use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid};
 
 type Rt = Outbox<PgJournal, PgProjectionStore>;
 
@@ -105,14 +104,14 @@ impl Drop for Schemas {
     }
 }
 
-fn oracle() -> (Arc<dyn Projection<PgConnection>>, Faults) {
-    let p = OracleProjection::new("oracle", Arc::new(PgOracle));
+fn oracle() -> (Arc<dyn Projection<PgTx>>, Faults) {
+    let p = OracleProjection::new("oracle");
     let f = p.faults();
     (p.shared(), f)
 }
 
 /// A runtime with pools of its own on the schemas.
-async fn open(s: &Schemas, config: Config, p: &Arc<dyn Projection<PgConnection>>, wake: bool) -> Rt {
+async fn open(s: &Schemas, config: Config, p: &Arc<dyn Projection<PgTx>>, wake: bool) -> Rt {
     let journal = s.journal().await;
     let store = s.projections().await;
     let mut b = Outbox::builder(journal.clone(), store)
@@ -296,7 +295,7 @@ async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
     for r in running.into_iter().flatten() {
         r.shutdown().await;
     }
-    let state = read_oracle(rts[1].store(), "oracle").await.unwrap();
+    let state = read_state(rts[1].store(), "oracle").await.unwrap();
     check_history(&state, &expected(&streams, 50, 3), &BTreeMap::new())
         .expect("every event applied exactly once, in order");
     eprintln!(
@@ -369,7 +368,7 @@ async fn poison_on_postgres_dead_letters_at_the_threshold_and_requeue_applies_on
     rt.journal().requeue(&bad, Seq::new(2).unwrap()).await.unwrap();
     wait_drained(&rt, Duration::from_secs(30)).await;
     running.shutdown().await;
-    let state = read_oracle(rt.store(), "oracle").await.unwrap();
+    let state = read_state(rt.store(), "oracle").await.unwrap();
     let want = BTreeMap::from([
         ("bad".to_string(), Expected { through: 3, sum: 6 }),
         ("good".to_string(), Expected { through: 2, sum: 10 }),

@@ -8,7 +8,6 @@ use outbox_core::{
     BoxError, Clock, DigestBuilder, Event, ExpectedVersion, OutboxStore, Projection, ProjectionName,
     ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
 };
-use outbox_memory::oracle::MemoryOracle;
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
 use outbox_testkit::{OracleProjection, Seed, add, audit, oracle_registry, sid};
@@ -44,7 +43,7 @@ impl Projection<MemoryTx> for CancelAfter {
 }
 
 fn oracle(name: &str) -> Arc<dyn Projection<MemoryTx>> {
-    OracleProjection::new(name, Arc::new(MemoryOracle)).shared()
+    OracleProjection::new(name).shared()
 }
 
 async fn build(

@@ -10,10 +10,8 @@ use outbox_core::{
     Projection, RetryPolicy, Seq, StreamId,
 };
 use outbox_runtime::{Config, Outbox};
-use outbox_sqlite::oracle::{SqliteOracle, read_oracle};
-use outbox_sqlite::sqlx::SqliteConnection;
-use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
-use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, sid};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx};
+use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid};
 
 type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
 
@@ -32,13 +30,13 @@ fn files() -> Files {
     }
 }
 
-fn oracle() -> (Arc<dyn Projection<SqliteConnection>>, Faults) {
-    let p = OracleProjection::new("oracle", Arc::new(SqliteOracle));
+fn oracle() -> (Arc<dyn Projection<SqliteTx>>, Faults) {
+    let p = OracleProjection::new("oracle");
     let f = p.faults();
     (p.shared(), f)
 }
 
-async fn open(f: &Files, config: Config, p: &Arc<dyn Projection<SqliteConnection>>) -> Rt {
+async fn open(f: &Files, config: Config, p: &Arc<dyn Projection<SqliteTx>>) -> Rt {
     let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
         .await
         .unwrap();
@@ -149,7 +147,7 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
     for r in running.into_iter().flatten() {
         r.shutdown().await;
     }
-    let state = read_oracle(rts[1].store(), "oracle").await;
+    let state = read_state(rts[1].store(), "oracle").await.expect("oracle state");
     check_history(&state, &expected(&streams, 100, 3), &BTreeMap::new())
         .expect("every event applied exactly once, in order");
     eprintln!(
@@ -205,7 +203,7 @@ async fn poison_on_sqlite_dead_letters_at_the_threshold_and_requeue_applies_once
     rt.journal().requeue(&bad, Seq::new(2).unwrap()).await.unwrap();
     wait_drained(&rt, Duration::from_secs(30)).await;
     running.shutdown().await;
-    let state = read_oracle(rt.store(), "oracle").await;
+    let state = read_state(rt.store(), "oracle").await.expect("oracle state");
     let want = BTreeMap::from([
         ("bad".to_string(), Expected { through: 3, sum: 6 }),
         ("good".to_string(), Expected { through: 2, sum: 10 }),
@@ -244,7 +242,7 @@ async fn start_up_repair_and_the_worker_finish_what_a_crash_left_on_sqlite() {
     assert_eq!((repair.streams_repaired, repair.events_applied), (2, 4));
     wait_drained(&rt, Duration::from_secs(30)).await;
     running.shutdown().await;
-    let state = read_oracle(rt.store(), "oracle").await;
+    let state = read_state(rt.store(), "oracle").await.expect("oracle state");
     let want = BTreeMap::from([
         ("queued".to_string(), Expected { through: 2, sum: 4 }),
         ("unqueued".to_string(), Expected { through: 2, sum: 4 }),
