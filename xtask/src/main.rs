@@ -7,14 +7,24 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod migrations;
+mod package;
 mod pg;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci          fmt check, clippy (warnings denied), the core boundary check,
-              docs, and every test (starts a throwaway Postgres when needed)
+  ci          fmt check, the migrations check, clippy (warnings denied), the
+              core boundary check, docs, the package check, and every test
+              (starts a throwaway Postgres when needed)
   boundary    check that outbox-core depends on neither tokio nor sqlx
+  migrations-check
+              check that each adapter's migrations/ equals migrations/<dialect>/
+  sync-migrations
+              copy migrations/<dialect>/ into crates/outbox-<dialect>/migrations/
+  package-check
+              cargo package every publishable crate and build each package
+              from its .crate file
   test        run every test (starts a throwaway Postgres when needed)
   pg-shell    start a throwaway Postgres, print its URL, wait for Enter
   bench       run the benchmarks (criterion) and print their tables";
@@ -24,6 +34,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("boundary") => boundary(),
+        Some("migrations-check") => migrations::check(),
+        Some("sync-migrations") => migrations::sync(),
+        Some("package-check") => package::package_check(),
         Some("test") => test(),
         Some("pg-shell") => pg_shell(),
         Some("bench") => bench(&args[1..]),
@@ -74,6 +87,8 @@ fn ci() -> Result<()> {
     fmt.args(["fmt", "--all", "--check"]);
     run("cargo fmt --check", fmt)?;
 
+    migrations::check()?;
+
     let mut clippy = cargo();
     clippy.args([
         "clippy",
@@ -92,6 +107,9 @@ fn ci() -> Result<()> {
     doc.args(["doc", "--workspace", "--no-deps", "--locked"])
         .env("RUSTDOCFLAGS", "-D warnings");
     run("cargo doc", doc)?;
+
+    // After `cargo doc`: the packages' check reuses its dependency metadata.
+    package::package_check()?;
 
     test()
 }
