@@ -1,11 +1,9 @@
 //! Command-line definitions (clap).
 
-use std::path::PathBuf;
-
 use clap::{Args, Parser, Subcommand};
 use outbox_core::OutboxStatus;
 
-/// The transactional projection-apply outbox: worker, maintenance and demo.
+/// The transactional projection-apply outbox: worker and maintenance.
 ///
 /// Databases: `--journal` / `--projection-db` (or `OUTBOX_JOURNAL_URL` /
 /// `OUTBOX_PROJECTION_URL`), as `sqlite://path`, `sqlite:path` or a plain
@@ -21,6 +19,18 @@ use outbox_core::OutboxStatus;
 #[derive(Debug, Parser)]
 #[command(name = "outbox", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
+    /// The databases and logging.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every subcommand takes: where the databases are, and logging.
+#[derive(Clone, Debug, Args)]
+pub struct GlobalArgs {
     /// The journal database (events, outbox rows, leases).
     #[arg(
         long,
@@ -48,13 +58,9 @@ pub struct Cli {
     pub schema: String,
 
     /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
-    /// Default: `warn` (`error` for the demo, which reports its own progress).
+    /// Default: `warn`.
     #[arg(long, global = true, env = "OUTBOX_LOG")]
     pub log: Option<String>,
-
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 /// The subcommands.
@@ -81,8 +87,6 @@ pub enum Command {
     Workers(JsonArg),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
-    /// Run the tabletop-campaign demo on fresh SQLite files.
-    Demo(DemoArgs),
 }
 
 /// `--json`.
@@ -125,7 +129,7 @@ pub struct ReportArgs {
     /// Rows listed at most.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub limit: u64,
-    /// Skip the projection digests (they read every projection table).
+    /// Skip the projection digests (they read every projection document).
     #[arg(long)]
     pub no_digests: bool,
     /// Print machine-readable JSON.
@@ -238,23 +242,6 @@ pub struct GapsArgs {
     #[arg(long)]
     pub repair: bool,
     /// Print machine-readable JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `outbox demo`.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// Directory for the demo's files (must not exist; default: a new `outbox-demo-<time>` here).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Campaigns (streams).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub campaigns: u64,
-    /// Events in all.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
-    pub events: u64,
-    /// Print the final report as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,17 +1,23 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+mod app;
+mod backend;
 pub mod cli;
 mod commands;
-mod demo;
-pub mod domain;
 mod output;
+pub mod report;
 
+use std::ffi::OsString;
+use std::future::Future;
 use std::process::ExitCode;
 
-use clap::Parser;
 use outbox_core::Error;
 
-pub use commands::{open_url, run};
+pub use app::App;
+pub use backend::{Location, open_url};
+pub use cli::{Cli, Command, GlobalArgs};
+pub use commands::execute;
 
 /// The process exit code for an error.
 ///
@@ -19,7 +25,7 @@ pub use commands::{open_url, run};
 /// |---|---|
 /// | 0 | success |
 /// | 1 | internal error |
-/// | 2 | usage error or invalid input (bad flag value, malformed id, bad configuration) |
+/// | 2 | usage error or invalid input (bad flag value, malformed id, bad configuration, a command this binary cannot run) |
 /// | 3 | not found (unknown stream, seq, row, run, projection, database file) |
 /// | 4 | conflict (the row is not dead, a run is already active, version conflict) |
 /// | 5 | storage error (unreadable or corrupt database, schema newer than this build) |
@@ -38,7 +44,7 @@ pub fn exit_code(err: &anyhow::Error) -> u8 {
 /// A clap usage error as one line: its first paragraph (the error and, for
 /// missing arguments, their list) without the `error: ` prefix, pointing at
 /// `--help`. Clap's own rendering spans several lines with tips and usage.
-fn usage_error_line(e: &clap::Error) -> String {
+fn usage_error_line(bin: &str, e: &clap::Error) -> String {
     let rendered = e.render().to_string();
     let first: Vec<&str> = rendered
         .lines()
@@ -49,45 +55,57 @@ fn usage_error_line(e: &clap::Error) -> String {
     let first = first.join(" ");
     let first = first.strip_prefix("error: ").unwrap_or(&first);
     if first.is_empty() {
-        return "invalid command line (see `outbox --help`)".into();
+        return format!("invalid command line (see `{bin} --help`)");
     }
-    format!("{first} (see `outbox --help`)")
+    format!("{first} (see `{bin} --help`)")
 }
 
-/// Parses the arguments, runs the command, prints a one-line error and
-/// returns the exit code. The `outbox` binary's whole `main`.
-pub fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
+/// Parses a command line of `C` (a clap parser) under the binary name `bin`.
+/// `Err` carries the exit code after printing: 2 and a one-line usage error
+/// on stderr, or 0 after `--help` / `--version` on stdout.
+pub fn parse<C: clap::Parser>(bin: &str, about: Option<&str>, args: Vec<OsString>) -> Result<C, ExitCode> {
+    let mut command = C::command().name(bin.to_owned()).bin_name(bin.to_owned());
+    if let Some(about) = about {
+        command = command.about(about.to_owned());
+    }
+    let parsed = command
+        .try_get_matches_from(args)
+        .and_then(|m| C::from_arg_matches(&m));
+    match parsed {
+        Ok(c) => Ok(c),
         Err(e) if e.use_stderr() => {
-            eprintln!("outbox: error: {}", usage_error_line(&e));
-            return ExitCode::from(2);
+            eprintln!("{bin}: error: {}", usage_error_line(bin, &e));
+            Err(ExitCode::from(2))
         }
         Err(e) => {
             // --help and --version: on stdout, exit 0.
             let _ = e.print();
-            return ExitCode::SUCCESS;
+            Err(ExitCode::SUCCESS)
         }
-    };
-    let default = if matches!(cli.command, cli::Command::Demo(_)) {
-        "error"
-    } else {
-        "warn"
-    };
-    let wanted = cli.log.as_deref().unwrap_or(default);
+    }
+}
+
+/// Runs `body` the way the `outbox` binary runs a command: logging on stderr
+/// filtered by `log` (else `default_log`), a two-thread tokio runtime, and an
+/// error printed as one line `BIN: error: ...` with the [`exit_code`].
+pub fn drive<F>(bin: &str, log: Option<&str>, default_log: &str, body: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let wanted = log.unwrap_or(default_log);
     let filter = match tracing_subscriber::EnvFilter::try_new(wanted) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("outbox: error: invalid log filter {wanted:?}: {e}");
+            eprintln!("{bin}: error: invalid log filter {wanted:?}: {e}");
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
-        .init();
+        .try_init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -95,16 +113,51 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("outbox: error: cannot start the async runtime: {e}");
+            eprintln!("{bin}: error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(body) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("outbox: error: {line}");
+            eprintln!("{bin}: error: {line}");
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// The whole `main` of an application's `outbox` binary: parses the process
+/// arguments, runs the command on the application's projections, prints a
+/// one-line error and returns the exit code.
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     outbox_cli::run(outbox_cli::App::new("outbox"))
+/// }
+/// ```
+pub fn run(app: App) -> ExitCode {
+    run_from(app, std::env::args_os().collect())
+}
+
+/// [`run`] with the given arguments (the first is the program name).
+pub fn run_from(app: App, args: Vec<OsString>) -> ExitCode {
+    let cli: Cli = match parse(&app.name, app.about.as_deref(), args) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    run_cli(app, cli)
+}
+
+/// Runs an already parsed command line (for binaries that add commands of
+/// their own around [`Command`]).
+pub fn run_cli(app: App, cli: Cli) -> ExitCode {
+    let bin = app.name.clone();
+    let log = cli.global.log.clone();
+    drive(
+        &bin,
+        log.as_deref(),
+        "warn",
+        async move { execute(&app, cli).await },
+    )
 }

@@ -25,7 +25,7 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, WakeSource, ViewStore,
+    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, ViewStore, WakeSource,
     WatermarkStore, WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
@@ -37,11 +37,11 @@ pub use stored::{
     StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
     projection_names, projection_undecodable, validate_projection_names,
 };
-pub use view::{
-    MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx, digest_view,
-    validate_view_key, validate_view_table, view_projection,
-};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
+pub use view::{
+    MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,
+    digest_view, validate_view_key, validate_view_table, view_projection,
+};
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.
 pub use async_trait::async_trait;

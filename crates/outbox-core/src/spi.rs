@@ -46,11 +46,21 @@ pub struct ViewRow {
 #[async_trait]
 pub trait ViewStorage: Send {
     /// One document.
-    async fn view_get(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>>;
+    async fn view_get(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>>;
 
     /// Inserts or replaces one document.
-    async fn view_put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str)
-    -> Result<()>;
+    async fn view_put(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()>;
 
     /// Removes one document.
     async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool>;

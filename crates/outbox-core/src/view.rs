@@ -19,9 +19,11 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName, Result};
 use crate::ViewStore;
 use crate::spi::{ViewRow, ViewStorage};
+use crate::{
+    BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName, Result,
+};
 
 /// The longest table name, in bytes.
 pub const MAX_VIEW_TABLE_LEN: usize = 63;
@@ -154,7 +156,12 @@ impl<'a> ViewTx<'a> {
     }
 
     /// Sets the document at `key` of `table` (inserting or replacing it).
-    pub async fn put<T: Serialize + Sync + ?Sized>(&mut self, table: &str, key: &str, value: &T) -> Result<()> {
+    pub async fn put<T: Serialize + Sync + ?Sized>(
+        &mut self,
+        table: &str,
+        key: &str,
+        value: &T,
+    ) -> Result<()> {
         validate_view_table(table)?;
         validate_view_key(key)?;
         let text = encode(table, key, value)?;
@@ -191,7 +198,10 @@ impl<'a> ViewTx<'a> {
     ) -> Result<Vec<(String, T)>> {
         validate_view_table(table)?;
         let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
-        let rows = self.storage.view_scan(self.projection, table, after, limit).await?;
+        let rows = self
+            .storage
+            .view_scan(self.projection, table, after, limit)
+            .await?;
         rows.into_iter()
             .map(|(k, text)| decode(self.projection, table, &k, &text).map(|v| (k, v)))
             .collect()
@@ -233,7 +243,10 @@ impl<'a, S: ViewStore + ?Sized> ViewReader<'a, S> {
     ) -> Result<Vec<(String, T)>> {
         validate_view_table(table)?;
         let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
-        let rows = self.store.view_scan(&self.projection, table, after, limit).await?;
+        let rows = self
+            .store
+            .view_scan(&self.projection, table, after, limit)
+            .await?;
         rows.into_iter()
             .map(|(k, text)| decode(&self.projection, table, &k, &text).map(|v| (k, v)))
             .collect()

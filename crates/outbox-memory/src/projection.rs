@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use outbox_core::spi::{ViewRow, ViewStorage};
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event, Intent,
     MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
     WatermarkStore, plan_apply, validate_limit, validate_projection_names, validate_run,
 };
-use outbox_core::spi::{ViewRow, ViewStorage};
-use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait, validate_ttl};
+use outbox_core::{
+    RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait, validate_ttl,
+};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Projection tables: table name -> key -> value bytes, all ordered.
@@ -206,11 +208,22 @@ fn view_range<'a>(
 
 #[async_trait]
 impl ViewStorage for MemoryTx {
-    async fn view_get(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+    async fn view_get(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
         Ok(self.guard.views.get(&view_key(projection, table, key)).cloned())
     }
 
-    async fn view_put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str) -> Result<()> {
+    async fn view_put(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
         self.set_view(view_key(projection, table, key), Some(value.to_owned()));
         Ok(())
     }
@@ -275,7 +288,13 @@ fn scan_views(
 
 impl ViewStore for MemoryProjectionStore {
     async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
-        Ok(self.state.lock().await.views.get(&view_key(projection, table, key)).cloned())
+        Ok(self
+            .state
+            .lock()
+            .await
+            .views
+            .get(&view_key(projection, table, key))
+            .cloned())
     }
 
     async fn view_scan(
@@ -286,7 +305,13 @@ impl ViewStore for MemoryProjectionStore {
         limit: usize,
     ) -> Result<Vec<(String, String)>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
-        Ok(scan_views(&self.state.lock().await.views, projection, table, after, limit))
+        Ok(scan_views(
+            &self.state.lock().await.views,
+            projection,
+            table,
+            after,
+            limit,
+        ))
     }
 }
 

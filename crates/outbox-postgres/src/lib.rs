@@ -8,7 +8,6 @@ mod runs;
 mod tx;
 mod wake;
 
-
 pub use journal::PgJournal;
 pub use options::{PgOptions, validate_identifier};
 pub use projection::{PgProjectionStore, digest_table};

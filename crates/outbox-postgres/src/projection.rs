@@ -2,13 +2,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
     Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
-    WatermarkStore, duration_millis, plan_apply, projection_names, validate_limit, validate_projection_names,
-    validate_run,
+    WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
@@ -197,8 +195,10 @@ impl PgProjectionStore {
     /// Test support: moves this schema's projection clock forward by `d`.
     /// See [`PgJournal::advance_clock_for_tests`].
     #[doc(hidden)]
-    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
-        self.db.advance_clock(Role::Projection, duration_millis(d)).await
+    pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
+        self.db
+            .advance_clock(Role::Projection, outbox_core::duration_millis(d))
+            .await
     }
 }
 

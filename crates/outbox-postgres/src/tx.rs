@@ -4,7 +4,7 @@ use std::ops::{Deref, DerefMut};
 
 use outbox_core::spi::{ViewRow, ViewStorage};
 use outbox_core::{ProjectionName, Result, async_trait};
-use sqlx::{Postgres, PgConnection, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::db::storage;
 
@@ -60,7 +60,12 @@ fn as_i64(n: usize) -> i64 {
 
 #[async_trait]
 impl ViewStorage for PgTx {
-    async fn view_get(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
+    async fn view_get(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
         sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
             .bind(projection.as_str())
             .bind(table)
@@ -70,7 +75,13 @@ impl ViewStorage for PgTx {
             .map_err(|e| storage(format_args!("reading view document {table}/{key}"), e))
     }
 
-    async fn view_put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str) -> Result<()> {
+    async fn view_put(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO outbox_views (projection, tbl, key, value) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
@@ -123,7 +134,12 @@ impl ViewStorage for PgTx {
         .bind(as_i64(limit))
         .fetch_all(self.conn())
         .await
-        .map_err(|e| storage(format_args!("reading the documents of projection `{projection}`"), e))?;
+        .map_err(|e| {
+            storage(
+                format_args!("reading the documents of projection `{projection}`"),
+                e,
+            )
+        })?;
         Ok(rows
             .into_iter()
             .map(|(table, key, value)| ViewRow { table, key, value })
@@ -136,7 +152,12 @@ impl ViewStorage for PgTx {
             .execute(self.conn())
             .await
             .map(|r| r.rows_affected())
-            .map_err(|e| storage(format_args!("clearing the documents of projection `{projection}`"), e))
+            .map_err(|e| {
+                storage(
+                    format_args!("clearing the documents of projection `{projection}`"),
+                    e,
+                )
+            })
     }
 }
 

@@ -43,7 +43,8 @@ pub struct Gauges {
 }
 
 impl Gauges {
-    pub(crate) fn from_summary(s: &OutboxSummary) -> Self {
+    /// The gauges of a queue summary (the oldest due age measured at its `as_of`).
+    pub fn from_summary(s: &OutboxSummary) -> Self {
         let oldest_due_age_ms = s
             .oldest_retry_eligible
             .as_ref()

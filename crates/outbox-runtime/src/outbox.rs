@@ -7,7 +7,8 @@ use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
     EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
     ProjectionName, ProjectionStore, Result, RunStore, Seq, StreamGap, StreamId, ViewProjection, ViewReader,
-    ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry, detect_gap, select_mode, view_projection,
+    ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry, detect_gap, select_mode,
+    view_projection,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -264,7 +265,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// (the application's query side). The name is validated here; a
     /// projection that is not registered simply has no documents.
     pub fn views(&self, projection: &str) -> Result<ViewReader<'_, P>> {
-        Ok(ViewReader::new(&self.inner.store, ProjectionName::new(projection)?))
+        Ok(ViewReader::new(
+            &self.inner.store,
+            ProjectionName::new(projection)?,
+        ))
     }
 
     /// The registered event types.

@@ -2,19 +2,17 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
     Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
-    WatermarkStore, duration_millis, plan_apply, projection_names, validate_limit, validate_projection_names,
-    validate_run,
+    WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
 };
 use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::SqliteOptions;
-use crate::tx::{self, SqliteTx};
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
+use crate::tx::{self, SqliteTx};
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
@@ -221,8 +219,8 @@ impl SqliteProjectionStore {
     /// Test support: moves this database's clock forward by `d`. See
     /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal).
     #[doc(hidden)]
-    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
-        self.db.advance_clock(duration_millis(d)).await
+    pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
+        self.db.advance_clock(outbox_core::duration_millis(d)).await
     }
 
     async fn begin(&self) -> Result<SqliteTx> {

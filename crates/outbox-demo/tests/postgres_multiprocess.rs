@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use outbox_cli::domain::{self, Faults, Payload};
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, Projection, ProjectionStore,
-    StreamId,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, Projection, ProjectionName,
+    ProjectionStore, StreamId, ViewReader, view_projection,
 };
+use outbox_demo::domain::{self, Faults, Payload};
 use outbox_postgres::sqlx::{self, Connection, PgConnection, PgPool};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};
 use outbox_runtime::{Config, Outbox};
 use tokio_util::sync::CancellationToken;
 
@@ -138,7 +138,7 @@ impl Drop for Workers {
 
 fn spawn_worker(url: &str, schema: &str, id: &str) -> Worker {
     let stderr = tempfile::NamedTempFile::new().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-demo"));
     for (k, _, _) in outbox_runtime::ENV_VARS {
         cmd.env_remove(k);
     }
@@ -270,7 +270,7 @@ async fn outbox_counts(pool: &PgPool) -> BTreeMap<String, i64> {
 
 async fn digests(
     store: &PgProjectionStore,
-    projections: &[Arc<dyn Projection<PgConnection>>],
+    projections: &[Arc<dyn Projection<PgTx>>],
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in projections {
@@ -292,7 +292,10 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     //    with a pending outbox row, nothing applied.
     let journal = PgJournal::connect(&url, options.clone()).await.expect("journal");
     let store = PgProjectionStore::sharing(&journal).await.expect("projections");
-    let projections: Vec<Arc<dyn Projection<PgConnection>>> = domain::projections(&Faults::default());
+    let projections: Vec<Arc<dyn Projection<PgTx>>> = domain::projections(&Faults::default())
+        .into_iter()
+        .map(view_projection)
+        .collect();
     store.setup(&projections).await.expect("setup");
     let types = domain::event_types();
     let mut rng = Rng(0x6e0b_0c5e);
@@ -440,12 +443,17 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     }
 
     // 6. Zero lost, zero doubled: the counters equal what was appended.
-    let campaigns: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT campaign, rolls, last_seq, players, characters FROM demo_campaigns ORDER BY campaign",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    let summary = ViewReader::new(&store, ProjectionName::new("campaign_summary").unwrap());
+    let campaigns: Vec<(String, i64, i64, i64, i64)> = summary
+        .scan::<domain::Campaign>("campaigns", None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(c, v)| {
+            let n = |x: u64| i64::try_from(x).unwrap();
+            (c, n(v.rolls), n(v.last_seq), n(v.players), n(v.characters))
+        })
+        .collect();
     assert_eq!(campaigns.len(), CAMPAIGNS, "one row per campaign");
     for (c, rolls, last_seq, players, characters) in &campaigns {
         let want = appended[c];
@@ -455,11 +463,22 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
             "campaign {c}: rolls, last_seq, players, characters (a lost apply is lower, a doubled one higher)"
         );
     }
-    let tallies: Vec<(String, String, i64, i64)> =
-        sqlx::query_as("SELECT campaign, \"character\", rolls, total FROM demo_tally ORDER BY campaign")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let tally = ViewReader::new(&store, ProjectionName::new("character_tally").unwrap());
+    let tallies: Vec<(String, String, i64, i64)> = tally
+        .scan::<domain::Tally>("tally", None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, t)| {
+            let (c, ch) = key.split_once('/').expect("campaign/character");
+            (
+                c.to_owned(),
+                ch.to_owned(),
+                i64::try_from(t.rolls).unwrap(),
+                t.total,
+            )
+        })
+        .collect();
     assert_eq!(tallies.len(), CAMPAIGNS, "one tally per character");
     for (c, ch, rolls, total) in &tallies {
         let want = appended[c];
@@ -478,7 +497,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
         .config(Config::default())
         .event_types(domain::event_types());
     for p in domain::projections(&Faults::default()) {
-        b = b.projection(p);
+        b = b.view_arc(p);
     }
     let verifier = b.build().await.expect("verifier runtime");
     let cancel = CancellationToken::new();
@@ -497,7 +516,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     );
 
     // The CLI reports the same digests.
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox-demo"))
         .args(["report", "--json", "--limit", "0"])
         .env("OUTBOX_JOURNAL_URL", &url)
         .env("OUTBOX_PROJECTION_URL", &url)

@@ -1,7 +1,9 @@
-//! Integration tests of the `outbox` binary: the real executable against real
-//! SQLite files in a temporary directory.
+//! Integration tests of the `outbox` commands as an application's binary
+//! runs them (`outbox-demo`: every `outbox` command on the demo's
+//! projections, plus `demo`): the real executable against real SQLite files
+//! in a temporary directory.
 //!
-//! Fixtures are made by the binary itself (`outbox migrate`, `outbox demo`)
+//! Fixtures are made by the binary itself (`migrate`, `demo`)
 //! or, where the CLI has no command for it (appending events, producing dead
 //! rows, an active run of another owner), through the library the binary is
 //! built on. Databases are passed through `OUTBOX_JOURNAL_URL` and
@@ -19,16 +21,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use outbox_cli::domain::{self, Faults, Payload};
 use outbox_core::{
     AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxStore, ProjectionName,
     RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
 };
+use outbox_demo::domain::{self, Faults, Payload};
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_outbox");
+const BIN: &str = env!("CARGO_BIN_EXE_outbox-demo");
 const PROJECTIONS: [&str; 3] = ["campaign_summary", "roster", "character_tally"];
 /// Events per campaign appended by [`campaign`]; the dice roll at seq 4 is the cursed one.
 const PER_CAMPAIGN: u64 = 7;
@@ -192,7 +194,7 @@ impl Site {
             .config(config)
             .event_types(domain::event_types());
         for p in domain::projections(faults) {
-            b = b.projection(p);
+            b = b.view_arc(p);
         }
         b.build().await.expect("build runtime")
     }
@@ -479,7 +481,7 @@ fn migrate_creates_private_databases_and_reports_them() {
         "{out}"
     );
     assert!(
-        out.contains("(migrated; tables of campaign_summary, roster, character_tally)"),
+        out.contains("projections: campaign_summary, roster, character_tally"),
         "{out}"
     );
     assert_eq!(mode_of(&site.journal), 0o600);

@@ -1,4 +1,4 @@
-//! `outbox demo`: the whole lifecycle on fresh SQLite files in under a minute.
+//! `outbox-demo demo`: the whole lifecycle on fresh SQLite files in seconds.
 
 use std::io::{IsTerminal, Write};
 use std::os::unix::fs::DirBuilderExt;
@@ -6,19 +6,58 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use outbox_cli::report::{Digests, Report, build_report, digests, print_report};
 use outbox_core::{AppendRequest, Error, ExpectedVersion, NewEvent, OutboxStore, RetryPolicy, StreamId};
-use outbox_runtime::Config;
+use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::DemoArgs;
-use crate::commands::{Digests, Report, Runtime, build, build_report, digests, print_report};
-use crate::domain::{Faults, Payload};
+use crate::domain::{Faults, Payload, event_types, projections};
 
 /// The demo runs on SQLite files only.
-type Rt = Runtime<SqliteJournal, SqliteProjectionStore>;
-use crate::output::json;
+type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
+
+/// `outbox-demo demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Directory for the demo's files (must not exist; default: a new `outbox-demo-<time>` here).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Campaigns (streams).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub campaigns: u64,
+    /// Events in all.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub events: u64,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The runtime over the demo's stores, with its projections.
+async fn build(
+    journal: SqliteJournal,
+    store: SqliteProjectionStore,
+    config: Config,
+    faults: &Faults,
+) -> Result<Rt, Error> {
+    projections(faults)
+        .into_iter()
+        .fold(
+            Outbox::builder(journal, store)
+                .config(config)
+                .event_types(event_types()),
+            |b, p| b.view_arc(p),
+        )
+        .build()
+        .await
+}
+
+fn json<T: Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
 
 /// splitmix64, so every demo run appends the same history.
 struct Rng(u64);
@@ -212,7 +251,8 @@ async fn wait_for(
     }
 }
 
-pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
+/// Runs the demo.
+pub async fn demo(a: DemoArgs) -> Result<()> {
     let started = Instant::now();
     let dir = match &a.dir {
         Some(d) => d.clone(),
@@ -340,7 +380,7 @@ pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
         ));
     }
 
-    say("  deploying the fix, then `outbox requeue-dead`".into());
+    say("  deploying the fix, then `outbox-demo requeue-dead`".into());
     faults.deploy_fix();
     let requeued = rt.journal().requeue_dead(100).await?;
     wait_for(&rt, total, tty, async || {
@@ -357,7 +397,7 @@ pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
         requeued.len()
     ));
 
-    let report = build_report(&rt, None, 0, false).await?;
+    let report = build_report(rt.journal(), rt.store(), rt.projections(), None, 0, false).await?;
     let digests = digests(rt.store(), rt.projections()).await?;
 
     // The promise, checked: a catch-up replay of the journal into a fresh
@@ -374,7 +414,7 @@ pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
     for p in verifier.projections().to_vec() {
         verifier.replay(p.name().as_str(), None, &cancel).await?;
     }
-    let check = crate::commands::digests(&verify_store, verifier.projections()).await?;
+    let check = outbox_cli::report::digests(&verify_store, verifier.projections()).await?;
     let verified = check.store == digests.store;
 
     let m = rt.metrics();
@@ -415,7 +455,7 @@ pub(crate) async fn demo(a: &DemoArgs) -> Result<()> {
             if verified { "identical" } else { "DIFFERENT" }
         );
         println!(
-            "  done in {:.1}s; inspect with: outbox --journal {dir}/journal.db --projection-db {dir}/projections.db report",
+            "  done in {:.1}s; inspect with: outbox-demo --journal {dir}/journal.db --projection-db {dir}/projections.db report",
             summary.seconds,
             dir = dir.display()
         );

@@ -1,0 +1,81 @@
+//! The application as the `outbox` command sees it.
+
+use std::sync::Arc;
+
+use outbox_core::{EventTypeRegistry, ViewProjection};
+
+/// An application described once for the `outbox` command: its name, its
+/// event types and its backend-neutral projections.
+///
+/// `outbox_cli::run(App::new("bank").event_types(types).view(Balances))` in
+/// a binary's `main` gives the application every `outbox` subcommand on its
+/// own journal and projections, on SQLite or Postgres (chosen by the URL at
+/// run time). The stock `outbox` binary is `App::new("outbox")` with no
+/// projections: the commands that need none (report, requeue, requeue-dead,
+/// workers, runs, migrate) work on any application's databases and never
+/// create or touch projection documents; the others refuse with one line.
+#[derive(Clone)]
+pub struct App {
+    pub(crate) name: String,
+    pub(crate) about: Option<String>,
+    pub(crate) event_types: EventTypeRegistry,
+    pub(crate) views: Vec<Arc<dyn ViewProjection>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.name)
+            .field(
+                "views",
+                &self.views.iter().map(|v| v.name().as_str()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// An application called `name` (the binary's name in help and errors),
+    /// with no event types and no projections.
+    pub fn new(name: impl Into<String>) -> Self {
+        App {
+            name: name.into(),
+            about: None,
+            event_types: EventTypeRegistry::new(),
+            views: Vec::new(),
+        }
+    }
+
+    /// The one-line description shown by `--help`.
+    pub fn about(mut self, about: impl Into<String>) -> Self {
+        self.about = Some(about.into());
+        self
+    }
+
+    /// The application's event types and their intents.
+    pub fn event_types(mut self, types: EventTypeRegistry) -> Self {
+        self.event_types = types;
+        self
+    }
+
+    /// Adds a backend-neutral projection. Order matters for `rebuild --all`.
+    pub fn view(self, projection: impl ViewProjection) -> Self {
+        self.view_arc(Arc::new(projection))
+    }
+
+    /// [`App::view`] for a projection that is already shared.
+    pub fn view_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
+        self.views.push(projection);
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The registered projections, in order.
+    pub fn views(&self) -> &[Arc<dyn ViewProjection>] {
+        &self.views
+    }
+}

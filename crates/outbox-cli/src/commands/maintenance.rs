@@ -1,0 +1,110 @@
+//! The commands that apply no events: `report`, `requeue`, `requeue-dead`,
+//! `workers` and `migrate`. They never build a runtime and never write to
+//! the projection database.
+
+use anyhow::Result;
+use outbox_core::{Seq, StreamId, WorkerInfo, view_projection};
+use serde::Serialize;
+
+use super::Ctx;
+use crate::backend::{CliJournal, CliStore};
+use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs};
+use crate::output::json;
+use crate::report::{build_report, print_report};
+
+pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
+    let projections: Vec<_> = ctx.app.views.iter().map(|v| view_projection(v.clone())).collect();
+    let r = build_report(
+        &ctx.journal,
+        &ctx.store,
+        &projections,
+        a.status,
+        a.limit,
+        !a.no_digests,
+    )
+    .await?;
+    if a.json {
+        json(&r)
+    } else {
+        print_report(&r, a.status);
+        Ok(())
+    }
+}
+
+pub(super) async fn requeue<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RequeueArgs) -> Result<()> {
+    let stream = StreamId::new(&a.stream)?;
+    let seq = Seq::new(a.seq)?;
+    let row = ctx.journal.requeue(&stream, seq).await?;
+    if a.json {
+        json(&row)
+    } else {
+        println!(
+            "requeued {}/{} ({}): pending, attempts 0, due now",
+            row.stream, row.seq, row.event_type
+        );
+        Ok(())
+    }
+}
+
+pub(super) async fn requeue_dead<J: CliJournal, P: CliStore>(
+    ctx: &Ctx<'_, J, P>,
+    a: &RequeueDeadArgs,
+) -> Result<()> {
+    let rows = ctx.journal.requeue_dead(a.limit as usize).await?;
+    if a.json {
+        json(&rows)
+    } else {
+        println!("requeued {} dead row(s)", rows.len());
+        for r in &rows {
+            println!("  {}/{} {}", r.stream, r.seq, r.event_type);
+        }
+        Ok(())
+    }
+}
+
+pub(super) async fn workers<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &JsonArg) -> Result<()> {
+    let workers = ctx.journal.workers().await?;
+    if a.json {
+        json(&workers)
+    } else {
+        print_workers(&workers);
+        Ok(())
+    }
+}
+
+/// The stores were migrated when they were opened (created if missing).
+pub(super) async fn migrate<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &JsonArg) -> Result<()> {
+    #[derive(Serialize)]
+    struct Migrated<'a> {
+        journal: String,
+        projection: String,
+        projections: Vec<&'a str>,
+    }
+    let out = Migrated {
+        journal: ctx.journal.describe(),
+        projection: ctx.store.describe(),
+        projections: ctx.app.views.iter().map(|p| p.name().as_str()).collect(),
+    };
+    if a.json {
+        json(&out)
+    } else {
+        println!("journal    {} (migrated)", out.journal);
+        println!("projection {} (migrated)", out.projection);
+        if !out.projections.is_empty() {
+            println!("projections: {}", out.projections.join(", "));
+        }
+        Ok(())
+    }
+}
+
+fn print_workers(workers: &[WorkerInfo]) {
+    if workers.is_empty() {
+        println!("no live workers registered");
+    }
+    for w in workers {
+        println!(
+            "{}  {}  host {} pid {}  started {}  last beat {}  expires {}",
+            w.id, w.mode, w.host, w.pid, w.started_at, w.last_beat, w.expires_at
+        );
+    }
+}

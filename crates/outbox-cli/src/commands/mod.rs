@@ -1,0 +1,217 @@
+//! The subcommands: opening the databases once, then one module per command.
+
+mod gaps;
+mod maintenance;
+mod replay;
+mod work;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use outbox_core::{Error, Seq, StreamId, select_mode, view_projection};
+use outbox_runtime::{Config, Outbox};
+
+use crate::App;
+use crate::backend::{CliJournal, CliStore, Location, open_url};
+use crate::cli::{Cli, Command};
+
+/// The opened databases, the configuration and the application of one command.
+pub(crate) struct Ctx<'a, J, P> {
+    pub(crate) app: &'a App,
+    pub(crate) journal: J,
+    pub(crate) store: P,
+    pub(crate) config: Config,
+}
+
+impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
+    /// The runtime over the opened databases with the application's
+    /// projections (only for the commands that apply events).
+    pub(crate) async fn runtime(&self) -> Result<Outbox<J, P>, Error> {
+        let mut b = Outbox::builder(self.journal.clone(), self.store.clone())
+            .config(self.config.clone())
+            .event_types(self.app.event_types.clone());
+        if let Some(w) = self.journal.wake() {
+            b = b.wake_source(w);
+        }
+        for v in &self.app.views {
+            b = b.projection(view_projection(v.clone()));
+        }
+        b.build().await
+    }
+}
+
+/// The runtime configuration for the CLI: the OUTBOX_* variables, with the
+/// apply worker on when none of the three mode flags is set.
+pub(crate) fn config() -> Result<Config, Error> {
+    let flags_set = [
+        "OUTBOX_ENABLED",
+        "OUTBOX_WORKER_ENABLED",
+        "OUTBOX_SHADOW_WORKER_ENABLED",
+    ]
+    .iter()
+    .any(|k| std::env::var_os(k).is_some());
+    let config = Config::from_env()?;
+    Ok(if flags_set {
+        config
+    } else {
+        config.with_flags(Config::apply_worker().flags)
+    })
+}
+
+/// The configuration: the OUTBOX_* variables, and for `work` its flags and
+/// the check that the mode runs a worker.
+fn command_config(command: &Command) -> Result<Config, Error> {
+    let mut config = config()?;
+    if let Command::Work(a) = command {
+        if let Some(ms) = a.interval_ms {
+            config = config.with_poll_interval(Duration::from_millis(ms));
+        }
+        if let Some(n) = a.batch_size {
+            config = config.with_batch_size(n as usize);
+        }
+        config.validate()?;
+        let mode = select_mode(config.flags)?.mode;
+        if !(mode.runs_apply_worker() || mode.runs_shadow_worker()) {
+            return Err(Error::Config(format!(
+                "mode {mode} runs no worker: set OUTBOX_ENABLED=true and OUTBOX_WORKER_ENABLED=true (or OUTBOX_SHADOW_WORKER_ENABLED=true)"
+            )));
+        }
+    }
+    Ok(config)
+}
+
+/// The command's name if it applies events and so needs projections.
+fn applies_events(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Work(_) => Some("work"),
+        Command::Replay(_) => Some("replay"),
+        Command::Rebuild(_) => Some("rebuild"),
+        Command::Gaps(_) => Some("gaps"),
+        _ => None,
+    }
+}
+
+/// Runs one parsed command line for `app`.
+///
+/// Everything that can be checked without a database (configuration,
+/// identifiers, whether the binary has projections) is checked before one is
+/// opened, and the databases are closed before returning, on success and on
+/// error: the last close checkpoints the WAL and removes the `-wal` and
+/// `-shm` files. Commands that apply no events never build a runtime, so
+/// they write nothing to the projection database.
+pub async fn execute(app: &App, cli: Cli) -> Result<()> {
+    if let Some(name) = applies_events(&cli.command)
+        && app.views.is_empty()
+    {
+        return Err(Error::Config(format!(
+            "`{} {name}` needs projections and this binary has none: build your application's own \
+             binary with outbox_cli::run(App::new(..).view(..)) (see the outbox-cli docs)",
+            app.name
+        ))
+        .into());
+    }
+    let config = command_config(&cli.command)?;
+    if let Command::Requeue(a) = &cli.command {
+        StreamId::new(&a.stream)?;
+        Seq::new(a.seq)?;
+    }
+    let create = matches!(cli.command, Command::Migrate(_));
+    let g = &cli.global;
+    match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
+        (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, create, config).await,
+        (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, create, config).await,
+        _ => Err(Error::invalid(
+            "the journal and the projection database must use the same backend (both sqlite or both postgres)",
+        )
+        .into()),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+async fn sqlite(
+    app: &App,
+    cli: &Cli,
+    journal: std::path::PathBuf,
+    projections: std::path::PathBuf,
+    create: bool,
+    config: Config,
+) -> Result<()> {
+    let (journal, store) = crate::backend::open_sqlite(journal, projections, create).await?;
+    run_with(app, cli, journal, store, config).await
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn sqlite(
+    app: &App,
+    _: &Cli,
+    _: std::path::PathBuf,
+    _: std::path::PathBuf,
+    _: bool,
+    _: Config,
+) -> Result<()> {
+    Err(unsupported(app, "sqlite"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres(
+    app: &App,
+    cli: &Cli,
+    journal: &str,
+    projections: &str,
+    create: bool,
+    config: Config,
+) -> Result<()> {
+    let (journal, store) =
+        crate::backend::open_postgres(journal, projections, &cli.global.schema, create).await?;
+    run_with(app, cli, journal, store, config).await
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres(app: &App, _: &Cli, _: &str, _: &str, _: bool, _: Config) -> Result<()> {
+    Err(unsupported(app, "postgres"))
+}
+
+#[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+fn unsupported(app: &App, backend: &str) -> anyhow::Error {
+    Error::Config(format!(
+        "this build of {} has no {backend} support (enable the `{backend}` feature of outbox-cli)",
+        app.name
+    ))
+    .into()
+}
+
+/// Runs the command on opened stores, then closes them (on success and on
+/// error).
+async fn run_with<J: CliJournal, P: CliStore>(
+    app: &App,
+    cli: &Cli,
+    journal: J,
+    store: P,
+    config: Config,
+) -> Result<()> {
+    let ctx = Ctx {
+        app,
+        journal,
+        store,
+        config,
+    };
+    let result = dispatch(cli, &ctx).await;
+    ctx.journal.shut().await;
+    ctx.store.shut().await;
+    result
+}
+
+async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) -> Result<()> {
+    match &cli.command {
+        Command::Work(a) => work::work(ctx, a).await,
+        Command::Report(a) => maintenance::report(ctx, a).await,
+        Command::Requeue(a) => maintenance::requeue(ctx, a).await,
+        Command::RequeueDead(a) => maintenance::requeue_dead(ctx, a).await,
+        Command::Workers(a) => maintenance::workers(ctx, a).await,
+        Command::Migrate(a) => maintenance::migrate(ctx, a).await,
+        Command::Replay(a) => replay::replay(ctx, a).await,
+        Command::Rebuild(a) => replay::rebuild(ctx, a).await,
+        Command::Runs(a) => replay::runs(ctx, a).await,
+        Command::Gaps(a) => gaps::gaps(ctx, a).await,
+    }
+}

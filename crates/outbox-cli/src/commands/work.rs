@@ -1,0 +1,72 @@
+//! `outbox work`: run the configured worker.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::Ctx;
+use crate::backend::{CliJournal, CliStore};
+use crate::cli::WorkArgs;
+use crate::output::{human_ms, json_line};
+
+pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &WorkArgs) -> Result<()> {
+    // The configuration (flags applied, a worker mode) was checked by `run`.
+    let rt = ctx.runtime().await?;
+    if a.once {
+        let tick = rt.tick().await?;
+        if a.json {
+            json_line(&tick)?;
+        } else if !a.quiet {
+            println!(
+                "{} pass: {} due stream(s), {} claimed, {} completed, {} failed, {} dead-lettered, {} contended",
+                rt.mode(),
+                tick.due_streams,
+                tick.claimed,
+                tick.completed,
+                tick.failed,
+                tick.dead_lettered,
+                tick.contended
+            );
+        }
+        return Ok(());
+    }
+    let running = rt.start().await?;
+    if let Some(r) = running.repair_report()
+        && !(a.quiet || a.json)
+        && r.streams_repaired > 0
+    {
+        println!(
+            "start-up repair: {} stream(s) caught up, {} event(s) applied",
+            r.streams_repaired, r.events_applied
+        );
+    }
+    if !a.quiet && !a.json {
+        println!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id());
+    }
+    let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            _ = every.tick() => {
+                let m = rt.metrics();
+                if a.json {
+                    json_line(&m)?;
+                } else if !a.quiet {
+                    let g = m.gauges.clone().unwrap_or_default();
+                    println!(
+                        "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
+                        m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
+                        human_ms(g.oldest_due_age_ms)
+                    );
+                }
+            }
+        }
+    }
+    running.shutdown().await;
+    if !a.quiet && !a.json {
+        println!("stopped: leases released, nothing left processing");
+    }
+    Ok(())
+}

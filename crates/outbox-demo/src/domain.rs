@@ -1,0 +1,285 @@
+//! The demo domain: a tabletop campaign.
+//!
+//! Events: `campaign_created`, `player_joined`, `character_created`,
+//! `dice_rolled`, `scene_changed` (applied) and `chat_message` (audit-only:
+//! kept in the journal, never projected). Three backend-neutral projections
+//! (the same code on memory, SQLite and Postgres):
+//! - `campaign_summary`: table `campaigns`, one document per campaign (name,
+//!   scene, counts);
+//! - `roster`: tables `players` and `characters`, keyed `campaign/name`;
+//! - `character_tally`: table `tally`, rolls, total and natural 20s per
+//!   `campaign/character`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use outbox_core::{BoxError, Event, EventTypeRegistry, ProjectionName, ViewProjection, ViewTx, async_trait};
+use serde::{Deserialize, Serialize};
+
+/// Every event type of the domain with its intent.
+pub fn event_types() -> EventTypeRegistry {
+    let mut r = EventTypeRegistry::new();
+    for t in [
+        "campaign_created",
+        "player_joined",
+        "character_created",
+        "dice_rolled",
+        "scene_changed",
+    ] {
+        r.apply(t).expect("valid name");
+    }
+    r.audit_only("chat_message").expect("valid name");
+    r
+}
+
+/// The payload of every demo event (fields unused by a type are absent).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Payload {
+    /// Campaign name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Player.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub player: Option<String>,
+    /// Character.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub character: Option<String>,
+    /// Die sides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sides: Option<i64>,
+    /// Roll result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<i64>,
+    /// Scene.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scene: Option<String>,
+    /// Chat text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Demo fault injection: the tally projection fails this many times on the event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub glitch: Option<u32>,
+    /// Demo fault injection: the tally projection fails until the fix is deployed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursed: Option<bool>,
+}
+
+fn payload(e: &Event) -> Result<Payload, BoxError> {
+    serde_json::from_slice(&e.payload)
+        .map_err(|err| format!("{} {}/{}: bad payload: {err}", e.event_type, e.stream, e.seq).into())
+}
+
+fn field<'a>(v: &'a Option<String>, what: &str, e: &Event) -> Result<&'a str, BoxError> {
+    v.as_deref()
+        .ok_or_else(|| format!("{} {}/{} has no {what}", e.event_type, e.stream, e.seq).into())
+}
+
+/// The demo's fault switch: "the fix is deployed" once set.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    fixed: Arc<AtomicBool>,
+    glitches: Arc<Mutex<HashMap<(String, u64), u32>>>,
+}
+
+impl Faults {
+    /// Deploys the fix: cursed events apply and glitches stop from now on
+    /// (the glitch counts live in one process, so without this every new
+    /// process, a rebuild for one, would meet each glitch again).
+    pub fn deploy_fix(&self) {
+        self.fixed.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self, e: &Event, p: &Payload) -> Result<(), BoxError> {
+        if self.fixed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if p.cursed == Some(true) {
+            return Err(format!(
+                "cursed die on {}/{}: the tally cannot count it (bug #42)",
+                e.stream, e.seq
+            )
+            .into());
+        }
+        if let Some(n) = p.glitch {
+            let mut g = self.glitches.lock().map_err(|_| "glitch table poisoned")?;
+            let seen = g.entry((e.stream.to_string(), e.seq.get())).or_insert(0);
+            if *seen < n {
+                *seen += 1;
+                return Err(format!("transient glitch {}/{n} on {}/{}", *seen, e.stream, e.seq).into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A campaign as `campaign_summary` keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Campaign {
+    /// Its name.
+    pub name: String,
+    /// The current scene.
+    pub scene: Option<String>,
+    /// Players joined.
+    pub players: u64,
+    /// Characters created.
+    pub characters: u64,
+    /// Dice rolled.
+    pub rolls: u64,
+    /// The last seq applied.
+    pub last_seq: u64,
+}
+
+/// A player as `roster` keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Player {
+    /// The seq of `player_joined`.
+    pub joined_seq: u64,
+}
+
+/// A character as `roster` keeps it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Character {
+    /// Who plays it.
+    pub player: String,
+}
+
+/// A character's rolls as `character_tally` keeps them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Dice rolled.
+    pub rolls: u64,
+    /// Their sum.
+    pub total: i64,
+    /// Natural 20s on a d20.
+    pub natural_20s: u64,
+}
+
+fn name(n: &str) -> ProjectionName {
+    ProjectionName::new(n).expect("valid projection name")
+}
+
+/// `campaign_summary`: one document per campaign.
+pub struct CampaignSummary(ProjectionName);
+
+#[async_trait]
+impl ViewProjection for CampaignSummary {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
+        let p = payload(e)?;
+        let c = e.stream.as_str();
+        if e.event_type.as_str() == "campaign_created" {
+            let campaign = Campaign {
+                name: field(&p.name, "name", e)?.to_owned(),
+                last_seq: e.seq.get(),
+                ..Campaign::default()
+            };
+            view.put("campaigns", c, &campaign).await?;
+            return Ok(());
+        }
+        let mut campaign: Campaign = view
+            .get("campaigns", c)
+            .await?
+            .ok_or_else(|| format!("{} on {c}/{} before campaign_created", e.event_type, e.seq))?;
+        match e.event_type.as_str() {
+            "player_joined" => campaign.players += 1,
+            "character_created" => campaign.characters += 1,
+            "dice_rolled" => campaign.rolls += 1,
+            "scene_changed" => campaign.scene = Some(field(&p.scene, "scene", e)?.to_owned()),
+            other => return Err(format!("campaign_summary does not know event type {other}").into()),
+        }
+        campaign.last_seq = e.seq.get();
+        view.put("campaigns", c, &campaign).await?;
+        Ok(())
+    }
+}
+
+/// `roster`: players and characters per campaign.
+pub struct Roster(ProjectionName);
+
+#[async_trait]
+impl ViewProjection for Roster {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
+        let p = payload(e)?;
+        let c = e.stream.as_str();
+        match e.event_type.as_str() {
+            "player_joined" => {
+                let key = format!("{c}/{}", field(&p.player, "player", e)?);
+                let player = Player {
+                    joined_seq: e.seq.get(),
+                };
+                view.put("players", &key, &player).await?;
+            }
+            "character_created" => {
+                let key = format!("{c}/{}", field(&p.character, "character", e)?);
+                let character = Character {
+                    player: field(&p.player, "player", e)?.to_owned(),
+                };
+                view.put("characters", &key, &character).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `character_tally`: rolls per character. The projection the demo's
+/// injected faults hit.
+pub struct CharacterTally {
+    name: ProjectionName,
+    faults: Faults,
+}
+
+#[async_trait]
+impl ViewProjection for CharacterTally {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
+        if e.event_type.as_str() != "dice_rolled" {
+            return Ok(());
+        }
+        let p = payload(e)?;
+        self.faults.check(e, &p)?;
+        let result = p.result.ok_or("dice_rolled has no result")?;
+        let sides = p.sides.ok_or("dice_rolled has no sides")?;
+        let key = format!("{}/{}", e.stream, field(&p.character, "character", e)?);
+        view.update("tally", &key, |t: &mut Tally| {
+            t.rolls += 1;
+            t.total += result;
+            t.natural_20s += u64::from(sides == 20 && result == 20);
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// The three projections, in rebuild order, sharing one fault switch.
+pub fn projections(faults: &Faults) -> Vec<Arc<dyn ViewProjection>> {
+    vec![
+        Arc::new(CampaignSummary(name("campaign_summary"))),
+        Arc::new(Roster(name("roster"))),
+        Arc::new(CharacterTally {
+            name: name("character_tally"),
+            faults: faults.clone(),
+        }),
+    ]
+}
+
+/// The demo application as the `outbox` command sees it, with `faults`.
+pub fn app(faults: &Faults) -> outbox_cli::App {
+    projections(faults).into_iter().fold(
+        outbox_cli::App::new("outbox-demo")
+            .about("The outbox demo: a tabletop campaign on the transactional projection-apply outbox")
+            .event_types(event_types()),
+        outbox_cli::App::view_arc,
+    )
+}
