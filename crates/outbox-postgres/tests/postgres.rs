@@ -507,10 +507,11 @@ async fn sharing_store_uses_the_journal_schema() {
     p.apply(&sid("s"), &events, std::slice::from_ref(&oracle))
         .await
         .unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_views WHERE projection = 'p' AND tbl = 'ledger'")
-        .fetch_one(j.pool())
-        .await
-        .unwrap();
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_views WHERE projection = 'p' AND tbl = 'ledger'")
+            .fetch_one(j.pool())
+            .await
+            .unwrap();
     assert_eq!(n, 1, "the projection's documents are in the shared schema");
 }
 

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, ProjectionName, StreamId, ViewProjection,
-    ViewTx, async_trait,
+    BoxError, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, ProjectionName, StreamId,
+    ViewProjection, ViewTx, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
@@ -34,8 +34,10 @@ impl ViewProjection for Balances {
         } else {
             cents
         };
-        view.update("balances", e.stream.as_str(), |balance: &mut i64| *balance += delta)
-            .await?;
+        view.update("balances", e.stream.as_str(), |balance: &mut i64| {
+            *balance += delta
+        })
+        .await?;
         Ok(())
     }
 }

@@ -16,7 +16,9 @@ use outbox_core::{
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};
 use outbox_runtime::{Config, Outbox};
-use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid};
+use outbox_testkit::{
+    Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid,
+};
 
 type Rt = Outbox<PgJournal, PgProjectionStore>;
 

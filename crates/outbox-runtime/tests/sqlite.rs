@@ -11,7 +11,9 @@ use outbox_core::{
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx};
-use outbox_testkit::{Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid};
+use outbox_testkit::{
+    Expected, Faults, OracleProjection, add, check_history, oracle_registry, read_state, sid,
+};
 
 type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
 

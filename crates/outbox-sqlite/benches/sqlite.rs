@@ -436,11 +436,7 @@ async fn raw_drain_step(f: &mut Fixture, batch: i64) -> u64 {
     n
 }
 
-async fn adapter_drain_step(
-    f: &Fixture,
-    projections: &[Arc<dyn Projection<SqliteTx>>],
-    batch: usize,
-) -> u64 {
+async fn adapter_drain_step(f: &Fixture, projections: &[Arc<dyn Projection<SqliteTx>>], batch: usize) -> u64 {
     let owner = WorkerId::new("adapter").unwrap();
     let due = f.journal.due_streams(1).await.unwrap();
     let stream = &due[0];
@@ -537,8 +533,7 @@ fn w1_append(c: &mut Criterion, rt: &Runtime) {
 
 fn w2_drain(c: &mut Criterion, rt: &Runtime) {
     let mut g = c.benchmark_group("W2 drain step");
-    let upsert: Arc<dyn Projection<SqliteTx>> =
-        Arc::new(Upsert(ProjectionName::new("upsert").unwrap()));
+    let upsert: Arc<dyn Projection<SqliteTx>> = Arc::new(Upsert(ProjectionName::new("upsert").unwrap()));
     let projections = vec![upsert];
     for batch in [1u64, 64] {
         let name = format!("W2 drain batch {batch}");

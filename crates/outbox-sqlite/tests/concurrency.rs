@@ -16,7 +16,7 @@ use outbox_core::{
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
-use outbox_testkit::{Expected, OracleProjection, read_state, Seed, add, check_history, stream_ids};
+use outbox_testkit::{Expected, OracleProjection, Seed, add, check_history, read_state, stream_ids};
 
 const STREAMS: usize = 200;
 const EVENTS_PER_STREAM: u64 = 25;
@@ -124,8 +124,7 @@ async fn four_instances_drain_200_streams_without_busy_or_double_claims() {
     for o in opens {
         instances.push(o.await.unwrap());
     }
-    let oracle: Arc<dyn Projection<SqliteTx>> =
-        OracleProjection::new("oracle").shared();
+    let oracle: Arc<dyn Projection<SqliteTx>> = OracleProjection::new("oracle").shared();
     instances[0].1.setup(std::slice::from_ref(&oracle)).await.unwrap();
 
     // Values appended, per stream.

@@ -16,15 +16,14 @@ use outbox_core::{
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
-use outbox_testkit::{Expected, OracleProjection, read_state, add, check_history, drain, sid};
+use outbox_testkit::{Expected, OracleProjection, add, check_history, drain, read_state, sid};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_projection_commit_before_row_delete() {
     let dir = tempfile::tempdir().unwrap();
     let jpath = dir.path().join("journal.db");
     let ppath = dir.path().join("projections.db");
-    let oracle: Arc<dyn Projection<SqliteTx>> =
-        OracleProjection::new("oracle").shared();
+    let oracle: Arc<dyn Projection<SqliteTx>> = OracleProjection::new("oracle").shared();
     let projections = vec![oracle.clone()];
     let s = sid("s");
     let policy = RetryPolicy::default();

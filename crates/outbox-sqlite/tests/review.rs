@@ -143,7 +143,9 @@ async fn apply_survives(sabotage: Sabotage) {
         .apply(&s, &events, std::slice::from_ref(&ok))
         .await
         .expect("a later apply works");
-    let st = outbox_testkit::read_state(&store, "oracle").await.expect("oracle state");
+    let st = outbox_testkit::read_state(&store, "oracle")
+        .await
+        .expect("oracle state");
     assert_eq!(st.streams["s"].seqs, [1, 2]);
 }
 
@@ -171,8 +173,7 @@ async fn reset_refuses_a_transaction_rolled_back_by_the_projection() {
         .await
         .unwrap();
     let name = ProjectionName::new("saboteur").unwrap();
-    let p: Arc<dyn Projection<SqliteTx>> =
-        Arc::new(Saboteur(name.clone(), Sabotage::RollbackAndSwallow));
+    let p: Arc<dyn Projection<SqliteTx>> = Arc::new(Saboteur(name.clone(), Sabotage::RollbackAndSwallow));
     store.setup(std::slice::from_ref(&p)).await.unwrap();
     let s = sid("s");
     journal

@@ -9,8 +9,8 @@ mod util;
 pub use drain::{DrainStats, drain};
 pub use harness::{Capabilities, Fixture, Harness, TxOf, one};
 pub use oracle::{
-    Expected, Faults, OracleProjection, OracleState, OracleStream, add, audit, check_history, oracle_registry,
-    read_state, value_of,
+    Expected, Faults, OracleProjection, OracleState, OracleStream, add, audit, check_history,
+    oracle_registry, read_state, value_of,
 };
 pub use util::{Seed, sid, stream_ids};
 

@@ -161,8 +161,10 @@ impl ViewProjection for OracleProjection {
             s.seqs.push(event.seq.get());
         })
         .await?;
-        view.update(LEDGER, &ledger_key(stream, event.seq.get()), |n: &mut u64| *n += 1)
-            .await?;
+        view.update(LEDGER, &ledger_key(stream, event.seq.get()), |n: &mut u64| {
+            *n += 1
+        })
+        .await?;
         Ok(())
     }
 }

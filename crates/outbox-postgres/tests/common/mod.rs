@@ -175,5 +175,4 @@ impl Harness for PgHarness {
         .rows_affected();
         assert_eq!(n, 1, "no event {stream}/{seq} to corrupt");
     }
-
 }

@@ -101,5 +101,4 @@ impl Harness for SqliteHarness {
             .expect("corrupt payload");
         tx.commit().await.expect("commit");
     }
-
 }
