@@ -13,6 +13,7 @@ mod projection;
 mod registry;
 mod runs;
 mod support;
+mod view;
 mod watermark;
 
 pub use end_to_end::*;
@@ -22,6 +23,7 @@ pub use outbox::*;
 pub use projection::*;
 pub use registry::*;
 pub use runs::*;
+pub use view::*;
 pub use watermark::*;
 
 /// Calls `$m!($arg; check_a, check_b, ...)` with every check's name.
@@ -121,6 +123,16 @@ macro_rules! for_each_check {
             digest_tracks_state,
             digest_covers_checkpoints,
             setup_is_idempotent,
+            view_put_then_get_round_trips_a_document,
+            view_put_replaces_and_delete_reports_existence,
+            view_scan_is_bytewise_ordered_and_pages,
+            view_documents_are_namespaced_by_projection_and_table,
+            view_tx_reads_its_own_uncommitted_writes,
+            view_failed_apply_rolls_back_documents_and_checkpoint,
+            view_reset_clears_documents_of_one_projection,
+            view_digest_tracks_documents_not_write_order,
+            view_invalid_names_keys_and_documents_write_nothing,
+            view_digest_pages_through_every_table,
             watermark_is_none_for_unsaved_stream,
             watermark_never_decreases,
             watermark_is_raised_by_apply,

@@ -1,0 +1,977 @@
+//! [`ViewStorage`](outbox_core::spi::ViewStorage) and [`ViewStore`] contract
+//! checks: the documents of backend-neutral projections, written through
+//! [`ViewTx`] inside `ProjectionStore::apply` and read back with
+//! [`ViewReader`].
+//!
+//! Every check drives a [`Scripted`] view projection: before an apply the
+//! check plans, per event, the document operations the projection performs
+//! (put, get, delete, scan, fail); the projection records what its reads
+//! returned so the check can inspect them after the apply.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use outbox_core::spi::ViewStorage;
+use outbox_core::{
+    ApplyOutcome, BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, MAX_VIEW_KEY_LEN,
+    MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, Projection, ProjectionName, ProjectionStore, StreamId,
+    ViewProjection, ViewReader, ViewStore, ViewTx, view_projection,
+};
+use serde::{Deserialize, Serialize};
+
+use super::support::recorded;
+use crate::{Fixture, Harness, TxOf, add, one, sid};
+
+/// The document the checks store: a serde struct with text (non-ASCII and
+/// characters JSON escapes), a signed number and a list.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Doc {
+    name: String,
+    n: i64,
+    tags: Vec<String>,
+}
+
+fn doc(name: &str, n: i64) -> Doc {
+    Doc {
+        name: name.to_owned(),
+        n,
+        tags: vec![format!("{name}-tag"), "é \"q\" \\ /".to_owned()],
+    }
+}
+
+/// One document operation the scripted projection performs.
+#[derive(Clone, Debug)]
+enum Op {
+    Put(String, String, Doc),
+    /// A JSON string document (to size documents exactly).
+    PutText(String, String, String),
+    /// A value `serde_json` cannot serialize (a map with non-string keys).
+    PutUnencodable(String, String),
+    Get(String, String),
+    Delete(String, String),
+    Scan(String, Option<String>, usize),
+    Fail,
+}
+
+fn put(table: &str, key: &str, d: Doc) -> Op {
+    Op::Put(table.to_owned(), key.to_owned(), d)
+}
+
+fn get(table: &str, key: &str) -> Op {
+    Op::Get(table.to_owned(), key.to_owned())
+}
+
+fn del(table: &str, key: &str) -> Op {
+    Op::Delete(table.to_owned(), key.to_owned())
+}
+
+fn scan(table: &str, after: Option<&str>, limit: usize) -> Op {
+    Op::Scan(table.to_owned(), after.map(str::to_owned), limit)
+}
+
+/// What one read of the scripted projection returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seen {
+    Got(Option<Doc>),
+    Deleted(bool),
+    Scanned(Vec<(String, Doc)>),
+}
+
+type Plans = Arc<Mutex<HashMap<(String, u64), Vec<Op>>>>;
+
+/// A view projection that performs, for each event, the operations planned
+/// for its (stream, seq), and records what its reads returned.
+#[derive(Clone)]
+struct Scripted {
+    name: ProjectionName,
+    plans: Plans,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Scripted {
+    fn new(name: &str) -> Self {
+        Scripted {
+            name: ProjectionName::new(name).expect("valid projection name"),
+            plans: Plans::default(),
+            seen: Arc::default(),
+        }
+    }
+
+    /// Plans `ops` for `event` (replacing an earlier plan).
+    fn plan(&self, event: &Event, ops: Vec<Op>) {
+        self.plans
+            .lock()
+            .expect("plans lock")
+            .insert((event.stream.to_string(), event.seq.get()), ops);
+    }
+
+    fn take_seen(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().expect("seen lock"))
+    }
+
+    fn shared<Tx: ViewStorage + 'static>(&self) -> Arc<dyn Projection<Tx>> {
+        view_projection(Arc::new(self.clone()))
+    }
+
+    fn reader<'a, S: ViewStore>(&self, store: &'a S) -> ViewReader<'a, S> {
+        ViewReader::new(store, self.name.clone())
+    }
+}
+
+#[async_trait]
+impl ViewProjection for Scripted {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+        let ops = self
+            .plans
+            .lock()
+            .expect("plans lock")
+            .get(&(event.stream.to_string(), event.seq.get()))
+            .cloned()
+            .unwrap_or_default();
+        for op in ops {
+            let seen = match op {
+                Op::Put(t, k, d) => {
+                    view.put(&t, &k, &d).await?;
+                    None
+                }
+                Op::PutText(t, k, s) => {
+                    view.put(&t, &k, &s).await?;
+                    None
+                }
+                Op::PutUnencodable(t, k) => {
+                    let bad: BTreeMap<Vec<u8>, u8> = BTreeMap::from([(vec![1, 2], 3)]);
+                    view.put(&t, &k, &bad).await?;
+                    None
+                }
+                Op::Get(t, k) => Some(Seen::Got(view.get(&t, &k).await?)),
+                Op::Delete(t, k) => Some(Seen::Deleted(view.delete(&t, &k).await?)),
+                Op::Scan(t, after, limit) => {
+                    Some(Seen::Scanned(view.scan(&t, after.as_deref(), limit).await?))
+                }
+                Op::Fail => return Err(format!("scripted failure at {}/{}", event.stream, event.seq).into()),
+            };
+            if let Some(s) = seen {
+                self.seen.lock().expect("seen lock").push(s);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A scripted view projection called `name`, set up in the fixture's
+/// projection store, and the same as a projection of that store.
+async fn scripted<H: Harness>(f: &Fixture<H>, name: &str) -> (Scripted, Arc<dyn Projection<TxOf<H>>>) {
+    let s = Scripted::new(name);
+    let p = s.shared();
+    f.projections.setup(&one(p.clone())).await.expect("setup");
+    (s, p)
+}
+
+/// Appends one event per step to `stream` and returns the recorded events.
+async fn events<H: Harness>(f: &Fixture<H>, stream: &StreamId, steps: usize) -> Vec<Event> {
+    recorded(&f.journal, stream, (0..steps).map(|_| add(0)).collect()).await
+}
+
+/// Plans `steps[i]` for `events[i]` and applies the events in ONE
+/// `ProjectionStore::apply` call: what the reads returned, or the apply's error.
+async fn run<H: Harness>(
+    f: &Fixture<H>,
+    s: &Scripted,
+    p: &Arc<dyn Projection<TxOf<H>>>,
+    events: &[Event],
+    steps: Vec<Vec<Op>>,
+) -> Result<Vec<Seen>, Error> {
+    assert_eq!(events.len(), steps.len(), "one step per event");
+    for (e, ops) in events.iter().zip(steps) {
+        s.plan(e, ops);
+    }
+    s.take_seen();
+    match f
+        .projections
+        .apply(&events[0].stream, events, &one(p.clone()))
+        .await?
+    {
+        ApplyOutcome::Applied(_) => Ok(s.take_seen()),
+        ApplyOutcome::Gap(g) => panic!("the checks never offer a gap, got {g:?}"),
+    }
+}
+
+/// Appends one event per step to `stream` and [`run`]s them.
+async fn step<H: Harness>(
+    f: &Fixture<H>,
+    s: &Scripted,
+    p: &Arc<dyn Projection<TxOf<H>>>,
+    stream: &str,
+    steps: Vec<Vec<Op>>,
+) -> Result<Vec<Seen>, Error> {
+    let evs = events(f, &sid(stream), steps.len()).await;
+    run(f, s, p, &evs, steps).await
+}
+
+/// Every committed document of one table, read through [`ViewReader`] in
+/// pages of `page`.
+async fn table_docs<S: ViewStore>(r: &ViewReader<'_, S>, table: &str, page: usize) -> Vec<(String, Doc)> {
+    let mut out: Vec<(String, Doc)> = Vec::new();
+    loop {
+        let after = out.last().map(|(k, _)| k.clone());
+        let got: Vec<(String, Doc)> = r
+            .scan(table, after.as_deref(), page)
+            .await
+            .unwrap_or_else(|e| panic!("scan of {table} after {after:?}: {e}"));
+        assert!(
+            got.len() <= page,
+            "scan returned {} rows for limit {page}",
+            got.len()
+        );
+        let done = got.len() < page;
+        out.extend(got);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Asserts that `r` is an `Error::Apply` whose source is an `Error::InvalidInput`.
+fn assert_invalid_apply(r: Result<Vec<Seen>, Error>, what: &str) {
+    match r {
+        Err(Error::Apply { source, .. }) => match source.downcast_ref::<Error>() {
+            Some(Error::InvalidInput(_)) => {}
+            other => panic!("{what}: the applier's error should be InvalidInput, got {other:?} ({source})"),
+        },
+        other => panic!("{what}: the apply should fail with Error::Apply, got {other:?}"),
+    }
+}
+
+/// `view_put`/`view_get` (and `ViewStore::view_get`): a serde struct put in
+/// an apply reads back equal inside the transaction and after the commit,
+/// stored as `serde_json`'s text byte for byte; a missing key, table or
+/// projection is `None`.
+pub async fn view_put_then_get_round_trips_a_document<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let d = doc("alpha", -7);
+    let seen = step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![vec![
+            get("docs", "k"),
+            put("docs", "k", d.clone()),
+            get("docs", "k"),
+            get("docs", "other"),
+        ]],
+    )
+    .await
+    .expect("apply");
+    assert_eq!(
+        seen,
+        [Seen::Got(None), Seen::Got(Some(d.clone())), Seen::Got(None)],
+        "inside the transaction: missing, then the put document, and another key missing"
+    );
+    let r = s.reader(&f.projections);
+    assert_eq!(
+        r.get::<Doc>("docs", "k").await.unwrap(),
+        Some(d.clone()),
+        "committed"
+    );
+    assert_eq!(
+        r.get::<Doc>("docs", "missing").await.unwrap(),
+        None,
+        "missing key"
+    );
+    assert_eq!(r.get::<Doc>("nodocs", "k").await.unwrap(), None, "missing table");
+    let other = ViewReader::new(&f.projections, ProjectionName::new("nobody").unwrap());
+    assert_eq!(
+        other.get::<Doc>("docs", "k").await.unwrap(),
+        None,
+        "missing projection"
+    );
+    let raw = f.projections.view_get(&s.name, "docs", "k").await.unwrap();
+    assert_eq!(
+        raw.as_deref(),
+        Some(r#"{"name":"alpha","n":-7,"tags":["alpha-tag","é \"q\" \\ /"]}"#),
+        "the stored text is serde_json's, byte for byte"
+    );
+}
+
+/// `view_put` replaces; `view_delete` returns whether the document existed
+/// (true, then false, inside one transaction and across transactions).
+pub async fn view_put_replaces_and_delete_reports_existence<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let (v1, v2) = (doc("one", 1), doc("two", 2));
+    let seen = step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![vec![
+            put("t", "k", v1.clone()),
+            put("t", "k", v2.clone()),
+            get("t", "k"),
+            put("t", "gone", v1.clone()),
+        ]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Got(Some(v2.clone()))],
+        "the second put replaced the first"
+    );
+    let r = s.reader(&f.projections);
+    assert_eq!(r.get::<Doc>("t", "k").await.unwrap(), Some(v2.clone()));
+    assert_eq!(
+        table_docs(&r, "t", 10).await.len(),
+        2,
+        "a replace adds no document"
+    );
+    let seen = step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![
+            vec![del("t", "gone"), del("t", "gone"), get("t", "gone")],
+            vec![del("t", "gone"), del("t", "never"), del("u", "k")],
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        [
+            Seen::Deleted(true),
+            Seen::Deleted(false),
+            Seen::Got(None),
+            Seen::Deleted(false),
+            Seen::Deleted(false),
+            Seen::Deleted(false),
+        ],
+        "delete: true once, then false (same event, next event, never-written key, other table)"
+    );
+    assert_eq!(
+        r.get::<Doc>("t", "gone").await.unwrap(),
+        None,
+        "the delete committed"
+    );
+    assert_eq!(
+        r.get::<Doc>("t", "k").await.unwrap(),
+        Some(v2),
+        "the other document stays"
+    );
+    let seen = step(&f, &s, &p, "s", vec![vec![del("t", "k")]]).await.unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Deleted(true)],
+        "a committed document deletes in a later transaction"
+    );
+    assert!(table_docs(&r, "t", 10).await.is_empty());
+}
+
+/// The keys [`view_scan_is_bytewise_ordered_and_pages`] writes: case,
+/// digits, separators, precomposed and decomposed accents, 3- and 4-byte
+/// UTF-8 (whose UTF-16 order differs), DEL and the longest key.
+fn tricky_keys() -> Vec<String> {
+    let mut keys: Vec<String> = [
+        "a", "B", "b", "a/b", "é", "e\u{301}", "10", "9", "Z", "a b", "ab", "a-", "~", "日本", "\u{ff61}",
+        "😀", "a\u{7f}", "A",
+    ]
+    .iter()
+    .map(|k| (*k).to_owned())
+    .collect();
+    keys.push("k".repeat(MAX_VIEW_KEY_LEN));
+    keys
+}
+
+/// `view_scan` (and `ViewStore::view_scan`): one table's documents in
+/// bytewise key order, strictly after `after` (present or not), at most
+/// `limit`; paging with the last key returns every document exactly once.
+/// Other tables and projections are not included.
+pub async fn view_scan_is_bytewise_ordered_and_pages<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let (qs, q) = scripted(&f, "q").await;
+    let keys = tricky_keys();
+    let puts: Vec<Op> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| put("t", k, doc(&format!("d{i}"), i as i64)))
+        .collect();
+    // Documents a scan of p's table `t` must not include: other tables (one
+    // whose name `t` prefixes) and another projection's table `t`.
+    let noise = vec![
+        put("s", "a", doc("noise", 0)),
+        put("u", "0", doc("noise", 0)),
+        put("t_", "b", doc("noise", 0)),
+    ];
+    let evs = events(&f, &sid("s"), 2).await;
+    run(&f, &s, &p, &evs, vec![noise, puts]).await.unwrap();
+    run(
+        &f,
+        &qs,
+        &q,
+        &evs[..1],
+        vec![vec![put("t", "a", doc("q", 0)), put("t", "0", doc("q", 0))]],
+    )
+    .await
+    .unwrap();
+
+    let mut want: Vec<(String, Doc)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), doc(&format!("d{i}"), i as i64)))
+        .collect();
+    want.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let r = s.reader(&f.projections);
+    let all: Vec<(String, Doc)> = r.scan("t", None, MAX_PAGE).await.unwrap();
+    let order = |v: &[(String, Doc)]| v.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(order(&all), order(&want), "scan is in bytewise (UTF-8) key order");
+    assert_eq!(all, want, "with every document");
+    for page in [1, 2, 3, 7] {
+        assert_eq!(
+            table_docs(&r, "t", page).await,
+            want,
+            "paging by {page} returns everything exactly once"
+        );
+    }
+    let limited: Vec<(String, Doc)> = r.scan("t", None, 4).await.unwrap();
+    assert_eq!(limited, want[..4], "limit");
+    for i in [0, 5, want.len() - 1] {
+        let after: Vec<(String, Doc)> = r.scan("t", Some(&want[i].0), MAX_PAGE).await.unwrap();
+        assert_eq!(after, want[i + 1..], "strictly after {:?}", want[i].0);
+    }
+    let absent: Vec<(String, Doc)> = r.scan("t", Some("a0"), MAX_PAGE).await.unwrap();
+    let first = want
+        .iter()
+        .position(|(k, _)| k.as_bytes() > b"a0".as_slice())
+        .unwrap();
+    assert_eq!(absent, want[first..], "after a key that is not stored");
+    assert!(
+        r.scan::<Doc>("t", Some("\u{10ffff}"), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "after the end"
+    );
+    assert!(
+        r.scan::<Doc>("v", None, 10).await.unwrap().is_empty(),
+        "an empty table"
+    );
+    let seen = step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![vec![scan("t", None, MAX_PAGE), scan("t", Some(&want[2].0), 3)]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Scanned(want.clone()), Seen::Scanned(want[3..6].to_vec())],
+        "the transaction's scan orders and limits the same way"
+    );
+}
+
+/// Documents are keyed by (projection, table, key): two projections writing
+/// the same table and key, and one projection writing the same key in two
+/// tables, never see, replace or delete each other's documents.
+pub async fn view_documents_are_namespaced_by_projection_and_table<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (ps, p) = scripted(&f, "p").await;
+    let (qs, q) = scripted(&f, "q").await;
+    let st = sid("s");
+    let evs = events(&f, &st, 2).await;
+    run(
+        &f,
+        &ps,
+        &p,
+        &evs[..1],
+        vec![vec![put("t", "k", doc("p-t", 1)), put("u", "k", doc("p-u", 2))]],
+    )
+    .await
+    .unwrap();
+    let seen = run(
+        &f,
+        &qs,
+        &q,
+        &evs[..1],
+        vec![vec![
+            get("t", "k"),
+            put("t", "k", doc("q-t", 3)),
+            scan("u", None, 10),
+        ]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Got(None), Seen::Scanned(vec![])],
+        "q does not see p's documents inside its transaction"
+    );
+    let (pr, qr) = (ps.reader(&f.projections), qs.reader(&f.projections));
+    assert_eq!(
+        pr.get::<Doc>("t", "k").await.unwrap(),
+        Some(doc("p-t", 1)),
+        "q's put did not replace p's"
+    );
+    assert_eq!(
+        pr.get::<Doc>("u", "k").await.unwrap(),
+        Some(doc("p-u", 2)),
+        "same key, other table"
+    );
+    assert_eq!(qr.get::<Doc>("t", "k").await.unwrap(), Some(doc("q-t", 3)));
+    assert_eq!(qr.get::<Doc>("u", "k").await.unwrap(), None);
+    let seen = run(&f, &qs, &q, &evs[1..], vec![vec![del("u", "k"), del("t", "k")]])
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Deleted(false), Seen::Deleted(true)],
+        "q deletes only its own"
+    );
+    assert_eq!(
+        pr.get::<Doc>("t", "k").await.unwrap(),
+        Some(doc("p-t", 1)),
+        "p's document survives q's delete"
+    );
+    assert_eq!(pr.get::<Doc>("u", "k").await.unwrap(), Some(doc("p-u", 2)));
+    let seen = run(&f, &ps, &p, &evs[1..], vec![vec![del("t", "k"), get("u", "k")]])
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Deleted(true), Seen::Got(Some(doc("p-u", 2)))],
+        "deleting t/k leaves u/k"
+    );
+}
+
+/// Reads inside the apply transaction see its earlier writes, of the same
+/// event and of earlier events of the run, before anything is committed.
+pub async fn view_tx_reads_its_own_uncommitted_writes<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![vec![put("t", "a", doc("a", 1)), put("t", "c", doc("c", 3))]],
+    )
+    .await
+    .unwrap();
+    let seen = step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![
+            vec![put("t", "b", doc("b", 2)), del("t", "c"), scan("t", None, 10)],
+            vec![
+                get("t", "b"),
+                get("t", "c"),
+                put("t", "a", doc("a", 10)),
+                scan("t", None, 10),
+            ],
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        [
+            Seen::Deleted(true),
+            Seen::Scanned(vec![("a".into(), doc("a", 1)), ("b".into(), doc("b", 2))]),
+            Seen::Got(Some(doc("b", 2))),
+            Seen::Got(None),
+            Seen::Scanned(vec![("a".into(), doc("a", 10)), ("b".into(), doc("b", 2))]),
+        ],
+        "puts, replaces and deletes are visible to later reads of the same transaction"
+    );
+}
+
+/// A failing applier rolls back every document write of the transaction
+/// (puts, replaces and deletes, of earlier events of the run too) and the
+/// checkpoint; what an earlier apply committed stays.
+pub async fn view_failed_apply_rolls_back_documents_and_checkpoint<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let st = sid("s");
+    let evs = events(&f, &st, 3).await;
+    run(
+        &f,
+        &s,
+        &p,
+        &evs[..1],
+        vec![vec![
+            put("t", "keep", doc("v1", 1)),
+            put("t", "doomed", doc("d", 0)),
+        ]],
+    )
+    .await
+    .unwrap();
+    let r = s.reader(&f.projections);
+    let before = table_docs(&r, "t", 100).await;
+    let failing = vec![
+        vec![
+            put("t", "new", doc("new", 2)),
+            put("t", "keep", doc("v2", 2)),
+            del("t", "doomed"),
+        ],
+        vec![put("u", "x", doc("x", 3)), Op::Fail],
+    ];
+    match run(
+        &f,
+        &s,
+        &p,
+        &evs,
+        vec![vec![], failing[0].clone(), failing[1].clone()],
+    )
+    .await
+    {
+        Err(Error::Apply { projection, seq, .. }) => {
+            assert_eq!(
+                (projection.as_str(), seq.get()),
+                ("p", 3),
+                "names the failing event"
+            )
+        }
+        other => panic!("a failing applier is Error::Apply, got {other:?}"),
+    }
+    assert_eq!(
+        table_docs(&r, "t", 100).await,
+        before,
+        "put, replace and delete of seq 2 rolled back"
+    );
+    assert!(
+        table_docs(&r, "u", 100).await.is_empty(),
+        "seq 3's put before the failure rolled back"
+    );
+    assert_eq!(
+        f.projections.checkpoint(&s.name, &st).await.unwrap(),
+        1,
+        "the checkpoint did not move"
+    );
+    let mut retry = failing;
+    retry[1].pop();
+    run(&f, &s, &p, &evs[1..], retry)
+        .await
+        .expect("the retry commits");
+    assert_eq!(
+        table_docs(&r, "t", 100).await,
+        [
+            ("keep".to_owned(), doc("v2", 2)),
+            ("new".to_owned(), doc("new", 2))
+        ],
+    );
+    assert_eq!(r.get::<Doc>("u", "x").await.unwrap(), Some(doc("x", 3)));
+    assert_eq!(f.projections.checkpoint(&s.name, &st).await.unwrap(), 3);
+}
+
+/// `reset` (`view_clear` plus the checkpoints) removes every document of the
+/// projection, in every table, and its checkpoints, and leaves another
+/// projection's documents and checkpoints; the events then apply again.
+pub async fn view_reset_clears_documents_of_one_projection<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (ps, p) = scripted(&f, "p").await;
+    let (qs, q) = scripted(&f, "q").await;
+    let (a, b) = (sid("a"), sid("b"));
+    let ea = events(&f, &a, 1).await;
+    let eb = events(&f, &b, 1).await;
+    let writes = vec![
+        put("t", "k", doc("t", 1)),
+        put("u", "k", doc("u", 2)),
+        put("u", "l", doc("u", 3)),
+    ];
+    for (sc, pr) in [(&ps, &p), (&qs, &q)] {
+        run(&f, sc, pr, &ea, vec![writes.clone()]).await.unwrap();
+        run(&f, sc, pr, &eb, vec![vec![put("v", "k", doc("v", 4))]])
+            .await
+            .unwrap();
+    }
+    let qr = qs.reader(&f.projections);
+    let q_before = [
+        table_docs(&qr, "t", 10).await,
+        table_docs(&qr, "u", 10).await,
+        table_docs(&qr, "v", 10).await,
+    ];
+    f.projections.reset(&*p).await.expect("reset");
+    let pr = ps.reader(&f.projections);
+    for t in ["t", "u", "v"] {
+        assert!(
+            table_docs(&pr, t, 10).await.is_empty(),
+            "reset removed p's table {t}"
+        );
+    }
+    assert_eq!(
+        f.projections.checkpoint(&ps.name, &a).await.unwrap(),
+        0,
+        "checkpoints cleared"
+    );
+    assert_eq!(
+        f.projections.checkpoint(&ps.name, &b).await.unwrap(),
+        0,
+        "on every stream"
+    );
+    let q_after = [
+        table_docs(&qr, "t", 10).await,
+        table_docs(&qr, "u", 10).await,
+        table_docs(&qr, "v", 10).await,
+    ];
+    assert_eq!(q_after, q_before, "q's documents untouched");
+    assert_eq!(q_after.iter().map(Vec::len).sum::<usize>(), 4);
+    assert_eq!(f.projections.checkpoint(&qs.name, &a).await.unwrap(), 1);
+    let seen = run(&f, &ps, &p, &ea, vec![vec![get("t", "k")]]).await.unwrap();
+    assert_eq!(
+        seen,
+        [Seen::Got(None)],
+        "after the reset the event applies again, on empty tables"
+    );
+}
+
+/// `digest` of a view projection: equal on two fresh stores given the same
+/// events, whatever order the documents were written in (and a document
+/// written then deleted leaves no trace); different when one document
+/// changes; equal again once it is changed back.
+pub async fn view_digest_tracks_documents_not_write_order<H: Harness>(h: &H) {
+    let f1 = h.open().await;
+    let f2 = h.open().await;
+    let (s1, p1) = scripted(&f1, "p").await;
+    let (s2, p2) = scripted(&f2, "p").await;
+    assert_eq!(
+        f1.projections.digest(&*p1).await.unwrap(),
+        f2.projections.digest(&*p2).await.unwrap(),
+        "two empty view projections"
+    );
+    let st = sid("s");
+    let e1 = events(&f1, &st, 2).await;
+    let e2 = events(&f2, &st, 2).await;
+    let (a, b, c) = (doc("a", 1), doc("b", 2), doc("c", 3));
+    run(
+        &f1,
+        &s1,
+        &p1,
+        &e1,
+        vec![
+            vec![put("t", "k1", a.clone()), put("t", "k2", b.clone())],
+            vec![put("u", "k1", c.clone())],
+        ],
+    )
+    .await
+    .unwrap();
+    run(
+        &f2,
+        &s2,
+        &p2,
+        &e2,
+        vec![
+            vec![
+                put("u", "k1", c.clone()),
+                put("t", "tmp", a.clone()),
+                put("t", "k2", doc("old", 0)),
+            ],
+            vec![
+                put("t", "k2", b.clone()),
+                del("t", "tmp"),
+                put("t", "k1", a.clone()),
+            ],
+        ],
+    )
+    .await
+    .unwrap();
+    let d1 = f1.projections.digest(&*p1).await.unwrap();
+    assert_eq!(
+        d1,
+        f2.projections.digest(&*p2).await.unwrap(),
+        "same documents, other write order: same digest"
+    );
+    let more = events(&f1, &st, 2).await;
+    run(
+        &f1,
+        &s1,
+        &p1,
+        &more[..1],
+        vec![vec![put("t", "k2", doc("b", 20))]],
+    )
+    .await
+    .unwrap();
+    let changed = f1.projections.digest(&*p1).await.unwrap();
+    assert_ne!(changed, d1, "a changed document changes the digest");
+    let more2 = events(&f2, &st, 1).await;
+    run(&f2, &s2, &p2, &more2, vec![vec![]]).await.unwrap();
+    assert_ne!(
+        f2.projections.digest(&*p2).await.unwrap(),
+        changed,
+        "same checkpoints, one document differs: different digests"
+    );
+    run(&f1, &s1, &p1, &more[1..], vec![vec![put("t", "k2", b)]])
+        .await
+        .unwrap();
+    let more3 = events(&f2, &st, 1).await;
+    run(&f2, &s2, &p2, &more3, vec![vec![]]).await.unwrap();
+    assert_eq!(
+        f1.projections.digest(&*p1).await.unwrap(),
+        f2.projections.digest(&*p2).await.unwrap(),
+        "changed back: equal again"
+    );
+}
+
+/// An invalid table name or key, an oversized or unserializable document is
+/// `InvalidInput` from the `ViewTx`; passed on with `?` it fails the apply
+/// (`Error::Apply` whose source is that `InvalidInput`) and nothing of the
+/// transaction commits. The limits are exact: the longest valid table, key
+/// and document are accepted. `ViewReader` refuses the same names and a
+/// zero limit with `InvalidInput`.
+pub async fn view_invalid_names_keys_and_documents_write_nothing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let long_table = "t".repeat(MAX_VIEW_TABLE_LEN + 1);
+    let long_key = "k".repeat(MAX_VIEW_KEY_LEN + 1);
+    // A JSON string of n characters is n + 2 bytes of text.
+    let oversized = "x".repeat(MAX_VIEW_VALUE_LEN - 1);
+    let bad: Vec<(&str, Op)> = vec![
+        ("an empty table", put("", "k", doc("x", 0))),
+        ("a table starting with a digit", put("1t", "k", doc("x", 0))),
+        ("a table with a dash", put("a-b", "k", doc("x", 0))),
+        ("a non-ASCII table", put("tä", "k", doc("x", 0))),
+        ("a table one byte too long", put(&long_table, "k", doc("x", 0))),
+        ("an empty key", put("t", "", doc("x", 0))),
+        ("a key with NUL", put("t", "a\0b", doc("x", 0))),
+        ("a key one byte too long", put("t", &long_key, doc("x", 0))),
+        ("a get of a bad key", get("t", "")),
+        ("a delete in a bad table", del("_t", "k")),
+        ("a scan of a bad table", scan("t t", None, 1)),
+        ("a scan with limit 0", scan("t", None, 0)),
+        (
+            "a document one byte too large",
+            Op::PutText("t".into(), "big".into(), oversized),
+        ),
+        (
+            "an unserializable document",
+            Op::PutUnencodable("t".into(), "k".into()),
+        ),
+    ];
+    let r = s.reader(&f.projections);
+    for (i, (what, op)) in bad.into_iter().enumerate() {
+        let st = sid(&format!("s{i:02}"));
+        let evs = events(&f, &st, 1).await;
+        let res = run(&f, &s, &p, &evs, vec![vec![put("t", "before", doc("x", 1)), op]]).await;
+        assert_invalid_apply(res, what);
+        assert!(
+            table_docs(&r, "t", 10).await.is_empty(),
+            "{what}: nothing committed"
+        );
+        assert_eq!(
+            f.projections.checkpoint(&s.name, &st).await.unwrap(),
+            0,
+            "{what}: checkpoint unchanged"
+        );
+    }
+    let max_table = "t".repeat(MAX_VIEW_TABLE_LEN);
+    let max_key = "k".repeat(MAX_VIEW_KEY_LEN);
+    let largest = "x".repeat(MAX_VIEW_VALUE_LEN - 2);
+    let edges = vec![
+        put(&max_table, &max_key, doc("edge", 1)),
+        Op::PutText("t".into(), "big".into(), largest.clone()),
+    ];
+    step(&f, &s, &p, "edges", vec![edges])
+        .await
+        .expect("the longest table, key and document are valid");
+    assert_eq!(
+        r.get::<Doc>(&max_table, &max_key).await.unwrap(),
+        Some(doc("edge", 1))
+    );
+    assert_eq!(
+        r.get::<String>("t", "big").await.unwrap().map(|s| s.len()),
+        Some(largest.len())
+    );
+    for (what, e) in [
+        ("get of a bad table", r.get::<Doc>("1t", "k").await.err()),
+        ("get of a bad key", r.get::<Doc>("t", "a\0b").await.err()),
+        ("scan of a bad table", r.scan::<Doc>("a-b", None, 1).await.err()),
+        ("scan with limit 0", r.scan::<Doc>("t", None, 0).await.err()),
+    ] {
+        assert!(
+            matches!(e, Some(Error::InvalidInput(_))),
+            "ViewReader {what}: {e:?}"
+        );
+    }
+}
+
+/// `view_rows` pages through every table of the projection in (table, key)
+/// order: the digest of 1,500 documents over 3 tables (more than one page of
+/// `digest_view`, with a page boundary inside a table whose keys the next
+/// table repeats) equals the digest built by hand from `ViewStore` scans
+/// with the framing every adapter uses (`view:<table>`, rows (key, JSON
+/// text), then `checkpoints`, rows (stream, seq)).
+pub async fn view_digest_pages_through_every_table<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let tables: [(&str, usize); 3] = [("alpha", 300), ("beta", 900), ("gamma", 300)];
+    let st = sid("s");
+    let evs = events(&f, &st, tables.len()).await;
+    let steps: Vec<Vec<Op>> = tables
+        .iter()
+        .map(|(t, n)| {
+            (0..*n)
+                .rev()
+                .map(|i| put(t, &format!("k{i:04}"), doc(&format!("{t}{i}"), i as i64)))
+                .collect()
+        })
+        .collect();
+    run(&f, &s, &p, &evs, steps).await.expect("apply 1,500 documents");
+    let other = sid("o");
+    let eo = events(&f, &other, 1).await;
+    run(
+        &f,
+        &s,
+        &p,
+        &eo,
+        vec![vec![put("beta", "k0450", doc("replaced", -1))]],
+    )
+    .await
+    .unwrap();
+
+    let mut want = DigestBuilder::new();
+    let mut total = 0;
+    for (t, n) in tables {
+        want.table(&format!("view:{t}"));
+        let mut after: Option<String> = None;
+        let mut rows = 0;
+        loop {
+            let page = f
+                .projections
+                .view_scan(&s.name, t, after.as_deref(), 250)
+                .await
+                .unwrap();
+            for (k, v) in &page {
+                want.row(&[DigestValue::Text(k), DigestValue::Text(v)]);
+            }
+            rows += page.len();
+            match page.last() {
+                Some((k, _)) if page.len() == 250 => after = Some(k.clone()),
+                _ => break,
+            }
+        }
+        assert_eq!(rows, n, "table {t} holds its {n} documents");
+        total += rows;
+    }
+    assert_eq!(total, 1_500);
+    want.table("checkpoints");
+    for stream in [&other, &st] {
+        let cp = f.projections.checkpoint(&s.name, stream).await.unwrap();
+        want.row(&[DigestValue::Text(stream.as_str()), DigestValue::Int(cp as i64)]);
+    }
+    assert_eq!(
+        f.projections.digest(&*p).await.unwrap(),
+        want.finish(),
+        "the digest covers every document once, in (table, key) order, across pages"
+    );
+}
