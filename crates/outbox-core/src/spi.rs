@@ -33,10 +33,14 @@ pub struct ViewRow {
 ///   ([`validate_view_table`](crate::validate_view_table),
 ///   [`validate_view_key`](crate::validate_view_key)); values are JSON text
 ///   and are stored and returned byte for byte.
-/// - `view_get` returns the stored text or `None`.
+/// - `view_get` returns the stored text or `None`. On an adapter whose
+///   applies of different streams run concurrently (Postgres), it first locks
+///   the (projection, table, key) for the rest of the transaction, present or
+///   not, so a read-modify-write of one document from two streams never loses
+///   an update: the second reader waits and reads the first's commit.
 /// - `view_put` inserts or replaces the document.
 /// - `view_delete` removes it and returns whether it existed.
-/// - `view_scan` returns up to `limit` documents of one table with key
+/// - `view_scan` (which locks nothing) returns up to `limit` documents of one table with key
 ///   strictly greater than `after`, ordered by key bytewise (Postgres:
 ///   `COLLATE "C"`).
 /// - `view_rows` returns up to `limit` documents of the projection, every

@@ -43,6 +43,11 @@ pub const MAX_VIEW_VALUE_LEN: usize = 1 << 20;
 ///   documents; the digest checks it).
 /// - It sees only its own tables: the documents are namespaced by
 ///   [`ViewProjection::name`].
+/// - Streams are applied concurrently (on Postgres, by several workers). A
+///   document read with [`ViewTx::get`] (or [`ViewTx::update`]) is locked
+///   until the transaction ends, so updating one document from many streams
+///   loses nothing; [`ViewTx::scan`] locks nothing, so do not write a
+///   document computed from a scan of documents other streams also write.
 /// - A returned error (or a [`ViewTx`] error passed on with `?`) rolls the
 ///   whole apply transaction back and the outbox row is retried by the policy.
 ///

@@ -8,8 +8,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::db::storage;
 
-/// One transaction of the Postgres projection database (`BEGIN IMMEDIATE` for
-/// an apply or a reset, a read transaction for a digest).
+/// One transaction of the Postgres projection database (read committed for
+/// an apply or a reset, a repeatable-read snapshot for a digest).
 ///
 /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
 /// use it through its [`ViewStorage`] implementation without knowing it is
@@ -66,13 +66,29 @@ impl ViewStorage for PgTx {
         table: &str,
         key: &str,
     ) -> Result<Option<String>> {
+        let err = |e| storage(format_args!("reading view document {table}/{key}"), e);
+        // Applies of different streams run concurrently on Postgres: a
+        // projection that reads a document and writes it back must not lose a
+        // concurrent update (or a concurrent first insert, which a row lock
+        // cannot cover). Lock the document's key for the transaction first,
+        // then read it in a new statement, so the read sees what the previous
+        // holder committed.
+        sqlx::query(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))",
+        )
+        .bind(projection.as_str())
+        .bind(table)
+        .bind(key)
+        .execute(self.conn())
+        .await
+        .map_err(err)?;
         sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
             .bind(projection.as_str())
             .bind(table)
             .bind(key)
             .fetch_optional(self.conn())
             .await
-            .map_err(|e| storage(format_args!("reading view document {table}/{key}"), e))
+            .map_err(err)
     }
 
     async fn view_put(

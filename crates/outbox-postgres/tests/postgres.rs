@@ -803,3 +803,106 @@ async fn reset_refuses_a_transaction_ended_by_the_projection() {
         j.close().await;
     }
 }
+
+/// A view projection counting events in ONE shared document, whatever the
+/// stream; the first apply to enter pauses after its read until released.
+struct SharedCounter {
+    name: ProjectionName,
+    paused: std::sync::atomic::AtomicBool,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::ViewProjection for SharedCounter {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut outbox_core::ViewTx<'_>, _: &Event) -> Result<(), BoxError> {
+        let n: u64 = view.get("counts", "all").await?.unwrap_or(0);
+        if !self.paused.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+        view.put("counts", "all", &(n + 1)).await?;
+        Ok(())
+    }
+}
+
+/// Two streams applied concurrently update one document: the second reader
+/// waits for the first's commit instead of reading the value it is about to
+/// replace (a lost update), also when the document does not exist yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_applies_of_one_view_document_lose_no_update() {
+    let (js, ps) = (unique_schema("vj"), unique_schema("vp"));
+    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
+    let j = journal(&js).await;
+    let store = projections(&ps).await;
+    let counter = Arc::new(SharedCounter {
+        name: ProjectionName::new("shared").unwrap(),
+        paused: Default::default(),
+        entered: Arc::new(Notify::new()),
+        release: Arc::new(Notify::new()),
+    });
+    let (entered, release) = (counter.entered.clone(), counter.release.clone());
+    let p: Arc<dyn Projection<PgTx>> = outbox_core::view_projection(counter);
+    j.append(
+        &[request("a", &[1]), request("b", &[1])],
+        AppendOptions::enqueue(),
+    )
+    .await
+    .unwrap();
+    let a = j
+        .read_stream(&sid("a"), outbox_core::Seq::FIRST, 1)
+        .await
+        .unwrap();
+    let b = j
+        .read_stream(&sid("b"), outbox_core::Seq::FIRST, 1)
+        .await
+        .unwrap();
+
+    // A reads the (missing) document and pauses inside its transaction.
+    let first = {
+        let (store, p) = (store.clone(), p.clone());
+        tokio::spawn(async move { store.apply(&sid("a"), &a, std::slice::from_ref(&p)).await })
+    };
+    entered.notified().await;
+    // B applies another stream meanwhile: its read must wait for A.
+    let second = {
+        let (store, p) = (store.clone(), p.clone());
+        tokio::spawn(async move { store.apply(&sid("b"), &b, std::slice::from_ref(&p)).await })
+    };
+    // Wait (bounded) until B's backend is blocked on a lock: without the lock
+    // it would have read the missing document, written 1 and committed.
+    let admin = admin_pool().await;
+    let mut blocked = false;
+    for _ in 0..600 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            blocked = true;
+            break;
+        }
+        if second.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        blocked,
+        "the second apply did not wait for the first's document lock"
+    );
+    release.notify_one();
+    first.await.unwrap().expect("first apply");
+    second.await.unwrap().expect("second apply");
+    let n: Option<u64> = outbox_core::ViewReader::new(&store, ProjectionName::new("shared").unwrap())
+        .get("counts", "all")
+        .await
+        .unwrap();
+    assert_eq!(n, Some(2), "one update was lost");
+}

@@ -1,0 +1,246 @@
+//! The stock `outbox` binary (no projections) against an application's
+//! databases: the commands that need no projections work and never touch the
+//! projection database; the ones that apply events refuse with one line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use outbox_core::{
+    BoxError, Event, EventTypeRegistry, ExpectedVersion, ProjectionName, RetryPolicy, StreamId,
+    ViewProjection, ViewTx, async_trait,
+};
+use outbox_runtime::{Config, Outbox};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_outbox");
+
+/// An application that is not the demo: parcels and their scans; a scan of
+/// an unknown parcel is an applier error.
+struct Parcels(ProjectionName);
+
+#[async_trait]
+impl ViewProjection for Parcels {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
+        let parcel = e.stream.as_str();
+        match e.event_type.as_str() {
+            "registered" => view.put("parcels", parcel, &0u64).await?,
+            "scanned" => {
+                let scans: u64 = view
+                    .get("parcels", parcel)
+                    .await?
+                    .ok_or("scanned before registered")?;
+                view.put("parcels", parcel, &(scans + 1)).await?;
+            }
+            other => return Err(format!("unknown event type {other}").into()),
+        }
+        Ok(())
+    }
+}
+
+struct Site {
+    _tmp: tempfile::TempDir,
+    journal: PathBuf,
+    projection: PathBuf,
+}
+
+/// The application's databases: three parcels applied by its worker, a
+/// fourth whose first event is dead (scanned before registered), one row
+/// behind it.
+async fn application() -> Site {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let journal = tmp.path().join("parcels-journal.db");
+    let projection = tmp.path().join("parcels-views.db");
+    let opts = SqliteOptions::default();
+    let j = SqliteJournal::open(&journal, opts.clone())
+        .await
+        .expect("journal");
+    let p = SqliteProjectionStore::open(&projection, opts)
+        .await
+        .expect("projections");
+    let mut types = EventTypeRegistry::new();
+    types.apply("registered").unwrap().apply("scanned").unwrap();
+    let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
+    let rt = Outbox::builder(j.clone(), p.clone())
+        .config(Config::apply_worker().with_retry(retry))
+        .event_types(types)
+        .view(Parcels(ProjectionName::new("parcels").unwrap()))
+        .build()
+        .await
+        .expect("runtime");
+    for n in 1..=3 {
+        let s = StreamId::new(format!("parcel-{n}")).unwrap();
+        let events = vec![
+            rt.event("registered", "{}").unwrap(),
+            rt.event("scanned", "{}").unwrap(),
+        ];
+        rt.append(&s, ExpectedVersion::NoStream, events).await.unwrap();
+    }
+    let lost = StreamId::new("parcel-lost").unwrap();
+    let events = vec![
+        rt.event("scanned", "{}").unwrap(),
+        rt.event("registered", "{}").unwrap(),
+    ];
+    rt.append(&lost, ExpectedVersion::NoStream, events).await.unwrap();
+    let mut dead = 0;
+    for _ in 0..100 {
+        let t = rt.tick().await.expect("tick");
+        dead += t.dead_lettered;
+        if dead == 1 && t.claimed == 0 {
+            break;
+        }
+    }
+    assert_eq!(dead, 1, "the lost parcel's first scan is dead");
+    j.close().await;
+    p.close().await;
+    Site {
+        _tmp: tmp,
+        journal,
+        projection,
+    }
+}
+
+fn outbox(site: &Site, args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OUTBOX_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.arg("--journal")
+        .arg(format!("sqlite://{}", site.journal.display()))
+        .arg("--projection-db")
+        .arg(format!("sqlite://{}", site.projection.display()))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run outbox")
+}
+
+fn ok_json(site: &Site, args: &[&str]) -> Value {
+    let out = outbox(site, args);
+    assert!(
+        out.status.success(),
+        "`outbox {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("`outbox {}`: not JSON: {e}", args.join(" ")))
+}
+
+/// The projection database's files (the main file and any -wal/-shm) with their bytes.
+fn projection_files(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let dir = path.parent().unwrap();
+    let stem = path.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&stem)
+                .then(|| (name, std::fs::read(e.path()).unwrap()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_commands_leave_the_projection_database_byte_for_byte() {
+    let site = application().await;
+    let before = projection_files(&site.projection);
+    assert!(!before.is_empty());
+
+    let report = ok_json(&site, &["report", "--json"]);
+    assert_eq!(report["dead"], 1, "{report}");
+    assert_eq!(
+        report["pending"], 1,
+        "the row behind the dead head waits: {report}"
+    );
+    assert_eq!(report["total"], 2, "{report}");
+    assert!(
+        report["digests"].is_null(),
+        "no projections, no digests: {report}"
+    );
+
+    let workers = ok_json(&site, &["workers", "--json"]);
+    assert_eq!(
+        workers,
+        serde_json::json!([]),
+        "the application's worker deregistered"
+    );
+    let runs = ok_json(&site, &["runs", "list", "--json"]);
+    assert_eq!(runs, serde_json::json!([]));
+
+    let row = ok_json(
+        &site,
+        &["requeue", "--stream", "parcel-lost", "--seq", "1", "--json"],
+    );
+    assert_eq!(row["status"], "pending", "{row}");
+    assert_eq!(row["attempt_count"], 0, "{row}");
+    let report = ok_json(&site, &["report", "--json", "--status", "pending"]);
+    assert_eq!(
+        (report["dead"].as_u64(), report["pending"].as_u64()),
+        (Some(0), Some(2)),
+        "{report}"
+    );
+
+    let requeued = ok_json(&site, &["requeue-dead", "--limit", "10", "--json"]);
+    assert_eq!(requeued, serde_json::json!([]), "nothing dead any more");
+
+    assert_eq!(
+        projection_files(&site.projection),
+        before,
+        "the stock commands changed the projection database"
+    );
+
+    // No demo (or any other) projection exists in it: only the application's documents.
+    let p = SqliteProjectionStore::open(&site.projection, SqliteOptions::default())
+        .await
+        .unwrap();
+    let mut conn = p.read().await.unwrap();
+    let projections: Vec<String> =
+        outbox_sqlite::sqlx::query_scalar("SELECT DISTINCT projection FROM outbox_views ORDER BY 1")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+    assert_eq!(projections, ["parcels"]);
+    let tables: Vec<String> = outbox_sqlite::sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'outbox%' \
+         AND name NOT LIKE '\\_outbox%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY 1",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(tables, Vec::<String>::new(), "tables outside the outbox's own");
+    drop(conn);
+    p.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_that_apply_events_refuse_without_projections() {
+    let site = application().await;
+    let before = projection_files(&site.projection);
+    for args in [
+        &["work", "--once"][..],
+        &["replay", "--all"],
+        &["rebuild", "--projection", "parcels"],
+        &["gaps"],
+    ] {
+        let out = outbox(&site, args);
+        assert_eq!(out.status.code(), Some(2), "`outbox {}`", args.join(" "));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains("needs projections and this binary has none"),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    assert_eq!(projection_files(&site.projection), before);
+}
