@@ -224,7 +224,7 @@ async fn journal_at_0001(dir: &Path) -> PathBuf {
     let migrations = dir.join("migrations-0001");
     std::fs::create_dir(&migrations).unwrap();
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite/journal/0001_init.sql"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/journal/0001_init.sql"),
         migrations.join("0001_init.sql"),
     )
     .unwrap();
