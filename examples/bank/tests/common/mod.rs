@@ -1,0 +1,193 @@
+//! What the bank's tests share: the sample day's expected documents, a
+//! drain loop, digests, and the Postgres test database.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use outbox_core::ViewStore;
+use outbox_example_bank::{Account, DayTotals, account, accounts, day_totals, register};
+use outbox_memory::{MemoryJournal, MemoryProjectionStore};
+use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
+
+/// Events in [`outbox_example_bank::sample`], and how many are audit-only.
+pub const SAMPLE_EVENTS: u64 = 12;
+pub const SAMPLE_AUDIT_ONLY: u64 = 2;
+
+fn acct(owner: &str, balance_cents: i64, last_seq: u64) -> Account {
+    Account {
+        owner: owner.into(),
+        balance_cents,
+        last_seq,
+    }
+}
+
+fn totals(deposited_cents: i64, deposits: u64, withdrawn_cents: i64, withdrawals: u64) -> DayTotals {
+    DayTotals {
+        deposited_cents,
+        withdrawn_cents,
+        deposits,
+        withdrawals,
+    }
+}
+
+/// `balances` after the sample day, in key order.
+pub fn sample_accounts() -> Vec<(String, Account)> {
+    vec![
+        ("account-alice".into(), acct("Alice", 8_700, 5)),
+        ("account-bob".into(), acct("Bob", 500, 4)),
+        ("account-carol".into(), acct("Carol", 20_000, 2)),
+    ]
+}
+
+/// `daily_totals` summed per day after the sample day.
+pub fn sample_days() -> Vec<(&'static str, DayTotals)> {
+    vec![
+        ("2026-03-01", DayTotals::default()),
+        ("2026-03-02", totals(15_000, 2, 2_500, 1)),
+        ("2026-03-03", totals(21_200, 2, 4_500, 2)),
+        ("2026-03-04", DayTotals::default()),
+    ]
+}
+
+/// Checks that `store` holds exactly the sample day's documents.
+pub async fn check_sample<S: ViewStore + ?Sized>(store: &S, backend: &str) {
+    assert_eq!(
+        accounts(store).await.unwrap(),
+        sample_accounts(),
+        "{backend}: balances"
+    );
+    for (day, want) in sample_days() {
+        assert_eq!(
+            day_totals(store, day).await.unwrap(),
+            want,
+            "{backend}: daily totals of {day}"
+        );
+    }
+    assert_eq!(account(store, "account-dave").await.unwrap(), None);
+}
+
+/// Appends the sample day, one append per request, as the bank's request
+/// path would.
+pub async fn append_sample<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>) {
+    for request in outbox_example_bank::sample().unwrap() {
+        let outcome = rt.append_batch(vec![request]).await.expect("append");
+        assert!(
+            outcome.inline_failures.is_empty(),
+            "the sample applies cleanly: {:?}",
+            outcome.inline_failures
+        );
+    }
+}
+
+/// Worker passes until the outbox is empty; every pass must make progress
+/// and none may fail.
+pub async fn drain<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>, backend: &str) -> u64 {
+    let mut completed = 0;
+    for _ in 0..1_000 {
+        if rt.journal().summary().await.unwrap().total() == 0 {
+            return completed;
+        }
+        let tick = rt.tick().await.unwrap_or_else(|e| panic!("{backend}: tick: {e}"));
+        assert_eq!(
+            (tick.failed, tick.dead_lettered, tick.storage_errors),
+            (0, 0, 0),
+            "{backend}: {tick:?}"
+        );
+        assert!(tick.completed > 0, "{backend}: a pass without progress: {tick:?}");
+        completed += tick.completed;
+    }
+    panic!("{backend}: the outbox was not drained after 1,000 passes");
+}
+
+/// Each registered projection's digest, as hex (what `report --json` prints).
+pub async fn digests<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for p in rt.projections() {
+        let d = rt.store().digest(p.as_ref()).await.expect("digest");
+        out.insert(p.name().to_string(), d.to_string());
+    }
+    out
+}
+
+/// The digests of the sample day applied by the worker on the memory adapter:
+/// the reference every other backend and the binary must reproduce.
+pub async fn memory_sample_digests() -> BTreeMap<String, String> {
+    let rt = register(Outbox::builder(
+        MemoryJournal::new(),
+        MemoryProjectionStore::new(),
+    ))
+    .config(Config::apply_worker())
+    .build()
+    .await
+    .unwrap();
+    append_sample(&rt).await;
+    drain(&rt, "memory").await;
+    check_sample(rt.store(), "memory").await;
+    digests(&rt).await
+}
+
+/// The Postgres server for the tests, or `None` after printing one line
+/// saying the test is skipped.
+pub fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "{test}: skipped, OUTBOX_TEST_DATABASE_URL is not set (cargo xtask ci provides a throwaway server)"
+            );
+            None
+        }
+    }
+}
+
+/// A schema name no other test (or test process) uses.
+pub fn unique_schema(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("bank_{tag}_{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// Drops the schemas when dropped, also after a failed assertion (from a
+/// thread of its own: Drop cannot await). `OUTBOX_TEST_KEEP_SCHEMAS` keeps
+/// them for a post-mortem.
+pub struct DropSchemas {
+    pub url: String,
+    pub schemas: Vec<String>,
+}
+
+impl Drop for DropSchemas {
+    fn drop(&mut self) {
+        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
+            return;
+        }
+        let schemas = std::mem::take(&mut self.schemas);
+        let url = self.url.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let Ok(mut conn) = PgConnection::connect(&url).await else {
+                    return;
+                };
+                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
+                for s in schemas {
+                    // Test-generated names only (unique_schema).
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
+                        .execute(&mut conn)
+                        .await;
+                }
+                let _ = conn.close().await;
+            });
+        })
+        .join();
+    }
+}
