@@ -18,6 +18,7 @@ use outbox_core::{EventTypeRegistry, ViewProjection};
 pub struct App {
     pub(crate) name: String,
     pub(crate) about: Option<String>,
+    pub(crate) version: Option<String>,
     pub(crate) event_types: EventTypeRegistry,
     pub(crate) views: Vec<Arc<dyn ViewProjection>>,
 }
@@ -41,6 +42,7 @@ impl App {
         App {
             name: name.into(),
             about: None,
+            version: None,
             event_types: EventTypeRegistry::new(),
             views: Vec::new(),
         }
@@ -49,6 +51,13 @@ impl App {
     /// The one-line description shown by `--help`.
     pub fn about(mut self, about: impl Into<String>) -> Self {
         self.about = Some(about.into());
+        self
+    }
+
+    /// The version shown by `--version` (e.g. `env!("CARGO_PKG_VERSION")`;
+    /// default: outbox-cli's).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
         self
     }
 

@@ -64,9 +64,22 @@ fn usage_error_line(bin: &str, e: &clap::Error) -> String {
 /// `Err` carries the exit code after printing: 2 and a one-line usage error
 /// on stderr, or 0 after `--help` / `--version` on stdout.
 pub fn parse<C: clap::Parser>(bin: &str, about: Option<&str>, args: Vec<OsString>) -> Result<C, ExitCode> {
+    parse_with(bin, about, None, args)
+}
+
+fn parse_with<C: clap::Parser>(
+    bin: &str,
+    about: Option<&str>,
+    version: Option<&str>,
+    args: Vec<OsString>,
+) -> Result<C, ExitCode> {
     let mut command = C::command().name(bin.to_owned()).bin_name(bin.to_owned());
     if let Some(about) = about {
-        command = command.about(about.to_owned());
+        // `--help` prints the long form: replace both.
+        command = command.about(about.to_owned()).long_about(about.to_owned());
+    }
+    if let Some(version) = version {
+        command = command.version(version.to_owned());
     }
     let parsed = command
         .try_get_matches_from(args)
@@ -142,7 +155,7 @@ pub fn run(app: App) -> ExitCode {
 
 /// [`run`] with the given arguments (the first is the program name).
 pub fn run_from(app: App, args: Vec<OsString>) -> ExitCode {
-    let cli: Cli = match parse(&app.name, app.about.as_deref(), args) {
+    let cli: Cli = match parse_with(&app.name, app.about.as_deref(), app.version.as_deref(), args) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
