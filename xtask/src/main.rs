@@ -152,6 +152,31 @@ fn boundary() -> Result<()> {
         "ok: {} crates in outbox-core's tree, none of them tokio or sqlx",
         tree.lines().count()
     );
+    // Test seams stay out of production: no adapter links the testkit.
+    for adapter in [
+        "outbox-memory",
+        "outbox-sqlite",
+        "outbox-postgres",
+        "outbox-runtime",
+        "outbox-cli",
+    ] {
+        let out = cargo()
+            .args([
+                "tree", "-p", adapter, "-e", "normal", "--prefix", "none", "--format", "{p}",
+            ])
+            .output()
+            .context("cargo tree")?;
+        if !out.status.success() {
+            bail!("cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        if String::from_utf8(out.stdout)?
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("outbox-testkit"))
+        {
+            bail!("{adapter} must not depend on outbox-testkit (a test seam) as a normal dependency");
+        }
+    }
+    eprintln!("ok: no adapter, the runtime or the CLI links outbox-testkit");
     Ok(())
 }
 

@@ -166,7 +166,7 @@ pub(crate) fn package_check() -> Result<()> {
     fs::copy(root().join("Cargo.lock"), scratch.join("Cargo.lock")).context("copying Cargo.lock")?;
 
     eprintln!(
-        "\n==> cargo check of the unpacked packages (in {})",
+        "\n==> cargo build of the unpacked packages (in {})",
         scratch.display()
     );
     let built = check_unpacked(&ws, &scratch)?;
@@ -244,17 +244,17 @@ fn profiles(manifest: &str) -> String {
     out
 }
 
-/// `cargo check` of every unpacked library, in one invocation (one feature
-/// resolution, the same as the workspace's `cargo doc` uses, so the
-/// dependencies' metadata is reused). `check` runs everything that reads
-/// files at compile time: build scripts, `sqlx::migrate!`, `include_str!`,
-/// module files. Returns the crates whose library compiled.
+/// `cargo build` of every unpacked library, in one invocation (one feature
+/// resolution). The build runs everything that reads files at compile time
+/// (build scripts, `sqlx::migrate!`, `include_str!`, module files) and
+/// produces the libraries a user of the published crates would link.
+/// Returns the crates whose library built.
 fn check_unpacked(ws: &Workspace, scratch: &Path) -> Result<BTreeSet<String>> {
     let out = cargo()
         .current_dir(scratch)
         .env("CARGO_TARGET_DIR", &ws.target_dir)
         .args([
-            "check",
+            "build",
             "--workspace",
             "--lib",
             "--offline",
@@ -264,7 +264,7 @@ fn check_unpacked(ws: &Workspace, scratch: &Path) -> Result<BTreeSet<String>> {
         ])
         .stderr(Stdio::inherit())
         .output()
-        .context("could not start `cargo check` in the scratch workspace")?;
+        .context("could not start `cargo build` in the scratch workspace")?;
     let mut built = BTreeSet::new();
     for line in out.stdout.split(|b| *b == b'\n') {
         let Ok(msg) = serde_json::from_slice::<Value>(line) else {
