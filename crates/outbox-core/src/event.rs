@@ -341,13 +341,14 @@ pub struct Appended {
     pub recorded_at: Timestamp,
 }
 
-/// A stream and its last seq.
+/// A stream and its version (its last seq; the journal lists only streams
+/// with events, so at least 1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct StreamHead {
+pub struct StreamVersion {
     /// The stream.
     pub stream: StreamId,
     /// Its last seq.
-    pub head: Seq,
+    pub version: u64,
 }
 
 /// Maps each event type to its [`Intent`]. Unknown types are an error, never a silent skip.

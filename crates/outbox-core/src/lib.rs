@@ -16,7 +16,7 @@ mod view;
 pub use error::{BoxError, Error, Result};
 pub use event::{
     AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent, Metadata,
-    NewEvent, NewMetadata, PayloadHash, StreamHead,
+    NewEvent, NewMetadata, PayloadHash, StreamVersion,
 };
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
@@ -25,12 +25,12 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    EventJournal, LeaseStore, MAX_PAGE, OutboxStore, ProjectionStore, RunStore, ViewStore, WakeSource,
-    WatermarkStore, WorkerInfo, WorkerRegistry,
+    DeadLetters, EventJournal, LeaseStore, MAX_PAGE, OutboxInspector, OutboxQueue, ProjectionStore, RunStore,
+    ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
-    StreamGap, Watermark, detect_gap, plan_apply, validate_run,
+    StreamLag, Watermark, plan_apply, validate_run,
 };
 pub use run::{RunEnd, RunKind, RunRecord, RunState};
 pub use stored::{

@@ -100,7 +100,7 @@ pub fn truncate_error(message: &str) -> &str {
     &message[..end]
 }
 
-/// The result of [`OutboxStore::fail`](crate::OutboxStore::fail).
+/// The result of [`OutboxQueue::fail`](crate::OutboxQueue::fail).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum FailureOutcome {

@@ -1,10 +1,11 @@
 //! The ports: what every adapter implements.
 //!
-//! One journal database holds [`EventJournal`], [`OutboxStore`] and
-//! [`LeaseStore`] (an append and its outbox rows must share a transaction);
-//! one projection database holds [`ProjectionStore`] and [`WatermarkStore`]
-//! (a projection's writes, its checkpoints and the watermark must share a
-//! transaction). Whether the two may be the same database is the adapter's
+//! One journal database holds [`EventJournal`], [`OutboxQueue`],
+//! [`DeadLetters`], [`OutboxInspector`], [`LeaseStore`] and [`WorkerRegistry`]
+//! (an append and its outbox rows must share a transaction); one projection
+//! database holds [`ProjectionStore`], [`WatermarkStore`], [`ViewStore`] and
+//! [`RunStore`] (a projection's writes, its checkpoints and the watermark must
+//! share a transaction). Whether the two may be the same database is the adapter's
 //! choice (SQLite keeps two files and refuses to mix them; Postgres allows
 //! either): exactly-once never relies on them committing together (see
 //! `docs/architecture.md`).
@@ -16,8 +17,8 @@ use std::time::Duration;
 use crate::spi::ViewStorage;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
-    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamHead, StreamId,
-    Watermark, WorkerId,
+    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamId,
+    StreamVersion, Watermark, WorkerId,
 };
 
 /// The most rows any single listing or bulk operation returns.
@@ -55,12 +56,12 @@ pub const MAX_PAGE: usize = 10_000;
 ///   [`Error::Corrupt`](crate::Error::Corrupt) if a stored payload does not
 ///   match its hash.
 ///
-/// `stream_head`:
-/// - Returns the stream's last seq, 0 for a stream with no events.
+/// `stream_version`:
+/// - Returns the stream's version (its last seq), 0 for a stream with no events.
 ///
-/// `stream_heads`:
-/// - Pages through every stream with events, ordered by stream id, starting
-///   strictly after `after`, at most `limit` per page.
+/// `stream_versions`:
+/// - Pages through every stream with events and its version, ordered by
+///   stream id, starting strictly after `after`, at most `limit` per page.
 pub trait EventJournal: Send + Sync {
     /// Appends a batch of requests in one transaction.
     fn append(
@@ -80,18 +81,19 @@ pub trait EventJournal: Send + Sync {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Event>>> + Send;
 
-    /// The stream's last seq (0 when empty).
-    fn stream_head(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send;
+    /// The stream's version: its last seq (0 when empty).
+    fn stream_version(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send;
 
-    /// A page of streams and their last seqs.
-    fn stream_heads(
+    /// A page of streams and their versions.
+    fn stream_versions(
         &self,
         after: Option<&StreamId>,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<StreamHead>>> + Send;
+    ) -> impl Future<Output = Result<Vec<StreamVersion>>> + Send;
 }
 
-/// The outbox: one pointer row per event not yet known to be applied.
+/// The outbox's worker protocol: one pointer row per event not yet known to
+/// be applied, and what a worker does with them.
 ///
 /// The *head* of a stream is its outstanding row with the lowest seq. Only the
 /// head is ever processable: a failed or dead head blocks the rows behind it
@@ -129,33 +131,12 @@ pub trait EventJournal: Send + Sync {
 ///   dead-letter the row becomes `dead`, else `failed` and due at
 ///   `now + policy.delay(attempt)` by the store's clock.
 ///
-/// `dead_letter`:
-/// - Like `fail` (same lease and row requirements; the attempt count is
-///   incremented and the message stored) but parks the row as `dead` at
-///   once, whatever its count.
-///
 /// `abandon`:
 /// - Requires the current lease; turns the stream's `processing` rows back to
 ///   `pending` (attempt counts and `next_attempt_at` unchanged: they were
 ///   due when claimed) so they are due at once when the lease is released.
 ///   Returns how many.
-///
-/// `requeue`:
-/// - Turns one `dead` row into `pending`, attempt count 0, due now, error
-///   cleared. [`Error::NotFound`](crate::Error::NotFound) if there is no such
-///   row; [`Error::InvalidState`](crate::Error::InvalidState) if it is not
-///   dead (nothing changes).
-///
-/// `requeue_dead`:
-/// - Requeues up to `limit` dead rows, oldest first by
-///   (`next_attempt_at`, stream, seq), and returns them as they now are.
-///
-/// `row`, `summary`, `list`:
-/// - `row` returns one row or `None`. `summary` counts rows by status and
-///   names the pending-or-failed row with the earliest `next_attempt_at`.
-///   `list` returns up to `limit` rows (optionally of one status) ordered by
-///   (`next_attempt_at`, stream, seq).
-pub trait OutboxStore: Send + Sync {
+pub trait OutboxQueue: Send + Sync {
     /// Streams with a due head and a free lease.
     fn due_streams(&self, limit: usize) -> impl Future<Output = Result<Vec<StreamId>>> + Send;
 
@@ -174,23 +155,43 @@ pub trait OutboxStore: Send + Sync {
         policy: &RetryPolicy,
     ) -> impl Future<Output = Result<FailureOutcome>> + Send;
 
-    /// Parks the processing row at `seq` as dead.
-    fn dead_letter(
-        &self,
-        lease: &Lease,
-        seq: Seq,
-        error: &str,
-    ) -> impl Future<Output = Result<OutboxRow>> + Send;
-
     /// Returns the lease's processing rows to pending.
     fn abandon(&self, lease: &Lease) -> impl Future<Output = Result<u64>> + Send;
+}
 
+/// Dead-letter administration: what an operator does with parked rows.
+///
+/// # Contract
+/// `requeue`:
+/// - Turns one `dead` row into `pending`, attempt count 0, due now, error
+///   cleared. [`Error::NotFound`](crate::Error::NotFound) if there is no such
+///   row; [`Error::InvalidState`](crate::Error::InvalidState) if it is not
+///   dead (nothing changes).
+///
+/// `requeue_dead`:
+/// - Requeues up to `limit` dead rows, oldest first by
+///   (`next_attempt_at`, stream, seq), and returns them as they now are.
+pub trait DeadLetters: Send + Sync {
     /// Requeues one dead row.
     fn requeue(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send;
 
     /// Requeues up to `limit` dead rows, oldest first.
     fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+}
 
+/// Read-only inspection of the outbox and its leases, for operators and
+/// reports. Changes nothing.
+///
+/// # Contract
+/// - `row` returns one row or `None`.
+/// - `summary` counts rows by status and names the pending-or-failed row with
+///   the earliest `next_attempt_at`, all in one snapshot, with the store's
+///   `now` as `as_of`.
+/// - `list` returns up to `limit` rows (optionally of one status) ordered by
+///   (`next_attempt_at`, stream, seq).
+/// - `lease` returns the stream's lease as last granted (possibly expired:
+///   compare `expires_at`), or `None` if it was never leased or was released.
+pub trait OutboxInspector: Send + Sync {
     /// One row.
     fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send;
 
@@ -203,6 +204,9 @@ pub trait OutboxStore: Send + Sync {
         status: Option<OutboxStatus>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
+
+    /// The stream's lease as last granted.
+    fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
 }
 
 /// Stream leases: who may work on a stream. Leases make work efficient; the
@@ -235,10 +239,6 @@ pub trait LeaseStore: Send + Sync {
 
     /// Frees a held lease.
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send;
-
-    /// The stream's lease as last granted (possibly expired: compare
-    /// `expires_at`), or `None` if it was never leased or was released.
-    fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
 }
 
 /// The projection database: checkpoints and the user's projection tables.
@@ -311,22 +311,16 @@ pub trait ProjectionStore: Send + Sync {
 
 /// Watermarks: per stream, the highest seq the apply path committed.
 ///
+/// Watermarks are raised by [`ProjectionStore::apply`] in its transaction
+/// and never lowered.
+///
 /// # Contract
-/// - `save_watermark` raises the watermark to `applied` and never lowers it
-///   (a lower value leaves it as it is); it returns the stored watermark.
-/// - `watermark` returns `None` for a stream never saved.
+/// - `watermark` returns `None` for a stream never applied.
 /// - `watermarks` pages through watermarks ordered by stream id, strictly
 ///   after `after`, at most `limit` per page.
 pub trait WatermarkStore: Send + Sync {
     /// One stream's watermark.
     fn watermark(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Watermark>>> + Send;
-
-    /// Raises one stream's watermark.
-    fn save_watermark(
-        &self,
-        stream: &StreamId,
-        applied: Seq,
-    ) -> impl Future<Output = Result<Watermark>> + Send;
 
     /// A page of watermarks.
     fn watermarks(

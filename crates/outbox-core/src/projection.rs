@@ -253,32 +253,47 @@ pub struct Watermark {
     pub updated_at: Timestamp,
 }
 
-/// A stream whose watermark is behind the journal.
+/// A stream whose watermark or some projection's checkpoint is behind the
+/// journal's version of it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct StreamGap {
+pub struct StreamLag {
     /// The stream.
     pub stream: StreamId,
-    /// The watermark (0 when the stream has none).
-    pub applied_through: u64,
-    /// The journal's last seq for the stream.
-    pub head: u64,
+    /// The journal's version of it (its last seq).
+    pub version: u64,
+    /// The stream's watermark (0 when none).
+    pub watermark: u64,
+    /// Each projection that is behind, with its checkpoint.
+    pub behind: Vec<(ProjectionName, u64)>,
 }
 
-impl StreamGap {
-    /// Events missing: `head - applied_through`.
-    pub fn missing(&self) -> u64 {
-        self.head - self.applied_through
+impl StreamLag {
+    /// The lag of `stream` at `version` given its watermark and every
+    /// projection's checkpoint, or `None` when nothing is behind.
+    pub fn of(
+        stream: &StreamId,
+        version: u64,
+        watermark: u64,
+        checkpoints: impl IntoIterator<Item = (ProjectionName, u64)>,
+    ) -> Option<StreamLag> {
+        let behind: Vec<_> = checkpoints.into_iter().filter(|(_, cp)| *cp < version).collect();
+        (watermark < version || !behind.is_empty()).then(|| StreamLag {
+            stream: stream.clone(),
+            version,
+            watermark,
+            behind,
+        })
     }
-}
 
-/// The gap of `stream` given its journal head and watermark, if any.
-pub fn detect_gap(stream: &StreamId, head: u64, watermark: Option<&Watermark>) -> Option<StreamGap> {
-    let applied = watermark.map_or(0, |w| w.applied_through);
-    (head > applied).then(|| StreamGap {
-        stream: stream.clone(),
-        applied_through: applied,
-        head,
-    })
+    /// The lowest checkpoint of the projections behind (the version when none
+    /// is, only the watermark).
+    pub fn lowest_checkpoint(&self) -> u64 {
+        self.behind
+            .iter()
+            .map(|(_, cp)| *cp)
+            .min()
+            .unwrap_or(self.version)
+    }
 }
 
 #[cfg(test)]
@@ -345,17 +360,15 @@ mod tests {
     }
 
     #[test]
-    fn gap_detection() {
+    fn stream_lag() {
         let s = StreamId::new("s").unwrap();
-        assert_eq!(detect_gap(&s, 0, None), None);
-        assert_eq!(detect_gap(&s, 3, None).unwrap().missing(), 3);
-        let w = Watermark {
-            stream: s.clone(),
-            applied_through: 3,
-            expected_next: 4,
-            updated_at: Timestamp::EPOCH,
-        };
-        assert_eq!(detect_gap(&s, 3, Some(&w)), None);
-        assert_eq!(detect_gap(&s, 5, Some(&w)).unwrap().missing(), 2);
+        let p = |n: &str| ProjectionName::new(n).unwrap();
+        assert_eq!(StreamLag::of(&s, 0, 0, []), None);
+        assert_eq!(StreamLag::of(&s, 3, 3, [(p("a"), 3)]), None);
+        let lag = StreamLag::of(&s, 5, 3, [(p("a"), 5), (p("b"), 2)]).unwrap();
+        assert_eq!(lag.behind, [(p("b"), 2)]);
+        assert_eq!(lag.lowest_checkpoint(), 2);
+        let lag = StreamLag::of(&s, 5, 3, [(p("a"), 5)]).unwrap();
+        assert_eq!((lag.behind.len(), lag.lowest_checkpoint()), (0, 5));
     }
 }

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use outbox_cli::report::{Digests, Report, build_report, digests, print_report};
-use outbox_core::{AppendRequest, Error, ExpectedVersion, NewEvent, OutboxStore, RetryPolicy, StreamId};
+use outbox_core::{
+    AppendRequest, DeadLetters, Error, ExpectedVersion, NewEvent, OutboxInspector, OutboxQueue, RetryPolicy,
+    StreamId,
+};
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::Serialize;

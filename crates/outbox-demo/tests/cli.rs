@@ -22,7 +22,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxStore, ProjectionName,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxInspector, ProjectionName,
     RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
 };
 use outbox_demo::domain::{self, Faults, Payload};
@@ -875,7 +875,7 @@ fn replay_until_then_all_catches_up() {
             .collect()
     };
     assert_eq!(gaps[0]["stream"], "campaign-a");
-    assert_eq!(gaps[0]["head"], PER_CAMPAIGN);
+    assert_eq!(gaps[0]["version"], PER_CAMPAIGN);
     assert_eq!(
         behind(0),
         [("roster".to_string(), 0), ("character_tally".to_string(), 0)]
@@ -1054,14 +1054,14 @@ fn gaps_lists_and_repairs_streams_behind_the_journal() {
 
     let out = site.ok(&["gaps"]);
     assert!(
-        out.contains("campaign-a: head 7, watermark 0, behind: campaign_summary at 0, roster at 0, character_tally at 0"),
+        out.contains("campaign-a: version 7, watermark 0, behind: campaign_summary at 0, roster at 0, character_tally at 0"),
         "{out}"
     );
     let gaps = site.json(&["gaps", "--json"]);
     let gaps = gaps.as_array().unwrap();
     assert_eq!(gaps.len(), 2);
     assert_eq!(gaps[1]["stream"], "campaign-b");
-    assert_eq!(gaps[1]["head"], PER_CAMPAIGN);
+    assert_eq!(gaps[1]["version"], PER_CAMPAIGN);
     assert_eq!(gaps[1]["watermark"], 0);
     assert_eq!(gaps[1]["behind"].as_array().unwrap().len(), 3);
 

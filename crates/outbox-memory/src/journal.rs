@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Clock, Error, Event, EventJournal, FailureDecision,
-    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxRow, OutboxStatus, OutboxStore,
-    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamHead, StreamId, SystemClock, Timestamp,
-    WorkerId, WorkerInfo, WorkerRegistry, truncate_error, validate_limit, validate_ttl,
+    AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
+    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxInspector, OutboxQueue, OutboxRow,
+    OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId, StreamVersion, SystemClock,
+    Timestamp, WorkerId, WorkerInfo, WorkerRegistry, truncate_error, validate_limit, validate_ttl,
 };
 
-/// The in-memory journal: implements [`EventJournal`], [`OutboxStore`] and
+/// The in-memory journal: implements [`EventJournal`], [`OutboxQueue`] and
 /// [`LeaseStore`] over one mutex-protected state, so every operation is one
 /// atomic "transaction". Clones share the state (like two connections to one
 /// database); time comes from the injected [`Clock`], which plays the role of
@@ -266,11 +266,11 @@ impl EventJournal for MemoryJournal {
         Ok(out)
     }
 
-    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+    async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
         Ok(self.lock().head_of(stream))
     }
 
-    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+    async fn stream_versions(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamVersion>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let st = self.lock();
         let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.clone()));
@@ -278,16 +278,16 @@ impl EventJournal for MemoryJournal {
             .range((lower, Bound::Unbounded))
             .take(limit)
             .map(|(s, v)| {
-                Ok(StreamHead {
+                Ok(StreamVersion {
                     stream: s.clone(),
-                    head: Seq::new(v.len() as u64)?,
+                    version: v.len() as u64,
                 })
             })
             .collect()
     }
 }
 
-impl OutboxStore for MemoryJournal {
+impl OutboxQueue for MemoryJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let now = self.now();
@@ -376,21 +376,6 @@ impl OutboxStore for MemoryJournal {
         Ok(outcome)
     }
 
-    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
-        let now = self.now();
-        let mut st = self.lock();
-        st.check_lease(lease, now)?;
-        let row = st.processing_row(lease, seq)?;
-        row.attempt_count = row.attempt_count.saturating_add(1);
-        row.status = OutboxStatus::Dead;
-        row.last_error = Some(truncate_error(error).to_owned());
-        row.next_attempt_at = now;
-        row.updated_at = now;
-        let row = row.clone();
-        st.refresh_head(&lease.stream);
-        Ok(row)
-    }
-
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
         let now = self.now();
         let mut st = self.lock();
@@ -409,7 +394,9 @@ impl OutboxStore for MemoryJournal {
         st.refresh_head(&lease.stream);
         Ok(seqs.len() as u64)
     }
+}
 
+impl DeadLetters for MemoryJournal {
     async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
         let now = self.now();
         let mut st = self.lock();
@@ -449,7 +436,9 @@ impl OutboxStore for MemoryJournal {
         }
         Ok(out)
     }
+}
 
+impl OutboxInspector for MemoryJournal {
     async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
         Ok(self.lock().outbox.get(&(stream.clone(), seq)).cloned())
     }
@@ -491,6 +480,18 @@ impl OutboxStore for MemoryJournal {
         .take(limit)
         .cloned()
         .collect())
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let st = self.lock();
+        Ok(st.leases.get(stream).and_then(|r| {
+            r.owner.as_ref().map(|owner| Lease {
+                stream: stream.clone(),
+                owner: owner.clone(),
+                epoch: r.epoch,
+                expires_at: r.expires_at,
+            })
+        }))
     }
 }
 
@@ -562,18 +563,6 @@ impl LeaseStore for MemoryJournal {
             }
             _ => Ok(false),
         }
-    }
-
-    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
-        let st = self.lock();
-        Ok(st.leases.get(stream).and_then(|r| {
-            r.owner.as_ref().map(|owner| Lease {
-                stream: stream.clone(),
-                owner: owner.clone(),
-                epoch: r.epoch,
-                expires_at: r.expires_at,
-            })
-        }))
     }
 }
 

@@ -465,16 +465,6 @@ impl WatermarkStore for MemoryProjectionStore {
         Ok(self.state.lock().await.watermarks.get(stream).cloned())
     }
 
-    async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
-        let now = self.clock.now();
-        Ok(raise_watermark(
-            &mut *self.state.lock().await,
-            stream,
-            applied.get(),
-            now,
-        ))
-    }
-
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let st = self.state.lock().await;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Clock, Error, EventJournal, EventType, ExpectedVersion, FailureOutcome,
-    Intent, Lease, LeaseStore, ManualClock, NewEvent, OutboxStatus, OutboxStore, RetryPolicy, Seq, StreamId,
-    WorkerId,
+    AppendOptions, AppendRequest, Clock, DeadLetters, Error, EventJournal, EventType, ExpectedVersion,
+    FailureOutcome, Intent, Lease, LeaseStore, ManualClock, NewEvent, OutboxInspector, OutboxQueue,
+    OutboxStatus, RetryPolicy, Seq, StreamId, WorkerId,
 };
 use outbox_memory::MemoryJournal;
 use proptest::prelude::*;

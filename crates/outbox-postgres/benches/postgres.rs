@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Event, EventJournal, EventType,
-    ExpectedVersion, Intent, LeaseStore, NewEvent, OutboxStore, PayloadHash, Projection, ProjectionName,
-    ProjectionStore, StreamId, WorkerId, async_trait,
+    ExpectedVersion, Intent, LeaseStore, NewEvent, OutboxInspector, OutboxQueue, PayloadHash, Projection,
+    ProjectionName, ProjectionStore, StreamId, WorkerId, async_trait,
 };
 use outbox_postgres::sqlx::{self, Connection, PgConnection, PgPool};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx, digest_table, statements};
@@ -277,7 +277,11 @@ async fn check(f: &Fixture, per_stream: u64) {
         .unwrap();
     assert_eq!(counts.len() as u64, DRAIN_STREAMS, "every stream applied");
     for (s, n) in counts {
-        let head = f.journal.stream_head(&StreamId::new(&s).unwrap()).await.unwrap();
+        let head = f
+            .journal
+            .stream_version(&StreamId::new(&s).unwrap())
+            .await
+            .unwrap();
         let cp = f
             .store
             .checkpoint(

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, LeaseStore, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxStore, OutboxSummary, PayloadHash,
-    Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow, StreamHead, StreamId, Timestamp,
-    WakeSource, WorkerId, WorkerInfo, WorkerRegistry, duration_millis, journal_undecodable, truncate_error,
-    validate_limit, validate_ttl,
+    AppendOptions, AppendRequest, Appended, DeadLetters, Error, Event, EventJournal, FailureDecision,
+    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus,
+    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow,
+    StreamId, StreamVersion, Timestamp, WakeSource, WorkerId, WorkerInfo, WorkerRegistry, duration_millis,
+    journal_undecodable, truncate_error, validate_limit, validate_ttl,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
@@ -20,7 +20,7 @@ use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::wake::PgWakeSource;
 
 /// The Postgres journal database: implements [`EventJournal`],
-/// [`OutboxStore`], [`LeaseStore`] and [`WorkerRegistry`] on one schema.
+/// [`OutboxQueue`], [`LeaseStore`] and [`WorkerRegistry`] on one schema.
 ///
 /// Any number of instances, in any number of processes and hosts, may use the
 /// same schema: appends lock their streams' version rows, claims are guarded
@@ -475,7 +475,7 @@ impl EventJournal for PgJournal {
         rows.iter().map(|r| decode_event(r, stream)).collect()
     }
 
-    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+    async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
         let head: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = $1")
             .bind(stream.as_str())
             .fetch_optional(&self.db.pool)
@@ -484,7 +484,7 @@ impl EventJournal for PgJournal {
         Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
     }
 
-    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+    async fn stream_versions(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamVersion>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let rows: Vec<(String, i64)> = sqlx::query_as(
             "SELECT stream, head FROM streams WHERE stream > $1 AND head > 0 ORDER BY stream LIMIT $2",
@@ -496,16 +496,16 @@ impl EventJournal for PgJournal {
         .map_err(|e| storage(self.db.context("listing streams"), e))?;
         rows.into_iter()
             .map(|(s, h)| {
-                Ok(StreamHead {
+                Ok(StreamVersion {
                     stream: StreamId::new(s).map_err(|e| journal_undecodable("stream", e))?,
-                    head: Seq::try_from(h).map_err(|e| journal_undecodable("stream", e))?,
+                    version: u64::try_from(h).map_err(|e| journal_undecodable("stream version", e))?,
                 })
             })
             .collect()
     }
 }
 
-impl OutboxStore for PgJournal {
+impl OutboxQueue for PgJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let rows: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
@@ -599,35 +599,6 @@ impl OutboxStore for PgJournal {
         .await
     }
 
-    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
-        let err = |e| storage("dead-lettering an outbox row", e);
-        self.write("dead-lettering an outbox row", async |tx| {
-            lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
-            if !lease_valid(tx, lease).await.map_err(err)? {
-                return Err(lease.lost());
-            }
-            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
-            let row = sqlx::query(concat!(
-                "UPDATE outbox SET status = 'dead', attempt_count = $3, last_error = $4, next_attempt_at = ",
-                jnow!(),
-                ", updated_at = ",
-                jnow!(),
-                " WHERE stream = $1 AND seq = $2 RETURNING ",
-                row_cols!()
-            ))
-            .bind(lease.stream.as_str())
-            .bind(seq.as_i64())
-            .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
-            .bind(storable(truncate_error(error)))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(err)?;
-            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
-            decode_row(&row)
-        })
-        .await
-    }
-
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
         let err = |e| storage("abandoning outbox rows", e);
         self.write("abandoning outbox rows", async |tx| {
@@ -652,7 +623,9 @@ impl OutboxStore for PgJournal {
         })
         .await
     }
+}
 
+impl DeadLetters for PgJournal {
     async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
         let err = |e| storage("requeueing an outbox row", e);
         self.write("requeueing an outbox row", async |tx| {
@@ -714,7 +687,9 @@ impl OutboxStore for PgJournal {
         })
         .await
     }
+}
 
+impl OutboxInspector for PgJournal {
     async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
         let row = sqlx::query(concat!(
             "SELECT ",
@@ -791,6 +766,17 @@ impl OutboxStore for PgJournal {
         }
         .map_err(|e| storage(self.db.context("listing outbox rows"), e))?;
         rows.iter().map(decode_row).collect()
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = $1 AND owner IS NOT NULL",
+        )
+        .bind(stream.as_str())
+        .fetch_optional(&self.db.pool)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
+        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
     }
 }
 
@@ -945,17 +931,6 @@ impl LeaseStore for PgJournal {
         .map_err(|e| storage(self.db.context("releasing a stream lease"), e))?
         .rows_affected();
         Ok(n > 0)
-    }
-
-    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
-        let row: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = $1 AND owner IS NOT NULL",
-        )
-        .bind(stream.as_str())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
-        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
     }
 }
 

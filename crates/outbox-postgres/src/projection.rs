@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
+    Projection, ProjectionName, ProjectionStore, Result, StoredWatermark, StreamId, Watermark,
     WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -50,13 +50,6 @@ pub const APPLY_CAS: &str = concat!(
 /// Locks checkpoints of projections `$2` on stream `$1`, in name order.
 pub const LOCK_CHECKPOINTS: &str = "SELECT projection, last_applied FROM outbox_checkpoints \
      WHERE stream = $1 AND projection = ANY($2) ORDER BY projection FOR UPDATE";
-
-const RAISE_WATERMARK: &str = concat!(
-    "INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) VALUES ($1, $2, ",
-    pnow!(),
-    ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
-     updated_at = excluded.updated_at WHERE excluded.applied_through > w.applied_through"
-);
 
 /// Locks the checkpoint rows of `names` (sorted) on `stream`, creating
 /// missing ones at 0, and returns each checkpoint.
@@ -413,26 +406,6 @@ impl WatermarkStore for PgProjectionStore {
         .await
         .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
         row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
-    }
-
-    async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
-        let err = |e| storage(self.db.context("saving a watermark"), e);
-        let mut tx = PgTx::new(self.db.begin().await?);
-        sqlx::query(RAISE_WATERMARK)
-            .bind(stream.as_str())
-            .bind(applied.as_i64())
-            .execute(tx.conn())
-            .await
-            .map_err(err)?;
-        let row: (String, i64, i64) = sqlx::query_as(
-            "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = $1",
-        )
-        .bind(stream.as_str())
-        .fetch_one(tx.conn())
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        StoredWatermark::from(row).into_watermark()
     }
 
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, Projection,
+    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, OutboxInspector, Projection,
     ProjectionName, StreamId, async_trait,
 };
 use outbox_runtime::{Config, Outbox};

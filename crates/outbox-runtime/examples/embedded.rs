@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, Event, EventTypeRegistry, ExpectedVersion, OutboxStore, ProjectionName, StreamId,
+    BoxError, Event, EventTypeRegistry, ExpectedVersion, OutboxInspector, ProjectionName, StreamId,
     ViewProjection, ViewTx, async_trait,
 };
 use outbox_runtime::{Config, Outbox};

@@ -2,6 +2,7 @@
 
 mod clock;
 mod config;
+mod gaps;
 mod metrics;
 mod outbox;
 mod replay;
@@ -10,11 +11,9 @@ mod worker;
 
 pub use clock::TokioClock;
 pub use config::{Config, ENV_VARS};
+pub use gaps::RepairReport;
 pub use metrics::{Gauges, MetricsSnapshot};
-pub use outbox::{
-    AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend, RepairReport,
-    StreamLag,
-};
+pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
 pub use replay::error_code;
 pub use running::{Running, Tasks, cancel_on_shutdown_signal};
 pub use worker::{TickReport, WorkerKind};

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, Error, Event, EventJournal,
-    EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent, OutboxStore, Projection,
-    ProjectionName, ProjectionStore, Result, RunStore, Seq, StreamGap, StreamId, ViewProjection, ViewReader,
-    ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry, detect_gap, select_mode,
-    view_projection,
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, DeadLetters, Error, Event,
+    EventJournal, EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent,
+    OutboxInspector, OutboxQueue, Projection, ProjectionName, ProjectionStore, Result, RunStore, Seq,
+    StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry,
+    select_mode, view_projection,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -18,8 +18,14 @@ use crate::config::Config;
 use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
-pub trait JournalBackend: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static {}
-impl<T: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static> JournalBackend for T {}
+pub trait JournalBackend:
+    EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + WorkerRegistry + 'static
+{
+}
+impl<T> JournalBackend for T where
+    T: EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + WorkerRegistry + 'static
+{
+}
 
 /// What a projection adapter must implement for the runtime. A watermark
 /// store is part of the bound, so "a worker without a watermark store" cannot
@@ -186,36 +192,6 @@ pub struct AppendOutcome {
     pub appended: Vec<Appended>,
     /// Inline applies that failed (always empty in the worker modes).
     pub inline_failures: Vec<InlineFailure>,
-}
-
-/// A stream some projection has not applied through the journal head.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct StreamLag {
-    /// The stream.
-    pub stream: StreamId,
-    /// The journal's last seq.
-    pub head: u64,
-    /// The stream's watermark (0 when none).
-    pub watermark: u64,
-    /// Each projection that is behind, with its checkpoint.
-    pub behind: Vec<(String, u64)>,
-}
-
-/// What gap repair did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RepairReport {
-    /// Streams compared with the journal.
-    pub streams_scanned: u64,
-    /// Streams where some projection was behind the journal.
-    pub streams_repaired: u64,
-    /// Events newly applied.
-    pub events_applied: u64,
-    /// Streams whose watermark was behind the journal head.
-    pub watermark_behind: u64,
-    /// The gaps found (at most the first 100), before repair.
-    pub gaps: Vec<StreamGap>,
-    /// Streams that could not be repaired, with the error.
-    pub failures: Vec<InlineFailure>,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
@@ -443,103 +419,5 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             next = events[events.len() - 1].seq.get() + 1;
         }
         Ok(applied)
-    }
-
-    /// Streams whose watermark or some projection's checkpoint is behind the
-    /// journal head (at most `limit`), without changing anything.
-    pub async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
-        let inner = &self.inner;
-        let mut out = Vec::new();
-        let mut after: Option<StreamId> = None;
-        while out.len() < limit {
-            let page = inner.journal.stream_heads(after.as_ref(), 500).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.stream.clone());
-            for head in page {
-                let head_seq = head.head.get();
-                let watermark = inner
-                    .store
-                    .watermark(&head.stream)
-                    .await?
-                    .map_or(0, |w| w.applied_through);
-                let mut behind = Vec::new();
-                for p in &inner.projections {
-                    let cp = inner.store.checkpoint(p.name(), &head.stream).await?;
-                    if cp < head_seq {
-                        behind.push((p.name().to_string(), cp));
-                    }
-                }
-                if (watermark < head_seq || !behind.is_empty()) && out.len() < limit {
-                    out.push(StreamLag {
-                        stream: head.stream,
-                        head: head_seq,
-                        watermark,
-                        behind,
-                    });
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Start-up gap repair: compares every stream's journal head with every
-    /// projection's checkpoint (and reports the watermark), applies the
-    /// missing seqs in order, then completes outbox rows the projections have
-    /// now applied. Safe to run at any time, alongside workers.
-    pub async fn repair_gaps(&self) -> Result<RepairReport> {
-        let inner = &self.inner;
-        let mut report = RepairReport::default();
-        let mut after: Option<StreamId> = None;
-        loop {
-            let page = inner.journal.stream_heads(after.as_ref(), 500).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.stream.clone());
-            for head in page {
-                report.streams_scanned += 1;
-                let stream = &head.stream;
-                let head_seq = head.head.get();
-                let watermark = inner.store.watermark(stream).await?;
-                if let Some(g) = detect_gap(stream, head_seq, watermark.as_ref()) {
-                    report.watermark_behind += 1;
-                    if report.gaps.len() < 100 {
-                        report.gaps.push(g);
-                    }
-                }
-                let mut min_cp = head_seq;
-                for p in &inner.projections {
-                    min_cp = min_cp.min(inner.store.checkpoint(p.name(), stream).await?);
-                }
-                if min_cp < head_seq {
-                    report.streams_repaired += 1;
-                    match self
-                        .catch_up(stream, min_cp + 1, head_seq, &inner.projections)
-                        .await
-                    {
-                        Ok(n) => report.events_applied += n,
-                        Err(e) => {
-                            report.failures.push(InlineFailure {
-                                stream: stream.clone(),
-                                error: e.to_string(),
-                            });
-                            continue;
-                        }
-                    }
-                }
-                // Every projection is now at the head: the stream's rows are stale hints.
-                if inner.mode.runs_apply_worker() || inner.mode.inline_deletes_rows() {
-                    let n = inner.journal.complete(stream, head.head).await?;
-                    Metrics::add(&inner.metrics.completed_rows, n);
-                }
-            }
-        }
-        if report.streams_repaired > 0 || report.watermark_behind > 0 {
-            info!(
-                scanned = report.streams_scanned,
-                repaired = report.streams_repaired,
-                events = report.events_applied,
-                "gap repair applied missing events"
-            );
-        }
-        Ok(report)
     }
 }

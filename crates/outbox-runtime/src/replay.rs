@@ -146,7 +146,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut processed = 0u64;
         let mut after: Option<StreamId> = None;
         loop {
-            let page = journal.stream_heads(after.as_ref(), 500).await?;
+            let page = journal.stream_versions(after.as_ref(), 500).await?;
             let Some(last_head) = page.last() else { break };
             after = Some(last_head.stream.clone());
             // Renew the claim and look for a cancel request once per page too,
@@ -158,7 +158,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             for head in page {
                 let stream = &head.stream;
                 let mut next = store.checkpoint(projection.name(), stream).await? + 1;
-                while next <= head.head.get() {
+                while next <= head.version {
                     let events = journal.read_stream(stream, Seq::new(next)?, batch).await?;
                     let events: Vec<_> = events
                         .into_iter()

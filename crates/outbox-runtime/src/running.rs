@@ -7,7 +7,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::outbox::{JournalBackend, Outbox, ProjectionBackend, RepairReport};
+use crate::gaps::RepairReport;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::worker::WorkerKind;
 
 /// The tasks a mode runs.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, ManualClock, OutboxStatus,
-    OutboxStore, Projection, ProjectionName, RetryPolicy, Seq, async_trait,
+    BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, ManualClock, OutboxInspector,
+    OutboxStatus, Projection, ProjectionName, RetryPolicy, Seq, async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox};

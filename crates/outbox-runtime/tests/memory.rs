@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Clock, EventJournal, ExpectedVersion, LeaseStore, Mode, ModeFlags,
-    OutboxStatus, OutboxStore, Projection, ProjectionStore, RetryPolicy, Seq, StreamId, WorkerRegistry,
+    AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal, ExpectedVersion, LeaseStore, Mode,
+    ModeFlags, OutboxInspector, OutboxQueue, OutboxStatus, Projection, ProjectionStore, RetryPolicy, Seq,
+    StreamId, WorkerRegistry,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
@@ -108,7 +109,7 @@ async fn every_append_enqueues_exactly_when_the_mode_says() {
         append_values(&rt, &sid("s"), &[1, 2, 3]).await;
         let summary = rt.journal().summary().await.unwrap();
         assert_eq!(summary.total(), rows_left, "{}: rows left", rt.mode());
-        assert_eq!(rt.journal().stream_head(&sid("s")).await.unwrap(), 3);
+        assert_eq!(rt.journal().stream_version(&sid("s")).await.unwrap(), 3);
         let cp = rt.store().checkpoint(e.oracle.name(), &sid("s")).await.unwrap();
         assert_eq!(cp, if applied { 3 } else { 0 }, "{}: inline apply", rt.mode());
     }
@@ -427,7 +428,7 @@ async fn unknown_or_mismatched_event_types_are_rejected_and_nothing_is_written()
             .await
             .is_err()
     );
-    assert_eq!(rt.journal().stream_head(&sid("s")).await.unwrap(), 0);
+    assert_eq!(rt.journal().stream_version(&sid("s")).await.unwrap(), 0);
     assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
 }
 

@@ -2,7 +2,8 @@
 //! several runtimes (each with its own pools, as separate processes would
 //! have) on one database with one of them crashing, and poison rows.
 //!
-//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one).
+//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one);
+//! without it the tests are skipped with one line saying so (outside CI).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
+    AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, OutboxInspector, OutboxStatus,
     Projection, RetryPolicy, Seq, StreamId, WorkerId,
 };
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
@@ -22,26 +23,19 @@ use outbox_testkit::{
 
 type Rt = Outbox<PgJournal, PgProjectionStore>;
 
-fn database_url() -> String {
-    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "OUTBOX_TEST_DATABASE_URL is not set: the runtime's Postgres tests need a PostgreSQL server. \
-             Run them through `cargo xtask test` (it starts a throwaway server), or start one with \
-             `cargo xtask pg-shell` and export the URL it prints"
-        ),
-    }
-}
-
-/// A journal schema and a projection schema no other test uses, dropped at
-/// the end.
+/// A journal schema and a projection schema no other test uses on the
+/// server at `url`, dropped at the end.
 struct Schemas {
+    url: String,
     journal: String,
     projections: String,
 }
 
 impl Schemas {
-    fn new(tag: &str) -> Schemas {
+    /// `None` when the Postgres tests are skipped (no server, outside CI):
+    /// the test returns.
+    fn new(tag: &str) -> Option<Schemas> {
+        let url = outbox_testkit::pg::test_database_url()?;
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
@@ -49,10 +43,11 @@ impl Schemas {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let base = format!("rt_{tag}_{}_{n}_{nanos:x}", std::process::id());
-        Schemas {
+        Some(Schemas {
+            url,
             journal: format!("{base}_j"),
             projections: format!("{base}_p"),
-        }
+        })
     }
 
     fn options(schema: &str) -> PgOptions {
@@ -63,13 +58,13 @@ impl Schemas {
     }
 
     async fn journal(&self) -> PgJournal {
-        PgJournal::connect(&database_url(), Self::options(&self.journal))
+        PgJournal::connect(&self.url, Self::options(&self.journal))
             .await
             .expect("connect journal")
     }
 
     async fn projections(&self) -> PgProjectionStore {
-        PgProjectionStore::connect(&database_url(), Self::options(&self.projections))
+        PgProjectionStore::connect(&self.url, Self::options(&self.projections))
             .await
             .expect("connect projections")
     }
@@ -81,7 +76,7 @@ impl Drop for Schemas {
             return;
         }
         let schemas = [self.journal.clone(), self.projections.clone()];
-        let url = database_url();
+        let url = self.url.clone();
         // Drop cannot await: a thread with a runtime of its own.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -173,7 +168,9 @@ async fn wake_source_wakes_an_idle_worker_for_an_append_from_another_pool() {
         .with_repair_on_start(false);
     let mut outcomes = Vec::new();
     for wake in [true, false] {
-        let s = Schemas::new(if wake { "wake" } else { "nowake" });
+        let Some(s) = Schemas::new(if wake { "wake" } else { "nowake" }) else {
+            return;
+        };
         let (p, _) = oracle();
         let rt = open(&s, config.clone(), &p, wake).await;
         let running = rt.start().await.unwrap();
@@ -233,7 +230,7 @@ fn expected(streams: &[StreamId], events: u64, value: i64) -> BTreeMap<String, E
 /// work: every event applied exactly once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
-    let s = Schemas::new("three");
+    let Some(s) = Schemas::new("three") else { return };
     let (p, _) = oracle();
     let config = Config::apply_worker()
         .with_lease_ttl(Duration::from_millis(1500))
@@ -322,7 +319,7 @@ async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
 /// only its stream, and once requeued (after the fix) applies exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_on_postgres_dead_letters_at_the_threshold_and_requeue_applies_once() {
-    let s = Schemas::new("poison");
+    let Some(s) = Schemas::new("poison") else { return };
     let (p, faults) = oracle();
     let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20), 3).unwrap();
     let rt = open(

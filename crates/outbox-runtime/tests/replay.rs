@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, Clock, DigestBuilder, Event, ExpectedVersion, OutboxStore, Projection, ProjectionName,
+    BoxError, Clock, DigestBuilder, Event, ExpectedVersion, OutboxInspector, Projection, ProjectionName,
     ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};

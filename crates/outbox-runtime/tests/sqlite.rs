@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
+    AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, OutboxInspector, OutboxStatus,
     Projection, RetryPolicy, Seq, StreamId,
 };
 use outbox_runtime::{Config, Outbox};

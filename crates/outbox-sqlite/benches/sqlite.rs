@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Event, EventJournal, EventType,
-    ExpectedVersion, Intent, LeaseStore, NewEvent, OutboxStore, PayloadHash, Projection, ProjectionName,
+    ExpectedVersion, Intent, LeaseStore, NewEvent, OutboxQueue, PayloadHash, Projection, ProjectionName,
     ProjectionStore, StreamId, WorkerId, async_trait,
 };
 use outbox_sqlite::sqlx::{self, ConnectOptions, Connection, SqliteConnection, sqlite::SqliteConnectOptions};

@@ -6,11 +6,11 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, LeaseStore, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxStore, OutboxSummary, PayloadHash,
-    Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow, StreamHead, StreamId, Timestamp,
-    WorkerId, WorkerInfo, WorkerRegistry, duration_millis, journal_undecodable, truncate_error,
-    validate_limit, validate_ttl,
+    AppendOptions, AppendRequest, Appended, DeadLetters, Error, Event, EventJournal, FailureDecision,
+    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus,
+    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow,
+    StreamId, StreamVersion, Timestamp, WorkerId, WorkerInfo, WorkerRegistry, duration_millis,
+    journal_undecodable, truncate_error, validate_limit, validate_ttl,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
@@ -18,7 +18,7 @@ use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 
-/// The SQLite journal database: implements [`EventJournal`], [`OutboxStore`],
+/// The SQLite journal database: implements [`EventJournal`], [`OutboxQueue`],
 /// [`LeaseStore`] and [`WorkerRegistry`] on one file.
 ///
 /// Every write runs in a `BEGIN IMMEDIATE` transaction on the instance's
@@ -427,7 +427,7 @@ impl EventJournal for SqliteJournal {
         rows.iter().map(|r| decode_event(r, stream)).collect()
     }
 
-    async fn stream_head(&self, stream: &StreamId) -> Result<u64> {
+    async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
         let mut conn = self.db.read().await?;
         let head: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = ?1")
             .bind(stream.as_str())
@@ -437,7 +437,7 @@ impl EventJournal for SqliteJournal {
         Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
     }
 
-    async fn stream_heads(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamHead>> {
+    async fn stream_versions(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamVersion>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let mut conn = self.db.read().await?;
         let rows: Vec<(String, i64)> =
@@ -449,16 +449,16 @@ impl EventJournal for SqliteJournal {
                 .map_err(|e| storage(self.db.context("listing streams"), e))?;
         rows.into_iter()
             .map(|(s, h)| {
-                Ok(StreamHead {
+                Ok(StreamVersion {
                     stream: StreamId::new(s).map_err(|e| journal_undecodable("stream", e))?,
-                    head: Seq::try_from(h).map_err(|e| journal_undecodable("stream", e))?,
+                    version: u64::try_from(h).map_err(|e| journal_undecodable("stream version", e))?,
                 })
             })
             .collect()
     }
 }
 
-impl OutboxStore for SqliteJournal {
+impl OutboxQueue for SqliteJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let mut conn = self.db.read().await?;
@@ -592,34 +592,6 @@ impl OutboxStore for SqliteJournal {
         .await
     }
 
-    async fn dead_letter(&self, lease: &Lease, seq: Seq, error: &str) -> Result<OutboxRow> {
-        let err = |e| storage("dead-lettering an outbox row", e);
-        self.write("dead-lettering an outbox row", async |tx| {
-            if !lease_valid(tx, lease).await.map_err(err)? {
-                return Err(lease.lost());
-            }
-            let attempt = processing_row(tx, lease, seq).await?.saturating_add(1);
-            let row = sqlx::query(concat!(
-                "UPDATE outbox SET status = 'dead', attempt_count = ?3, last_error = ?4, next_attempt_at = ",
-                now_ms!(),
-                ", updated_at = ",
-                now_ms!(),
-                " WHERE stream = ?1 AND seq = ?2 RETURNING ",
-                row_cols!()
-            ))
-            .bind(lease.stream.as_str())
-            .bind(seq.as_i64())
-            .bind(i64::from(attempt))
-            .bind(truncate_error(error))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(err)?;
-            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
-            decode_row(&row)
-        })
-        .await
-    }
-
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
         let err = |e| storage("abandoning outbox rows", e);
         self.write("abandoning outbox rows", async |tx| {
@@ -643,7 +615,9 @@ impl OutboxStore for SqliteJournal {
         })
         .await
     }
+}
 
+impl DeadLetters for SqliteJournal {
     async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
         let err = |e| storage("requeueing an outbox row", e);
         self.write("requeueing an outbox row", async |tx| {
@@ -693,7 +667,9 @@ impl OutboxStore for SqliteJournal {
         })
         .await
     }
+}
 
+impl OutboxInspector for SqliteJournal {
     async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
         let mut conn = self.db.read().await?;
         let row = sqlx::query(concat!(
@@ -768,6 +744,18 @@ impl OutboxStore for SqliteJournal {
         }
         .map_err(|e| storage(self.db.context("listing outbox rows"), e))?;
         rows.iter().map(decode_row).collect()
+    }
+
+    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let mut conn = self.db.read().await?;
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = ?1 AND owner IS NOT NULL",
+        )
+        .bind(stream.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
+        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
     }
 }
 
@@ -865,18 +853,6 @@ impl LeaseStore for SqliteJournal {
             Ok(n > 0)
         })
         .await
-    }
-
-    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
-        let mut conn = self.db.read().await?;
-        let row: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = ?1 AND owner IS NOT NULL",
-        )
-        .bind(stream.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
-        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
     }
 }
 

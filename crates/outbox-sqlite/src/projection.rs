@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, Seq, StoredWatermark, StreamId, Watermark,
+    Projection, ProjectionName, ProjectionStore, Result, StoredWatermark, StreamId, Watermark,
     WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
 };
 use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
@@ -399,16 +399,6 @@ impl WatermarkStore for SqliteProjectionStore {
         .await
         .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
         row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
-    }
-
-    async fn save_watermark(&self, stream: &StreamId, applied: Seq) -> Result<Watermark> {
-        let err = |e| storage("saving a watermark", e);
-        let mut tx = self.begin().await?;
-        let row = raise_watermark(tx.conn(), stream.as_str(), applied.as_i64())
-            .await
-            .map_err(err)?;
-        self.commit(tx, "saving a watermark").await?;
-        StoredWatermark::from(row).into_watermark()
     }
 
     async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {

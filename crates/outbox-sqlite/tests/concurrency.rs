@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::test_options;
 use outbox_core::{
-    AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxStore,
-    Projection, ProjectionStore, WorkerId,
+    AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxInspector,
+    OutboxQueue, Projection, ProjectionStore, WorkerId,
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::test_options;
 use outbox_core::{
-    AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxStore,
-    Projection, ProjectionStore, RetryPolicy, WorkerId,
+    AppendOptions, AppendRequest, ApplyOutcome, EventJournal, ExpectedVersion, LeaseStore, OutboxInspector,
+    OutboxQueue, Projection, ProjectionStore, RetryPolicy, WorkerId,
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};

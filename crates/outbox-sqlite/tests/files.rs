@@ -258,7 +258,7 @@ async fn a_0001_journal_migrates_forward_on_open() {
     let j = SqliteJournal::open(&path, test_options())
         .await
         .expect("an older schema migrates forward");
-    assert_eq!(j.stream_head(&sid("old")).await.unwrap(), 7, "data kept");
+    assert_eq!(j.stream_version(&sid("old")).await.unwrap(), 7, "data kept");
     let w = WorkerId::new("w").unwrap();
     j.heartbeat(
         &w,
@@ -296,7 +296,7 @@ async fn reopening_keeps_the_data_and_migrations_are_idempotent() {
     let path = closed_journal(dir.path()).await;
     for _ in 0..2 {
         let j = SqliteJournal::open(&path, test_options()).await.unwrap();
-        assert_eq!(j.stream_head(&sid("s")).await.unwrap(), 1);
+        assert_eq!(j.stream_version(&sid("s")).await.unwrap(), 1);
         j.close().await;
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::test_options;
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
-    RetryPolicy, WorkerId,
+    AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, LeaseStore, OutboxInspector,
+    OutboxQueue, OutboxStatus, RetryPolicy, WorkerId,
 };
 use outbox_sqlite::SqliteJournal;
 use outbox_sqlite::sqlx::{self, ConnectOptions, SqliteConnection, sqlite::SqliteConnectOptions};
@@ -87,7 +87,13 @@ async fn heads_match_the_rows_after_every_write_path() {
                             j.abandon(&lease).await.unwrap();
                         }
                         2 => {
-                            j.dead_letter(&lease, last.seq, "poison").await.unwrap();
+                            let at_once = outbox_core::RetryPolicy::new(
+                                Duration::from_millis(1),
+                                Duration::from_millis(1),
+                                1,
+                            )
+                            .unwrap();
+                            j.fail(&lease, last.seq, "poison", &at_once).await.unwrap();
                         }
                         3 => {
                             j.abandon(&lease).await.unwrap();
@@ -109,7 +115,7 @@ async fn heads_match_the_rows_after_every_write_path() {
                 j.requeue_dead(1 + rng.below(3) as usize).await.unwrap();
             }
             8 => {
-                let head = j.stream_head(s).await.unwrap();
+                let head = j.stream_version(s).await.unwrap();
                 if head > 0 {
                     let through = outbox_core::Seq::new(1 + rng.below(head)).unwrap();
                     j.complete(s, through).await.unwrap();

@@ -234,5 +234,5 @@ async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
         // Dropped: the driver's ROLLBACK fails (no transaction is active).
     }
     append().await.expect("a later append works");
-    assert_eq!(journal.stream_head(&sid("s")).await.unwrap(), 2);
+    assert_eq!(journal.stream_version(&sid("s")).await.unwrap(), 2);
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    ApplyOutcome, Error, EventJournal, FailureOutcome, LeaseStore, OutboxStore, Projection, ProjectionStore,
+    ApplyOutcome, Error, EventJournal, FailureOutcome, LeaseStore, OutboxQueue, Projection, ProjectionStore,
     Result, RetryPolicy, Seq, WorkerId,
 };
 
@@ -42,7 +42,7 @@ pub async fn drain<J, P>(
     max_rounds: usize,
 ) -> Result<DrainStats>
 where
-    J: EventJournal + OutboxStore + LeaseStore,
+    J: EventJournal + OutboxQueue + LeaseStore,
     P: ProjectionStore,
 {
     let mut stats = DrainStats::default();

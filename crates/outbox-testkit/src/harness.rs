@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    EventJournal, LeaseStore, OutboxStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore,
-    WatermarkStore, WorkerRegistry,
+    DeadLetters, EventJournal, LeaseStore, OutboxInspector, OutboxQueue, Projection, ProjectionStore,
+    RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.
@@ -21,7 +21,13 @@ pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
 /// the [`ViewStore`] port.
 pub trait Harness: Send + Sync + Sized + 'static {
     /// The journal database (journal, outbox, leases and the worker registry).
-    type Journal: EventJournal + OutboxStore + LeaseStore + WorkerRegistry + 'static;
+    type Journal: EventJournal
+        + OutboxQueue
+        + DeadLetters
+        + OutboxInspector
+        + LeaseStore
+        + WorkerRegistry
+        + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
     type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static;
     /// Whatever identifies the underlying databases, to open more instances.

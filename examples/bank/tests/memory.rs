@@ -13,8 +13,9 @@ use common::{
     sample_accounts,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, ManualClock, NewEvent, OutboxStatus,
-    OutboxStore, ProjectionName, ProjectionStore, RetryPolicy, RunKind, RunState, Seq, StreamId, Timestamp,
+    AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, ManualClock, NewEvent,
+    OutboxInspector, OutboxStatus, ProjectionName, ProjectionStore, RetryPolicy, RunKind, RunState, Seq,
+    StreamId, Timestamp,
 };
 use outbox_example_bank::{
     Account, BALANCES, BankEvent, DAILY_TOTALS, DailyTotals, DayTotals, account, day_totals, event_types,
@@ -161,7 +162,7 @@ async fn an_overdraft_rolls_the_whole_apply_back() {
         assert_eq!(checkpoint(&rt, p, "account-dave").await, 2, "{p}");
     }
     // The events are durable all the same.
-    assert_eq!(rt.journal().stream_head(&dave).await.unwrap(), 4);
+    assert_eq!(rt.journal().stream_version(&dave).await.unwrap(), 4);
 
     // Other accounts are not held up.
     let outcome = rt
@@ -368,7 +369,7 @@ async fn events_the_bank_cannot_apply_are_applier_errors() {
             .find(|f| f.stream.as_str() == stream)
             .unwrap_or_else(|| panic!("{stream}: no failure in {report:?}"));
         assert!(failure.error.contains(wanted), "{stream}: {}", failure.error);
-        assert_eq!(rt.journal().stream_head(&sid(stream)).await.unwrap(), n);
+        assert_eq!(rt.journal().stream_version(&sid(stream)).await.unwrap(), n);
         assert_eq!(checkpoint(&rt, BALANCES, stream).await, 0, "{stream}");
         assert_eq!(account(rt.store(), stream).await.unwrap(), None, "{stream}");
     }

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use outbox_core::Error;
-use outbox_runtime::StreamLag;
+use outbox_core::StreamLag;
 
 use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
@@ -17,14 +17,14 @@ pub(super) async fn gaps<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Ga
             return json(&lags);
         }
         if lags.is_empty() {
-            println!("no gaps: every projection has applied every stream through its journal head");
+            println!("no gaps: every projection has applied every stream through its journal version");
         }
         for l in &lags {
             let behind: Vec<String> = l.behind.iter().map(|(p, cp)| format!("{p} at {cp}")).collect();
             println!(
-                "{}: head {}, watermark {}, behind: {}",
+                "{}: version {}, watermark {}, behind: {}",
                 l.stream,
-                l.head,
+                l.version,
                 l.watermark,
                 behind.join(", ")
             );

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outbox_core::{
-    AppendOptions, ApplyOutcome, Error, EventJournal, ExpectedVersion, LeaseStore, OutboxStatus, OutboxStore,
-    ProjectionStore, RetryPolicy, WatermarkStore,
+    AppendOptions, ApplyOutcome, DeadLetters, Error, EventJournal, ExpectedVersion, LeaseStore,
+    OutboxInspector, OutboxQueue, OutboxStatus, ProjectionStore, RetryPolicy, WatermarkStore,
 };
 
 use super::support::{
@@ -58,9 +58,9 @@ pub async fn drain_loop_applies_every_event_exactly_once<H: Harness>(h: &H) {
         0,
         "every row completed"
     );
-    for head in f.journal.stream_heads(None, 100).await.unwrap() {
+    for head in f.journal.stream_versions(None, 100).await.unwrap() {
         let cp = f.projections.checkpoint(p.name(), &head.stream).await.unwrap();
-        assert_eq!(cp, head.head.get(), "{}: checkpoint equals the head", head.stream);
+        assert_eq!(cp, head.version, "{}: checkpoint equals the head", head.stream);
         let wm = f
             .projections
             .watermark(&head.stream)
@@ -69,7 +69,7 @@ pub async fn drain_loop_applies_every_event_exactly_once<H: Harness>(h: &H) {
             .map(|w| w.applied_through);
         assert_eq!(
             wm,
-            Some(head.head.get()),
+            Some(head.version),
             "{}: watermark equals the head",
             head.stream
         );
@@ -343,7 +343,7 @@ pub async fn worker_and_rebuild_digests_match<H: Harness>(h: &H) {
     }
     let worker = f.projections.digest(&*p).await.unwrap();
     f.projections.reset(&*p).await.unwrap();
-    for head in f.journal.stream_heads(None, 100).await.unwrap() {
+    for head in f.journal.stream_versions(None, 100).await.unwrap() {
         let evs = all_events(&f.journal, &head.stream).await;
         apply_ok(&f.projections, &head.stream, &evs, &projs).await;
     }

@@ -2,7 +2,7 @@
 
 use outbox_core::{
     AppendOptions, AppendRequest, Error, Event, EventJournal, EventType, ExpectedVersion, Intent, NewEvent,
-    OutboxStatus, OutboxStore, PayloadHash, Seq, StreamHead,
+    OutboxInspector, OutboxStatus, PayloadHash, Seq, StreamVersion,
 };
 
 use super::support::{adds, all_events, append, enqueue, now, req, rows, seq, seqs_of, snapshot};
@@ -38,7 +38,7 @@ pub async fn append_assigns_contiguous_seqs<H: Harness>(h: &H) {
         .await
         .expect("second append");
     assert_eq!((b[0].first_seq.get(), b[0].last_seq.get()), (3, 3));
-    assert_eq!(f.journal.stream_head(&s).await.unwrap(), 3);
+    assert_eq!(f.journal.stream_version(&s).await.unwrap(), 3);
     let evs = f.journal.read_stream(&s, Seq::FIRST, 10).await.unwrap();
     let seqs: Vec<u64> = evs.iter().map(|e| e.seq.get()).collect();
     assert_eq!(seqs, [1, 2, 3], "read_stream returns every seq in order");
@@ -84,7 +84,7 @@ pub async fn append_without_enqueue_writes_no_rows<H: Harness>(h: &H) {
         )
         .await
         .unwrap();
-    assert_eq!(f.journal.stream_head(&s).await.unwrap(), 1);
+    assert_eq!(f.journal.stream_version(&s).await.unwrap(), 1);
     assert_eq!(f.journal.summary().await.unwrap().total(), 0);
 }
 
@@ -123,7 +123,7 @@ pub async fn append_rejects_request_without_events<H: Harness>(h: &H) {
         "a rejected append writes nothing"
     );
     assert_eq!(
-        f.journal.stream_head(&sid("ok")).await.unwrap(),
+        f.journal.stream_version(&sid("ok")).await.unwrap(),
         0,
         "the valid request was not written"
     );
@@ -261,9 +261,9 @@ pub async fn append_expected_versions_that_match<H: Harness>(h: &H) {
             .await
             .expect("Any on existing");
     }
-    assert_eq!(f.journal.stream_head(&a).await.unwrap(), 4);
-    assert_eq!(f.journal.stream_head(&b).await.unwrap(), 1);
-    assert_eq!(f.journal.stream_head(&c).await.unwrap(), 1);
+    assert_eq!(f.journal.stream_version(&a).await.unwrap(), 4);
+    assert_eq!(f.journal.stream_version(&b).await.unwrap(), 1);
+    assert_eq!(f.journal.stream_version(&c).await.unwrap(), 1);
 }
 
 /// `append`: a multi-request batch is all-or-nothing: when the second request
@@ -282,7 +282,7 @@ pub async fn append_batch_is_all_or_nothing<H: Harness>(h: &H) {
         "second request conflicts: {r:?}"
     );
     assert_eq!(
-        f.journal.stream_head(&x).await.unwrap(),
+        f.journal.stream_version(&x).await.unwrap(),
         0,
         "the first request's events were not written"
     );
@@ -548,9 +548,9 @@ pub async fn read_stream_past_end_is_empty<H: Harness>(h: &H) {
 pub async fn stream_head_tracks_last_seq<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = sid("s");
-    assert_eq!(f.journal.stream_head(&s).await.unwrap(), 0, "no events yet");
+    assert_eq!(f.journal.stream_version(&s).await.unwrap(), 0, "no events yet");
     append(&f.journal, &s, adds(&[1, 2])).await;
-    assert_eq!(f.journal.stream_head(&s).await.unwrap(), 2);
+    assert_eq!(f.journal.stream_version(&s).await.unwrap(), 2);
     f.journal
         .append(
             &[req(&s, ExpectedVersion::Exact(2), adds(&[3]))],
@@ -558,8 +558,8 @@ pub async fn stream_head_tracks_last_seq<H: Harness>(h: &H) {
         )
         .await
         .unwrap();
-    assert_eq!(f.journal.stream_head(&s).await.unwrap(), 3);
-    assert_eq!(f.journal.stream_head(&sid("other")).await.unwrap(), 0);
+    assert_eq!(f.journal.stream_version(&s).await.unwrap(), 3);
+    assert_eq!(f.journal.stream_version(&sid("other")).await.unwrap(), 0);
 }
 
 /// `stream_heads`: pages through every stream with events, by stream id,
@@ -576,30 +576,30 @@ pub async fn stream_heads_pages_by_stream_id<H: Harness>(h: &H) {
         )
         .await
         .unwrap();
-    let page = |v: Vec<StreamHead>| {
+    let page = |v: Vec<StreamVersion>| {
         v.into_iter()
-            .map(|h| (h.stream.to_string(), h.head.get()))
+            .map(|h| (h.stream.to_string(), h.version))
             .collect::<Vec<_>>()
     };
-    let p1 = page(f.journal.stream_heads(None, 2).await.unwrap());
+    let p1 = page(f.journal.stream_versions(None, 2).await.unwrap());
     assert_eq!(p1, [("a".into(), 4), ("b".into(), 2)]);
-    let p2 = page(f.journal.stream_heads(Some(&sid("b")), 2).await.unwrap());
+    let p2 = page(f.journal.stream_versions(Some(&sid("b")), 2).await.unwrap());
     assert_eq!(
         p2,
         [("c".into(), 1), ("d".into(), 1)],
         "strictly after `b`; journal-only streams count"
     );
-    let p3 = page(f.journal.stream_heads(Some(&sid("d")), 2).await.unwrap());
+    let p3 = page(f.journal.stream_versions(Some(&sid("d")), 2).await.unwrap());
     assert_eq!(p3, [("e".to_string(), 3)]);
     assert!(
         f.journal
-            .stream_heads(Some(&sid("e")), 2)
+            .stream_versions(Some(&sid("e")), 2)
             .await
             .unwrap()
             .is_empty(),
         "past the last stream"
     );
-    let between = page(f.journal.stream_heads(Some(&sid("bb")), 10).await.unwrap());
+    let between = page(f.journal.stream_versions(Some(&sid("bb")), 10).await.unwrap());
     assert_eq!(
         between.first().map(|p| p.0.as_str()),
         Some("c"),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::{Error, Lease, LeaseStore, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxStore};
+use outbox_core::{Error, Lease, LeaseStore, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxInspector, OutboxQueue};
 
 use super::support::{TTL, ms, now, owner, secs, take};
 use crate::{Harness, sid};

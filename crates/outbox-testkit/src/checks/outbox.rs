@@ -1,16 +1,17 @@
-//! [`OutboxStore`] contract checks: due streams, claims, failures, dead
+//! [`OutboxQueue`] contract checks: due streams, claims, failures, dead
 //! letters, requeues and inspection.
 
 use std::sync::Arc;
 
 use outbox_core::{
-    AppendOptions, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore, MAX_ERROR_LEN,
-    OutboxRow, OutboxStatus, OutboxStore, OutboxSummary, RetryPolicy, Seq, StreamId, truncate_error,
+    AppendOptions, DeadLetters, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore,
+    MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, RetryPolicy, Seq,
+    StreamId, truncate_error,
 };
 
 use super::support::{
-    TTL, adds, assert_due_iff_reached, due, enqueue, fail_head, is_due, kill_head, ms, now, owner, req, row,
-    rows, secs, seq, seqs_of, statuses, take, take_and_claim,
+    TTL, adds, assert_due_iff_reached, dead_letter, due, enqueue, fail_head, is_due, kill_head, ms, now,
+    owner, req, row, rows, secs, seq, seqs_of, statuses, take, take_and_claim,
 };
 use crate::{Fixture, Harness, sid};
 
@@ -573,7 +574,7 @@ pub async fn fail_requires_current_lease<H: Harness>(h: &H) {
     h.advance(&f.ctx, TTL + secs(1)).await;
     let r = f.journal.fail(&lease, seq(1), "x", &RetryPolicy::default()).await;
     assert!(matches!(r, Err(Error::LeaseLost { .. })), "expired lease: {r:?}");
-    let r = f.journal.dead_letter(&lease, seq(1), "x").await;
+    let r = dead_letter(&f.journal, &lease, seq(1), "x").await;
     assert!(
         matches!(r, Err(Error::LeaseLost { .. })),
         "dead_letter with an expired lease: {r:?}"
@@ -600,12 +601,12 @@ pub async fn fail_needs_a_processing_row<H: Harness>(h: &H) {
         matches!(r, Err(Error::NotFound(_))),
         "fail on a missing row: {r:?}"
     );
-    let r = f.journal.dead_letter(&lease, seq(2), "x").await;
+    let r = dead_letter(&f.journal, &lease, seq(2), "x").await;
     assert!(
         matches!(r, Err(Error::InvalidState(_))),
         "dead_letter on a pending row: {r:?}"
     );
-    let r = f.journal.dead_letter(&lease, seq(9), "x").await;
+    let r = dead_letter(&f.journal, &lease, seq(9), "x").await;
     assert!(
         matches!(r, Err(Error::NotFound(_))),
         "dead_letter on a missing row: {r:?}"
@@ -624,14 +625,13 @@ pub async fn fail_needs_a_processing_row<H: Harness>(h: &H) {
     assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
 }
 
-/// `dead_letter`: parks the processing row as `dead` at once, with its message.
-pub async fn dead_letter_parks_at_once<H: Harness>(h: &H) {
+/// `fail` under a threshold of one parks the processing row as `dead` at
+/// once, with its message.
+pub async fn fail_at_the_threshold_parks_at_once<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 2).await;
     let (lease, _) = take_and_claim(&f.journal, &s, "w", 1).await;
-    let dead = f
-        .journal
-        .dead_letter(&lease, seq(1), "poison pill")
+    let dead = dead_letter(&f.journal, &lease, seq(1), "poison pill")
         .await
         .expect("dead_letter");
     assert_eq!(dead.status, OutboxStatus::Dead);
@@ -711,7 +711,7 @@ pub async fn complete_deletes_rows_whatever_status<H: Harness>(h: &H) {
     let s = enqueue(&f.journal, "s", 5).await;
     let t = enqueue(&f.journal, "t", 2).await;
     let (lease, _) = take_and_claim(&f.journal, &s, "w", 3).await;
-    f.journal.dead_letter(&lease, seq(1), "dead").await.unwrap();
+    dead_letter(&f.journal, &lease, seq(1), "dead").await.unwrap();
     f.journal
         .fail(&lease, seq(2), "failed", &RetryPolicy::default())
         .await
@@ -895,9 +895,9 @@ pub async fn requeue_dead_breaks_ties_by_stream_and_seq<H: Harness>(h: &H) {
     let (lb, _) = take_and_claim(&f.journal, &b, "w", 2).await;
     let (la, _) = take_and_claim(&f.journal, &a, "w", 1).await;
     // The memory clock stands still, so these three die at the same instant.
-    f.journal.dead_letter(&lb, seq(1), "x").await.unwrap();
-    f.journal.dead_letter(&lb, seq(2), "x").await.unwrap();
-    f.journal.dead_letter(&la, seq(1), "x").await.unwrap();
+    dead_letter(&f.journal, &lb, seq(1), "x").await.unwrap();
+    dead_letter(&f.journal, &lb, seq(2), "x").await.unwrap();
+    dead_letter(&f.journal, &la, seq(1), "x").await.unwrap();
     let mut dead = rows(&f.journal).await;
     dead.sort_by(|x, y| (x.next_attempt_at, &x.stream, x.seq).cmp(&(y.next_attempt_at, &y.stream, y.seq)));
     let want: Vec<(String, u64)> = dead.iter().map(|r| (r.stream.to_string(), r.seq.get())).collect();
@@ -975,7 +975,7 @@ pub async fn summary_names_oldest_retry_eligible_row<H: Harness>(h: &H) {
         Some(("c".into(), 1)),
         "processing rows are not eligible; ties broken by stream"
     );
-    f.journal.dead_letter(&lease, seq(1), "x").await.unwrap();
+    dead_letter(&f.journal, &lease, seq(1), "x").await.unwrap();
     f.journal.complete(&c, seq(1)).await.unwrap();
     assert_eq!(
         oldest(f.journal.summary().await.unwrap()),

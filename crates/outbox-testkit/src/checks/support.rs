@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, ApplyOutcome, Error, Event, EventJournal, ExpectedVersion, Lease,
-    LeaseStore, MAX_PAGE, NewEvent, OutboxRow, OutboxStatus, OutboxStore, Projection, ProjectionStore,
-    RetryPolicy, Seq, StreamHead, StreamId, Timestamp, WorkerId,
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, DeadLetters, Error, Event, EventJournal,
+    ExpectedVersion, FailureOutcome, Lease, LeaseStore, MAX_PAGE, NewEvent, OutboxInspector, OutboxQueue,
+    OutboxRow, OutboxStatus, Projection, ProjectionStore, RetryPolicy, Seq, StreamId, StreamVersion,
+    Timestamp, WorkerId,
 };
 
 use crate::oracle::{Faults, OracleProjection, OracleState};
@@ -51,7 +52,7 @@ pub(crate) fn adds(values: &[i64]) -> Vec<NewEvent> {
 }
 
 /// Appends `events` to `stream` (any version, with the outbox) and returns what it produced.
-pub(crate) async fn append<J: EventJournal>(j: &J, stream: &StreamId, events: Vec<NewEvent>) -> Appended {
+pub(crate) async fn append<J: Journal>(j: &J, stream: &StreamId, events: Vec<NewEvent>) -> Appended {
     let mut out = j
         .append(
             &[req(stream, ExpectedVersion::Any, events)],
@@ -64,7 +65,7 @@ pub(crate) async fn append<J: EventJournal>(j: &J, stream: &StreamId, events: Ve
 }
 
 /// Appends `n` oracle events (values 1..=n) to a stream called `name` and returns its id.
-pub(crate) async fn enqueue<J: EventJournal>(j: &J, name: &str, n: usize) -> StreamId {
+pub(crate) async fn enqueue<J: Journal>(j: &J, name: &str, n: usize) -> StreamId {
     let s = sid(name);
     let values: Vec<i64> = (1..=n as i64).collect();
     append(j, &s, adds(&values)).await;
@@ -72,21 +73,21 @@ pub(crate) async fn enqueue<J: EventJournal>(j: &J, name: &str, n: usize) -> Str
 }
 
 /// Every event of `stream`.
-pub(crate) async fn all_events<J: EventJournal>(j: &J, stream: &StreamId) -> Vec<Event> {
+pub(crate) async fn all_events<J: Journal>(j: &J, stream: &StreamId) -> Vec<Event> {
     j.read_stream(stream, Seq::FIRST, MAX_PAGE)
         .await
         .expect("read_stream")
 }
 
 /// Appends `events` to `stream` and returns the recorded events of this append.
-pub(crate) async fn recorded<J: EventJournal>(j: &J, stream: &StreamId, events: Vec<NewEvent>) -> Vec<Event> {
+pub(crate) async fn recorded<J: Journal>(j: &J, stream: &StreamId, events: Vec<NewEvent>) -> Vec<Event> {
     let a = append(j, stream, events).await;
     let n = (a.last_seq.get() - a.first_seq.get() + 1) as usize;
     j.read_stream(stream, a.first_seq, n).await.expect("read_stream")
 }
 
 /// One row that must exist.
-pub(crate) async fn row<J: OutboxStore>(j: &J, stream: &StreamId, n: u64) -> OutboxRow {
+pub(crate) async fn row<J: Journal>(j: &J, stream: &StreamId, n: u64) -> OutboxRow {
     j.row(stream, seq(n))
         .await
         .expect("row")
@@ -94,7 +95,7 @@ pub(crate) async fn row<J: OutboxStore>(j: &J, stream: &StreamId, n: u64) -> Out
 }
 
 /// Every row, in `list` order.
-pub(crate) async fn rows<J: OutboxStore>(j: &J) -> Vec<OutboxRow> {
+pub(crate) async fn rows<J: Journal>(j: &J) -> Vec<OutboxRow> {
     j.list(None, MAX_PAGE).await.expect("list")
 }
 
@@ -104,17 +105,17 @@ pub(crate) fn seqs_of(rows: &[OutboxRow]) -> Vec<u64> {
 }
 
 /// The store's clock, read through `summary`.
-pub(crate) async fn now<J: OutboxStore>(j: &J) -> Timestamp {
+pub(crate) async fn now<J: Journal>(j: &J) -> Timestamp {
     j.summary().await.expect("summary").as_of
 }
 
 /// Every due stream.
-pub(crate) async fn due<J: OutboxStore>(j: &J) -> Vec<StreamId> {
+pub(crate) async fn due<J: Journal>(j: &J) -> Vec<StreamId> {
     j.due_streams(MAX_PAGE).await.expect("due_streams")
 }
 
 /// Whether `stream` is among the due streams.
-pub(crate) async fn is_due<J: OutboxStore>(j: &J, stream: &StreamId) -> bool {
+pub(crate) async fn is_due<J: Journal>(j: &J, stream: &StreamId) -> bool {
     due(j).await.contains(stream)
 }
 
@@ -125,7 +126,7 @@ pub(crate) async fn is_due<J: OutboxStore>(j: &J, stream: &StreamId) -> bool {
 /// readings are on the same side of the due time (the memory adapter's clock
 /// stands still, so there it always is; a SQL clock keeps running, so a
 /// reading straddling the due time proves nothing).
-pub(crate) async fn assert_due_iff_reached<J: OutboxStore>(j: &J, stream: &StreamId, n: u64, what: &str) {
+pub(crate) async fn assert_due_iff_reached<J: Journal>(j: &J, stream: &StreamId, n: u64, what: &str) {
     let at = row(j, stream, n).await.next_attempt_at;
     let before = now(j).await;
     let is = is_due(j, stream).await;
@@ -144,7 +145,7 @@ pub(crate) async fn assert_due_iff_reached<J: OutboxStore>(j: &J, stream: &Strea
 }
 
 /// Acquires `stream` for `who`, which must succeed.
-pub(crate) async fn take<J: LeaseStore>(j: &J, stream: &StreamId, who: &str) -> Lease {
+pub(crate) async fn take<J: Journal>(j: &J, stream: &StreamId, who: &str) -> Lease {
     j.acquire(stream, &owner(who), TTL)
         .await
         .expect("acquire")
@@ -152,7 +153,7 @@ pub(crate) async fn take<J: LeaseStore>(j: &J, stream: &StreamId, who: &str) -> 
 }
 
 /// Acquires `stream` for `who` and claims up to `max` rows.
-pub(crate) async fn take_and_claim<J: LeaseStore + OutboxStore>(
+pub(crate) async fn take_and_claim<J: Journal>(
     j: &J,
     stream: &StreamId,
     who: &str,
@@ -165,7 +166,7 @@ pub(crate) async fn take_and_claim<J: LeaseStore + OutboxStore>(
 
 /// Claims the head of `stream` for `who`, fails it once with `policy`, and
 /// releases the lease. Returns the row as it now is.
-pub(crate) async fn fail_head<J: LeaseStore + OutboxStore>(
+pub(crate) async fn fail_head<J: Journal>(
     j: &J,
     stream: &StreamId,
     who: &str,
@@ -182,12 +183,32 @@ pub(crate) async fn fail_head<J: LeaseStore + OutboxStore>(
     row(j, stream, head.get()).await
 }
 
+/// A policy that parks a row as dead at its first failure.
+pub(crate) fn dead_at_once() -> RetryPolicy {
+    RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).expect("valid policy")
+}
+
+/// Parks the processing row at `seq` as dead (a failure under
+/// [`dead_at_once`]) and returns it as stored.
+pub(crate) async fn dead_letter<J: Journal>(
+    j: &J,
+    lease: &Lease,
+    seq: Seq,
+    error: &str,
+) -> outbox_core::Result<OutboxRow> {
+    let outcome = j.fail(lease, seq, error, &dead_at_once()).await?;
+    assert!(
+        matches!(outcome, FailureOutcome::Dead { .. }),
+        "a failure under a threshold of 1 parks the row: {outcome:?}"
+    );
+    Ok(j.row(&lease.stream, seq).await?.expect("the dead row is kept"))
+}
+
 /// Claims the head of `stream` for `who` and dead-letters it, then releases.
-pub(crate) async fn kill_head<J: LeaseStore + OutboxStore>(j: &J, stream: &StreamId, who: &str) -> OutboxRow {
+pub(crate) async fn kill_head<J: Journal>(j: &J, stream: &StreamId, who: &str) -> OutboxRow {
     let (lease, claimed) = take_and_claim(j, stream, who, 1).await;
     assert_eq!(claimed.len(), 1, "the head of {stream} should be claimable");
-    let dead = j
-        .dead_letter(&lease, claimed[0].seq, "poison")
+    let dead = dead_letter(j, &lease, claimed[0].seq, "poison")
         .await
         .expect("dead_letter");
     assert!(
@@ -200,15 +221,15 @@ pub(crate) async fn kill_head<J: LeaseStore + OutboxStore>(j: &J, stream: &Strea
 /// Everything observable in a journal database through its ports (minus clocks).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct JournalSnapshot {
-    heads: Vec<StreamHead>,
+    heads: Vec<StreamVersion>,
     events: Vec<Event>,
     rows: Vec<OutboxRow>,
     counts: [u64; 4],
 }
 
 /// Takes a [`JournalSnapshot`].
-pub(crate) async fn snapshot<J: EventJournal + OutboxStore>(j: &J) -> JournalSnapshot {
-    let heads = j.stream_heads(None, MAX_PAGE).await.expect("stream_heads");
+pub(crate) async fn snapshot<J: Journal>(j: &J) -> JournalSnapshot {
+    let heads = j.stream_versions(None, MAX_PAGE).await.expect("stream_heads");
     let mut events = Vec::new();
     for h in &heads {
         events.extend(all_events(j, &h.stream).await);
@@ -221,6 +242,13 @@ pub(crate) async fn snapshot<J: EventJournal + OutboxStore>(j: &J) -> JournalSna
         counts: [s.pending, s.processing, s.failed, s.dead],
     }
 }
+
+/// Every journal port, as the checks use them.
+pub(crate) trait Journal:
+    EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + Send + Sync
+{
+}
+impl<T: EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + Send + Sync> Journal for T {}
 
 /// An oracle projection called `name`, set up in the fixture's projection store.
 pub(crate) async fn oracle<H: Harness>(
@@ -301,7 +329,7 @@ pub(crate) async fn drain_with<J, P>(
     policy: &RetryPolicy,
 ) -> Drained
 where
-    J: EventJournal + OutboxStore + LeaseStore,
+    J: EventJournal + OutboxQueue + LeaseStore,
     P: ProjectionStore,
 {
     let mut out = Drained::default();
@@ -367,7 +395,7 @@ pub(crate) fn expect_sums(streams: &[(&StreamId, u64, i64)]) -> BTreeMap<String,
 }
 
 /// Rows of `stream` with a given status.
-pub(crate) async fn statuses<J: OutboxStore>(j: &J, stream: &StreamId) -> Vec<(u64, OutboxStatus)> {
+pub(crate) async fn statuses<J: Journal>(j: &J, stream: &StreamId) -> Vec<(u64, OutboxStatus)> {
     rows(j)
         .await
         .into_iter()

@@ -1,62 +1,50 @@
 //! [`WatermarkStore`] contract checks.
 
-use outbox_core::{Seq, Watermark, WatermarkStore};
+use outbox_core::{Watermark, WatermarkStore};
 
 use super::support::{adds, apply_ok, oracle, recorded};
 use crate::{Harness, one, sid};
 
-/// `watermark`: `None` for a stream never saved.
+/// `watermark`: `None` for a stream never applied.
 pub async fn watermark_is_none_for_unsaved_stream<H: Harness>(h: &H) {
     let f = h.open().await;
-    f.projections
-        .save_watermark(&sid("other"), Seq::FIRST)
-        .await
-        .unwrap();
+    let (p, _) = oracle(h, &f, "p").await;
+    let other = sid("other");
+    let evs = recorded(&f.journal, &other, adds(&[1])).await;
+    apply_ok(&f.projections, &other, &evs, &one(p)).await;
     assert_eq!(f.projections.watermark(&sid("s")).await.unwrap(), None);
 }
 
-/// `save_watermark`: raises and never lowers; returns the stored watermark.
+/// The watermark is raised by applies and never lowered; `watermark` returns
+/// what is stored, also to another instance.
 pub async fn watermark_never_decreases<H: Harness>(h: &H) {
     let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
     let s = sid("s");
-    let seq = |n| Seq::new(n).unwrap();
-    let w = f.projections.save_watermark(&s, seq(5)).await.expect("save");
+    let evs = recorded(&f.journal, &s, adds(&[1, 2, 3, 4, 5, 6, 7])).await;
+    apply_ok(&f.projections, &s, &evs[..5], &one(p.clone())).await;
+    let w = f.projections.watermark(&s).await.unwrap().expect("watermark");
     assert_eq!(
         (w.stream.clone(), w.applied_through, w.expected_next),
         (s.clone(), 5, 6)
     );
-    let w = f
-        .projections
-        .save_watermark(&s, seq(3))
-        .await
-        .expect("save lower");
-    assert_eq!(
-        w.applied_through, 5,
-        "a lower value leaves it as it is, and the stored one is returned"
-    );
+    apply_ok(&f.projections, &s, &evs[..3], &one(p.clone())).await;
     assert_eq!(
         f.projections
             .watermark(&s)
             .await
             .unwrap()
             .map(|w| w.applied_through),
-        Some(5)
+        Some(5),
+        "a run of duplicates below it leaves it as it is"
     );
-    let w = f
-        .projections
-        .save_watermark(&s, seq(7))
-        .await
-        .expect("save higher");
+    apply_ok(&f.projections, &s, &evs, &one(p.clone())).await;
+    let w = f.projections.watermark(&s).await.unwrap().expect("watermark");
     assert_eq!((w.applied_through, w.expected_next), (7, 8));
-    assert_eq!(
-        f.projections.watermark(&s).await.unwrap(),
-        Some(w),
-        "`watermark` returns the stored value"
-    );
     let other = h.reopen_projections(&f.ctx).await;
     assert_eq!(
-        other.watermark(&s).await.unwrap().map(|w| w.applied_through),
-        Some(7),
+        other.watermark(&s).await.unwrap(),
+        Some(w),
         "stored in the database"
     );
 }
@@ -95,11 +83,12 @@ pub async fn watermark_is_raised_by_apply<H: Harness>(h: &H) {
 /// `watermarks`: pages by stream id, strictly after `after`, at most `limit`.
 pub async fn watermarks_page_by_stream_id<H: Harness>(h: &H) {
     let f = h.open().await;
+    let (proj, _) = oracle(h, &f, "p").await;
     for (name, n) in [("d", 4), ("b", 2), ("e", 5), ("a", 1), ("c", 3)] {
-        f.projections
-            .save_watermark(&sid(name), Seq::new(n).unwrap())
-            .await
-            .unwrap();
+        let s = sid(name);
+        let values: Vec<i64> = (1..=n).collect();
+        let evs = recorded(&f.journal, &s, adds(&values)).await;
+        apply_ok(&f.projections, &s, &evs, &one(proj.clone())).await;
     }
     let page = |v: Vec<Watermark>| {
         v.into_iter()

@@ -1,0 +1,158 @@
+//! Streams behind the journal: finding them (`outbox gaps`) and catching
+//! them up (start-up repair, `outbox gaps --repair`).
+
+use std::collections::BTreeMap;
+
+use outbox_core::{Result, Seq, StreamId, StreamLag, StreamVersion};
+use serde::Serialize;
+use tracing::info;
+
+use crate::metrics::Metrics;
+use crate::outbox::{InlineFailure, JournalBackend, Outbox, ProjectionBackend};
+
+/// Streams read per page from the journal and the watermarks.
+const PAGE: usize = 500;
+
+/// What gap repair did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// Streams compared with the journal.
+    pub streams_scanned: u64,
+    /// Streams where some projection was behind the journal.
+    pub streams_repaired: u64,
+    /// Events newly applied.
+    pub events_applied: u64,
+    /// Streams whose watermark was behind the journal's version.
+    pub watermark_behind: u64,
+    /// The lags found (at most the first 100), before repair.
+    pub gaps: Vec<StreamLag>,
+    /// Streams that could not be repaired, with the error.
+    pub failures: Vec<InlineFailure>,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// One page of streams after `after`, each with its version and
+    /// watermark: a page of the journal's versions joined with the
+    /// watermarks of the same range, read page by page too.
+    async fn versions_page(&self, after: Option<&StreamId>) -> Result<Vec<(StreamVersion, u64)>> {
+        let inner = &self.inner;
+        let versions = inner.journal.stream_versions(after, PAGE).await?;
+        let Some(last) = versions.last() else {
+            return Ok(Vec::new());
+        };
+        let mut watermarks = BTreeMap::new();
+        let mut from = after.cloned();
+        'pages: loop {
+            let page = inner.store.watermarks(from.as_ref(), PAGE).await?;
+            let full = page.len() == PAGE;
+            for w in page {
+                if w.stream > last.stream {
+                    break 'pages;
+                }
+                from = Some(w.stream.clone());
+                watermarks.insert(w.stream, w.applied_through);
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(versions
+            .into_iter()
+            .map(|v| {
+                let w = watermarks.get(&v.stream).copied().unwrap_or(0);
+                (v, w)
+            })
+            .collect())
+    }
+
+    /// The lag of one stream, reading every projection's checkpoint.
+    async fn lag(&self, v: &StreamVersion, watermark: u64) -> Result<Option<StreamLag>> {
+        let mut checkpoints = Vec::with_capacity(self.inner.projections.len());
+        for p in &self.inner.projections {
+            let cp = self.inner.store.checkpoint(p.name(), &v.stream).await?;
+            checkpoints.push((p.name().clone(), cp));
+        }
+        Ok(StreamLag::of(&v.stream, v.version, watermark, checkpoints))
+    }
+
+    /// Streams whose watermark or some projection's checkpoint is behind the
+    /// journal's version (at most `limit`), without changing anything.
+    pub async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
+        let mut out = Vec::new();
+        let mut after: Option<StreamId> = None;
+        while out.len() < limit {
+            let page = self.versions_page(after.as_ref()).await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.stream.clone());
+            for (v, watermark) in &page {
+                if let Some(lag) = self.lag(v, *watermark).await?
+                    && out.len() < limit
+                {
+                    out.push(lag);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Start-up gap repair: compares every stream's journal version with
+    /// every projection's checkpoint (and reports the watermark), applies the
+    /// missing seqs in order, then completes outbox rows the projections have
+    /// now applied. Safe to run at any time, alongside workers.
+    pub async fn repair_gaps(&self) -> Result<RepairReport> {
+        let inner = &self.inner;
+        let mut report = RepairReport::default();
+        let mut after: Option<StreamId> = None;
+        loop {
+            let page = self.versions_page(after.as_ref()).await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.stream.clone());
+            for (v, watermark) in page {
+                report.streams_scanned += 1;
+                let stream = &v.stream;
+                let lag = self.lag(&v, watermark).await?;
+                if let Some(lag) = &lag {
+                    if lag.watermark < lag.version {
+                        report.watermark_behind += 1;
+                    }
+                    if report.gaps.len() < 100 {
+                        report.gaps.push(lag.clone());
+                    }
+                }
+                let lowest = lag.as_ref().map_or(v.version, StreamLag::lowest_checkpoint);
+                if lowest < v.version {
+                    report.streams_repaired += 1;
+                    match self
+                        .catch_up(stream, lowest + 1, v.version, &inner.projections)
+                        .await
+                    {
+                        Ok(n) => report.events_applied += n,
+                        Err(e) => {
+                            report.failures.push(InlineFailure {
+                                stream: stream.clone(),
+                                error: e.to_string(),
+                            });
+                            continue;
+                        }
+                    }
+                }
+                // Every projection is now at the version: the stream's rows are stale hints.
+                if (inner.mode.runs_apply_worker() || inner.mode.inline_deletes_rows())
+                    && let Ok(through) = Seq::new(v.version)
+                {
+                    let n = inner.journal.complete(stream, through).await?;
+                    Metrics::add(&inner.metrics.completed_rows, n);
+                }
+            }
+        }
+        if report.streams_repaired > 0 || report.watermark_behind > 0 {
+            info!(
+                scanned = report.streams_scanned,
+                repaired = report.streams_repaired,
+                events = report.events_applied,
+                "gap repair applied missing events"
+            );
+        }
+        Ok(report)
+    }
+}
