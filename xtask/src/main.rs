@@ -10,13 +10,18 @@ use anyhow::{Context, Result, bail};
 mod migrations;
 mod package;
 mod pg;
+mod tidy;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci          fmt check, the migrations check, clippy (warnings denied), the
-              core boundary check, docs, the package check, and every test
-              (starts a throwaway Postgres when needed)
+  ci          fmt check, tidy, the migrations check, clippy (warnings
+              denied), the core boundary check, docs, the package check, and
+              every test (starts a throwaway Postgres when needed)
+  tidy [--fix]
+              check (as text) that every OUTBOX_* variable is defined once and
+              is a row of README.md's configuration table (--fix writes the
+              table), and that every conformance check is in for_each_check!
   boundary    check that outbox-core depends on neither tokio nor sqlx
   migrations-check
               check that each adapter's migrations/ equals migrations/<dialect>/
@@ -33,6 +38,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("tidy") => tidy::run(&args[1..]),
         Some("boundary") => boundary(),
         Some("migrations-check") => migrations::check(),
         Some("sync-migrations") => migrations::sync(),
@@ -86,6 +92,8 @@ fn ci() -> Result<()> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     run("cargo fmt --check", fmt)?;
+
+    tidy::run(&[])?;
 
     migrations::check()?;
 

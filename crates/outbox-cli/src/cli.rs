@@ -3,6 +3,47 @@
 use clap::{Args, Parser, Subcommand};
 use outbox_core::OutboxStatus;
 
+/// Defines each of the command's own variables once, in the shape of
+/// `outbox_runtime::ENV_VARS`: `NAME = "default", "meaning";` becomes the
+/// constant `NAME` (whose value is its own name) and a row of [`ENV_VARS`].
+/// `cargo xtask tidy` reads these lines as text.
+macro_rules! env_vars {
+    ($($name:ident = $default:literal, $meaning:literal;)*) => {
+        $(
+            #[doc = concat!("`", stringify!($name), "` (default `", $default, "`): ", $meaning, ".")]
+            pub const $name: &str = stringify!($name);
+        )*
+
+        /// The environment variables of the `outbox` command itself, as
+        /// `(name, default, meaning)` (the runtime's are
+        /// `outbox_runtime::ENV_VARS`); the meaning is one line of Markdown.
+        ///
+        /// The one definition of these variables: [`GlobalArgs`] reads them
+        /// (and takes its defaults from here), and the configuration table of
+        /// the repository's README is generated from this table by
+        /// `cargo xtask tidy --fix`; `cargo xtask tidy` fails when they differ.
+        pub const ENV_VARS: &[(&str, &str, &str)] = &[$(($name, $default, $meaning)),*];
+    };
+}
+
+// One line per variable, kept in this shape (`cargo xtask tidy` parses it).
+#[rustfmt::skip]
+env_vars! {
+    OUTBOX_JOURNAL_URL = "sqlite://outbox-journal.db", "the `outbox` command's journal database (`--journal`)";
+    OUTBOX_PROJECTION_URL = "sqlite://outbox-projections.db", "the `outbox` command's projection database (`--projection-db`; `postgres://` URLs work too)";
+    OUTBOX_PG_SCHEMA = "outbox", "the `outbox` command's Postgres schema (`--schema`; both stores)";
+    OUTBOX_LOG = "warn", "the `outbox` command's log filter (`--log`)";
+}
+
+/// The default of one of [`ENV_VARS`].
+fn default_of(name: &str) -> &'static str {
+    ENV_VARS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, default, _)| *default)
+        .expect("a variable of ENV_VARS")
+}
+
 /// The transactional projection-apply outbox: worker and maintenance.
 ///
 /// Databases: `--journal` / `--projection-db` (or `OUTBOX_JOURNAL_URL` /
@@ -36,8 +77,8 @@ pub struct GlobalArgs {
         long,
         visible_alias = "journal-db",
         global = true,
-        env = "OUTBOX_JOURNAL_URL",
-        default_value = "sqlite://outbox-journal.db"
+        env = OUTBOX_JOURNAL_URL,
+        default_value = default_of(OUTBOX_JOURNAL_URL)
     )]
     pub journal: String,
 
@@ -47,19 +88,19 @@ pub struct GlobalArgs {
     #[arg(
         long = "projection-db",
         global = true,
-        env = "OUTBOX_PROJECTION_URL",
-        default_value = "sqlite://outbox-projections.db"
+        env = OUTBOX_PROJECTION_URL,
+        default_value = default_of(OUTBOX_PROJECTION_URL)
     )]
     pub projection_db: String,
 
     /// The Postgres schema holding the outbox tables (and the projection
     /// tables) of `postgres://` databases. Ignored for SQLite.
-    #[arg(long, global = true, env = "OUTBOX_PG_SCHEMA", default_value = "outbox")]
+    #[arg(long, global = true, env = OUTBOX_PG_SCHEMA, default_value = default_of(OUTBOX_PG_SCHEMA))]
     pub schema: String,
 
     /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
     /// Default: `warn`.
-    #[arg(long, global = true, env = "OUTBOX_LOG")]
+    #[arg(long, global = true, env = OUTBOX_LOG)]
     pub log: Option<String>,
 }
 
@@ -244,4 +285,29 @@ pub struct GapsArgs {
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn every_variable_is_read_by_a_flag_with_its_default() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        for (name, default, _) in ENV_VARS {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_env() == Some(OsStr::new(name)))
+                .unwrap_or_else(|| panic!("no flag reads {name}"));
+            // The log filter's default is the application's (`drive`).
+            if *name != OUTBOX_LOG {
+                assert_eq!(arg.get_default_values(), [OsStr::new(default)], "{name}");
+            }
+        }
+    }
 }

@@ -4,70 +4,49 @@ use std::time::Duration;
 
 use outbox_core::{Error, ModeFlags, Result, RetryPolicy, WorkerId};
 
-/// Every environment variable the runtime reads, with its default.
-pub const ENV_VARS: &[(&str, &str, &str)] = &[
-    (
-        "OUTBOX_ENABLED",
-        "false",
-        "appends enqueue an outbox row per event",
-    ),
-    (
-        "OUTBOX_WORKER_ENABLED",
-        "false",
-        "run the apply worker (needs OUTBOX_ENABLED)",
-    ),
-    (
-        "OUTBOX_SHADOW_WORKER_ENABLED",
-        "false",
-        "run the shadow worker (needs OUTBOX_ENABLED)",
-    ),
-    (
-        "OUTBOX_POLL_INTERVAL_MS",
-        "2000",
-        "how long an idle worker waits before polling again",
-    ),
-    (
-        "OUTBOX_BATCH_SIZE",
-        "64",
-        "rows claimed and applied per projection transaction",
-    ),
-    (
-        "OUTBOX_LEASE_TTL_MS",
-        "30000",
-        "stream lease duration; renewed at a third of it",
-    ),
-    (
-        "OUTBOX_RETRY_BASE_MS",
-        "1000",
-        "delay after the first failure; doubles per failure",
-    ),
-    ("OUTBOX_RETRY_CAP_MS", "300000", "the longest retry delay (5 min)"),
-    (
-        "OUTBOX_DEAD_LETTER_THRESHOLD",
-        "8",
-        "consecutive failures that park a row as dead",
-    ),
-    (
-        "OUTBOX_WAKE_ON_APPEND",
-        "true",
-        "wake the worker on an in-process append instead of waiting for the poll",
-    ),
-    (
-        "OUTBOX_REPAIR_ON_START",
-        "true",
-        "catch up streams whose projections are behind the journal at start-up",
-    ),
-    (
-        "OUTBOX_HEARTBEAT_INTERVAL_MS",
-        "5000",
-        "how often a worker refreshes its registry entry and gauges",
-    ),
-    (
-        "OUTBOX_WORKER_ID",
-        "<host>-<pid>-<random>",
-        "the worker's id (lease owner)",
-    ),
-];
+/// Defines each variable once: `NAME = "default", "meaning";` becomes the
+/// associated constant `Config::NAME` (whose value is its own name) and a row
+/// of [`ENV_VARS`]. `cargo xtask tidy` reads these lines as text.
+macro_rules! env_vars {
+    ($($name:ident = $default:literal, $meaning:literal;)*) => {
+        /// The names of the environment variables [`Config::from_env`] reads
+        /// (their defaults and meanings are in [`ENV_VARS`]).
+        impl Config {
+            $(
+                #[doc = concat!("`", stringify!($name), "` (default `", $default, "`): ", $meaning, ".")]
+                pub const $name: &'static str = stringify!($name);
+            )*
+        }
+
+        /// Every environment variable the runtime reads, as `(name, default,
+        /// meaning)`; the meaning is one line of Markdown.
+        ///
+        /// This is the one definition of these variables: [`Config::from_lookup`]
+        /// reads them through the `Config::OUTBOX_*` constants, and the
+        /// configuration table of the repository's README is generated from this
+        /// table (with the `outbox` command's variables and the tests') by
+        /// `cargo xtask tidy --fix`; `cargo xtask tidy` fails when they differ.
+        pub const ENV_VARS: &[(&str, &str, &str)] = &[$((Config::$name, $default, $meaning)),*];
+    };
+}
+
+// One line per variable, kept in this shape (`cargo xtask tidy` parses it).
+#[rustfmt::skip]
+env_vars! {
+    OUTBOX_ENABLED = "false", "appends enqueue an outbox row per event";
+    OUTBOX_WORKER_ENABLED = "false", "run the apply worker (needs `OUTBOX_ENABLED`)";
+    OUTBOX_SHADOW_WORKER_ENABLED = "false", "run the shadow worker (needs `OUTBOX_ENABLED`; the apply worker wins if both are set)";
+    OUTBOX_POLL_INTERVAL_MS = "2000", "how long an idle worker waits before polling again (appends in the same process wake it at once)";
+    OUTBOX_BATCH_SIZE = "64", "rows claimed and applied per projection transaction";
+    OUTBOX_LEASE_TTL_MS = "30000", "stream lease duration; renewed at a third of it";
+    OUTBOX_RETRY_BASE_MS = "1000", "delay after the first failure; doubles per failure";
+    OUTBOX_RETRY_CAP_MS = "300000", "the longest retry delay (5 min)";
+    OUTBOX_DEAD_LETTER_THRESHOLD = "8", "consecutive failures that park a row as dead";
+    OUTBOX_WAKE_ON_APPEND = "true", "wake the worker on an in-process append instead of waiting for the poll";
+    OUTBOX_REPAIR_ON_START = "true", "catch up streams whose projections are behind the journal at start-up";
+    OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
+    OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
+}
 
 /// Runtime configuration. Build it with [`Config::default`] and the `with_*`
 /// setters, or read it with [`Config::from_env`].
@@ -259,40 +238,49 @@ impl Config {
         };
         let ms = |k: &str| -> Result<Option<Duration>> { Ok(number(k)?.map(Duration::from_millis)) };
         c.flags = ModeFlags {
-            outbox: flag("OUTBOX_ENABLED", false)?,
-            apply_worker: flag("OUTBOX_WORKER_ENABLED", false)?,
-            shadow_worker: flag("OUTBOX_SHADOW_WORKER_ENABLED", false)?,
+            outbox: flag(Self::OUTBOX_ENABLED, false)?,
+            apply_worker: flag(Self::OUTBOX_WORKER_ENABLED, false)?,
+            shadow_worker: flag(Self::OUTBOX_SHADOW_WORKER_ENABLED, false)?,
         };
-        c.wake_on_append = flag("OUTBOX_WAKE_ON_APPEND", true)?;
-        c.repair_on_start = flag("OUTBOX_REPAIR_ON_START", true)?;
-        if let Some(v) = ms("OUTBOX_POLL_INTERVAL_MS")? {
+        c.wake_on_append = flag(Self::OUTBOX_WAKE_ON_APPEND, true)?;
+        c.repair_on_start = flag(Self::OUTBOX_REPAIR_ON_START, true)?;
+        if let Some(v) = ms(Self::OUTBOX_POLL_INTERVAL_MS)? {
             c.poll_interval = v;
         }
-        if let Some(v) = number("OUTBOX_BATCH_SIZE")? {
+        if let Some(v) = number(Self::OUTBOX_BATCH_SIZE)? {
             c.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
         }
-        if let Some(v) = ms("OUTBOX_LEASE_TTL_MS")? {
+        if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
         }
-        if let Some(v) = ms("OUTBOX_HEARTBEAT_INTERVAL_MS")? {
+        if let Some(v) = ms(Self::OUTBOX_HEARTBEAT_INTERVAL_MS)? {
             c.heartbeat_interval = v;
         }
-        let base = ms("OUTBOX_RETRY_BASE_MS")?.unwrap_or(c.retry.base());
-        let cap = ms("OUTBOX_RETRY_CAP_MS")?.unwrap_or(c.retry.cap());
-        let threshold = match number("OUTBOX_DEAD_LETTER_THRESHOLD")? {
-            Some(v) => u32::try_from(v)
-                .map_err(|_| Error::Config(format!("OUTBOX_DEAD_LETTER_THRESHOLD={v} is out of range")))?,
+        let base = ms(Self::OUTBOX_RETRY_BASE_MS)?.unwrap_or(c.retry.base());
+        let cap = ms(Self::OUTBOX_RETRY_CAP_MS)?.unwrap_or(c.retry.cap());
+        let threshold = match number(Self::OUTBOX_DEAD_LETTER_THRESHOLD)? {
+            Some(v) => u32::try_from(v).map_err(|_| {
+                Error::Config(format!(
+                    "{}={v} is out of range",
+                    Self::OUTBOX_DEAD_LETTER_THRESHOLD
+                ))
+            })?,
             None => c.retry.dead_letter_after(),
         };
         c.retry = RetryPolicy::new(base, cap, threshold).map_err(|e| {
             Error::Config(format!(
-                "OUTBOX_RETRY_BASE_MS / OUTBOX_RETRY_CAP_MS / OUTBOX_DEAD_LETTER_THRESHOLD: {}",
+                "{} / {} / {}: {}",
+                Self::OUTBOX_RETRY_BASE_MS,
+                Self::OUTBOX_RETRY_CAP_MS,
+                Self::OUTBOX_DEAD_LETTER_THRESHOLD,
                 e.to_string().trim_start_matches("configuration error: ")
             ))
         })?;
-        if let Some(v) = get("OUTBOX_WORKER_ID") {
-            c.worker_id =
-                Some(WorkerId::new(&v).map_err(|e| Error::Config(format!("OUTBOX_WORKER_ID={v:?}: {e}")))?);
+        if let Some(v) = get(Self::OUTBOX_WORKER_ID) {
+            c.worker_id = Some(
+                WorkerId::new(&v)
+                    .map_err(|e| Error::Config(format!("{}={v:?}: {e}", Self::OUTBOX_WORKER_ID)))?,
+            );
         }
         c.validate().map_err(|e| {
             Error::Config(format!(
@@ -328,6 +316,37 @@ mod tests {
         for (name, default, _) in ENV_VARS {
             assert!(name.starts_with("OUTBOX_") && !default.is_empty());
         }
+    }
+
+    #[test]
+    fn documented_defaults_are_the_defaults() {
+        // Setting every variable to its documented default changes nothing
+        // (the worker id's default is a description, not a value).
+        let documented: Vec<(&str, &str)> = ENV_VARS
+            .iter()
+            .filter(|(name, _, _)| *name != Config::OUTBOX_WORKER_ID)
+            .map(|(name, default, _)| (*name, *default))
+            .collect();
+        assert_eq!(documented.len(), ENV_VARS.len() - 1);
+        assert_eq!(
+            format!("{:?}", env(&documented).unwrap()),
+            format!("{:?}", Config::default())
+        );
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let read = std::cell::RefCell::new(Vec::new());
+        Config::from_lookup(|k| {
+            read.borrow_mut().push(k.to_owned());
+            None
+        })
+        .unwrap();
+        let read = read.into_inner();
+        for (name, _, _) in ENV_VARS {
+            assert!(read.iter().any(|k| k == name), "{name} is listed but never read");
+        }
+        assert_eq!(read.len(), ENV_VARS.len(), "read: {read:?}");
     }
 
     #[test]

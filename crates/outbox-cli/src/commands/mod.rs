@@ -44,9 +44,9 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
 /// apply worker on when none of the three mode flags is set.
 pub(crate) fn config() -> Result<Config, Error> {
     let flags_set = [
-        "OUTBOX_ENABLED",
-        "OUTBOX_WORKER_ENABLED",
-        "OUTBOX_SHADOW_WORKER_ENABLED",
+        Config::OUTBOX_ENABLED,
+        Config::OUTBOX_WORKER_ENABLED,
+        Config::OUTBOX_SHADOW_WORKER_ENABLED,
     ]
     .iter()
     .any(|k| std::env::var_os(k).is_some());

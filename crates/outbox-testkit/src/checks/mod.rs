@@ -4,6 +4,10 @@
 //!
 //! The list in [`for_each_check!`](crate::for_each_check) is the single place
 //! that names them; [`conformance_tests!`](crate::conformance_tests) expands it.
+//! A check missing from it would silently never run, so `cargo xtask tidy`
+//! fails when a `pub async fn` here whose signature names `Harness` is not
+//! listed, when a listed name is no such function, or when a name is listed
+//! twice. (Helpers shared by the checks are `pub(crate)`.)
 
 mod end_to_end;
 mod journal;
