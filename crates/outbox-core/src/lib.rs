@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod apply;
 mod error;
 mod event;
 mod id;

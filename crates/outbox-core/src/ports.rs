@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::spi::ViewStorage;
+use crate::spi::ApplyTx;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
     OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamId,
@@ -281,7 +281,7 @@ pub trait ProjectionStore: Send + Sync {
     /// The transaction-scoped handle appliers write through. It stores the
     /// documents of [`ViewProjection`](crate::ViewProjection)s, so a
     /// projection written once runs on every adapter.
-    type Tx: ViewStorage + 'static;
+    type Tx: ApplyTx + 'static;
 
     /// Creates every projection's tables.
     fn setup(&self, projections: &[Arc<dyn Projection<Self::Tx>>])

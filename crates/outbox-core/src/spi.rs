@@ -6,9 +6,56 @@
 
 use async_trait::async_trait;
 
-use crate::{ProjectionName, Result};
+use crate::{ProjectionName, Result, StreamId};
 
+pub use crate::apply::{apply_in, ended_by_projection};
 pub use crate::outbox::validate_limit;
+
+/// One checkpoint an apply moves: from the value read to the run's last
+/// applied seq.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointMove<'a> {
+    /// The projection.
+    pub projection: &'a ProjectionName,
+    /// The checkpoint read at the start of the transaction.
+    pub from: u64,
+    /// The checkpoint after the run.
+    pub to: u64,
+}
+
+/// A store's apply transaction, as the shared loop [`apply_in`] drives it.
+/// Implemented by every adapter's [`ProjectionStore::Tx`](crate::ProjectionStore::Tx).
+///
+/// # Contract
+/// - `checkpoints` returns the checkpoint (0 when none) of each projection on
+///   `stream`, in the order given. On a store whose applies of one
+///   (projection, stream) can run concurrently it locks them for the rest of
+///   the transaction, in a fixed order, so the second apply waits and then
+///   reads the first's commit.
+/// - `guard` is called once, right before the first applier runs;
+///   `check_guard` once after the last. `check_guard` returns
+///   `Ok(Some(detail))` when user code ended the store's transaction
+///   (committed, rolled back, or swallowed an error after which the database
+///   rolled it back); the store then writes nothing more. `Err` is a storage
+///   error of the check itself.
+/// - `advance` sets each checkpoint from `from` to `to` only where it still
+///   is `from` (compare-and-set), raises the stream's watermark to `through`
+///   (never lowering it), and returns how many checkpoints it set.
+#[async_trait]
+pub trait ApplyTx: ViewStorage {
+    /// Reads (and locks) the projections' checkpoints on the stream.
+    async fn checkpoints(&mut self, stream: &StreamId, projections: &[&ProjectionName]) -> Result<Vec<u64>>;
+
+    /// Marks the transaction before user code runs.
+    async fn guard(&mut self) -> Result<()>;
+
+    /// Checks that user code left the transaction open.
+    async fn check_guard(&mut self) -> Result<Option<String>>;
+
+    /// Compare-and-sets the checkpoints and raises the watermark.
+    async fn advance(&mut self, stream: &StreamId, moves: &[CheckpointMove<'_>], through: u64)
+    -> Result<u64>;
+}
 
 /// One stored document of a view, as [`ViewStorage::view_rows`] returns it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use outbox_core::spi::{ViewRow, ViewStorage};
+use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage, apply_in};
 use outbox_core::{
-    ApplyOutcome, ApplyReport, BoxError, Clock, Digest, DigestBuilder, DigestValue, Error, Event, Intent,
-    MAX_PAGE, Projection, ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark,
-    WatermarkStore, plan_apply, validate_limit, validate_projection_names, validate_run,
+    ApplyOutcome, Clock, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection,
+    ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark, WatermarkStore,
+    validate_limit, validate_projection_names,
 };
 use outbox_core::{
     RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait, validate_ttl,
@@ -66,6 +66,7 @@ impl MemoryProjectionStore {
             guard: Arc::clone(&self.state).lock_owned().await,
             undo: Vec::new(),
             committed: false,
+            now: self.clock.now(),
         }
     }
 
@@ -83,6 +84,8 @@ pub struct MemoryTx {
     guard: OwnedMutexGuard<State>,
     undo: Vec<Undo>,
     committed: bool,
+    /// The store's clock when the transaction began (watermark times).
+    now: outbox_core::Timestamp,
 }
 
 /// What rolling back one write restores.
@@ -92,6 +95,10 @@ enum Undo {
     Table(String, String, Option<Vec<u8>>),
     /// A view document and its previous text.
     View((String, String, String), Option<String>),
+    /// A checkpoint and its previous value.
+    Checkpoint((ProjectionName, StreamId), u64),
+    /// A watermark and its previous value (`None`: there was none).
+    Watermark(StreamId, Option<Watermark>),
 }
 
 impl MemoryTx {
@@ -168,6 +175,15 @@ impl Drop for MemoryTx {
                         None => self.guard.views.remove(&key),
                     };
                 }
+                Undo::Checkpoint(key, old) => {
+                    self.guard.checkpoints.insert(key, old);
+                }
+                Undo::Watermark(stream, old) => {
+                    match old {
+                        Some(w) => self.guard.watermarks.insert(stream, w),
+                        None => self.guard.watermarks.remove(&stream),
+                    };
+                }
             }
         }
     }
@@ -181,6 +197,51 @@ impl MemoryTx {
         };
         self.undo.push(Undo::View(key, old.clone()));
         old
+    }
+}
+
+#[async_trait]
+impl ApplyTx for MemoryTx {
+    async fn checkpoints(&mut self, stream: &StreamId, projections: &[&ProjectionName]) -> Result<Vec<u64>> {
+        Ok(projections
+            .iter()
+            .map(|p| {
+                let key = ((*p).clone(), stream.clone());
+                self.guard.checkpoints.get(&key).copied().unwrap_or(0)
+            })
+            .collect())
+    }
+
+    async fn guard(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn check_guard(&mut self) -> Result<Option<String>> {
+        // User code holds no handle that could end this transaction.
+        Ok(None)
+    }
+
+    async fn advance(
+        &mut self,
+        stream: &StreamId,
+        moves: &[CheckpointMove<'_>],
+        through: u64,
+    ) -> Result<u64> {
+        let mut moved = 0;
+        for m in moves {
+            let key = (m.projection.clone(), stream.clone());
+            let cp = self.guard.checkpoints.entry(key.clone()).or_insert(0);
+            if *cp == m.from {
+                *cp = m.to;
+                moved += 1;
+                self.undo.push(Undo::Checkpoint(key, m.from));
+            }
+        }
+        let now = self.now;
+        if let Some(old) = raise_watermark(&mut self.guard, stream, through, now) {
+            self.undo.push(Undo::Watermark(stream.clone(), old));
+        }
+        Ok(moved)
     }
 }
 
@@ -324,15 +385,6 @@ pub fn digest_table(tx: &MemoryTx, table: &str, out: &mut DigestBuilder) {
     }
 }
 
-fn apply_error(p: &dyn Projection<MemoryTx>, e: &Event, source: BoxError) -> Error {
-    Error::Apply {
-        projection: p.name().to_string(),
-        stream: e.stream.clone(),
-        seq: e.seq,
-        source,
-    }
-}
-
 impl ProjectionStore for MemoryProjectionStore {
     type Tx = MemoryTx;
 
@@ -354,49 +406,12 @@ impl ProjectionStore for MemoryProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<MemoryTx>>],
     ) -> Result<ApplyOutcome> {
-        validate_run(stream, events)?;
-        validate_projection_names(projections)?;
-        let now = self.clock.now();
         let mut tx = self.begin().await;
-        let mut checkpoints = Vec::with_capacity(projections.len());
-        for p in projections {
-            let cp = tx
-                .guard
-                .checkpoints
-                .get(&(p.name().clone(), stream.clone()))
-                .copied()
-                .unwrap_or(0);
-            if let Err(gap) = plan_apply(p.name(), cp, events) {
-                return Ok(ApplyOutcome::Gap(gap));
-            }
-            checkpoints.push(cp);
+        let outcome = apply_in(&mut tx, stream, events, projections).await?;
+        if matches!(outcome, ApplyOutcome::Applied(_)) {
+            tx.commit();
         }
-        let mut report = ApplyReport::default();
-        for e in events {
-            let mut new_to_some = projections.is_empty();
-            for (p, cp) in projections.iter().zip(checkpoints.iter_mut()) {
-                if e.seq.get() <= *cp {
-                    continue;
-                }
-                if e.intent == Intent::Apply {
-                    p.apply(&mut tx, e)
-                        .await
-                        .map_err(|err| apply_error(p.as_ref(), e, err))?;
-                }
-                *cp = e.seq.get();
-                new_to_some = true;
-            }
-            report.count(e, new_to_some);
-        }
-        let last = events[events.len() - 1].seq.get();
-        for (p, cp) in projections.iter().zip(&checkpoints) {
-            tx.guard
-                .checkpoints
-                .insert((p.name().clone(), stream.clone()), *cp);
-        }
-        raise_watermark(&mut tx.guard, stream, last, now);
-        tx.commit();
-        Ok(ApplyOutcome::Applied(report))
+        Ok(outcome)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
@@ -440,24 +455,28 @@ impl ProjectionStore for MemoryProjectionStore {
     }
 }
 
+/// Raises the stream's watermark to `applied` (never lowers it); returns
+/// the previous watermark when it changed (`Some(None)`: there was none).
 fn raise_watermark(
     st: &mut State,
     stream: &StreamId,
     applied: u64,
     now: outbox_core::Timestamp,
-) -> Watermark {
-    let w = st.watermarks.entry(stream.clone()).or_insert_with(|| Watermark {
-        stream: stream.clone(),
-        applied_through: 0,
-        expected_next: 1,
-        updated_at: now,
-    });
-    if applied > w.applied_through {
-        w.applied_through = applied;
-        w.expected_next = applied + 1;
-        w.updated_at = now;
+) -> Option<Option<Watermark>> {
+    let old = st.watermarks.get(stream).cloned();
+    if old.as_ref().is_some_and(|w| w.applied_through >= applied) {
+        return None;
     }
-    w.clone()
+    st.watermarks.insert(
+        stream.clone(),
+        Watermark {
+            stream: stream.clone(),
+            applied_through: applied,
+            expected_next: applied + 1,
+            updated_at: now,
+        },
+    );
+    Some(old)
 }
 
 impl WatermarkStore for MemoryProjectionStore {

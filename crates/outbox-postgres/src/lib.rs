@@ -23,5 +23,5 @@ pub mod statements {
     pub use crate::journal::{
         ACQUIRE, APPEND_WRITE, CLAIM, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS,
     };
-    pub use crate::projection::{APPLY_CAS, LOCK_CHECKPOINTS};
+    pub use crate::tx::{APPLY_CAS, LOCK_CHECKPOINTS};
 }

@@ -1,17 +1,17 @@
 //! The projection database: checkpoints, watermarks and the user's tables.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use outbox_core::spi::{ApplyTx, apply_in, ended_by_projection};
 use outbox_core::{
-    ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, StoredWatermark, StreamId, Watermark,
-    WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
+    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName,
+    ProjectionStore, Result, StoredWatermark, StreamId, Watermark, WatermarkStore, validate_limit,
+    validate_projection_names,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
 
-use crate::db::{Db, Role, parse_url, pnow, storage};
+use crate::db::{Db, Role, parse_url, storage};
 use crate::tx::{self, PgTx};
 use crate::{PgJournal, PgOptions, validate_identifier};
 
@@ -30,112 +30,6 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 #[derive(Clone, Debug)]
 pub struct PgProjectionStore {
     pub(crate) db: Arc<Db>,
-}
-
-/// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
-/// old values on stream `$1`) and raises the watermark to `$5`; returns how
-/// many checkpoints moved.
-pub const APPLY_CAS: &str = concat!(
-    "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
-    pnow!(),
-    " FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(p, new, old) \
-               WHERE c.projection = x.p AND c.stream = $1 AND c.last_applied = x.old RETURNING 1), \
-             wm AS (INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) VALUES ($1, $5, ",
-    pnow!(),
-    ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
-               updated_at = excluded.updated_at WHERE excluded.applied_through > w.applied_through) \
-             SELECT count(*) FROM cas"
-);
-
-/// Locks checkpoints of projections `$2` on stream `$1`, in name order.
-pub const LOCK_CHECKPOINTS: &str = "SELECT projection, last_applied FROM outbox_checkpoints \
-     WHERE stream = $1 AND projection = ANY($2) ORDER BY projection FOR UPDATE";
-
-/// Locks the checkpoint rows of `names` (sorted) on `stream`, creating
-/// missing ones at 0, and returns each checkpoint.
-async fn lock_checkpoints(
-    conn: &mut PgConnection,
-    stream: &str,
-    names: &[&str],
-) -> sqlx::Result<HashMap<String, i64>> {
-    const LOCK: &str = LOCK_CHECKPOINTS;
-    let found: Vec<(String, i64)> = sqlx::query_as(LOCK)
-        .bind(stream)
-        .bind(names)
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut cps: HashMap<String, i64> = found.into_iter().collect();
-    if cps.len() < names.len() {
-        let missing: Vec<&str> = names.iter().copied().filter(|n| !cps.contains_key(*n)).collect();
-        // A concurrent first apply makes this wait for its commit and then do
-        // nothing; the second lock reads what it committed.
-        sqlx::query(concat!(
-            "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
-             SELECT p, $1, 0, ",
-            pnow!(),
-            " FROM unnest($2::text[]) AS u(p) ORDER BY p ON CONFLICT (projection, stream) DO NOTHING"
-        ))
-        .bind(stream)
-        .bind(&missing)
-        .execute(&mut *conn)
-        .await?;
-        let more: Vec<(String, i64)> = sqlx::query_as(LOCK)
-            .bind(stream)
-            .bind(&missing)
-            .fetch_all(&mut *conn)
-            .await?;
-        cps.extend(more);
-    }
-    Ok(cps)
-}
-
-/// The store's transaction id, assigned now if it was not yet: taken right
-/// before user code (appliers, `Projection::reset`) runs on the store's
-/// transaction. See [`check_guard`].
-async fn open_guard(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT txid_current()")
-        .fetch_one(&mut *conn)
-        .await
-}
-
-/// Checks, after the user code and before the store's own writes
-/// (checkpoints, watermark, checkpoint deletion), that the transaction of
-/// [`open_guard`] is still the one open on the connection. If the user code
-/// ended it (`COMMIT` or `ROLLBACK`, possibly followed by a `BEGIN`), the
-/// connection is in autocommit mode or in another transaction, whose id is
-/// unassigned or different, and the store's writes must not run: a checkpoint
-/// would commit without the projection writes it stands for. If it swallowed
-/// an error, Postgres aborted the transaction and the check itself fails
-/// with `25P02`. Both are a permanent [`Error::Storage`].
-async fn check_guard(
-    conn: &mut PgConnection,
-    xid: i64,
-    stream: Option<&StreamId>,
-    projections: &str,
-) -> Result<()> {
-    let ended = |detail: String| {
-        let on = stream.map(|s| format!(" on stream {s}")).unwrap_or_default();
-        Error::Storage {
-            message: format!(
-                "the transaction of projection(s) {projections}{on} was ended by the projection (it \
-                 committed or rolled back the store's transaction, or swallowed an error after which \
-                 Postgres aborted it); no checkpoint was moved{detail}"
-            ),
-            temporary: false,
-            source: None,
-        }
-    };
-    match sqlx::query_scalar::<_, Option<i64>>("SELECT txid_current_if_assigned()")
-        .fetch_one(&mut *conn)
-        .await
-    {
-        Ok(Some(now)) if now == xid => Ok(()),
-        Ok(_) => Err(ended(String::new())),
-        Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("25P02") => {
-            Err(ended(format!(": {}", d.message())))
-        }
-        Err(e) => Err(storage("applying events", e)),
-    }
 }
 
 impl PgProjectionStore {
@@ -223,100 +117,15 @@ impl ProjectionStore for PgProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<PgTx>>],
     ) -> Result<ApplyOutcome> {
-        validate_run(stream, events)?;
-        validate_projection_names(projections)?;
-        let err = |e| storage("applying events", e);
         let mut tx = PgTx::new(self.db.begin().await?);
-        // Lock every checkpoint of the run first, in name order: a concurrent
-        // apply of the same (projection, stream) waits here, then sees what
-        // this one committed and skips it as duplicates.
-        let mut names: Vec<&str> = projections.iter().map(|p| p.name().as_str()).collect();
-        names.sort_unstable();
-        let locked = if names.is_empty() {
-            HashMap::new()
-        } else {
-            lock_checkpoints(tx.conn(), stream.as_str(), &names)
+        let outcome = apply_in(&mut tx, stream, events, projections).await?;
+        if matches!(outcome, ApplyOutcome::Applied(_)) {
+            tx.commit()
                 .await
-                .map_err(err)?
-        };
-        let mut read = Vec::with_capacity(projections.len());
-        for p in projections {
-            let cp = u64::try_from(locked.get(p.name().as_str()).copied().unwrap_or(0)).unwrap_or(0);
-            if let Err(gap) = plan_apply(p.name(), cp, events) {
-                // Dropping the transaction rolls it back: nothing written.
-                return Ok(ApplyOutcome::Gap(gap));
-            }
-            read.push(cp);
+                .map_err(|e| storage(self.db.context("applying events"), e))?;
         }
-        let mut current = read.clone();
-        let mut report = ApplyReport::default();
-        // Taken before the first applier runs (none may run: duplicates and
-        // audit-only events only), checked after the last.
-        let mut guard = None;
-        for e in events {
-            let mut new_to_some = projections.is_empty();
-            for (p, cp) in projections.iter().zip(current.iter_mut()) {
-                if e.seq.get() <= *cp {
-                    continue;
-                }
-                if e.intent == Intent::Apply {
-                    if guard.is_none() {
-                        guard = Some(open_guard(tx.conn()).await.map_err(err)?);
-                    }
-                    p.apply(&mut tx, e)
-                        .await
-                        .map_err(|source: BoxError| Error::Apply {
-                            projection: p.name().to_string(),
-                            stream: e.stream.clone(),
-                            seq: e.seq,
-                            source,
-                        })?;
-                }
-                *cp = e.seq.get();
-                new_to_some = true;
-            }
-            report.count(e, new_to_some);
-        }
-        if let Some(xid) = guard {
-            check_guard(tx.conn(), xid, Some(stream), &projection_names(projections)).await?;
-        }
-        let mut moved_names = Vec::new();
-        let mut moved_new = Vec::new();
-        let mut moved_old = Vec::new();
-        for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
-            if new != old {
-                moved_names.push(p.name().as_str());
-                moved_new.push(i64::try_from(*new).unwrap_or(i64::MAX));
-                moved_old.push(i64::try_from(*old).unwrap_or(i64::MAX));
-            }
-        }
-        let last = events[events.len() - 1].seq.as_i64();
-        // Compare-and-set every moved checkpoint against the value read, and
-        // raise the watermark, in one statement. The rows are locked, so a
-        // miss means the database was changed behind the lock; refuse rather
-        // than risk a double apply.
-        let changed: i64 = sqlx::query_scalar(APPLY_CAS)
-            .bind(stream.as_str())
-            .bind(&moved_names)
-            .bind(&moved_new)
-            .bind(&moved_old)
-            .bind(last)
-            .fetch_one(tx.conn())
-            .await
-            .map_err(err)?;
-        if changed != moved_names.len() as i64 {
-            return Err(Error::Storage {
-                message: format!(
-                    "a checkpoint on stream {stream} moved during the apply transaction; nothing was committed"
-                ),
-                temporary: true,
-                source: None,
-            });
-        }
-        tx.commit()
-            .await
-            .map_err(|e| storage(self.db.context("applying events"), e))?;
-        Ok(ApplyOutcome::Applied(report))
+        // Otherwise dropping the transaction rolls it back: nothing written.
+        Ok(outcome)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
@@ -340,16 +149,20 @@ impl ProjectionStore for PgProjectionStore {
             .fetch_all(tx.conn())
             .await
             .map_err(|e| storage("resetting checkpoints", e))?;
-        let xid = open_guard(tx.conn())
-            .await
-            .map_err(|e| storage("resetting checkpoints", e))?;
+        tx.guard().await?;
         projection.reset(&mut tx).await.map_err(|e| {
             Error::storage(
                 format!("resetting projection `{}` failed: {e}", projection.name()),
                 e,
             )
         })?;
-        check_guard(tx.conn(), xid, None, &format!("`{}`", projection.name())).await?;
+        if let Some(detail) = tx.check_guard().await? {
+            return Err(ended_by_projection(
+                &format!("`{}`", projection.name()),
+                None,
+                &detail,
+            ));
+        }
         sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = $1")
             .bind(projection.name().as_str())
             .execute(tx.conn())

@@ -2,11 +2,13 @@
 
 use std::ops::{Deref, DerefMut};
 
-use outbox_core::spi::{ViewRow, ViewStorage};
-use outbox_core::{ProjectionName, Result, async_trait};
+use std::collections::HashMap;
+
+use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage};
+use outbox_core::{ProjectionName, Result, StreamId, async_trait};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::db::storage;
+use crate::db::{pnow, storage};
 
 /// One transaction of the Postgres projection database (read committed for
 /// an apply or a reset, a repeatable-read snapshot for a digest).
@@ -18,11 +20,13 @@ use crate::db::storage;
 /// through `DerefMut`. It must not commit, roll back or keep it.
 pub struct PgTx {
     tx: Transaction<'static, Postgres>,
+    /// The transaction id taken by [`ApplyTx::guard`].
+    xid: Option<i64>,
 }
 
 impl PgTx {
     pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
-        PgTx { tx }
+        PgTx { tx, xid: None }
     }
 
     pub(crate) async fn commit(self) -> sqlx::Result<()> {
@@ -196,4 +200,144 @@ pub(crate) async fn scan(
     .fetch_all(conn)
     .await
     .map_err(|e| storage(format_args!("scanning view table {table}"), e))
+}
+
+/// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
+/// old values on stream `$1`) and raises the watermark to `$5`; returns how
+/// many checkpoints moved.
+pub const APPLY_CAS: &str = concat!(
+    "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
+    pnow!(),
+    " FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(p, new, old) \
+               WHERE c.projection = x.p AND c.stream = $1 AND c.last_applied = x.old RETURNING 1), \
+             wm AS (INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) VALUES ($1, $5, ",
+    pnow!(),
+    ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+               updated_at = excluded.updated_at WHERE excluded.applied_through > w.applied_through) \
+             SELECT count(*) FROM cas"
+);
+
+/// Locks checkpoints of projections `$2` on stream `$1`, in name order.
+pub const LOCK_CHECKPOINTS: &str = "SELECT projection, last_applied FROM outbox_checkpoints \
+     WHERE stream = $1 AND projection = ANY($2) ORDER BY projection FOR UPDATE";
+
+/// Locks the checkpoint rows of `names` (sorted) on `stream`, creating
+/// missing ones at 0, and returns each checkpoint.
+async fn lock_checkpoints(
+    conn: &mut PgConnection,
+    stream: &str,
+    names: &[&str],
+) -> sqlx::Result<HashMap<String, i64>> {
+    const LOCK: &str = LOCK_CHECKPOINTS;
+    let found: Vec<(String, i64)> = sqlx::query_as(LOCK)
+        .bind(stream)
+        .bind(names)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut cps: HashMap<String, i64> = found.into_iter().collect();
+    if cps.len() < names.len() {
+        let missing: Vec<&str> = names.iter().copied().filter(|n| !cps.contains_key(*n)).collect();
+        // A concurrent first apply makes this wait for its commit and then do
+        // nothing; the second lock reads what it committed.
+        sqlx::query(concat!(
+            "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
+             SELECT p, $1, 0, ",
+            pnow!(),
+            " FROM unnest($2::text[]) AS u(p) ORDER BY p ON CONFLICT (projection, stream) DO NOTHING"
+        ))
+        .bind(stream)
+        .bind(&missing)
+        .execute(&mut *conn)
+        .await?;
+        let more: Vec<(String, i64)> = sqlx::query_as(LOCK)
+            .bind(stream)
+            .bind(&missing)
+            .fetch_all(&mut *conn)
+            .await?;
+        cps.extend(more);
+    }
+    Ok(cps)
+}
+
+#[async_trait]
+impl ApplyTx for PgTx {
+    /// Locks the checkpoint rows (`FOR UPDATE`, in projection-name order,
+    /// inserting missing ones at 0 first): a concurrent apply of the same
+    /// (projection, stream) waits here, then sees what this one committed and
+    /// skips it as duplicates.
+    async fn checkpoints(&mut self, stream: &StreamId, projections: &[&ProjectionName]) -> Result<Vec<u64>> {
+        if projections.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut names: Vec<&str> = projections.iter().map(|p| p.as_str()).collect();
+        names.sort_unstable();
+        let locked = lock_checkpoints(self.conn(), stream.as_str(), &names)
+            .await
+            .map_err(|e| storage("locking checkpoints", e))?;
+        Ok(projections
+            .iter()
+            .map(|p| u64::try_from(locked.get(p.as_str()).copied().unwrap_or(0)).unwrap_or(0))
+            .collect())
+    }
+
+    /// Takes the store's transaction id (assigning one now) right before user
+    /// code runs.
+    async fn guard(&mut self) -> Result<()> {
+        let xid: i64 = sqlx::query_scalar("SELECT txid_current()")
+            .fetch_one(self.conn())
+            .await
+            .map_err(|e| storage("opening the apply guard", e))?;
+        self.xid = Some(xid);
+        Ok(())
+    }
+
+    /// Checks that the transaction of [`ApplyTx::guard`] is still the one open
+    /// on the connection. If user code ended it (`COMMIT` or `ROLLBACK`,
+    /// possibly followed by a `BEGIN`), the connection is in autocommit mode
+    /// or in another transaction, whose id is unassigned or different; if it
+    /// swallowed an error, Postgres aborted the transaction and the check
+    /// itself fails with `25P02`.
+    async fn check_guard(&mut self) -> Result<Option<String>> {
+        let xid = self.xid;
+        match sqlx::query_scalar::<_, Option<i64>>("SELECT txid_current_if_assigned()")
+            .fetch_one(self.conn())
+            .await
+        {
+            Ok(now) if now.is_some() && now == xid => Ok(None),
+            Ok(_) => Ok(Some(String::new())),
+            Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some("25P02") => {
+                Ok(Some(d.message().to_owned()))
+            }
+            Err(e) => Err(storage("checking the apply guard", e)),
+        }
+    }
+
+    /// Compare-and-sets every moved checkpoint against the value read and
+    /// raises the watermark, in one statement.
+    async fn advance(
+        &mut self,
+        stream: &StreamId,
+        moves: &[CheckpointMove<'_>],
+        through: u64,
+    ) -> Result<u64> {
+        let names: Vec<&str> = moves.iter().map(|m| m.projection.as_str()).collect();
+        let to: Vec<i64> = moves
+            .iter()
+            .map(|m| i64::try_from(m.to).unwrap_or(i64::MAX))
+            .collect();
+        let from: Vec<i64> = moves
+            .iter()
+            .map(|m| i64::try_from(m.from).unwrap_or(i64::MAX))
+            .collect();
+        let moved: i64 = sqlx::query_scalar(APPLY_CAS)
+            .bind(stream.as_str())
+            .bind(&names)
+            .bind(&to)
+            .bind(&from)
+            .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .fetch_one(self.conn())
+            .await
+            .map_err(|e| storage("advancing checkpoints", e))?;
+        Ok(u64::try_from(moved).unwrap_or(0))
+    }
 }

@@ -3,15 +3,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use outbox_core::spi::apply_in;
 use outbox_core::{
-    ApplyOutcome, ApplyReport, BoxError, Digest, DigestBuilder, DigestValue, Error, Event, Intent, MAX_PAGE,
-    Projection, ProjectionName, ProjectionStore, Result, StoredWatermark, StreamId, Watermark,
-    WatermarkStore, plan_apply, projection_names, validate_limit, validate_projection_names, validate_run,
+    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName,
+    ProjectionStore, Result, StoredWatermark, StreamId, Watermark, WatermarkStore, validate_limit,
+    validate_projection_names,
 };
 use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::SqliteOptions;
-use crate::db::{Db, Role, now_ms, path_from_url, storage};
+use crate::db::{Db, Role, path_from_url, storage};
 use crate::tx::{self, SqliteTx};
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
@@ -123,64 +124,6 @@ async fn checkpoint_of(conn: &mut SqliteConnection, projection: &str, stream: &s
     Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
 }
 
-/// Raises the stream's watermark to `applied` (never lowers it) and returns it.
-async fn raise_watermark(
-    conn: &mut SqliteConnection,
-    stream: &str,
-    applied: i64,
-) -> sqlx::Result<(String, i64, i64)> {
-    sqlx::query(concat!(
-        "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
-        now_ms!(),
-        ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
-         updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
-    ))
-    .bind(stream)
-    .bind(applied)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query_as("SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = ?1")
-        .bind(stream)
-        .fetch_one(&mut *conn)
-        .await
-}
-
-/// Opens a savepoint right after `BEGIN IMMEDIATE`, before user code (appliers,
-/// `Projection::reset`) runs on the store's transaction. See [`close_guard`].
-async fn open_guard(conn: &mut SqliteConnection) -> sqlx::Result<()> {
-    sqlx::query("SAVEPOINT outbox_guard")
-        .execute(&mut *conn)
-        .await
-        .map(drop)
-}
-
-/// Releases the savepoint of [`open_guard`] after the user code, before the
-/// store's own writes (checkpoints, watermark). If the user code ended the
-/// transaction behind the store's back (committed it, or swallowed an error
-/// after which SQLite rolled it back), the savepoint is gone and `RELEASE`
-/// fails: the store's writes must not then run in autocommit mode, where a
-/// checkpoint would commit without the projection writes it stands for.
-async fn close_guard(
-    conn: &mut SqliteConnection,
-    stream: Option<&StreamId>,
-    projections: &str,
-) -> Result<()> {
-    match sqlx::query("RELEASE outbox_guard").execute(&mut *conn).await {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let on = stream.map(|s| format!(" on stream {s}")).unwrap_or_default();
-            Err(Error::storage(
-                format!(
-                    "the transaction of projection(s) {projections}{on} was ended by the projection \
-                     (it committed or rolled back the store's transaction, or swallowed an error after \
-                     which SQLite rolled it back); no checkpoint was moved: {e}"
-                ),
-                e,
-            ))
-        }
-    }
-}
-
 impl SqliteProjectionStore {
     /// Opens (creating if needed, mode 0600) the projection database at
     /// `path` and applies its migrations. Refuses the same inputs as
@@ -252,85 +195,13 @@ impl ProjectionStore for SqliteProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<ApplyOutcome> {
-        validate_run(stream, events)?;
-        validate_projection_names(projections)?;
-        let err = |e| storage("applying events", e);
         let mut tx = self.begin().await?;
-        let mut read = Vec::with_capacity(projections.len());
-        for p in projections {
-            let cp = checkpoint_of(tx.conn(), p.name().as_str(), stream.as_str())
-                .await
-                .map_err(err)?;
-            if let Err(gap) = plan_apply(p.name(), cp, events) {
-                // Dropping the transaction rolls it back: nothing written.
-                return Ok(ApplyOutcome::Gap(gap));
-            }
-            read.push(cp);
+        let outcome = apply_in(&mut tx, stream, events, projections).await?;
+        if matches!(outcome, ApplyOutcome::Applied(_)) {
+            self.commit(tx, "applying events").await?;
         }
-        open_guard(tx.conn()).await.map_err(err)?;
-        let mut current = read.clone();
-        let mut report = ApplyReport::default();
-        for e in events {
-            let mut new_to_some = projections.is_empty();
-            for (p, cp) in projections.iter().zip(current.iter_mut()) {
-                if e.seq.get() <= *cp {
-                    continue;
-                }
-                if e.intent == Intent::Apply {
-                    p.apply(&mut tx, e)
-                        .await
-                        .map_err(|source: BoxError| Error::Apply {
-                            projection: p.name().to_string(),
-                            stream: e.stream.clone(),
-                            seq: e.seq,
-                            source,
-                        })?;
-                }
-                *cp = e.seq.get();
-                new_to_some = true;
-            }
-            report.count(e, new_to_some);
-        }
-        close_guard(tx.conn(), Some(stream), &projection_names(projections)).await?;
-        for ((p, old), new) in projections.iter().zip(&read).zip(&current) {
-            if new == old {
-                continue;
-            }
-            // Compare-and-set against the value read: under BEGIN IMMEDIATE no
-            // other writer can interleave, so a miss means the database was
-            // changed behind the store's back; refuse rather than double-apply.
-            let changed = sqlx::query(concat!(
-                "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
-                 VALUES (?1, ?2, ?3, ",
-                now_ms!(),
-                ") ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
-                 updated_at = excluded.updated_at WHERE outbox_checkpoints.last_applied = ?4"
-            ))
-            .bind(p.name().as_str())
-            .bind(stream.as_str())
-            .bind(i64::try_from(*new).unwrap_or(i64::MAX))
-            .bind(i64::try_from(*old).unwrap_or(i64::MAX))
-            .execute(tx.conn())
-            .await
-            .map_err(err)?
-            .rows_affected();
-            if changed != 1 {
-                return Err(Error::Storage {
-                    message: format!(
-                        "checkpoint of projection `{}` on stream {stream} moved during the apply transaction",
-                        p.name()
-                    ),
-                    temporary: true,
-                    source: None,
-                });
-            }
-        }
-        let last = events[events.len() - 1].seq.as_i64();
-        raise_watermark(tx.conn(), stream.as_str(), last)
-            .await
-            .map_err(err)?;
-        self.commit(tx, "applying events").await?;
-        Ok(ApplyOutcome::Applied(report))
+        // Otherwise dropping the transaction rolls it back: nothing written.
+        Ok(outcome)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
@@ -342,21 +213,7 @@ impl ProjectionStore for SqliteProjectionStore {
 
     async fn reset(&self, projection: &dyn Projection<SqliteTx>) -> Result<()> {
         let mut tx = self.begin().await?;
-        open_guard(tx.conn())
-            .await
-            .map_err(|e| storage("resetting a projection", e))?;
-        projection.reset(&mut tx).await.map_err(|e| {
-            Error::storage(
-                format!("resetting projection `{}` failed: {e}", projection.name()),
-                e,
-            )
-        })?;
-        close_guard(tx.conn(), None, &format!("`{}`", projection.name())).await?;
-        sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = ?1")
-            .bind(projection.name().as_str())
-            .execute(tx.conn())
-            .await
-            .map_err(|e| storage("resetting checkpoints", e))?;
+        tx::reset_in(&mut tx, projection).await?;
         self.commit(tx, "resetting a projection").await
     }
 

@@ -83,7 +83,7 @@ macro_rules! for_each_check {
             fail_delay_is_capped,
             fail_requires_current_lease,
             fail_needs_a_processing_row,
-            dead_letter_parks_at_once,
+            fail_at_the_threshold_parks_at_once,
             abandon_returns_processing_rows_to_pending,
             abandon_requires_current_lease,
             complete_deletes_rows_whatever_status,
