@@ -183,6 +183,17 @@ impl Mode {
             Mode::ShadowOnly => "shadow_only",
         }
     }
+    /// The inverse of [`Mode::as_str`].
+    pub fn parse(s: &str) -> Option<Mode> {
+        [
+            Mode::InlineApplyOnly,
+            Mode::OutboxInline,
+            Mode::OutboxApplyOnly,
+            Mode::ShadowOnly,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == s)
+    }
 }
 
 impl fmt::Display for Mode {

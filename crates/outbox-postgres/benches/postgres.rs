@@ -343,13 +343,14 @@ async fn raw_worker(pool: &PgPool, who: &str, batch: usize) {
             return;
         }
         for s in due {
-            let lease: Option<(String, i64, i64)> = sqlx::query_as(statements::ACQUIRE)
-                .bind(&s)
-                .bind(who)
-                .bind(30_000i64)
-                .fetch_optional(&mut *j)
-                .await
-                .unwrap();
+            let lease: Option<(String, i64, i64)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(statements::acquire()))
+                    .bind(&s)
+                    .bind(who)
+                    .bind(30_000i64)
+                    .fetch_optional(&mut *j)
+                    .await
+                    .unwrap();
             let Some((_, epoch, _)) = lease else { continue };
             let mut tx = j.begin().await.unwrap();
             sqlx::query(statements::LEASE_CHECK)

@@ -3,20 +3,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, DeadLetters, Error, Event, EventJournal, FailureDecision,
-    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus,
-    OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StoredEvent, StoredLease, StoredOutboxRow,
-    StreamId, StreamVersion, Timestamp, WakeSource, WorkerId, WorkerInfo, WorkerRegistry, duration_millis,
-    journal_undecodable, truncate_error, validate_limit, validate_ttl,
+    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
+    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
+    StoredEvent, StoredOutboxRow, StreamId, StreamVersion, Timestamp, WakeSource, duration_millis,
+    journal_undecodable, truncate_error, validate_limit,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
 
 use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
+use crate::sql::RoleDb;
 use crate::wake::PgWakeSource;
 
 /// The Postgres journal database: implements [`EventJournal`],
@@ -30,12 +29,8 @@ use crate::wake::PgWakeSource;
 #[derive(Clone, Debug)]
 pub struct PgJournal {
     db: Arc<Db>,
-}
-
-macro_rules! row_cols {
-    () => {
-        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
-    };
+    /// The shared cold-path statements on this schema, with the journal's clock.
+    sql: Arc<RoleDb>,
 }
 
 macro_rules! event_cols {
@@ -189,12 +184,6 @@ async fn processing_row(conn: &mut PgConnection, lease: &Lease, seq: Seq) -> Res
     Ok(u32::try_from(attempts.max(0)).unwrap_or(0))
 }
 
-async fn now(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar(concat!("SELECT ", jnow!()))
-        .fetch_one(&mut *conn)
-        .await
-}
-
 /// The append itself, inside a transaction: locks the streams (in order),
 /// checks every expected version first (nothing is written on a conflict),
 /// then writes every event, outbox row and head in one statement, and
@@ -330,7 +319,11 @@ impl PgJournal {
             db.close().await;
             return Err(e);
         }
-        Ok(PgJournal { db: Arc::new(db) })
+        let db = Arc::new(db);
+        Ok(PgJournal {
+            sql: Arc::new(RoleDb::new(Arc::clone(&db), jnow!())),
+            db,
+        })
     }
 
     pub(crate) fn db(&self) -> &Arc<Db> {
@@ -414,7 +407,7 @@ impl PgJournal {
     /// every instance. The clock is the database's clock plus an offset stored
     /// in the schema (0 unless this is called). Never call it in production.
     #[doc(hidden)]
-    pub async fn advance_clock_for_tests(&self, d: Duration) -> Result<()> {
+    pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
         self.db.advance_clock(Role::Journal, duration_millis(d)).await
     }
 
@@ -625,161 +618,6 @@ impl OutboxQueue for PgJournal {
     }
 }
 
-impl DeadLetters for PgJournal {
-    async fn requeue(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
-        let err = |e| storage("requeueing an outbox row", e);
-        self.write("requeueing an outbox row", async |tx| {
-            lock_stream(tx, stream.as_str()).await.map_err(err)?;
-            let status: Option<String> =
-                sqlx::query_scalar("SELECT status FROM outbox WHERE stream = $1 AND seq = $2 FOR UPDATE")
-                    .bind(stream.as_str())
-                    .bind(seq.as_i64())
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(err)?;
-            let status = status.ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
-            if status != OutboxStatus::Dead.as_str() {
-                return Err(Error::InvalidState(format!(
-                    "outbox row {stream}/{seq} is {status}, not dead; only dead rows can be requeued"
-                )));
-            }
-            let row = revive(tx, stream.as_str(), seq.as_i64())
-                .await
-                .map_err(err)?
-                .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
-            refresh_head(tx, stream.as_str()).await.map_err(err)?;
-            decode_row(&row)
-        })
-        .await
-    }
-
-    async fn requeue_dead(&self, limit: usize) -> Result<Vec<OutboxRow>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let err = |e| storage("requeueing dead outbox rows", e);
-        self.write("requeueing dead outbox rows", async |tx| {
-            let keys: Vec<(String, i64)> = sqlx::query_as(
-                "SELECT stream, seq FROM outbox WHERE status = 'dead' \
-                 ORDER BY next_attempt_at, stream, seq LIMIT $1",
-            )
-            .bind(limit as i64)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(err)?;
-            let mut streams: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
-            streams.sort_unstable();
-            streams.dedup();
-            sqlx::query("SELECT 1 FROM streams WHERE stream = ANY($1) ORDER BY stream FOR NO KEY UPDATE")
-                .bind(&streams)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err)?;
-            let mut out = Vec::with_capacity(keys.len());
-            for (stream, seq) in &keys {
-                // Revived only if still dead (another requeue may have won).
-                if let Some(row) = revive(tx, stream, *seq).await.map_err(err)? {
-                    out.push(decode_row(&row)?);
-                }
-            }
-            for s in streams {
-                refresh_head(tx, s).await.map_err(err)?;
-            }
-            Ok(out)
-        })
-        .await
-    }
-}
-
-impl OutboxInspector for PgJournal {
-    async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            row_cols!(),
-            " FROM outbox WHERE stream = $1 AND seq = $2"
-        ))
-        .bind(stream.as_str())
-        .bind(seq.as_i64())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("reading an outbox row"), e))?;
-        row.as_ref().map(decode_row).transpose()
-    }
-
-    async fn summary(&self) -> Result<OutboxSummary> {
-        let err = |e| storage(self.db.context("summarizing the outbox"), e);
-        // One snapshot: the counts and the oldest row agree.
-        let mut tx = self
-            .db
-            .pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await
-            .map_err(err)?;
-        let as_of = now(&mut tx).await.map_err(err)?;
-        let counts: Vec<(String, i64)> =
-            sqlx::query_as("SELECT status, COUNT(*) FROM outbox GROUP BY status")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err)?;
-        let oldest = sqlx::query(concat!(
-            "SELECT * FROM ((SELECT ",
-            row_cols!(),
-            " FROM outbox WHERE status = 'pending' ORDER BY next_attempt_at, stream, seq LIMIT 1) \
-             UNION ALL (SELECT ",
-            row_cols!(),
-            " FROM outbox WHERE status = 'failed' ORDER BY next_attempt_at, stream, seq LIMIT 1)) o \
-             ORDER BY next_attempt_at, stream, seq LIMIT 1"
-        ))
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        OutboxSummary::from_counts(
-            Timestamp::from_millis(as_of),
-            oldest.as_ref().map(decode_row).transpose()?,
-            counts,
-        )
-    }
-
-    async fn list(&self, status: Option<OutboxStatus>, limit: usize) -> Result<Vec<OutboxRow>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let rows = match status {
-            Some(st) => {
-                sqlx::query(concat!(
-                    "SELECT ",
-                    row_cols!(),
-                    " FROM outbox WHERE status = $1 ORDER BY next_attempt_at, stream, seq LIMIT $2"
-                ))
-                .bind(st.as_str())
-                .bind(limit as i64)
-                .fetch_all(&self.db.pool)
-                .await
-            }
-            None => {
-                sqlx::query(concat!(
-                    "SELECT ",
-                    row_cols!(),
-                    " FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT $1"
-                ))
-                .bind(limit as i64)
-                .fetch_all(&self.db.pool)
-                .await
-            }
-        }
-        .map_err(|e| storage(self.db.context("listing outbox rows"), e))?;
-        rows.iter().map(decode_row).collect()
-    }
-
-    async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
-        let row: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = $1 AND owner IS NOT NULL",
-        )
-        .bind(stream.as_str())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("reading a stream lease"), e))?;
-        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
-    }
-}
-
 /// Writes a whole append batch: events, outbox rows (when `$9`), heads and
 /// stream versions, in one statement over arrays.
 pub const APPEND_WRITE: &str = concat!(
@@ -859,191 +697,4 @@ pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AN
               AND NOT EXISTS (SELECT 1 FROM first)) \
      SELECT count(*) FROM del";
 
-/// A dead row back to pending, due now, count and error cleared (`None` if
-/// it is no longer dead).
-async fn revive(conn: &mut PgConnection, stream: &str, seq: i64) -> sqlx::Result<Option<PgRow>> {
-    sqlx::query(concat!(
-        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, next_attempt_at = ",
-        jnow!(),
-        ", updated_at = ",
-        jnow!(),
-        " WHERE stream = $1 AND seq = $2 AND status = 'dead' RETURNING ",
-        row_cols!()
-    ))
-    .bind(stream)
-    .bind(seq)
-    .fetch_optional(&mut *conn)
-    .await
-}
-
-impl LeaseStore for PgJournal {
-    async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
-        validate_ttl(ttl)?;
-        // One statement: take a free, expired or released lease (epoch + 1),
-        // or extend our own unexpired one (same epoch); nothing otherwise. A
-        // concurrent acquirer waits on the row and re-checks it after our
-        // commit, so exactly one wins.
-        let row: Option<(String, i64, i64)> = sqlx::query_as(ACQUIRE)
-            .bind(stream.as_str())
-            .bind(owner.as_str())
-            .bind(duration_millis(ttl))
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(|e| storage(self.db.context("acquiring a stream lease"), e))?;
-        row.map(|r| StoredLease::from(r).into_lease(stream)).transpose()
-    }
-
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        validate_ttl(ttl)?;
-        let expires: Option<i64> = sqlx::query_scalar(concat!(
-            "UPDATE stream_leases SET expires_at = ",
-            jnow!(),
-            " + $4 WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
-            jnow!(),
-            " RETURNING expires_at"
-        ))
-        .bind(lease.stream.as_str())
-        .bind(lease.owner.as_str())
-        .bind(seq_i64(lease.epoch))
-        .bind(duration_millis(ttl))
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("renewing a stream lease"), e))?;
-        let expires = expires.ok_or_else(|| lease.lost())?;
-        Ok(Lease {
-            expires_at: Timestamp::from_millis(expires),
-            ..lease.clone()
-        })
-    }
-
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        let n = sqlx::query(concat!(
-            "UPDATE stream_leases SET owner = NULL, expires_at = ",
-            jnow!(),
-            " WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
-            jnow!()
-        ))
-        .bind(lease.stream.as_str())
-        .bind(lease.owner.as_str())
-        .bind(seq_i64(lease.epoch))
-        .execute(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("releasing a stream lease"), e))?
-        .rows_affected();
-        Ok(n > 0)
-    }
-}
-
-/// Takes or extends a stream lease in one statement.
-pub const ACQUIRE: &str = concat!(
-    "INSERT INTO stream_leases AS l (stream, owner, epoch, expires_at) VALUES ($1, $2, 1, ",
-    jnow!(),
-    " + $3) ON CONFLICT (stream) DO UPDATE SET \
-       epoch = CASE WHEN l.owner = excluded.owner AND l.expires_at > ",
-    jnow!(),
-    " THEN l.epoch ELSE l.epoch + 1 END, \
-       owner = excluded.owner, expires_at = excluded.expires_at \
-     WHERE l.owner IS NULL OR l.owner = excluded.owner OR l.expires_at <= ",
-    jnow!(),
-    " RETURNING owner, epoch, expires_at"
-);
-
-fn decode_mode(s: &str) -> Result<Mode> {
-    [
-        Mode::InlineApplyOnly,
-        Mode::OutboxInline,
-        Mode::OutboxApplyOnly,
-        Mode::ShadowOnly,
-    ]
-    .into_iter()
-    .find(|m| m.as_str() == s)
-    .ok_or_else(|| journal_undecodable("worker", format_args!("unknown mode {s:?}")))
-}
-
-fn decode_worker(r: &PgRow) -> Result<WorkerInfo> {
-    let bad = |e: sqlx::Error| journal_undecodable("worker", e);
-    let id: String = r.try_get(0).map_err(bad)?;
-    let mode: String = r.try_get(3).map_err(bad)?;
-    let pid: i64 = r.try_get(2).map_err(bad)?;
-    Ok(WorkerInfo {
-        id: WorkerId::new(id).map_err(|e| journal_undecodable("worker", e))?,
-        host: r.try_get(1).map_err(bad)?,
-        pid: u32::try_from(pid).map_err(|e| journal_undecodable("worker", e))?,
-        mode: decode_mode(&mode)?,
-        started_at: Timestamp::from_millis(r.try_get(4).map_err(bad)?),
-        last_beat: Timestamp::from_millis(r.try_get(5).map_err(bad)?),
-        expires_at: Timestamp::from_millis(r.try_get(6).map_err(bad)?),
-    })
-}
-
-impl WorkerRegistry for PgJournal {
-    async fn heartbeat(
-        &self,
-        id: &WorkerId,
-        host: &str,
-        pid: u32,
-        mode: Mode,
-        ttl: Duration,
-    ) -> Result<WorkerInfo> {
-        validate_ttl(ttl)?;
-        no_nul("the worker's host", host)?;
-        let row = sqlx::query(concat!(
-            "INSERT INTO outbox_workers AS w (id, host, pid, mode, started_at, last_beat, expires_at) \
-             VALUES ($1, $2, $3, $4, ",
-            jnow!(),
-            ", ",
-            jnow!(),
-            ", ",
-            jnow!(),
-            " + $5) ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, \
-             mode = excluded.mode, last_beat = excluded.last_beat, expires_at = excluded.expires_at \
-             RETURNING id, host, pid, mode, started_at, last_beat, expires_at"
-        ))
-        .bind(id.as_str())
-        .bind(host)
-        .bind(i64::from(pid))
-        .bind(mode.as_str())
-        .bind(duration_millis(ttl))
-        .fetch_one(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("recording a worker heartbeat"), e))?;
-        decode_worker(&row)
-    }
-
-    async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let rows = sqlx::query(concat!(
-            "SELECT id, host, pid, mode, started_at, last_beat, expires_at FROM outbox_workers \
-             WHERE expires_at > ",
-            jnow!(),
-            " ORDER BY id"
-        ))
-        .fetch_all(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("listing workers"), e))?;
-        rows.iter().map(decode_worker).collect()
-    }
-
-    async fn deregister(&self, id: &WorkerId) -> Result<bool> {
-        let n = sqlx::query("DELETE FROM outbox_workers WHERE id = $1")
-            .bind(id.as_str())
-            .execute(&self.db.pool)
-            .await
-            .map_err(|e| storage(self.db.context("deregistering a worker"), e))?
-            .rows_affected();
-        Ok(n > 0)
-    }
-
-    async fn prune(&self, grace: Duration) -> Result<u64> {
-        let n = sqlx::query(concat!(
-            "DELETE FROM outbox_workers WHERE expires_at <= ",
-            jnow!(),
-            " - $1"
-        ))
-        .bind(duration_millis(grace))
-        .execute(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("pruning workers"), e))?
-        .rows_affected();
-        Ok(n)
-    }
-}
+outbox_sql::impl_journal_ports!(PgJournal, sql);

@@ -5,6 +5,7 @@ mod journal;
 mod options;
 mod projection;
 mod runs;
+mod sql;
 mod tx;
 mod wake;
 
@@ -20,8 +21,11 @@ pub use sqlx;
 /// The hot statements, for plan checks (`EXPLAIN`) in tests and benches.
 #[doc(hidden)]
 pub mod statements {
-    pub use crate::journal::{
-        ACQUIRE, APPEND_WRITE, CLAIM, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS,
-    };
+    pub use crate::journal::{APPEND_WRITE, CLAIM, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS};
     pub use crate::tx::{APPLY_CAS, LOCK_CHECKPOINTS};
+
+    /// The shared lease acquisition, rendered for the journal's schema.
+    pub fn acquire() -> String {
+        outbox_sql::Dialect::postgres(crate::db::jnow!()).sql(outbox_sql::journal::ACQUIRE)
+    }
 }

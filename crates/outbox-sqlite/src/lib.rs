@@ -5,6 +5,7 @@ mod journal;
 mod options;
 mod projection;
 mod runs;
+mod sql;
 mod tx;
 
 pub use journal::SqliteJournal;

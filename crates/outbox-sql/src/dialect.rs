@@ -1,0 +1,103 @@
+//! What differs between the SQL dialects in the shared statements.
+
+/// A SQL dialect as the shared statements need it. Statements are written
+/// with `$1`, `$2`, ... placeholders and `{now}` for the database clock (in
+/// integer milliseconds); [`Dialect::sql`] renders them.
+#[derive(Clone, Debug)]
+pub struct Dialect {
+    numbered_question_marks: bool,
+    now: String,
+    lock_stream: Option<&'static str>,
+    refresh_head: &'static [&'static str],
+}
+
+impl Dialect {
+    /// SQLite: `?N` placeholders; writers are serialized by `BEGIN
+    /// IMMEDIATE`, so no row locks. `now` is the clock expression.
+    pub fn sqlite(now: impl Into<String>) -> Self {
+        Dialect {
+            numbered_question_marks: true,
+            now: now.into(),
+            lock_stream: None,
+            refresh_head: &[
+                "INSERT INTO outbox_heads (stream, head_seq, due_at) \
+                 SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END \
+                 FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1 \
+                 ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at",
+                "DELETE FROM outbox_heads WHERE stream = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = $1)",
+            ],
+        }
+    }
+
+    /// Postgres: `$N` placeholders; a transaction that changes a stream's
+    /// outbox rows first locks the stream's version row, so the head row is
+    /// never recomputed from a stale snapshot. `now` is the clock expression.
+    pub fn postgres(now: impl Into<String>) -> Self {
+        Dialect {
+            numbered_question_marks: false,
+            now: now.into(),
+            lock_stream: Some("SELECT 1 FROM streams WHERE stream = $1 FOR NO KEY UPDATE"),
+            refresh_head: &[
+                "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
+                                FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
+                      up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) SELECT stream, seq, due FROM first \
+                             ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at) \
+                 DELETE FROM outbox_heads WHERE stream = $1 AND NOT EXISTS (SELECT 1 FROM first)",
+            ],
+        }
+    }
+
+    /// Renders a statement: `{now}` becomes the clock expression and, on
+    /// SQLite, `$N` becomes `?N` (SQLite numbers `$N` parameters by first
+    /// appearance, not by N).
+    pub fn sql(&self, template: &str) -> String {
+        let text = template.replace("{now}", &self.now);
+        if !self.numbered_question_marks {
+            return text;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut chars = text.chars().peekable();
+        let mut quoted = false;
+        while let Some(c) = chars.next() {
+            if c == '\'' {
+                quoted = !quoted;
+            }
+            if c == '$' && !quoted && chars.peek().is_some_and(char::is_ascii_digit) {
+                out.push('?');
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// The statement locking a stream (`$1`) before its outbox rows change,
+    /// if the dialect needs one.
+    pub fn lock_stream(&self) -> Option<&'static str> {
+        self.lock_stream
+    }
+
+    /// The statements recomputing a stream's (`$1`) head row from its first
+    /// outbox row, or removing it when the stream has none.
+    pub fn refresh_head(&self) -> &'static [&'static str] {
+        self.refresh_head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_placeholders_and_the_clock() {
+        let s = Dialect::sqlite("NOW()");
+        assert_eq!(
+            s.sql("SELECT '$1', $2 + {now} WHERE x = $10"),
+            "SELECT '$1', ?2 + NOW() WHERE x = ?10"
+        );
+        let p = Dialect::postgres("now_ms()");
+        assert_eq!(p.sql("SELECT $1 + {now}"), "SELECT $1 + now_ms()");
+        assert!(p.lock_stream().is_some() && s.lock_stream().is_none());
+    }
+}

@@ -1,0 +1,459 @@
+//! The journal database's cold paths: stream leases, the worker registry,
+//! outbox inspection and dead-letter administration.
+
+use std::time::Duration;
+
+use outbox_core::spi::validate_limit;
+use outbox_core::{
+    Error, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StoredLease,
+    StoredOutboxRow, StreamId, Timestamp, WorkerId, WorkerInfo, duration_millis, journal_undecodable,
+    validate_ttl,
+};
+
+use crate::{Arg, Conn, Database, Row};
+
+/// The columns of an outbox row, in [`decode_row`]'s order.
+pub const ROW_COLUMNS: &str =
+    "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at";
+
+const WORKER_COLUMNS: &str = "id, host, pid, mode, started_at, last_beat, expires_at";
+
+fn i64_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// An outbox row from the columns of [`ROW_COLUMNS`].
+pub fn decode_row(r: &Row) -> Result<OutboxRow> {
+    let bad = |e: Error| journal_undecodable("outbox row", e);
+    StoredOutboxRow {
+        stream: r.text(0).map_err(bad)?,
+        seq: r.int(1).map_err(bad)?,
+        event_type: r.text(2).map_err(bad)?,
+        status: r.text(3).map_err(bad)?,
+        attempt_count: r.int(4).map_err(bad)?,
+        next_attempt_at: r.int(5).map_err(bad)?,
+        last_error: r.opt_text(6).map_err(bad)?,
+        updated_at: r.int(7).map_err(bad)?,
+    }
+    .into_row()
+}
+
+fn decode_lease(r: &Row, stream: &StreamId) -> Result<Lease> {
+    let bad = |e: Error| journal_undecodable("stream lease", e);
+    StoredLease::from((
+        r.text(0).map_err(bad)?,
+        r.int(1).map_err(bad)?,
+        r.int(2).map_err(bad)?,
+    ))
+    .into_lease(stream)
+}
+
+fn decode_worker(r: &Row) -> Result<WorkerInfo> {
+    let bad = |e: &dyn std::fmt::Display| journal_undecodable("worker entry", e);
+    let mode = r.text(3).map_err(|e| bad(&e))?;
+    Ok(WorkerInfo {
+        id: WorkerId::new(r.text(0).map_err(|e| bad(&e))?).map_err(|e| bad(&e))?,
+        host: r.text(1).map_err(|e| bad(&e))?,
+        pid: u32::try_from(r.int(2).map_err(|e| bad(&e))?).map_err(|e| bad(&e))?,
+        mode: Mode::parse(&mode).ok_or_else(|| bad(&format_args!("unknown mode {mode:?}")))?,
+        started_at: Timestamp::from_millis(r.int(4).map_err(|e| bad(&e))?),
+        last_beat: Timestamp::from_millis(r.int(5).map_err(|e| bad(&e))?),
+        expires_at: Timestamp::from_millis(r.int(6).map_err(|e| bad(&e))?),
+    })
+}
+
+/// Recomputes `stream`'s head row from its first outbox row (the dialect's
+/// statements), inside the caller's transaction.
+pub async fn refresh_head(
+    db: &(impl Database + ?Sized),
+    tx: &mut (dyn Conn + '_),
+    stream: &str,
+) -> Result<()> {
+    for statement in db.dialect().refresh_head() {
+        tx.execute(
+            "recomputing a stream's head row",
+            &db.dialect().sql(statement),
+            &[Arg::Text(stream)],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Locks `stream` before its outbox rows change, where the dialect needs it.
+pub async fn lock_stream(
+    db: &(impl Database + ?Sized),
+    tx: &mut (dyn Conn + '_),
+    stream: &str,
+) -> Result<()> {
+    if let Some(lock) = db.dialect().lock_stream() {
+        tx.fetch("locking a stream", &db.dialect().sql(lock), &[Arg::Text(stream)])
+            .await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// LeaseStore
+// ---------------------------------------------------------------------------
+
+/// [`LeaseStore::acquire`](outbox_core::LeaseStore::acquire): one statement
+/// takes a free, expired or released lease (epoch + 1) or extends the
+/// owner's own unexpired one (same epoch); nothing otherwise. A concurrent
+/// acquirer waits on the row and re-checks it after the winner's commit.
+pub async fn acquire(
+    db: &(impl Database + ?Sized),
+    stream: &StreamId,
+    owner: &WorkerId,
+    ttl: Duration,
+) -> Result<Option<Lease>> {
+    validate_ttl(ttl)?;
+    let what = "acquiring a stream lease";
+    let mut tx = db.begin().await?;
+    let row = tx
+        .fetch_optional(
+            what,
+            &db.dialect().sql(ACQUIRE),
+            &[
+                Arg::Text(stream.as_str()),
+                Arg::Text(owner.as_str()),
+                Arg::Int(duration_millis(ttl)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    row.map(|r| decode_lease(&r, stream)).transpose()
+}
+
+/// Takes a free, expired or released lease of stream `$1` for owner `$2`
+/// for `$3` ms (epoch + 1), or extends the owner's own (same epoch); returns
+/// (owner, epoch, expires_at), or no row when another owner holds it.
+pub const ACQUIRE: &str = "INSERT INTO stream_leases (stream, owner, epoch, expires_at) VALUES ($1, $2, 1, {now} + $3) \
+         ON CONFLICT (stream) DO UPDATE SET \
+           epoch = CASE WHEN stream_leases.owner = excluded.owner AND stream_leases.expires_at > {now} \
+                   THEN stream_leases.epoch ELSE stream_leases.epoch + 1 END, \
+           owner = excluded.owner, expires_at = excluded.expires_at \
+         WHERE stream_leases.owner IS NULL OR stream_leases.owner = excluded.owner \
+            OR stream_leases.expires_at <= {now} \
+         RETURNING owner, epoch, expires_at";
+
+/// [`LeaseStore::renew`](outbox_core::LeaseStore::renew).
+pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) -> Result<Lease> {
+    validate_ttl(ttl)?;
+    const RENEW: &str = "UPDATE stream_leases SET expires_at = {now} + $4 \
+         WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now} RETURNING expires_at";
+    let what = "renewing a stream lease";
+    let mut tx = db.begin().await?;
+    let row = tx
+        .fetch_optional(
+            what,
+            &db.dialect().sql(RENEW),
+            &[
+                Arg::Text(lease.stream.as_str()),
+                Arg::Text(lease.owner.as_str()),
+                Arg::Int(i64_of(lease.epoch)),
+                Arg::Int(duration_millis(ttl)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    let expires = row.ok_or_else(|| lease.lost())?.int(0)?;
+    Ok(Lease {
+        expires_at: Timestamp::from_millis(expires),
+        ..lease.clone()
+    })
+}
+
+/// [`LeaseStore::release`](outbox_core::LeaseStore::release).
+pub async fn release(db: &(impl Database + ?Sized), lease: &Lease) -> Result<bool> {
+    const RELEASE: &str = "UPDATE stream_leases SET owner = NULL, expires_at = {now} \
+         WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now}";
+    let what = "releasing a stream lease";
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql(RELEASE),
+            &[
+                Arg::Text(lease.stream.as_str()),
+                Arg::Text(lease.owner.as_str()),
+                Arg::Int(i64_of(lease.epoch)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n > 0)
+}
+
+/// [`OutboxInspector::lease`](outbox_core::OutboxInspector::lease).
+pub async fn lease(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<Option<Lease>> {
+    const LEASE: &str =
+        "SELECT owner, epoch, expires_at FROM stream_leases WHERE stream = $1 AND owner IS NOT NULL";
+    let mut conn = db.read().await?;
+    let row = conn
+        .fetch_optional(
+            "reading a stream lease",
+            &db.dialect().sql(LEASE),
+            &[Arg::Text(stream.as_str())],
+        )
+        .await?;
+    row.map(|r| decode_lease(&r, stream)).transpose()
+}
+
+// ---------------------------------------------------------------------------
+// WorkerRegistry
+// ---------------------------------------------------------------------------
+
+/// [`WorkerRegistry::heartbeat`](outbox_core::WorkerRegistry::heartbeat):
+/// one statement, so every use of the clock sees the same `now`; a refresh
+/// keeps `started_at` from the first beat.
+pub async fn heartbeat(
+    db: &(impl Database + ?Sized),
+    id: &WorkerId,
+    host: &str,
+    pid: u32,
+    mode: Mode,
+    ttl: Duration,
+) -> Result<WorkerInfo> {
+    validate_ttl(ttl)?;
+    if host.contains('\0') {
+        return Err(Error::invalid("the worker's host contains a NUL character"));
+    }
+    let sql = format!(
+        "INSERT INTO outbox_workers ({WORKER_COLUMNS}) VALUES ($1, $2, $3, $4, {{now}}, {{now}}, {{now}} + $5) \
+         ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, mode = excluded.mode, \
+         last_beat = excluded.last_beat, expires_at = excluded.expires_at RETURNING {WORKER_COLUMNS}"
+    );
+    let what = "recording a worker heartbeat";
+    let mut tx = db.begin().await?;
+    let row = tx
+        .fetch_optional(
+            what,
+            &db.dialect().sql(&sql),
+            &[
+                Arg::Text(id.as_str()),
+                Arg::Text(host),
+                Arg::Int(i64::from(pid)),
+                Arg::Text(mode.as_str()),
+                Arg::Int(duration_millis(ttl)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    decode_worker(&row.ok_or_else(|| journal_undecodable("worker entry", "the heartbeat returned no row"))?)
+}
+
+/// [`WorkerRegistry::workers`](outbox_core::WorkerRegistry::workers).
+pub async fn workers(db: &(impl Database + ?Sized)) -> Result<Vec<WorkerInfo>> {
+    let sql = format!("SELECT {WORKER_COLUMNS} FROM outbox_workers WHERE expires_at > {{now}} ORDER BY id");
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch("listing workers", &db.dialect().sql(&sql), &[])
+        .await?;
+    rows.iter().map(decode_worker).collect()
+}
+
+/// [`WorkerRegistry::deregister`](outbox_core::WorkerRegistry::deregister).
+pub async fn deregister(db: &(impl Database + ?Sized), id: &WorkerId) -> Result<bool> {
+    let what = "deregistering a worker";
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql("DELETE FROM outbox_workers WHERE id = $1"),
+            &[Arg::Text(id.as_str())],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n > 0)
+}
+
+/// [`WorkerRegistry::prune`](outbox_core::WorkerRegistry::prune).
+pub async fn prune(db: &(impl Database + ?Sized), grace: Duration) -> Result<u64> {
+    let what = "pruning expired workers";
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect()
+                .sql("DELETE FROM outbox_workers WHERE expires_at <= {now} - $1"),
+            &[Arg::Int(duration_millis(grace))],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n)
+}
+
+// ---------------------------------------------------------------------------
+// OutboxInspector
+// ---------------------------------------------------------------------------
+
+/// [`OutboxInspector::row`](outbox_core::OutboxInspector::row).
+pub async fn row(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
+    let sql = format!("SELECT {ROW_COLUMNS} FROM outbox WHERE stream = $1 AND seq = $2");
+    let mut conn = db.read().await?;
+    let row = conn
+        .fetch_optional(
+            "reading an outbox row",
+            &db.dialect().sql(&sql),
+            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
+        )
+        .await?;
+    row.as_ref().map(decode_row).transpose()
+}
+
+/// [`OutboxInspector::summary`](outbox_core::OutboxInspector::summary): the
+/// counts, the oldest retry-eligible row and `now`, in one snapshot.
+pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
+    let what = "summarizing the outbox";
+    let d = db.dialect();
+    let mut tx = db.snapshot().await?;
+    let as_of = tx
+        .fetch_optional(what, &d.sql("SELECT {now}"), &[])
+        .await?
+        .ok_or_else(|| journal_undecodable("clock", "no row"))?
+        .int(0)?;
+    let counts = tx
+        .fetch(
+            what,
+            &d.sql("SELECT status, COUNT(*) FROM outbox GROUP BY status"),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((r.text(0)?, r.int(1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let oldest = format!(
+        "SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'pending' \
+           ORDER BY next_attempt_at, stream, seq LIMIT 1) AS p \
+         UNION ALL SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'failed' \
+           ORDER BY next_attempt_at, stream, seq LIMIT 1) AS f \
+         ORDER BY next_attempt_at, stream, seq LIMIT 1"
+    );
+    let oldest = tx.fetch_optional(what, &d.sql(&oldest), &[]).await?;
+    tx.commit(what).await?;
+    OutboxSummary::from_counts(
+        Timestamp::from_millis(as_of),
+        oldest.as_ref().map(decode_row).transpose()?,
+        counts,
+    )
+}
+
+/// [`OutboxInspector::list`](outbox_core::OutboxInspector::list): one index
+/// walk in (`next_attempt_at`, stream, seq) order, by status when given.
+pub async fn list(
+    db: &(impl Database + ?Sized),
+    status: Option<OutboxStatus>,
+    limit: usize,
+) -> Result<Vec<OutboxRow>> {
+    let limit = Arg::Int(i64::try_from(validate_limit(limit, MAX_PAGE)?).unwrap_or(i64::MAX));
+    let (sql, args) = match status {
+        Some(st) => (
+            format!(
+                "SELECT {ROW_COLUMNS} FROM outbox WHERE status = $1 ORDER BY next_attempt_at, stream, seq LIMIT $2"
+            ),
+            vec![Arg::Text(st.as_str()), limit],
+        ),
+        None => (
+            format!("SELECT {ROW_COLUMNS} FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT $1"),
+            vec![limit],
+        ),
+    };
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch("listing outbox rows", &db.dialect().sql(&sql), &args)
+        .await?;
+    rows.iter().map(decode_row).collect()
+}
+
+// ---------------------------------------------------------------------------
+// DeadLetters
+// ---------------------------------------------------------------------------
+
+/// A dead row back to pending, due now, count and error cleared; `None` if
+/// it is no longer dead.
+async fn revive(
+    db: &(impl Database + ?Sized),
+    tx: &mut (dyn Conn + '_),
+    stream: &str,
+    seq: i64,
+) -> Result<Option<Row>> {
+    let sql = format!(
+        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, \
+         next_attempt_at = {{now}}, updated_at = {{now}} \
+         WHERE stream = $1 AND seq = $2 AND status = 'dead' RETURNING {ROW_COLUMNS}"
+    );
+    tx.fetch_optional(
+        "requeueing an outbox row",
+        &db.dialect().sql(&sql),
+        &[Arg::Text(stream), Arg::Int(seq)],
+    )
+    .await
+}
+
+/// [`DeadLetters::requeue`](outbox_core::DeadLetters::requeue).
+pub async fn requeue(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+    let what = "requeueing an outbox row";
+    let mut tx = db.begin().await?;
+    lock_stream(db, &mut *tx, stream.as_str()).await?;
+    let status = tx
+        .fetch_optional(
+            what,
+            &db.dialect()
+                .sql("SELECT status FROM outbox WHERE stream = $1 AND seq = $2"),
+            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
+        )
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?
+        .text(0)?;
+    if status != OutboxStatus::Dead.as_str() {
+        return Err(Error::InvalidState(format!(
+            "outbox row {stream}/{seq} is {status}, not dead; only dead rows can be requeued"
+        )));
+    }
+    let row = revive(db, &mut *tx, stream.as_str(), seq.as_i64())
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+    refresh_head(db, &mut *tx, stream.as_str()).await?;
+    tx.commit(what).await?;
+    decode_row(&row)
+}
+
+/// [`DeadLetters::requeue_dead`](outbox_core::DeadLetters::requeue_dead):
+/// the oldest dead rows, their streams locked in stream order.
+pub async fn requeue_dead(db: &(impl Database + ?Sized), limit: usize) -> Result<Vec<OutboxRow>> {
+    let limit = validate_limit(limit, MAX_PAGE)?;
+    let what = "requeueing dead outbox rows";
+    let mut tx = db.begin().await?;
+    let keys = tx
+        .fetch(
+            what,
+            &db.dialect().sql(
+                "SELECT stream, seq FROM outbox WHERE status = 'dead' \
+                 ORDER BY next_attempt_at, stream, seq LIMIT $1",
+            ),
+            &[Arg::Int(i64::try_from(limit).unwrap_or(i64::MAX))],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((r.text(0)?, r.int(1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut streams: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    for s in &streams {
+        lock_stream(db, &mut *tx, s).await?;
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    for (stream, seq) in &keys {
+        // A row requeued meanwhile (between the listing and the lock) is skipped.
+        if let Some(row) = revive(db, &mut *tx, stream, *seq).await? {
+            out.push(decode_row(&row)?);
+        }
+    }
+    for s in &streams {
+        refresh_head(db, &mut *tx, s).await?;
+    }
+    tx.commit(what).await?;
+    Ok(out)
+}

@@ -1,0 +1,114 @@
+#![doc = include_str!("../README.md")]
+
+mod conn;
+mod dialect;
+pub mod journal;
+pub mod projection;
+pub mod runs;
+mod value;
+
+pub use conn::{Conn, Database, Tx};
+pub use dialect::Dialect;
+pub use value::{Arg, Row, Value};
+
+/// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,
+/// `LeaseStore`, `WorkerRegistry`) for an adapter type whose `$db` field
+/// implements [`Database`], by delegating to [`journal`].
+#[macro_export]
+macro_rules! impl_journal_ports {
+    ($ty:ty, $db:ident) => {
+        impl ::outbox_core::DeadLetters for $ty {
+            async fn requeue(
+                &self,
+                stream: &::outbox_core::StreamId,
+                seq: ::outbox_core::Seq,
+            ) -> ::outbox_core::Result<::outbox_core::OutboxRow> {
+                $crate::journal::requeue(&*self.$db, stream, seq).await
+            }
+
+            async fn requeue_dead(
+                &self,
+                limit: usize,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::OutboxRow>> {
+                $crate::journal::requeue_dead(&*self.$db, limit).await
+            }
+        }
+
+        impl ::outbox_core::OutboxInspector for $ty {
+            async fn row(
+                &self,
+                stream: &::outbox_core::StreamId,
+                seq: ::outbox_core::Seq,
+            ) -> ::outbox_core::Result<Option<::outbox_core::OutboxRow>> {
+                $crate::journal::row(&*self.$db, stream, seq).await
+            }
+
+            async fn summary(&self) -> ::outbox_core::Result<::outbox_core::OutboxSummary> {
+                $crate::journal::summary(&*self.$db).await
+            }
+
+            async fn list(
+                &self,
+                status: Option<::outbox_core::OutboxStatus>,
+                limit: usize,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::OutboxRow>> {
+                $crate::journal::list(&*self.$db, status, limit).await
+            }
+
+            async fn lease(
+                &self,
+                stream: &::outbox_core::StreamId,
+            ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
+                $crate::journal::lease(&*self.$db, stream).await
+            }
+        }
+
+        impl ::outbox_core::LeaseStore for $ty {
+            async fn acquire(
+                &self,
+                stream: &::outbox_core::StreamId,
+                owner: &::outbox_core::WorkerId,
+                ttl: ::std::time::Duration,
+            ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
+                $crate::journal::acquire(&*self.$db, stream, owner, ttl).await
+            }
+
+            async fn renew(
+                &self,
+                lease: &::outbox_core::Lease,
+                ttl: ::std::time::Duration,
+            ) -> ::outbox_core::Result<::outbox_core::Lease> {
+                $crate::journal::renew(&*self.$db, lease, ttl).await
+            }
+
+            async fn release(&self, lease: &::outbox_core::Lease) -> ::outbox_core::Result<bool> {
+                $crate::journal::release(&*self.$db, lease).await
+            }
+        }
+
+        impl ::outbox_core::WorkerRegistry for $ty {
+            async fn heartbeat(
+                &self,
+                id: &::outbox_core::WorkerId,
+                host: &str,
+                pid: u32,
+                mode: ::outbox_core::Mode,
+                ttl: ::std::time::Duration,
+            ) -> ::outbox_core::Result<::outbox_core::WorkerInfo> {
+                $crate::journal::heartbeat(&*self.$db, id, host, pid, mode, ttl).await
+            }
+
+            async fn workers(&self) -> ::outbox_core::Result<Vec<::outbox_core::WorkerInfo>> {
+                $crate::journal::workers(&*self.$db).await
+            }
+
+            async fn deregister(&self, id: &::outbox_core::WorkerId) -> ::outbox_core::Result<bool> {
+                $crate::journal::deregister(&*self.$db, id).await
+            }
+
+            async fn prune(&self, grace: ::std::time::Duration) -> ::outbox_core::Result<u64> {
+                $crate::journal::prune(&*self.$db, grace).await
+            }
+        }
+    };
+}

@@ -1,0 +1,1 @@
+//! The projection database's cold paths (filled in as they move here).

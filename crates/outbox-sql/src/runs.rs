@@ -1,0 +1,1 @@
+//! The projection database's replay runs (`RunStore`), shared.

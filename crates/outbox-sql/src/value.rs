@@ -1,0 +1,122 @@
+//! Values bound to statements and read back from rows.
+
+use outbox_core::{Error, Result};
+
+/// A value bound to a statement parameter. The cold paths bind only these.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg<'a> {
+    /// An integer (SQL `bigint` / `INTEGER`).
+    Int(i64),
+    /// An integer or `NULL`.
+    OptInt(Option<i64>),
+    /// Text.
+    Text(&'a str),
+    /// Text or `NULL`.
+    OptText(Option<&'a str>),
+    /// A boolean (`boolean` on Postgres, 0 or 1 on SQLite).
+    Bool(bool),
+}
+
+/// One column of a row, as read back.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// `NULL`.
+    Null,
+    /// An integer.
+    Int(i64),
+    /// A boolean (Postgres).
+    Bool(bool),
+    /// Text.
+    Text(String),
+    /// Bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A row: its columns in `SELECT` order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Row(pub Vec<Value>);
+
+fn wrong(i: usize, want: &str, got: &Value) -> Error {
+    Error::Storage {
+        message: format!("column {i} is not {want}: {got:?}"),
+        temporary: false,
+        source: None,
+    }
+}
+
+impl Row {
+    fn get(&self, i: usize) -> Result<&Value> {
+        self.0.get(i).ok_or_else(|| Error::Storage {
+            message: format!("the row has no column {i}"),
+            temporary: false,
+            source: None,
+        })
+    }
+
+    /// An integer column (a boolean reads as 0 or 1).
+    pub fn int(&self, i: usize) -> Result<i64> {
+        match self.get(i)? {
+            Value::Int(v) => Ok(*v),
+            Value::Bool(b) => Ok(i64::from(*b)),
+            other => Err(wrong(i, "an integer", other)),
+        }
+    }
+
+    /// An integer column that may be `NULL`.
+    pub fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+        match self.get(i)? {
+            Value::Null => Ok(None),
+            _ => self.int(i).map(Some),
+        }
+    }
+
+    /// A boolean column (an integer reads as `!= 0`).
+    pub fn bool(&self, i: usize) -> Result<bool> {
+        match self.get(i)? {
+            Value::Bool(b) => Ok(*b),
+            Value::Int(v) => Ok(*v != 0),
+            other => Err(wrong(i, "a boolean", other)),
+        }
+    }
+
+    /// A text column.
+    pub fn text(&self, i: usize) -> Result<String> {
+        match self.get(i)? {
+            Value::Text(t) => Ok(t.clone()),
+            other => Err(wrong(i, "text", other)),
+        }
+    }
+
+    /// A text column that may be `NULL`.
+    pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
+        match self.get(i)? {
+            Value::Null => Ok(None),
+            _ => self.text(i).map(Some),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn getters_convert_and_refuse() {
+        let r = Row(vec![
+            Value::Int(7),
+            Value::Null,
+            Value::Bool(true),
+            Value::Text("x".into()),
+        ]);
+        assert_eq!(r.int(0).unwrap(), 7);
+        assert_eq!(r.opt_int(1).unwrap(), None);
+        assert_eq!(r.int(2).unwrap(), 1);
+        assert!(r.bool(2).unwrap());
+        assert!(r.bool(0).unwrap());
+        assert_eq!(r.text(3).unwrap(), "x");
+        assert_eq!(r.opt_text(1).unwrap(), None);
+        assert!(r.text(0).is_err());
+        assert!(r.int(3).is_err());
+        assert!(r.int(9).is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! The shared cold-path statements ([`outbox_sql`]) on SQLite: a
+//! [`Conn`] over the driver and the [`Database`] of an open file.
+
+use outbox_core::Result;
+use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{AssertSqlSafe, Row as _, Sqlite, SqliteConnection, Transaction, TypeInfo, ValueRef};
+
+use crate::db::{Db, storage};
+
+/// Binds `args` to `sql`, runs it and returns the rows it changed.
+async fn execute(conn: &mut SqliteConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
+    for a in args {
+        q = match *a {
+            Arg::Int(v) => q.bind(v),
+            Arg::OptInt(v) => q.bind(v),
+            Arg::Text(t) => q.bind(t.to_owned()),
+            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
+            Arg::Bool(b) => q.bind(b),
+        };
+    }
+    q.execute(conn)
+        .await
+        .map(|r| r.rows_affected())
+        .map_err(|e| storage(what, e))
+}
+
+/// Binds `args` to `sql`, runs it and returns its rows.
+async fn fetch(conn: &mut SqliteConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
+    for a in args {
+        q = match *a {
+            Arg::Int(v) => q.bind(v),
+            Arg::OptInt(v) => q.bind(v),
+            Arg::Text(t) => q.bind(t.to_owned()),
+            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
+            Arg::Bool(b) => q.bind(b),
+        };
+    }
+    let rows = q.fetch_all(conn).await.map_err(|e| storage(what, e))?;
+    rows.iter()
+        .map(|r| to_row(r).map_err(|e| storage(what, e)))
+        .collect()
+}
+
+/// A driver row as shared values, by each value's SQLite storage class.
+fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
+    let mut out = Vec::with_capacity(r.len());
+    for i in 0..r.len() {
+        let raw = r.try_get_raw(i)?;
+        let v = if raw.is_null() {
+            Value::Null
+        } else {
+            match raw.type_info().name() {
+                "INTEGER" | "BOOLEAN" => Value::Int(r.try_get(i)?),
+                "TEXT" => Value::Text(r.try_get(i)?),
+                _ => Value::Bytes(r.try_get(i)?),
+            }
+        };
+        out.push(v);
+    }
+    Ok(Row(out))
+}
+
+/// The store's write transaction (`BEGIN IMMEDIATE` on the one writer).
+pub(crate) struct WriteTx(pub(crate) Transaction<'static, Sqlite>);
+
+/// A read-only connection from the pool (or a read transaction on one).
+pub(crate) struct ReadConn(PoolConnection<Sqlite>);
+
+#[outbox_core::async_trait]
+impl Conn for WriteTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
+
+#[outbox_core::async_trait]
+impl Tx for WriteTx {
+    async fn commit(self: Box<Self>, what: &str) -> Result<()> {
+        self.0.commit().await.map_err(|e| storage(what, e))
+    }
+}
+
+#[outbox_core::async_trait]
+impl Conn for ReadConn {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
+
+#[outbox_core::async_trait]
+impl Database for Db {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    async fn begin(&self) -> Result<Box<dyn Tx + '_>> {
+        Ok(Box::new(WriteTx(Db::begin(self).await?)))
+    }
+
+    async fn read(&self) -> Result<Box<dyn Conn + '_>> {
+        Ok(Box::new(ReadConn(Db::read(self).await?)))
+    }
+
+    async fn snapshot(&self) -> Result<Box<dyn Tx + '_>> {
+        let tx = self
+            .reader
+            .begin()
+            .await
+            .map_err(|e| storage(self.context("starting a read transaction"), e))?;
+        Ok(Box::new(WriteTx(tx)))
+    }
+}
