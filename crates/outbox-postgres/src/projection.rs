@@ -11,7 +11,8 @@ use outbox_core::{
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
 
-use crate::db::{Db, Role, parse_url, storage};
+use crate::db::{Db, Role, parse_url, pnow, storage};
+use crate::sql::RoleDb;
 use crate::tx::{self, PgTx};
 use crate::{PgJournal, PgOptions, validate_identifier};
 
@@ -30,9 +31,19 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 #[derive(Clone, Debug)]
 pub struct PgProjectionStore {
     pub(crate) db: Arc<Db>,
+    /// The shared cold-path statements on this schema, with the projection
+    /// role's clock.
+    pub(crate) sql: Arc<RoleDb>,
 }
 
 impl PgProjectionStore {
+    fn from_db(db: Arc<Db>) -> Self {
+        PgProjectionStore {
+            sql: Arc::new(RoleDb::new(Arc::clone(&db), pnow!())),
+            db,
+        }
+    }
+
     /// Connects to the database at `url`, creates the schema named by
     /// [`PgOptions::schema`] if missing and applies the projection
     /// migrations. Refuses the same inputs as
@@ -48,7 +59,7 @@ impl PgProjectionStore {
             db.close().await;
             return Err(e);
         }
-        Ok(PgProjectionStore { db: Arc::new(db) })
+        Ok(PgProjectionStore::from_db(Arc::new(db)))
     }
 
     /// The projection store in the journal's own database and schema,
@@ -58,7 +69,7 @@ impl PgProjectionStore {
     pub async fn sharing(journal: &PgJournal) -> Result<Self> {
         let db = Arc::clone(journal.db());
         db.migrate(Role::Projection).await?;
-        Ok(PgProjectionStore { db })
+        Ok(PgProjectionStore::from_db(db))
     }
 
     /// The pool (its connections use the store's schema as `search_path`),
