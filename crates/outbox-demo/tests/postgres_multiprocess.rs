@@ -4,7 +4,8 @@
 //! killed process's streams are taken over once its leases expire, and the
 //! result equals a catch-up replay into a fresh schema.
 //!
-//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one).
+//! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one);
+//! without it the test is skipped with one line saying so (outside CI).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -29,17 +30,6 @@ const LEASE_TTL: Duration = Duration::from_millis(2000);
 const POLL: Duration = Duration::from_millis(200);
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 
-fn database_url() -> String {
-    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "OUTBOX_TEST_DATABASE_URL is not set: this test needs a PostgreSQL server. Run it through \
-             `cargo xtask test` (it starts a throwaway server), or start one with `cargo xtask pg-shell` \
-             and export the URL it prints"
-        ),
-    }
-}
-
 fn unique_schema(tag: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -50,16 +40,21 @@ fn unique_schema(tag: &str) -> String {
     format!("mp_{tag}_{}_{n}_{nanos:x}", std::process::id())
 }
 
-/// Drops the schemas when dropped (from a thread of its own: Drop cannot await).
-struct DropSchemas(Vec<String>);
+/// Drops the schemas on the server at `url` when dropped (from a thread of
+/// its own: Drop cannot await). It holds the URL so that its Drop never needs
+/// the environment.
+struct DropSchemas {
+    url: String,
+    schemas: Vec<String>,
+}
 
 impl Drop for DropSchemas {
     fn drop(&mut self) {
         if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
             return;
         }
-        let schemas = std::mem::take(&mut self.0);
-        let url = database_url();
+        let schemas = std::mem::take(&mut self.schemas);
+        let url = std::mem::take(&mut self.url);
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -282,10 +277,15 @@ async fn digests(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
-    let url = database_url();
+    let Some(url) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
     let schema = unique_schema("work");
     let fresh = unique_schema("replay");
-    let _drop = DropSchemas(vec![schema.clone(), fresh.clone()]);
+    let _drop = DropSchemas {
+        url: url.clone(),
+        schemas: vec![schema.clone(), fresh.clone()],
+    };
     let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
 
     // 1. Seed through the library: 200 campaigns x 100 events, every event

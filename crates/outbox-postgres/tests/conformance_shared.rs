@@ -5,4 +5,9 @@ mod common;
 
 use common::PgHarness;
 
-outbox_testkit::conformance_tests!(PgHarness::shared());
+// Each test returns at once when the Postgres tests are skipped (no server
+// outside CI; the binary says so in one line).
+outbox_testkit::conformance_tests!(match PgHarness::shared() {
+    Some(harness) => harness,
+    None => return,
+});

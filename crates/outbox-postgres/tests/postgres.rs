@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{DropSchemas, database_url, journal, options, projections, unique_schema};
+use common::{DropSchemas, journal, options, projections, test_database_url, unique_schema};
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal,
-    ExpectedVersion, LeaseStore, OutboxStore, Projection, ProjectionName, ProjectionStore, WakeSource,
+    ExpectedVersion, LeaseStore, OutboxQueue, Projection, ProjectionName, ProjectionStore, WakeSource,
     WatermarkStore, WorkerId,
 };
 use outbox_postgres::sqlx::postgres::PgListener;
@@ -28,8 +28,8 @@ fn request(stream: &str, values: &[i64]) -> AppendRequest {
     )
 }
 
-async fn admin_pool() -> PgPool {
-    PgPool::connect(&database_url()).await.expect("admin pool")
+async fn admin_pool(url: &str) -> PgPool {
+    PgPool::connect(url).await.expect("admin pool")
 }
 
 /// An oracle projection that, after writing inside the apply transaction,
@@ -72,10 +72,11 @@ impl Projection<PgTx> for Blocking {
 /// retry applies every event exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once() {
+    let Some(url) = test_database_url() else { return };
     let (js, ps) = (unique_schema("kj"), unique_schema("kp"));
-    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
-    let j = journal(&js).await;
-    let store = projections(&ps).await;
+    let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
+    let j = journal(&url, &js).await;
+    let store = projections(&url, &ps).await;
     let oracle = OracleProjection::new("p").shared();
     store.setup(std::slice::from_ref(&oracle)).await.expect("setup");
     j.append(&[request("s", &[1, 2, 3])], AppendOptions::enqueue())
@@ -106,7 +107,7 @@ async fn terminated_connection_during_apply_is_temporary_then_retry_applies_once
         .await
         .expect("the applier entered the transaction");
     let victim = pid.lock().unwrap().expect("pid recorded");
-    let admin = admin_pool().await;
+    let admin = admin_pool(&url).await;
     let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(victim)
         .fetch_one(&admin)
@@ -179,9 +180,10 @@ async fn explain(
 /// no sequential scan of `outbox` (or of `outbox_heads`) in their plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_use_indexes_on_a_large_outbox() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("plan");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let j = journal(&s).await;
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
     let pool = j.pool();
     // 20,000 streams x 10 rows, most of them not due yet, built in SQL.
     sqlx::query(
@@ -245,10 +247,11 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
 /// (its own pool), and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_wakes_a_waiter_after_an_append_from_another_pool() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("wake");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let listener_side = journal(&s).await;
-    let appender = journal(&s).await;
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let listener_side = journal(&url, &s).await;
+    let appender = journal(&url, &s).await;
     let wake = listener_side.wake_source();
     // The first wait connects and LISTENs, then resolves (appends may have
     // been missed before): callers re-check the store after it.
@@ -297,10 +300,11 @@ async fn notify_wakes_a_waiter_after_an_append_from_another_pool() {
 /// One append transaction, whatever its size, sends one notification.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_append_transaction_emits_one_notification() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("once");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let j = journal(&s).await;
-    let mut listener = PgListener::connect(&database_url()).await.expect("listener");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    let mut listener = PgListener::connect(&url).await.expect("listener");
     listener.listen(j.channel()).await.expect("listen");
     let batch = vec![
         request("a", &[1, 2, 3]),
@@ -324,7 +328,7 @@ async fn one_append_transaction_emits_one_notification() {
     }
     assert_eq!(got, 2, "one notification per committed append transaction");
 
-    let quiet = PgJournal::connect(&database_url(), options(&s).with_notify(false))
+    let quiet = PgJournal::connect(&url, options(&s).with_notify(false))
         .await
         .expect("connect");
     quiet
@@ -339,9 +343,10 @@ async fn one_append_transaction_emits_one_notification() {
 /// spurious wake-up), the source reconnects, and a later append wakes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wake_source_reconnects_after_its_connection_is_terminated() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("recon");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let j = journal(&s).await;
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
     let wake = j.wake_source();
     tokio::time::timeout(Duration::from_secs(10), wake.wait())
         .await
@@ -351,7 +356,7 @@ async fn wake_source_reconnects_after_its_connection_is_terminated() {
         tokio::spawn(async move { wake.wait().await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let admin = admin_pool().await;
+    let admin = admin_pool(&url).await;
     let killed: Vec<bool> = sqlx::query_scalar(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN \"' || $1 || '\"'",
     )
@@ -412,9 +417,10 @@ async fn wake_source_resolves_while_the_database_is_unreachable() {
 /// exactly as it was; so is a journal schema marked with another role.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn newer_schema_is_refused_unchanged() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("new");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let j = journal(&s).await;
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
     sqlx::query(
         "INSERT INTO _outbox_journal_migrations (version, description, success, checksum, execution_time) \
          VALUES (9999, 'from the future', true, '\\x00', 0)",
@@ -429,13 +435,13 @@ async fn newer_schema_is_refused_unchanged() {
             .unwrap()
     };
     let before = tables(j.pool().clone()).await;
-    match PgJournal::connect(&database_url(), options(&s)).await {
+    match PgJournal::connect(&url, options(&s)).await {
         Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 1)),
         other => panic!("a newer schema is SchemaTooNew, got {other:?}"),
     }
     assert_eq!(tables(j.pool().clone()).await, before, "nothing created");
     // The projection role has its own tables and is unaffected...
-    PgProjectionStore::connect(&database_url(), options(&s))
+    PgProjectionStore::connect(&url, options(&s))
         .await
         .expect("the projection role may share the schema");
     // ...but a forged role marker is refused.
@@ -447,7 +453,7 @@ async fn newer_schema_is_refused_unchanged() {
         .execute(j.pool())
         .await
         .unwrap();
-    let r = PgJournal::connect(&database_url(), options(&s)).await;
+    let r = PgJournal::connect(&url, options(&s)).await;
     assert!(
         matches!(r, Err(Error::InvalidInput(_))),
         "wrong role marker: {r:?}"
@@ -458,6 +464,7 @@ async fn newer_schema_is_refused_unchanged() {
 /// up in an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_names_and_secrets() {
+    let Some(url) = test_database_url() else { return };
     for bad in [
         "",
         "Outbox",
@@ -466,17 +473,17 @@ async fn bad_names_and_secrets() {
         "pg_catalog",
         &"a".repeat(64),
     ] {
-        let r = PgJournal::connect(&database_url(), PgOptions::default().with_schema(bad)).await;
+        let r = PgJournal::connect(&url, PgOptions::default().with_schema(bad)).await;
         assert!(matches!(r, Err(Error::Config(_))), "schema {bad:?}: {r:?}");
     }
     let secret = "s3cr3t-pw";
-    for url in [
+    for bad_url in [
         format!("postgres://user:{secret}@127.0.0.1:1/db"),
         format!("postgres://user:{secret}@[bad/db"),
         format!("mysql://user:{secret}@127.0.0.1/db"),
     ] {
         let r = PgJournal::connect(
-            &url,
+            &bad_url,
             PgOptions::default().with_acquire_timeout(Duration::from_millis(500)),
         )
         .await;
@@ -490,9 +497,10 @@ async fn bad_names_and_secrets() {
 /// journal uses when both share one schema.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharing_store_uses_the_journal_schema() {
+    let Some(url) = test_database_url() else { return };
     let s = unique_schema("share");
-    let _drop = DropSchemas(vec![s.clone()]);
-    let j = journal(&s).await;
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
     let p = PgProjectionStore::sharing(&j).await.expect("sharing");
     assert_eq!(p.schema(), j.schema());
     let oracle = OracleProjection::new("p").shared();
@@ -522,12 +530,13 @@ async fn sharing_store_uses_the_journal_schema() {
 /// it is abandoned once and exactly one new run is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_admissions_admit_exactly_one_run() {
+    let Some(url) = test_database_url() else { return };
     use outbox_core::{RunEnd, RunKind, RunState, RunStore};
     let s = unique_schema("runs");
-    let _drop = DropSchemas(vec![s.clone()]);
+    let _drop = DropSchemas::new(&url, [s.clone()]);
     let mut stores = Vec::new();
     for _ in 0..8 {
-        stores.push(projections(&s).await);
+        stores.push(projections(&url, &s).await);
     }
     let p = ProjectionName::new("p").unwrap();
     let ttl = Duration::from_secs(60);
@@ -680,11 +689,12 @@ fn is_permanent_storage(r: &outbox_core::Result<impl std::fmt::Debug>) -> bool {
 /// permanent `Storage` error with no checkpoint or watermark moved, and the
 /// store (its pooled connections) stays usable.
 async fn apply_detects(sabotage: Sabotage) {
+    let Some(url) = test_database_url() else { return };
     let (js, ps) = (unique_schema("sabj"), unique_schema("sabp"));
-    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
-    let j = journal(&js).await;
+    let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
+    let j = journal(&url, &js).await;
     // One connection: the sabotaged one is the one reused afterwards.
-    let store = PgProjectionStore::connect(&database_url(), options(&ps).with_max_connections(1))
+    let store = PgProjectionStore::connect(&url, options(&ps).with_max_connections(1))
         .await
         .unwrap();
     let name = ProjectionName::new("saboteur").unwrap();
@@ -759,6 +769,7 @@ async fn apply_refuses_a_transaction_aborted_by_a_swallowed_error() {
 /// own (a replay would then apply every event again onto rows still there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_refuses_a_transaction_ended_by_the_projection() {
+    let Some(url) = test_database_url() else { return };
     for sabotage in [
         Sabotage::Commit,
         Sabotage::Rollback,
@@ -766,9 +777,9 @@ async fn reset_refuses_a_transaction_ended_by_the_projection() {
         Sabotage::SwallowError,
     ] {
         let (js, ps) = (unique_schema("rsj"), unique_schema("rsp"));
-        let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
-        let j = journal(&js).await;
-        let store = PgProjectionStore::connect(&database_url(), options(&ps).with_max_connections(1))
+        let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
+        let j = journal(&url, &js).await;
+        let store = PgProjectionStore::connect(&url, options(&ps).with_max_connections(1))
             .await
             .unwrap();
         let name = ProjectionName::new("saboteur").unwrap();
@@ -835,10 +846,11 @@ impl outbox_core::ViewProjection for SharedCounter {
 /// replace (a lost update), also when the document does not exist yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_applies_of_one_view_document_lose_no_update() {
+    let Some(url) = test_database_url() else { return };
     let (js, ps) = (unique_schema("vj"), unique_schema("vp"));
-    let _drop = DropSchemas(vec![js.clone(), ps.clone()]);
-    let j = journal(&js).await;
-    let store = projections(&ps).await;
+    let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
+    let j = journal(&url, &js).await;
+    let store = projections(&url, &ps).await;
     let counter = Arc::new(SharedCounter {
         name: ProjectionName::new("shared").unwrap(),
         paused: Default::default(),
@@ -875,7 +887,7 @@ async fn concurrent_applies_of_one_view_document_lose_no_update() {
     };
     // Wait (bounded) until B's backend is blocked on a lock: without the lock
     // it would have read the missing document, written 1 and committed.
-    let admin = admin_pool().await;
+    let admin = admin_pool(&url).await;
     let mut blocked = false;
     for _ in 0..600 {
         let waiting: i64 = sqlx::query_scalar(

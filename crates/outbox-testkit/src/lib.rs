@@ -4,6 +4,7 @@ pub mod checks;
 mod drain;
 mod harness;
 pub mod oracle;
+pub mod pg;
 mod util;
 
 pub use drain::{DrainStats, drain};

@@ -1,5 +1,9 @@
 //! The Postgres test harness: a fresh schema (or two) per fixture, dropped
 //! when the fixture is; the oracle's tables in the projection schema.
+//!
+//! Every test starts with [`test_database_url`] (or [`PgHarness::two_schemas`]
+//! / [`PgHarness::shared`]) and returns when it is `None`: without a server
+//! the binary says once why its tests are skipped; in CI they fail instead.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -11,17 +15,7 @@ use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
 use outbox_testkit::{Fixture, Harness};
 
-/// The test database's URL. Tests must not pass silently without one.
-pub fn database_url() -> String {
-    match std::env::var("OUTBOX_TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "OUTBOX_TEST_DATABASE_URL is not set: the outbox-postgres tests need a PostgreSQL server. \
-             Run them through `cargo xtask test` (it starts a throwaway server), or start one with \
-             `cargo xtask pg-shell` and export the URL it prints"
-        ),
-    }
-}
+pub use outbox_testkit::pg::test_database_url;
 
 /// A schema name no other test (or test process) uses.
 pub fn unique_schema(tag: &str) -> String {
@@ -42,28 +36,44 @@ pub fn options(schema: &str) -> PgOptions {
         .with_acquire_timeout(Duration::from_secs(20))
 }
 
-pub async fn journal(schema: &str) -> PgJournal {
-    PgJournal::connect(&database_url(), options(schema))
+pub async fn journal(url: &str, schema: &str) -> PgJournal {
+    PgJournal::connect(url, options(schema))
         .await
         .expect("connect journal")
 }
 
-pub async fn projections(schema: &str) -> PgProjectionStore {
-    PgProjectionStore::connect(&database_url(), options(schema))
+pub async fn projections(url: &str, schema: &str) -> PgProjectionStore {
+    PgProjectionStore::connect(url, options(schema))
         .await
         .expect("connect projections")
 }
 
-/// Drops the schemas when dropped (from a thread of its own: Drop cannot await).
-pub struct DropSchemas(pub Vec<String>);
+/// Drops the schemas on the server at `url` when dropped, also after a failed
+/// assertion (from a thread of its own: Drop cannot await). It holds the URL
+/// so that its Drop never needs the environment (a panic there while a test
+/// unwinds would abort the whole binary). `OUTBOX_TEST_KEEP_SCHEMAS` keeps
+/// them for a post-mortem.
+pub struct DropSchemas {
+    url: String,
+    schemas: Vec<String>,
+}
+
+impl DropSchemas {
+    pub fn new(url: &str, schemas: impl IntoIterator<Item = String>) -> Self {
+        DropSchemas {
+            url: url.to_owned(),
+            schemas: schemas.into_iter().collect(),
+        }
+    }
+}
 
 impl Drop for DropSchemas {
     fn drop(&mut self) {
         if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
             return;
         }
-        let schemas = std::mem::take(&mut self.0);
-        let url = database_url();
+        let schemas = std::mem::take(&mut self.schemas);
+        let url = std::mem::take(&mut self.url);
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -90,14 +100,22 @@ impl Drop for DropSchemas {
 /// Runs the suite with the journal and the projections in two schemas with
 /// their own pools (`shared: false`, the "two databases" shape), or in one
 /// schema sharing one pool (`shared: true`).
-#[derive(Default)]
 pub struct PgHarness {
+    pub url: String,
     pub shared: bool,
 }
 
 impl PgHarness {
-    pub fn shared() -> Self {
-        PgHarness { shared: true }
+    /// Two schemas, two pools; `None` when the tests are skipped.
+    pub fn two_schemas() -> Option<Self> {
+        let url = test_database_url()?;
+        Some(PgHarness { url, shared: false })
+    }
+
+    /// One schema, one pool; `None` when the tests are skipped.
+    pub fn shared() -> Option<Self> {
+        let url = test_database_url()?;
+        Some(PgHarness { url, shared: true })
     }
 }
 
@@ -117,13 +135,13 @@ impl Harness for PgHarness {
     async fn open(&self) -> Fixture<Self> {
         let (journal_schema, projection_schema, journal, projections) = if self.shared {
             let s = unique_schema("one");
-            let j = journal(&s).await;
+            let j = journal(&self.url, &s).await;
             let p = PgProjectionStore::sharing(&j).await.expect("sharing projections");
             (s.clone(), s, j, p)
         } else {
             let (js, ps) = (unique_schema("j"), unique_schema("p"));
-            let j = journal(&js).await;
-            let p = projections(&ps).await;
+            let j = journal(&self.url, &js).await;
+            let p = projections(&self.url, &ps).await;
             (js, ps, j, p)
         };
         let mut schemas = vec![journal_schema.clone()];
@@ -138,17 +156,17 @@ impl Harness for PgHarness {
                 projection_schema,
                 journal,
                 projections,
-                _drop: DropSchemas(schemas),
+                _drop: DropSchemas::new(&self.url, schemas),
             },
         }
     }
 
     async fn reopen_journal(&self, ctx: &Ctx) -> PgJournal {
-        journal(&ctx.journal_schema).await
+        journal(&self.url, &ctx.journal_schema).await
     }
 
     async fn reopen_projections(&self, ctx: &Ctx) -> PgProjectionStore {
-        projections(&ctx.projection_schema).await
+        projections(&self.url, &ctx.projection_schema).await
     }
 
     async fn advance(&self, ctx: &Ctx, d: Duration) {
