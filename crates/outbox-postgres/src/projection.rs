@@ -2,18 +2,17 @@
 
 use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, apply_in, ended_by_projection};
+use outbox_core::spi::apply_in;
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName,
-    ProjectionStore, Result, StoredWatermark, StreamId, Watermark, WatermarkStore, validate_limit,
-    validate_projection_names,
+    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, Projection, ProjectionName,
+    ProjectionStore, Result, StreamId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
 
 use crate::db::{Db, Role, parse_url, pnow, storage};
 use crate::sql::RoleDb;
-use crate::tx::{self, PgTx};
+use crate::tx::PgTx;
 use crate::{PgJournal, PgOptions, validate_identifier};
 
 /// The Postgres projection database: implements [`ProjectionStore`]
@@ -104,19 +103,8 @@ impl ProjectionStore for PgProjectionStore {
     type Tx = PgTx;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<PgTx>>]) -> Result<()> {
-        validate_projection_names(projections)?;
-        let mut tx = PgTx::new(self.db.begin().await?);
-        // Concurrent setups of the same tables would race on CREATE TABLE IF
-        // NOT EXISTS (a unique violation in the catalog): serialize them.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('outbox.setup.' || current_schema(), 0))")
-            .execute(tx.conn())
-            .await
-            .map_err(|e| storage("setting up projections", e))?;
-        for p in projections {
-            p.setup(&mut tx).await.map_err(|e| {
-                Error::storage(format!("setting up projection `{}` failed: {e}", p.name()), e)
-            })?;
-        }
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        outbox_sql::projection::setup_in(&self.sql.dialect, &mut tx, projections).await?;
         tx.commit()
             .await
             .map_err(|e| storage(self.db.context("setting up projections"), e))
@@ -128,7 +116,7 @@ impl ProjectionStore for PgProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<PgTx>>],
     ) -> Result<ApplyOutcome> {
-        let mut tx = PgTx::new(self.db.begin().await?);
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
         let outcome = apply_in(&mut tx, stream, events, projections).await?;
         if matches!(outcome, ApplyOutcome::Applied(_)) {
             tx.commit()
@@ -140,45 +128,12 @@ impl ProjectionStore for PgProjectionStore {
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
-        let cp: Option<i64> = sqlx::query_scalar(
-            "SELECT last_applied FROM outbox_checkpoints WHERE projection = $1 AND stream = $2",
-        )
-        .bind(projection.as_str())
-        .bind(stream.as_str())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("reading a checkpoint"), e))?;
-        Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
+        outbox_sql::projection::checkpoint(&*self.sql, projection, stream).await
     }
 
     async fn reset(&self, projection: &dyn Projection<PgTx>) -> Result<()> {
-        let mut tx = PgTx::new(self.db.begin().await?);
-        // Lock the projection's checkpoints first so a concurrent apply
-        // either finishes before the reset or starts after it.
-        sqlx::query("SELECT 1 FROM outbox_checkpoints WHERE projection = $1 ORDER BY stream FOR UPDATE")
-            .bind(projection.name().as_str())
-            .fetch_all(tx.conn())
-            .await
-            .map_err(|e| storage("resetting checkpoints", e))?;
-        tx.guard().await?;
-        projection.reset(&mut tx).await.map_err(|e| {
-            Error::storage(
-                format!("resetting projection `{}` failed: {e}", projection.name()),
-                e,
-            )
-        })?;
-        if let Some(detail) = tx.check_guard().await? {
-            return Err(ended_by_projection(
-                &format!("`{}`", projection.name()),
-                None,
-                &detail,
-            ));
-        }
-        sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = $1")
-            .bind(projection.name().as_str())
-            .execute(tx.conn())
-            .await
-            .map_err(|e| storage("resetting checkpoints", e))?;
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        outbox_sql::projection::reset_in(&self.sql.dialect, &mut tx, projection).await?;
         tx.commit()
             .await
             .map_err(|e| storage(self.db.context("resetting a projection"), e))
@@ -186,66 +141,17 @@ impl ProjectionStore for PgProjectionStore {
 
     async fn digest(&self, projection: &dyn Projection<PgTx>) -> Result<Digest> {
         let err = |e| storage(self.db.context("digesting a projection"), e);
-        // One snapshot: the tables and the checkpoints agree.
-        let mut tx = PgTx::new(
-            self.db
-                .pool
-                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .await
-                .map_err(err)?,
-        );
-        let mut out = DigestBuilder::new();
-        projection.digest(&mut tx, &mut out).await.map_err(|e| {
-            Error::storage(
-                format!("digest of projection `{}` failed: {e}", projection.name()),
-                e,
-            )
-        })?;
-        // Checkpoints at 0 are placeholders equal to "never applied".
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT stream, last_applied FROM outbox_checkpoints \
-             WHERE projection = $1 AND last_applied > 0 ORDER BY stream",
-        )
-        .bind(projection.name().as_str())
-        .fetch_all(tx.conn())
-        .await
-        .map_err(err)?;
+        // One snapshot: the documents, tables and checkpoints agree.
+        let tx = self
+            .db
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(err)?;
+        let mut tx = PgTx::new(tx, self.sql.dialect.clone());
+        let digest = outbox_sql::projection::digest_in(&self.sql.dialect, &mut tx, projection).await?;
         tx.commit().await.map_err(err)?;
-        // Same framing as the other adapters, so equal states digest equally.
-        out.table("checkpoints");
-        for (stream, cp) in &rows {
-            out.row(&[DigestValue::Text(stream), DigestValue::Int(*cp)]);
-        }
-        Ok(out.finish())
-    }
-}
-
-impl WatermarkStore for PgProjectionStore {
-    async fn watermark(&self, stream: &StreamId) -> Result<Option<Watermark>> {
-        let row: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = $1",
-        )
-        .bind(stream.as_str())
-        .fetch_optional(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
-        row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
-    }
-
-    async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT stream, applied_through, updated_at FROM outbox_watermarks \
-             WHERE stream > $1 ORDER BY stream LIMIT $2",
-        )
-        .bind(after.map_or("", StreamId::as_str))
-        .bind(limit as i64)
-        .fetch_all(&self.db.pool)
-        .await
-        .map_err(|e| storage(self.db.context("listing watermarks"), e))?;
-        rows.into_iter()
-            .map(|w| StoredWatermark::from(w).into_watermark())
-            .collect()
+        Ok(digest)
     }
 }
 
@@ -335,31 +241,4 @@ pub async fn digest_table(conn: &mut PgConnection, table: &str, out: &mut Digest
     Ok(())
 }
 
-impl outbox_core::ViewStore for PgProjectionStore {
-    async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .fetch_optional(&self.db.pool)
-            .await
-            .map_err(|e| storage(self.db.context("reading a view document"), e))
-    }
-
-    async fn view_scan(
-        &self,
-        projection: &ProjectionName,
-        table: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let mut conn = self
-            .db
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| storage(self.db.context("scanning a view table"), e))?;
-        tx::scan(&mut conn, projection, table, after, limit).await
-    }
-}
+outbox_sql::impl_projection_ports!(PgProjectionStore, sql, PgTx);

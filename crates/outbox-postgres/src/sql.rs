@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::db::{Db, storage};
 
 /// Binds `args` to `sql`, runs it and returns the rows it changed.
-async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+pub(crate) async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
     let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
     for a in args {
         q = match *a {
@@ -30,7 +30,12 @@ async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>
 }
 
 /// Binds `args` to `sql`, runs it and returns its rows.
-async fn fetch(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+pub(crate) async fn fetch(
+    conn: &mut PgConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row>> {
     let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
     for a in args {
         q = match *a {
@@ -61,6 +66,7 @@ fn to_row(r: &PgRow) -> sqlx::Result<Row> {
                 "INT2" => Value::Int(i64::from(r.try_get::<i16, _>(i)?)),
                 "BOOL" => Value::Bool(r.try_get(i)?),
                 "BYTEA" => Value::Bytes(r.try_get(i)?),
+                "VOID" => Value::Null,
                 _ => Value::Text(r.try_get(i)?),
             }
         };
@@ -110,14 +116,14 @@ impl Conn for ReadConn {
 #[derive(Debug)]
 pub(crate) struct RoleDb {
     pub(crate) db: Arc<Db>,
-    dialect: Dialect,
+    pub(crate) dialect: Arc<Dialect>,
 }
 
 impl RoleDb {
     pub(crate) fn new(db: Arc<Db>, now: &str) -> Self {
         RoleDb {
             db,
-            dialect: Dialect::postgres(now),
+            dialect: Arc::new(Dialect::postgres(now)),
         }
     }
 }

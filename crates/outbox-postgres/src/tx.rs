@@ -3,9 +3,11 @@
 use std::ops::{Deref, DerefMut};
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage};
+use outbox_core::spi::{ApplyTx, CheckpointMove};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
+use outbox_sql::{Arg, Conn, Dialect, Row};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::db::{pnow, storage};
@@ -20,13 +22,23 @@ use crate::db::{pnow, storage};
 /// through `DerefMut`. It must not commit, roll back or keep it.
 pub struct PgTx {
     tx: Transaction<'static, Postgres>,
+    dialect: Arc<Dialect>,
     /// The transaction id taken by [`ApplyTx::guard`].
     xid: Option<i64>,
 }
 
 impl PgTx {
-    pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
-        PgTx { tx, xid: None }
+    pub(crate) fn new(tx: Transaction<'static, Postgres>, dialect: Arc<Dialect>) -> Self {
+        PgTx {
+            tx,
+            dialect,
+            xid: None,
+        }
+    }
+
+    /// The shared statements' dialect.
+    pub(crate) fn dialect(&self) -> Arc<Dialect> {
+        Arc::clone(&self.dialect)
     }
 
     pub(crate) async fn commit(self) -> sqlx::Result<()> {
@@ -56,150 +68,6 @@ impl DerefMut for PgTx {
     fn deref_mut(&mut self) -> &mut PgConnection {
         &mut self.tx
     }
-}
-
-fn as_i64(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-#[async_trait]
-impl ViewStorage for PgTx {
-    async fn view_get(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        key: &str,
-    ) -> Result<Option<String>> {
-        let err = |e| storage(format_args!("reading view document {table}/{key}"), e);
-        // Applies of different streams run concurrently on Postgres: a
-        // projection that reads a document and writes it back must not lose a
-        // concurrent update (or a concurrent first insert, which a row lock
-        // cannot cover). Lock the document's key for the transaction first,
-        // then read it in a new statement, so the read sees what the previous
-        // holder committed.
-        sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))",
-        )
-        .bind(projection.as_str())
-        .bind(table)
-        .bind(key)
-        .execute(self.conn())
-        .await
-        .map_err(err)?;
-        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .fetch_optional(self.conn())
-            .await
-            .map_err(err)
-    }
-
-    async fn view_put(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO outbox_views (projection, tbl, key, value) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
-        )
-        .bind(projection.as_str())
-        .bind(table)
-        .bind(key)
-        .bind(value)
-        .execute(self.conn())
-        .await
-        .map(drop)
-        .map_err(|e| storage(format_args!("writing view document {table}/{key}"), e))
-    }
-
-    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool> {
-        sqlx::query("DELETE FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .execute(self.conn())
-            .await
-            .map(|r| r.rows_affected() > 0)
-            .map_err(|e| storage(format_args!("deleting view document {table}/{key}"), e))
-    }
-
-    async fn view_scan(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        scan(self.conn(), projection, table, after, limit).await
-    }
-
-    async fn view_rows(
-        &mut self,
-        projection: &ProjectionName,
-        after: Option<(&str, &str)>,
-        limit: usize,
-    ) -> Result<Vec<ViewRow>> {
-        let (t, k) = after.unwrap_or(("", ""));
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT tbl, key, value FROM outbox_views WHERE projection = $1 AND (tbl, key) > ($2, $3) \
-             ORDER BY tbl, key LIMIT $4",
-        )
-        .bind(projection.as_str())
-        .bind(t)
-        .bind(k)
-        .bind(as_i64(limit))
-        .fetch_all(self.conn())
-        .await
-        .map_err(|e| {
-            storage(
-                format_args!("reading the documents of projection `{projection}`"),
-                e,
-            )
-        })?;
-        Ok(rows
-            .into_iter()
-            .map(|(table, key, value)| ViewRow { table, key, value })
-            .collect())
-    }
-
-    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64> {
-        sqlx::query("DELETE FROM outbox_views WHERE projection = $1")
-            .bind(projection.as_str())
-            .execute(self.conn())
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(|e| {
-                storage(
-                    format_args!("clearing the documents of projection `{projection}`"),
-                    e,
-                )
-            })
-    }
-}
-
-/// A page of one view table, in key order (also the store's read path).
-pub(crate) async fn scan(
-    conn: &mut PgConnection,
-    projection: &ProjectionName,
-    table: &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<(String, String)>> {
-    sqlx::query_as(
-        "SELECT key, value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key > $3 \
-         ORDER BY key LIMIT $4",
-    )
-    .bind(projection.as_str())
-    .bind(table)
-    .bind(after.unwrap_or(""))
-    .bind(as_i64(limit))
-    .fetch_all(conn)
-    .await
-    .map_err(|e| storage(format_args!("scanning view table {table}"), e))
 }
 
 /// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
@@ -339,5 +207,16 @@ impl ApplyTx for PgTx {
             .await
             .map_err(|e| storage("advancing checkpoints", e))?;
         Ok(u64::try_from(moved).unwrap_or(0))
+    }
+}
+
+#[async_trait]
+impl Conn for PgTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        crate::sql::execute(self.conn(), what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        crate::sql::fetch(self.conn(), what, sql, args).await
     }
 }

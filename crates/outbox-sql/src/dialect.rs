@@ -72,6 +72,12 @@ impl Dialect {
         out
     }
 
+    /// Whether writers run concurrently and take row locks (Postgres), rather
+    /// than being serialized by the database (SQLite's `BEGIN IMMEDIATE`).
+    pub fn locks_rows(&self) -> bool {
+        self.lock_stream.is_some()
+    }
+
     /// The statement locking a stream (`$1`) before its outbox rows change,
     /// if the dialect needs one.
     pub fn lock_stream(&self) -> Option<&'static str> {

@@ -76,7 +76,7 @@ pub(crate) struct Db {
     pub(crate) path: PathBuf,
     busy_timeout: Duration,
     /// The shared statements' dialect, with this file's clock.
-    pub(crate) dialect: outbox_sql::Dialect,
+    pub(crate) dialect: std::sync::Arc<outbox_sql::Dialect>,
 }
 
 /// The SQLite primary result code of a driver error, if it has one.
@@ -362,7 +362,7 @@ impl Db {
             reader,
             path: abs,
             busy_timeout: options.busy_timeout,
-            dialect: outbox_sql::Dialect::sqlite(now_ms!()),
+            dialect: std::sync::Arc::new(outbox_sql::Dialect::sqlite(now_ms!())),
         };
         if let Err(e) = db.setup(role).await {
             db.writer.close().await;

@@ -5,15 +5,14 @@ use std::sync::Arc;
 
 use outbox_core::spi::apply_in;
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName,
-    ProjectionStore, Result, StoredWatermark, StreamId, Watermark, WatermarkStore, validate_limit,
-    validate_projection_names,
+    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, Projection, ProjectionName,
+    ProjectionStore, Result, StreamId,
 };
 use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, path_from_url, storage};
-use crate::tx::{self, SqliteTx};
+use crate::tx::SqliteTx;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
@@ -113,17 +112,6 @@ pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut Di
     Ok(())
 }
 
-async fn checkpoint_of(conn: &mut SqliteConnection, projection: &str, stream: &str) -> sqlx::Result<u64> {
-    let cp: Option<i64> = sqlx::query_scalar(
-        "SELECT last_applied FROM outbox_checkpoints WHERE projection = ?1 AND stream = ?2",
-    )
-    .bind(projection)
-    .bind(stream)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
-}
-
 impl SqliteProjectionStore {
     /// Opens (creating if needed, mode 0600) the projection database at
     /// `path` and applies its migrations. Refuses the same inputs as
@@ -167,7 +155,7 @@ impl SqliteProjectionStore {
     }
 
     async fn begin(&self) -> Result<SqliteTx> {
-        Ok(SqliteTx::new(self.db.begin().await?))
+        Ok(SqliteTx::new(self.db.begin().await?, self.db.dialect.clone()))
     }
 
     async fn commit(&self, tx: SqliteTx, what: &str) -> Result<()> {
@@ -179,13 +167,8 @@ impl ProjectionStore for SqliteProjectionStore {
     type Tx = SqliteTx;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<SqliteTx>>]) -> Result<()> {
-        validate_projection_names(projections)?;
         let mut tx = self.begin().await?;
-        for p in projections {
-            p.setup(&mut tx).await.map_err(|e| {
-                Error::storage(format!("setting up projection `{}` failed: {e}", p.name()), e)
-            })?;
-        }
+        outbox_sql::projection::setup_in(&self.db.dialect, &mut tx, projections).await?;
         self.commit(tx, "setting up projections").await
     }
 
@@ -205,98 +188,26 @@ impl ProjectionStore for SqliteProjectionStore {
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
-        let mut conn = self.db.read().await?;
-        checkpoint_of(&mut conn, projection.as_str(), stream.as_str())
-            .await
-            .map_err(|e| storage(self.db.context("reading a checkpoint"), e))
+        outbox_sql::projection::checkpoint(&*self.db, projection, stream).await
     }
 
     async fn reset(&self, projection: &dyn Projection<SqliteTx>) -> Result<()> {
         let mut tx = self.begin().await?;
-        tx::reset_in(&mut tx, projection).await?;
+        outbox_sql::projection::reset_in(&self.db.dialect, &mut tx, projection).await?;
         self.commit(tx, "resetting a projection").await
     }
 
     async fn digest(&self, projection: &dyn Projection<SqliteTx>) -> Result<Digest> {
         let err = |e| storage(self.db.context("digesting a projection"), e);
-        // One read transaction: the tables and the checkpoints are one snapshot.
-        let mut tx = SqliteTx::new(self.db.reader.begin().await.map_err(err)?);
-        let mut out = DigestBuilder::new();
-        projection.digest(&mut tx, &mut out).await.map_err(|e| {
-            Error::storage(
-                format!("digest of projection `{}` failed: {e}", projection.name()),
-                e,
-            )
-        })?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1 ORDER BY stream",
-        )
-        .bind(projection.name().as_str())
-        .fetch_all(tx.conn())
-        .await
-        .map_err(err)?;
+        // One read transaction: the documents, tables and checkpoints are one snapshot.
+        let mut tx = SqliteTx::new(
+            self.db.reader.begin().await.map_err(err)?,
+            self.db.dialect.clone(),
+        );
+        let digest = outbox_sql::projection::digest_in(&self.db.dialect, &mut tx, projection).await?;
         tx.commit().await.map_err(err)?;
-        // Same framing as the memory adapter, so equal states digest equally.
-        out.table("checkpoints");
-        for (stream, cp) in &rows {
-            out.row(&[DigestValue::Text(stream), DigestValue::Int(*cp)]);
-        }
-        Ok(out.finish())
+        Ok(digest)
     }
 }
 
-impl WatermarkStore for SqliteProjectionStore {
-    async fn watermark(&self, stream: &StreamId) -> Result<Option<Watermark>> {
-        let mut conn = self.db.read().await?;
-        let row: Option<(String, i64, i64)> = sqlx::query_as(
-            "SELECT stream, applied_through, updated_at FROM outbox_watermarks WHERE stream = ?1",
-        )
-        .bind(stream.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| storage(self.db.context("reading a watermark"), e))?;
-        row.map(|w| StoredWatermark::from(w).into_watermark()).transpose()
-    }
-
-    async fn watermarks(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<Watermark>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let mut conn = self.db.read().await?;
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT stream, applied_through, updated_at FROM outbox_watermarks \
-             WHERE stream > ?1 ORDER BY stream LIMIT ?2",
-        )
-        .bind(after.map_or("", StreamId::as_str))
-        .bind(limit as i64)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(|e| storage(self.db.context("listing watermarks"), e))?;
-        rows.into_iter()
-            .map(|w| StoredWatermark::from(w).into_watermark())
-            .collect()
-    }
-}
-
-impl outbox_core::ViewStore for SqliteProjectionStore {
-    async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
-        let mut conn = self.db.read().await?;
-        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = ?1 AND tbl = ?2 AND key = ?3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| storage(self.db.context("reading a view document"), e))
-    }
-
-    async fn view_scan(
-        &self,
-        projection: &ProjectionName,
-        table: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        let limit = validate_limit(limit, MAX_PAGE)?;
-        let mut conn = self.db.read().await?;
-        tx::scan(&mut conn, projection, table, after, limit).await
-    }
-}
+outbox_sql::impl_projection_ports!(SqliteProjectionStore, db, SqliteTx);

@@ -10,7 +10,12 @@ use sqlx::{AssertSqlSafe, Row as _, Sqlite, SqliteConnection, Transaction, TypeI
 use crate::db::{Db, storage};
 
 /// Binds `args` to `sql`, runs it and returns the rows it changed.
-async fn execute(conn: &mut SqliteConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+pub(crate) async fn execute(
+    conn: &mut SqliteConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64> {
     let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
     for a in args {
         q = match *a {
@@ -28,7 +33,12 @@ async fn execute(conn: &mut SqliteConnection, what: &str, sql: &str, args: &[Arg
 }
 
 /// Binds `args` to `sql`, runs it and returns its rows.
-async fn fetch(conn: &mut SqliteConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+pub(crate) async fn fetch(
+    conn: &mut SqliteConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row>> {
     let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
     for a in args {
         q = match *a {

@@ -1,9 +1,11 @@
 //! The projection transaction handle: what appliers write through.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage};
-use outbox_core::{Error, ProjectionName, Result, StreamId, async_trait};
+use outbox_core::spi::{ApplyTx, CheckpointMove};
+use outbox_core::{ProjectionName, Result, StreamId, async_trait};
+use outbox_sql::{Arg, Conn, Dialect, Row};
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 
 use crate::db::{now_ms, storage};
@@ -18,11 +20,17 @@ use crate::db::{now_ms, storage};
 /// through `DerefMut`. It must not commit, roll back or keep it.
 pub struct SqliteTx {
     tx: Transaction<'static, Sqlite>,
+    dialect: Arc<Dialect>,
 }
 
 impl SqliteTx {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>) -> Self {
-        SqliteTx { tx }
+    pub(crate) fn new(tx: Transaction<'static, Sqlite>, dialect: Arc<Dialect>) -> Self {
+        SqliteTx { tx, dialect }
+    }
+
+    /// The shared statements' dialect.
+    pub(crate) fn dialect(&self) -> Arc<Dialect> {
+        Arc::clone(&self.dialect)
     }
 
     pub(crate) async fn commit(self) -> sqlx::Result<()> {
@@ -52,134 +60,6 @@ impl DerefMut for SqliteTx {
     fn deref_mut(&mut self) -> &mut SqliteConnection {
         &mut self.tx
     }
-}
-
-fn as_i64(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-#[async_trait]
-impl ViewStorage for SqliteTx {
-    async fn view_get(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        key: &str,
-    ) -> Result<Option<String>> {
-        sqlx::query_scalar("SELECT value FROM outbox_views WHERE projection = ?1 AND tbl = ?2 AND key = ?3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .fetch_optional(self.conn())
-            .await
-            .map_err(|e| storage(format_args!("reading view document {table}/{key}"), e))
-    }
-
-    async fn view_put(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO outbox_views (projection, tbl, key, value) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
-        )
-        .bind(projection.as_str())
-        .bind(table)
-        .bind(key)
-        .bind(value)
-        .execute(self.conn())
-        .await
-        .map(drop)
-        .map_err(|e| storage(format_args!("writing view document {table}/{key}"), e))
-    }
-
-    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool> {
-        sqlx::query("DELETE FROM outbox_views WHERE projection = ?1 AND tbl = ?2 AND key = ?3")
-            .bind(projection.as_str())
-            .bind(table)
-            .bind(key)
-            .execute(self.conn())
-            .await
-            .map(|r| r.rows_affected() > 0)
-            .map_err(|e| storage(format_args!("deleting view document {table}/{key}"), e))
-    }
-
-    async fn view_scan(
-        &mut self,
-        projection: &ProjectionName,
-        table: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        scan(self.conn(), projection, table, after, limit).await
-    }
-
-    async fn view_rows(
-        &mut self,
-        projection: &ProjectionName,
-        after: Option<(&str, &str)>,
-        limit: usize,
-    ) -> Result<Vec<ViewRow>> {
-        let (t, k) = after.unwrap_or(("", ""));
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT tbl, key, value FROM outbox_views WHERE projection = ?1 AND (tbl, key) > (?2, ?3) \
-             ORDER BY tbl, key LIMIT ?4",
-        )
-        .bind(projection.as_str())
-        .bind(t)
-        .bind(k)
-        .bind(as_i64(limit))
-        .fetch_all(self.conn())
-        .await
-        .map_err(|e| {
-            storage(
-                format_args!("reading the documents of projection `{projection}`"),
-                e,
-            )
-        })?;
-        Ok(rows
-            .into_iter()
-            .map(|(table, key, value)| ViewRow { table, key, value })
-            .collect())
-    }
-
-    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64> {
-        sqlx::query("DELETE FROM outbox_views WHERE projection = ?1")
-            .bind(projection.as_str())
-            .execute(self.conn())
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(|e| {
-                storage(
-                    format_args!("clearing the documents of projection `{projection}`"),
-                    e,
-                )
-            })
-    }
-}
-
-/// A page of one view table, in key order (also the store's read path).
-pub(crate) async fn scan(
-    conn: &mut SqliteConnection,
-    projection: &ProjectionName,
-    table: &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<(String, String)>> {
-    sqlx::query_as(
-        "SELECT key, value FROM outbox_views WHERE projection = ?1 AND tbl = ?2 AND key > ?3 \
-         ORDER BY key LIMIT ?4",
-    )
-    .bind(projection.as_str())
-    .bind(table)
-    .bind(after.unwrap_or(""))
-    .bind(as_i64(limit))
-    .fetch_all(conn)
-    .await
-    .map_err(|e| storage(format_args!("scanning view table {table}"), e))
 }
 
 #[async_trait]
@@ -263,30 +143,13 @@ impl ApplyTx for SqliteTx {
     }
 }
 
-/// Runs the store's own reset around user code: guards the projection's
-/// `reset`, then deletes its checkpoints.
-pub(crate) async fn reset_in(
-    tx: &mut SqliteTx,
-    projection: &dyn outbox_core::Projection<SqliteTx>,
-) -> Result<()> {
-    tx.guard().await?;
-    projection.reset(tx).await.map_err(|e| {
-        Error::storage(
-            format!("resetting projection `{}` failed: {e}", projection.name()),
-            e,
-        )
-    })?;
-    if let Some(detail) = tx.check_guard().await? {
-        return Err(outbox_core::spi::ended_by_projection(
-            &format!("`{}`", projection.name()),
-            None,
-            &detail,
-        ));
+#[async_trait]
+impl Conn for SqliteTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        crate::sql::execute(self.conn(), what, sql, args).await
     }
-    sqlx::query("DELETE FROM outbox_checkpoints WHERE projection = ?1")
-        .bind(projection.name().as_str())
-        .execute(tx.conn())
-        .await
-        .map(drop)
-        .map_err(|e| storage("resetting checkpoints", e))
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        crate::sql::fetch(self.conn(), what, sql, args).await
+    }
 }
