@@ -3,10 +3,8 @@
 use std::sync::Arc;
 
 use crate::spi::{ApplyTx, CheckpointMove};
-use crate::{
-    ApplyOutcome, ApplyReport, BoxError, Error, Event, Intent, Projection, Result, StreamId, plan_apply,
-    projection_names, validate_projection_names, validate_run,
-};
+use crate::spi::{plan_apply, projection_names, validate_projection_names, validate_run};
+use crate::{ApplyOutcome, ApplyReport, BoxError, Error, Event, Intent, Projection, Result, StreamId};
 
 /// The message of a transaction ended by user code (an applier or a
 /// projection's reset): a permanent [`Error::Storage`]. `detail` is the

@@ -22,7 +22,7 @@ pub use event::{
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
     FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
-    OutboxSummary, truncate_error, validate_limit, validate_ttl,
+    OutboxSummary,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
@@ -30,18 +30,14 @@ pub use ports::{
     ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
-    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, ProjectionPlan,
-    StreamLag, Watermark, plan_apply, validate_run,
+    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,
+    Watermark,
 };
 pub use run::{RunEnd, RunKind, RunRecord, RunState};
-pub use stored::{
-    StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
-    projection_names, projection_undecodable, validate_projection_names,
-};
-pub use time::{Clock, ManualClock, SystemClock, Timestamp, duration_millis};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,
-    digest_view, validate_view_key, validate_view_table, view_projection,
+    validate_view_key, validate_view_table, view_projection,
 };
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.

@@ -246,7 +246,7 @@ pub trait LeaseStore: Send + Sync {
 /// # Contract
 /// `apply`:
 /// - Runs ONE transaction. For every projection given, reads its checkpoint
-///   for the stream and plans with [`plan_apply`](crate::plan_apply): events
+///   for the stream and plans with [`plan_apply`](crate::spi::plan_apply): events
 ///   at or below the checkpoint are skipped as duplicates; if the first new
 ///   event is not `checkpoint + 1` the transaction writes nothing and the
 ///   call returns [`ApplyOutcome::Gap`].
@@ -265,7 +265,7 @@ pub trait LeaseStore: Send + Sync {
 ///   store detects it, moves no checkpoint and returns a permanent
 ///   [`Error::Storage`](crate::Error::Storage).
 /// - `events` must be a contiguous run of `stream` (see
-///   [`validate_run`](crate::validate_run)); otherwise `InvalidInput`.
+///   [`validate_run`](crate::spi::validate_run)); otherwise `InvalidInput`.
 /// - Concurrent `apply` calls for the same (projection, stream) serialize:
 ///   each event commits at most once.
 ///
@@ -465,7 +465,7 @@ pub trait RunStore: Send + Sync {
 ///   or `None`.
 /// - `view_scan` returns up to `limit` committed documents of one table with
 ///   key strictly greater than `after`, ordered by key bytewise, as
-///   [`ViewStorage::view_scan`] does inside a transaction.
+///   [`ViewStorage::view_scan`](crate::spi::ViewStorage::view_scan) does inside a transaction.
 /// - Each call reads one committed state; it never blocks an apply for long.
 pub trait ViewStore: Send + Sync {
     /// One document.

@@ -9,7 +9,14 @@ use async_trait::async_trait;
 use crate::{ProjectionName, Result, StreamId};
 
 pub use crate::apply::{apply_in, ended_by_projection};
-pub use crate::outbox::validate_limit;
+pub use crate::outbox::{truncate_error, validate_limit, validate_ttl};
+pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
+pub use crate::stored::{
+    StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
+    projection_names, projection_undecodable, validate_projection_names,
+};
+pub use crate::time::duration_millis;
+pub use crate::view::digest_view;
 
 /// One checkpoint an apply moves: from the value read to the run's last
 /// applied seq.

@@ -5,15 +5,16 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use outbox_core::spi::{truncate_error, validate_limit, validate_ttl};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxInspector, OutboxQueue, OutboxRow,
     OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId, StreamVersion, SystemClock,
-    Timestamp, WorkerId, WorkerInfo, WorkerRegistry, truncate_error, validate_limit, validate_ttl,
+    Timestamp, WorkerId, WorkerInfo, WorkerRegistry,
 };
 
-/// The in-memory journal: implements [`EventJournal`], [`OutboxQueue`] and
-/// [`LeaseStore`] over one mutex-protected state, so every operation is one
+/// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
+/// [`LeaseStore`](outbox_core::LeaseStore) over one mutex-protected state, so every operation is one
 /// atomic "transaction". Clones share the state (like two connections to one
 /// database); time comes from the injected [`Clock`], which plays the role of
 /// the database's clock.

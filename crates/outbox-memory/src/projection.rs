@@ -4,15 +4,14 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use outbox_core::spi::validate_ttl;
 use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage, apply_in};
+use outbox_core::spi::{validate_limit, validate_projection_names};
 use outbox_core::{
     ApplyOutcome, Clock, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection,
     ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark, WatermarkStore,
-    validate_limit, validate_projection_names,
 };
-use outbox_core::{
-    RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait, validate_ttl,
-};
+use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Projection tables: table name -> key -> value bytes, all ordered.
@@ -31,7 +30,7 @@ struct State {
 }
 
 /// The in-memory projection store: implements [`ProjectionStore`] (with
-/// [`MemoryTx`] as the transaction handle) and [`WatermarkStore`].
+/// [`MemoryTx`] as the transaction handle) and [`WatermarkStore`](outbox_core::WatermarkStore).
 ///
 /// One async mutex serializes transactions, like SQLite's single writer.
 /// Clones share the state.
@@ -593,7 +592,7 @@ impl RunStore for MemoryProjectionStore {
         run.state = end.state();
         if let RunEnd::Failed { code, message } = end {
             run.error_code = Some(code);
-            run.error_message = Some(outbox_core::truncate_error(&message).to_owned());
+            run.error_message = Some(outbox_core::spi::truncate_error(&message).to_owned());
         }
         run.updated_at = now;
         Ok(run.clone())

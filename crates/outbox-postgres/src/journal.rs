@@ -4,11 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use outbox_core::spi::{
+    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, truncate_error, validate_limit,
+};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
-    StoredEvent, StoredOutboxRow, StreamId, StreamVersion, Timestamp, WakeSource, duration_millis,
-    journal_undecodable, truncate_error, validate_limit,
+    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
+    StreamVersion, Timestamp, WakeSource,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
@@ -18,8 +20,8 @@ use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::sql::RoleDb;
 use crate::wake::PgWakeSource;
 
-/// The Postgres journal database: implements [`EventJournal`],
-/// [`OutboxQueue`], [`LeaseStore`] and [`WorkerRegistry`] on one schema.
+/// The Postgres journal database: implements [`EventJournal`](outbox_core::EventJournal),
+/// [`OutboxQueue`](outbox_core::OutboxQueue), [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one schema.
 ///
 /// Any number of instances, in any number of processes and hosts, may use the
 /// same schema: appends lock their streams' version rows, claims are guarded

@@ -17,7 +17,7 @@ use crate::{PgJournal, PgOptions, validate_identifier};
 
 /// The Postgres projection database: implements [`ProjectionStore`]
 /// (appliers write through a [`PgTx`], inside the store's transaction),
-/// [`WatermarkStore`], [`ViewStore`](outbox_core::ViewStore) and
+/// [`WatermarkStore`](outbox_core::WatermarkStore), [`ViewStore`](outbox_core::ViewStore) and
 /// [`RunStore`](outbox_core::RunStore) (replay and rebuild runs in
 /// `outbox_runs`).
 ///
@@ -94,7 +94,7 @@ impl PgProjectionStore {
     #[doc(hidden)]
     pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
         self.db
-            .advance_clock(Role::Projection, outbox_core::duration_millis(d))
+            .advance_clock(Role::Projection, outbox_core::spi::duration_millis(d))
             .await
     }
 }

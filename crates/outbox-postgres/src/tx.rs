@@ -16,7 +16,7 @@ use crate::db::{pnow, storage};
 /// an apply or a reset, a repeatable-read snapshot for a digest).
 ///
 /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-/// use it through its [`ViewStorage`] implementation without knowing it is
+/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
 /// Postgres. A hand-written projection (`Projection<PgTx>`, the escape
 /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
 /// through `DerefMut`. It must not commit, roll back or keep it.

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use outbox_core::spi::validate_limit;
+use outbox_core::spi::{StoredLease, StoredOutboxRow, duration_millis, journal_undecodable, validate_ttl};
 use outbox_core::{
-    Error, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StoredLease,
-    StoredOutboxRow, StreamId, Timestamp, WorkerId, WorkerInfo, duration_millis, journal_undecodable,
-    validate_ttl,
+    Error, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId, Timestamp,
+    WorkerId, WorkerInfo,
 };
 
 use crate::{Arg, Conn, Database, Row};

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use outbox_core::spi::{ApplyTx, ViewRow, ended_by_projection, validate_limit};
+use outbox_core::spi::{StoredWatermark, projection_undecodable, validate_projection_names};
 use outbox_core::{
-    Digest, DigestBuilder, DigestValue, Error, MAX_PAGE, Projection, ProjectionName, Result, StoredWatermark,
-    StreamId, Watermark, projection_undecodable, validate_projection_names,
+    Digest, DigestBuilder, DigestValue, Error, MAX_PAGE, Projection, ProjectionName, Result, StreamId,
+    Watermark,
 };
 
 use crate::{Arg, Conn, Database, Dialect, Row};

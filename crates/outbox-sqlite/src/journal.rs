@@ -4,11 +4,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
+use outbox_core::spi::{
+    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, truncate_error, validate_limit,
+};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
-    StoredEvent, StoredOutboxRow, StreamId, StreamVersion, Timestamp, duration_millis, journal_undecodable,
-    truncate_error, validate_limit,
+    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
+    StreamVersion, Timestamp,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
@@ -16,8 +18,8 @@ use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 
-/// The SQLite journal database: implements [`EventJournal`], [`OutboxQueue`],
-/// [`LeaseStore`] and [`WorkerRegistry`] on one file.
+/// The SQLite journal database: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue),
+/// [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one file.
 ///
 /// Every write runs in a `BEGIN IMMEDIATE` transaction on the instance's
 /// single writer connection; reads use a small pool of read-only

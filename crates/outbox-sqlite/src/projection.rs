@@ -16,7 +16,7 @@ use crate::tx::SqliteTx;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
-/// transaction), [`WatermarkStore`] and [`ViewStore`](outbox_core::ViewStore).
+/// transaction), [`WatermarkStore`](outbox_core::WatermarkStore) and [`ViewStore`](outbox_core::ViewStore).
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
 /// watermarks live in one file, so an apply commits them together. Clones
@@ -151,7 +151,7 @@ impl SqliteProjectionStore {
     /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal).
     #[doc(hidden)]
     pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
-        self.db.advance_clock(outbox_core::duration_millis(d)).await
+        self.db.advance_clock(outbox_core::spi::duration_millis(d)).await
     }
 
     async fn begin(&self) -> Result<SqliteTx> {

@@ -14,7 +14,7 @@ use crate::db::{now_ms, storage};
 /// an apply or a reset, a read transaction for a digest).
 ///
 /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-/// use it through its [`ViewStorage`] implementation without knowing it is
+/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
 /// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
 /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
 /// through `DerefMut`. It must not commit, roll back or keep it.

@@ -18,7 +18,7 @@ pub type TxOf<H> = <<H as Harness>::Projections as ProjectionStore>::Tx;
 /// never reaches behind the ports except through [`Harness::advance`] and
 /// [`Harness::corrupt_payload`], which each adapter implements on its own
 /// terms. The oracle is a backend-neutral projection and is read back through
-/// the [`ViewStore`] port.
+/// the [`ViewStore`](outbox_core::ViewStore) port.
 pub trait Harness: Send + Sync + Sized + 'static {
     /// The journal database (journal, outbox, leases and the worker registry).
     type Journal: EventJournal

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use outbox_core::spi::truncate_error;
 use outbox_core::{
     AppendOptions, DeadLetters, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore,
     MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, RetryPolicy, Seq,
-    StreamId, truncate_error,
+    StreamId,
 };
 
 use super::support::{
