@@ -51,7 +51,8 @@ impl TickReport {
     }
 }
 
-enum RunEnd {
+/// How draining one stream in a pass ended.
+enum StreamPass {
     /// Nothing more is immediately processable.
     Drained,
     /// The stream is blocked behind a failed or dead head.
@@ -129,8 +130,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     renewed_at = Instant::now();
                 }
                 match self.run_batch(kind, &lease, report).await? {
-                    RunEnd::Budget => continue,
-                    RunEnd::Drained | RunEnd::Blocked => break,
+                    StreamPass::Budget => continue,
+                    StreamPass::Drained | StreamPass::Blocked => break,
                 }
             }
             Ok::<(), Error>(())
@@ -151,12 +152,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Claims one run of rows and applies (or verifies) it.
-    async fn run_batch(&self, kind: WorkerKind, lease: &Lease, report: &mut TickReport) -> Result<RunEnd> {
+    async fn run_batch(&self, kind: WorkerKind, lease: &Lease, report: &mut TickReport) -> Result<StreamPass> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
         let rows = inner.journal.claim(lease, batch).await?;
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-            return Ok(RunEnd::Drained);
+            return Ok(StreamPass::Drained);
         };
         let stream = &lease.stream;
         report.claimed += rows.len() as u64;
@@ -170,7 +171,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     return self
                         .record_failure(lease, first, &e, report)
                         .await
-                        .map(|()| RunEnd::Blocked);
+                        .map(|()| StreamPass::Blocked);
                 }
             };
             let result = match kind {
@@ -186,9 +187,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         Metrics::add(&inner.metrics.shadow_verified, n);
                     }
                     Ok(if rows.len() == batch {
-                        RunEnd::Budget
+                        StreamPass::Budget
                     } else {
-                        RunEnd::Drained
+                        StreamPass::Drained
                     })
                 }
                 Err(Error::Apply {
@@ -224,12 +225,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     let failing = rows.iter().find(|r| r.seq == failing_seq).unwrap_or(first);
                     self.record_failure(lease, failing, &err, report).await?;
-                    Ok(RunEnd::Blocked)
+                    Ok(StreamPass::Blocked)
                 }
                 Err(e) if e.is_temporary() => Err(e),
                 Err(e) => {
                     self.record_failure(lease, first, &e, report).await?;
-                    Ok(RunEnd::Blocked)
+                    Ok(StreamPass::Blocked)
                 }
             }
         }

@@ -57,26 +57,6 @@ pub trait Harness: Send + Sync + Sized + 'static {
         stream: &StreamId,
         seq: Seq,
     ) -> impl Future<Output = ()> + Send;
-
-    /// What the adapter can do; checks needing a missing capability are
-    /// reported as skipped with the reason, never silently passed.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-}
-
-/// Optional abilities of an adapter.
-#[derive(Clone, Debug)]
-pub struct Capabilities {
-    /// Several instances on one database coordinate through the database (true
-    /// for every adapter we ship; the memory adapter shares state between clones).
-    pub multi_instance: bool,
-}
-
-impl Default for Capabilities {
-    fn default() -> Self {
-        Capabilities { multi_instance: true }
-    }
 }
 
 /// Stores opened by [`Harness::open`].
