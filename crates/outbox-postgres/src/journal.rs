@@ -4,16 +4,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use outbox_core::spi::{
-    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, truncate_error, validate_limit,
-};
+use outbox_core::spi::{duration_millis, journal_undecodable, truncate_error, validate_limit};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
     StreamVersion, Timestamp, WakeSource,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
-use sqlx::{Connection, PgConnection, Postgres, Row, Transaction};
+use sqlx::{Connection, PgConnection, Postgres, Transaction};
 
 use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
@@ -35,44 +33,15 @@ pub struct PgJournal {
     sql: Arc<RoleDb>,
 }
 
-macro_rules! event_cols {
-    () => {
-        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
-         correlation_id, causation_id"
-    };
-}
-
 fn decode_row(r: &PgRow) -> Result<OutboxRow> {
-    let bad = |e: sqlx::Error| journal_undecodable("outbox row", e);
-    StoredOutboxRow {
-        stream: r.try_get(0).map_err(bad)?,
-        seq: r.try_get(1).map_err(bad)?,
-        event_type: r.try_get(2).map_err(bad)?,
-        status: r.try_get(3).map_err(bad)?,
-        attempt_count: i64::from(r.try_get::<i32, _>(4).map_err(bad)?),
-        next_attempt_at: r.try_get(5).map_err(bad)?,
-        last_error: r.try_get(6).map_err(bad)?,
-        updated_at: r.try_get(7).map_err(bad)?,
-    }
-    .into_row()
+    outbox_sql::journal::decode_row(&crate::sql::to_row(r).map_err(|e| journal_undecodable("outbox row", e))?)
 }
 
 fn decode_event(r: &PgRow, stream: &StreamId) -> Result<Event> {
-    let seq: i64 = r.try_get(2).map_err(|e| journal_undecodable("event", e))?;
-    let bad = |e: sqlx::Error| StoredEvent::column_error(stream, seq, e);
-    StoredEvent {
-        stream: r.try_get(1).map_err(bad)?,
-        global_position: r.try_get(0).map_err(bad)?,
-        seq,
-        event_type: r.try_get(3).map_err(bad)?,
-        intent: r.try_get(4).map_err(bad)?,
-        payload: r.try_get(5).map_err(bad)?,
-        payload_hash: r.try_get(6).map_err(bad)?,
-        recorded_at: r.try_get(7).map_err(bad)?,
-        correlation_id: r.try_get(8).map_err(bad)?,
-        causation_id: r.try_get(9).map_err(bad)?,
-    }
-    .into_event(stream)
+    outbox_sql::journal::decode_event(
+        &crate::sql::to_row(r).map_err(|e| journal_undecodable("event", e))?,
+        stream,
+    )
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -442,7 +411,7 @@ impl EventJournal for PgJournal {
     async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {
         let row = sqlx::query(concat!(
             "SELECT ",
-            event_cols!(),
+            outbox_sql::event_columns!(),
             " FROM events WHERE stream = $1 AND seq = $2"
         ))
         .bind(stream.as_str())
@@ -458,7 +427,7 @@ impl EventJournal for PgJournal {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let rows = sqlx::query(concat!(
             "SELECT ",
-            event_cols!(),
+            outbox_sql::event_columns!(),
             " FROM events WHERE stream = $1 AND seq >= $2 ORDER BY seq LIMIT $3"
         ))
         .bind(stream.as_str())

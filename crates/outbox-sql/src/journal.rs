@@ -4,17 +4,56 @@
 use std::time::Duration;
 
 use outbox_core::spi::validate_limit;
-use outbox_core::spi::{StoredLease, StoredOutboxRow, duration_millis, journal_undecodable, validate_ttl};
+use outbox_core::spi::{
+    StoredEvent, StoredLease, StoredOutboxRow, duration_millis, journal_undecodable, validate_ttl,
+};
 use outbox_core::{
-    Error, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId, Timestamp,
-    WorkerId, WorkerInfo,
+    Error, Event, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId,
+    Timestamp, WorkerId, WorkerInfo,
 };
 
 use crate::{Arg, Conn, Database, Row};
 
+/// The columns of an outbox row, in [`decode_row`]'s order, as a literal
+/// (for `concat!` in the adapters' hot statements).
+#[macro_export]
+macro_rules! outbox_row_columns {
+    () => {
+        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
+    };
+}
+
+/// The columns of an event, in [`decode_event`]'s order, as a literal.
+#[macro_export]
+macro_rules! event_columns {
+    () => {
+        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
+         correlation_id, causation_id"
+    };
+}
+
 /// The columns of an outbox row, in [`decode_row`]'s order.
-pub const ROW_COLUMNS: &str =
-    "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at";
+pub const ROW_COLUMNS: &str = outbox_row_columns!();
+
+/// An event of `stream` from the columns of [`event_columns!`]; a column
+/// that does not decode is [`Error::Corrupt`] naming the event.
+pub fn decode_event(r: &Row, stream: &StreamId) -> Result<Event> {
+    let seq = r.int(2).map_err(|e| journal_undecodable("event", e))?;
+    let bad = |e: Error| StoredEvent::column_error(stream, seq, e);
+    StoredEvent {
+        global_position: r.int(0).map_err(bad)?,
+        stream: r.text(1).map_err(bad)?,
+        seq,
+        event_type: r.text(3).map_err(bad)?,
+        intent: r.text(4).map_err(bad)?,
+        payload: r.bytes(5).map_err(bad)?,
+        payload_hash: r.bytes(6).map_err(bad)?,
+        recorded_at: r.int(7).map_err(bad)?,
+        correlation_id: r.opt_text(8).map_err(bad)?,
+        causation_id: r.opt_text(9).map_err(bad)?,
+    }
+    .into_event(stream)
+}
 
 const WORKER_COLUMNS: &str = "id, host, pid, mode, started_at, last_beat, expires_at";
 

@@ -87,6 +87,14 @@ impl Row {
         }
     }
 
+    /// A bytes column.
+    pub fn bytes(&self, i: usize) -> Result<Vec<u8>> {
+        match self.get(i)? {
+            Value::Bytes(b) => Ok(b.clone()),
+            other => Err(wrong(i, "bytes", other)),
+        }
+    }
+
     /// A text column that may be `NULL`.
     pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
         match self.get(i)? {

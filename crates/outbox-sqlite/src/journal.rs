@@ -4,16 +4,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, LazyLock};
 
-use outbox_core::spi::{
-    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, truncate_error, validate_limit,
-};
+use outbox_core::spi::{duration_millis, journal_undecodable, truncate_error, validate_limit};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
     StreamVersion, Timestamp,
 };
 use sqlx::sqlite::SqliteRow;
-use sqlx::{AssertSqlSafe, Connection, Row, Sqlite, SqliteConnection, Transaction};
+use sqlx::{AssertSqlSafe, Connection, Sqlite, SqliteConnection, Transaction};
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
@@ -30,19 +28,6 @@ use crate::db::{Db, Role, now_ms, path_from_url, storage};
 #[derive(Clone, Debug)]
 pub struct SqliteJournal {
     db: Arc<Db>,
-}
-
-macro_rules! row_cols {
-    () => {
-        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
-    };
-}
-
-macro_rules! event_cols {
-    () => {
-        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
-         correlation_id, causation_id"
-    };
 }
 
 /// The largest number of events inserted by one statement.
@@ -75,36 +60,14 @@ fn chunks(n: usize) -> impl Iterator<Item = usize> {
 }
 
 fn decode_row(r: &SqliteRow) -> Result<OutboxRow> {
-    let bad = |e: sqlx::Error| journal_undecodable("outbox row", e);
-    StoredOutboxRow {
-        stream: r.try_get(0).map_err(bad)?,
-        seq: r.try_get(1).map_err(bad)?,
-        event_type: r.try_get(2).map_err(bad)?,
-        status: r.try_get(3).map_err(bad)?,
-        attempt_count: r.try_get(4).map_err(bad)?,
-        next_attempt_at: r.try_get(5).map_err(bad)?,
-        last_error: r.try_get(6).map_err(bad)?,
-        updated_at: r.try_get(7).map_err(bad)?,
-    }
-    .into_row()
+    outbox_sql::journal::decode_row(&crate::sql::to_row(r).map_err(|e| journal_undecodable("outbox row", e))?)
 }
 
 fn decode_event(r: &SqliteRow, stream: &StreamId) -> Result<Event> {
-    let seq: i64 = r.try_get(2).map_err(|e| journal_undecodable("event", e))?;
-    let bad = |e: sqlx::Error| StoredEvent::column_error(stream, seq, e);
-    StoredEvent {
-        stream: r.try_get(1).map_err(bad)?,
-        global_position: r.try_get(0).map_err(bad)?,
-        seq,
-        event_type: r.try_get(3).map_err(bad)?,
-        intent: r.try_get(4).map_err(bad)?,
-        payload: r.try_get(5).map_err(bad)?,
-        payload_hash: r.try_get(6).map_err(bad)?,
-        recorded_at: r.try_get(7).map_err(bad)?,
-        correlation_id: r.try_get(8).map_err(bad)?,
-        causation_id: r.try_get(9).map_err(bad)?,
-    }
-    .into_event(stream)
+    outbox_sql::journal::decode_event(
+        &crate::sql::to_row(r).map_err(|e| journal_undecodable("event", e))?,
+        stream,
+    )
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -398,7 +361,7 @@ impl EventJournal for SqliteJournal {
         let mut conn = self.db.read().await?;
         let row = sqlx::query(concat!(
             "SELECT ",
-            event_cols!(),
+            outbox_sql::event_columns!(),
             " FROM events WHERE stream = ?1 AND seq = ?2"
         ))
         .bind(stream.as_str())
@@ -415,7 +378,7 @@ impl EventJournal for SqliteJournal {
         let mut conn = self.db.read().await?;
         let rows = sqlx::query(concat!(
             "SELECT ",
-            event_cols!(),
+            outbox_sql::event_columns!(),
             " FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3"
         ))
         .bind(stream.as_str())
@@ -513,7 +476,7 @@ impl OutboxQueue for SqliteJournal {
                 "UPDATE outbox SET status = 'processing', updated_at = ",
                 now_ms!(),
                 " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
-                row_cols!()
+                outbox_sql::outbox_row_columns!()
             ))
             .bind(lease.stream.as_str())
             .bind(run[0].0)

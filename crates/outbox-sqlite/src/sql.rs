@@ -56,7 +56,7 @@ pub(crate) async fn fetch(
 }
 
 /// A driver row as shared values, by each value's SQLite storage class.
-fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
+pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
     let mut out = Vec::with_capacity(r.len());
     for i in 0..r.len() {
         let raw = r.try_get_raw(i)?;
