@@ -32,21 +32,16 @@ macro_rules! pnow {
 }
 pub(crate) use pnow;
 
-/// Which database a schema holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    Journal,
-    Projection,
+pub(crate) use outbox_sql::Role;
+
+/// What a role means in a Postgres schema: its tables and migrations.
+pub(crate) trait RoleSchema {
+    fn meta_table(self) -> &'static str;
+    fn migrations_table(self) -> &'static str;
+    fn migrator(self) -> Migrator;
 }
 
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Journal => "journal",
-            Role::Projection => "projection",
-        }
-    }
-
+impl RoleSchema for Role {
     /// The role's meta table (role marker, test clock offset).
     fn meta_table(self) -> &'static str {
         match self {
@@ -75,12 +70,6 @@ impl Role {
         // transaction under pg_advisory_xact_lock.
         m.set_locking(false);
         m
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

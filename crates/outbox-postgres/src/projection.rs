@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use outbox_core::spi::apply_in;
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, Projection, ProjectionName,
-    ProjectionStore, Result, StreamId,
+    ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
+    StreamId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use sqlx::{AssertSqlSafe, PgConnection, Row, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, PgConnection};
 
 use crate::db::{Db, Role, parse_url, pnow, storage};
 use crate::sql::RoleDb;
@@ -200,43 +200,8 @@ pub async fn digest_table(conn: &mut PgConnection, table: &str, out: &mut Digest
         .await
         .map_err(err)?;
     out.table(table);
-    enum Owned {
-        Null,
-        Int(i64),
-        Real(f64),
-        Text(String),
-        Blob(Vec<u8>),
-    }
     for row in &rows {
-        let mut values = Vec::with_capacity(row.len());
-        for i in 0..row.len() {
-            let raw = row.try_get_raw(i).map_err(err)?;
-            let v = if raw.is_null() {
-                Owned::Null
-            } else {
-                match raw.type_info().name() {
-                    "INT2" => Owned::Int(i64::from(row.try_get::<i16, _>(i).map_err(err)?)),
-                    "INT4" => Owned::Int(i64::from(row.try_get::<i32, _>(i).map_err(err)?)),
-                    "INT8" => Owned::Int(row.try_get(i).map_err(err)?),
-                    "FLOAT4" => Owned::Real(f64::from(row.try_get::<f32, _>(i).map_err(err)?)),
-                    "FLOAT8" => Owned::Real(row.try_get(i).map_err(err)?),
-                    "BYTEA" => Owned::Blob(row.try_get(i).map_err(err)?),
-                    _ => Owned::Text(row.try_get(i).map_err(err)?),
-                }
-            };
-            values.push(v);
-        }
-        let borrowed: Vec<DigestValue<'_>> = values
-            .iter()
-            .map(|v| match v {
-                Owned::Null => DigestValue::Null,
-                Owned::Int(i) => DigestValue::Int(*i),
-                Owned::Real(r) => DigestValue::Real(*r),
-                Owned::Text(t) => DigestValue::Text(t),
-                Owned::Blob(b) => DigestValue::Blob(b),
-            })
-            .collect();
-        out.row(&borrowed);
+        outbox_sql::digest_row(out, &crate::sql::to_row(row).map_err(err)?);
     }
     Ok(())
 }

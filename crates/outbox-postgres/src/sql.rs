@@ -1,4 +1,4 @@
-//! The shared cold-path statements ([`outbox_sql`]) on SQLite: a
+//! The shared cold-path statements ([`outbox_sql`]) on Postgres: a
 //! [`Conn`] over the driver and the [`Database`] of an open file.
 
 use outbox_core::Result;
@@ -13,16 +13,7 @@ use crate::db::{Db, storage};
 
 /// Binds `args` to `sql`, runs it and returns the rows it changed.
 pub(crate) async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-    for a in args {
-        q = match *a {
-            Arg::Int(v) => q.bind(v),
-            Arg::OptInt(v) => q.bind(v),
-            Arg::Text(t) => q.bind(t.to_owned()),
-            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
-            Arg::Bool(b) => q.bind(b),
-        };
-    }
+    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
     q.execute(conn)
         .await
         .map(|r| r.rows_affected())
@@ -36,16 +27,7 @@ pub(crate) async fn fetch(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row>> {
-    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-    for a in args {
-        q = match *a {
-            Arg::Int(v) => q.bind(v),
-            Arg::OptInt(v) => q.bind(v),
-            Arg::Text(t) => q.bind(t.to_owned()),
-            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
-            Arg::Bool(b) => q.bind(b),
-        };
-    }
+    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
     let rows = q.fetch_all(conn).await.map_err(|e| storage(what, e))?;
     rows.iter()
         .map(|r| to_row(r).map_err(|e| storage(what, e)))
@@ -65,6 +47,8 @@ pub(crate) fn to_row(r: &PgRow) -> sqlx::Result<Row> {
                 "INT4" => Value::Int(i64::from(r.try_get::<i32, _>(i)?)),
                 "INT2" => Value::Int(i64::from(r.try_get::<i16, _>(i)?)),
                 "BOOL" => Value::Bool(r.try_get(i)?),
+                "FLOAT4" => Value::Real(f64::from(r.try_get::<f32, _>(i)?)),
+                "FLOAT8" => Value::Real(r.try_get(i)?),
                 "BYTEA" => Value::Bytes(r.try_get(i)?),
                 "VOID" => Value::Null,
                 _ => Value::Text(r.try_get(i)?),

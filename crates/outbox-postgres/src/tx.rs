@@ -1,74 +1,27 @@
 //! The projection transaction handle: what appliers write through.
 
-use std::ops::{Deref, DerefMut};
-
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use outbox_core::spi::{ApplyTx, CheckpointMove};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use outbox_sql::{Arg, Conn, Dialect, Row};
-use sqlx::{PgConnection, Postgres, Transaction};
+use outbox_sql::{Arg, Conn, Row};
+use sqlx::PgConnection;
 
 use crate::db::{pnow, storage};
 
-/// One transaction of the Postgres projection database (read committed for
-/// an apply or a reset, a repeatable-read snapshot for a digest).
-///
-/// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
-/// Postgres. A hand-written projection (`Projection<PgTx>`, the escape
-/// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
-/// through `DerefMut`. It must not commit, roll back or keep it.
-pub struct PgTx {
-    tx: Transaction<'static, Postgres>,
-    dialect: Arc<Dialect>,
-    /// The transaction id taken by [`ApplyTx::guard`].
-    xid: Option<i64>,
-}
-
-impl PgTx {
-    pub(crate) fn new(tx: Transaction<'static, Postgres>, dialect: Arc<Dialect>) -> Self {
-        PgTx {
-            tx,
-            dialect,
-            xid: None,
-        }
-    }
-
-    /// The shared statements' dialect.
-    pub(crate) fn dialect(&self) -> Arc<Dialect> {
-        Arc::clone(&self.dialect)
-    }
-
-    pub(crate) async fn commit(self) -> sqlx::Result<()> {
-        self.tx.commit().await
-    }
-
-    /// The connection, inside the store's transaction.
-    pub fn conn(&mut self) -> &mut PgConnection {
-        &mut self.tx
-    }
-}
-
-impl std::fmt::Debug for PgTx {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PgTx")
-    }
-}
-
-impl Deref for PgTx {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
-        &self.tx
-    }
-}
-
-impl DerefMut for PgTx {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        &mut self.tx
-    }
-}
+outbox_sql::transaction_handle!(
+    /// One transaction of the Postgres projection database (read committed for
+    /// an apply or a reset, a repeatable-read snapshot for a digest).
+    ///
+    /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
+    /// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
+    /// Postgres. A hand-written projection (`Projection<PgTx>`, the escape
+    /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
+    /// through `DerefMut`. It must not commit, roll back or keep it.
+    PgTx,
+    sqlx::Postgres,
+    PgConnection
+);
 
 /// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
 /// old values on stream `$1`) and raises the watermark to `$5`; returns how
@@ -155,7 +108,7 @@ impl ApplyTx for PgTx {
             .fetch_one(self.conn())
             .await
             .map_err(|e| storage("opening the apply guard", e))?;
-        self.xid = Some(xid);
+        self.guard = Some(xid);
         Ok(())
     }
 
@@ -166,7 +119,7 @@ impl ApplyTx for PgTx {
     /// swallowed an error, Postgres aborted the transaction and the check
     /// itself fails with `25P02`.
     async fn check_guard(&mut self) -> Result<Option<String>> {
-        let xid = self.xid;
+        let xid = self.guard;
         match sqlx::query_scalar::<_, Option<i64>>("SELECT txid_current_if_assigned()")
             .fetch_one(self.conn())
             .await

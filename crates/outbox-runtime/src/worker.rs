@@ -152,7 +152,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Claims one run of rows and applies (or verifies) it.
-    async fn run_batch(&self, kind: WorkerKind, lease: &Lease, report: &mut TickReport) -> Result<StreamPass> {
+    async fn run_batch(
+        &self,
+        kind: WorkerKind,
+        lease: &Lease,
+        report: &mut TickReport,
+    ) -> Result<StreamPass> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
         let rows = inner.journal.claim(lease, batch).await?;

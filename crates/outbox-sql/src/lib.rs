@@ -3,12 +3,14 @@
 mod conn;
 mod dialect;
 pub mod journal;
+mod plumbing;
 pub mod projection;
 pub mod runs;
 mod value;
 
 pub use conn::{Conn, Database, Tx};
 pub use dialect::Dialect;
+pub use plumbing::{Role, digest_row};
 pub use value::{Arg, Row, Value};
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,

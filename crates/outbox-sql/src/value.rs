@@ -26,6 +26,8 @@ pub enum Value {
     Int(i64),
     /// A boolean (Postgres).
     Bool(bool),
+    /// A floating-point number (only in hand-written projections' tables).
+    Real(f64),
     /// Text.
     Text(String),
     /// Bytes.

@@ -37,21 +37,14 @@ pub(crate) const MIGRATIONS_TABLE: &str = "_outbox_migrations";
 /// timeout expired, before a temporary error reaches the caller.
 const BUSY_RETRIES: u32 = 3;
 
-/// Which database a file holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    Journal,
-    Projection,
+pub(crate) use outbox_sql::Role;
+
+/// What a role means on SQLite: its embedded migrations.
+pub(crate) trait RoleMigrations {
+    fn migrator(self) -> Migrator;
 }
 
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Journal => "journal",
-            Role::Projection => "projection",
-        }
-    }
-
+impl RoleMigrations for Role {
     fn migrator(self) -> Migrator {
         let mut m = match self {
             Role::Journal => sqlx::migrate!("migrations/journal"),
@@ -59,12 +52,6 @@ impl Role {
         };
         m.dangerous_set_table_name(MIGRATIONS_TABLE);
         m
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

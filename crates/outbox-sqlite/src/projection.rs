@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use outbox_core::spi::apply_in;
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, DigestValue, Error, Event, Projection, ProjectionName,
-    ProjectionStore, Result, StreamId,
+    ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
+    StreamId,
 };
-use sqlx::{AssertSqlSafe, Row, SqliteConnection, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, SqliteConnection};
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, path_from_url, storage};
@@ -72,42 +72,8 @@ pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut Di
         .await
         .map_err(err)?;
     out.table(table);
-    let decode = |e: sqlx::Error| storage(format_args!("digesting table {table}"), e);
     for row in &rows {
-        // Owned copies first, then borrowed DigestValues over them.
-        enum Owned {
-            Null,
-            Int(i64),
-            Real(f64),
-            Text(String),
-            Blob(Vec<u8>),
-        }
-        let mut values = Vec::with_capacity(row.len());
-        for i in 0..row.len() {
-            let raw = row.try_get_raw(i).map_err(decode)?;
-            let v = if raw.is_null() {
-                Owned::Null
-            } else {
-                match raw.type_info().name() {
-                    "INTEGER" => Owned::Int(row.try_get(i).map_err(decode)?),
-                    "REAL" => Owned::Real(row.try_get(i).map_err(decode)?),
-                    "TEXT" => Owned::Text(row.try_get(i).map_err(decode)?),
-                    _ => Owned::Blob(row.try_get(i).map_err(decode)?),
-                }
-            };
-            values.push(v);
-        }
-        let borrowed: Vec<DigestValue<'_>> = values
-            .iter()
-            .map(|v| match v {
-                Owned::Null => DigestValue::Null,
-                Owned::Int(i) => DigestValue::Int(*i),
-                Owned::Real(r) => DigestValue::Real(*r),
-                Owned::Text(t) => DigestValue::Text(t),
-                Owned::Blob(b) => DigestValue::Blob(b),
-            })
-            .collect();
-        out.row(&borrowed);
+        outbox_sql::digest_row(out, &crate::sql::to_row(row).map_err(err)?);
     }
     Ok(())
 }

@@ -16,16 +16,7 @@ pub(crate) async fn execute(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<u64> {
-    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-    for a in args {
-        q = match *a {
-            Arg::Int(v) => q.bind(v),
-            Arg::OptInt(v) => q.bind(v),
-            Arg::Text(t) => q.bind(t.to_owned()),
-            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
-            Arg::Bool(b) => q.bind(b),
-        };
-    }
+    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
     q.execute(conn)
         .await
         .map(|r| r.rows_affected())
@@ -39,16 +30,7 @@ pub(crate) async fn fetch(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<Vec<Row>> {
-    let mut q = sqlx::query(AssertSqlSafe(sql.to_owned()));
-    for a in args {
-        q = match *a {
-            Arg::Int(v) => q.bind(v),
-            Arg::OptInt(v) => q.bind(v),
-            Arg::Text(t) => q.bind(t.to_owned()),
-            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
-            Arg::Bool(b) => q.bind(b),
-        };
-    }
+    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
     let rows = q.fetch_all(conn).await.map_err(|e| storage(what, e))?;
     rows.iter()
         .map(|r| to_row(r).map_err(|e| storage(what, e)))
@@ -66,6 +48,7 @@ pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
             match raw.type_info().name() {
                 "INTEGER" | "BOOLEAN" => Value::Int(r.try_get(i)?),
                 "TEXT" => Value::Text(r.try_get(i)?),
+                "REAL" => Value::Real(r.try_get(i)?),
                 _ => Value::Bytes(r.try_get(i)?),
             }
         };

@@ -1,66 +1,25 @@
 //! The projection transaction handle: what appliers write through.
 
-use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
-
 use outbox_core::spi::{ApplyTx, CheckpointMove};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use outbox_sql::{Arg, Conn, Dialect, Row};
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use outbox_sql::{Arg, Conn, Row};
+use sqlx::SqliteConnection;
 
 use crate::db::{now_ms, storage};
 
-/// One transaction of the SQLite projection database (`BEGIN IMMEDIATE` for
-/// an apply or a reset, a read transaction for a digest).
-///
-/// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
-/// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
-/// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
-/// through `DerefMut`. It must not commit, roll back or keep it.
-pub struct SqliteTx {
-    tx: Transaction<'static, Sqlite>,
-    dialect: Arc<Dialect>,
-}
-
-impl SqliteTx {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, dialect: Arc<Dialect>) -> Self {
-        SqliteTx { tx, dialect }
-    }
-
-    /// The shared statements' dialect.
-    pub(crate) fn dialect(&self) -> Arc<Dialect> {
-        Arc::clone(&self.dialect)
-    }
-
-    pub(crate) async fn commit(self) -> sqlx::Result<()> {
-        self.tx.commit().await
-    }
-
-    /// The connection, inside the store's transaction.
-    pub fn conn(&mut self) -> &mut SqliteConnection {
-        &mut self.tx
-    }
-}
-
-impl std::fmt::Debug for SqliteTx {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SqliteTx")
-    }
-}
-
-impl Deref for SqliteTx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
-        &self.tx
-    }
-}
-
-impl DerefMut for SqliteTx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        &mut self.tx
-    }
-}
+outbox_sql::transaction_handle!(
+    /// One transaction of the SQLite projection database (`BEGIN IMMEDIATE` for
+    /// an apply or a reset, a read transaction for a digest).
+    ///
+    /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
+    /// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
+    /// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
+    /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
+    /// through `DerefMut`. It must not commit, roll back or keep it.
+    SqliteTx,
+    sqlx::Sqlite,
+    SqliteConnection
+);
 
 #[async_trait]
 impl ApplyTx for SqliteTx {
@@ -86,8 +45,9 @@ impl ApplyTx for SqliteTx {
         sqlx::query("SAVEPOINT outbox_guard")
             .execute(self.conn())
             .await
-            .map(drop)
-            .map_err(|e| storage("opening the apply guard", e))
+            .map_err(|e| storage("opening the apply guard", e))?;
+        self.guard = Some(0);
+        Ok(())
     }
 
     /// Releases the savepoint. If user code ended the transaction (committed
@@ -96,6 +56,9 @@ impl ApplyTx for SqliteTx {
     /// run in autocommit mode, where a checkpoint would commit without the
     /// projection writes it stands for.
     async fn check_guard(&mut self) -> Result<Option<String>> {
+        if self.guard.take().is_none() {
+            return Ok(Some("the apply guard was never opened".into()));
+        }
         Ok(sqlx::query("RELEASE outbox_guard")
             .execute(self.conn())
             .await

@@ -1,0 +1,123 @@
+//! Boilerplate both adapters need around their driver, written once.
+
+use outbox_core::{DigestBuilder, DigestValue};
+
+use crate::{Row, Value};
+
+/// Which database a file or schema holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Events, outbox rows, leases, the worker registry.
+    Journal,
+    /// Checkpoints, watermarks, runs, projection documents and tables.
+    Projection,
+}
+
+impl Role {
+    /// `journal` or `projection`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Journal => "journal",
+            Role::Projection => "projection",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Feeds one row into a digest, each value by its kind (the usual body of
+/// an adapter's `digest_table`).
+pub fn digest_row(out: &mut DigestBuilder, row: &Row) {
+    let values: Vec<DigestValue<'_>> = row
+        .0
+        .iter()
+        .map(|v| match v {
+            Value::Null => DigestValue::Null,
+            Value::Int(i) => DigestValue::Int(*i),
+            Value::Bool(b) => DigestValue::Int(i64::from(*b)),
+            Value::Real(r) => DigestValue::Real(*r),
+            Value::Text(t) => DigestValue::Text(t),
+            Value::Bytes(b) => DigestValue::Blob(b),
+        })
+        .collect();
+    out.row(&values);
+}
+
+/// Binds shared [`Arg`](crate::Arg)s to a `sqlx` query, in order. Expands in
+/// the adapter, whose `sqlx` driver types implement the encodings.
+#[macro_export]
+macro_rules! bind_args {
+    ($query:expr, $args:expr) => {{
+        let mut q = $query;
+        for a in $args {
+            q = match *a {
+                $crate::Arg::Int(v) => q.bind(v),
+                $crate::Arg::OptInt(v) => q.bind(v),
+                $crate::Arg::Text(t) => q.bind(t.to_owned()),
+                $crate::Arg::OptText(t) => q.bind(t.map(str::to_owned)),
+                $crate::Arg::Bool(b) => q.bind(b),
+            };
+        }
+        q
+    }};
+}
+
+/// Declares an adapter's projection transaction handle `$name` over a
+/// `sqlx` transaction of `$db` whose connection is `$conn`: `new`,
+/// `dialect`, `commit`, `conn`, `Debug`, and `Deref`/`DerefMut` to the
+/// connection (for hand-written SQL). Doc attributes go on the struct.
+#[macro_export]
+macro_rules! transaction_handle {
+    ($(#[$meta:meta])* $name:ident, $db:ty, $conn:ty) => {
+        $(#[$meta])*
+        pub struct $name {
+            tx: ::sqlx::Transaction<'static, $db>,
+            dialect: ::std::sync::Arc<$crate::Dialect>,
+            /// State the adapter's guard keeps for the transaction.
+            guard: Option<i64>,
+        }
+
+        impl $name {
+            pub(crate) fn new(tx: ::sqlx::Transaction<'static, $db>, dialect: ::std::sync::Arc<$crate::Dialect>) -> Self {
+                $name { tx, dialect, guard: None }
+            }
+
+            /// The shared statements' dialect.
+            pub(crate) fn dialect(&self) -> ::std::sync::Arc<$crate::Dialect> {
+                ::std::sync::Arc::clone(&self.dialect)
+            }
+
+            pub(crate) async fn commit(self) -> ::sqlx::Result<()> {
+                self.tx.commit().await
+            }
+
+            /// The connection, inside the store's transaction.
+            pub fn conn(&mut self) -> &mut $conn {
+                &mut self.tx
+            }
+        }
+
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+
+        impl ::std::ops::Deref for $name {
+            type Target = $conn;
+            fn deref(&self) -> &$conn {
+                &self.tx
+            }
+        }
+
+        impl ::std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $conn {
+                &mut self.tx
+            }
+        }
+    };
+}
