@@ -3,9 +3,8 @@
 
 use outbox_core::Result;
 use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row as _, Transaction, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, PgConnection, Row as _, TypeInfo, ValueRef};
 
 use std::sync::Arc;
 
@@ -59,40 +58,7 @@ pub(crate) fn to_row(r: &PgRow) -> sqlx::Result<Row> {
     Ok(Row(out))
 }
 
-/// A write transaction.
-pub(crate) struct WriteTx(pub(crate) Transaction<'static, Postgres>);
-
-/// A read-only connection from the pool (or a read transaction on one).
-pub(crate) struct ReadConn(PoolConnection<Postgres>);
-
-#[outbox_core::async_trait]
-impl Conn for WriteTx {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        execute(&mut self.0, what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        fetch(&mut self.0, what, sql, args).await
-    }
-}
-
-#[outbox_core::async_trait]
-impl Tx for WriteTx {
-    async fn commit(self: Box<Self>, what: &str) -> Result<()> {
-        self.0.commit().await.map_err(|e| storage(what, e))
-    }
-}
-
-#[outbox_core::async_trait]
-impl Conn for ReadConn {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        execute(&mut self.0, what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        fetch(&mut self.0, what, sql, args).await
-    }
-}
+outbox_sql::driver_conns!(sqlx::Postgres);
 
 /// One role's view of a schema: the pool and the clock of that role (the
 /// journal and the projection store keep their test clock offsets apart,

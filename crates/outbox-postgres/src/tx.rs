@@ -4,7 +4,6 @@ use std::collections::HashMap;
 
 use outbox_core::spi::{ApplyTx, CheckpointMove};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use outbox_sql::{Arg, Conn, Row};
 use sqlx::PgConnection;
 
 use crate::db::{pnow, storage};
@@ -163,13 +162,4 @@ impl ApplyTx for PgTx {
     }
 }
 
-#[async_trait]
-impl Conn for PgTx {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        crate::sql::execute(self.conn(), what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        crate::sql::fetch(self.conn(), what, sql, args).await
-    }
-}
+outbox_sql::impl_conn!(PgTx, |this| this.conn());

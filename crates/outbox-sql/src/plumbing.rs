@@ -121,3 +121,63 @@ macro_rules! transaction_handle {
         }
     };
 }
+
+/// Implements [`Conn`](crate::Conn) for `$ty` (anything that derefs mutably
+/// to the driver connection through `$conn`) by calling the adapter's
+/// `crate::sql::execute` and `crate::sql::fetch` (each adapter defines both
+/// over its driver connection; the paths resolve in the adapter).
+#[macro_export]
+macro_rules! impl_conn {
+    ($ty:ty, |$this:ident| $conn:expr) => {
+        #[::outbox_core::async_trait]
+        impl $crate::Conn for $ty {
+            async fn execute(
+                &mut self,
+                what: &str,
+                sql: &str,
+                args: &[$crate::Arg<'_>],
+            ) -> ::outbox_core::Result<u64> {
+                let $this = self;
+                crate::sql::execute($conn, what, sql, args).await
+            }
+
+            async fn fetch(
+                &mut self,
+                what: &str,
+                sql: &str,
+                args: &[$crate::Arg<'_>],
+            ) -> ::outbox_core::Result<Vec<$crate::Row>> {
+                let $this = self;
+                crate::sql::fetch($conn, what, sql, args).await
+            }
+        }
+    };
+}
+
+/// Declares an adapter's `WriteTx` (a `sqlx` transaction of `$db`) and
+/// `ReadConn` (a pooled connection) as [`Tx`](crate::Tx) and
+/// [`Conn`](crate::Conn), over the adapter's `crate::sql::{execute, fetch}`
+/// and `crate::db::storage` error mapping.
+#[macro_export]
+macro_rules! driver_conns {
+    ($db:ty) => {
+        /// A write transaction.
+        pub(crate) struct WriteTx(pub(crate) ::sqlx::Transaction<'static, $db>);
+
+        /// A connection from the pool.
+        pub(crate) struct ReadConn(pub(crate) ::sqlx::pool::PoolConnection<$db>);
+
+        $crate::impl_conn!(WriteTx, |this| &mut this.0);
+        $crate::impl_conn!(ReadConn, |this| &mut this.0);
+
+        #[::outbox_core::async_trait]
+        impl $crate::Tx for WriteTx {
+            async fn commit(self: Box<Self>, what: &str) -> ::outbox_core::Result<()> {
+                self.0
+                    .commit()
+                    .await
+                    .map_err(|e| crate::db::storage(what, e))
+            }
+        }
+    };
+}

@@ -3,9 +3,8 @@
 
 use outbox_core::Result;
 use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
-use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{AssertSqlSafe, Row as _, Sqlite, SqliteConnection, Transaction, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row as _, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::db::{Db, storage};
 
@@ -57,40 +56,7 @@ pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
     Ok(Row(out))
 }
 
-/// The store's write transaction (`BEGIN IMMEDIATE` on the one writer).
-pub(crate) struct WriteTx(pub(crate) Transaction<'static, Sqlite>);
-
-/// A read-only connection from the pool (or a read transaction on one).
-pub(crate) struct ReadConn(PoolConnection<Sqlite>);
-
-#[outbox_core::async_trait]
-impl Conn for WriteTx {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        execute(&mut self.0, what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        fetch(&mut self.0, what, sql, args).await
-    }
-}
-
-#[outbox_core::async_trait]
-impl Tx for WriteTx {
-    async fn commit(self: Box<Self>, what: &str) -> Result<()> {
-        self.0.commit().await.map_err(|e| storage(what, e))
-    }
-}
-
-#[outbox_core::async_trait]
-impl Conn for ReadConn {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        execute(&mut self.0, what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        fetch(&mut self.0, what, sql, args).await
-    }
-}
+outbox_sql::driver_conns!(sqlx::Sqlite);
 
 #[outbox_core::async_trait]
 impl Database for Db {

@@ -2,7 +2,6 @@
 
 use outbox_core::spi::{ApplyTx, CheckpointMove};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use outbox_sql::{Arg, Conn, Row};
 use sqlx::SqliteConnection;
 
 use crate::db::{now_ms, storage};
@@ -106,13 +105,4 @@ impl ApplyTx for SqliteTx {
     }
 }
 
-#[async_trait]
-impl Conn for SqliteTx {
-    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        crate::sql::execute(self.conn(), what, sql, args).await
-    }
-
-    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        crate::sql::fetch(self.conn(), what, sql, args).await
-    }
-}
+outbox_sql::impl_conn!(SqliteTx, |this| this.conn());
