@@ -7,8 +7,8 @@ use outbox_core::{
     ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
     StreamId,
 };
+use sqlx::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use sqlx::{AssertSqlSafe, PgConnection};
 
 use crate::db::{Db, Role, parse_url, pnow, storage};
 use crate::sql::RoleDb;
@@ -158,8 +158,8 @@ impl ProjectionStore for PgProjectionStore {
 /// Feeds every row of `table` (in the connection's `search_path`) into
 /// `out`, ordered by all its columns (`ORDER BY 1, 2, ...`, so the order is
 /// total and deterministic). Integers and booleans become
-/// [`DigestValue::Int`], floating point [`DigestValue::Real`], `bytea`
-/// [`DigestValue::Blob`], and every other type its text form. The usual body
+/// [`DigestValue::Int`](outbox_core::DigestValue::Int), floating point [`DigestValue::Real`](outbox_core::DigestValue::Real), `bytea`
+/// [`DigestValue::Blob`](outbox_core::DigestValue::Blob), and every other type its text form. The usual body
 /// of a Postgres projection's [`Projection::digest`].
 ///
 /// `table` must pass [`validate_identifier`] and exist.
@@ -195,14 +195,8 @@ pub async fn digest_table(conn: &mut PgConnection, table: &str, out: &mut Digest
         select.join(", "),
         order.join(", ")
     );
-    let rows = sqlx::query(AssertSqlSafe(sql))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(err)?;
-    out.table(table);
-    for row in &rows {
-        outbox_sql::digest_row(out, &crate::sql::to_row(row).map_err(err)?);
-    }
+    let rows = crate::sql::fetch(conn, &format!("digesting table {table}"), &sql, &[]).await?;
+    outbox_sql::digest_rows(out, table, &rows);
     Ok(())
 }
 

@@ -2,38 +2,17 @@
 //! [`Conn`] over the driver and the [`Database`] of an open file.
 
 use outbox_core::Result;
-use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
+use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
 use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, PgConnection, Row as _, TypeInfo, ValueRef};
+use sqlx::{PgConnection, Row as _, TypeInfo, ValueRef};
 
 use std::sync::Arc;
 
 use crate::db::{Db, storage};
 
-/// Binds `args` to `sql`, runs it and returns the rows it changed.
-pub(crate) async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
-    q.execute(conn)
-        .await
-        .map(|r| r.rows_affected())
-        .map_err(|e| storage(what, e))
-}
+outbox_sql::driver_io!(PgConnection);
 
-/// Binds `args` to `sql`, runs it and returns its rows.
-pub(crate) async fn fetch(
-    conn: &mut PgConnection,
-    what: &str,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<Vec<Row>> {
-    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
-    let rows = q.fetch_all(conn).await.map_err(|e| storage(what, e))?;
-    rows.iter()
-        .map(|r| to_row(r).map_err(|e| storage(what, e)))
-        .collect()
-}
-
-/// A driver row as shared values, by each value's SQLite storage class.
+/// A driver row as shared values, by each column's Postgres type.
 pub(crate) fn to_row(r: &PgRow) -> sqlx::Result<Row> {
     let mut out = Vec::with_capacity(r.len());
     for i in 0..r.len() {

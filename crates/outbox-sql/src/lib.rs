@@ -10,7 +10,7 @@ mod value;
 
 pub use conn::{Conn, Database, Tx};
 pub use dialect::Dialect;
-pub use plumbing::{Role, digest_row};
+pub use plumbing::{Role, digest_row, digest_rows};
 pub use value::{Arg, Row, Value};
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,

@@ -29,8 +29,16 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// Feeds one row into a digest, each value by its kind (the usual body of
-/// an adapter's `digest_table`).
+/// Feeds a table's rows into a digest: `table(name)`, then each row (the
+/// usual body of an adapter's `digest_table`).
+pub fn digest_rows(out: &mut DigestBuilder, table: &str, rows: &[Row]) {
+    out.table(table);
+    for row in rows {
+        digest_row(out, row);
+    }
+}
+
+/// Feeds one row into a digest, each value by its kind.
 pub fn digest_row(out: &mut DigestBuilder, row: &Row) {
     let values: Vec<DigestValue<'_>> = row
         .0
@@ -126,6 +134,9 @@ macro_rules! transaction_handle {
 /// to the driver connection through `$conn`) by calling the adapter's
 /// `crate::sql::execute` and `crate::sql::fetch` (each adapter defines both
 /// over its driver connection; the paths resolve in the adapter).
+// `crate::` deliberately names the adapter that invokes the macro: each
+// adapter defines `sql::{execute, fetch, to_row}` and `db::storage`.
+#[allow(clippy::crate_in_macro_def)]
 #[macro_export]
 macro_rules! impl_conn {
     ($ty:ty, |$this:ident| $conn:expr) => {
@@ -154,10 +165,55 @@ macro_rules! impl_conn {
     };
 }
 
+/// Defines the adapter's `execute` and `fetch` over its driver connection
+/// `$conn`: bind the shared arguments, run, map errors with the adapter's
+/// `crate::db::storage`, and convert rows with its `crate::sql::to_row`.
+// `crate::` deliberately names the adapter that invokes the macro: each
+// adapter defines `sql::{execute, fetch, to_row}` and `db::storage`.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! driver_io {
+    ($conn:ty) => {
+        /// Binds `args` to `sql`, runs it and returns the rows it changed.
+        pub(crate) async fn execute(
+            conn: &mut $conn,
+            what: &str,
+            sql: &str,
+            args: &[$crate::Arg<'_>],
+        ) -> ::outbox_core::Result<u64> {
+            let q = $crate::bind_args!(::sqlx::query(::sqlx::AssertSqlSafe(sql.to_owned())), args);
+            q.execute(conn)
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| crate::db::storage(what, e))
+        }
+
+        /// Binds `args` to `sql`, runs it and returns its rows.
+        pub(crate) async fn fetch(
+            conn: &mut $conn,
+            what: &str,
+            sql: &str,
+            args: &[$crate::Arg<'_>],
+        ) -> ::outbox_core::Result<Vec<$crate::Row>> {
+            let q = $crate::bind_args!(::sqlx::query(::sqlx::AssertSqlSafe(sql.to_owned())), args);
+            let rows = q
+                .fetch_all(conn)
+                .await
+                .map_err(|e| crate::db::storage(what, e))?;
+            rows.iter()
+                .map(|r| crate::sql::to_row(r).map_err(|e| crate::db::storage(what, e)))
+                .collect()
+        }
+    };
+}
+
 /// Declares an adapter's `WriteTx` (a `sqlx` transaction of `$db`) and
 /// `ReadConn` (a pooled connection) as [`Tx`](crate::Tx) and
 /// [`Conn`](crate::Conn), over the adapter's `crate::sql::{execute, fetch}`
 /// and `crate::db::storage` error mapping.
+// `crate::` deliberately names the adapter that invokes the macro: each
+// adapter defines `sql::{execute, fetch, to_row}` and `db::storage`.
+#[allow(clippy::crate_in_macro_def)]
 #[macro_export]
 macro_rules! driver_conns {
     ($db:ty) => {

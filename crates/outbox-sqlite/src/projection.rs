@@ -8,7 +8,7 @@ use outbox_core::{
     ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
     StreamId,
 };
-use sqlx::{AssertSqlSafe, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, path_from_url, storage};
@@ -50,7 +50,7 @@ pub fn validate_identifier(name: &str) -> Result<&str> {
 
 /// Feeds every row of `table` into `out`, ordered by all its columns
 /// (`ORDER BY 1, 2, ...`, so the order is total and deterministic), each
-/// value mapped by its SQLite storage class to a [`DigestValue`]. The usual
+/// value mapped by its SQLite storage class to a [`DigestValue`](outbox_core::DigestValue). The usual
 /// body of a SQLite projection's [`Projection::digest`].
 ///
 /// `table` must pass [`validate_identifier`] and exist.
@@ -67,14 +67,8 @@ pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut Di
     }
     let order: Vec<String> = (1..=columns).map(|i| i.to_string()).collect();
     let sql = format!("SELECT * FROM \"{table}\" ORDER BY {}", order.join(", "));
-    let rows = sqlx::query(AssertSqlSafe(sql))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(err)?;
-    out.table(table);
-    for row in &rows {
-        outbox_sql::digest_row(out, &crate::sql::to_row(row).map_err(err)?);
-    }
+    let rows = crate::sql::fetch(conn, &format!("digesting table {table}"), &sql, &[]).await?;
+    outbox_sql::digest_rows(out, table, &rows);
     Ok(())
 }
 

@@ -2,39 +2,13 @@
 //! [`Conn`] over the driver and the [`Database`] of an open file.
 
 use outbox_core::Result;
-use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
+use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{AssertSqlSafe, Row as _, SqliteConnection, TypeInfo, ValueRef};
+use sqlx::{Row as _, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::db::{Db, storage};
 
-/// Binds `args` to `sql`, runs it and returns the rows it changed.
-pub(crate) async fn execute(
-    conn: &mut SqliteConnection,
-    what: &str,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<u64> {
-    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
-    q.execute(conn)
-        .await
-        .map(|r| r.rows_affected())
-        .map_err(|e| storage(what, e))
-}
-
-/// Binds `args` to `sql`, runs it and returns its rows.
-pub(crate) async fn fetch(
-    conn: &mut SqliteConnection,
-    what: &str,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<Vec<Row>> {
-    let q = outbox_sql::bind_args!(sqlx::query(AssertSqlSafe(sql.to_owned())), args);
-    let rows = q.fetch_all(conn).await.map_err(|e| storage(what, e))?;
-    rows.iter()
-        .map(|r| to_row(r).map_err(|e| storage(what, e)))
-        .collect()
-}
+outbox_sql::driver_io!(SqliteConnection);
 
 /// A driver row as shared values, by each value's SQLite storage class.
 pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
