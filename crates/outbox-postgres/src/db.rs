@@ -115,6 +115,11 @@ pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
     }
 }
 
+/// Maps a migration failure (see [`outbox_sql::migrate_error!`]).
+pub(crate) fn migrate_error(context: impl fmt::Display, e: sqlx::migrate::MigrateError) -> Error {
+    outbox_sql::migrate_error!(context, e)
+}
+
 /// A connection target shown without credentials: `user@host:port/db` or
 /// `user@socket-dir/db`.
 pub(crate) fn redacted(o: &PgConnectOptions) -> String {
@@ -279,11 +284,7 @@ impl Db {
         migrator
             .run_direct(None, &mut *tx, false)
             .await
-            .map_err(|e| Error::Storage {
-                message: format!("migrating the {role} tables in {shown}: {e}"),
-                temporary: false,
-                source: Some(Box::new(e)),
-            })?;
+            .map_err(|e| migrate_error(format_args!("migrating the {role} tables in {shown}"), e))?;
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {}.{} (key, value) VALUES ('role', $1) ON CONFLICT (key) DO NOTHING",
             self.schema,
@@ -325,5 +326,24 @@ impl Db {
 
     pub(crate) async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_lost_while_migrating_is_temporary() {
+        let reset = || sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let e = migrate_error("migrating", sqlx::migrate::MigrateError::Execute(reset()));
+        assert!(e.is_temporary(), "{e}");
+        let e = migrate_error(
+            "migrating",
+            sqlx::migrate::MigrateError::ExecuteMigration(reset(), 1),
+        );
+        assert!(e.is_temporary(), "{e}");
+        let e = migrate_error("migrating", sqlx::migrate::MigrateError::VersionMissing(3));
+        assert!(!e.is_temporary(), "a missing migration is permanent: {e}");
     }
 }

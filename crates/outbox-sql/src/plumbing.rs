@@ -237,3 +237,25 @@ macro_rules! driver_conns {
         }
     };
 }
+
+/// Maps a `sqlx` migration failure: a database error inside it (a
+/// connection reset while migrating, an admin shutdown, a busy file) is
+/// classified by the adapter's `crate::db::storage` like any statement's; a
+/// failure of the migration files themselves (checksum mismatch, a missing or
+/// dirty version) is a permanent storage error.
+// `crate::` deliberately names the adapter that invokes the macro.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! migrate_error {
+    ($context:expr, $e:expr) => {
+        match $e {
+            ::sqlx::migrate::MigrateError::Execute(db)
+            | ::sqlx::migrate::MigrateError::ExecuteMigration(db, _) => crate::db::storage($context, db),
+            other => ::outbox_core::Error::Storage {
+                message: format!("{}: {other}", $context),
+                temporary: false,
+                source: Some(Box::new(other)),
+            },
+        }
+    };
+}

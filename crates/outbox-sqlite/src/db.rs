@@ -105,6 +105,11 @@ pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
     }
 }
 
+/// Maps a migration failure (see [`outbox_sql::migrate_error!`]).
+pub(crate) fn migrate_error(context: impl fmt::Display, e: sqlx::migrate::MigrateError) -> Error {
+    outbox_sql::migrate_error!(context, e)
+}
+
 /// `sqlite://path`, `sqlite:path` (no query string) to a path.
 pub(crate) fn path_from_url(url: &str) -> Result<PathBuf> {
     let rest = url
@@ -405,11 +410,7 @@ impl Db {
         migrator
             .run_direct(None, &mut *tx, false)
             .await
-            .map_err(|e| Error::Storage {
-                message: format!("migrating the {role} database {shown}: {e}"),
-                temporary: false,
-                source: Some(Box::new(e)),
-            })?;
+            .map_err(|e| migrate_error(format_args!("migrating the {role} database {shown}"), e))?;
         sqlx::query("INSERT INTO outbox_meta (key, value) VALUES ('role', ?1) ON CONFLICT (key) DO NOTHING")
             .bind(role.as_str())
             .execute(&mut *tx)
@@ -511,5 +512,19 @@ impl Db {
 
     pub(crate) fn context(&self, what: &str) -> String {
         format!("{what} on {}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod migrate_tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_or_lost_file_while_migrating_is_temporary() {
+        let io = || sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::Interrupted));
+        let e = migrate_error("migrating", sqlx::migrate::MigrateError::Execute(io()));
+        assert!(e.is_temporary(), "{e}");
+        let e = migrate_error("migrating", sqlx::migrate::MigrateError::VersionMissing(3));
+        assert!(!e.is_temporary(), "a missing migration is permanent: {e}");
     }
 }
