@@ -26,8 +26,8 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    DeadLetters, EventJournal, LeaseStore, MAX_PAGE, OutboxInspector, OutboxQueue, ProjectionStore, RunStore,
-    ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
+    DeadLetters, EventJournal, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, OutboxInspector, OutboxQueue,
+    ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,

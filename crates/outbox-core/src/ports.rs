@@ -1,7 +1,8 @@
 //! The ports: what every adapter implements.
 //!
 //! One journal database holds [`EventJournal`], [`OutboxQueue`],
-//! [`DeadLetters`], [`OutboxInspector`], [`LeaseStore`] and [`WorkerRegistry`]
+//! [`DeadLetters`], [`OutboxInspector`], [`LeaseStore`], [`LeaseAdmin`] and
+//! [`WorkerRegistry`]
 //! (an append and its outbox rows must share a transaction); one projection
 //! database holds [`ProjectionStore`], [`WatermarkStore`], [`ViewStore`] and
 //! [`RunStore`] (a projection's writes, its checkpoints and the watermark must
@@ -171,9 +172,22 @@ pub trait OutboxQueue: Send + Sync {
 /// `requeue_dead`:
 /// - Requeues up to `limit` dead rows, oldest first by
 ///   (`next_attempt_at`, stream, seq), and returns them as they now are.
+///
+/// `retry`:
+/// - Makes one `failed` or `pending` row due now by the store's clock: a
+///   `failed` row becomes `pending`; its attempt count and last error are
+///   kept; a row already due keeps its earlier due time. If the row is its
+///   stream's head, the stream is due at once. Returns the row as it now is.
+/// - [`Error::NotFound`](crate::Error::NotFound) if there is no such row;
+///   [`Error::InvalidState`](crate::Error::InvalidState) for a `dead` row
+///   (that is what `requeue` is for) or a `processing` one (a worker holds
+///   it); nothing changes.
 pub trait DeadLetters: Send + Sync {
     /// Requeues one dead row.
     fn requeue(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send;
+
+    /// Makes one failed or pending row due now, keeping its attempt count.
+    fn retry(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send;
 
     /// Requeues up to `limit` dead rows, oldest first.
     fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
@@ -191,6 +205,9 @@ pub trait DeadLetters: Send + Sync {
 ///   (`next_attempt_at`, stream, seq).
 /// - `lease` returns the stream's lease as last granted (possibly expired:
 ///   compare `expires_at`), or `None` if it was never leased or was released.
+/// - `leases` pages through the leases that have an owner (expired ones
+///   included, each marked by the store's clock; released ones left out),
+///   ordered by stream id, strictly after `after`, at most `limit` per page.
 pub trait OutboxInspector: Send + Sync {
     /// One row.
     fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send;
@@ -207,6 +224,42 @@ pub trait OutboxInspector: Send + Sync {
 
     /// The stream's lease as last granted.
     fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
+
+    /// A page of held (possibly expired) leases, by stream.
+    fn leases(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<LeaseEntry>>> + Send;
+}
+
+/// A stream lease as [`OutboxInspector::leases`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseEntry {
+    /// The lease as last granted.
+    #[serde(flatten)]
+    pub lease: Lease,
+    /// Whether it has expired, by the store's clock when it was listed.
+    pub expired: bool,
+}
+
+/// Lease administration: what an operator does with a stuck lease. Workers
+/// never call it (they use [`LeaseStore`]).
+///
+/// # Contract
+/// `break_lease`:
+/// - Frees the stream's lease whoever holds it, expired or not, as a
+///   `release` by its holder would: the epoch is kept, so the next `acquire`
+///   gets epoch + 1 and the old holder's `renew`, `claim`, `fail` and
+///   `abandon` fail with [`Error::LeaseLost`](crate::Error::LeaseLost).
+///   Returns the lease as it was before.
+/// - Returns `None` and changes nothing when the stream has no held lease
+///   (never leased, or released).
+/// - Outbox rows are not touched: rows the old holder left `processing` are
+///   due again at once (see [`OutboxQueue::due_streams`]).
+pub trait LeaseAdmin: Send + Sync {
+    /// Frees the stream's lease, whoever holds it.
+    fn break_lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send;
 }
 
 /// Stream leases: who may work on a stream. Leases make work efficient; the

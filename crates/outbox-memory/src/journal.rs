@@ -8,9 +8,9 @@ use std::time::Duration;
 use outbox_core::spi::{truncate_error, validate_limit, validate_ttl};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
-    FailureOutcome, Lease, LeaseStore, MAX_PAGE, Metadata, OutboxInspector, OutboxQueue, OutboxRow,
-    OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId, StreamVersion, SystemClock,
-    Timestamp, WorkerId, WorkerInfo, WorkerRegistry,
+    FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
+    OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId,
+    StreamVersion, SystemClock, Timestamp, WorkerId, WorkerInfo, WorkerRegistry,
 };
 
 /// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
@@ -417,6 +417,34 @@ impl DeadLetters for MemoryJournal {
         Ok(row)
     }
 
+    async fn retry(&self, stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+        let now = self.now();
+        let mut st = self.lock();
+        let row = st
+            .outbox
+            .get_mut(&(stream.clone(), seq))
+            .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+        match row.status {
+            OutboxStatus::Dead => {
+                return Err(Error::InvalidState(format!(
+                    "outbox row {stream}/{seq} is dead; use requeue for dead rows"
+                )));
+            }
+            OutboxStatus::Processing => {
+                return Err(Error::InvalidState(format!(
+                    "outbox row {stream}/{seq} is processing; a worker holds it"
+                )));
+            }
+            OutboxStatus::Pending | OutboxStatus::Failed => {}
+        }
+        row.status = OutboxStatus::Pending;
+        row.next_attempt_at = row.next_attempt_at.min(now);
+        row.updated_at = now;
+        let row = row.clone();
+        st.refresh_head(stream);
+        Ok(row)
+    }
+
     async fn requeue_dead(&self, limit: usize) -> Result<Vec<OutboxRow>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let now = self.now();
@@ -483,6 +511,31 @@ impl OutboxInspector for MemoryJournal {
         .collect())
     }
 
+    async fn leases(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<LeaseEntry>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let now = self.now();
+        let st = self.lock();
+        let mut held: Vec<LeaseEntry> = st
+            .leases
+            .iter()
+            .filter(|(s, _)| after.is_none_or(|a| *s > a))
+            .filter_map(|(s, r)| {
+                r.owner.as_ref().map(|owner| LeaseEntry {
+                    lease: Lease {
+                        stream: s.clone(),
+                        owner: owner.clone(),
+                        epoch: r.epoch,
+                        expires_at: r.expires_at,
+                    },
+                    expired: r.expires_at <= now,
+                })
+            })
+            .collect();
+        held.sort_by(|a, b| a.lease.stream.cmp(&b.lease.stream));
+        held.truncate(limit);
+        Ok(held)
+    }
+
     async fn lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
         let st = self.lock();
         Ok(st.leases.get(stream).and_then(|r| {
@@ -493,6 +546,27 @@ impl OutboxInspector for MemoryJournal {
                 expires_at: r.expires_at,
             })
         }))
+    }
+}
+
+impl LeaseAdmin for MemoryJournal {
+    async fn break_lease(&self, stream: &StreamId) -> Result<Option<Lease>> {
+        let now = self.now();
+        let mut st = self.lock();
+        let Some(r) = st.leases.get_mut(stream) else {
+            return Ok(None);
+        };
+        let Some(owner) = r.owner.take() else {
+            return Ok(None);
+        };
+        let before = Lease {
+            stream: stream.clone(),
+            owner,
+            epoch: r.epoch,
+            expires_at: r.expires_at,
+        };
+        r.expires_at = now;
+        Ok(Some(before))
     }
 }
 

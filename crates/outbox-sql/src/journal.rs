@@ -8,8 +8,8 @@ use outbox_core::spi::{
     StoredEvent, StoredLease, StoredOutboxRow, duration_millis, journal_undecodable, validate_ttl,
 };
 use outbox_core::{
-    Error, Event, Lease, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId,
-    Timestamp, WorkerId, WorkerInfo,
+    Error, Event, Lease, LeaseEntry, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq,
+    StreamId, Timestamp, WorkerId, WorkerInfo,
 };
 
 use crate::{Arg, Conn, Database, Row};
@@ -239,6 +239,79 @@ pub async fn lease(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<O
     row.map(|r| decode_lease(&r, stream)).transpose()
 }
 
+/// [`LeaseAdmin::break_lease`](outbox_core::LeaseAdmin::break_lease): reads
+/// the held lease, then frees it as its holder's `release` would (epoch
+/// kept), guarded by the owner and epoch just read.
+pub async fn break_lease(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<Option<Lease>> {
+    const HELD: &str = "SELECT owner, epoch, expires_at FROM stream_leases \
+         WHERE stream = $1 AND owner IS NOT NULL";
+    const BREAK: &str = "UPDATE stream_leases SET owner = NULL, expires_at = {now} \
+         WHERE stream = $1 AND owner = $2 AND epoch = $3";
+    let what = "breaking a stream lease";
+    let mut tx = db.begin().await?;
+    let Some(row) = tx
+        .fetch_optional(what, &db.dialect().sql(HELD), &[Arg::Text(stream.as_str())])
+        .await?
+    else {
+        tx.commit(what).await?;
+        return Ok(None);
+    };
+    let lease = decode_lease(&row, stream)?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql(BREAK),
+            &[
+                Arg::Text(stream.as_str()),
+                Arg::Text(lease.owner.as_str()),
+                Arg::Int(i64_of(lease.epoch)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    if n == 0 {
+        // Another owner took it between the read and the update (Postgres
+        // runs writers concurrently): break nothing the operator did not see.
+        return Err(Error::InvalidState(format!(
+            "the lease of stream {stream} changed while it was being broken; look again"
+        )));
+    }
+    Ok(Some(lease))
+}
+
+/// [`OutboxInspector::leases`](outbox_core::OutboxInspector::leases): one
+/// walk of the lease table's primary key.
+pub async fn leases(
+    db: &(impl Database + ?Sized),
+    after: Option<&StreamId>,
+    limit: usize,
+) -> Result<Vec<LeaseEntry>> {
+    const COLUMNS: &str = "SELECT stream, owner, epoch, expires_at, \
+         CASE WHEN expires_at <= {now} THEN 1 ELSE 0 END FROM stream_leases WHERE owner IS NOT NULL";
+    let limit = Arg::Int(i64::try_from(validate_limit(limit, MAX_PAGE)?).unwrap_or(i64::MAX));
+    let (sql, args) = match after {
+        Some(a) => (
+            format!("{COLUMNS} AND stream > $1 ORDER BY stream LIMIT $2"),
+            vec![Arg::Text(a.as_str()), limit],
+        ),
+        None => (format!("{COLUMNS} ORDER BY stream LIMIT $1"), vec![limit]),
+    };
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch("listing stream leases", &db.dialect().sql(&sql), &args)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let stream = StreamId::new(r.text(0)?).map_err(|e| journal_undecodable("stream lease", e))?;
+            let lease = StoredLease::from((r.text(1)?, r.int(2)?, r.int(3)?)).into_lease(&stream)?;
+            Ok(LeaseEntry {
+                lease,
+                expired: r.bool(4)?,
+            })
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // WorkerRegistry
 // ---------------------------------------------------------------------------
@@ -451,6 +524,52 @@ pub async fn requeue(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq)
         )));
     }
     let row = revive(db, &mut *tx, stream.as_str(), seq.as_i64())
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
+    refresh_head(db, &mut *tx, stream.as_str()).await?;
+    tx.commit(what).await?;
+    decode_row(&row)
+}
+
+/// [`DeadLetters::retry`](outbox_core::DeadLetters::retry): under the
+/// stream's lock, a failed or pending row becomes pending and due now
+/// (an earlier due time kept), attempts and error kept; the head follows.
+pub async fn retry(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
+    let what = "retrying an outbox row";
+    let mut tx = db.begin().await?;
+    lock_stream(db, &mut *tx, stream.as_str()).await?;
+    let status = tx
+        .fetch_optional(
+            what,
+            &db.dialect()
+                .sql("SELECT status FROM outbox WHERE stream = $1 AND seq = $2"),
+            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
+        )
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?
+        .text(0)?;
+    if status == OutboxStatus::Dead.as_str() {
+        return Err(Error::InvalidState(format!(
+            "outbox row {stream}/{seq} is dead; use requeue for dead rows"
+        )));
+    }
+    if status == OutboxStatus::Processing.as_str() {
+        return Err(Error::InvalidState(format!(
+            "outbox row {stream}/{seq} is processing; a worker holds it"
+        )));
+    }
+    let sql = format!(
+        "UPDATE outbox SET status = 'pending', \
+         next_attempt_at = CASE WHEN next_attempt_at > {{now}} THEN {{now}} ELSE next_attempt_at END, \
+         updated_at = {{now}} \
+         WHERE stream = $1 AND seq = $2 AND status IN ('pending', 'failed') RETURNING {ROW_COLUMNS}"
+    );
+    let row = tx
+        .fetch_optional(
+            what,
+            &db.dialect().sql(&sql),
+            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
+        )
         .await?
         .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?;
     refresh_head(db, &mut *tx, stream.as_str()).await?;

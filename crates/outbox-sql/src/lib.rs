@@ -14,7 +14,7 @@ pub use plumbing::{Role, digest_row, digest_rows};
 pub use value::{Arg, Row, Value};
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,
-/// `LeaseStore`, `WorkerRegistry`) for an adapter type whose `$db` field
+/// `LeaseStore`, `LeaseAdmin`, `WorkerRegistry`) for an adapter type whose `$db` field
 /// implements [`Database`], by delegating to [`journal`].
 #[macro_export]
 macro_rules! impl_journal_ports {
@@ -33,6 +33,14 @@ macro_rules! impl_journal_ports {
                 limit: usize,
             ) -> ::outbox_core::Result<Vec<::outbox_core::OutboxRow>> {
                 $crate::journal::requeue_dead(&*self.$db, limit).await
+            }
+
+            async fn retry(
+                &self,
+                stream: &::outbox_core::StreamId,
+                seq: ::outbox_core::Seq,
+            ) -> ::outbox_core::Result<::outbox_core::OutboxRow> {
+                $crate::journal::retry(&*self.$db, stream, seq).await
             }
         }
 
@@ -62,6 +70,23 @@ macro_rules! impl_journal_ports {
                 stream: &::outbox_core::StreamId,
             ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
                 $crate::journal::lease(&*self.$db, stream).await
+            }
+
+            async fn leases(
+                &self,
+                after: Option<&::outbox_core::StreamId>,
+                limit: usize,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::LeaseEntry>> {
+                $crate::journal::leases(&*self.$db, after, limit).await
+            }
+        }
+
+        impl ::outbox_core::LeaseAdmin for $ty {
+            async fn break_lease(
+                &self,
+                stream: &::outbox_core::StreamId,
+            ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
+                $crate::journal::break_lease(&*self.$db, stream).await
             }
         }
 

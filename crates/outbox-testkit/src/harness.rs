@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    DeadLetters, EventJournal, LeaseStore, OutboxInspector, OutboxQueue, Projection, ProjectionStore,
-    RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
+    DeadLetters, EventJournal, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue, Projection,
+    ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.
@@ -26,6 +26,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + DeadLetters
         + OutboxInspector
         + LeaseStore
+        + LeaseAdmin
         + WorkerRegistry
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).

@@ -9,6 +9,7 @@
 //! listed, when a listed name is no such function, or when a name is listed
 //! twice. (Helpers shared by the checks are `pub(crate)`.)
 
+mod admin;
 mod end_to_end;
 mod journal;
 mod lease;
@@ -20,6 +21,7 @@ mod support;
 mod view;
 mod watermark;
 
+pub use admin::*;
 pub use end_to_end::*;
 pub use journal::*;
 pub use lease::*;
@@ -94,6 +96,15 @@ macro_rules! for_each_check {
             requeue_of_missing_row_is_not_found,
             requeue_dead_oldest_first_with_limit,
             requeue_dead_breaks_ties_by_stream_and_seq,
+            retry_makes_failed_row_due_now,
+            retry_of_pending_row_keeps_an_earlier_due_time,
+            retry_of_dead_or_processing_row_is_invalid_state,
+            retry_of_missing_row_is_not_found,
+            leases_lists_held_leases_by_stream_and_pages,
+            break_lease_frees_and_keeps_the_epoch,
+            break_lease_of_expired_lease,
+            break_lease_of_free_stream_is_none,
+            break_lease_makes_processing_rows_due_again,
             summary_counts_by_status,
             summary_names_oldest_retry_eligible_row,
             list_filters_orders_and_limits,
