@@ -5,6 +5,7 @@ mod config;
 mod gaps;
 mod metrics;
 mod outbox;
+mod panic;
 mod replay;
 mod running;
 mod worker;

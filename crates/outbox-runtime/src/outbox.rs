@@ -58,6 +58,8 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) wake: Notify,
     pub(crate) wake_source: Option<Arc<dyn WakeSource>>,
     pub(crate) metrics: Metrics,
+    /// Whether a [`crate::Running`] of this runtime is live (one start at a time).
+    pub(crate) started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Builds an [`Outbox`].
@@ -136,24 +138,27 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 "the apply worker runs with no projections registered: rows will be completed without effect"
             );
         }
-        self.store.setup(&self.projections).await?;
+        // Every hook of every projection turns a panic into an error.
+        let projections = crate::panic::catch_panics(self.projections);
+        self.store.setup(&projections).await?;
         let worker_id = match self.config.worker_id.clone() {
             Some(id) => id,
             None => generated_worker_id()?,
         };
-        info!(mode = %mode, worker = %worker_id, projections = self.projections.len(), "outbox runtime configured");
+        info!(mode = %mode, worker = %worker_id, projections = projections.len(), "outbox runtime configured");
         Ok(Outbox {
             inner: Arc::new(Inner {
                 journal: self.journal,
                 store: self.store,
                 types: self.types,
-                projections: self.projections,
+                projections,
                 config: self.config,
                 mode,
                 worker_id,
                 wake: Notify::new(),
                 wake_source: self.wake_source,
                 metrics: Metrics::default(),
+                started: Arc::default(),
             }),
         })
     }

@@ -1,15 +1,26 @@
 //! Starting and stopping the runtime's tasks.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use outbox_core::Result;
-use tokio_util::sync::CancellationToken;
+use outbox_core::{Error, Result};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::gaps::RepairReport;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+use crate::panic::CatchUnwind;
 use crate::worker::WorkerKind;
+
+/// The longest wait before a dead worker loop is restarted.
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
+
+/// A worker loop that ran this long before it died starts its restart
+/// backoff from the beginning again.
+const RESTART_RESET_AFTER: Duration = Duration::from_secs(300);
 
 /// The tasks a mode runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +42,7 @@ pub struct Running {
     handles: Vec<tokio::task::JoinHandle<()>>,
     tasks: Tasks,
     repair: Option<RepairReport>,
+    started: Arc<AtomicBool>,
 }
 
 impl Running {
@@ -50,6 +62,7 @@ impl Running {
         self.cancel.cancel();
         self.tracker.close();
         self.tracker.wait().await;
+        self.started.store(false, Ordering::SeqCst);
     }
 
     /// Stops the tasks abruptly, leaving leases to expire: what a crash does.
@@ -58,6 +71,7 @@ impl Running {
         for h in &self.handles {
             h.abort();
         }
+        self.started.store(false, Ordering::SeqCst);
     }
 
     /// A token that is cancelled when shutdown begins.
@@ -80,13 +94,50 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Runs start-up gap repair (when configured), then spawns the tasks of
     /// the mode: the apply worker or the shadow worker and the heartbeat, or
     /// nothing in the inline modes.
+    ///
+    /// A runtime starts once at a time: a second `start()` on it (or on a
+    /// clone) before the first [`Running`] is shut down or aborted is
+    /// [`Error::InvalidState`]. In the worker modes the first heartbeat is
+    /// sent before anything is spawned, so a worker id that another live
+    /// process holds is refused here (see [`outbox_core::WorkerRegistry`]).
+    ///
+    /// The worker loop is supervised: if it ends for any reason other than
+    /// shutdown (a panic outside a projection, whose panics are already
+    /// failures of their rows), it is logged and restarted after a backoff
+    /// (the poll interval, doubling up to a minute). The heartbeat runs only
+    /// while the supervisor does: if the supervisor itself ends, the
+    /// heartbeat stops and deregisters, so the registry never shows a worker
+    /// that is not running.
     pub async fn start(&self) -> Result<Running> {
+        let started = Arc::clone(&self.inner.started);
+        if started
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Err(Error::InvalidState(format!(
+                "the runtime of worker `{}` is already started: shut the running one down first",
+                self.worker_id()
+            )));
+        }
+        match self.start_tasks(Arc::clone(&started)).await {
+            Ok(running) => Ok(running),
+            Err(e) => {
+                started.store(false, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_tasks(&self, started: Arc<AtomicBool>) -> Result<Running> {
         let repair = if self.config().repair_on_start {
             Some(self.repair_gaps().await?)
         } else {
             None
         };
         let tasks = self.planned_tasks();
+        if tasks.heartbeat {
+            self.beat().await?;
+        }
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut handles = Vec::new();
@@ -97,16 +148,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else {
             None
         };
+        let worker_gone = CancellationToken::new();
         if let Some(kind) = kind {
             let this = self.clone();
             let token = cancel.clone();
+            let alive = worker_gone.clone().drop_guard();
             let span = info_span!("worker", kind = ?kind, id = %self.worker_id());
-            handles.push(tracker.spawn(async move { this.work_loop(kind, token).await }.instrument(span)));
+            handles.push(
+                tracker.spawn(async move { this.supervise(kind, token, alive).await }.instrument(span)),
+            );
         }
         if tasks.heartbeat {
             let this = self.clone();
             let token = cancel.clone();
-            handles.push(tracker.spawn(async move { this.heartbeat_loop(token).await }));
+            handles.push(tracker.spawn(async move { this.heartbeat_loop(token, worker_gone).await }));
         }
         info!(mode = %self.mode(), apply_worker = tasks.apply_worker, shadow_worker = tasks.shadow_worker, "outbox runtime started");
         Ok(Running {
@@ -115,33 +170,91 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             handles,
             tasks,
             repair,
+            started,
         })
     }
 
-    async fn heartbeat_loop(&self, cancel: CancellationToken) {
-        let interval = self.config().heartbeat_interval;
-        let ttl = (interval * 3).max(Duration::from_secs(1));
-        let host = crate::host_name();
+    /// Runs the worker loop until shutdown, restarting it when it ends
+    /// otherwise. `_alive` cancels the heartbeat when this future ends or is
+    /// dropped (aborted).
+    async fn supervise(&self, kind: WorkerKind, cancel: CancellationToken, _alive: DropGuard) {
+        let mut restarts: u32 = 0;
         loop {
-            if let Err(e) = self
-                .journal()
-                .heartbeat(self.worker_id(), &host, std::process::id(), self.mode(), ttl)
-                .await
-            {
-                warn!(error = %e, "heartbeat failed");
+            let began = Instant::now();
+            let outcome = CatchUnwind::new(self.work_loop(kind, cancel.clone())).await;
+            if cancel.is_cancelled() {
+                break;
             }
+            if began.elapsed() >= RESTART_RESET_AFTER {
+                restarts = 0;
+            }
+            restarts = restarts.saturating_add(1);
+            let delay = restart_delay(self.config().poll_interval, restarts);
+            let why = match outcome {
+                Ok(()) => "returned".to_owned(),
+                Err(message) => format!("panicked: {message}"),
+            };
+            error!(restarts, ?delay, "worker loop {why}; restarting");
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// One registry heartbeat for this process.
+    async fn beat(&self) -> Result<()> {
+        let ttl = heartbeat_ttl(self.config().heartbeat_interval);
+        self.journal()
+            .heartbeat(
+                self.worker_id(),
+                &crate::host_name(),
+                std::process::id(),
+                self.mode(),
+                ttl,
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Beats every heartbeat interval (the first beat was sent by `start`)
+    /// until shutdown or until the worker's supervisor is gone, then
+    /// deregisters.
+    async fn heartbeat_loop(&self, cancel: CancellationToken, worker_gone: CancellationToken) {
+        let interval = self.config().heartbeat_interval;
+        loop {
             if let Err(e) = self.refresh_gauges().await {
                 warn!(error = %e, "reading queue gauges failed");
             }
             tokio::select! {
+                biased;
                 () = cancel.cancelled() => break,
+                () = worker_gone.cancelled() => {
+                    error!("the worker task is gone; the heartbeat stops");
+                    break;
+                }
                 () = tokio::time::sleep(interval) => {}
+            }
+            if let Err(e) = self.beat().await {
+                warn!(error = %e, "heartbeat failed");
             }
         }
         if let Err(e) = self.journal().deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }
+}
+
+/// How long a registry entry lives without a new beat.
+fn heartbeat_ttl(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(1))
+}
+
+/// The wait before the `restarts`-th restart of a dead worker loop: the poll
+/// interval, doubling, at most [`MAX_RESTART_DELAY`].
+fn restart_delay(poll: Duration, restarts: u32) -> Duration {
+    let factor = 1u32 << restarts.saturating_sub(1).min(16);
+    poll.saturating_mul(factor).min(MAX_RESTART_DELAY)
 }
 
 /// A token cancelled when the process receives Ctrl-C (SIGINT) or SIGTERM.
@@ -168,4 +281,27 @@ pub fn cancel_on_shutdown_signal() -> CancellationToken {
         t.cancel();
     });
     token
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_delay_doubles_from_the_poll_interval_up_to_a_minute() {
+        let poll = Duration::from_millis(500);
+        let got: Vec<Duration> = [1, 2, 3, 8, 9, 1000].map(|n| restart_delay(poll, n)).to_vec();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            got,
+            [
+                ms(500),
+                ms(1000),
+                ms(2000),
+                ms(64_000).min(MAX_RESTART_DELAY),
+                MAX_RESTART_DELAY,
+                MAX_RESTART_DELAY
+            ]
+        );
+    }
 }

@@ -533,3 +533,123 @@ async fn a_dead_worker_is_taken_over_after_its_lease_expires() {
         "the zombie's lease is gone"
     );
 }
+
+/// A projection that panics on every apply of one stream.
+struct Panicky {
+    name: outbox_core::ProjectionName,
+    stream: StreamId,
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::ViewProjection for Panicky {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        &self.name
+    }
+
+    async fn apply(
+        &self,
+        _view: &mut outbox_core::ViewTx<'_>,
+        event: &outbox_core::Event,
+    ) -> Result<(), outbox_core::BoxError> {
+        assert!(event.stream != self.stream, "applier bug on {}", event.stream);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_threshold() {
+    let e = env();
+    let poison = sid("poison");
+    let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap();
+    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(worker_config().with_retry(policy))
+        .event_types(oracle_registry())
+        .projection(e.oracle.clone())
+        .view(Panicky {
+            name: outbox_core::ProjectionName::new("panicky").unwrap(),
+            stream: poison.clone(),
+        })
+        .build()
+        .await
+        .unwrap();
+    append_values(&rt, &poison, &[1, 2]).await;
+    append_values(&rt, &sid("healthy"), &[5, 6]).await;
+    for _ in 0..3 {
+        rt.tick()
+            .await
+            .expect("a panic is a failure of the row, not of the pass");
+        tokio::time::advance(Duration::from_secs(5)).await;
+    }
+    let row = rt.journal().row(&poison, Seq::FIRST).await.unwrap().unwrap();
+    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Dead, 3));
+    let error = row.last_error.unwrap();
+    assert!(
+        error.contains("panicked") && error.contains("applier bug on poison"),
+        "{error}"
+    );
+    let m = rt.metrics();
+    assert_eq!((m.failed, m.dead_lettered), (2, 1));
+    check_history(
+        &state(&e).await,
+        &expect(&[("healthy", 2, 11), ("poison", 0, 0)]),
+        &BTreeMap::new(),
+    )
+    .expect("the healthy stream flowed");
+}
+
+/// A wake source whose first wait panics (a bug outside any applier).
+struct PanicOnce(std::sync::atomic::AtomicBool);
+
+#[outbox_core::async_trait]
+impl outbox_core::WakeSource for PanicOnce {
+    async fn wait(&self) {
+        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            panic!("wake source bug");
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_dies_is_restarted_and_stays_registered() {
+    let e = env();
+    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(worker_config())
+        .event_types(oracle_registry())
+        .projection(e.oracle.clone())
+        .wake_source(Arc::new(PanicOnce(Default::default())))
+        .build()
+        .await
+        .unwrap();
+    let running = rt.start().await.unwrap();
+    // The first idle wait panics and ends the worker's loop.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    append_values(&rt, &sid("s"), &[1, 2, 3]).await;
+    wait_until_drained(&rt).await;
+    let registered = rt.journal().workers().await.unwrap();
+    assert_eq!(registered.len(), 1, "the restarted worker is still registered");
+    running.shutdown().await;
+    assert!(rt.journal().workers().await.unwrap().is_empty());
+    check_history(&state(&e).await, &expect(&[("s", 3, 6)]), &BTreeMap::new()).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_start_of_one_runtime_is_refused_until_the_first_stops() {
+    let e = env();
+    let rt = runtime(&e, worker_config()).await;
+    let running = rt.start().await.unwrap();
+    for second in [rt.start().await, rt.clone().start().await] {
+        let err = second.err().expect("a second start is refused");
+        assert!(
+            matches!(err, outbox_core::Error::InvalidState(_)) && err.to_string().contains("already started"),
+            "{err}"
+        );
+    }
+    running.shutdown().await;
+    rt.start().await.expect("starts again after shutdown").abort();
+    rt.start()
+        .await
+        .expect("starts again after abort")
+        .shutdown()
+        .await;
+}
