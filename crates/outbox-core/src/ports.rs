@@ -408,12 +408,18 @@ pub struct WorkerInfo {
 /// - `heartbeat` inserts the worker (keeping `started_at` from the first
 ///   beat) or refreshes it: `last_beat = now`, `expires_at = now + ttl`, by
 ///   the store's clock. `ttl` outside the lease TTL range is `InvalidInput`.
+/// - A worker id has one live holder: while the id's entry is unexpired (by
+///   the store's clock), a `heartbeat` from another (`host`, `pid`) is
+///   `InvalidState` naming the id and the holder's host and pid, and changes
+///   nothing. The holder's own beats keep working. Once the entry expired or
+///   was deregistered, any process may take the id.
 /// - `workers` lists the entries that have not expired, ordered by id.
 /// - `deregister` removes the worker's entry and returns whether it existed.
 /// - `prune` deletes entries that expired `grace` or more ago
 ///   (`expires_at <= now - grace`) and returns how many.
-/// - A heartbeat refreshes `host`, `pid` and `mode` too, and keeps
-///   `started_at` for as long as the entry exists (expired or not).
+/// - A heartbeat refreshes `mode` (and `host` and `pid` when it takes an
+///   expired entry over), and keeps `started_at` for as long as the entry
+///   exists (expired or not).
 pub trait WorkerRegistry: Send + Sync {
     /// Registers or refreshes a worker.
     fn heartbeat(

@@ -18,6 +18,16 @@ pub use crate::stored::{
 pub use crate::time::duration_millis;
 pub use crate::view::digest_view;
 
+/// The refusal of [`WorkerRegistry::heartbeat`](crate::WorkerRegistry::heartbeat)
+/// when `held`, a live entry, belongs to another (host, pid): written once so
+/// every adapter words it the same way.
+pub fn worker_id_held(held: &crate::WorkerInfo) -> crate::Error {
+    crate::Error::InvalidState(format!(
+        "worker id `{}` is held by a live worker on host {} pid {} (registered {}, entry expires {}): give this process another OUTBOX_WORKER_ID, or stop the other one",
+        held.id, held.host, held.pid, held.started_at, held.expires_at
+    ))
+}
+
 /// One checkpoint an apply moves: from the value read to the run's last
 /// applied seq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::spi::{truncate_error, validate_limit, validate_ttl};
+use outbox_core::spi::{truncate_error, validate_limit, validate_ttl, worker_id_held};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
@@ -653,6 +653,12 @@ impl WorkerRegistry for MemoryJournal {
         validate_ttl(ttl)?;
         let now = self.now();
         let mut st = self.lock();
+        if let Some(held) = st.workers.get(id)
+            && held.expires_at > now
+            && (held.host != host || held.pid != pid)
+        {
+            return Err(worker_id_held(held));
+        }
         let started_at = st.workers.get(id).map_or(now, |w| w.started_at);
         let info = WorkerInfo {
             id: id.clone(),

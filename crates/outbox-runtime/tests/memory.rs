@@ -653,3 +653,36 @@ async fn a_second_start_of_one_runtime_is_refused_until_the_first_stops() {
         .shutdown()
         .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn start_is_refused_while_another_process_holds_the_worker_id() {
+    let e = env();
+    let id = outbox_core::WorkerId::new("shared-id").unwrap();
+    // Another process registered the id and is still live.
+    e.journal
+        .heartbeat(
+            &id,
+            "other-host",
+            4242,
+            Mode::OutboxApplyOnly,
+            Duration::from_secs(15),
+        )
+        .await
+        .unwrap();
+    let rt = runtime(&e, worker_config().with_worker_id(id.clone())).await;
+    let err = rt.start().await.err().expect("the id is held");
+    assert!(
+        matches!(err, outbox_core::Error::InvalidState(_))
+            && err.to_string().contains("other-host")
+            && err.to_string().contains("4242"),
+        "{err}"
+    );
+    assert_eq!(rt.journal().workers().await.unwrap()[0].host, "other-host");
+    // The other process stopped beating: once its entry expires, the id is free.
+    tokio::time::advance(Duration::from_secs(16)).await;
+    rt.start()
+        .await
+        .expect("the expired id is taken")
+        .shutdown()
+        .await;
+}

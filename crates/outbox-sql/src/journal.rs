@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use outbox_core::spi::validate_limit;
 use outbox_core::spi::{
     StoredEvent, StoredLease, StoredOutboxRow, duration_millis, journal_undecodable, validate_ttl,
 };
+use outbox_core::spi::{validate_limit, worker_id_held};
 use outbox_core::{
     Error, Event, Lease, LeaseEntry, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq,
     StreamId, Timestamp, WorkerId, WorkerInfo,
@@ -318,7 +318,9 @@ pub async fn leases(
 
 /// [`WorkerRegistry::heartbeat`](outbox_core::WorkerRegistry::heartbeat):
 /// one statement, so every use of the clock sees the same `now`; a refresh
-/// keeps `started_at` from the first beat.
+/// keeps `started_at` from the first beat. The upsert's `WHERE` refuses to
+/// touch a live entry of another (host, pid): no row comes back, and the
+/// holder is read in the same transaction to name it in the error.
 pub async fn heartbeat(
     db: &(impl Database + ?Sized),
     id: &WorkerId,
@@ -334,7 +336,10 @@ pub async fn heartbeat(
     let sql = format!(
         "INSERT INTO outbox_workers ({WORKER_COLUMNS}) VALUES ($1, $2, $3, $4, {{now}}, {{now}}, {{now}} + $5) \
          ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, mode = excluded.mode, \
-         last_beat = excluded.last_beat, expires_at = excluded.expires_at RETURNING {WORKER_COLUMNS}"
+         last_beat = excluded.last_beat, expires_at = excluded.expires_at \
+         WHERE outbox_workers.expires_at <= excluded.last_beat \
+         OR (outbox_workers.host = excluded.host AND outbox_workers.pid = excluded.pid) \
+         RETURNING {WORKER_COLUMNS}"
     );
     let what = "recording a worker heartbeat";
     let mut tx = db.begin().await?;
@@ -351,8 +356,21 @@ pub async fn heartbeat(
             ],
         )
         .await?;
+    let Some(row) = row else {
+        let held = tx
+            .fetch_optional(
+                what,
+                &db.dialect().sql(&format!(
+                    "SELECT {WORKER_COLUMNS} FROM outbox_workers WHERE id = $1"
+                )),
+                &[Arg::Text(id.as_str())],
+            )
+            .await?
+            .ok_or_else(|| journal_undecodable("worker entry", "the heartbeat returned no row"))?;
+        return Err(worker_id_held(&decode_worker(&held)?));
+    };
     tx.commit(what).await?;
-    decode_worker(&row.ok_or_else(|| journal_undecodable("worker entry", "the heartbeat returned no row"))?)
+    decode_worker(&row)
 }
 
 /// [`WorkerRegistry::workers`](outbox_core::WorkerRegistry::workers).

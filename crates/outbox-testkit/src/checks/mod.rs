@@ -154,6 +154,7 @@ macro_rules! for_each_check {
             watermarks_page_by_stream_id,
             registry_heartbeat_inserts_worker,
             registry_heartbeat_refresh_keeps_started_at,
+            registry_heartbeat_refuses_a_second_live_holder,
             registry_expired_workers_are_not_listed,
             registry_deregister_returns_whether_it_existed,
             registry_prune_deletes_only_long_expired,

@@ -263,3 +263,63 @@ pub async fn registry_workers_ordered_by_id<H: Harness>(h: &H) {
     );
     assert_eq!(listed(j).await, want, "workers are ordered by id");
 }
+
+/// `heartbeat`: while an entry is live (unexpired by the store's clock), a
+/// beat for its id from another (host, pid) is `InvalidState` naming the id,
+/// the holder's host and pid, and changes nothing; the holder's own beats go
+/// on working (its mode may change). Once the entry expired, or after
+/// `deregister`, another process may take the id.
+pub async fn registry_heartbeat_refuses_a_second_live_holder<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let id = owner("w");
+    let ttl = secs(30);
+    let first = j
+        .heartbeat(&id, "host-a", 1111, Mode::OutboxApplyOnly, ttl)
+        .await
+        .expect("first beat");
+    for (host, pid) in [("host-b", 1111), ("host-a", 2222), ("host-b", 2222)] {
+        let r = j.heartbeat(&id, host, pid, Mode::OutboxApplyOnly, ttl).await;
+        match r {
+            Err(Error::InvalidState(m)) => assert!(
+                m.contains("`w`") && m.contains("host-a") && m.contains("1111"),
+                "the refusal names the id and the live holder: {m}"
+            ),
+            other => panic!("a beat from {host}/{pid} while w is live must be refused: {other:?}"),
+        }
+    }
+    assert_eq!(
+        j.workers().await.expect("workers"),
+        vec![first.clone()],
+        "a refused beat changes nothing"
+    );
+    h.advance(&f.ctx, secs(10)).await;
+    let again = j
+        .heartbeat(&id, "host-a", 1111, Mode::ShadowOnly, ttl)
+        .await
+        .expect("the holder's own re-beat");
+    assert_eq!(
+        (again.mode, again.started_at),
+        (Mode::ShadowOnly, first.started_at),
+        "the holder re-beats, changing its mode"
+    );
+    h.advance(&f.ctx, ttl + ms(1)).await;
+    let taken = j
+        .heartbeat(&id, "host-b", 2222, Mode::OutboxApplyOnly, ttl)
+        .await
+        .expect("an expired entry's id may be taken");
+    assert_eq!((taken.host.as_str(), taken.pid), ("host-b", 2222));
+    assert!(
+        matches!(
+            j.heartbeat(&id, "host-a", 1111, Mode::OutboxApplyOnly, ttl).await,
+            Err(Error::InvalidState(_))
+        ),
+        "the old holder is now refused"
+    );
+    assert!(j.deregister(&id).await.expect("deregister"));
+    let back = j
+        .heartbeat(&id, "host-a", 1111, Mode::OutboxApplyOnly, ttl)
+        .await
+        .expect("a deregistered id may be taken at once");
+    assert_eq!((back.host.as_str(), back.pid), ("host-a", 1111));
+}
