@@ -45,6 +45,7 @@ env_vars! {
     OUTBOX_WAKE_ON_APPEND = "true", "wake the worker on an in-process append instead of waiting for the poll";
     OUTBOX_REPAIR_ON_START = "true", "catch up streams whose projections are behind the journal at start-up";
     OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
+    OUTBOX_REGISTRY_RETENTION_MS = "86400000", "how long an expired worker registry entry is kept before a running worker prunes it (1 day; pruned at start and every 60 heartbeats)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
 
@@ -69,6 +70,9 @@ pub struct Config {
     pub repair_on_start: bool,
     /// Heartbeat interval (default 5 s).
     pub heartbeat_interval: Duration,
+    /// How long an expired worker registry entry is kept before the
+    /// heartbeat prunes it (default 1 day).
+    pub registry_retention: Duration,
     /// The worker id; generated when `None`.
     pub worker_id: Option<WorkerId>,
     /// Due streams fetched per pass (default 64).
@@ -88,6 +92,7 @@ impl Default for Config {
             wake_on_append: true,
             repair_on_start: true,
             heartbeat_interval: Duration::from_secs(5),
+            registry_retention: Duration::from_secs(24 * 3600),
             worker_id: None,
             streams_per_pass: 64,
             batches_per_stream: 16,
@@ -137,6 +142,10 @@ impl Config {
     setter!(
         /// Sets the heartbeat interval.
         with_heartbeat_interval, heartbeat_interval: Duration
+    );
+    setter!(
+        /// Sets how long expired worker registry entries are kept.
+        with_registry_retention, registry_retention: Duration
     );
     setter!(
         /// Sets due streams fetched per pass.
@@ -190,6 +199,12 @@ impl Config {
             self.heartbeat_interval,
             Duration::from_millis(10),
             Duration::from_secs(3600),
+        )?;
+        in_range(
+            "registry retention",
+            self.registry_retention,
+            Duration::ZERO,
+            Duration::from_secs(365 * 24 * 3600),
         )?;
         for (name, v) in [
             ("batch size", self.batch_size),
@@ -255,6 +270,9 @@ impl Config {
         }
         if let Some(v) = ms(Self::OUTBOX_HEARTBEAT_INTERVAL_MS)? {
             c.heartbeat_interval = v;
+        }
+        if let Some(v) = ms(Self::OUTBOX_REGISTRY_RETENTION_MS)? {
+            c.registry_retention = v;
         }
         let base = ms(Self::OUTBOX_RETRY_BASE_MS)?.unwrap_or(c.retry.base());
         let cap = ms(Self::OUTBOX_RETRY_CAP_MS)?.unwrap_or(c.retry.cap());
@@ -359,8 +377,10 @@ mod tests {
             ("OUTBOX_DEAD_LETTER_THRESHOLD", "3"),
             ("OUTBOX_RETRY_CAP_MS", "60000"),
             ("OUTBOX_WORKER_ID", "w-1"),
+            ("OUTBOX_REGISTRY_RETENTION_MS", "60000"),
         ])
         .unwrap();
+        assert_eq!(c.registry_retention, Duration::from_secs(60));
         assert!(c.flags.outbox && c.flags.apply_worker && !c.flags.shadow_worker);
         assert_eq!(c.batch_size, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(50));

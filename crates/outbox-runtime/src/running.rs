@@ -18,6 +18,10 @@ use crate::worker::WorkerKind;
 /// The longest wait before a dead worker loop is restarted.
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 
+/// The heartbeat prunes the worker registry once at start and then every
+/// this many beats (5 minutes at the default 5 s interval).
+const PRUNE_EVERY_BEATS: u64 = 60;
+
 /// A worker loop that ran this long before it died starts its restart
 /// backoff from the beginning again.
 const RESTART_RESET_AFTER: Duration = Duration::from_secs(300);
@@ -219,10 +223,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Beats every heartbeat interval (the first beat was sent by `start`)
     /// until shutdown or until the worker's supervisor is gone, then
-    /// deregisters.
+    /// deregisters. At start and every [`PRUNE_EVERY_BEATS`] beats it prunes
+    /// registry entries that expired more than
+    /// [`Config::registry_retention`](crate::Config::registry_retention) ago.
     async fn heartbeat_loop(&self, cancel: CancellationToken, worker_gone: CancellationToken) {
         let interval = self.config().heartbeat_interval;
+        let mut beats: u64 = 0;
         loop {
+            if beats.is_multiple_of(PRUNE_EVERY_BEATS) {
+                match self.journal().prune(self.config().registry_retention).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(pruned = n, "pruned expired worker registry entries"),
+                    Err(e) => warn!(error = %e, "pruning the worker registry failed"),
+                }
+            }
             if let Err(e) = self.refresh_gauges().await {
                 warn!(error = %e, "reading queue gauges failed");
             }
@@ -238,6 +252,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if let Err(e) = self.beat().await {
                 warn!(error = %e, "heartbeat failed");
             }
+            beats += 1;
         }
         if let Err(e) = self.journal().deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");

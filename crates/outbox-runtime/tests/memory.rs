@@ -686,3 +686,45 @@ async fn start_is_refused_while_another_process_holds_the_worker_id() {
         .shutdown()
         .await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_prunes_registry_entries_expired_longer_than_the_retention() {
+    let e = env();
+    let beat = |id: &str, ttl: Duration| {
+        let j = e.journal.clone();
+        let id = outbox_core::WorkerId::new(id).unwrap();
+        async move {
+            j.heartbeat(&id, "gone-host", 7, Mode::OutboxApplyOnly, ttl)
+                .await
+                .unwrap();
+        }
+    };
+    let gone = |id: &str| {
+        let j = e.journal.clone();
+        let id = outbox_core::WorkerId::new(id).unwrap();
+        async move { !j.deregister(&id).await.unwrap() }
+    };
+    beat("old", Duration::from_secs(1)).await;
+    beat("recent", Duration::from_secs(10)).await;
+    tokio::time::advance(Duration::from_secs(12)).await;
+    // old expired 11 s ago, recent 2 s ago.
+    let config = worker_config()
+        .with_heartbeat_interval(Duration::from_millis(100))
+        .with_registry_retention(Duration::from_secs(5));
+    let rt = runtime(&e, config).await;
+    let running = rt.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        gone("old").await,
+        "pruned at start: expired longer than the retention"
+    );
+    assert!(!gone("recent").await, "expired only 2 s ago: kept");
+    beat("recent", Duration::from_secs(10)).await; // deregister removed it: back, expiring at +10 s
+    beat("late", Duration::from_secs(1)).await; // expires at +1 s
+    // Prunes run every 60 beats (6 s here): at +6 s nothing is 5 s past
+    // expiry yet; at +12 s `late` is, `recent` is not.
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    running.shutdown().await;
+    assert!(gone("late").await, "a later scheduled prune removed it");
+    assert!(!gone("recent").await, "expired 3 s ago: kept");
+}
