@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use outbox_core::{Error, WakeSource};
+use outbox_core::{Error, LeaseAdmin, WakeSource};
 #[cfg(feature = "postgres")]
 use outbox_postgres::sqlx::{self, Connection, postgres::PgConnectOptions};
 #[cfg(feature = "postgres")]
@@ -14,7 +14,7 @@ use outbox_runtime::{JournalBackend, ProjectionBackend};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 
 /// The journal side of a backend, as the commands use it.
-pub(crate) trait CliJournal: JournalBackend + Clone {
+pub(crate) trait CliJournal: JournalBackend + LeaseAdmin + Clone {
     /// Where it is, for `migrate` (a path, or a Postgres schema).
     fn describe(&self) -> String;
     /// Cross-process wake-ups for the worker, when the backend has them.

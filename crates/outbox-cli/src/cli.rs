@@ -116,6 +116,10 @@ pub enum Command {
     Requeue(RequeueArgs),
     /// Requeue up to N dead rows, oldest first by (next attempt, stream, seq).
     RequeueDead(RequeueDeadArgs),
+    /// Make one failed or pending row due now (status pending, attempts kept).
+    Retry(RetryArgs),
+    /// List the stream leases; --break STREAM --yes frees a stuck one.
+    Leases(LeasesArgs),
     /// Catch a projection up from its checkpoints (or every projection with --all).
     Replay(ReplayArgs),
     /// Clear a projection and replay it from the journal's origin (or all, in order).
@@ -173,6 +177,9 @@ pub struct ReportArgs {
     /// Skip the projection digests (they read every projection document).
     #[arg(long)]
     pub no_digests: bool,
+    /// Streams scanned at most for the projections' checkpoint lag (0: skip it).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lag_streams: u64,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -202,6 +209,47 @@ pub struct RequeueDeadArgs {
     /// Rows requeued at most.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The stream.
+    #[arg(long)]
+    pub stream: String,
+    /// The seq.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox leases`.
+#[derive(Debug, Args)]
+pub struct LeasesArgs {
+    /// Only this stream's lease.
+    #[arg(long, conflicts_with = "break_stream")]
+    pub stream: Option<String>,
+    /// Leases listed at most (in stream order).
+    #[arg(
+        long,
+        default_value_t = 100,
+        conflicts_with = "break_stream",
+        value_parser = clap::value_parser!(u64).range(1..=10_000)
+    )]
+    pub limit: u64,
+    /// Free this stream's lease, whoever holds it (epoch kept, so the old
+    /// holder's next claim fails). Needs --yes; without it, shows the lease
+    /// and changes nothing.
+    #[arg(long = "break", value_name = "STREAM")]
+    pub break_stream: Option<String>,
+    /// Confirm --break.
+    #[arg(long, requires = "break_stream")]
+    pub yes: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outbox_core::{
     Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, Projection, ProjectionStore,
-    RunRecord, WorkerInfo,
+    RunRecord, StreamId, StreamLag, WorkerInfo,
 };
 use outbox_runtime::{Gauges, JournalBackend, ProjectionBackend};
 use serde::Serialize;
@@ -57,6 +57,98 @@ pub struct Report {
     pub digests: Option<Digests>,
     pub workers: Vec<WorkerInfo>,
     pub active_runs: Vec<RunRecord>,
+    /// Checkpoint lag per projection ([`projection_lag`]); `None` when not
+    /// computed ([`build_report`] leaves it out; `outbox report` fills it in
+    /// when the binary has projections).
+    pub lag: Option<LagReport>,
+}
+
+/// How far each projection's checkpoints are behind the journal, over the
+/// first streams (in stream order) of the journal.
+#[derive(Clone, Debug, Serialize)]
+pub struct LagReport {
+    /// Streams compared.
+    pub streams_scanned: u64,
+    /// Whether every stream of the journal was compared (`false` when the
+    /// scan stopped at its bound: the counts are then lower bounds).
+    pub complete: bool,
+    /// Streams whose watermark is behind their version.
+    pub watermarks_behind: u64,
+    /// One entry per projection, in registration order.
+    pub projections: Vec<ProjectionLag>,
+}
+
+/// One projection's checkpoint lag.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProjectionLag {
+    /// The projection.
+    pub projection: String,
+    /// Streams whose checkpoint is below the journal's version.
+    pub streams_behind: u64,
+    /// Events not yet applied, summed over those streams.
+    pub events_behind: u64,
+}
+
+/// Streams per page of the lag scan.
+const LAG_PAGE: usize = 1_000;
+
+/// Compares every projection's checkpoint (and the watermark) with the
+/// journal's version of each stream, over at most `max_streams` streams in
+/// stream order ([`StreamLag`] per stream, the same comparison `outbox gaps`
+/// makes). Reads only; costs one checkpoint read per stream and projection.
+pub async fn projection_lag<J: JournalBackend, P: ProjectionBackend>(
+    journal: &J,
+    store: &P,
+    projections: &[Arc<dyn Projection<P::Tx>>],
+    max_streams: usize,
+) -> Result<LagReport, Error> {
+    let mut out = LagReport {
+        streams_scanned: 0,
+        complete: true,
+        watermarks_behind: 0,
+        projections: projections
+            .iter()
+            .map(|p| ProjectionLag {
+                projection: p.name().to_string(),
+                streams_behind: 0,
+                events_behind: 0,
+            })
+            .collect(),
+    };
+    let mut after: Option<StreamId> = None;
+    'scan: loop {
+        let page = journal.stream_versions(after.as_ref(), LAG_PAGE).await?;
+        let full = page.len() == LAG_PAGE;
+        for v in &page {
+            if out.streams_scanned as usize >= max_streams {
+                out.complete = false;
+                break 'scan;
+            }
+            out.streams_scanned += 1;
+            let watermark = store.watermark(&v.stream).await?.map_or(0, |w| w.applied_through);
+            let mut checkpoints = Vec::with_capacity(projections.len());
+            for p in projections {
+                checkpoints.push((p.name().clone(), store.checkpoint(p.name(), &v.stream).await?));
+            }
+            let Some(lag) = StreamLag::of(&v.stream, v.version, watermark, checkpoints) else {
+                continue;
+            };
+            if lag.watermark < lag.version {
+                out.watermarks_behind += 1;
+            }
+            for (name, cp) in &lag.behind {
+                if let Some(p) = out.projections.iter_mut().find(|p| p.projection == name.as_str()) {
+                    p.streams_behind += 1;
+                    p.events_behind += lag.version - cp;
+                }
+            }
+        }
+        match page.last() {
+            Some(last) if full => after = Some(last.stream.clone()),
+            _ => break,
+        }
+    }
+    Ok(out)
 }
 
 /// Reads a report from the stores. Digests are computed (reading every
@@ -101,6 +193,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
         digests,
         workers: journal.workers().await?,
         active_runs,
+        lag: None,
     })
 }
 
@@ -159,6 +252,30 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
                 "    {} {} pid {} on {}, last beat {}",
                 w.id, w.mode, w.pid, w.host, w.last_beat
             );
+        }
+    }
+    if let Some(lag) = &r.lag {
+        let scope = if lag.complete {
+            format!("all {} stream(s)", lag.streams_scanned)
+        } else {
+            format!(
+                "the first {} stream(s) only (`--lag-streams` bounds the scan)",
+                lag.streams_scanned
+            )
+        };
+        println!("  projection lag (checkpoints behind the journal, over {scope}):");
+        for p in &lag.projections {
+            if p.streams_behind == 0 {
+                println!("    {:<18} up to date", p.projection);
+            } else {
+                println!(
+                    "    {:<18} BEHIND: {} stream(s), {} event(s) (`outbox gaps` lists them, `outbox gaps --repair` catches up)",
+                    p.projection, p.streams_behind, p.events_behind
+                );
+            }
+        }
+        if lag.watermarks_behind > 0 {
+            println!("    watermarks behind on {} stream(s)", lag.watermarks_behind);
         }
     }
     for run in &r.active_runs {

@@ -193,6 +193,19 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     let requeued = ok_json(&site, &["requeue-dead", "--limit", "10", "--json"]);
     assert_eq!(requeued, serde_json::json!([]), "nothing dead any more");
 
+    let row = ok_json(
+        &site,
+        &["retry", "--stream", "parcel-lost", "--seq", "1", "--json"],
+    );
+    assert_eq!(row["status"], "pending", "{row}");
+    let leases = ok_json(&site, &["leases", "--json"]);
+    assert_eq!(
+        leases,
+        serde_json::json!([]),
+        "the application's worker released its leases"
+    );
+    assert!(report["lag"].is_null(), "no projections, no lag: {report}");
+
     assert_eq!(
         projection_files(&site.projection),
         before,

@@ -22,8 +22,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxInspector, ProjectionName,
-    RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, NewEvent, OutboxInspector,
+    OutboxQueue, ProjectionName, RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
 };
 use outbox_demo::domain::{self, Faults, Payload};
 use outbox_runtime::{Config, Outbox};
@@ -839,6 +839,208 @@ fn requeue_of_an_unknown_or_live_row_is_refused() {
 }
 
 // ---------------------------------------------------------------------------
+// retry and leases
+// ---------------------------------------------------------------------------
+
+/// Opens the site's journal through the library, runs `f` on it, closes it.
+fn with_journal<T>(site: &Site, f: impl AsyncFnOnce(&SqliteJournal) -> T) -> T {
+    block_on(async {
+        let journal = SqliteJournal::open(&site.journal, SqliteOptions::default())
+            .await
+            .expect("open journal");
+        let out = f(&journal).await;
+        journal.close().await;
+        out
+    })
+}
+
+fn wid(name: &str) -> WorkerId {
+    WorkerId::new(name).unwrap()
+}
+
+fn sid(name: &str) -> StreamId {
+    StreamId::new(name).unwrap()
+}
+
+/// A long lease TTL: the fixtures' leases never expire during a test.
+const LONG_TTL: Duration = Duration::from_secs(3600);
+
+#[test]
+fn retry_makes_a_failed_row_due_now_and_refuses_processing_or_missing_rows() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-b", true), ("campaign-c", false)]);
+    // A zombie holds campaign-c with its rows claimed (processing).
+    with_journal(&site, async |j| {
+        let lease = j
+            .acquire(&sid("campaign-c"), &wid("zombie"), LONG_TTL)
+            .await
+            .unwrap()
+            .expect("free lease");
+        assert_eq!(j.claim(&lease, 100).await.unwrap().len() as u64, PER_CAMPAIGN);
+    });
+    // One pass with the fix NOT deployed and a retry an hour away: b/4 failed.
+    block_on(async {
+        let retry = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 5).unwrap();
+        let rt = site
+            .library(Config::apply_worker().with_retry(retry), &Faults::default())
+            .await;
+        rt.tick().await.expect("tick");
+        rt.journal().close().await;
+        rt.store().close().await;
+    });
+    let r = site.report();
+    assert_eq!((u(&r["failed"]), u(&r["processing"])), (1, PER_CAMPAIGN), "{r}");
+    let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
+    assert_eq!(t["completed"], 0, "the failed head waits an hour: {t}");
+
+    site.refused(&["retry", "--stream", "nope", "--seq", "1"], &[], 3, &["nope/1"]);
+    site.refused(
+        &["retry", "--stream", "campaign-b", "--seq", "99"],
+        &[],
+        3,
+        &["campaign-b/99"],
+    );
+    site.refused(
+        &["retry", "--stream", "campaign-c", "--seq", "1"],
+        &[],
+        4,
+        &["campaign-c/1", "processing"],
+    );
+    site.refused(&["retry", "--stream", "", "--seq", "1"], &[], 2, &[]);
+
+    let out = site.ok(&["retry", "--stream", "campaign-b", "--seq", "4"]);
+    assert!(
+        out.starts_with("retrying campaign-b/4 (dice_rolled): pending, attempts 1 kept, due "),
+        "{out}"
+    );
+    let row = site.json(&["retry", "--stream", "campaign-b", "--seq", "4", "--json"]);
+    assert_eq!(
+        (&row["status"], &row["attempt_count"]),
+        (&"pending".into(), &1.into()),
+        "{row}"
+    );
+    assert!(!row["last_error"].is_null(), "the error is kept: {row}");
+    // The binary has the fix: the retried head and the rows behind it apply now.
+    let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
+    assert_eq!(t["completed"], PER_CAMPAIGN - CURSED_SEQ + 1, "{t}");
+}
+
+#[test]
+fn retry_of_a_dead_row_points_at_requeue() {
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-b", true)]);
+    site.refused(
+        &["retry", "--stream", "campaign-b", "--seq", "4"],
+        &[],
+        4,
+        &["campaign-b/4", "dead", "requeue"],
+    );
+    assert_eq!(site.report()["dead"], 1, "the dead row is untouched");
+}
+
+#[test]
+fn leases_are_listed_and_broken_only_with_confirmation() {
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+    assert_eq!(site.ok(&["leases"]).trim(), "no stream leases held");
+    let (held, _) = with_journal(&site, async |j| {
+        let b = j
+            .acquire(&sid("campaign-b"), &wid("worker-x"), LONG_TTL)
+            .await
+            .unwrap();
+        let a = j
+            .acquire(&sid("campaign-a"), &wid("worker-y"), LONG_TTL)
+            .await
+            .unwrap();
+        let gone = j
+            .acquire(&sid("campaign-z"), &wid("worker-x"), LONG_TTL)
+            .await
+            .unwrap();
+        assert!(j.release(&gone.unwrap()).await.unwrap());
+        let a = a.expect("free lease");
+        assert_eq!(j.claim(&a, 100).await.unwrap().len() as u64, PER_CAMPAIGN);
+        (a, b)
+    });
+
+    let out = site.ok(&["leases"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "released leases are not listed: {out}");
+    assert!(
+        lines[0].starts_with("campaign-a  owner worker-y  epoch 1  expires "),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("campaign-b  owner worker-x  epoch 1  expires "),
+        "{out}"
+    );
+    assert!(!out.contains("expired"), "{out}");
+    let all = site.json(&["leases", "--json"]);
+    let all = all.as_array().expect("an array of leases");
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0]["stream"], "campaign-a");
+    assert_eq!(all[0]["owner"], "worker-y");
+    assert_eq!(all[0]["epoch"], 1);
+    assert_eq!(all[0]["expired"], false);
+    assert!(!all[0]["expires_at"].is_null());
+    let first = site.json(&["leases", "--limit", "1", "--json"]);
+    assert_eq!(first.as_array().unwrap().len(), 1);
+    assert!(
+        site.ok(&["leases", "--limit", "1"])
+            .contains("(listing stopped at --limit 1)")
+    );
+    let one = site.json(&["leases", "--stream", "campaign-b", "--json"]);
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    assert_eq!(one[0]["owner"], "worker-x");
+    assert_eq!(
+        site.json(&["leases", "--stream", "campaign-z", "--json"]),
+        serde_json::json!([])
+    );
+
+    // Without --yes: what would be broken, and nothing changes.
+    site.refused(
+        &["leases", "--break", "campaign-a"],
+        &[],
+        2,
+        &["would break", "campaign-a", "worker-y", "epoch 1", "--yes"],
+    );
+    site.refused(&["leases", "--break", "campaign-z"], &[], 3, &["campaign-z"]);
+    site.refused(&["leases", "--break", "nope", "--yes"], &[], 3, &["nope"]);
+    site.refused(&["leases", "--yes"], &[], 2, &["--break"]);
+    site.refused(
+        &["leases", "--break", "campaign-a", "--stream", "campaign-b"],
+        &[],
+        2,
+        &["--stream"],
+    );
+    site.refused(&["leases", "--break", ""], &[], 2, &[]);
+
+    let out = site.ok(&["leases", "--break", "campaign-a", "--yes"]);
+    assert_eq!(
+        out.trim(),
+        "broke the lease of stream campaign-a held by worker-y (epoch 1); its next holder gets epoch 2"
+    );
+    let left = site.json(&["leases", "--json"]);
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left[0]["stream"], "campaign-b");
+    // The stale holder's next claim fails; a new holder gets the next epoch.
+    with_journal(&site, async |j| {
+        let r = j.claim(&held, 100).await;
+        assert!(matches!(r, Err(outbox_core::Error::LeaseLost { .. })), "{r:?}");
+        let r = j.renew(&held, LONG_TTL).await;
+        assert!(matches!(r, Err(outbox_core::Error::LeaseLost { .. })), "{r:?}");
+    });
+    // The rows the stale holder left processing are due again: a worker drains them.
+    let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
+    assert_eq!(
+        t["completed"], PER_CAMPAIGN,
+        "campaign-a only (b is still leased): {t}"
+    );
+    let json = site.json(&["leases", "--break", "campaign-b", "--yes", "--json"]);
+    assert_eq!(json["broken"]["owner"], "worker-x", "{json}");
+    assert_eq!(json["broken"]["epoch"], 1, "{json}");
+}
+
+// ---------------------------------------------------------------------------
 // replay, rebuild, runs
 // ---------------------------------------------------------------------------
 
@@ -1046,6 +1248,73 @@ fn unknown_projection_names_are_refused() {
 // ---------------------------------------------------------------------------
 // gaps, workers
 // ---------------------------------------------------------------------------
+
+#[test]
+fn report_shows_projections_behind_the_journal() {
+    let site = Site::migrated();
+    seed_journal_only(&site, &["campaign-a", "campaign-b"]);
+
+    let lag = &site.report()["lag"];
+    assert_eq!(lag["streams_scanned"], 2, "{lag}");
+    assert_eq!(lag["complete"], true, "{lag}");
+    assert_eq!(lag["watermarks_behind"], 2, "{lag}");
+    let per: Vec<(String, u64, u64)> = lag["projections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["projection"].as_str().unwrap().to_owned(),
+                u(&p["streams_behind"]),
+                u(&p["events_behind"]),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, u64, u64)> = PROJECTIONS
+        .iter()
+        .map(|p| (p.to_string(), 2, 2 * PER_CAMPAIGN))
+        .collect();
+    assert_eq!(per, expected, "{lag}");
+    let out = site.ok(&["report", "--no-digests"]);
+    assert!(
+        out.contains("projection lag (checkpoints behind the journal, over all 2 stream(s)):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("roster             BEHIND: 2 stream(s), 14 event(s)"),
+        "{out}"
+    );
+
+    // A bounded scan says so.
+    let r = site.json(&["report", "--json", "--no-digests", "--lag-streams", "1"]);
+    assert_eq!(
+        (&r["lag"]["streams_scanned"], &r["lag"]["complete"]),
+        (&1.into(), &false.into())
+    );
+    assert_eq!(r["lag"]["projections"][0]["events_behind"], PER_CAMPAIGN);
+    assert!(
+        site.ok(&["report", "--no-digests", "--lag-streams", "1"])
+            .contains("the first 1 stream(s) only")
+    );
+    let r = site.json(&["report", "--json", "--no-digests", "--lag-streams", "0"]);
+    assert!(r["lag"].is_null(), "--lag-streams 0 skips the scan: {r}");
+
+    site.ok(&["gaps", "--repair"]);
+    let lag = &site.report()["lag"];
+    assert!(
+        lag["projections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["streams_behind"] == 0),
+        "{lag}"
+    );
+    assert_eq!(lag["watermarks_behind"], 0, "{lag}");
+    assert!(
+        site.ok(&["report", "--no-digests"])
+            .contains("roster             up to date")
+    );
+}
 
 #[test]
 fn gaps_lists_and_repairs_streams_behind_the_journal() {

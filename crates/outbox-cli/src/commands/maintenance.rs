@@ -1,5 +1,5 @@
 //! The commands that apply no events: `report`, `requeue`, `requeue-dead`,
-//! `workers` and `migrate`. They never build a runtime and never write to
+//! `retry`, `workers` and `migrate` (and `leases`, in its own module). They never build a runtime and never write to
 //! the projection database.
 
 use anyhow::Result;
@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
-use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs};
+use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs};
 use crate::output::json;
-use crate::report::{build_report, print_report};
+use crate::report::{Report, build_report, print_report, projection_lag};
 
 pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
     let projections: Vec<_> = ctx.app.views.iter().map(|v| view_projection(v.clone())).collect();
@@ -23,6 +23,14 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         !a.no_digests,
     )
     .await?;
+    let r = Report {
+        lag: if projections.is_empty() || a.lag_streams == 0 {
+            None
+        } else {
+            Some(projection_lag(&ctx.journal, &ctx.store, &projections, a.lag_streams as usize).await?)
+        },
+        ..r
+    };
     if a.json {
         json(&r)
     } else {
@@ -41,6 +49,21 @@ pub(super) async fn requeue<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
         println!(
             "requeued {}/{} ({}): pending, attempts 0, due now",
             row.stream, row.seq, row.event_type
+        );
+        Ok(())
+    }
+}
+
+pub(super) async fn retry<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RetryArgs) -> Result<()> {
+    let stream = StreamId::new(&a.stream)?;
+    let seq = Seq::new(a.seq)?;
+    let row = ctx.journal.retry(&stream, seq).await?;
+    if a.json {
+        json(&row)
+    } else {
+        println!(
+            "retrying {}/{} ({}): pending, attempts {} kept, due {}",
+            row.stream, row.seq, row.event_type, row.attempt_count, row.next_attempt_at
         );
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! The subcommands: opening the databases once, then one module per command.
 
 mod gaps;
+mod leases;
 mod maintenance;
 mod replay;
 mod work;
@@ -111,9 +112,21 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         .into());
     }
     let config = command_config(&cli.command)?;
-    if let Command::Requeue(a) = &cli.command {
-        StreamId::new(&a.stream)?;
-        Seq::new(a.seq)?;
+    match &cli.command {
+        Command::Requeue(a) => {
+            StreamId::new(&a.stream)?;
+            Seq::new(a.seq)?;
+        }
+        Command::Retry(a) => {
+            StreamId::new(&a.stream)?;
+            Seq::new(a.seq)?;
+        }
+        Command::Leases(a) => {
+            for s in [&a.stream, &a.break_stream].into_iter().flatten() {
+                StreamId::new(s)?;
+            }
+        }
+        _ => {}
     }
     let create = matches!(cli.command, Command::Migrate(_));
     let g = &cli.global;
@@ -207,6 +220,8 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Report(a) => maintenance::report(ctx, a).await,
         Command::Requeue(a) => maintenance::requeue(ctx, a).await,
         Command::RequeueDead(a) => maintenance::requeue_dead(ctx, a).await,
+        Command::Retry(a) => maintenance::retry(ctx, a).await,
+        Command::Leases(a) => leases::leases(ctx, a).await,
         Command::Workers(a) => maintenance::workers(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,
