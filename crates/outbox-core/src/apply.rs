@@ -27,6 +27,29 @@ pub fn ended_by_projection(projections: &str, stream: Option<&StreamId>, detail:
     }
 }
 
+/// What an applier's error means. A temporary storage error passed on from
+/// the store (a `ViewTx` call that met a deadlock, a lost connection, a
+/// timeout) is the store's trouble, not the event's: it is returned as it
+/// is, so the worker retries without counting an attempt against the row.
+/// Anything else is the projection failing on this event: [`Error::Apply`].
+fn applier_error(projection: &str, event: &Event, source: BoxError) -> Error {
+    match source.downcast::<Error>() {
+        Ok(e) if matches!(*e, Error::Storage { temporary: true, .. }) => *e,
+        Ok(e) => Error::Apply {
+            projection: projection.to_owned(),
+            stream: event.stream.clone(),
+            seq: event.seq,
+            source: e,
+        },
+        Err(source) => Error::Apply {
+            projection: projection.to_owned(),
+            stream: event.stream.clone(),
+            seq: event.seq,
+            source,
+        },
+    }
+}
+
 /// Applies the contiguous run `events` of `stream` to `projections` inside
 /// the store's open transaction `tx`, exactly once: the body of every
 /// adapter's [`ProjectionStore::apply`](crate::ProjectionStore::apply).
@@ -73,12 +96,9 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
                     tx.guard().await?;
                     guarded = true;
                 }
-                p.apply(tx, e).await.map_err(|source: BoxError| Error::Apply {
-                    projection: p.name().to_string(),
-                    stream: e.stream.clone(),
-                    seq: e.seq,
-                    source,
-                })?;
+                p.apply(tx, e)
+                    .await
+                    .map_err(|source| applier_error(p.name().as_str(), e, source))?;
             }
             *cp = e.seq.get();
             new_to_some = true;
@@ -114,4 +134,131 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
         });
     }
     Ok(ApplyOutcome::Applied(report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage};
+    use crate::{
+        EventType, Metadata, PayloadHash, ProjectionName, Seq, Timestamp, ViewProjection, ViewTx,
+        async_trait, view_projection,
+    };
+
+    /// A transaction whose document reads fail with `error`.
+    struct Failing(fn() -> Error);
+
+    #[async_trait]
+    impl ViewStorage for Failing {
+        async fn view_get(&mut self, _: &ProjectionName, _: &str, _: &str) -> Result<Option<String>> {
+            Err((self.0)())
+        }
+        async fn view_put(&mut self, _: &ProjectionName, _: &str, _: &str, _: &str) -> Result<()> {
+            Ok(())
+        }
+        async fn view_delete(&mut self, _: &ProjectionName, _: &str, _: &str) -> Result<bool> {
+            Ok(false)
+        }
+        async fn view_scan(
+            &mut self,
+            _: &ProjectionName,
+            _: &str,
+            _: Option<&str>,
+            _: usize,
+        ) -> Result<Vec<(String, String)>> {
+            Ok(Vec::new())
+        }
+        async fn view_rows(
+            &mut self,
+            _: &ProjectionName,
+            _: Option<(&str, &str)>,
+            _: usize,
+        ) -> Result<Vec<ViewRow>> {
+            Ok(Vec::new())
+        }
+        async fn view_clear(&mut self, _: &ProjectionName) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    #[async_trait]
+    impl ApplyTx for Failing {
+        async fn checkpoints(&mut self, _: &StreamId, p: &[&ProjectionName]) -> Result<Vec<u64>> {
+            Ok(vec![0; p.len()])
+        }
+        async fn guard(&mut self) -> Result<()> {
+            Ok(())
+        }
+        async fn check_guard(&mut self) -> Result<Option<String>> {
+            Ok(None)
+        }
+        async fn advance(&mut self, _: &StreamId, moves: &[CheckpointMove<'_>], _: u64) -> Result<u64> {
+            Ok(moves.len() as u64)
+        }
+    }
+
+    /// Reads one document per event.
+    struct Reader(ProjectionName);
+
+    #[async_trait]
+    impl ViewProjection for Reader {
+        fn name(&self) -> &ProjectionName {
+            &self.0
+        }
+        async fn apply(&self, view: &mut ViewTx<'_>, _: &Event) -> Result<(), BoxError> {
+            let _: Option<u64> = view.get("t", "k").await?;
+            Ok(())
+        }
+    }
+
+    fn event() -> Event {
+        Event {
+            stream: StreamId::new("s").unwrap(),
+            seq: Seq::new(1).unwrap(),
+            global_position: 1,
+            event_type: EventType::new("t").unwrap(),
+            intent: crate::Intent::Apply,
+            payload: vec![],
+            metadata: Metadata {
+                recorded_at: Timestamp::EPOCH,
+                correlation_id: None,
+                causation_id: None,
+            },
+            payload_hash: PayloadHash::of(&[]),
+        }
+    }
+
+    fn run(error: fn() -> Error) -> Result<ApplyOutcome> {
+        let p = view_projection::<Failing>(std::sync::Arc::new(Reader(ProjectionName::new("p").unwrap())));
+        let mut tx = Failing(error);
+        let s = StreamId::new("s").unwrap();
+        let events = [event()];
+        // A tiny executor: nothing here awaits anything that is not ready.
+        let fut = apply_in(&mut tx, &s, &events, std::slice::from_ref(&p));
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut fut = std::pin::pin!(fut);
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => panic!("the fake store never waits"),
+        }
+    }
+
+    #[test]
+    fn a_temporary_store_error_inside_an_applier_is_not_the_events_failure() {
+        let r = run(|| Error::Storage {
+            message: "deadlock detected".into(),
+            temporary: true,
+            source: None,
+        });
+        assert!(
+            matches!(r, Err(Error::Storage { temporary: true, .. })),
+            "a temporary store error passes through, so no attempt is counted: {r:?}"
+        );
+        let r = run(|| Error::invalid("bad key"));
+        assert!(
+            matches!(r, Err(Error::Apply { .. })),
+            "anything else is the projection failing on the event: {r:?}"
+        );
+    }
 }

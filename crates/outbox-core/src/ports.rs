@@ -471,7 +471,9 @@ pub trait WakeSource: Send + Sync {
 ///   the owner to stop. A run that is not active or not owned by `owner` is
 ///   `InvalidState`.
 /// - `finish_run` moves an active run owned by `owner` to its terminal state
-///   with the error code and message for a failure; otherwise `InvalidState`.
+///   with the error code and message for a failure (cut to
+///   [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN), a NUL replaced by U+FFFD);
+///   otherwise `InvalidState`.
 /// - `cancel_run` sets `cancel_requested` on an active run (a queued run is
 ///   cancelled at once) and returns it; `NotFound` for an unknown id,
 ///   `InvalidState` for a finished run.

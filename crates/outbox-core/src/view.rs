@@ -194,7 +194,8 @@ impl<'a> ViewTx<'a> {
     }
 
     /// Up to `limit` documents of `table` whose key is strictly after
-    /// `after`, in bytewise key order. `limit` is 1 to [`MAX_PAGE`].
+    /// `after` (itself a valid key), in bytewise key order. `limit` is 1 to
+    /// [`MAX_PAGE`].
     pub async fn scan<T: DeserializeOwned>(
         &mut self,
         table: &str,
@@ -202,6 +203,9 @@ impl<'a> ViewTx<'a> {
         limit: usize,
     ) -> Result<Vec<(String, T)>> {
         validate_view_table(table)?;
+        if let Some(after) = after {
+            validate_view_key(after)?;
+        }
         let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
         let rows = self
             .storage
@@ -239,7 +243,8 @@ impl<'a, S: ViewStore + ?Sized> ViewReader<'a, S> {
     }
 
     /// Up to `limit` documents of `table` whose key is strictly after
-    /// `after`, in bytewise key order. `limit` is 1 to [`MAX_PAGE`].
+    /// `after` (itself a valid key), in bytewise key order. `limit` is 1 to
+    /// [`MAX_PAGE`].
     pub async fn scan<T: DeserializeOwned>(
         &self,
         table: &str,
@@ -247,6 +252,9 @@ impl<'a, S: ViewStore + ?Sized> ViewReader<'a, S> {
         limit: usize,
     ) -> Result<Vec<(String, T)>> {
         validate_view_table(table)?;
+        if let Some(after) = after {
+            validate_view_key(after)?;
+        }
         let limit = crate::spi::validate_limit(limit, MAX_PAGE)?;
         let rows = self
             .store
@@ -346,6 +354,35 @@ mod tests {
         assert!(validate_view_key("a\0b").is_err());
         assert!(validate_view_key(&"k".repeat(MAX_VIEW_KEY_LEN)).is_ok());
         assert!(validate_view_key(&"k".repeat(MAX_VIEW_KEY_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn scans_refuse_an_invalid_after_key() {
+        let p = ProjectionName::new("p").unwrap();
+        struct Nothing;
+        impl ViewStore for Nothing {
+            async fn view_get(&self, _: &ProjectionName, _: &str, _: &str) -> Result<Option<String>> {
+                Ok(None)
+            }
+            async fn view_scan(
+                &self,
+                _: &ProjectionName,
+                _: &str,
+                _: Option<&str>,
+                _: usize,
+            ) -> Result<Vec<(String, String)>> {
+                Ok(Vec::new())
+            }
+        }
+        let reader = ViewReader::new(&Nothing, p);
+        let scan = reader.scan::<u64>("t", Some("a\0b"), 10);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut scan = std::pin::pin!(scan);
+        let std::task::Poll::Ready(r) = scan.as_mut().poll(&mut cx) else {
+            panic!("nothing waits")
+        };
+        assert!(matches!(r, Err(Error::InvalidInput(_))), "{r:?}");
     }
 
     #[test]

@@ -94,8 +94,8 @@ enum Undo {
     Table(String, String, Option<Vec<u8>>),
     /// A view document and its previous text.
     View((String, String, String), Option<String>),
-    /// A checkpoint and its previous value.
-    Checkpoint((ProjectionName, StreamId), u64),
+    /// A checkpoint and its previous value (`None`: there was none).
+    Checkpoint((ProjectionName, StreamId), Option<u64>),
     /// A watermark and its previous value (`None`: there was none).
     Watermark(StreamId, Option<Watermark>),
 }
@@ -175,7 +175,10 @@ impl Drop for MemoryTx {
                     };
                 }
                 Undo::Checkpoint(key, old) => {
-                    self.guard.checkpoints.insert(key, old);
+                    match old {
+                        Some(cp) => self.guard.checkpoints.insert(key, cp),
+                        None => self.guard.checkpoints.remove(&key),
+                    };
                 }
                 Undo::Watermark(stream, old) => {
                     match old {
@@ -229,11 +232,11 @@ impl ApplyTx for MemoryTx {
         let mut moved = 0;
         for m in moves {
             let key = (m.projection.clone(), stream.clone());
-            let cp = self.guard.checkpoints.entry(key.clone()).or_insert(0);
-            if *cp == m.from {
-                *cp = m.to;
+            let before = self.guard.checkpoints.get(&key).copied();
+            if before.unwrap_or(0) == m.from {
+                self.guard.checkpoints.insert(key.clone(), m.to);
                 moved += 1;
-                self.undo.push(Undo::Checkpoint(key, m.from));
+                self.undo.push(Undo::Checkpoint(key, before));
             }
         }
         let now = self.now;
@@ -592,7 +595,8 @@ impl RunStore for MemoryProjectionStore {
         run.state = end.state();
         if let RunEnd::Failed { code, message } = end {
             run.error_code = Some(code);
-            run.error_message = Some(outbox_core::spi::truncate_error(&message).to_owned());
+            let storable = message.replace('\0', "\u{fffd}");
+            run.error_message = Some(outbox_core::spi::truncate_error(&storable).to_owned());
         }
         run.updated_at = now;
         Ok(run.clone())

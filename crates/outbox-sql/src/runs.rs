@@ -235,8 +235,14 @@ pub async fn finish_run(
     let Ok(key) = i64::try_from(id) else {
         return Err(not_found(id));
     };
+    // Postgres text cannot hold NUL: an applier's message may (taken from a
+    // payload); replace it so the failure is recorded, not lost.
+    let storable = match &end {
+        RunEnd::Failed { message, .. } => Some(message.replace('\0', "\u{fffd}")),
+        _ => None,
+    };
     let (code, message) = match &end {
-        RunEnd::Failed { code, message } => (Some(code.as_str()), Some(truncate_error(message))),
+        RunEnd::Failed { code, .. } => (Some(code.as_str()), storable.as_deref().map(truncate_error)),
         _ => (None, None),
     };
     const FINISH: &str = "UPDATE outbox_runs SET state = $3, error_code = $4, error_message = $5, \

@@ -197,6 +197,27 @@ pub async fn runs_finish_records_the_outcome<H: Harness>(h: &H) {
     }
 }
 
+/// `finish_run`: a failure message that holds a NUL (text taken from a
+/// payload) is still recorded, the NUL replaced by U+FFFD.
+pub async fn runs_finish_records_a_message_with_nul<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let w = owner("w1");
+    let r = f
+        .projections
+        .admit_run(RunKind::CatchUp, &proj("p"), None, &w, TTL)
+        .await
+        .unwrap();
+    let end = RunEnd::Failed {
+        code: "apply".into(),
+        message: "bad payload a\0b".into(),
+    };
+    let done = f.projections.finish_run(r.id, &w, end).await.expect("finish");
+    assert_eq!(done.state, RunState::Failed);
+    assert_eq!(done.error_message.as_deref(), Some("bad payload a\u{fffd}b"));
+    let stored = f.projections.run(r.id).await.unwrap().expect("run");
+    assert_eq!(stored.error_message, done.error_message, "stored as returned");
+}
+
 /// `cancel_run`: queued runs are cancelled at once, running ones get the
 /// flag; finished runs are `InvalidState`, unknown ids `NotFound`.
 pub async fn runs_cancel_semantics<H: Harness>(h: &H) {
