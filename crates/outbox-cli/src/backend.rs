@@ -96,6 +96,20 @@ impl std::fmt::Debug for Location {
     }
 }
 
+/// How a command opens the databases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Create missing databases (or the schema) and migrate: `migrate`.
+    Create,
+    /// Existing databases, migrated to this build: the commands that apply
+    /// events, run by the application's own binary.
+    Migrate,
+    /// Existing databases at this build's schema, never upgraded: inspection
+    /// and administration, which any build may run on any application's
+    /// databases (an older schema is `SchemaTooOld`, nothing changed).
+    Existing,
+}
+
 /// Parses a database URL: `postgres://...` / `postgresql://...`,
 /// `sqlite://path`, `sqlite:path` or a plain path (SQLite). The one place a
 /// backend is chosen from a scheme.
@@ -123,14 +137,16 @@ pub fn open_url(url: &str) -> Result<Location, Error> {
 }
 
 #[cfg(feature = "sqlite")]
-/// Opens both SQLite stores. `create` allows creating missing files
+/// Opens both SQLite stores as `access` says. `Create` allows creating missing files
 /// (migrate, demo); every other command refuses a missing database.
 pub(crate) async fn open_sqlite(
     journal_path: PathBuf,
     projection_path: PathBuf,
-    create: bool,
+    access: Access,
 ) -> Result<(SqliteJournal, SqliteProjectionStore), Error> {
-    let opts = SqliteOptions::default().with_create_if_missing(create);
+    let opts = SqliteOptions::default()
+        .with_create_if_missing(access == Access::Create)
+        .with_migrate(access != Access::Existing);
     if journal_path == projection_path {
         return Err(Error::invalid(format_args!(
             "the journal and the projection database must be different files (both are {})",
@@ -178,18 +194,20 @@ async fn pg_require(connect: &PgConnectOptions, schema: &str, meta: &str, what: 
 #[cfg(feature = "postgres")]
 /// Opens both Postgres stores in `schema`. Equal URLs share one pool and
 /// schema (`PgProjectionStore::sharing`); otherwise each store connects on
-/// its own. Without `create`, a schema without the outbox tables is refused.
+/// its own. Unless `access` is `Create`, a schema without the outbox tables is refused.
 pub(crate) async fn open_postgres(
     journal_url: &str,
     projection_url: &str,
     schema: &str,
-    create: bool,
+    access: Access,
 ) -> Result<(PgJournal, PgProjectionStore), Error> {
     outbox_postgres::validate_identifier(schema).map_err(|e| Error::Config(format!("--schema: {e}")))?;
-    let options = PgOptions::default().with_schema(schema);
+    let options = PgOptions::default()
+        .with_schema(schema)
+        .with_migrate(access != Access::Existing);
     let jc = pg_connect_options(journal_url)?;
     let pc = pg_connect_options(projection_url)?;
-    if !create {
+    if access != Access::Create {
         pg_require(&jc, schema, "outbox_journal_meta", "journal").await?;
         pg_require(&pc, schema, "outbox_projection_meta", "projection tables").await?;
     }

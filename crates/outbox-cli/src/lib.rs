@@ -28,14 +28,18 @@ pub use commands::execute;
 /// | 2 | usage error or invalid input (bad flag value, malformed id, bad configuration, a command this binary cannot run) |
 /// | 3 | not found (unknown stream, seq, row, run, projection, database file) |
 /// | 4 | conflict (the row is not dead, a run is already active, version conflict) |
-/// | 5 | storage error (unreadable or corrupt database, schema newer than this build) |
+/// | 5 | storage error (unreadable or corrupt database, schema newer than this build, or older and not migrated) |
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match err.downcast_ref::<Error>() {
         Some(Error::InvalidInput(_) | Error::Config(_) | Error::UnknownEventType(_)) => 2,
         Some(Error::NotFound(_)) => 3,
         Some(Error::Conflict { .. } | Error::InvalidState(_) | Error::LeaseLost { .. }) => 4,
         Some(
-            Error::Storage { .. } | Error::Corrupt { .. } | Error::SchemaTooNew { .. } | Error::Apply { .. },
+            Error::Storage { .. }
+            | Error::Corrupt { .. }
+            | Error::SchemaTooNew { .. }
+            | Error::SchemaTooOld { .. }
+            | Error::Apply { .. },
         ) => 5,
         _ => 1,
     }

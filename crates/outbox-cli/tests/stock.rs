@@ -257,3 +257,57 @@ async fn commands_that_apply_events_refuse_without_projections() {
     }
     assert_eq!(projection_files(&site.projection), before);
 }
+
+/// An application's projection database of an older schema (created before
+/// this build's last projection migration) is refused by the inspection
+/// commands, with every file left as it was; `migrate` upgrades it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_schema_is_refused_unchanged_until_migrated() {
+    let site = application().await;
+    // Roll the projection database back to the schema before the last migration.
+    {
+        use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&site.projection)
+            .connect()
+            .await
+            .unwrap();
+        let last: i64 = sqlx::query_scalar("SELECT MAX(version) FROM _outbox_migrations")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM _outbox_migrations WHERE version = ?1")
+            .bind(last)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("DROP TABLE outbox_views")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let _ = sqlx::Connection::close(conn).await;
+    }
+    let before = projection_files(&site.projection);
+    for args in [&["report", "--json"][..], &["runs", "list"], &["workers"]] {
+        let out = outbox(&site, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "`outbox {}`: {stderr}",
+            args.join(" ")
+        );
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains("older than this build"), "{stderr}");
+        assert!(stderr.contains("run `migrate`"), "{stderr}");
+    }
+    assert_eq!(
+        projection_files(&site.projection),
+        before,
+        "refused: nothing changed"
+    );
+    let out = outbox(&site, &["migrate"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = ok_json(&site, &["report", "--json"]);
+    assert_eq!(report["dead"], 1, "{report}");
+}

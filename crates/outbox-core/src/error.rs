@@ -102,6 +102,22 @@ pub enum Error {
         supported: i64,
     },
 
+    /// The database's schema is older than this build and the store was
+    /// opened without migrating (an operator's inspection must not upgrade
+    /// an application's database behind its back). Nothing was changed; run
+    /// `migrate` with this build, or use a build of the database's version.
+    #[error(
+        "schema version {found} of {database} is older than this build's ({supported}); run `migrate` to upgrade it"
+    )]
+    SchemaTooOld {
+        /// Which database.
+        database: String,
+        /// The version found (0: not migrated at all).
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+
     /// The backing store failed.
     #[error("storage error: {message}")]
     Storage {

@@ -163,6 +163,8 @@ pub(crate) struct Db {
     pub(crate) notify: bool,
     pub(crate) shown: String,
     pub(crate) connect: PgConnectOptions,
+    /// Whether opening applies pending migrations ([`PgOptions::migrate`]).
+    pub(crate) migrate: bool,
 }
 
 impl Db {
@@ -189,6 +191,7 @@ impl Db {
             notify: options.notify,
             shown,
             connect,
+            migrate: options.migrate,
         })
     }
 
@@ -252,6 +255,14 @@ impl Db {
                 supported: newest,
             });
         }
+        let current = version.unwrap_or(0);
+        if !self.migrate && current < newest {
+            return Err(Error::SchemaTooOld {
+                database: format!("{role} tables in {shown}"),
+                found: current,
+                supported: newest,
+            });
+        }
         match (&marker, version) {
             (Some(r), _) if r != role.as_str() => {
                 return Err(Error::invalid(format_args!(
@@ -265,6 +276,10 @@ impl Db {
                 )));
             }
             _ => {}
+        }
+        // Without `migrate` the schema is current (checked above): no write.
+        if !self.migrate {
+            return tx.commit().await.map_err(err);
         }
         // 2. Create the schema if missing (only then: CREATE needs a privilege
         //    an existing schema's user may lack), migrate, mark the role.

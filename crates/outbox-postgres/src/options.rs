@@ -59,6 +59,11 @@ pub struct PgOptions {
     /// Default `true`. Notifications take a database-wide lock at commit; turn
     /// them off when no worker listens and appends are many and concurrent.
     pub notify: bool,
+    /// Apply pending migrations when connecting. Default `true`; inspection
+    /// tools turn it off, so a schema of an older version is refused
+    /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
+    /// upgraded behind its application's back.
+    pub migrate: bool,
 }
 
 impl Default for PgOptions {
@@ -68,11 +73,18 @@ impl Default for PgOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
             notify: true,
+            migrate: true,
         }
     }
 }
 
 impl PgOptions {
+    /// Sets [`PgOptions::migrate`].
+    pub fn with_migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
+
     /// The largest accepted [`PgOptions::max_connections`].
     pub const MAX_CONNECTIONS: u32 = 1_000;
 

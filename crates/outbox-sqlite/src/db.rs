@@ -356,7 +356,7 @@ impl Db {
             busy_timeout: options.busy_timeout,
             dialect: std::sync::Arc::new(outbox_sql::Dialect::sqlite(now_ms!())),
         };
-        if let Err(e) = db.setup(role).await {
+        if let Err(e) = db.setup(role, options.migrate).await {
             db.writer.close().await;
             db.reader.close().await;
             return Err(e);
@@ -365,7 +365,7 @@ impl Db {
     }
 
     /// Role and version checks, WAL, migrations, role record.
-    async fn setup(&self, role: Role) -> Result<()> {
+    async fn setup(&self, role: Role, migrate: bool) -> Result<()> {
         let path = self.path.as_path();
         let shown = path.display();
         let migrator = role.migrator();
@@ -377,7 +377,16 @@ impl Db {
                 .await
                 .map_err(|e| storage(format_args!("opening {shown}"), e))?;
             // 1. Read-only checks first: a refused file is left exactly as it was.
-            check(&inspect(&mut conn, path).await?, role, path, newest)?;
+            let found = inspect(&mut conn, path).await?;
+            check(&found, role, path, newest)?;
+            let version = found.version.unwrap_or(0);
+            if !migrate && version < newest {
+                return Err(Error::SchemaTooOld {
+                    database: format!("{role} database {}", path.display()),
+                    found: version,
+                    supported: newest,
+                });
+            }
 
             // 2. WAL. Switching needs an exclusive lock that the busy handler
             //    does not wait for, so retry while another opener holds one.
@@ -405,6 +414,10 @@ impl Db {
 
         // 3. Migrate and record the role in one write transaction, checking
         //    again under the write lock (another process may have won).
+        //    Without `migrate` the schema is current (checked above): no write.
+        if !migrate {
+            return Ok(());
+        }
         let mut tx = self.begin().await?;
         check(&inspect(&mut tx, path).await?, role, path, newest)?;
         migrator

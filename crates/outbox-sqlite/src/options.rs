@@ -71,6 +71,11 @@ pub struct SqliteOptions {
     /// Read-only connections for listings, loads and digests (writes always
     /// go through the store's single writer connection). Default 4.
     pub read_connections: u32,
+    /// Apply pending migrations when opening. Default `true`; inspection
+    /// tools turn it off, so a database of an older schema is refused
+    /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
+    /// upgraded behind its application's back.
+    pub migrate: bool,
 }
 
 impl Default for SqliteOptions {
@@ -81,6 +86,7 @@ impl Default for SqliteOptions {
             create_dirs: false,
             create_if_missing: true,
             read_connections: 4,
+            migrate: true,
         }
     }
 }
@@ -88,6 +94,12 @@ impl Default for SqliteOptions {
 impl SqliteOptions {
     /// The largest accepted [`SqliteOptions::read_connections`].
     pub const MAX_READ_CONNECTIONS: u32 = 64;
+
+    /// Sets [`SqliteOptions::migrate`].
+    pub fn with_migrate(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
+        self
+    }
 
     /// Sets [`SqliteOptions::synchronous`].
     pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {

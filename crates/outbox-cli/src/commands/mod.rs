@@ -13,7 +13,7 @@ use outbox_core::{Error, Seq, StreamId, select_mode, view_projection};
 use outbox_runtime::{Config, Outbox};
 
 use crate::App;
-use crate::backend::{CliJournal, CliStore, Location, open_url};
+use crate::backend::{Access, CliJournal, CliStore, Location, open_url};
 use crate::cli::{Cli, Command};
 
 /// The opened databases, the configuration and the application of one command.
@@ -128,11 +128,15 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         }
         _ => {}
     }
-    let create = matches!(cli.command, Command::Migrate(_));
+    let access = match cli.command {
+        Command::Migrate(_) => Access::Create,
+        _ if applies_events(&cli.command).is_some() => Access::Migrate,
+        _ => Access::Existing,
+    };
     let g = &cli.global;
     match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
-        (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, create, config).await,
-        (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, create, config).await,
+        (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, access, config).await,
+        (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, access, config).await,
         _ => Err(Error::invalid(
             "the journal and the projection database must use the same backend (both sqlite or both postgres)",
         )
@@ -146,10 +150,10 @@ async fn sqlite(
     cli: &Cli,
     journal: std::path::PathBuf,
     projections: std::path::PathBuf,
-    create: bool,
+    access: Access,
     config: Config,
 ) -> Result<()> {
-    let (journal, store) = crate::backend::open_sqlite(journal, projections, create).await?;
+    let (journal, store) = crate::backend::open_sqlite(journal, projections, access).await?;
     run_with(app, cli, journal, store, config).await
 }
 
@@ -159,7 +163,7 @@ async fn sqlite(
     _: &Cli,
     _: std::path::PathBuf,
     _: std::path::PathBuf,
-    _: bool,
+    _: Access,
     _: Config,
 ) -> Result<()> {
     Err(unsupported(app, "sqlite"))
@@ -171,16 +175,16 @@ async fn postgres(
     cli: &Cli,
     journal: &str,
     projections: &str,
-    create: bool,
+    access: Access,
     config: Config,
 ) -> Result<()> {
     let (journal, store) =
-        crate::backend::open_postgres(journal, projections, &cli.global.schema, create).await?;
+        crate::backend::open_postgres(journal, projections, &cli.global.schema, access).await?;
     run_with(app, cli, journal, store, config).await
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(app: &App, _: &Cli, _: &str, _: &str, _: bool, _: Config) -> Result<()> {
+async fn postgres(app: &App, _: &Cli, _: &str, _: &str, _: Access, _: Config) -> Result<()> {
     Err(unsupported(app, "postgres"))
 }
 

@@ -173,8 +173,10 @@ macro_rules! for_each_check {
             runs_expired_claim_is_abandoned,
             runs_update_records_progress_for_the_owner_only,
             runs_finish_records_the_outcome,
+            runs_finish_records_a_message_with_nul,
             runs_cancel_semantics,
             runs_listing_and_validation,
+            runs_prune_deletes_only_long_finished,
         );
     };
 }
