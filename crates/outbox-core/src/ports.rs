@@ -478,6 +478,10 @@ pub trait WakeSource: Send + Sync {
 ///   cancelled at once) and returns it; `NotFound` for an unknown id,
 ///   `InvalidState` for a finished run.
 /// - `run` returns one run or `None`; `runs` lists up to `limit`, newest first.
+/// - `prune_runs` deletes the finished (completed, failed or cancelled) runs
+///   last updated `older_than` or more ago (`updated_at <= now - older_than`,
+///   store clock) and returns how many; active runs are never deleted, and
+///   ids stay unique and increasing after a prune.
 pub trait RunStore: Send + Sync {
     /// Admits a run.
     fn admit_run(
@@ -515,6 +519,9 @@ pub trait RunStore: Send + Sync {
 
     /// Recent runs, newest first.
     fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<crate::RunRecord>>> + Send;
+
+    /// Deletes long-finished runs.
+    fn prune_runs(&self, older_than: Duration) -> impl Future<Output = Result<u64>> + Send;
 }
 
 /// Reads the documents of [`ViewProjection`](crate::ViewProjection)s outside

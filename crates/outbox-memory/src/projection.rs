@@ -27,6 +27,8 @@ struct State {
     checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
     watermarks: BTreeMap<StreamId, Watermark>,
     runs: BTreeMap<u64, RunRecord>,
+    /// The last run id handed out (pruning must not let ids repeat).
+    last_run_id: u64,
 }
 
 /// The in-memory projection store: implements [`ProjectionStore`] (with
@@ -543,7 +545,8 @@ impl RunStore for MemoryProjectionStore {
                 run.updated_at = now;
             }
         }
-        let id = st.runs.keys().next_back().map_or(1, |k| k + 1);
+        st.last_run_id += 1;
+        let id = st.last_run_id;
         let run = RunRecord {
             id,
             kind,
@@ -634,5 +637,14 @@ impl RunStore for MemoryProjectionStore {
             .take(limit)
             .cloned()
             .collect())
+    }
+
+    async fn prune_runs(&self, older_than: std::time::Duration) -> Result<u64> {
+        let cutoff = self.clock.now().saturating_sub(older_than);
+        let mut st = self.state.lock().await;
+        let before = st.runs.len();
+        st.runs
+            .retain(|_, r| r.state.is_active() || r.updated_at > cutoff);
+        Ok((before - st.runs.len()) as u64)
     }
 }

@@ -46,6 +46,7 @@ env_vars! {
     OUTBOX_REPAIR_ON_START = "true", "catch up streams whose projections are behind the journal at start-up";
     OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
     OUTBOX_REGISTRY_RETENTION_MS = "86400000", "how long an expired worker registry entry is kept before a running worker prunes it (1 day; pruned at start and every 60 heartbeats)";
+    OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
 
@@ -73,6 +74,9 @@ pub struct Config {
     /// How long an expired worker registry entry is kept before the
     /// heartbeat prunes it (default 1 day).
     pub registry_retention: Duration,
+    /// How long a finished replay or rebuild run is kept before the
+    /// heartbeat prunes it (default 30 days).
+    pub run_retention: Duration,
     /// The worker id; generated when `None`.
     pub worker_id: Option<WorkerId>,
     /// Due streams fetched per pass (default 64).
@@ -93,6 +97,7 @@ impl Default for Config {
             repair_on_start: true,
             heartbeat_interval: Duration::from_secs(5),
             registry_retention: Duration::from_secs(24 * 3600),
+            run_retention: Duration::from_secs(30 * 24 * 3600),
             worker_id: None,
             streams_per_pass: 64,
             batches_per_stream: 16,
@@ -146,6 +151,10 @@ impl Config {
     setter!(
         /// Sets how long expired worker registry entries are kept.
         with_registry_retention, registry_retention: Duration
+    );
+    setter!(
+        /// Sets how long finished replay and rebuild runs are kept.
+        with_run_retention, run_retention: Duration
     );
     setter!(
         /// Sets due streams fetched per pass.
@@ -205,6 +214,12 @@ impl Config {
             self.registry_retention,
             Duration::ZERO,
             Duration::from_secs(365 * 24 * 3600),
+        )?;
+        in_range(
+            "run retention",
+            self.run_retention,
+            Duration::ZERO,
+            Duration::from_secs(10 * 365 * 24 * 3600),
         )?;
         for (name, v) in [
             ("batch size", self.batch_size),
@@ -273,6 +288,9 @@ impl Config {
         }
         if let Some(v) = ms(Self::OUTBOX_REGISTRY_RETENTION_MS)? {
             c.registry_retention = v;
+        }
+        if let Some(v) = ms(Self::OUTBOX_RUN_RETENTION_MS)? {
+            c.run_retention = v;
         }
         let base = ms(Self::OUTBOX_RETRY_BASE_MS)?.unwrap_or(c.retry.base());
         let cap = ms(Self::OUTBOX_RETRY_CAP_MS)?.unwrap_or(c.retry.cap());
@@ -378,9 +396,11 @@ mod tests {
             ("OUTBOX_RETRY_CAP_MS", "60000"),
             ("OUTBOX_WORKER_ID", "w-1"),
             ("OUTBOX_REGISTRY_RETENTION_MS", "60000"),
+            ("OUTBOX_RUN_RETENTION_MS", "120000"),
         ])
         .unwrap();
         assert_eq!(c.registry_retention, Duration::from_secs(60));
+        assert_eq!(c.run_retention, Duration::from_secs(120));
         assert!(c.flags.outbox && c.flags.apply_worker && !c.flags.shadow_worker);
         assert_eq!(c.batch_size, 10);
         assert_eq!(c.poll_interval, Duration::from_millis(50));

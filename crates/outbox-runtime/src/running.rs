@@ -18,8 +18,8 @@ use crate::worker::WorkerKind;
 /// The longest wait before a dead worker loop is restarted.
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 
-/// The heartbeat prunes the worker registry once at start and then every
-/// this many beats (5 minutes at the default 5 s interval).
+/// The heartbeat prunes the worker registry and old finished runs once at
+/// start and then every this many beats (5 minutes at the default 5 s interval).
 const PRUNE_EVERY_BEATS: u64 = 60;
 
 /// A worker loop that ran this long before it died starts its restart
@@ -225,7 +225,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// until shutdown or until the worker's supervisor is gone, then
     /// deregisters. At start and every [`PRUNE_EVERY_BEATS`] beats it prunes
     /// registry entries that expired more than
-    /// [`Config::registry_retention`](crate::Config::registry_retention) ago.
+    /// [`Config::registry_retention`](crate::Config::registry_retention) ago
+    /// and finished runs older than
+    /// [`Config::run_retention`](crate::Config::run_retention).
     async fn heartbeat_loop(&self, cancel: CancellationToken, worker_gone: CancellationToken) {
         let interval = self.config().heartbeat_interval;
         let mut beats: u64 = 0;
@@ -235,6 +237,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned expired worker registry entries"),
                     Err(e) => warn!(error = %e, "pruning the worker registry failed"),
+                }
+                match self.store().prune_runs(self.config().run_retention).await {
+                    Ok(0) => {}
+                    Ok(n) => info!(pruned = n, "pruned old finished runs"),
+                    Err(e) => warn!(error = %e, "pruning finished runs failed"),
                 }
             }
             if let Err(e) = self.refresh_gauges().await {

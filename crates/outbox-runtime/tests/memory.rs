@@ -728,3 +728,47 @@ async fn the_heartbeat_prunes_registry_entries_expired_longer_than_the_retention
     assert!(gone("late").await, "a later scheduled prune removed it");
     assert!(!gone("recent").await, "expired 3 s ago: kept");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_prunes_finished_runs_older_than_the_retention() {
+    use outbox_core::{RunEnd, RunKind, RunStore};
+    let e = env();
+    let w = outbox_core::WorkerId::new("replayer").unwrap();
+    let ttl = Duration::from_secs(60);
+    let name = |n: &str| outbox_core::ProjectionName::new(n).unwrap();
+    let old = e
+        .store
+        .admit_run(RunKind::Rebuild, &name("a"), None, &w, ttl)
+        .await
+        .unwrap();
+    e.store.finish_run(old.id, &w, RunEnd::Completed).await.unwrap();
+    tokio::time::advance(Duration::from_secs(100)).await;
+    let recent = e
+        .store
+        .admit_run(RunKind::Rebuild, &name("b"), None, &w, ttl)
+        .await
+        .unwrap();
+    e.store
+        .finish_run(recent.id, &w, RunEnd::Cancelled)
+        .await
+        .unwrap();
+    let active = e
+        .store
+        .admit_run(RunKind::CatchUp, &name("c"), None, &w, ttl)
+        .await
+        .unwrap();
+    let config = worker_config().with_run_retention(Duration::from_secs(50));
+    let rt = runtime(&e, config).await;
+    let running = rt.start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    running.shutdown().await;
+    assert!(
+        e.store.run(old.id).await.unwrap().is_none(),
+        "finished 100 s ago: pruned at start"
+    );
+    assert!(
+        e.store.run(recent.id).await.unwrap().is_some(),
+        "finished just now: kept"
+    );
+    assert!(e.store.run(active.id).await.unwrap().is_some(), "active: kept");
+}

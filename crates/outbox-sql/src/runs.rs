@@ -314,6 +314,25 @@ pub async fn runs(db: &(impl Database + ?Sized), limit: usize) -> Result<Vec<Run
     rows.iter().map(decode).collect()
 }
 
+/// [`RunStore::prune_runs`](outbox_core::RunStore::prune_runs): one `DELETE`
+/// of finished runs by the database's clock.
+pub async fn prune_runs(db: &(impl Database + ?Sized), older_than: Duration) -> Result<u64> {
+    let what = "pruning finished runs";
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql(
+                "DELETE FROM outbox_runs WHERE state IN ('completed', 'failed', 'cancelled') \
+                 AND updated_at <= {now} - $1",
+            ),
+            &[Arg::Int(duration_millis(older_than))],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n)
+}
+
 /// Implements [`RunStore`](outbox_core::RunStore) for an adapter type whose
 /// `$db` field (an `Arc`) implements [`Database`] with the projection
 /// database's clock, by delegating to [`runs`](crate::runs).
@@ -362,6 +381,10 @@ macro_rules! impl_run_store {
 
             async fn runs(&self, limit: usize) -> ::outbox_core::Result<Vec<::outbox_core::RunRecord>> {
                 $crate::runs::runs(&*self.$db, limit).await
+            }
+
+            async fn prune_runs(&self, older_than: ::std::time::Duration) -> ::outbox_core::Result<u64> {
+                $crate::runs::prune_runs(&*self.$db, older_than).await
             }
         }
     };

@@ -301,3 +301,86 @@ pub async fn runs_listing_and_validation<H: Harness>(h: &H) {
         .await;
     assert!(matches!(bad, Err(Error::InvalidInput(_))));
 }
+
+/// `prune_runs`: deletes the finished runs (every terminal state) last
+/// updated `older_than` or more ago by the store's clock and returns how
+/// many; recently finished and active runs stay (an active run whose claim
+/// expired too); ids keep increasing after the newest run was pruned.
+pub async fn runs_prune_deletes_only_long_finished<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let p = &f.projections;
+    let w = owner("w1");
+    let mut old = Vec::new();
+    for (i, end) in [
+        RunEnd::Completed,
+        RunEnd::Cancelled,
+        RunEnd::Failed {
+            code: "apply".into(),
+            message: "boom".into(),
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = p
+            .admit_run(RunKind::Rebuild, &proj(&format!("old{i}")), None, &w, TTL)
+            .await
+            .unwrap();
+        p.finish_run(r.id, &w, end).await.unwrap();
+        old.push(r.id);
+    }
+    let active = p
+        .admit_run(RunKind::CatchUp, &proj("active"), None, &w, secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.prune_runs(secs(100)).await.unwrap(),
+        0,
+        "nothing finished 100 s ago"
+    );
+    h.advance(&f.ctx, secs(150)).await;
+    let recent = p
+        .admit_run(RunKind::Rebuild, &proj("recent"), None, &w, TTL)
+        .await
+        .unwrap();
+    p.finish_run(recent.id, &w, RunEnd::Completed).await.unwrap();
+    assert_eq!(
+        p.prune_runs(secs(100)).await.unwrap(),
+        3,
+        "the three runs finished 150 s ago, in every terminal state"
+    );
+    for id in old {
+        assert!(p.run(id).await.unwrap().is_none(), "run {id} was pruned");
+    }
+    let kept = p
+        .run(active.id)
+        .await
+        .unwrap()
+        .expect("an active run is never pruned");
+    assert!(kept.state.is_active(), "still active though its claim expired");
+    assert!(
+        p.run(recent.id).await.unwrap().is_some(),
+        "finished recently: kept"
+    );
+    assert_eq!(
+        p.prune_runs(secs(100)).await.unwrap(),
+        0,
+        "pruning again finds nothing"
+    );
+    h.advance(&f.ctx, secs(150)).await;
+    assert_eq!(
+        p.prune_runs(Duration::ZERO).await.unwrap(),
+        1,
+        "the recent run, now old"
+    );
+    let next = p
+        .admit_run(RunKind::Rebuild, &proj("next"), None, &w, TTL)
+        .await
+        .unwrap();
+    assert!(
+        next.id > recent.id,
+        "ids keep increasing after a prune: {} after {}",
+        next.id,
+        recent.id
+    );
+}
