@@ -276,6 +276,11 @@ pub struct ReplayArgs {
     /// Stop at this global position.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub until: Option<u64>,
+    /// Also delete the outbox rows every projection has now applied (dead
+    /// ones included). Only against the projection database the live workers
+    /// use: rows are theirs, and by default they are left alone.
+    #[arg(long)]
+    pub complete_rows: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -287,6 +292,11 @@ pub struct RebuildArgs {
     /// Which projections.
     #[command(flatten)]
     pub which: Which,
+    /// Also delete the outbox rows every projection has now applied (dead
+    /// ones included). Only against the projection database the live workers
+    /// use: rows are theirs, and by default they are left alone.
+    #[arg(long)]
+    pub complete_rows: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -330,6 +340,11 @@ pub struct GapsArgs {
     /// Catch the behind streams up (targeted replay).
     #[arg(long)]
     pub repair: bool,
+    /// Also delete the outbox rows every projection has now applied (dead
+    /// ones included). Only against the projection database the live workers
+    /// use: rows are theirs, and by default they are left alone.
+    #[arg(long, requires = "repair")]
+    pub complete_rows: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,

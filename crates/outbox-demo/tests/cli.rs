@@ -1104,8 +1104,12 @@ fn replay_until_then_all_catches_up() {
     );
     assert_eq!(runs[1]["processed"], 2 * PER_CAMPAIGN);
 
-    // Every projection applied every row: the replay resolved them.
-    assert_eq!(site.report()["total"], 0);
+    // Every projection applied every row, but the rows are the live
+    // worker's: a replay leaves them unless asked to complete them.
+    assert_eq!(site.report()["total"], 2 * PER_CAMPAIGN);
+    let out = site.ok(&["replay", "--all", "--complete-rows"]);
+    assert!(out.contains("processed 0"), "{out}");
+    assert_eq!(site.report()["total"], 0, "--complete-rows resolved them");
     assert!(site.ok(&["gaps"]).contains("no gaps"));
 
     let out = site.ok(&["replay", "--projection", "roster"]);
@@ -1563,6 +1567,7 @@ fn malformed_flag_values_are_usage_errors() {
         (&["replay", "--all", "--projection", "roster"], "--all"),
         (&["replay", "--all", "--until", "0"], "--until"),
         (&["rebuild", "--all", "--until", "5"], "--until"),
+        (&["gaps", "--complete-rows"], "--repair"),
         (&["runs", "show", "abc"], "abc"),
         (&["runs", "list", "--limit", "0"], "--limit"),
         (&["demo", "--events", "5"], "--events"),
@@ -1770,4 +1775,60 @@ fn a_scratch_replay_with_the_outbox_off_leaves_the_journal_rows_alone() {
         PER_CAMPAIGN,
         "the journal's rows are the live projection's"
     );
+}
+
+#[test]
+fn a_scratch_replay_rebuild_or_repair_leaves_the_journal_rows_alone_by_default() {
+    // The default CLI mode runs the apply worker (no mode flag set), so
+    // before `--complete-rows` existed a replay into a scratch projection
+    // file deleted the live worker's rows.
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+    let before = site.report();
+    assert_eq!(before["pending"], 2 * PER_CAMPAIGN, "{before}");
+    let scratch = format!("sqlite://{}", site.dir.join("scratch.db").display());
+    let env = [("OUTBOX_PROJECTION_URL", scratch.as_str())];
+    site.ok_env(&["migrate"], &env);
+    for args in [
+        &["replay", "--all", "--json"][..],
+        &["rebuild", "--all", "--json"],
+        &["gaps", "--repair", "--json"],
+    ] {
+        site.ok_env(args, &env);
+        let after = site.report();
+        assert_eq!(
+            (&after["pending"], &after["total"]),
+            (&before["pending"], &before["total"]),
+            "`outbox {}` into a scratch database deleted rows: {after}",
+            args.join(" ")
+        );
+    }
+    // The scratch projections did catch up: a replay, not a no-op.
+    let gaps = site.run_env(&["gaps", "--json"], &env);
+    assert_eq!(gaps.stdout.trim(), "[]", "{}", gaps.explain());
+
+    // Against the live projection database, the operator asks for the rows
+    // to be completed: repair catches up and clears them.
+    let r = site.json(&["gaps", "--repair", "--complete-rows", "--json"]);
+    assert_eq!(r["events_applied"], 2 * PER_CAMPAIGN, "{r}");
+    assert_eq!(site.report()["total"], 0);
+}
+
+#[test]
+fn rebuild_with_complete_rows_resolves_a_dead_row_on_the_live_database() {
+    // A cursed campaign's head row died; the fix is deployed (the stock
+    // binary applies it) and the operator rebuilds the live database.
+    let site = Site::migrated();
+    seed_with_dead(&site, &[("campaign-a", false), ("campaign-b", true)]);
+    let before = site.report();
+    site.ok(&["rebuild", "--all"]);
+    let after = site.report();
+    assert_eq!(
+        (&after["dead"], &after["total"]),
+        (&1.into(), &before["total"]),
+        "rows left alone: {after}"
+    );
+    site.ok(&["rebuild", "--all", "--complete-rows"]);
+    let r = site.report();
+    assert_eq!((u(&r["total"]), u(&r["dead"])), (0, 0), "{r}");
 }

@@ -9,6 +9,7 @@ use tracing::info;
 
 use crate::metrics::Metrics;
 use crate::outbox::{InlineFailure, JournalBackend, Outbox, ProjectionBackend};
+use crate::replay::ReplayOptions;
 
 /// Streams read per page from the journal and the watermarks.
 const PAGE: usize = 500;
@@ -95,11 +96,33 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(out)
     }
 
-    /// Start-up gap repair: compares every stream's journal version with
-    /// every projection's checkpoint (and reports the watermark), applies the
-    /// missing seqs in order, then completes outbox rows the projections have
-    /// now applied. Safe to run at any time, alongside workers.
+    /// Gap repair: compares every stream's journal version with every
+    /// projection's checkpoint (and reports the watermark) and applies the
+    /// missing seqs in order. Safe to run at any time, alongside workers.
+    /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
     pub async fn repair_gaps(&self) -> Result<RepairReport> {
+        self.repair_gaps_with(ReplayOptions::new()).await
+    }
+
+    /// [`repair_gaps`](Self::repair_gaps) with options: with
+    /// [`ReplayOptions::with_complete_rows`] (and the outbox on), a stream's
+    /// rows are deleted once every projection is at its version.
+    pub async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
+        self.repair(options.complete_rows() && self.inner.mode.enqueues())
+            .await
+    }
+
+    /// Start-up repair ([`Outbox::start`]): completes rows when the mode
+    /// makes this runtime the one that drains them (the apply worker, or
+    /// inline apply that deletes its rows), since its projection store is
+    /// then the live one.
+    pub(crate) async fn start_up_repair(&self) -> Result<RepairReport> {
+        let mode = self.inner.mode;
+        self.repair(mode.runs_apply_worker() || mode.inline_deletes_rows())
+            .await
+    }
+
+    async fn repair(&self, complete_rows: bool) -> Result<RepairReport> {
         let inner = &self.inner;
         let mut report = RepairReport::default();
         let mut after: Option<StreamId> = None;
@@ -137,9 +160,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                 }
                 // Every projection is now at the version: the stream's rows are stale hints.
-                if (inner.mode.runs_apply_worker() || inner.mode.inline_deletes_rows())
-                    && let Ok(through) = Seq::new(v.version)
-                {
+                if complete_rows && let Ok(through) = Seq::new(v.version) {
                     let n = inner.journal.complete(stream, through).await?;
                     Metrics::add(&inner.metrics.completed_rows, n);
                 }

@@ -15,7 +15,7 @@ pub use config::{Config, ENV_VARS};
 pub use gaps::RepairReport;
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
-pub use replay::error_code;
+pub use replay::{ReplayOptions, error_code};
 pub use running::{Running, Tasks, cancel_on_shutdown_signal};
 pub use worker::{TickReport, WorkerKind};
 

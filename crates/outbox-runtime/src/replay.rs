@@ -7,6 +7,10 @@
 //! checkpoint row (SQLite's single writer; a row lock on Postgres). A worker
 //! that meets a projection a rebuild has reset catches that stream up itself;
 //! the rebuild then finds the stream applied and skips it as duplicates.
+//!
+//! A run leaves the outbox rows alone unless [`ReplayOptions`] asks for them
+//! to be completed: the projection store it ran on need not be the one the
+//! live workers drain into (ADR 0014).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +27,47 @@ use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 /// How long a run's claim lasts between progress updates.
 const RUN_TTL: Duration = Duration::from_secs(60);
 
+/// What a replay, a rebuild or a gap repair does with the outbox rows of the
+/// streams it has brought up to date (ADR 0014).
+///
+/// By default it leaves them. The rows are the live workers' hints, and the
+/// projection store this runtime was built on need not be the one those
+/// workers drain into: a replay into a scratch database must not delete
+/// them. Left alone, a row costs the live worker one duplicate apply (it
+/// claims it, finds it applied and deletes it); a dead row stays dead until
+/// it is requeued or retried.
+///
+/// [`with_complete_rows(true)`](Self::with_complete_rows) deletes, after each
+/// stream, the rows that every registered projection has now applied, dead
+/// ones included. Ask for it only when this runtime's projection store is
+/// the one the live workers use. With the outbox off
+/// (`OUTBOX_ENABLED=false`) nothing is deleted either way. Start-up repair
+/// ([`Outbox::start`]) decides by the mode instead: a runtime that runs the
+/// apply worker, or deletes rows after an inline apply, is the live one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayOptions {
+    complete_rows: bool,
+}
+
+impl ReplayOptions {
+    /// The defaults: rows are left alone.
+    pub const fn new() -> Self {
+        Self { complete_rows: false }
+    }
+
+    /// Whether to delete the rows every projection has applied.
+    #[must_use]
+    pub const fn with_complete_rows(mut self, complete_rows: bool) -> Self {
+        self.complete_rows = complete_rows;
+        self
+    }
+
+    /// Whether rows every projection has applied are deleted.
+    pub const fn complete_rows(&self) -> bool {
+        self.complete_rows
+    }
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The registered projection called `name`.
     pub fn projection(&self, name: &str) -> Result<Arc<dyn Projection<P::Tx>>> {
@@ -38,30 +83,63 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Catch-up: from each stream's checkpoint forward, in seq order, to the
     /// tail or to global position `until`. Returns the finished run record.
+    /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
     pub async fn replay(
         &self,
         projection: &str,
         until: Option<u64>,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
+        self.replay_with(projection, until, ReplayOptions::new(), cancel)
+            .await
+    }
+
+    /// [`replay`](Self::replay) with options.
+    pub async fn replay_with(
+        &self,
+        projection: &str,
+        until: Option<u64>,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
         let run = self.admit(RunKind::CatchUp, p.name(), until).await?;
-        self.execute(run, p, cancel).await
+        self.execute(run, p, options, cancel).await
     }
 
     /// Rebuild: clears the projection's tables and checkpoints, then replays
-    /// from the journal's origin. Returns the finished run record.
+    /// from the journal's origin. Returns the finished run record. Leaves the
+    /// outbox rows alone ([`ReplayOptions::new`]).
     pub async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
+        self.rebuild_with(projection, ReplayOptions::new(), cancel).await
+    }
+
+    /// [`rebuild`](Self::rebuild) with options.
+    pub async fn rebuild_with(
+        &self,
+        projection: &str,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
         let run = self.admit(RunKind::Rebuild, p.name(), None).await?;
-        self.execute(run, p, cancel).await
+        self.execute(run, p, options, cancel).await
     }
 
     /// Rebuilds every projection in registration order. All runs are admitted
     /// (queued) first, so a conflict refuses the whole request before anything
     /// is cleared; a failed or cancelled run stops the sequence and cancels
-    /// the queued rest.
+    /// the queued rest. Leaves the outbox rows alone ([`ReplayOptions::new`]).
     pub async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
+        self.rebuild_all_with(ReplayOptions::new(), cancel).await
+    }
+
+    /// [`rebuild_all`](Self::rebuild_all) with options.
+    pub async fn rebuild_all_with(
+        &self,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<RunRecord>> {
         let mut queued = Vec::new();
         for p in self.projections() {
             match self.admit(RunKind::Rebuild, p.name(), None).await {
@@ -77,7 +155,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut done = Vec::new();
         let mut rest = queued.into_iter();
         for (run, p) in rest.by_ref() {
-            let rec = self.execute(run, p, cancel).await?;
+            let rec = self.execute(run, p, options, cancel).await?;
             let stop = rec.state != outbox_core::RunState::Completed;
             done.push(rec);
             if stop {
@@ -105,13 +183,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         &self,
         run: RunRecord,
         projection: Arc<dyn Projection<P::Tx>>,
+        options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
         let owner = self.worker_id().clone();
         let store = self.store();
         let mut rec = store.update_run(run.id, &owner, 0, None, RUN_TTL).await?;
         info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
-        let result = self.run_body(&mut rec, projection, cancel).await;
+        let result = self.run_body(&mut rec, projection, options, cancel).await;
         let end = match result {
             Ok(true) => RunEnd::Completed,
             Ok(false) => RunEnd::Cancelled,
@@ -133,6 +212,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         &self,
         rec: &mut RunRecord,
         projection: Arc<dyn Projection<P::Tx>>,
+        options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<bool> {
         let owner = self.worker_id().clone();
@@ -185,7 +265,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         return Ok(false);
                     }
                 }
-                self.resolve_rows(stream).await?;
+                if options.complete_rows {
+                    self.resolve_rows(stream).await?;
+                }
             }
         }
         *rec = store.update_run(rec.id, &owner, processed, None, RUN_TTL).await?;

@@ -134,7 +134,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     async fn start_tasks(&self, started: Arc<AtomicBool>) -> Result<Running> {
         let repair = if self.config().repair_on_start {
-            Some(self.repair_gaps().await?)
+            Some(self.start_up_repair().await?)
         } else {
             None
         };

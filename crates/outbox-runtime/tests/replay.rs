@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use outbox_core::{
-    BoxError, Clock, DigestBuilder, Event, ExpectedVersion, OutboxInspector, Projection, ProjectionName,
-    ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
+    BoxError, Clock, DigestBuilder, Event, ExpectedVersion, LeaseStore, OutboxInspector, Projection,
+    ProjectionName, ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
-use outbox_runtime::{Config, Outbox, TokioClock};
+use outbox_runtime::{Config, Outbox, ReplayOptions, TokioClock};
 use outbox_testkit::{OracleProjection, Seed, add, audit, oracle_registry, sid};
 use tokio_util::sync::CancellationToken;
 
@@ -356,4 +356,154 @@ async fn rebuild_alongside_the_live_worker_converges() {
         "seed {}: live+rebuild vs replay from scratch",
         seed.0
     );
+}
+
+/// The journal's outbox rows, as (stream, seq, status), in order.
+async fn rows(journal: &MemoryJournal) -> Vec<(String, u64, String)> {
+    let mut out: Vec<_> = journal
+        .list(None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.stream.to_string(), r.seq.get(), format!("{:?}", r.status)))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_rebuild_and_repair_keep_the_outbox_rows_by_default() {
+    let (journal, live) = stores();
+    let p = oracle("oracle");
+    // The live runtime enqueues; its worker has not drained yet.
+    let rt = build(&journal, &live, std::slice::from_ref(&p), Config::apply_worker()).await;
+    random_history(&rt, Seed(7), 20).await;
+    let before = rows(&journal).await;
+    assert!(!before.is_empty());
+    // A scratch projection store, with a runtime in the same worker mode.
+    let (_, scratch) = stores();
+    let s = build(
+        &journal,
+        &scratch,
+        std::slice::from_ref(&p),
+        Config::apply_worker(),
+    )
+    .await;
+    let cancel = CancellationToken::new();
+    assert_eq!(
+        s.replay("oracle", None, &cancel).await.unwrap().state,
+        RunState::Completed
+    );
+    assert_eq!(rows(&journal).await, before, "replay");
+    assert_eq!(
+        s.rebuild("oracle", &cancel).await.unwrap().state,
+        RunState::Completed
+    );
+    assert_eq!(rows(&journal).await, before, "rebuild");
+    s.rebuild_all(&cancel).await.unwrap();
+    assert_eq!(rows(&journal).await, before, "rebuild_all");
+    s.repair_gaps().await.unwrap();
+    assert_eq!(rows(&journal).await, before, "repair_gaps");
+    // The live worker still drains them (as duplicates of nothing: the live
+    // store has applied none of them yet).
+    drain(&rt).await;
+    assert_eq!(
+        live.digest(p.as_ref()).await.unwrap(),
+        scratch.digest(p.as_ref()).await.unwrap()
+    );
+}
+
+/// A journal with `n` streams of three enqueued rows each that no
+/// projection has applied, and the live store beside it.
+async fn undrained(
+    n: usize,
+) -> (
+    MemoryJournal,
+    MemoryProjectionStore,
+    Arc<dyn Projection<MemoryTx>>,
+) {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    for i in 0..n {
+        rt.append(
+            &sid(&format!("s{i}")),
+            ExpectedVersion::Any,
+            vec![add(1), audit(), add(2)],
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(rows(&journal).await.len(), 3 * n);
+    (journal, store, p)
+}
+
+#[tokio::test(start_paused = true)]
+async fn completing_rows_is_an_explicit_opt_in() {
+    let complete = ReplayOptions::new().with_complete_rows(true);
+    assert!(!ReplayOptions::default().complete_rows() && complete.complete_rows());
+    let cancel = CancellationToken::new();
+
+    let (journal, store, p) = undrained(3).await;
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    let report = rt.repair_gaps_with(complete).await.unwrap();
+    assert_eq!((report.streams_repaired, report.events_applied), (3, 9));
+    assert_eq!(rows(&journal).await, [], "repair_gaps_with(complete)");
+
+    let (journal, store, p) = undrained(3).await;
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    let run = rt.replay_with("oracle", None, complete, &cancel).await.unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(rows(&journal).await, [], "replay_with(complete)");
+
+    let (journal, store, p) = undrained(3).await;
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    rt.rebuild_with("oracle", complete, &cancel).await.unwrap();
+    assert_eq!(rows(&journal).await, [], "rebuild_with(complete)");
+
+    let (journal, store, p) = undrained(3).await;
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    rt.rebuild_all_with(complete, &cancel).await.unwrap();
+    assert_eq!(rows(&journal).await, [], "rebuild_all_with(complete)");
+
+    // With the outbox off the runtime never deletes rows, even when asked.
+    let (journal, store, p) = undrained(3).await;
+    let before = rows(&journal).await;
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
+    rt.repair_gaps_with(complete).await.unwrap();
+    rt.replay_with("oracle", None, complete, &cancel).await.unwrap();
+    assert_eq!(rows(&journal).await, before, "outbox off");
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_up_repair_of_a_live_runtime_still_completes_rows() {
+    // Inline apply that deletes its rows: start() repairs, and no worker runs.
+    let (journal, store, p) = undrained(3).await;
+    let inline = Config::default().with_flags(outbox_core::ModeFlags {
+        outbox: true,
+        apply_worker: false,
+        shadow_worker: false,
+    });
+    let rt = build(&journal, &store, std::slice::from_ref(&p), inline).await;
+    let running = rt.start().await.unwrap();
+    assert_eq!(running.repair_report().unwrap().events_applied, 9);
+    assert_eq!(rows(&journal).await, [], "inline mode");
+    running.shutdown().await;
+
+    // The apply worker: every stream's lease is held by someone else, so
+    // only the start-up repair (which needs no lease) can delete the rows.
+    let (journal, store, p) = undrained(3).await;
+    let zombie = WorkerId::new("zombie").unwrap();
+    for i in 0..3 {
+        journal
+            .acquire(&sid(&format!("s{i}")), &zombie, Duration::from_secs(600))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    let running = rt.start().await.unwrap();
+    assert_eq!(running.repair_report().unwrap().events_applied, 9);
+    assert_eq!(rows(&journal).await, [], "apply worker mode");
+    running.shutdown().await;
 }

@@ -31,7 +31,8 @@ pub(super) async fn gaps<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Ga
         }
         return Ok(());
     }
-    let report = rt.repair_gaps().await?;
+    let options = outbox_runtime::ReplayOptions::new().with_complete_rows(a.complete_rows);
+    let report = rt.repair_gaps_with(options).await?;
     if a.json {
         json(&report)?;
     } else {

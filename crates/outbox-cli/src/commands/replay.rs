@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use outbox_core::{Error, RunRecord};
+use outbox_runtime::ReplayOptions;
 
 use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
@@ -11,9 +12,10 @@ use crate::output::json;
 pub(super) async fn rebuild<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RebuildArgs) -> Result<()> {
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
     let runs = match &a.which.projection {
-        Some(p) => vec![rt.rebuild(p, &cancel).await?],
-        None => rt.rebuild_all(&cancel).await?,
+        Some(p) => vec![rt.rebuild_with(p, options, &cancel).await?],
+        None => rt.rebuild_all_with(options, &cancel).await?,
     };
     print_runs(&runs, a.json)?;
     fail_unless_completed(&runs)
@@ -22,13 +24,14 @@ pub(super) async fn rebuild<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
 pub(super) async fn replay<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReplayArgs) -> Result<()> {
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
     let mut runs = Vec::new();
     match &a.which.projection {
-        Some(p) => runs.push(rt.replay(p, a.until, &cancel).await?),
+        Some(p) => runs.push(rt.replay_with(p, a.until, options, &cancel).await?),
         None => {
             let names: Vec<String> = rt.projections().iter().map(|p| p.name().to_string()).collect();
             for p in names {
-                let run = rt.replay(&p, a.until, &cancel).await?;
+                let run = rt.replay_with(&p, a.until, options, &cancel).await?;
                 let stop = run.state != outbox_core::RunState::Completed;
                 runs.push(run);
                 if stop {
