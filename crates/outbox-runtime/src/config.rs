@@ -47,6 +47,8 @@ env_vars! {
     OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
     OUTBOX_REGISTRY_RETENTION_MS = "86400000", "how long an expired worker registry entry is kept before a running worker prunes it (1 day; pruned at start and every 60 heartbeats)";
     OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
+    OUTBOX_STREAMS_PER_PASS = "64", "due streams a worker pass reads at most before it reads the due streams again";
+    OUTBOX_BATCHES_PER_STREAM = "16", "batches a pass applies to one stream before it moves on to the next (fairness)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
 
@@ -280,6 +282,22 @@ impl Config {
         if let Some(v) = number(Self::OUTBOX_BATCH_SIZE)? {
             c.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        // A count in 1..=10000, checked here so the error names the variable.
+        let count = |k: &str, what: &str| -> Result<Option<usize>> {
+            match number(k)? {
+                Some(v @ 1..=10_000) => Ok(Some(usize::try_from(v).unwrap_or(usize::MAX))),
+                Some(v) => Err(Error::Config(format!(
+                    "{k}: {what} must be between 1 and 10000, got {v}"
+                ))),
+                None => Ok(None),
+            }
+        };
+        if let Some(v) = count(Self::OUTBOX_STREAMS_PER_PASS, "streams per pass")? {
+            c.streams_per_pass = v;
+        }
+        if let Some(v) = count(Self::OUTBOX_BATCHES_PER_STREAM, "batches per stream")? {
+            c.batches_per_stream = v;
+        }
         if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
         }
@@ -397,8 +415,11 @@ mod tests {
             ("OUTBOX_WORKER_ID", "w-1"),
             ("OUTBOX_REGISTRY_RETENTION_MS", "60000"),
             ("OUTBOX_RUN_RETENTION_MS", "120000"),
+            ("OUTBOX_STREAMS_PER_PASS", "8"),
+            ("OUTBOX_BATCHES_PER_STREAM", "2"),
         ])
         .unwrap();
+        assert_eq!((c.streams_per_pass, c.batches_per_stream), (8, 2));
         assert_eq!(c.registry_retention, Duration::from_secs(60));
         assert_eq!(c.run_retention, Duration::from_secs(120));
         assert!(c.flags.outbox && c.flags.apply_worker && !c.flags.shadow_worker);
@@ -434,6 +455,21 @@ mod tests {
                 "dead-letter threshold must be between 1",
             ),
             ("OUTBOX_RETRY_CAP_MS", "10", "retry cap"),
+            (
+                "OUTBOX_STREAMS_PER_PASS",
+                "0",
+                "OUTBOX_STREAMS_PER_PASS: streams per pass must be between 1 and 10000, got 0",
+            ),
+            (
+                "OUTBOX_BATCHES_PER_STREAM",
+                "10001",
+                "OUTBOX_BATCHES_PER_STREAM: batches per stream must be between 1 and 10000, got 10001",
+            ),
+            (
+                "OUTBOX_BATCHES_PER_STREAM",
+                "x",
+                "OUTBOX_BATCHES_PER_STREAM=\"x\" is not a non-negative integer",
+            ),
             ("OUTBOX_WORKER_ID", "bad\u{7}id", "OUTBOX_WORKER_ID"),
         ] {
             let msg = env(&[(k, v)]).unwrap_err().to_string();
