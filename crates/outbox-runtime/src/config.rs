@@ -47,7 +47,7 @@ env_vars! {
     OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
     OUTBOX_REGISTRY_RETENTION_MS = "86400000", "how long an expired worker registry entry is kept before a running worker prunes it (1 day; pruned at start and every 60 heartbeats)";
     OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
-    OUTBOX_STREAMS_PER_PASS = "64", "due streams a worker pass reads at most before it reads the due streams again";
+    OUTBOX_STREAMS_PER_PASS = "64", "streams one worker pass takes up at most (the due streams are read again before each)";
     OUTBOX_BATCHES_PER_STREAM = "16", "batches a pass applies to one stream before it moves on to the next (fairness)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
@@ -81,7 +81,8 @@ pub struct Config {
     pub run_retention: Duration,
     /// The worker id; generated when `None`.
     pub worker_id: Option<WorkerId>,
-    /// Due streams fetched per pass (default 64).
+    /// Streams one pass takes up at most (default 64); the due streams are
+    /// read again before each of them.
     pub streams_per_pass: usize,
     /// Batches applied for one stream before moving on, for fairness (default 16).
     pub batches_per_stream: usize,

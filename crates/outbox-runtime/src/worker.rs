@@ -1,5 +1,6 @@
 //! The apply and shadow workers: one pass ([`Outbox::tick`]) and the loop.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{Error, Event, FailureOutcome, Lease, OutboxRow, Result, StreamId};
@@ -24,7 +25,8 @@ pub enum WorkerKind {
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TickReport {
-    /// Due streams found.
+    /// Due streams the pass took up (each is counted once, however often
+    /// the due streams were read).
     pub due_streams: u64,
     /// Streams whose lease we took.
     pub leased: u64,
@@ -74,28 +76,48 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         self.tick_as(kind, &CancellationToken::new()).await
     }
 
+    /// One pass: up to `streams_per_pass` streams, each drained for up to
+    /// `batches_per_stream` batches. The due streams are read again before
+    /// each stream (oldest due first, streams this pass already had skipped),
+    /// so a stream whose lease expired mid-pass, such as one stranded by a
+    /// dead worker, is next in line once the stream in progress ends its
+    /// turn, rather than waiting for the next pass (ADR 0008).
     pub(crate) async fn tick_as(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
         let inner = &self.inner;
         let mut report = TickReport::default();
-        let due = inner.journal.due_streams(inner.config.streams_per_pass).await?;
-        report.due_streams = due.len() as u64;
-        for stream in due {
-            if cancel.is_cancelled() {
+        // Streams this pass has had (or tried): skipped by later reads.
+        let mut visited: HashSet<StreamId> = HashSet::new();
+        // Visited streams that may still be due (their turn ended on the
+        // budget, contention or an error): a read must reach past them.
+        let mut may_be_due = 0usize;
+        while visited.len() < inner.config.streams_per_pass && !cancel.is_cancelled() {
+            let limit = (may_be_due + 1).min(inner.config.streams_per_pass);
+            let due = inner.journal.due_streams(limit).await?;
+            let Some(stream) = due.into_iter().find(|s| !visited.contains(s)) else {
                 break;
-            }
+            };
+            report.due_streams += 1;
+            visited.insert(stream.clone());
+            let before = (report.contended, report.storage_errors);
             let span = info_span!("stream", stream = %stream, worker = %inner.worker_id);
             match self
                 .process_stream(kind, &stream, &mut report, cancel)
                 .instrument(span)
                 .await
             {
-                Ok(()) => {}
+                Ok(StreamPass::Budget) => may_be_due += 1,
+                Ok(StreamPass::Drained | StreamPass::Blocked) => {
+                    if (report.contended, report.storage_errors) != before {
+                        may_be_due += 1;
+                    }
+                }
                 Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
                     // Infrastructure trouble or a lost lease: nothing is
                     // counted against the row; the next pass retries.
                     warn!(stream = %stream, error = %e, "stream pass interrupted");
                     report.storage_errors += 1;
                     Metrics::add(&inner.metrics.storage_errors, 1);
+                    may_be_due += 1;
                 }
                 Err(e) => return Err(e),
             }
@@ -109,19 +131,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         stream: &StreamId,
         report: &mut TickReport,
         cancel: &CancellationToken,
-    ) -> Result<()> {
+    ) -> Result<StreamPass> {
         let inner = &self.inner;
         let ttl = inner.config.lease_ttl;
         let Some(mut lease) = inner.journal.acquire(stream, &inner.worker_id, ttl).await? else {
             report.contended += 1;
             Metrics::add(&inner.metrics.contended, 1);
-            return Ok(());
+            return Ok(StreamPass::Drained);
         };
         report.leased += 1;
         let mut renewed_at = Instant::now();
         let result = async {
+            let mut ended = StreamPass::Budget;
             for _ in 0..inner.config.batches_per_stream {
                 if cancel.is_cancelled() {
+                    ended = StreamPass::Drained;
                     break;
                 }
                 // Renew at a third of the TTL; the store's clock judges expiry.
@@ -129,12 +153,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     lease = inner.journal.renew(&lease, ttl).await?;
                     renewed_at = Instant::now();
                 }
-                match self.run_batch(kind, &lease, report).await? {
+                ended = self.run_batch(kind, &lease, report).await?;
+                match ended {
                     StreamPass::Budget => continue,
                     StreamPass::Drained | StreamPass::Blocked => break,
                 }
             }
-            Ok::<(), Error>(())
+            Ok::<StreamPass, Error>(ended)
         }
         .await;
         // Whatever happened, leave nothing stuck in `processing` and free the
