@@ -259,14 +259,13 @@ async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
             .collect();
         rts[0].append_batch(batch).await.unwrap();
     }
-    let mut running: Vec<_> = Vec::new();
-    for rt in &rts {
-        running.push(Some(rt.start().await.unwrap()));
-    }
-    // Crash runtime 0 while it holds a stream lease.
+    // Runtime 0 starts alone, so it is certain to hold stream leases however
+    // loaded the machine is (the others cannot drain the backlog first); it is
+    // crashed while it holds one, then the other two start and take over.
+    let mut running: Vec<_> = vec![Some(rts[0].start().await.unwrap())];
     let victim = rts[0].worker_id().clone();
     let mut stranded = BTreeSet::new();
-    for _ in 0..1000 {
+    for _ in 0..30_000 {
         tokio::time::sleep(Duration::from_millis(2)).await;
         let mut held = Vec::new();
         for st in &streams {
@@ -290,6 +289,9 @@ async fn three_runtimes_on_one_database_one_crashes_nothing_lost_or_doubled() {
         }
     }
     assert!(running[0].is_none(), "runtime 0 never held a lease to crash with");
+    for rt in &rts[1..] {
+        running.push(Some(rt.start().await.unwrap()));
+    }
     wait_drained(&rts[1], Duration::from_secs(120)).await;
     for r in running.into_iter().flatten() {
         r.shutdown().await;
