@@ -83,7 +83,9 @@ pub async fn poison_event_dead_letters_then_requeue_applies_once<H: Harness>(h: 
     let f = h.open().await;
     let (p, faults) = oracle(h, &f, "p").await;
     let projs = one(p.clone());
-    let policy = RetryPolicy::new(ms(100), ms(100), 3).unwrap();
+    // A retry delay far longer than any test run, so a slow machine cannot
+    // make a failed row due again inside one drain (only `advance` does).
+    let policy = RetryPolicy::new(secs(3_600), secs(3_600), 3).unwrap();
     let s = sid("s");
     let t = sid("t");
     f.journal
@@ -101,7 +103,7 @@ pub async fn poison_event_dead_letters_then_requeue_applies_once<H: Harness>(h: 
     for round in 0..3 {
         failures += drain(&f, &projs, "w", &policy).await.failures;
         assert_eq!(failures, round + 1, "one failure per round");
-        h.advance(&f.ctx, ms(100)).await;
+        h.advance(&f.ctx, secs(3_600)).await;
     }
     let dead = row(&f.journal, &s, 2).await;
     assert_eq!(
@@ -116,7 +118,7 @@ pub async fn poison_event_dead_letters_then_requeue_applies_once<H: Harness>(h: 
     );
     super::support::append(&f.journal, &s, adds(&[100])).await;
     super::support::append(&f.journal, &t, adds(&[5])).await;
-    h.advance(&f.ctx, secs(3_600)).await;
+    h.advance(&f.ctx, secs(7_200)).await;
     assert_eq!(
         drain(&f, &projs, "w", &policy).await.failures,
         0,
