@@ -49,6 +49,7 @@ env_vars! {
     OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
     OUTBOX_STREAMS_PER_PASS = "64", "streams one worker pass takes up at most (the due streams are read again before each)";
     OUTBOX_BATCHES_PER_STREAM = "16", "batches a pass applies to one stream before it moves on to the next (fairness)";
+    OUTBOX_RUN_TTL_MS = "60000", "how long a replay or rebuild run's claim lasts without progress; a killed run blocks new runs on its projection this long";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
 
@@ -79,6 +80,10 @@ pub struct Config {
     /// How long a finished replay or rebuild run is kept before the
     /// heartbeat prunes it (default 30 days).
     pub run_retention: Duration,
+    /// How long a replay or rebuild run's claim lasts between progress
+    /// updates (default 60 s): a run whose process died blocks new runs on
+    /// its projection this long.
+    pub run_ttl: Duration,
     /// The worker id; generated when `None`.
     pub worker_id: Option<WorkerId>,
     /// Streams one pass takes up at most (default 64); the due streams are
@@ -101,6 +106,7 @@ impl Default for Config {
             heartbeat_interval: Duration::from_secs(5),
             registry_retention: Duration::from_secs(24 * 3600),
             run_retention: Duration::from_secs(30 * 24 * 3600),
+            run_ttl: Duration::from_secs(60),
             worker_id: None,
             streams_per_pass: 64,
             batches_per_stream: 16,
@@ -160,6 +166,10 @@ impl Config {
         with_run_retention, run_retention: Duration
     );
     setter!(
+        /// Sets how long a replay or rebuild run's claim lasts between progress updates.
+        with_run_ttl, run_ttl: Duration
+    );
+    setter!(
         /// Sets due streams fetched per pass.
         with_streams_per_pass, streams_per_pass: usize
     );
@@ -211,6 +221,12 @@ impl Config {
             self.heartbeat_interval,
             Duration::from_millis(10),
             Duration::from_secs(3600),
+        )?;
+        in_range(
+            "run ttl",
+            self.run_ttl,
+            Duration::from_secs(1),
+            Duration::from_secs(24 * 3600),
         )?;
         in_range(
             "registry retention",
@@ -301,6 +317,16 @@ impl Config {
         }
         if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
+        }
+        if let Some(v) = ms(Self::OUTBOX_RUN_TTL_MS)? {
+            c.run_ttl = v;
+            Config::default().with_run_ttl(v).validate().map_err(|e| {
+                Error::Config(format!(
+                    "{}: {}",
+                    Self::OUTBOX_RUN_TTL_MS,
+                    e.to_string().trim_start_matches("configuration error: ")
+                ))
+            })?;
         }
         if let Some(v) = ms(Self::OUTBOX_HEARTBEAT_INTERVAL_MS)? {
             c.heartbeat_interval = v;
@@ -417,10 +443,12 @@ mod tests {
             ("OUTBOX_REGISTRY_RETENTION_MS", "60000"),
             ("OUTBOX_RUN_RETENTION_MS", "120000"),
             ("OUTBOX_STREAMS_PER_PASS", "8"),
+            ("OUTBOX_RUN_TTL_MS", "5000"),
             ("OUTBOX_BATCHES_PER_STREAM", "2"),
         ])
         .unwrap();
         assert_eq!((c.streams_per_pass, c.batches_per_stream), (8, 2));
+        assert_eq!(c.run_ttl, Duration::from_secs(5));
         assert_eq!(c.registry_retention, Duration::from_secs(60));
         assert_eq!(c.run_retention, Duration::from_secs(120));
         assert!(c.flags.outbox && c.flags.apply_worker && !c.flags.shadow_worker);
@@ -456,6 +484,16 @@ mod tests {
                 "dead-letter threshold must be between 1",
             ),
             ("OUTBOX_RETRY_CAP_MS", "10", "retry cap"),
+            (
+                "OUTBOX_RUN_TTL_MS",
+                "999",
+                "OUTBOX_RUN_TTL_MS: run ttl must be between 1s and 86400s, got 999ms",
+            ),
+            (
+                "OUTBOX_RUN_TTL_MS",
+                "1.5",
+                "OUTBOX_RUN_TTL_MS=\"1.5\" is not a non-negative integer",
+            ),
             (
                 "OUTBOX_STREAMS_PER_PASS",
                 "0",

@@ -13,7 +13,6 @@
 //! live workers drain into (ADR 0014).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use outbox_core::{
     ApplyOutcome, Error, Projection, ProjectionName, Result, RunEnd, RunKind, RunRecord, Seq, StreamId,
@@ -23,9 +22,6 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
-
-/// How long a run's claim lasts between progress updates.
-const RUN_TTL: Duration = Duration::from_secs(60);
 
 /// What a replay, a rebuild or a gap repair does with the outbox rows of the
 /// streams it has brought up to date (ADR 0014).
@@ -175,7 +171,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
     ) -> Result<RunRecord> {
         self.store()
-            .admit_run(kind, projection, until, self.worker_id(), RUN_TTL)
+            .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
             .await
     }
 
@@ -188,7 +184,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<RunRecord> {
         let owner = self.worker_id().clone();
         let store = self.store();
-        let mut rec = store.update_run(run.id, &owner, 0, None, RUN_TTL).await?;
+        let mut rec = store
+            .update_run(run.id, &owner, 0, None, self.config().run_ttl)
+            .await?;
         info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
         let result = self.run_body(&mut rec, projection, options, cancel).await;
         let end = match result {
@@ -231,7 +229,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             after = Some(last_head.stream.clone());
             // Renew the claim and look for a cancel request once per page too,
             // so a long scan over already-applied streams keeps the run alive.
-            *rec = store.update_run(rec.id, &owner, processed, None, RUN_TTL).await?;
+            *rec = store
+                .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
+                .await?;
             if rec.cancel_requested || cancel.is_cancelled() {
                 return Ok(false);
             }
@@ -259,7 +259,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     next = last_seq.get() + 1;
                     *rec = store
-                        .update_run(rec.id, &owner, processed, Some((stream, last_seq)), RUN_TTL)
+                        .update_run(
+                            rec.id,
+                            &owner,
+                            processed,
+                            Some((stream, last_seq)),
+                            self.config().run_ttl,
+                        )
                         .await?;
                     if rec.cancel_requested || cancel.is_cancelled() {
                         return Ok(false);
@@ -270,7 +276,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        *rec = store.update_run(rec.id, &owner, processed, None, RUN_TTL).await?;
+        *rec = store
+            .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
+            .await?;
         Ok(true)
     }
 

@@ -507,3 +507,51 @@ async fn start_up_repair_of_a_live_runtime_still_completes_rows() {
     assert_eq!(rows(&journal).await, [], "apply worker mode");
     running.shutdown().await;
 }
+
+/// A projection whose apply never returns: a process that hangs, then dies.
+struct Hang(ProjectionName);
+
+#[async_trait]
+impl Projection<MemoryTx> for Hang {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+    async fn apply(&self, _tx: &mut MemoryTx, _e: &Event) -> Result<(), BoxError> {
+        std::future::pending().await
+    }
+    async fn reset(&self, _tx: &mut MemoryTx) -> Result<(), BoxError> {
+        Ok(())
+    }
+    async fn digest(&self, _tx: &mut MemoryTx, _out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_killed_run_blocks_new_runs_for_the_configured_run_ttl_only() {
+    let (journal, store) = stores();
+    let hang: Arc<dyn Projection<MemoryTx>> = Arc::new(Hang(ProjectionName::new("oracle").unwrap()));
+    let config = |id: &str| {
+        Config::default()
+            .with_run_ttl(Duration::from_secs(5))
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let rt = build(&journal, &store, &[oracle("oracle")], config("next")).await;
+    rt.append(&sid("a"), ExpectedVersion::Any, vec![add(1)])
+        .await
+        .unwrap();
+    let dying = build(&journal, &store, &[hang], config("dying")).await;
+    // The rebuild hangs in its first apply and its process is killed.
+    let killed = tokio::time::timeout(
+        Duration::from_secs(1),
+        dying.rebuild("oracle", &CancellationToken::new()),
+    )
+    .await;
+    assert!(killed.is_err(), "the rebuild hung");
+    let err = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap_err();
+    assert!(err.to_string().contains("already"), "{err}");
+    // Five seconds after its last progress update the claim has expired.
+    tokio::time::sleep(Duration::from_millis(4_100)).await;
+    let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
+    assert_eq!(run.state, RunState::Completed);
+}
