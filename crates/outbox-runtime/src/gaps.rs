@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use outbox_core::{Result, Seq, StreamId, StreamLag, StreamVersion};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::metrics::Metrics;
@@ -29,6 +30,10 @@ pub struct RepairReport {
     pub gaps: Vec<StreamLag>,
     /// Streams that could not be repaired, with the error.
     pub failures: Vec<InlineFailure>,
+    /// The repair was cancelled before it had scanned every stream (the
+    /// streams it scanned are repaired; the rest are left for the worker,
+    /// the next start-up repair or `outbox gaps --repair`).
+    pub cancelled: bool,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
@@ -108,7 +113,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// [`ReplayOptions::with_complete_rows`] (and the outbox on), a stream's
     /// rows are deleted once every projection is at its version.
     pub async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
-        self.repair(options.complete_rows() && self.inner.mode.enqueues())
+        self.repair_gaps_until(options, &CancellationToken::new()).await
+    }
+
+    /// [`repair_gaps_with`](Self::repair_gaps_with) that stops when `cancel`
+    /// is cancelled: it looks between streams and between pages, finishes
+    /// the stream in progress and returns a report with
+    /// [`RepairReport::cancelled`] set.
+    pub async fn repair_gaps_until(
+        &self,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RepairReport> {
+        self.repair(options.complete_rows() && self.inner.mode.enqueues(), cancel)
             .await
     }
 
@@ -116,21 +133,29 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// makes this runtime the one that drains them (the apply worker, or
     /// inline apply that deletes its rows), since its projection store is
     /// then the live one.
-    pub(crate) async fn start_up_repair(&self) -> Result<RepairReport> {
+    pub(crate) async fn start_up_repair(&self, cancel: &CancellationToken) -> Result<RepairReport> {
         let mode = self.inner.mode;
-        self.repair(mode.runs_apply_worker() || mode.inline_deletes_rows())
+        self.repair(mode.runs_apply_worker() || mode.inline_deletes_rows(), cancel)
             .await
     }
 
-    async fn repair(&self, complete_rows: bool) -> Result<RepairReport> {
+    async fn repair(&self, complete_rows: bool, cancel: &CancellationToken) -> Result<RepairReport> {
         let inner = &self.inner;
         let mut report = RepairReport::default();
         let mut after: Option<StreamId> = None;
-        loop {
+        'pages: loop {
+            if cancel.is_cancelled() {
+                report.cancelled = true;
+                break;
+            }
             let page = self.versions_page(after.as_ref()).await?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.stream.clone());
             for (v, watermark) in page {
+                if cancel.is_cancelled() {
+                    report.cancelled = true;
+                    break 'pages;
+                }
                 report.streams_scanned += 1;
                 let stream = &v.stream;
                 let lag = self.lag(&v, watermark).await?;
@@ -166,7 +191,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        if report.streams_repaired > 0 || report.watermark_behind > 0 {
+        if report.cancelled {
+            info!(
+                scanned = report.streams_scanned,
+                repaired = report.streams_repaired,
+                events = report.events_applied,
+                "gap repair cancelled"
+            );
+        } else if report.streams_repaired > 0 || report.watermark_behind > 0 {
             info!(
                 scanned = report.streams_scanned,
                 repaired = report.streams_repaired,

@@ -113,6 +113,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// heartbeat stops and deregisters, so the registry never shows a worker
     /// that is not running.
     pub async fn start(&self) -> Result<Running> {
+        self.start_until(&CancellationToken::new()).await
+    }
+
+    /// [`start`](Self::start) under a cancellation token, such as the one of
+    /// [`cancel_on_shutdown_signal`]: start-up repair stops when it is
+    /// cancelled (between streams), and so do the tasks (the returned
+    /// [`Running`]'s own token is a child of it; still call
+    /// [`Running::shutdown`] to wait for them). If it is cancelled before
+    /// the tasks are spawned, nothing is spawned or registered: the
+    /// [`Running`] has no tasks, its [`repair_report`](Running::repair_report)
+    /// says the repair was cancelled, and shutting it down returns at once.
+    pub async fn start_until(&self, cancel: &CancellationToken) -> Result<Running> {
         let started = Arc::clone(&self.inner.started);
         if started
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
@@ -123,7 +135,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 self.worker_id()
             )));
         }
-        match self.start_tasks(Arc::clone(&started)).await {
+        match self.start_tasks(Arc::clone(&started), cancel).await {
             Ok(running) => Ok(running),
             Err(e) => {
                 started.store(false, Ordering::SeqCst);
@@ -132,17 +144,32 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
     }
 
-    async fn start_tasks(&self, started: Arc<AtomicBool>) -> Result<Running> {
+    async fn start_tasks(&self, started: Arc<AtomicBool>, outer: &CancellationToken) -> Result<Running> {
         let repair = if self.config().repair_on_start {
-            Some(self.start_up_repair().await?)
+            Some(self.start_up_repair(outer).await?)
         } else {
             None
         };
+        let cancel = outer.child_token();
+        if cancel.is_cancelled() {
+            info!(mode = %self.mode(), "start cancelled; no task started");
+            return Ok(Running {
+                cancel,
+                tracker: TaskTracker::new(),
+                handles: Vec::new(),
+                tasks: Tasks {
+                    apply_worker: false,
+                    shadow_worker: false,
+                    heartbeat: false,
+                },
+                repair,
+                started,
+            });
+        }
         let tasks = self.planned_tasks();
         if tasks.heartbeat {
             self.beat().await?;
         }
-        let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut handles = Vec::new();
         let kind = if tasks.apply_worker {
@@ -285,20 +312,25 @@ fn restart_delay(poll: Duration, restarts: u32) -> Duration {
 /// only crate that spawns). Binaries pass the token to [`Outbox::replay`] and
 /// friends, or select on it to call [`Running::shutdown`].
 pub fn cancel_on_shutdown_signal() -> CancellationToken {
+    use tokio::signal::unix::{SignalKind, signal};
     let token = CancellationToken::new();
     let t = token.clone();
+    // The handlers are installed here, before this returns, so a signal
+    // that arrives before the task first runs is not the default (fatal) one.
+    let term = signal(SignalKind::terminate()).ok();
+    let int = signal(SignalKind::interrupt()).ok();
     tokio::spawn(async move {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
                     s.recv().await;
                 }
-                Err(_) => std::future::pending().await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = term => {}
+            () = wait(term) => {}
+            () = wait(int) => {}
         }
         t.cancel();
     });

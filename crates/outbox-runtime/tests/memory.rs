@@ -772,3 +772,85 @@ async fn the_heartbeat_prunes_finished_runs_older_than_the_retention() {
     );
     assert!(e.store.run(active.id).await.unwrap().is_some(), "active: kept");
 }
+
+/// A view that cancels a token on its `after`-th apply.
+struct CancelOnApply {
+    name: outbox_core::ProjectionName,
+    token: tokio_util::sync::CancellationToken,
+    after: u64,
+    seen: std::sync::atomic::AtomicU64,
+}
+
+#[outbox_core::async_trait]
+impl outbox_core::ViewProjection for CancelOnApply {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        &self.name
+    }
+
+    async fn apply(
+        &self,
+        _view: &mut outbox_core::ViewTx<'_>,
+        _event: &outbox_core::Event,
+    ) -> Result<(), outbox_core::BoxError> {
+        if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.after {
+            self.token.cancel();
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_up_repair_stops_when_cancelled_and_nothing_is_started() {
+    let e = env();
+    // Twenty streams behind: appended with the worker on but not started.
+    let appender = runtime(&e, worker_config()).await;
+    for i in 0..20 {
+        append_values(&appender, &sid(&format!("s{i:02}")), &[1, 2, 3]).await;
+    }
+    let token = tokio_util::sync::CancellationToken::new();
+    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(worker_config())
+        .event_types(oracle_registry())
+        .view(CancelOnApply {
+            name: outbox_core::ProjectionName::new("cancels").unwrap(),
+            token: token.clone(),
+            // A signal arrives while the second stream is caught up.
+            after: 5,
+            seen: Default::default(),
+        })
+        .build()
+        .await
+        .unwrap();
+    let running = rt
+        .start_until(&token)
+        .await
+        .expect("a cancelled start is not an error");
+    let report = running.repair_report().expect("repair ran").clone();
+    assert!(report.cancelled, "{report:?}");
+    assert_eq!(
+        (
+            report.streams_scanned,
+            report.streams_repaired,
+            report.events_applied
+        ),
+        (2, 2, 6),
+        "it finished the stream in progress and stopped: {report:?}"
+    );
+    let t = running.tasks();
+    assert!(!(t.apply_worker || t.shadow_worker || t.heartbeat), "{t:?}");
+    assert!(
+        rt.journal().workers().await.unwrap().is_empty(),
+        "never registered"
+    );
+    running.shutdown().await;
+    // The rest is left for the next start.
+    assert_eq!(rt.journal().summary().await.unwrap().total(), 18 * 3);
+    let running = rt
+        .start_until(&tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    let report = running.repair_report().unwrap().clone();
+    assert!(!report.cancelled);
+    assert_eq!((report.streams_scanned, report.streams_repaired), (20, 18));
+    running.shutdown().await;
+}

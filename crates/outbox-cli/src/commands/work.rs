@@ -30,7 +30,22 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
         }
         return Ok(());
     }
-    let running = rt.start().await?;
+    // Signals are handled from here on: SIGTERM or Ctrl-C during start-up
+    // repair stops it between streams, and the command exits 0.
+    let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    let running = rt.start_until(&cancel).await?;
+    if let Some(r) = running.repair_report().cloned()
+        && r.cancelled
+    {
+        running.shutdown().await;
+        if !a.quiet && !a.json {
+            println!(
+                "stopped during start-up repair: {} stream(s) caught up, {} event(s) applied; no worker was started",
+                r.streams_repaired, r.events_applied
+            );
+        }
+        return Ok(());
+    }
     if let Some(r) = running.repair_report()
         && !(a.quiet || a.json)
         && r.streams_repaired > 0
@@ -43,7 +58,6 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     if !a.quiet && !a.json {
         println!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id());
     }
-    let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
     every.tick().await;
     loop {
