@@ -124,8 +124,8 @@ impl Default for RetryPolicy {
     }
 }
 
-/// The three start-up flags.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The start-up flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModeFlags {
     /// `OUTBOX_ENABLED`: appends enqueue outbox rows.
     pub outbox: bool,
@@ -133,6 +133,27 @@ pub struct ModeFlags {
     pub apply_worker: bool,
     /// `OUTBOX_SHADOW_WORKER_ENABLED`: run the shadow worker.
     pub shadow_worker: bool,
+    /// `OUTBOX_INLINE_APPLY` (default true): the append call may apply
+    /// projections. Off with the outbox on and no worker is
+    /// [`Mode::ProducerOnly`].
+    #[serde(default = "yes")]
+    pub inline_apply: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ModeFlags {
+    /// Outbox off, no worker, inline apply allowed ([`Mode::InlineApplyOnly`]).
+    fn default() -> Self {
+        ModeFlags {
+            outbox: false,
+            apply_worker: false,
+            shadow_worker: false,
+            inline_apply: true,
+        }
+    }
 }
 
 /// How projections are kept up to date (see ADR 0002).
@@ -151,16 +172,28 @@ pub enum Mode {
     /// kept); the shadow worker claims, loads and completes rows with full
     /// lease, retry and dead-letter bookkeeping, and never mutates projections.
     ShadowOnly,
+    /// Outbox on, no worker, no inline apply: the process only appends (ADR
+    /// 0002). Its rows wait for an apply worker in another process; it
+    /// starts no task and does no start-up repair.
+    ProducerOnly,
 }
 
 impl Mode {
+    /// Every mode.
+    pub const ALL: [Mode; 5] = [
+        Mode::InlineApplyOnly,
+        Mode::OutboxInline,
+        Mode::OutboxApplyOnly,
+        Mode::ShadowOnly,
+        Mode::ProducerOnly,
+    ];
     /// Whether appends insert outbox rows.
     pub const fn enqueues(self) -> bool {
         !matches!(self, Mode::InlineApplyOnly)
     }
     /// Whether the append call applies projections on the request path.
     pub const fn applies_inline(self) -> bool {
-        !matches!(self, Mode::OutboxApplyOnly)
+        !matches!(self, Mode::OutboxApplyOnly | Mode::ProducerOnly)
     }
     /// Whether a successful inline apply deletes the rows it applied.
     pub const fn inline_deletes_rows(self) -> bool {
@@ -181,18 +214,12 @@ impl Mode {
             Mode::OutboxInline => "outbox_inline",
             Mode::OutboxApplyOnly => "outbox_apply_only",
             Mode::ShadowOnly => "shadow_only",
+            Mode::ProducerOnly => "producer_only",
         }
     }
     /// The inverse of [`Mode::as_str`].
     pub fn parse(s: &str) -> Option<Mode> {
-        [
-            Mode::InlineApplyOnly,
-            Mode::OutboxInline,
-            Mode::OutboxApplyOnly,
-            Mode::ShadowOnly,
-        ]
-        .into_iter()
-        .find(|m| m.as_str() == s)
+        Mode::ALL.into_iter().find(|m| m.as_str() == s)
     }
 }
 
@@ -221,11 +248,18 @@ pub struct ModeSelection {
 /// | on | off | off | [`Mode::OutboxInline`] |
 /// | on | on | any | [`Mode::OutboxApplyOnly`] (shadow overridden if on) |
 /// | on | off | on | [`Mode::ShadowOnly`] |
+///
+/// `inline_apply` (on by default) matters only where the mode would apply
+/// inline: off with the outbox on and no worker is [`Mode::ProducerOnly`];
+/// off with the outbox off, or with only the shadow worker (which needs
+/// inline apply), is an error. The apply worker never applies inline, so
+/// there it is ignored.
 pub fn select_mode(flags: ModeFlags) -> Result<ModeSelection> {
     let ModeFlags {
         outbox,
         apply_worker,
         shadow_worker,
+        inline_apply,
     } = flags;
     if !outbox && (apply_worker || shadow_worker) {
         let which = match (apply_worker, shadow_worker) {
@@ -237,10 +271,19 @@ pub fn select_mode(flags: ModeFlags) -> Result<ModeSelection> {
             "{which} set but OUTBOX_ENABLED is not: workers drain outbox rows, so the outbox must be enabled"
         )));
     }
+    if !inline_apply && !apply_worker && (!outbox || shadow_worker) {
+        let why = if outbox {
+            "the shadow worker checks rows while the append call applies, so it needs inline apply"
+        } else {
+            "nothing would apply the events or record them for a worker (set OUTBOX_ENABLED for a producer-only process)"
+        };
+        return Err(Error::Config(format!("OUTBOX_INLINE_APPLY is false but {why}")));
+    }
     let mode = match (outbox, apply_worker, shadow_worker) {
         (false, _, _) => Mode::InlineApplyOnly,
         (true, true, _) => Mode::OutboxApplyOnly,
         (true, false, true) => Mode::ShadowOnly,
+        (true, false, false) if !inline_apply => Mode::ProducerOnly,
         (true, false, false) => Mode::OutboxInline,
     };
     Ok(ModeSelection {
@@ -299,6 +342,7 @@ mod tests {
                 outbox,
                 apply_worker,
                 shadow_worker,
+                inline_apply: true,
             });
             match want {
                 Some((mode, overridden)) => {
@@ -313,17 +357,50 @@ mod tests {
         }
     }
 
+    /// The same eight combinations with inline apply off.
+    #[test]
+    fn mode_table_without_inline_apply() {
+        use Mode::*;
+        let cases = [
+            ((false, false, false), Err("nothing would apply")),
+            ((false, true, false), Err("OUTBOX_ENABLED is not")),
+            ((false, false, true), Err("OUTBOX_ENABLED is not")),
+            ((false, true, true), Err("OUTBOX_ENABLED is not")),
+            ((true, false, false), Ok(ProducerOnly)),
+            ((true, true, false), Ok(OutboxApplyOnly)),
+            ((true, false, true), Err("needs inline apply")),
+            ((true, true, true), Ok(OutboxApplyOnly)),
+        ];
+        for ((outbox, apply_worker, shadow_worker), want) in cases {
+            let got = select_mode(ModeFlags {
+                outbox,
+                apply_worker,
+                shadow_worker,
+                inline_apply: false,
+            });
+            match want {
+                Ok(mode) => assert_eq!(got.unwrap().mode, mode),
+                Err(part) => {
+                    let msg = got.unwrap_err().to_string();
+                    assert!(msg.contains(part) && !msg.contains('\n'), "{msg}");
+                }
+            }
+        }
+        assert_eq!(Mode::parse("producer_only"), Some(ProducerOnly));
+    }
+
     #[test]
     fn mode_properties_are_consistent() {
-        for m in [
-            Mode::InlineApplyOnly,
-            Mode::OutboxInline,
-            Mode::OutboxApplyOnly,
-            Mode::ShadowOnly,
-        ] {
-            // At most one worker; every mode has some path that applies projections.
+        for m in Mode::ALL {
+            assert_eq!(Mode::parse(m.as_str()), Some(m));
+            // At most one worker; every mode but the producer-only one has
+            // some path in this process that applies projections.
             assert!(!(m.runs_apply_worker() && m.runs_shadow_worker()));
-            assert!(m.applies_inline() || m.runs_apply_worker(), "{m}");
+            assert_eq!(
+                m.applies_inline() || m.runs_apply_worker(),
+                m != Mode::ProducerOnly,
+                "{m}"
+            );
             // Without an outbox there are no rows to delete or drain.
             if !m.enqueues() {
                 assert!(!m.inline_deletes_rows() && !m.runs_apply_worker() && !m.runs_shadow_worker());
@@ -351,12 +428,14 @@ mod tests {
         }
 
         #[test]
-        fn mode_selection_is_total(outbox: bool, apply_worker: bool, shadow_worker: bool) {
-            let r = select_mode(ModeFlags { outbox, apply_worker, shadow_worker });
-            prop_assert_eq!(r.is_err(), !outbox && (apply_worker || shadow_worker));
+        fn mode_selection_is_total(outbox: bool, apply_worker: bool, shadow_worker: bool, inline_apply: bool) {
+            let r = select_mode(ModeFlags { outbox, apply_worker, shadow_worker, inline_apply });
+            let contradiction = !inline_apply && !apply_worker && (!outbox || shadow_worker);
+            prop_assert_eq!(r.is_err(), !outbox && (apply_worker || shadow_worker) || contradiction);
             if let Ok(sel) = r {
                 prop_assert_eq!(sel.mode.enqueues(), outbox);
                 prop_assert_eq!(sel.mode.runs_apply_worker(), outbox && apply_worker);
+                prop_assert_eq!(sel.mode == Mode::ProducerOnly, outbox && !apply_worker && !inline_apply);
             }
         }
     }

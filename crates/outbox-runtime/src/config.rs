@@ -35,6 +35,7 @@ macro_rules! env_vars {
 env_vars! {
     OUTBOX_ENABLED = "false", "appends enqueue an outbox row per event";
     OUTBOX_WORKER_ENABLED = "false", "run the apply worker (needs `OUTBOX_ENABLED`)";
+    OUTBOX_INLINE_APPLY = "true", "the append call may apply projections; `false` with `OUTBOX_ENABLED` and no worker is the producer-only mode (appends only)";
     OUTBOX_SHADOW_WORKER_ENABLED = "false", "run the shadow worker (needs `OUTBOX_ENABLED`; the apply worker wins if both are set)";
     OUTBOX_POLL_INTERVAL_MS = "2000", "how long an idle worker waits before polling again (appends in the same process wake it at once)";
     OUTBOX_BATCH_SIZE = "64", "rows claimed and applied per projection transaction";
@@ -190,6 +191,18 @@ impl Config {
             outbox: true,
             apply_worker: true,
             shadow_worker: false,
+            inline_apply: true,
+        })
+    }
+
+    /// Shorthand: the producer-only mode (outbox on, no worker, no inline
+    /// apply): the process only appends.
+    pub fn producer_only() -> Self {
+        Self::default().with_flags(ModeFlags {
+            outbox: true,
+            apply_worker: false,
+            shadow_worker: false,
+            inline_apply: false,
         })
     }
 
@@ -290,6 +303,7 @@ impl Config {
             outbox: flag(Self::OUTBOX_ENABLED, false)?,
             apply_worker: flag(Self::OUTBOX_WORKER_ENABLED, false)?,
             shadow_worker: flag(Self::OUTBOX_SHADOW_WORKER_ENABLED, false)?,
+            inline_apply: flag(Self::OUTBOX_INLINE_APPLY, true)?,
         };
         c.wake_on_append = flag(Self::OUTBOX_WAKE_ON_APPEND, true)?;
         c.repair_on_start = flag(Self::OUTBOX_REPAIR_ON_START, true)?;

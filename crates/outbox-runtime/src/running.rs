@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use outbox_core::{Error, Result};
+use outbox_core::{Error, Mode, Result};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
@@ -97,7 +97,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Runs start-up gap repair (when configured), then spawns the tasks of
     /// the mode: the apply worker or the shadow worker and the heartbeat, or
-    /// nothing in the inline modes.
+    /// nothing in the inline modes and the producer-only mode (which also
+    /// skips the repair: it applies nothing).
     ///
     /// A runtime starts once at a time: a second `start()` on it (or on a
     /// clone) before the first [`Running`] is shut down or aborted is
@@ -145,7 +146,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     async fn start_tasks(&self, started: Arc<AtomicBool>, outer: &CancellationToken) -> Result<Running> {
-        let repair = if self.config().repair_on_start {
+        // A producer-only process applies nothing, so it repairs nothing.
+        let repair = if self.config().repair_on_start && self.mode() != Mode::ProducerOnly {
             Some(self.start_up_repair(outer).await?)
         } else {
             None

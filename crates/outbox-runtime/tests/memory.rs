@@ -43,6 +43,7 @@ fn flags(outbox: bool, apply_worker: bool, shadow_worker: bool) -> ModeFlags {
         outbox,
         apply_worker,
         shadow_worker,
+        inline_apply: true,
     }
 }
 
@@ -853,4 +854,57 @@ async fn start_up_repair_stops_when_cancelled_and_nothing_is_started() {
     assert!(!report.cancelled);
     assert_eq!((report.streams_scanned, report.streams_repaired), (20, 18));
     running.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_producer_only_process_enqueues_applies_nothing_and_starts_nothing() {
+    let e = env();
+    // Streams already behind: start-up repair would apply them, were it run.
+    let earlier = runtime(&e, worker_config()).await;
+    append_values(&earlier, &sid("old"), &[1, 2]).await;
+    let rt = runtime(&e, Config::producer_only()).await;
+    assert_eq!(rt.mode(), Mode::ProducerOnly);
+    append_values(&rt, &sid("s"), &[1, 2, 3]).await;
+    let summary = rt.journal().summary().await.unwrap();
+    assert_eq!(summary.total(), 2 + 3, "one row per event, none deleted");
+    let running = rt.start().await.unwrap();
+    let t = running.tasks();
+    assert!(!(t.apply_worker || t.shadow_worker || t.heartbeat), "{t:?}");
+    assert!(running.repair_report().is_none(), "no start-up repair");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(rt.journal().workers().await.unwrap().is_empty(), "not registered");
+    running.shutdown().await;
+    assert_eq!(rt.journal().summary().await.unwrap().total(), 5);
+    assert!(state(&e).await.ledger.is_empty(), "nothing applied");
+    // A worker elsewhere drains what it enqueued.
+    let worker = runtime(&e, worker_config().with_repair_on_start(false)).await;
+    while worker.tick().await.unwrap().made_progress() {}
+    check_history(
+        &state(&e).await,
+        &expect(&[("old", 2, 3), ("s", 3, 6)]),
+        &BTreeMap::new(),
+    )
+    .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn producer_only_is_reached_from_the_environment() {
+    let c = Config::from_lookup(|k| match k {
+        "OUTBOX_ENABLED" => Some("true".into()),
+        "OUTBOX_INLINE_APPLY" => Some("false".into()),
+        _ => None,
+    })
+    .unwrap();
+    let e = env();
+    assert_eq!(runtime(&e, c).await.mode(), Mode::ProducerOnly);
+    // Inline apply off with the outbox off would apply and record nothing.
+    let c = Config::from_lookup(|k| (k == "OUTBOX_INLINE_APPLY").then(|| "false".into())).unwrap();
+    let e = env();
+    let err = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(c)
+        .build()
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("OUTBOX_INLINE_APPLY is false"), "{err}");
 }

@@ -483,6 +483,7 @@ async fn start_up_repair_of_a_live_runtime_still_completes_rows() {
         outbox: true,
         apply_worker: false,
         shadow_worker: false,
+        inline_apply: true,
     });
     let rt = build(&journal, &store, std::slice::from_ref(&p), inline).await;
     let running = rt.start().await.unwrap();

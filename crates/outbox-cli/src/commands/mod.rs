@@ -42,12 +42,13 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
 }
 
 /// The runtime configuration for the CLI: the OUTBOX_* variables, with the
-/// apply worker on when none of the three mode flags is set.
+/// apply worker on when none of the four mode flags is set.
 pub(crate) fn config() -> Result<Config, Error> {
     let flags_set = [
         Config::OUTBOX_ENABLED,
         Config::OUTBOX_WORKER_ENABLED,
         Config::OUTBOX_SHADOW_WORKER_ENABLED,
+        Config::OUTBOX_INLINE_APPLY,
     ]
     .iter()
     .any(|k| std::env::var_os(k).is_some());

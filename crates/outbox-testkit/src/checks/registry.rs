@@ -32,12 +32,7 @@ async fn listed<J: WorkerRegistry>(j: &J) -> Vec<String> {
 pub async fn registry_heartbeat_inserts_worker<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
-    let modes = [
-        Mode::InlineApplyOnly,
-        Mode::OutboxInline,
-        Mode::OutboxApplyOnly,
-        Mode::ShadowOnly,
-    ];
+    let modes = Mode::ALL;
     let ttl = secs(30);
     let mut returned = Vec::new();
     for (i, mode) in modes.into_iter().enumerate() {
