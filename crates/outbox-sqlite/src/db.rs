@@ -89,6 +89,12 @@ pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
 /// pool timeouts are temporary; everything else is permanent. The message
 /// names what was being done and the driver's one-line reason (SQLite
 /// messages carry no secrets); the driver error is kept as the source.
+///
+/// A full disk (`SQLITE_FULL`) is temporary on purpose: SQLite rolls the
+/// transaction back and leaves the file intact, and once space returns the
+/// same open store writes again (`tests/disk.rs`). The worker treats a
+/// temporary error as infrastructure trouble and retries on a later pass, not
+/// as a failure of the event, so a full disk does not dead-letter events.
 pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
     let temporary = match &e {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
