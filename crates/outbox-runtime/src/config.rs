@@ -40,6 +40,7 @@ env_vars! {
     OUTBOX_POLL_INTERVAL_MS = "2000", "how long an idle worker waits before polling again (appends in the same process wake it at once)";
     OUTBOX_BATCH_SIZE = "64", "rows claimed and applied per projection transaction";
     OUTBOX_LEASE_TTL_MS = "30000", "stream lease duration; renewed at a third of it";
+    OUTBOX_STORE_DEADLINE_MS = "<a third of the lease TTL>", "how long one store call of the runtime may take before it is abandoned as a temporary error (its transaction rolls back); must be below `OUTBOX_LEASE_TTL_MS`";
     OUTBOX_RETRY_BASE_MS = "1000", "delay after the first failure; doubles per failure";
     OUTBOX_RETRY_CAP_MS = "300000", "the longest retry delay (5 min)";
     OUTBOX_DEAD_LETTER_THRESHOLD = "8", "consecutive failures that park a row as dead";
@@ -67,6 +68,10 @@ pub struct Config {
     pub batch_size: usize,
     /// Stream lease TTL (default 30 s).
     pub lease_ttl: Duration,
+    /// The deadline of each store call the runtime makes (worker, heartbeat,
+    /// repair, inline apply, replay); `None` (the default) means a third of
+    /// [`Config::lease_ttl`]. Read it with [`Config::store_deadline`].
+    pub store_deadline: Option<Duration>,
     /// Backoff and dead-letter threshold (default 1 s doubling to 5 min, dead after 8).
     pub retry: RetryPolicy,
     /// Wake the worker on in-process appends (default true).
@@ -101,6 +106,7 @@ impl Default for Config {
             poll_interval: Duration::from_secs(2),
             batch_size: 64,
             lease_ttl: Duration::from_secs(30),
+            store_deadline: None,
             retry: RetryPolicy::default(),
             wake_on_append: true,
             repair_on_start: true,
@@ -179,6 +185,21 @@ impl Config {
         with_batches_per_stream, batches_per_stream: usize
     );
 
+    /// Sets the deadline of each store call (it must stay below the lease TTL).
+    pub fn with_store_deadline(mut self, deadline: Duration) -> Self {
+        self.store_deadline = Some(deadline);
+        self
+    }
+
+    /// The deadline of each store call the runtime makes: the configured
+    /// one, or a third of the lease TTL. A call that takes longer is dropped
+    /// (its transaction rolls back) and reported as a temporary
+    /// [`Error::Storage`], so a hung connection cannot hold a worker past its
+    /// lease.
+    pub fn store_deadline(&self) -> Duration {
+        self.store_deadline.unwrap_or(self.lease_ttl / 3)
+    }
+
     /// Sets the worker id.
     pub fn with_worker_id(mut self, id: WorkerId) -> Self {
         self.worker_id = Some(id);
@@ -229,6 +250,22 @@ impl Config {
             Duration::from_millis(100),
             Duration::from_secs(3600),
         )?;
+        if let Some(d) = self.store_deadline {
+            in_range(
+                "store deadline",
+                d,
+                Duration::from_millis(10),
+                Duration::from_secs(3600),
+            )?;
+            if d >= self.lease_ttl {
+                return Err(Error::Config(format!(
+                    "store deadline ({}) must be below the lease ttl ({}): {d:?} >= {:?}",
+                    Self::OUTBOX_STORE_DEADLINE_MS,
+                    Self::OUTBOX_LEASE_TTL_MS,
+                    self.lease_ttl
+                )));
+            }
+        }
         in_range(
             "heartbeat interval",
             self.heartbeat_interval,
@@ -332,6 +369,9 @@ impl Config {
         if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
         }
+        if let Some(v) = ms(Self::OUTBOX_STORE_DEADLINE_MS)? {
+            c.store_deadline = Some(v);
+        }
         if let Some(v) = ms(Self::OUTBOX_RUN_TTL_MS)? {
             c.run_ttl = v;
             Config::default().with_run_ttl(v).validate().map_err(|e| {
@@ -408,6 +448,17 @@ mod tests {
         assert_eq!(c.retry, RetryPolicy::default());
         assert!(c.wake_on_append && c.repair_on_start);
         assert_eq!(c.flags, ModeFlags::default());
+        assert_eq!(
+            c.store_deadline(),
+            Duration::from_secs(10),
+            "a third of the lease ttl"
+        );
+        let short = env(&[("OUTBOX_LEASE_TTL_MS", "1500")]).unwrap();
+        assert_eq!(
+            short.store_deadline(),
+            Duration::from_millis(500),
+            "follows the lease ttl"
+        );
         for (name, default, _) in ENV_VARS {
             assert!(name.starts_with("OUTBOX_") && !default.is_empty());
         }
@@ -416,13 +467,16 @@ mod tests {
     #[test]
     fn documented_defaults_are_the_defaults() {
         // Setting every variable to its documented default changes nothing
-        // (the worker id's default is a description, not a value).
+        // (the worker id's and the store deadline's defaults are
+        // descriptions, not values).
         let documented: Vec<(&str, &str)> = ENV_VARS
             .iter()
-            .filter(|(name, _, _)| *name != Config::OUTBOX_WORKER_ID)
+            .filter(|(name, _, _)| {
+                ![Config::OUTBOX_WORKER_ID, Config::OUTBOX_STORE_DEADLINE_MS].contains(name)
+            })
             .map(|(name, default, _)| (*name, *default))
             .collect();
-        assert_eq!(documented.len(), ENV_VARS.len() - 1);
+        assert_eq!(documented.len(), ENV_VARS.len() - 2);
         assert_eq!(
             format!("{:?}", env(&documented).unwrap()),
             format!("{:?}", Config::default())
@@ -459,8 +513,10 @@ mod tests {
             ("OUTBOX_STREAMS_PER_PASS", "8"),
             ("OUTBOX_RUN_TTL_MS", "5000"),
             ("OUTBOX_BATCHES_PER_STREAM", "2"),
+            ("OUTBOX_STORE_DEADLINE_MS", "2500"),
         ])
         .unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_millis(2500));
         assert_eq!((c.streams_per_pass, c.batches_per_stream), (8, 2));
         assert_eq!(c.run_ttl, Duration::from_secs(5));
         assert_eq!(c.registry_retention, Duration::from_secs(60));
@@ -524,6 +580,16 @@ mod tests {
                 "OUTBOX_BATCHES_PER_STREAM=\"x\" is not a non-negative integer",
             ),
             ("OUTBOX_WORKER_ID", "bad\u{7}id", "OUTBOX_WORKER_ID"),
+            (
+                "OUTBOX_STORE_DEADLINE_MS",
+                "30000",
+                "store deadline (OUTBOX_STORE_DEADLINE_MS) must be below the lease ttl (OUTBOX_LEASE_TTL_MS): 30s >= 30s",
+            ),
+            (
+                "OUTBOX_STORE_DEADLINE_MS",
+                "5",
+                "store deadline must be between 10ms and 3600s, got 5ms",
+            ),
         ] {
             let msg = env(&[(k, v)]).unwrap_err().to_string();
             assert!(msg.contains(want), "{k}={v}: {msg}");

@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{InlineFailure, JournalBackend, Outbox, ProjectionBackend};
 use crate::replay::ReplayOptions;
@@ -42,14 +43,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// watermarks of the same range, read page by page too.
     async fn versions_page(&self, after: Option<&StreamId>) -> Result<Vec<(StreamVersion, u64)>> {
         let inner = &self.inner;
-        let versions = inner.journal.stream_versions(after, PAGE).await?;
+        let versions = inner
+            .journal
+            .stream_versions(after, PAGE)
+            .within(inner.config.store_deadline(), "stream_versions")
+            .await?;
         let Some(last) = versions.last() else {
             return Ok(Vec::new());
         };
         let mut watermarks = BTreeMap::new();
         let mut from = after.cloned();
         'pages: loop {
-            let page = inner.store.watermarks(from.as_ref(), PAGE).await?;
+            let page = inner
+                .store
+                .watermarks(from.as_ref(), PAGE)
+                .within(inner.config.store_deadline(), "watermarks")
+                .await?;
             let full = page.len() == PAGE;
             for w in page {
                 if w.stream > last.stream {
@@ -75,7 +84,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn lag(&self, v: &StreamVersion, watermark: u64) -> Result<Option<StreamLag>> {
         let mut checkpoints = Vec::with_capacity(self.inner.projections.len());
         for p in &self.inner.projections {
-            let cp = self.inner.store.checkpoint(p.name(), &v.stream).await?;
+            let cp = self
+                .inner
+                .store
+                .checkpoint(p.name(), &v.stream)
+                .within(self.inner.config.store_deadline(), "checkpoint")
+                .await?;
             checkpoints.push((p.name().clone(), cp));
         }
         Ok(StreamLag::of(&v.stream, v.version, watermark, checkpoints))
@@ -186,7 +200,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 // Every projection is now at the version: the stream's rows are stale hints.
                 if complete_rows && let Ok(through) = Seq::new(v.version) {
-                    let n = inner.journal.complete(stream, through).await?;
+                    let n = inner
+                        .journal
+                        .complete(stream, through)
+                        .within(inner.config.store_deadline(), "complete")
+                        .await?;
                     Metrics::add(&inner.metrics.completed_rows, n);
                 }
             }

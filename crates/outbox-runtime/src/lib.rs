@@ -2,6 +2,7 @@
 
 mod clock;
 mod config;
+mod deadline;
 mod gaps;
 mod metrics;
 mod outbox;

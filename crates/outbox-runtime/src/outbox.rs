@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::deadline::Within;
 use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
@@ -269,7 +270,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Reads the queue gauges now and stores them in the metrics.
     pub async fn refresh_gauges(&self) -> Result<Gauges> {
-        let g = Gauges::from_summary(&self.inner.journal.summary().await?);
+        let g = Gauges::from_summary(
+            &self
+                .inner
+                .journal
+                .summary()
+                .within(self.inner.config.store_deadline(), "summary")
+                .await?,
+        );
         if let Ok(mut slot) = self.inner.metrics.gauges.lock() {
             *slot = Some(g.clone());
         }
@@ -312,7 +320,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else {
             AppendOptions::journal_only()
         };
-        let appended = self.inner.journal.append(&batch, options).await?;
+        let appended = self
+            .inner
+            .journal
+            .append(&batch, options)
+            .within(self.inner.config.store_deadline(), "append")
+            .await?;
         if mode.enqueues()
             && self.inner.config.wake_on_append
             && mode.runs_apply_worker() | mode.runs_shadow_worker()
@@ -341,11 +354,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn apply_inline(&self, a: &Appended) -> Result<()> {
         let n = (a.last_seq.get() - a.first_seq.get() + 1) as usize;
         // Read back what the journal stored, so every path applies the same bytes.
-        let events = self.inner.journal.read_stream(&a.stream, a.first_seq, n).await?;
+        let events = self
+            .inner
+            .journal
+            .read_stream(&a.stream, a.first_seq, n)
+            .within(self.inner.config.store_deadline(), "read_stream")
+            .await?;
         self.apply_run(&a.stream, &events).await?;
         Metrics::add(&self.inner.metrics.inline_applied, 1);
         if self.inner.mode.inline_deletes_rows() {
-            let n = self.inner.journal.complete(&a.stream, a.last_seq).await?;
+            let n = self
+                .inner
+                .journal
+                .complete(&a.stream, a.last_seq)
+                .within(self.inner.config.store_deadline(), "complete")
+                .await?;
             Metrics::add(&self.inner.metrics.completed_rows, n);
         }
         Ok(())
@@ -355,7 +378,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// catching a projection up from the journal first when it reports a gap.
     pub(crate) async fn apply_run(&self, stream: &StreamId, events: &[Event]) -> Result<ApplyReport> {
         let inner = &self.inner;
-        match inner.store.apply(stream, events, &inner.projections).await? {
+        match inner
+            .store
+            .apply(stream, events, &inner.projections)
+            .within(inner.config.store_deadline(), "apply")
+            .await?
+        {
             ApplyOutcome::Applied(r) => {
                 self.count(&r);
                 Ok(r)
@@ -365,7 +393,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Metrics::add(&inner.metrics.caught_up, 1);
                 self.catch_up(stream, gap.checkpoint + 1, first - 1, &inner.projections)
                     .await?;
-                match inner.store.apply(stream, events, &inner.projections).await? {
+                match inner
+                    .store
+                    .apply(stream, events, &inner.projections)
+                    .within(inner.config.store_deadline(), "apply")
+                    .await?
+                {
                     ApplyOutcome::Applied(r) => {
                         self.count(&r);
                         Ok(r)
@@ -400,11 +433,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut applied = 0;
         while next <= until {
             let want = ((until - next + 1) as usize).min(inner.config.batch_size);
-            let events = inner.journal.read_stream(stream, Seq::new(next)?, want).await?;
+            let events = inner
+                .journal
+                .read_stream(stream, Seq::new(next)?, want)
+                .within(inner.config.store_deadline(), "read_stream")
+                .await?;
             if events.is_empty() {
                 break;
             }
-            match inner.store.apply(stream, &events, projections).await? {
+            match inner
+                .store
+                .apply(stream, &events, projections)
+                .within(inner.config.store_deadline(), "apply")
+                .await?
+            {
                 ApplyOutcome::Applied(r) => {
                     self.count(&r);
                     applied += r.applied + r.audit_only;

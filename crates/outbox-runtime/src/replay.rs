@@ -20,6 +20,7 @@ use outbox_core::{
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
@@ -142,7 +143,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(run) => queued.push((run, p.clone())),
                 Err(e) => {
                     for (run, _) in &queued {
-                        let _ = self.store().cancel_run(run.id).await;
+                        let _ = self
+                            .store()
+                            .cancel_run(run.id)
+                            .within(self.config().store_deadline(), "cancel_run")
+                            .await;
                     }
                     return Err(e);
                 }
@@ -159,7 +164,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         for (run, _) in rest {
-            done.push(self.store().cancel_run(run.id).await?);
+            done.push(
+                self.store()
+                    .cancel_run(run.id)
+                    .within(self.config().store_deadline(), "cancel_run")
+                    .await?,
+            );
         }
         Ok(done)
     }
@@ -172,6 +182,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<RunRecord> {
         self.store()
             .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
+            .within(self.config().store_deadline(), "admit_run")
             .await
     }
 
@@ -186,6 +197,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let store = self.store();
         let mut rec = store
             .update_run(run.id, &owner, 0, None, self.config().run_ttl)
+            .within(self.config().store_deadline(), "update_run")
             .await?;
         info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
         let result = self.run_body(&mut rec, projection, options, cancel).await;
@@ -200,7 +212,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         };
-        let rec = store.finish_run(rec.id, &owner, end).await?;
+        let rec = store
+            .finish_run(rec.id, &owner, end)
+            .within(self.config().store_deadline(), "finish_run")
+            .await?;
         info!(run = rec.id, state = %rec.state, processed = rec.processed, "run finished");
         Ok(rec)
     }
@@ -217,36 +232,58 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let store = self.store();
         let journal = self.journal();
         let batch = self.config().batch_size;
+        let deadline = self.config().store_deadline();
         let one = [projection.clone()];
         if rec.kind == RunKind::Rebuild {
-            store.reset(projection.as_ref()).await?;
+            // Resetting deletes a whole projection: bounded by the run ttl
+            // (a run without progress for that long is over anyway), not by
+            // the per-call store deadline.
+            store
+                .reset(projection.as_ref())
+                .within(self.config().run_ttl, "reset")
+                .await?;
         }
         let mut processed = 0u64;
         let mut after: Option<StreamId> = None;
         loop {
-            let page = journal.stream_versions(after.as_ref(), 500).await?;
+            let page = journal
+                .stream_versions(after.as_ref(), 500)
+                .within(deadline, "stream_versions")
+                .await?;
             let Some(last_head) = page.last() else { break };
             after = Some(last_head.stream.clone());
             // Renew the claim and look for a cancel request once per page too,
             // so a long scan over already-applied streams keeps the run alive.
             *rec = store
                 .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
+                .within(deadline, "update_run")
                 .await?;
             if rec.cancel_requested || cancel.is_cancelled() {
                 return Ok(false);
             }
             for head in page {
                 let stream = &head.stream;
-                let mut next = store.checkpoint(projection.name(), stream).await? + 1;
+                let mut next = store
+                    .checkpoint(projection.name(), stream)
+                    .within(deadline, "checkpoint")
+                    .await?
+                    + 1;
                 while next <= head.version {
-                    let events = journal.read_stream(stream, Seq::new(next)?, batch).await?;
+                    let events = journal
+                        .read_stream(stream, Seq::new(next)?, batch)
+                        .within(deadline, "read_stream")
+                        .await?;
                     let events: Vec<_> = events
                         .into_iter()
                         .take_while(|e| rec.until.is_none_or(|u| e.global_position <= u))
                         .collect();
                     let Some(last) = events.last() else { break };
                     let last_seq = last.seq;
-                    match store.apply(stream, &events, &one).await? {
+                    match store
+                        .apply(stream, &events, &one)
+                        .within(deadline, "apply")
+                        .await?
+                    {
                         ApplyOutcome::Applied(r) => {
                             self.count(&r);
                             processed += r.applied + r.audit_only;
@@ -266,6 +303,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                             Some((stream, last_seq)),
                             self.config().run_ttl,
                         )
+                        .within(deadline, "update_run")
                         .await?;
                     if rec.cancel_requested || cancel.is_cancelled() {
                         return Ok(false);
@@ -278,6 +316,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         *rec = store
             .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
+            .within(deadline, "update_run")
             .await?;
         Ok(true)
     }
@@ -290,10 +329,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         let mut min = u64::MAX;
         for p in self.projections() {
-            min = min.min(self.store().checkpoint(p.name(), stream).await?);
+            min = min.min(
+                self.store()
+                    .checkpoint(p.name(), stream)
+                    .within(self.config().store_deadline(), "checkpoint")
+                    .await?,
+            );
         }
         if min > 0 {
-            let n = self.journal().complete(stream, Seq::new(min)?).await?;
+            let n = self
+                .journal()
+                .complete(stream, Seq::new(min)?)
+                .within(self.config().store_deadline(), "complete")
+                .await?;
             Metrics::add(&self.inner.metrics.completed_rows, n);
         }
         Ok(())
@@ -301,7 +349,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Requests cancellation of a run (possibly running in another process).
     pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
-        self.store().cancel_run(id).await
+        self.store()
+            .cancel_run(id)
+            .within(self.config().store_deadline(), "cancel_run")
+            .await
     }
 }
 

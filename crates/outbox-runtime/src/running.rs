@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::deadline::Within;
 use crate::gaps::RepairReport;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::panic::CatchUnwind;
@@ -246,6 +247,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 self.mode(),
                 ttl,
             )
+            .within(self.config().store_deadline(), "heartbeat")
             .await
             .map(|_| ())
     }
@@ -262,12 +264,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut beats: u64 = 0;
         loop {
             if beats.is_multiple_of(PRUNE_EVERY_BEATS) {
-                match self.journal().prune(self.config().registry_retention).await {
+                match self
+                    .journal()
+                    .prune(self.config().registry_retention)
+                    .within(self.config().store_deadline(), "prune")
+                    .await
+                {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned expired worker registry entries"),
                     Err(e) => warn!(error = %e, "pruning the worker registry failed"),
                 }
-                match self.store().prune_runs(self.config().run_retention).await {
+                match self
+                    .store()
+                    .prune_runs(self.config().run_retention)
+                    .within(self.config().store_deadline(), "prune_runs")
+                    .await
+                {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned old finished runs"),
                     Err(e) => warn!(error = %e, "pruning finished runs failed"),
@@ -290,7 +302,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             beats += 1;
         }
-        if let Err(e) = self.journal().deregister(self.worker_id()).await {
+        if let Err(e) = self
+            .journal()
+            .deregister(self.worker_id())
+            .within(self.config().store_deadline(), "deregister")
+            .await
+        {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }

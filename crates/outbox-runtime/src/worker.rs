@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
@@ -92,7 +93,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut may_be_due = 0usize;
         while visited.len() < inner.config.streams_per_pass && !cancel.is_cancelled() {
             let limit = (may_be_due + 1).min(inner.config.streams_per_pass);
-            let due = inner.journal.due_streams(limit).await?;
+            let due = inner
+                .journal
+                .due_streams(limit)
+                .within(inner.config.store_deadline(), "due_streams")
+                .await?;
             let Some(stream) = due.into_iter().find(|s| !visited.contains(s)) else {
                 break;
             };
@@ -134,7 +139,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<StreamPass> {
         let inner = &self.inner;
         let ttl = inner.config.lease_ttl;
-        let Some(mut lease) = inner.journal.acquire(stream, &inner.worker_id, ttl).await? else {
+        let Some(mut lease) = inner
+            .journal
+            .acquire(stream, &inner.worker_id, ttl)
+            .within(inner.config.store_deadline(), "acquire")
+            .await?
+        else {
             report.contended += 1;
             Metrics::add(&inner.metrics.contended, 1);
             return Ok(StreamPass::Drained);
@@ -150,7 +160,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 // Renew at a third of the TTL; the store's clock judges expiry.
                 if renewed_at.elapsed() > ttl / 3 {
-                    lease = inner.journal.renew(&lease, ttl).await?;
+                    lease = inner
+                        .journal
+                        .renew(&lease, ttl)
+                        .within(inner.config.store_deadline(), "renew")
+                        .await?;
                     renewed_at = Instant::now();
                 }
                 ended = self.run_batch(kind, &lease, report).await?;
@@ -165,12 +179,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // Whatever happened, leave nothing stuck in `processing` and free the
         // stream for the next worker. Both are best effort: if they fail, the
         // lease expires and the rows are due again anyway.
-        if let Err(e) = inner.journal.abandon(&lease).await
+        if let Err(e) = inner
+            .journal
+            .abandon(&lease)
+            .within(inner.config.store_deadline(), "abandon")
+            .await
             && !matches!(e, Error::LeaseLost { .. })
         {
             debug!(error = %e, "abandon failed; the lease will expire");
         }
-        if let Err(e) = inner.journal.release(&lease).await {
+        if let Err(e) = inner
+            .journal
+            .release(&lease)
+            .within(inner.config.store_deadline(), "release")
+            .await
+        {
             debug!(error = %e, "release failed; the lease will expire");
         }
         result
@@ -185,7 +208,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<StreamPass> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
-        let rows = inner.journal.claim(lease, batch).await?;
+        let rows = inner
+            .journal
+            .claim(lease, batch)
+            .within(inner.config.store_deadline(), "claim")
+            .await?;
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
             return Ok(StreamPass::Drained);
         };
@@ -210,7 +237,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match result {
                 Ok(()) => {
-                    let n = inner.journal.complete(stream, last.seq).await?;
+                    let n = inner
+                        .journal
+                        .complete(stream, last.seq)
+                        .within(inner.config.store_deadline(), "complete")
+                        .await?;
                     report.completed += n;
                     Metrics::add(&inner.metrics.completed_rows, n);
                     if kind == WorkerKind::Shadow {
@@ -240,7 +271,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     if let Some(prev) = before.last() {
                         match self.apply_run(stream, &before).await {
                             Ok(_) => {
-                                let n = inner.journal.complete(stream, prev.seq).await?;
+                                let n = inner
+                                    .journal
+                                    .complete(stream, prev.seq)
+                                    .within(inner.config.store_deadline(), "complete")
+                                    .await?;
                                 report.completed += n;
                                 Metrics::add(&inner.metrics.completed_rows, n);
                             }
@@ -271,7 +306,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Loads the claimed run from the journal and checks it is complete.
     async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
         let first = rows[0].seq;
-        let events = self.inner.journal.read_stream(stream, first, rows.len()).await?;
+        let events = self
+            .inner
+            .journal
+            .read_stream(stream, first, rows.len())
+            .within(self.inner.config.store_deadline(), "read_stream")
+            .await?;
         if events.len() != rows.len() {
             let missing = first.get() + events.len() as u64;
             return Err(Error::Corrupt {
@@ -314,6 +354,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         match inner
             .journal
             .fail(lease, row.seq, &message, &inner.config.retry)
+            .within(inner.config.store_deadline(), "fail")
             .await?
         {
             FailureOutcome::Retry {

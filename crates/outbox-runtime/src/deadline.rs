@@ -1,0 +1,84 @@
+//! Store-call deadlines (issue 12 item 4): a hung database connection must
+//! not hold a worker past its lease.
+//!
+//! Every store call the runtime makes (the worker's, the heartbeat's, gap
+//! repair's, inline apply's, replay's) goes through [`Within::within`], which
+//! bounds it by [`Config::store_deadline`](crate::Config::store_deadline) (a
+//! third of the lease TTL unless configured, always below it) with
+//! `tokio::time::timeout`. A call past its deadline is dropped and becomes a
+//! temporary [`Error::Storage`] naming the call and the deadline, so the
+//! worker treats it like any other infrastructure trouble: the stream's pass
+//! stops, its claimed rows are abandoned and its lease released (each of
+//! those bounded too, else left to expire), nothing is counted against a
+//! row, and a later pass retries.
+//!
+//! **Exactly-once is unaffected.** Dropping a store future drops its
+//! transaction before commit, and an uncommitted transaction rolls back
+//! (sqlx rolls back a dropped `Transaction`; the memory adapter's
+//! transaction replays its undo log on drop). A call that had already sent
+//! its commit when the deadline passed is an ambiguous commit, as after any
+//! lost connection: the projection checkpoint's compare-and-set makes the
+//! retry a duplicate that is skipped.
+//!
+//! **Why a wrapper at each call and not a decorator type.** Style rule 22
+//! asks for decorators. A `Deadline<J>` implementing every port would have
+//! to forward ten traits (about forty methods, `impl Future` signatures, the
+//! projection store's associated transaction type) and would change what
+//! [`Outbox::journal`](crate::Outbox::journal) and
+//! [`Outbox::store`](crate::Outbox::store) return to applications; this
+//! combinator is one definition, applied where the runtime (the only crate
+//! that owns time) calls a port. The calls an application makes itself
+//! through those accessors are its own to bound.
+
+use std::future::Future;
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+
+/// Bounds a store call by a deadline (see the module docs).
+pub(crate) trait Within<T>: Future<Output = Result<T>> + Sized {
+    /// Runs the call for at most `deadline`; past it, the call is dropped
+    /// (its transaction rolls back) and the result is a temporary storage
+    /// error naming `call` and the deadline.
+    async fn within(self, deadline: Duration, call: &'static str) -> Result<T> {
+        match tokio::time::timeout(deadline, self).await {
+            Ok(result) => result,
+            Err(elapsed) => Err(Error::temporary(
+                format_args!("store call `{call}` did not finish within the store deadline of {deadline:?}"),
+                elapsed,
+            )),
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T>>> Within<T> for F {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_past_its_deadline_is_a_temporary_storage_error() {
+        let started = tokio::time::Instant::now();
+        let hung = std::future::pending::<Result<()>>();
+        let err = hung.within(Duration::from_secs(2), "claim").await.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        assert!(err.is_temporary(), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("`claim`") && msg.contains("2s"), "{msg}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_within_its_deadline_keeps_its_result() {
+        let ok = async { Ok::<_, Error>(7) }.within(Duration::from_secs(1), "read_stream");
+        assert_eq!(ok.await.unwrap(), 7);
+        let err = async { Err::<(), _>(Error::Config("x".into())) }
+            .within(Duration::from_secs(1), "append")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Config(_)),
+            "the call's own error passes through"
+        );
+    }
+}
