@@ -120,6 +120,8 @@ pub enum Command {
     Retry(RetryArgs),
     /// List the stream leases; --break STREAM --yes frees a stuck one.
     Leases(LeasesArgs),
+    /// Show one outbox row: status, attempts, next attempt, last error.
+    Row(RowArgs),
     /// Catch a projection up from its checkpoints (or every projection with --all).
     Replay(ReplayArgs),
     /// Clear a projection and replay it from the journal's origin (or all, in order).
@@ -192,6 +194,20 @@ fn parse_status(s: &str) -> Result<OutboxStatus, String> {
 /// `outbox requeue`.
 #[derive(Debug, Args)]
 pub struct RequeueArgs {
+    /// The stream.
+    #[arg(long)]
+    pub stream: String,
+    /// The seq.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox row`.
+#[derive(Debug, Args)]
+pub struct RowArgs {
     /// The stream.
     #[arg(long)]
     pub stream: String,

@@ -177,6 +177,17 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     let runs = ok_json(&site, &["runs", "list", "--json"]);
     assert_eq!(runs, serde_json::json!([]));
 
+    let shown = ok_json(&site, &["row", "--stream", "parcel-lost", "--seq", "1", "--json"]);
+    assert_eq!(shown["status"], "dead", "{shown}");
+    assert!(
+        shown["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("scanned before registered")),
+        "{shown}"
+    );
+    let missing = outbox(&site, &["row", "--stream", "parcel-1", "--seq", "1"]);
+    assert_eq!(missing.status.code(), Some(3), "an applied event has no row");
+    assert_eq!(String::from_utf8_lossy(&missing.stderr).lines().count(), 1);
     let row = ok_json(
         &site,
         &["requeue", "--stream", "parcel-lost", "--seq", "1", "--json"],

@@ -3,12 +3,12 @@
 //! the projection database.
 
 use anyhow::Result;
-use outbox_core::{Seq, StreamId, WorkerInfo, view_projection};
+use outbox_core::{Error, Seq, StreamId, WorkerInfo, view_projection};
 use serde::Serialize;
 
 use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
-use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs};
+use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs};
 use crate::output::json;
 use crate::report::{Report, build_report, print_report, projection_lag};
 
@@ -67,6 +67,35 @@ pub(super) async fn retry<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &R
         );
         Ok(())
     }
+}
+
+/// One row as the journal holds it; `NotFound` (exit 3) when there is none
+/// (applied rows are deleted: look at the projections' checkpoints).
+pub(super) async fn row<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RowArgs) -> Result<()> {
+    let stream = StreamId::new(&a.stream)?;
+    let seq = Seq::new(a.seq)?;
+    let row = ctx.journal.row(&stream, seq).await?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "outbox row {stream}/{seq} (rows are deleted once applied, so an applied event has none)"
+        ))
+    })?;
+    if a.json {
+        return json(&row);
+    }
+    println!(
+        "{}/{} {} {}: attempts {}, next attempt {}, updated {}",
+        row.stream,
+        row.seq,
+        row.event_type,
+        row.status,
+        row.attempt_count,
+        row.next_attempt_at,
+        row.updated_at
+    );
+    if let Some(e) = &row.last_error {
+        println!("  last error: {e}");
+    }
+    Ok(())
 }
 
 pub(super) async fn requeue_dead<J: CliJournal, P: CliStore>(

@@ -122,6 +122,10 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
             StreamId::new(&a.stream)?;
             Seq::new(a.seq)?;
         }
+        Command::Row(a) => {
+            StreamId::new(&a.stream)?;
+            Seq::new(a.seq)?;
+        }
         Command::Leases(a) => {
             for s in [&a.stream, &a.break_stream].into_iter().flatten() {
                 StreamId::new(s)?;
@@ -226,6 +230,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Requeue(a) => maintenance::requeue(ctx, a).await,
         Command::RequeueDead(a) => maintenance::requeue_dead(ctx, a).await,
         Command::Retry(a) => maintenance::retry(ctx, a).await,
+        Command::Row(a) => maintenance::row(ctx, a).await,
         Command::Leases(a) => leases::leases(ctx, a).await,
         Command::Workers(a) => maintenance::workers(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
