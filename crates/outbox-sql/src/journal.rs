@@ -521,21 +521,32 @@ async fn revive(
     .await
 }
 
+/// Locks `stream` (where the dialect needs it) and reads the status of its
+/// row `seq`; `NotFound` when there is none.
+async fn locked_status(
+    db: &(impl Database + ?Sized),
+    tx: &mut (dyn Conn + '_),
+    stream: &StreamId,
+    seq: Seq,
+    what: &str,
+) -> Result<String> {
+    lock_stream(db, &mut *tx, stream.as_str()).await?;
+    tx.fetch_optional(
+        what,
+        &db.dialect()
+            .sql("SELECT status FROM outbox WHERE stream = $1 AND seq = $2"),
+        &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
+    )
+    .await?
+    .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?
+    .text(0)
+}
+
 /// [`DeadLetters::requeue`](outbox_core::DeadLetters::requeue).
 pub async fn requeue(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
     let what = "requeueing an outbox row";
     let mut tx = db.begin().await?;
-    lock_stream(db, &mut *tx, stream.as_str()).await?;
-    let status = tx
-        .fetch_optional(
-            what,
-            &db.dialect()
-                .sql("SELECT status FROM outbox WHERE stream = $1 AND seq = $2"),
-            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
-        )
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?
-        .text(0)?;
+    let status = locked_status(db, &mut *tx, stream, seq, what).await?;
     if status != OutboxStatus::Dead.as_str() {
         return Err(Error::InvalidState(format!(
             "outbox row {stream}/{seq} is {status}, not dead; only dead rows can be requeued"
@@ -555,17 +566,7 @@ pub async fn requeue(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq)
 pub async fn retry(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> Result<OutboxRow> {
     let what = "retrying an outbox row";
     let mut tx = db.begin().await?;
-    lock_stream(db, &mut *tx, stream.as_str()).await?;
-    let status = tx
-        .fetch_optional(
-            what,
-            &db.dialect()
-                .sql("SELECT status FROM outbox WHERE stream = $1 AND seq = $2"),
-            &[Arg::Text(stream.as_str()), Arg::Int(seq.as_i64())],
-        )
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("outbox row {stream}/{seq}")))?
-        .text(0)?;
+    let status = locked_status(db, &mut *tx, stream, seq, what).await?;
     if status == OutboxStatus::Dead.as_str() {
         return Err(Error::InvalidState(format!(
             "outbox row {stream}/{seq} is dead; use requeue for dead rows"
