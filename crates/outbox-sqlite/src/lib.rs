@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+mod append_in;
 mod db;
+mod engine;
 mod journal;
 mod options;
 mod projection;

@@ -1,0 +1,439 @@
+//! The journal's engine: a thread per connection that runs whole
+//! transactions on SQLite's C API (through `rusqlite`).
+//!
+//! Why: an async driver that runs each connection on its own thread pays a
+//! thread handoff for every statement, `BEGIN`, `COMMIT` and result row, and
+//! on a 2-core machine those handoffs, not SQLite, were most of an append's
+//! and a claim's cost (ADR 0015). Here a caller sends one closure holding the
+//! whole transaction body and awaits one reply.
+//!
+//! **Group commit.** Write jobs that queue up while the thread is busy run in
+//! one `BEGIN IMMEDIATE` transaction and share its commit (and its fsync).
+//! Each job runs in its own savepoint, so a job that fails (an append's
+//! version conflict) is rolled back alone and the others commit; every
+//! caller gets its own result, and none gets `Ok` before the commit that
+//! makes its writes durable.
+//!
+//! **Sessions** ([`Session`]) hand the thread to one caller for a
+//! statement-by-statement transaction: the shared cold-path statements of
+//! `outbox_sql` run that way. Dropping a session rolls it back.
+
+mod session;
+mod values;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+pub(crate) use session::{JournalEngine, Session};
+pub(crate) use values::{engine_error, to_row};
+
+use crate::{SqliteOptions, Synchronous};
+
+/// The most write jobs that share one transaction.
+const MAX_GROUP: usize = 256;
+
+/// How many times `BEGIN IMMEDIATE` is retried after SQLite's own busy
+/// timeout expired, before the jobs get a temporary error.
+const BUSY_RETRIES: u32 = 3;
+
+/// A write job: a transaction body and where its result goes.
+trait WriteJob: Send {
+    /// Runs the body in the open transaction; whether it succeeded.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Replies: the body's result, or the commit's error if the body
+    /// succeeded but its transaction did not commit.
+    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
+}
+
+/// Why a group did not commit, handed to each of its jobs.
+struct Failure {
+    message: String,
+    temporary: bool,
+}
+
+impl Failure {
+    fn from_error(e: &Error) -> Failure {
+        Failure {
+            message: e.to_string(),
+            temporary: e.is_temporary(),
+        }
+    }
+
+    fn to_error(&self) -> Error {
+        Error::Storage {
+            message: self.message.clone(),
+            temporary: self.temporary,
+            source: None,
+        }
+    }
+}
+
+struct Job<T, F> {
+    body: Option<F>,
+    out: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> WriteJob for Job<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let out = match self.body.take() {
+            Some(body) => guarded(|| body(conn)),
+            None => Err(internal("a write job ran twice")),
+        };
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
+        let out = match (self.out, commit) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(f)) => Err(f.to_error()),
+            (None, Ok(())) => Err(internal("a write job never ran")),
+        };
+        // The caller may have gone (its deadline passed): nothing to do.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// Runs `f`, turning a panic into an error instead of killing the thread.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(internal(format!("the sqlite engine caught a panic: {why}")))
+    })
+}
+
+fn internal(message: impl Into<String>) -> Error {
+    Error::Storage {
+        message: message.into(),
+        temporary: false,
+        source: None,
+    }
+}
+
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+/// A statement-by-statement step of a session.
+enum Step {
+    Run(ReadJob),
+    Commit(String, oneshot::Sender<Result<()>>),
+}
+
+/// What the thread is asked to do.
+enum Msg {
+    Write(Box<dyn WriteJob>),
+    Read(ReadJob),
+    Session {
+        begin: &'static str,
+        steps: mpsc::Receiver<Step>,
+        ready: oneshot::Sender<Result<()>>,
+    },
+}
+
+/// Whether an engine writes (`BEGIN IMMEDIATE` groups) or only reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Write,
+    Read,
+}
+
+/// One connection and the thread that owns it.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    sender: Mutex<Option<mpsc::Sender<Msg>>>,
+    stopped: Mutex<Option<oneshot::Receiver<()>>>,
+    path: PathBuf,
+}
+
+/// Opens a connection to an existing, migrated database file.
+fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
+    let flags = match access {
+        Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let open = |e| engine_error(format_args!("opening {}", path.display()), e);
+    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
+    conn.busy_timeout(options.busy_timeout).map_err(open)?;
+    conn.set_prepared_statement_cache_capacity(128);
+    let sync = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+        Synchronous::Off => "OFF",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"))
+        .map_err(open)?;
+    Ok(conn)
+}
+
+impl Engine {
+    /// Opens a connection and starts its thread.
+    pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
+        let conn = connect(path, options, access)?;
+        let (sender, receiver) = mpsc::channel();
+        let (stopped_tx, stopped) = oneshot::channel();
+        let shown = path.display().to_string();
+        thread::Builder::new()
+            .name(match access {
+                Access::Write => "outbox-sqlite-writer".into(),
+                Access::Read => "outbox-sqlite-reader".into(),
+            })
+            .spawn(move || {
+                Worker { conn, path: shown }.serve(receiver);
+                let _ = stopped_tx.send(());
+            })
+            .map_err(|e| internal(format!("starting the sqlite engine thread: {e}")))?;
+        Ok(Engine {
+            sender: Mutex::new(Some(sender)),
+            stopped: Mutex::new(Some(stopped)),
+            path: path.to_owned(),
+        })
+    }
+
+    fn send(&self, msg: Msg) -> Result<()> {
+        let sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        match sender.as_ref() {
+            Some(s) => s.send(msg).map_err(|_| self.gone()),
+            None => Err(Error::Storage {
+                message: format!("the store on {} is closed", self.path.display()),
+                temporary: false,
+                source: None,
+            }),
+        }
+    }
+
+    fn gone(&self) -> Error {
+        internal(format!("the sqlite engine of {} stopped", self.path.display()))
+    }
+
+    /// Runs `body` in a write transaction, possibly shared with other
+    /// callers' bodies (group commit); `Ok` only once it committed.
+    pub(crate) async fn write<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        self.send(Msg::Write(Box::new(Job {
+            body: Some(body),
+            out: None,
+            reply,
+        })))?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Runs `body` on the connection outside any transaction (each
+    /// statement is its own read).
+    pub(crate) async fn read<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        self.send(Msg::Read(Box::new(move |conn| {
+            let _ = reply.send(guarded(|| body(conn)));
+        })))?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Takes the thread for a statement-by-statement transaction opened
+    /// with `begin` (`""` for none).
+    pub(crate) async fn session(&self, begin: &'static str) -> Result<Session> {
+        let (steps_tx, steps) = mpsc::channel();
+        let (ready, rx) = oneshot::channel();
+        self.send(Msg::Session { begin, steps, ready })?;
+        rx.await.map_err(|_| self.gone())??;
+        Ok(Session::new(steps_tx, self.path.clone()))
+    }
+
+    /// Stops taking work, lets the queued work finish and closes the
+    /// connection; later calls fail.
+    pub(crate) async fn close(&self) {
+        drop(self.sender.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(stopped) = stopped {
+            let _ = stopped.await;
+        }
+    }
+}
+
+/// The thread's side.
+struct Worker {
+    conn: Connection,
+    path: String,
+}
+
+impl Worker {
+    fn serve(self, receiver: mpsc::Receiver<Msg>) {
+        let mut next = None;
+        loop {
+            let msg = match next.take() {
+                Some(m) => m,
+                None => match receiver.recv() {
+                    Ok(m) => m,
+                    Err(_) => return,
+                },
+            };
+            match msg {
+                Msg::Read(job) => job(&self.conn),
+                Msg::Session { begin, steps, ready } => self.session(begin, &steps, ready),
+                Msg::Write(job) => {
+                    let mut group = vec![job];
+                    while group.len() < MAX_GROUP {
+                        match receiver.try_recv() {
+                            Ok(Msg::Write(j)) => group.push(j),
+                            Ok(other) => {
+                                next = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    self.group(group);
+                }
+            }
+        }
+    }
+
+    fn exec(&self, sql: &str) -> Result<()> {
+        self.conn
+            .execute_batch(sql)
+            .map_err(|e| engine_error(format_args!("{sql} on {}", self.path), e))
+    }
+
+    /// `BEGIN IMMEDIATE`, retried a few times when SQLite's busy timeout
+    /// expires first (another connection holds the write lock).
+    fn begin(&self, begin: &str) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            match self.conn.execute_batch(begin) {
+                Ok(()) => return Ok(()),
+                Err(e) if values::is_busy(&e) && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(path = %self.path, attempt, "sqlite write lock busy; retrying");
+                    thread::sleep(Duration::from_millis(10 * u64::from(attempt)));
+                }
+                Err(e) => {
+                    return Err(engine_error(
+                        format_args!("starting a transaction on {}", self.path),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Leaves no transaction open (after a failure SQLite may already have
+    /// rolled back by itself).
+    fn rollback(&self) {
+        if !self.conn.is_autocommit()
+            && let Err(e) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(path = %self.path, error = %e, "rolling back failed");
+        }
+    }
+
+    /// Runs a group of write jobs in one transaction.
+    fn group(&self, mut group: Vec<Box<dyn WriteJob>>) {
+        if let Err(e) = self.begin("BEGIN IMMEDIATE") {
+            let f = Failure::from_error(&e);
+            group.into_iter().for_each(|j| j.finish(Err(&f)));
+            return;
+        }
+        let alone = group.len() == 1;
+        let mut any_ok = false;
+        for job in &mut group {
+            if alone {
+                any_ok = job.run(&self.conn);
+                continue;
+            }
+            let step = self.exec("SAVEPOINT outbox_job").and_then(|()| {
+                let ok = job.run(&self.conn);
+                if self.conn.is_autocommit() {
+                    // SQLite ended the whole transaction (a full disk, an
+                    // I/O error): nothing of the group survives.
+                    return Err(internal(format!(
+                        "the transaction on {} was rolled back by SQLite",
+                        self.path
+                    )));
+                }
+                if !ok {
+                    self.exec("ROLLBACK TO outbox_job")?;
+                }
+                any_ok |= ok;
+                self.exec("RELEASE outbox_job")
+            });
+            if let Err(e) = step {
+                self.rollback();
+                let f = Failure::from_error(&e);
+                group.into_iter().for_each(|j| j.finish(Err(&f)));
+                return;
+            }
+        }
+        let commit = if any_ok {
+            self.exec("COMMIT")
+        } else {
+            // Nothing to keep: every job failed.
+            self.exec("ROLLBACK")
+        };
+        match commit {
+            Ok(()) => group.into_iter().for_each(|j| j.finish(Ok(()))),
+            Err(e) => {
+                self.rollback();
+                let f = Failure::from_error(&e);
+                group.into_iter().for_each(|j| j.finish(Err(&f)));
+            }
+        }
+    }
+
+    /// Serves one session until it commits or its owner drops it.
+    fn session(&self, begin: &'static str, steps: &mpsc::Receiver<Step>, ready: oneshot::Sender<Result<()>>) {
+        if !begin.is_empty() {
+            if let Err(e) = self.begin(begin) {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        }
+        if ready.send(Ok(())).is_err() {
+            // The caller is gone before it started.
+            self.rollback();
+            return;
+        }
+        while let Ok(step) = steps.recv() {
+            match step {
+                Step::Run(job) => job(&self.conn),
+                Step::Commit(what, reply) => {
+                    let out = if self.conn.is_autocommit() {
+                        Err(internal(format!(
+                            "{what}: the transaction on {} had already ended",
+                            self.path
+                        )))
+                    } else {
+                        self.exec("COMMIT")
+                    };
+                    self.rollback();
+                    let _ = reply.send(out);
+                    return;
+                }
+            }
+        }
+        // Dropped without a commit.
+        self.rollback();
+    }
+}
