@@ -7,11 +7,13 @@ mod plumbing;
 pub mod projection;
 pub mod runs;
 mod value;
+mod view_writes;
 
 pub use conn::{Conn, Database, Tx};
 pub use dialect::Dialect;
 pub use plumbing::{Role, digest_row, digest_rows};
 pub use value::{Arg, Row, Value};
+pub use view_writes::ViewWrites;
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,
 /// `LeaseStore`, `LeaseAdmin`, `WorkerRegistry`) for an adapter type whose `$db` field

@@ -87,11 +87,23 @@ macro_rules! transaction_handle {
             dialect: ::std::sync::Arc<$crate::Dialect>,
             /// State the adapter's guard keeps for the transaction.
             guard: Option<i64>,
+            /// Document writes not yet sent (single-writer dialects only).
+            pub(crate) views: $crate::ViewWrites,
         }
 
         impl $name {
             pub(crate) fn new(tx: ::sqlx::Transaction<'static, $db>, dialect: ::std::sync::Arc<$crate::Dialect>) -> Self {
-                $name { tx, dialect, guard: None }
+                $name { tx, dialect, guard: None, views: $crate::ViewWrites::default() }
+            }
+
+            /// Writes out the pending document writes (see [`ViewWrites`]($crate::ViewWrites)).
+            pub(crate) async fn flush_views(&mut self) -> ::outbox_core::Result<()> {
+                if self.views.is_empty() {
+                    return Ok(());
+                }
+                let mut views = ::std::mem::take(&mut self.views);
+                let dialect = self.dialect();
+                views.flush(&dialect, self).await
             }
 
             /// The shared statements' dialect.

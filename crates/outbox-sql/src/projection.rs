@@ -372,8 +372,9 @@ pub async fn read_view_page(
     view_scan(db.dialect(), &mut *conn, projection, table, after, limit).await
 }
 
-/// Implements `ViewStorage` for an adapter's transaction handle `$tx` (which
-/// implements [`Conn`](crate::Conn) and has a `dialect()` method), and
+/// Implements `ViewStorage` for an adapter's transaction handle `$tx` (a
+/// [`transaction_handle!`](crate::transaction_handle): it implements
+/// [`Conn`](crate::Conn) and keeps [`ViewWrites`](crate::ViewWrites)), and
 /// `WatermarkStore` and `ViewStore` for its store `$store` whose `$db` field
 /// implements [`Database`](crate::Database), by delegating to this module.
 #[macro_export]
@@ -387,6 +388,9 @@ macro_rules! impl_projection_ports {
                 table: &str,
                 key: &str,
             ) -> ::outbox_core::Result<Option<String>> {
+                if let Some(pending) = self.views.get(projection, table, key) {
+                    return Ok(pending.map(str::to_owned));
+                }
                 let d = self.dialect();
                 $crate::projection::view_get(&d, self, projection, table, key).await
             }
@@ -399,7 +403,13 @@ macro_rules! impl_projection_ports {
                 value: &str,
             ) -> ::outbox_core::Result<()> {
                 let d = self.dialect();
-                $crate::projection::view_put(&d, self, projection, table, key, value).await
+                if d.locks_rows() {
+                    return $crate::projection::view_put(&d, self, projection, table, key, value).await;
+                }
+                if self.views.put(projection, table, key, value) {
+                    self.flush_views().await?;
+                }
+                Ok(())
             }
 
             async fn view_delete(
@@ -408,6 +418,9 @@ macro_rules! impl_projection_ports {
                 table: &str,
                 key: &str,
             ) -> ::outbox_core::Result<bool> {
+                if let Some(existed) = self.views.delete(projection, table, key) {
+                    return Ok(existed);
+                }
                 let d = self.dialect();
                 $crate::projection::view_delete(&d, self, projection, table, key).await
             }
@@ -419,6 +432,7 @@ macro_rules! impl_projection_ports {
                 after: Option<&str>,
                 limit: usize,
             ) -> ::outbox_core::Result<Vec<(String, String)>> {
+                self.flush_views().await?;
                 let d = self.dialect();
                 $crate::projection::view_scan(&d, self, projection, table, after, limit).await
             }
@@ -429,6 +443,7 @@ macro_rules! impl_projection_ports {
                 after: Option<(&str, &str)>,
                 limit: usize,
             ) -> ::outbox_core::Result<Vec<::outbox_core::spi::ViewRow>> {
+                self.flush_views().await?;
                 let d = self.dialect();
                 $crate::projection::view_rows(&d, self, projection, after, limit).await
             }
@@ -437,6 +452,7 @@ macro_rules! impl_projection_ports {
                 &mut self,
                 projection: &::outbox_core::ProjectionName,
             ) -> ::outbox_core::Result<u64> {
+                self.flush_views().await?;
                 let d = self.dialect();
                 $crate::projection::view_clear(&d, self, projection).await
             }

@@ -58,6 +58,8 @@ impl ApplyTx for SqliteTx {
         if self.guard.take().is_none() {
             return Ok(Some("the apply guard was never opened".into()));
         }
+        // The batch's document writes, inside the guard.
+        self.flush_views().await?;
         Ok(sqlx::query("RELEASE outbox_guard")
             .execute(self.conn())
             .await
@@ -71,6 +73,8 @@ impl ApplyTx for SqliteTx {
         moves: &[CheckpointMove<'_>],
         through: u64,
     ) -> Result<u64> {
+        // Nothing may stay pending once the checkpoints move.
+        self.flush_views().await?;
         let err = |e| storage("advancing checkpoints", e);
         let mut moved = 0;
         for m in moves {

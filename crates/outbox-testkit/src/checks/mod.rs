@@ -143,6 +143,7 @@ macro_rules! for_each_check {
             view_scan_is_bytewise_ordered_and_pages,
             view_documents_are_namespaced_by_projection_and_table,
             view_tx_reads_its_own_uncommitted_writes,
+            view_long_runs_commit_the_last_write_of_each_key,
             view_failed_apply_rolls_back_documents_and_checkpoint,
             view_reset_clears_documents_of_one_projection,
             view_digest_tracks_documents_not_write_order,

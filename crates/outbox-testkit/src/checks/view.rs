@@ -597,6 +597,84 @@ pub async fn view_tx_reads_its_own_uncommitted_writes<H: Harness>(h: &H) {
     );
 }
 
+/// One long run: more document writes than any adapter keeps in memory
+/// (1,500 puts in one transaction), interleaved with deletes of documents
+/// written earlier in the same transaction, deletes of committed ones,
+/// repeated deletes and puts after a delete. Every read in the transaction
+/// sees the writes before it, and what commits is exactly the last write of
+/// each key.
+pub async fn view_long_runs_commit_the_last_write_of_each_key<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    step(
+        &f,
+        &s,
+        &p,
+        "s",
+        vec![vec![put("t", "old-1", doc("o1", 1)), put("t", "old-2", doc("o2", 2))]],
+    )
+    .await
+    .unwrap();
+    let key = |i: usize| format!("k{i:04}");
+    let first: Vec<Op> = (0..1_500).map(|i| put("t", &key(i), doc("v1", i as i64))).collect();
+    let second = vec![
+        del("t", &key(3)),
+        del("t", &key(3)),
+        get("t", &key(3)),
+        put("t", &key(3), doc("back", 3)),
+        get("t", &key(3)),
+        del("t", "old-1"),
+        del("t", "old-1"),
+        get("t", "old-1"),
+        put("t", &key(1_499), doc("v2", 1_499)),
+        get("t", &key(1_499)),
+        del("t", "never-written"),
+    ];
+    let third = vec![
+        del("t", &key(7)),
+        scan("t", Some(&key(5)), 3),
+        put("t", "old-2", doc("o2-new", 22)),
+    ];
+    let seen = step(&f, &s, &p, "s", vec![first, second, third]).await.unwrap();
+    assert_eq!(
+        seen,
+        [
+            Seen::Deleted(true),
+            Seen::Deleted(false),
+            Seen::Got(None),
+            Seen::Got(Some(doc("back", 3))),
+            Seen::Deleted(true),
+            Seen::Deleted(false),
+            Seen::Got(None),
+            Seen::Got(Some(doc("v2", 1_499))),
+            Seen::Deleted(false),
+            Seen::Deleted(true),
+            Seen::Scanned(vec![
+                (key(6), doc("v1", 6)),
+                (key(8), doc("v1", 8)),
+                (key(9), doc("v1", 9)),
+            ]),
+        ],
+        "reads inside the run see every earlier write of the run"
+    );
+    let committed = table_docs(&s.reader(&f.projections), "t", 400).await;
+    let mut want: Vec<(String, Doc)> = (0..1_500)
+        .filter(|i| *i != 7)
+        .map(|i| {
+            let d = match i {
+                3 => doc("back", 3),
+                1_499 => doc("v2", 1_499),
+                _ => doc("v1", i as i64),
+            };
+            (key(i), d)
+        })
+        .collect();
+    want.push(("old-2".into(), doc("o2-new", 22)));
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(committed.len(), want.len(), "documents committed");
+    assert!(committed == want, "the committed documents are the last write of each key");
+}
+
 /// A failing applier rolls back every document write of the transaction
 /// (puts, replaces and deletes, of earlier events of the run too) and the
 /// checkpoint; what an earlier apply committed stays.
