@@ -37,7 +37,7 @@ impl CliJournal for SqliteJournal {
         self.path().display().to_string()
     }
     fn wake(&self) -> Option<Arc<dyn WakeSource>> {
-        None
+        Some(self.wake_source())
     }
     async fn shut(&self) {
         self.close().await;

@@ -251,3 +251,52 @@ async fn start_up_repair_and_the_worker_finish_what_a_crash_left_on_sqlite() {
     ]);
     check_history(&state, &want, &BTreeMap::new()).unwrap();
 }
+
+/// A worker learns of an append made through another connection to the
+/// journal file (as another process would make it) from the journal's wake
+/// source, not from its poll: the poll interval is an hour, so without the
+/// wake-up the row would stay pending for the whole test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_wakes_on_another_connections_append_without_polling() {
+    let f = files();
+    let (p, _) = oracle();
+    let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
+        .await
+        .unwrap();
+    let store = SqliteProjectionStore::open(&f.projections, SqliteOptions::default())
+        .await
+        .unwrap();
+    let rt: Rt = Outbox::builder(journal.clone(), store)
+        .config(
+            Config::apply_worker()
+                .with_poll_interval(Duration::from_secs(3600))
+                .with_repair_on_start(false),
+        )
+        .event_types(oracle_registry())
+        .projection(p.clone())
+        .wake_source(journal.wake_source())
+        .build()
+        .await
+        .unwrap();
+    let running = rt.start().await.unwrap();
+    // The other "process": its own connections to the same file.
+    let other = SqliteJournal::open(&f.journal, SqliteOptions::default())
+        .await
+        .unwrap();
+    let s = sid("woken");
+    for n in 0..3u64 {
+        other
+            .append(
+                &[AppendRequest::new(s.clone(), ExpectedVersion::Exact(n), vec![add(2)])],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .unwrap();
+        // A liveness guard only: a missed wake-up waits an hour.
+        wait_drained(&rt, Duration::from_secs(60)).await;
+    }
+    running.shutdown().await;
+    let state = read_state(rt.store(), "oracle").await.expect("oracle state");
+    let want = BTreeMap::from([("woken".to_string(), Expected { through: 3, sum: 6 })]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+}

@@ -410,6 +410,16 @@ impl SqliteJournal {
         self.db.close().await;
     }
 
+    /// A wake-up source for workers: resolves within about a millisecond
+    /// of a commit to this file by any other connection, in this process or
+    /// another (see [`SqliteWakeSource`](crate::SqliteWakeSource)). Give it to
+    /// the runtime (`Outbox::builder().wake_source(...)`) so a worker in one
+    /// process applies what another process appends without waiting for its
+    /// poll.
+    pub fn wake_source(&self) -> Arc<dyn outbox_core::WakeSource> {
+        Arc::new(crate::SqliteWakeSource::new(&self.db.path))
+    }
+
     /// Starts a `BEGIN IMMEDIATE` transaction on this store's writer
     /// connection, for [`SqliteJournal::append_in`] alongside the caller's own
     /// writes to the journal file. Commit it with `tx.commit()`; dropping it
