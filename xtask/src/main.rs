@@ -32,7 +32,11 @@ commands:
               from its .crate file
   test        run every test (starts a throwaway Postgres when needed)
   pg-shell    start a throwaway Postgres, print its URL, wait for Enter
-  bench       run the benchmarks (criterion) and print their tables";
+  bench [--quick] [--json PATH] [--only NAME[,NAME]]
+              run outbox-bench (release): the outbox on SQLite against a raw
+              engine loop doing the same work; prints a markdown table and
+              writes JSON (default target/bench/bench.json). --quick: small
+              sizes; --only: append, concurrent, drain, claim, lag, rss";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -242,8 +246,11 @@ fn pg_shell() -> Result<()> {
     Ok(())
 }
 
+/// `cargo run --release -p outbox-bench -- [args...]`: the outbox against a
+/// raw SQLite engine loop, as a table and a JSON file.
 fn bench(extra: &[String]) -> Result<()> {
     let mut b = cargo();
-    b.args(["bench", "--workspace"]).args(extra);
-    run("cargo bench", b)
+    b.args(["run", "--release", "-p", "outbox-bench", "--"])
+        .args(extra);
+    run("cargo run --release -p outbox-bench", b)
 }

@@ -1,0 +1,293 @@
+//! What the outbox side of every workload shares: the temp directory, the
+//! runtime over two SQLite files, the measured projection and the oracle.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use outbox_core::{
+    AppendRequest, BoxError, Event, EventTypeRegistry, ExpectedVersion, NewEvent, OutboxInspector,
+    ProjectionName, StreamId, ViewProjection, ViewTx, async_trait,
+};
+use outbox_runtime::{Config, Outbox};
+use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
+use serde::{Deserialize, Serialize};
+
+/// Payload size of every event, on both sides.
+pub(crate) const PAYLOAD_BYTES: usize = 200;
+/// The one event type.
+pub(crate) const EVENT_TYPE: &str = "bench_event";
+/// The measured projection's name and view table.
+pub(crate) const PROJECTION: &str = "bench";
+pub(crate) const TABLE: &str = "rows";
+
+pub(crate) type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
+
+/// A directory for the SQLite files on a real disk: the system temp dir
+/// unless it is a tmpfs, else `target/bench/tmp`.
+pub(crate) fn bench_tmp_root() -> Result<PathBuf> {
+    let sys = std::env::temp_dir().canonicalize()?;
+    if fs_type(&sys).as_deref() != Some("tmpfs") {
+        return Ok(sys);
+    }
+    let dir = PathBuf::from("target/bench/tmp");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir.canonicalize()?)
+}
+
+/// The file system type of the mount holding `path` (longest mount prefix).
+fn fs_type(path: &Path) -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, at, ty) = (f.next()?, f.next()?, f.next()?);
+            path.starts_with(at).then(|| (at.len(), ty.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, ty)| ty)
+}
+
+pub(crate) fn tempdir(ctx_tmp: &Path) -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new()
+        .prefix("outbox-bench-")
+        .tempdir_in(ctx_tmp)?)
+}
+
+pub(crate) fn payload(i: u64) -> Vec<u8> {
+    let mut p = vec![b'x'; PAYLOAD_BYTES];
+    let tag = i.to_le_bytes();
+    p[..8].copy_from_slice(&tag);
+    p
+}
+
+pub(crate) fn stream_name(prefix: &str, i: u64) -> String {
+    format!("{prefix}-{i:06}")
+}
+
+pub(crate) fn stream(prefix: &str, i: u64) -> Result<StreamId> {
+    Ok(StreamId::new(stream_name(prefix, i))?)
+}
+
+/// What the projection saw, shared with the workload.
+#[derive(Default)]
+pub(crate) struct Seen {
+    /// Events applied, all streams.
+    pub(crate) applied: AtomicU64,
+    /// Applies per stream (a duplicate would show as a count above the head).
+    pub(crate) per_stream: Mutex<HashMap<String, u64>>,
+    /// When each (stream, seq) was applied, when recording is on.
+    pub(crate) at: Option<Mutex<HashMap<(String, u64), Instant>>>,
+}
+
+/// The document the projection upserts per event, keyed by stream.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Doc {
+    pub(crate) seq: u64,
+    pub(crate) bytes: usize,
+}
+
+/// The measured projection: the backend-neutral path users write, one
+/// `put` per event.
+pub(crate) struct BenchView {
+    name: ProjectionName,
+    seen: Arc<Seen>,
+}
+
+#[async_trait]
+impl ViewProjection for BenchView {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
+        let doc = Doc {
+            seq: e.seq.get(),
+            bytes: e.payload.len(),
+        };
+        view.put(TABLE, e.stream.as_str(), &doc).await?;
+        // Counted after the write; a rolled-back transaction would be retried
+        // and counted twice, which the oracle reports.
+        self.seen.applied.fetch_add(1, Ordering::Relaxed);
+        *self
+            .seen
+            .per_stream
+            .lock()
+            .map_err(|_| "poisoned")?
+            .entry(e.stream.to_string())
+            .or_default() += 1;
+        if let Some(at) = &self.seen.at {
+            at.lock()
+                .map_err(|_| "poisoned")?
+                .insert((e.stream.to_string(), e.seq.get()), Instant::now());
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn sqlite_options() -> SqliteOptions {
+    SqliteOptions::default() // synchronous=FULL, WAL
+}
+
+/// A runtime over `dir/journal.db` and `dir/projections.db` with the bench
+/// projection registered.
+pub(crate) async fn open(dir: &Path, config: Config, seen: Arc<Seen>) -> Result<Rt> {
+    let journal = SqliteJournal::open(dir.join("journal.db"), sqlite_options())
+        .await
+        .context("opening the journal")?;
+    let store = SqliteProjectionStore::open(dir.join("projections.db"), sqlite_options())
+        .await
+        .context("opening the projection store")?;
+    let mut types = EventTypeRegistry::new();
+    types.apply(EVENT_TYPE)?;
+    let rt = Outbox::builder(journal, store)
+        .config(config)
+        .event_types(types)
+        .view(BenchView {
+            name: ProjectionName::new(PROJECTION)?,
+            seen,
+        })
+        .build()
+        .await?;
+    Ok(rt)
+}
+
+/// The apply worker at `batch` rows, no start-up repair (the backlog is
+/// the worker's to drain), a short idle poll.
+pub(crate) fn worker_config(batch: usize) -> Config {
+    Config::apply_worker()
+        .with_batch_size(batch)
+        .with_repair_on_start(false)
+        .with_poll_interval(Duration::from_millis(10))
+}
+
+pub(crate) fn new_event(rt: &Rt, i: u64) -> Result<NewEvent> {
+    Ok(rt.event(EVENT_TYPE, payload(i))?)
+}
+
+/// Appends `per_stream` events to each of `streams` streams, `per_call`
+/// events per `append_batch` (requests of one event to distinct streams,
+/// or of many events to one stream when `per_call` exceeds the streams).
+/// Returns the heads.
+pub(crate) async fn prefill(
+    rt: &Rt,
+    prefix: &str,
+    streams: u64,
+    per_stream: u64,
+    per_call: u64,
+) -> Result<Vec<u64>> {
+    let mut heads = vec![0u64; streams as usize];
+    let mut i = 0u64;
+    if per_call <= streams {
+        for _round in 0..per_stream {
+            for chunk_start in (0..streams).step_by(per_call as usize) {
+                let end = (chunk_start + per_call).min(streams);
+                let mut batch = Vec::with_capacity((end - chunk_start) as usize);
+                for s in chunk_start..end {
+                    batch.push(AppendRequest::new(
+                        stream(prefix, s)?,
+                        ExpectedVersion::Exact(heads[s as usize]),
+                        vec![new_event(rt, i)?],
+                    ));
+                    heads[s as usize] += 1;
+                    i += 1;
+                }
+                rt.append_batch(batch).await?;
+            }
+        }
+    } else {
+        for s in 0..streams {
+            let mut left = per_stream;
+            while left > 0 {
+                let n = left.min(per_call);
+                let events = (0..n).map(|k| new_event(rt, i + k)).collect::<Result<Vec<_>>>()?;
+                i += n;
+                rt.append(
+                    &stream(prefix, s)?,
+                    ExpectedVersion::Exact(heads[s as usize]),
+                    events,
+                )
+                .await?;
+                heads[s as usize] += n;
+                left -= n;
+            }
+        }
+    }
+    Ok(heads)
+}
+
+/// Waits until `seen` has applied `total` events and the outbox is empty.
+pub(crate) async fn wait_drained(rt: &Rt, seen: &Seen, total: u64, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if seen.applied.load(Ordering::Relaxed) >= total {
+            let s = rt.journal().summary().await?;
+            if s.pending + s.processing + s.failed + s.dead == 0 {
+                return Ok(());
+            }
+            ensure!(s.failed + s.dead == 0, "rows failed while draining: {s:?}");
+        }
+        if Instant::now() > deadline {
+            let s = rt.journal().summary().await?;
+            bail!(
+                "not drained after {timeout:?}: applied {} of {total}, outbox {s:?}",
+                seen.applied.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The oracle: every stream's document is at its head and every stream
+/// was applied exactly head times.
+pub(crate) async fn verify(rt: &Rt, seen: &Seen, prefix: &str, heads: &[u64]) -> Result<()> {
+    let per_stream = seen
+        .per_stream
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    let views = rt.views(PROJECTION)?;
+    let mut docs: HashMap<String, u64> = HashMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page: Vec<(String, Doc)> = views.scan(TABLE, after.as_deref(), 1000).await?;
+        let Some(last) = page.last().map(|(k, _)| k.clone()) else {
+            break;
+        };
+        for (k, d) in page {
+            docs.insert(k, d.seq);
+        }
+        after = Some(last);
+    }
+    for (i, &head) in heads.iter().enumerate() {
+        let name = stream_name(prefix, i as u64);
+        let doc = docs.get(&name).copied().unwrap_or(0);
+        let n = per_stream.get(&name).copied().unwrap_or(0);
+        ensure!(
+            doc == head && n == head,
+            "ORACLE FAILED: stream {name}: appended {head}, projection document at seq {doc}, applied {n} times"
+        );
+    }
+    Ok(())
+}
+
+/// VmHWM and VmRSS of this process, in KiB.
+pub(crate) fn vm_kib() -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let field = |name: &str| -> Result<u64> {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .with_context(|| format!("{name} not in /proc/self/status"))?;
+        Ok(line
+            .split_whitespace()
+            .nth(1)
+            .context("malformed /proc/self/status")?
+            .parse()?)
+    };
+    Ok((field("VmHWM:")?, field("VmRSS:")?))
+}

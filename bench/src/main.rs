@@ -1,0 +1,165 @@
+#![allow(missing_docs)]
+//! `cargo xtask bench`: the outbox on SQLite against a raw engine loop doing
+//! the same work directly through rusqlite, in one run, as a table of ratios.
+//!
+//! Arguments: `--quick` (small sizes), `--json PATH` (default
+//! `target/bench/bench.json`), `--only NAME[,NAME]` (see [`WORKLOADS`]).
+
+mod fixture;
+mod raw;
+mod report;
+mod workloads;
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+
+use report::{Report, Row};
+
+/// The workloads, in run order.
+const WORKLOADS: &[&str] = &["append", "concurrent", "drain", "claim", "lag", "rss"];
+
+const USAGE: &str = "usage: outbox-bench [--quick] [--json PATH] [--only NAME[,NAME]]
+
+workloads (--only): append, concurrent, drain, claim, lag, rss";
+
+/// Parsed command line.
+#[derive(Debug)]
+pub(crate) struct Args {
+    pub(crate) quick: bool,
+    pub(crate) json: PathBuf,
+    pub(crate) only: Vec<String>,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args> {
+    let mut out = Args {
+        quick: false,
+        json: PathBuf::from("target/bench/bench.json"),
+        only: WORKLOADS.iter().map(|s| s.to_string()).collect(),
+    };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => out.quick = true,
+            "--json" => out.json = args.next().context("--json needs a PATH")?.into(),
+            "--only" => {
+                let list = args.next().context("--only needs NAME[,NAME]")?;
+                out.only = list.split(',').map(|s| s.trim().to_string()).collect();
+                for name in &out.only {
+                    if !WORKLOADS.contains(&name.as_str()) {
+                        bail!("unknown workload `{name}`\n\n{USAGE}");
+                    }
+                }
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument `{other}`\n\n{USAGE}"),
+        }
+    }
+    Ok(out)
+}
+
+/// Sizes of a run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    /// Events per append and drain round.
+    pub(crate) events: u64,
+    /// Streams of the "many streams × 2 events" drain.
+    pub(crate) many_streams: u64,
+    /// Backlog sizes of the claim and RSS workloads.
+    pub(crate) backlogs: [u64; 2],
+    /// Seconds of the open-loop lag run.
+    pub(crate) lag_seconds: u64,
+}
+
+impl Sizes {
+    fn of(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                events: 2_000,
+                many_streams: 1_000,
+                backlogs: [1_000, 10_000],
+                lag_seconds: 2,
+            }
+        } else {
+            Sizes {
+                events: 20_000,
+                many_streams: 10_000,
+                backlogs: [1_000, 1_000_000],
+                lag_seconds: 10,
+            }
+        }
+    }
+}
+
+/// What the workloads share within one run.
+pub(crate) struct Ctx {
+    pub(crate) sizes: Sizes,
+    pub(crate) tmp: PathBuf,
+    pub(crate) rows: Vec<Row>,
+    /// The raw engine loop's 100-per-transaction append rate (events/s).
+    pub(crate) raw_append_100: Option<f64>,
+    /// The outbox's batch-64 drain rate over 100 streams (events/s).
+    pub(crate) drain_64: Option<f64>,
+    /// Pre-filled outbox backlogs (journal and projection files) by size,
+    /// kept from the claim workload for the RSS workload.
+    pub(crate) backlogs: Vec<(u64, tempfile::TempDir)>,
+}
+
+fn main() -> Result<()> {
+    let mut argv = std::env::args().skip(1).peekable();
+    if argv.peek().map(String::as_str) == Some(workloads::rss::CHILD_FLAG) {
+        argv.next();
+        return workloads::rss::child(argv);
+    }
+    let args = parse_args(argv)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    let sizes = Sizes::of(args.quick);
+    let tmp = fixture::bench_tmp_root()?;
+    eprintln!(
+        "outbox-bench: {} run, temp files under {} (SQLite {}, synchronous=FULL, WAL)",
+        if args.quick { "quick" } else { "full" },
+        tmp.display(),
+        rusqlite::version()
+    );
+    let mut ctx = Ctx {
+        sizes,
+        tmp,
+        rows: Vec::new(),
+        raw_append_100: None,
+        drain_64: None,
+        backlogs: Vec::new(),
+    };
+    let started = std::time::Instant::now();
+    for name in WORKLOADS {
+        if !args.only.iter().any(|o| o == name) {
+            continue;
+        }
+        let t = std::time::Instant::now();
+        eprintln!("\n== {name}");
+        match *name {
+            "append" => workloads::append::run(&mut ctx).await?,
+            "concurrent" => workloads::concurrent::run(&mut ctx).await?,
+            "drain" => workloads::drain::run(&mut ctx).await?,
+            "claim" => workloads::claim::run(&mut ctx).await?,
+            "lag" => workloads::lag::run(&mut ctx).await?,
+            "rss" => workloads::rss::run(&mut ctx).await?,
+            _ => unreachable!("checked in parse_args"),
+        }
+        eprintln!("   ({name}: {:.1} s)", t.elapsed().as_secs_f64());
+    }
+    let report = Report::new(args.quick, ctx.rows, started.elapsed().as_secs_f64());
+    println!("\n{}", report.markdown());
+    if let Some(dir) = args.json.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&args.json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    eprintln!("JSON: {}", args.json.display());
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! W2: drain a pre-filled backlog through one projection that upserts one
+//! row per event, at batch 1 and 64, over 100 streams and over many
+//! streams of 2 events each.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::{ROUNDS, blocking};
+use crate::Ctx;
+use crate::fixture::{self, Seen, stream_name};
+use crate::raw;
+use crate::report::{Better, Row, median};
+
+pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
+    let events = ctx.sizes.events;
+    let shapes = [(100, events / 100), (ctx.sizes.many_streams, 2)];
+    for (streams, per_stream) in shapes {
+        for batch in [1usize, 64] {
+            let (mut o, mut r) = (Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                o.push(outbox_round(ctx, streams, per_stream, batch).await?);
+                let tmp = ctx.tmp.clone();
+                r.push(blocking(move || raw_round(&tmp, streams, per_stream, batch as i64)).await?);
+                eprintln!(
+                    "   {streams} streams x {per_stream}, batch {batch}, round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
+                    round + 1,
+                    o[round],
+                    r[round]
+                );
+            }
+            if streams == 100 && batch == 64 {
+                ctx.drain_64 = Some(median(&o));
+            }
+            ctx.rows.push(Row::pair(
+                format!("W2 drain, batch {batch} ({streams} streams x {per_stream} events)"),
+                "events/s",
+                Better::Higher,
+                o,
+                r,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Pre-fills (not timed), starts the apply worker, times until the outbox
+/// is empty, checks the oracle.
+async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize) -> Result<f64> {
+    let dir = fixture::tempdir(&ctx.tmp)?;
+    let seen = Arc::new(Seen::default());
+    let rt = fixture::open(dir.path(), fixture::worker_config(batch), seen.clone()).await?;
+    let heads = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
+    let total = streams * per_stream;
+    let t = Instant::now();
+    let running = rt.start().await?;
+    fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
+    let rate = total as f64 / t.elapsed().as_secs_f64();
+    running.shutdown().await;
+    fixture::verify(&rt, &seen, "d", &heads).await?;
+    Ok(rate)
+}
+
+fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64) -> Result<f64> {
+    let dir = fixture::tempdir(tmp)?;
+    let mut j = raw::Journal::create(dir.path())?;
+    let mut p = raw::Projection::create(dir.path())?;
+    let names: Vec<String> = (0..streams).map(|s| stream_name("d", s)).collect();
+    for _ in 0..per_stream {
+        for chunk in names.chunks(1000) {
+            let reqs: Vec<(&str, u64)> = chunk.iter().map(|s| (s.as_str(), 1)).collect();
+            j.append(&reqs)?;
+        }
+    }
+    let total = streams * per_stream;
+    let t = Instant::now();
+    let applied = raw::drain(&mut j, &mut p, &names, batch)?;
+    let rate = total as f64 / t.elapsed().as_secs_f64();
+    anyhow::ensure!(applied == total, "raw drain applied {applied} of {total}");
+    p.verify(&names, &vec![per_stream; streams as usize])?;
+    Ok(rate)
+}

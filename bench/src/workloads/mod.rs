@@ -1,0 +1,19 @@
+//! The workloads, one module each; every one interleaves its rounds
+//! (outbox, raw, outbox, raw, outbox, raw) and reports medians.
+
+pub(crate) mod append;
+pub(crate) mod claim;
+pub(crate) mod concurrent;
+pub(crate) mod drain;
+pub(crate) mod lag;
+pub(crate) mod rss;
+
+/// Rounds per side.
+pub(crate) const ROUNDS: usize = 3;
+
+/// Runs a blocking raw-engine round off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(f).await?
+}
