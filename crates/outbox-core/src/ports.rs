@@ -123,6 +123,14 @@ pub trait EventJournal: Send + Sync {
 ///   status (the projection checkpoint is the truth; the row is a hint) and
 ///   returns how many. Idempotent; needs no lease.
 ///
+/// `complete_and_claim`:
+/// - `complete(lease.stream, through)`, then, while the lease is still the
+///   stream's current one, `claim(lease, max)`: the batch loop's two steps,
+///   which an adapter may run in one transaction (one commit instead of
+///   two). Returns the rows completed and the rows claimed; the claimed rows
+///   are empty when nothing is due or the lease is no longer valid (the
+///   completion stands either way: it needs no lease).
+///
 /// `fail`:
 /// - Requires the current lease (else `LeaseLost`) and a `processing` row at
 ///   `seq` (else [`Error::NotFound`](crate::Error::NotFound) or
@@ -146,6 +154,24 @@ pub trait OutboxQueue: Send + Sync {
 
     /// Deletes the stream's rows up to `through`.
     fn complete(&self, stream: &StreamId, through: Seq) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Completes through `through` and claims the next run under `lease`
+    /// (one commit where the adapter can). The default makes both calls.
+    fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        through: Seq,
+        max: usize,
+    ) -> impl Future<Output = Result<(u64, Vec<OutboxRow>)>> + Send {
+        async move {
+            let done = self.complete(&lease.stream, through).await?;
+            match self.claim(lease, max).await {
+                Ok(rows) => Ok((done, rows)),
+                Err(crate::Error::LeaseLost { .. }) => Ok((done, Vec::new())),
+                Err(e) => Err(e),
+            }
+        }
+    }
 
     /// Records a failure of the processing row at `seq`.
     fn fail(

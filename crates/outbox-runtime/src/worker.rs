@@ -151,9 +151,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         report.leased += 1;
         let mut renewed_at = Instant::now();
+        // Whether rows of this lease may be left `processing`.
+        let mut dirty = false;
         let result = async {
             let mut ended = StreamPass::Budget;
-            for _ in 0..inner.config.batches_per_stream {
+            // Rows the previous batch's completion already claimed.
+            let mut next = None;
+            let batches = inner.config.batches_per_stream;
+            for i in 0..batches {
                 if cancel.is_cancelled() {
                     ended = StreamPass::Drained;
                     break;
@@ -167,7 +172,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         .await?;
                     renewed_at = Instant::now();
                 }
-                ended = self.run_batch(kind, &lease, report).await?;
+                let more = i + 1 < batches;
+                (ended, next) = self
+                    .run_batch(kind, &lease, report, next.take(), more, &mut dirty)
+                    .await?;
                 match ended {
                     StreamPass::Budget => continue,
                     StreamPass::Drained | StreamPass::Blocked => break,
@@ -176,10 +184,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             Ok::<StreamPass, Error>(ended)
         }
         .await;
-        // Whatever happened, leave nothing stuck in `processing` and free the
-        // stream for the next worker. Both are best effort: if they fail, the
-        // lease expires and the rows are due again anyway.
-        if let Err(e) = inner
+        // Whatever happened, leave nothing stuck in `processing` (a commit
+        // skipped when every claimed row was completed) and free the stream
+        // for the next worker. Both are best effort: if they fail, the lease
+        // expires and the rows are due again anyway.
+        if (dirty || result.is_err())
+            && let Err(e) = inner
             .journal
             .abandon(&lease)
             .within(inner.config.store_deadline(), "abandon")
@@ -199,23 +209,36 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         result
     }
 
-    /// Claims one run of rows and applies (or verifies) it.
+    /// Claims one run of rows (unless the previous batch's completion did:
+    /// `claimed`) and applies (or verifies) it. When the run was a full batch
+    /// and `more` batches may follow, its completion claims the next run in
+    /// the same store call, returned for the next batch. `dirty` says
+    /// whether claimed rows may be left `processing`.
     async fn run_batch(
         &self,
         kind: WorkerKind,
         lease: &Lease,
         report: &mut TickReport,
-    ) -> Result<StreamPass> {
+        claimed: Option<Vec<OutboxRow>>,
+        more: bool,
+        dirty: &mut bool,
+    ) -> Result<(StreamPass, Option<Vec<OutboxRow>>)> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
-        let rows = inner
-            .journal
-            .claim(lease, batch)
-            .within(inner.config.store_deadline(), "claim")
-            .await?;
-        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-            return Ok(StreamPass::Drained);
+        let rows = match claimed {
+            Some(rows) => rows,
+            None => {
+                inner
+                    .journal
+                    .claim(lease, batch)
+                    .within(inner.config.store_deadline(), "claim")
+                    .await?
+            }
         };
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return Ok((StreamPass::Drained, None));
+        };
+        *dirty = true;
         let stream = &lease.stream;
         report.claimed += rows.len() as u64;
         Metrics::add(&inner.metrics.claims, 1);
@@ -228,7 +251,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     return self
                         .record_failure(lease, first, &e, report)
                         .await
-                        .map(|()| StreamPass::Blocked);
+                        .map(|()| (StreamPass::Blocked, None));
                 }
             };
             let result = match kind {
@@ -237,21 +260,34 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match result {
                 Ok(()) => {
-                    let n = inner
-                        .journal
-                        .complete(stream, last.seq)
-                        .within(inner.config.store_deadline(), "complete")
-                        .await?;
+                    let full = rows.len() == batch;
+                    let (n, next) = if full && more {
+                        let (n, next) = inner
+                            .journal
+                            .complete_and_claim(lease, last.seq, batch)
+                            .within(inner.config.store_deadline(), "complete_and_claim")
+                            .await?;
+                        (n, Some(next))
+                    } else {
+                        let n = inner
+                            .journal
+                            .complete(stream, last.seq)
+                            .within(inner.config.store_deadline(), "complete")
+                            .await?;
+                        (n, None)
+                    };
+                    *dirty = next.as_ref().is_some_and(|r| !r.is_empty());
                     report.completed += n;
                     Metrics::add(&inner.metrics.completed_rows, n);
                     if kind == WorkerKind::Shadow {
                         Metrics::add(&inner.metrics.shadow_verified, n);
                     }
-                    Ok(if rows.len() == batch {
-                        StreamPass::Budget
-                    } else {
-                        StreamPass::Drained
-                    })
+                    let pass = match &next {
+                        Some(rows) if rows.is_empty() => StreamPass::Drained,
+                        _ if full => StreamPass::Budget,
+                        _ => StreamPass::Drained,
+                    };
+                    Ok((pass, next))
                 }
                 Err(Error::Apply {
                     seq,
@@ -290,12 +326,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     let failing = rows.iter().find(|r| r.seq == failing_seq).unwrap_or(first);
                     self.record_failure(lease, failing, &err, report).await?;
-                    Ok(StreamPass::Blocked)
+                    Ok((StreamPass::Blocked, None))
                 }
                 Err(e) if e.is_temporary() => Err(e),
                 Err(e) => {
                     self.record_failure(lease, first, &e, report).await?;
-                    Ok(StreamPass::Blocked)
+                    Ok((StreamPass::Blocked, None))
                 }
             }
         }

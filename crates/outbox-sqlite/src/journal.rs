@@ -596,6 +596,23 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
+    /// One transaction: the completion, then the next claim.
+    async fn complete_and_claim(&self, lease: &Lease, through: Seq, max: usize) -> Result<(u64, Vec<OutboxRow>)> {
+        let max = validate_limit(max, MAX_PAGE)?;
+        let lease = lease.clone();
+        self.engine
+            .writer
+            .write(move |conn| {
+                let done = complete_body(conn, lease.stream.as_str(), through.as_i64())?;
+                match claim_body(conn, &lease, max) {
+                    Ok(rows) => Ok((done, rows)),
+                    Err(Error::LeaseLost { .. }) => Ok((done, Vec::new())),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+    }
+
     async fn fail(
         &self,
         lease: &Lease,

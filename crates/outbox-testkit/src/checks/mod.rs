@@ -91,6 +91,8 @@ macro_rules! for_each_check {
             complete_deletes_rows_whatever_status,
             complete_is_idempotent_and_needs_no_lease,
             complete_makes_next_head_due,
+            complete_and_claim_completes_then_claims_the_next_run,
+            complete_and_claim_with_a_lost_lease_completes_and_claims_nothing,
             requeue_revives_dead_row,
             requeue_of_live_row_is_invalid_state,
             requeue_of_missing_row_is_not_found,

@@ -783,6 +783,45 @@ pub async fn complete_makes_next_head_due<H: Harness>(h: &H) {
     assert_eq!(seqs_of(&claimed), [2, 3]);
 }
 
+/// `complete_and_claim`: deletes through `through` and claims the next due
+/// run under the same lease, marked `processing`.
+pub async fn complete_and_claim_completes_then_claims_the_next_run<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 5).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 2).await;
+    assert_eq!(seqs_of(&claimed), [1, 2]);
+    let (done, next) = f.journal.complete_and_claim(&lease, seq(2), 2).await.unwrap();
+    assert_eq!(done, 2, "rows 1 and 2 completed");
+    assert_eq!(seqs_of(&next), [3, 4], "the next run, at most max");
+    use OutboxStatus::{Pending, Processing};
+    assert_eq!(statuses(&f.journal, &s).await, [(3, Processing), (4, Processing), (5, Pending)]);
+    let (done, next) = f.journal.complete_and_claim(&lease, seq(4), 2).await.unwrap();
+    assert_eq!((done, seqs_of(&next)), (2, vec![5]));
+    let (done, next) = f.journal.complete_and_claim(&lease, seq(5), 2).await.unwrap();
+    assert_eq!(done, 1);
+    assert!(next.is_empty(), "nothing left to claim: {next:?}");
+    assert!(rows(&f.journal).await.is_empty(), "every row completed");
+}
+
+/// `complete_and_claim`: with a lease that is no longer current the
+/// completion still happens (it needs no lease) and nothing is claimed.
+pub async fn complete_and_claim_with_a_lost_lease_completes_and_claims_nothing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 4).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 2).await;
+    assert_eq!(seqs_of(&claimed), [1, 2]);
+    assert!(f.journal.release(&lease).await.unwrap());
+    let (done, next) = f.journal.complete_and_claim(&lease, seq(2), 2).await.unwrap();
+    assert_eq!(done, 2, "the completion stands without a lease");
+    assert!(next.is_empty(), "a released lease claims nothing: {next:?}");
+    use OutboxStatus::Pending;
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(3, Pending), (4, Pending)],
+        "the rows behind stay pending"
+    );
+}
+
 /// `requeue`: a dead row becomes pending, attempt count 0, error cleared, due now.
 pub async fn requeue_revives_dead_row<H: Harness>(h: &H) {
     let f = h.open().await;
