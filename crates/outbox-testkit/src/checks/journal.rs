@@ -5,7 +5,7 @@ use outbox_core::{
     OutboxInspector, OutboxStatus, PayloadHash, Seq, StreamVersion,
 };
 
-use super::support::{adds, all_events, append, enqueue, now, req, rows, seq, seqs_of, snapshot};
+use super::support::{adds, all_events, append, enqueue, join_all, now, req, rows, seq, seqs_of, snapshot};
 use crate::{Harness, add, audit, sid, value_of};
 
 /// `append`: seqs are `last + 1, last + 2, ...`, contiguous across calls.
@@ -295,6 +295,66 @@ pub async fn append_batch_is_all_or_nothing<H: Harness>(h: &H) {
         before,
         "the failed batch wrote nothing"
     );
+}
+
+/// `append` from many callers at once (on SQLite they share one transaction,
+/// group commit): each call succeeds or fails on its own expected version,
+/// a conflict fails only its own call, and what succeeded is all there,
+/// with its outbox rows, contiguous seqs and distinct global positions.
+pub async fn concurrent_appends_succeed_or_conflict_one_by_one<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let hot = sid("hot");
+    let cold: Vec<_> = (0..32).map(|i| sid(&format!("cold-{i:02}"))).collect();
+    let mut batches = Vec::new();
+    for (i, s) in cold.iter().enumerate() {
+        batches.push(vec![req(s, ExpectedVersion::NoStream, adds(&[i as i64, 1]))]);
+        batches.push(vec![req(&hot, ExpectedVersion::NoStream, adds(&[100 + i as i64]))]);
+    }
+    let calls = batches
+        .iter()
+        .map(|b| f.journal.append(b, AppendOptions::enqueue()))
+        .collect();
+    let results = join_all(calls).await;
+    let mut hot_winner = None;
+    for (i, (b, r)) in batches.iter().zip(&results).enumerate() {
+        match (i % 2, r) {
+            (0, Ok(a)) => assert_eq!(
+                (a[0].stream.clone(), a[0].first_seq.get(), a[0].last_seq.get()),
+                (b[0].stream.clone(), 1, 2),
+                "a fresh stream's append"
+            ),
+            (0, Err(e)) => panic!("the append to {} failed: {e}", b[0].stream),
+            (_, Ok(a)) => {
+                assert!(hot_winner.is_none(), "two NoStream appends to one stream both succeeded");
+                assert_eq!((a[0].first_seq.get(), a[0].last_seq.get()), (1, 1));
+                hot_winner = Some(b[0].events[0].payload.clone());
+            }
+            (_, Err(Error::Conflict { .. })) => {}
+            (_, Err(e)) => panic!("a losing NoStream append must be a conflict, got {e}"),
+        }
+    }
+    let winner = hot_winner.expect("one NoStream append to the hot stream succeeds");
+    let hot_events = all_events(&f.journal, &hot).await;
+    assert_eq!(hot_events.len(), 1, "only the winner's event is in the hot stream");
+    assert_eq!(hot_events[0].payload, winner, "and it is the winner's");
+    let mut positions = Vec::new();
+    for (i, s) in cold.iter().enumerate() {
+        let evs = all_events(&f.journal, s).await;
+        assert_eq!(
+            evs.iter().map(|e| (e.seq.get(), value_of(e).expect("an oracle value"))).collect::<Vec<_>>(),
+            [(1, i as i64), (2, 1)],
+            "stream {s} holds its own two events"
+        );
+        positions.extend(evs.iter().map(|e| e.global_position));
+    }
+    positions.push(hot_events[0].global_position);
+    let n = positions.len();
+    positions.sort_unstable();
+    positions.dedup();
+    assert_eq!(positions.len(), n, "global positions are distinct");
+    let rows = rows(&f.journal).await;
+    assert_eq!(rows.len(), 32 * 2 + 1, "one outbox row per appended event, none for a conflict");
+    assert!(rows.iter().all(|r| r.status == OutboxStatus::Pending));
 }
 
 /// `append`: requests for the same stream in one batch are applied in order and see each other.

@@ -49,6 +49,7 @@ macro_rules! for_each_check {
             append_conflict_exact_wrong_version,
             append_expected_versions_that_match,
             append_batch_is_all_or_nothing,
+            concurrent_appends_succeed_or_conflict_one_by_one,
             append_batch_requests_see_each_other,
             append_seqs_stay_contiguous_after_failures,
             append_global_positions_increase,

@@ -405,3 +405,29 @@ pub(crate) async fn statuses<J: Journal>(j: &J, stream: &StreamId) -> Vec<(u64, 
         .into_iter()
         .collect()
 }
+
+/// Runs `futures` concurrently on the current task (every one is polled
+/// until all are ready) and returns their outputs in order: what many
+/// callers sharing one store instance look like to it.
+pub(crate) async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futures.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("every future finished")).collect()
+}
