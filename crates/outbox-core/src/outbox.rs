@@ -88,6 +88,12 @@ pub struct OutboxRow {
 /// The longest failure message stored; longer ones are cut at a char boundary.
 pub const MAX_ERROR_LEN: usize = 2048;
 
+/// The error a claim records on a row it finds still `processing`: the
+/// worker that claimed it before stopped without completing, failing or
+/// abandoning it (see [`OutboxQueue`](crate::OutboxQueue), `claim`).
+pub const UNFINISHED_ATTEMPT: &str =
+    "a worker claimed this row and stopped before finishing it (crashed, killed or stalled past its lease)";
+
 /// `message` cut to at most [`MAX_ERROR_LEN`] bytes at a char boundary.
 pub fn truncate_error(message: &str) -> &str {
     if message.len() <= MAX_ERROR_LEN {

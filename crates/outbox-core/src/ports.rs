@@ -115,7 +115,16 @@ pub trait EventJournal: Send + Sync {
 /// - Marks `processing` and returns the head and the rows right behind it
 ///   (contiguous seqs, at most `max`) that are due, in seq order. Returns an
 ///   empty vector if the head is dead or not due (or there are no rows).
-/// - Re-claiming rows already `processing` (after a takeover) is allowed.
+/// - Re-claiming rows already `processing` (after a takeover) is allowed,
+///   and counts as an attempt: the claimer before stopped without
+///   completing, failing or abandoning them (a crash, a kill, a stall past
+///   its lease). A `processing` head is claimed **alone**, its
+///   `attempt_count` incremented and its `last_error` set to
+///   [`UNFINISHED_ATTEMPT`](crate::UNFINISHED_ATTEMPT); a `processing` row
+///   behind a head that is not ends the run before it. So a row whose apply
+///   kills its worker is isolated and its attempts add up to the
+///   dead-letter threshold (the worker parks a claimed row whose count
+///   already reached it instead of applying it again).
 /// - Of two claimers presenting different leases, at most one succeeds.
 ///
 /// `complete`:

@@ -10,7 +10,7 @@ use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
     OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, SystemClock, Timestamp, WorkerId, WorkerInfo, WorkerRegistry,
+    StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo, WorkerRegistry,
 };
 
 /// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
@@ -315,12 +315,23 @@ impl OutboxQueue for MemoryJournal {
             if !contiguous || row.status == OutboxStatus::Dead || row.next_attempt_at > now {
                 break;
             }
+            // An unfinished row is claimed alone (as the head) or not at all.
+            if !seqs.is_empty() && row.status == OutboxStatus::Processing {
+                break;
+            }
             seqs.push(*seq);
             expect = Some(seq.get() + 1);
+            if row.status == OutboxStatus::Processing {
+                break;
+            }
         }
         let mut out = Vec::with_capacity(seqs.len());
         for seq in seqs {
             if let Some(row) = st.outbox.get_mut(&(lease.stream.clone(), seq)) {
+                if row.status == OutboxStatus::Processing {
+                    row.attempt_count = row.attempt_count.saturating_add(1);
+                    row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                }
                 row.status = OutboxStatus::Processing;
                 row.updated_at = now;
                 out.push(row.clone());

@@ -244,10 +244,22 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     {
                         break;
                     }
+                    // An unfinished (processing) row is claimed alone, as the head.
+                    if idx > 0 && r.status == OutboxStatus::Processing {
+                        break;
+                    }
                     want.push(*q);
+                    if r.status == OutboxStatus::Processing {
+                        break;
+                    }
                 }
                 for q in &want {
-                    m.rows.get_mut(&(stream, *q)).unwrap().status = OutboxStatus::Processing;
+                    let row = m.rows.get_mut(&(stream, *q)).unwrap();
+                    if row.status == OutboxStatus::Processing {
+                        // Claimed again unfinished: one more attempt.
+                        row.attempts += 1;
+                    }
+                    row.status = OutboxStatus::Processing;
                 }
                 prop_assert_eq!(got, want, "op {}: claimed seqs", i);
             }

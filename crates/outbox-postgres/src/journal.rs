@@ -492,6 +492,7 @@ impl OutboxQueue for PgJournal {
             let rows = sqlx::query(CLAIM)
                 .bind(lease.stream.as_str())
                 .bind(max as i64)
+                .bind(outbox_core::UNFINISHED_ATTEMPT)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(err)?;
@@ -646,12 +647,16 @@ pub const CLAIM: &str = concat!(
        SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
          SELECT seq, status <> 'dead' AND next_attempt_at <= ",
     jnow!(),
-    " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 AS ok \
+    " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 \
+           AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' \
+                AND first_value(status) OVER (ORDER BY seq) <> 'processing')) AS ok \
          FROM (SELECT seq, status, next_attempt_at FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
        ) x) \
      UPDATE outbox o SET status = 'processing', updated_at = ",
     jnow!(),
-    " FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
+    ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
+       last_error = CASE WHEN o.status = 'processing' THEN $3 ELSE o.last_error END \
+     FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
      RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
                o.last_error, o.updated_at"
 );

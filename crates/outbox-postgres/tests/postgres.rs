@@ -210,7 +210,7 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     }
 
     let due = explain(pool, statements::DUE_STREAMS, |q| q.bind(64i64)).await;
-    let claim = explain(pool, statements::CLAIM, |q| q.bind("s500").bind(64i64)).await;
+    let claim = explain(pool, statements::CLAIM, |q| q.bind("s500").bind(64i64).bind("x")).await;
     let complete = explain(pool, statements::COMPLETE, |q| q.bind("s500").bind(3i64)).await;
     for (what, plan) in [("due_streams", &due), ("claim", &claim), ("complete", &complete)] {
         println!("{what}:\n{plan}\n");

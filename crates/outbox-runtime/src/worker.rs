@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{Error, Event, FailureOutcome, Lease, OutboxRow, Result, StreamId};
+use outbox_core::{
+    Error, Event, FailureDecision, FailureOutcome, Lease, OutboxRow, Result, StreamId, UNFINISHED_ATTEMPT,
+};
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -158,7 +160,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // Rows the previous batch's completion already claimed.
             let mut next = None;
             let batches = inner.config.batches_per_stream;
-            for i in 0..batches {
+            // Batches of one unfinished row (a takeover re-claiming what a
+            // stopped worker left, one row at a time) are recovery, not
+            // budget: the crashed batch is finished in this turn.
+            let mut spent = 0;
+            while spent < batches {
                 if cancel.is_cancelled() {
                     ended = StreamPass::Drained;
                     break;
@@ -172,10 +178,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         .await?;
                     renewed_at = Instant::now();
                 }
-                let more = i + 1 < batches;
-                (ended, next) = self
+                let more = spent + 1 < batches;
+                let recovery;
+                (ended, next, recovery) = self
                     .run_batch(kind, &lease, report, next.take(), more, &mut dirty)
                     .await?;
+                if !recovery {
+                    spent += 1;
+                }
                 match ended {
                     StreamPass::Budget => continue,
                     StreamPass::Drained | StreamPass::Blocked => break,
@@ -213,7 +223,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// `claimed`) and applies (or verifies) it. When the run was a full batch
     /// and `more` batches may follow, its completion claims the next run in
     /// the same store call, returned for the next batch. `dirty` says
-    /// whether claimed rows may be left `processing`.
+    /// whether claimed rows may be left `processing`. Also returns whether
+    /// the run was one unfinished row (a recovery batch).
     async fn run_batch(
         &self,
         kind: WorkerKind,
@@ -222,7 +233,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         claimed: Option<Vec<OutboxRow>>,
         more: bool,
         dirty: &mut bool,
-    ) -> Result<(StreamPass, Option<Vec<OutboxRow>>)> {
+    ) -> Result<(StreamPass, Option<Vec<OutboxRow>>, bool)> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
         let rows = match claimed {
@@ -236,10 +247,32 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         };
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
-            return Ok((StreamPass::Drained, None));
+            return Ok((StreamPass::Drained, None, false));
         };
         *dirty = true;
+        let recovery = first.last_error.as_deref() == Some(UNFINISHED_ATTEMPT);
+        let more = more || recovery;
         let stream = &lease.stream;
+        // A row whose attempts already reached the dead-letter threshold
+        // can only have got there by claims of an unfinished row (a failure
+        // at the threshold parks it): its apply keeps killing or stalling
+        // its worker. Park it instead of applying it again.
+        if first.attempt_count > 0
+            && matches!(
+                inner.config.retry.decide(first.attempt_count),
+                FailureDecision::DeadLetter
+            )
+        {
+            report.claimed += rows.len() as u64;
+            let message = format!(
+                "parked without another apply: {} attempts ended without a result; last: {}",
+                first.attempt_count,
+                first.last_error.as_deref().unwrap_or(UNFINISHED_ATTEMPT)
+            );
+            self.record_failure_message(lease, first, &message, report)
+                .await?;
+            return Ok((StreamPass::Blocked, None, recovery));
+        }
         report.claimed += rows.len() as u64;
         Metrics::add(&inner.metrics.claims, 1);
         let span = info_span!("apply", stream = %stream, first_seq = %first.seq, last_seq = %last.seq);
@@ -251,7 +284,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     return self
                         .record_failure(lease, first, &e, report)
                         .await
-                        .map(|()| (StreamPass::Blocked, None));
+                        .map(|()| (StreamPass::Blocked, None, recovery));
                 }
             };
             let result = match kind {
@@ -260,7 +293,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match result {
                 Ok(()) => {
-                    let full = rows.len() == batch;
+                    // A run the claim cut at an unfinished row (claimed
+                    // alone) may have more right behind it.
+                    let full = rows.len() == batch || recovery;
                     let (n, next) = if full && more {
                         let (n, next) = inner
                             .journal
@@ -287,7 +322,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         _ if full => StreamPass::Budget,
                         _ => StreamPass::Drained,
                     };
-                    Ok((pass, next))
+                    Ok((pass, next, recovery))
                 }
                 Err(Error::Apply {
                     seq,
@@ -326,12 +361,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     let failing = rows.iter().find(|r| r.seq == failing_seq).unwrap_or(first);
                     self.record_failure(lease, failing, &err, report).await?;
-                    Ok((StreamPass::Blocked, None))
+                    Ok((StreamPass::Blocked, None, recovery))
                 }
                 Err(e) if e.is_temporary() => Err(e),
                 Err(e) => {
                     self.record_failure(lease, first, &e, report).await?;
-                    Ok((StreamPass::Blocked, None))
+                    Ok((StreamPass::Blocked, None, recovery))
                 }
             }
         }
@@ -385,11 +420,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         error: &Error,
         report: &mut TickReport,
     ) -> Result<()> {
+        self.record_failure_message(lease, row, &error.to_string(), report)
+            .await
+    }
+
+    async fn record_failure_message(
+        &self,
+        lease: &Lease,
+        row: &OutboxRow,
+        message: &str,
+        report: &mut TickReport,
+    ) -> Result<()> {
         let inner = &self.inner;
-        let message = error.to_string();
         match inner
             .journal
-            .fail(lease, row.seq, &message, &inner.config.retry)
+            .fail(lease, row.seq, message, &inner.config.retry)
             .within(inner.config.store_deadline(), "fail")
             .await?
         {

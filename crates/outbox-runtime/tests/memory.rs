@@ -908,3 +908,58 @@ async fn producer_only_is_reached_from_the_environment() {
         .unwrap();
     assert!(err.to_string().contains("OUTBOX_INLINE_APPLY is false"), "{err}");
 }
+
+/// A row whose apply kills its worker (a crash loop: the worker never
+/// returns a failure) is counted one attempt per claim that finds it
+/// unfinished; once the count reaches the dead-letter threshold the next
+/// worker parks it without applying it again, and the stream's other rows
+/// wait behind it while other streams flow. Below the threshold, a worker
+/// that survives applies it normally.
+#[tokio::test(start_paused = true)]
+async fn a_row_that_keeps_killing_its_worker_is_dead_lettered_without_another_apply() {
+    let e = env();
+    let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap();
+    let config = worker_config().with_retry(policy);
+    let rt = runtime(&e, config.clone()).await;
+    let (poison, survivor) = (sid("poison"), sid("survivor"));
+    append_values(&rt, &poison, &[1, 2]).await;
+    append_values(&rt, &survivor, &[10]).await;
+    append_values(&rt, &sid("healthy"), &[5]).await;
+    let ttl = Duration::from_secs(30);
+    // "Processes" that each claim and die: no fail, abandon or release.
+    let crash = async |stream: &StreamId, worker: &str| {
+        let id = outbox_core::WorkerId::new(worker).unwrap();
+        let lease = e.journal.acquire(stream, &id, ttl).await.unwrap().unwrap();
+        let claimed = e.journal.claim(&lease, 10).await.unwrap();
+        tokio::time::advance(ttl + Duration::from_secs(1)).await;
+        claimed[0].attempt_count
+    };
+    assert_eq!(crash(&poison, "crash-1").await, 0, "the first claim is no attempt yet");
+    assert_eq!(crash(&poison, "crash-2").await, 1);
+    assert_eq!(crash(&poison, "crash-3").await, 2);
+    assert_eq!(crash(&survivor, "crash-4").await, 0);
+    assert_eq!(crash(&survivor, "crash-5").await, 1);
+    // The third unfinished claim is this worker's: the count reaches 3.
+    rt.tick().await.unwrap();
+    let row = rt.journal().row(&poison, Seq::FIRST).await.unwrap().unwrap();
+    assert_eq!(row.status, OutboxStatus::Dead, "{row:?}");
+    let error = row.last_error.unwrap();
+    assert!(
+        error.contains("without another apply") && error.contains("3 attempts"),
+        "{error}"
+    );
+    let behind = rt.journal().row(&poison, Seq::new(2).unwrap()).await.unwrap().unwrap();
+    assert_eq!(
+        (behind.status, behind.attempt_count),
+        (OutboxStatus::Pending, 0),
+        "left processing by the crashes, returned by the worker's abandon, waiting behind the dead head"
+    );
+    check_history(
+        &state(&e).await,
+        &expect(&[("healthy", 1, 5), ("survivor", 1, 10), ("poison", 0, 0)]),
+        &BTreeMap::new(),
+    )
+    .expect("the poison row was never applied; the survivor (2 attempts) and the healthy stream were");
+    let m = rt.metrics();
+    assert_eq!(m.dead_lettered, 1);
+}

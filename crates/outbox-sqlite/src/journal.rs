@@ -8,7 +8,7 @@ use outbox_core::spi::{duration_millis, journal_undecodable, truncate_error, val
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, Timestamp,
+    StreamVersion, Timestamp, UNFINISHED_ATTEMPT,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
@@ -251,12 +251,20 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
         })
         .map_err(&err)?;
     let mut through = None;
+    let processing = OutboxStatus::Processing.as_str();
     for (i, (seq, status, due)) in run.iter().enumerate() {
         let contiguous = i == 0 || *seq == run[0].0 + i as i64;
         if !contiguous || status == OutboxStatus::Dead.as_str() || *due != Some(true) {
             break;
         }
+        // An unfinished row is claimed alone (as the head) or not at all.
+        if i > 0 && status == processing {
+            break;
+        }
         through = Some(*seq);
+        if status == processing {
+            break;
+        }
     }
     let Some(through) = through else {
         return Ok(Vec::new());
@@ -265,12 +273,17 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
         .prepare_cached(concat!(
             "UPDATE outbox SET status = 'processing', updated_at = ",
             now_ms!(),
-            " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
+            ", attempt_count = attempt_count + (status = 'processing'), \
+             last_error = CASE WHEN status = 'processing' THEN ?4 ELSE last_error END \
+             WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
             outbox_sql::outbox_row_columns!()
         ))
         .and_then(|mut st| {
-            st.query_map(params![lease.stream.as_str(), run[0].0, through], decode_row)?
-                .collect()
+            st.query_map(
+                params![lease.stream.as_str(), run[0].0, through, UNFINISHED_ATTEMPT],
+                decode_row,
+            )?
+            .collect()
         })
         .map_err(&err)?;
     let mut rows = rows.into_iter().collect::<Result<Vec<_>>>()?;

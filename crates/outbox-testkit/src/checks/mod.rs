@@ -76,6 +76,7 @@ macro_rules! for_each_check {
             claim_is_empty_when_head_not_due,
             claim_is_empty_without_rows,
             claim_after_takeover_reclaims_processing_rows,
+            unfinished_claims_add_up_to_attempts,
             concurrent_claimers_exactly_one_wins,
             failed_head_blocks_its_stream_only,
             dead_head_blocks_its_stream_only,

@@ -7,7 +7,7 @@ use outbox_core::spi::truncate_error;
 use outbox_core::{
     AppendOptions, DeadLetters, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore,
     MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, RetryPolicy, Seq,
-    StreamId,
+    StreamId, UNFINISHED_ATTEMPT,
 };
 
 use super::support::{
@@ -267,7 +267,8 @@ pub async fn claim_is_empty_without_rows<H: Harness>(h: &H) {
 }
 
 /// `claim`: after the holder's lease expired, a new owner (higher epoch)
-/// re-claims the rows still `processing`; the old holder is refused.
+/// re-claims the rows still `processing`, one at a time from the head, each
+/// counted as an attempt; the old holder is refused.
 pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 3).await;
@@ -276,12 +277,12 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
     h.advance(&f.ctx, TTL + secs(1)).await;
     let (b, second) = take_and_claim(&f.journal, &s, "b", 10).await;
     assert_eq!(b.epoch, a.epoch + 1, "the takeover has the next epoch");
+    assert_eq!(seqs_of(&second), [1], "the unfinished head is re-claimed alone");
     assert_eq!(
-        seqs_of(&second),
-        [1, 2, 3],
-        "processing rows are re-claimed, with the row behind them"
+        (second[0].status, second[0].attempt_count, second[0].last_error.as_deref()),
+        (OutboxStatus::Processing, 1, Some(UNFINISHED_ATTEMPT)),
+        "and counted as an attempt"
     );
-    assert!(second.iter().all(|r| r.status == OutboxStatus::Processing));
     let r = f.journal.claim(&a, 10).await;
     assert!(
         matches!(r, Err(Error::LeaseLost { .. })),
@@ -300,11 +301,46 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
         matches!(r, Err(Error::LeaseLost { .. })),
         "the old holder's abandon: {r:?}"
     );
-    assert!(
-        rows(&f.journal)
-            .await
-            .iter()
-            .all(|r| r.status == OutboxStatus::Processing && r.attempt_count == 0)
+    use OutboxStatus::{Pending, Processing};
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(1, Processing), (2, Processing), (3, Pending)],
+        "the old holder changed nothing"
+    );
+    f.journal.complete(&s, seq(1)).await.unwrap();
+    let next = f.journal.claim(&b, 10).await.unwrap();
+    assert_eq!(seqs_of(&next), [2], "the next unfinished row, alone too");
+    assert_eq!(next[0].attempt_count, 1);
+    f.journal.complete(&s, seq(2)).await.unwrap();
+    let last = f.journal.claim(&b, 10).await.unwrap();
+    assert_eq!(
+        (seqs_of(&last), last[0].attempt_count, last[0].last_error.clone()),
+        (vec![3], 0, None),
+        "a row nobody claimed before is not counted"
+    );
+}
+
+/// `claim`: a row that keeps being claimed and never finished (its apply
+/// kills the worker each time) adds up one attempt per claim; a `processing`
+/// row behind a head that is not ends the run before it.
+pub async fn unfinished_claims_add_up_to_attempts<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    for round in 0..4u32 {
+        let (_lease, claimed) = take_and_claim(&f.journal, &s, &format!("w{round}"), 10).await;
+        let want: &[u64] = if round == 0 { &[1, 2] } else { &[1] };
+        assert_eq!(seqs_of(&claimed), want, "round {round}");
+        assert_eq!(claimed[0].attempt_count, round, "one attempt per unfinished claim");
+        // The worker dies: no complete, fail, abandon or release.
+        h.advance(&f.ctx, TTL + secs(1)).await;
+    }
+    let row1 = row(&f.journal, &s, 1).await;
+    assert_eq!(row1.attempt_count, 3, "three claims found it unfinished");
+    let row2 = row(&f.journal, &s, 2).await;
+    assert_eq!(
+        (row2.status, row2.attempt_count),
+        (OutboxStatus::Processing, 0),
+        "the row behind was not claimed again while the head was unfinished"
     );
 }
 
