@@ -491,3 +491,54 @@ mod tests {
         assert_eq!(PayloadHash::of(b"").to_string().len(), 64);
     }
 }
+
+/// Where each request of an append batch lands, checked before anything is
+/// written ([`plan_append`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendPlan<'a> {
+    /// The first seq of each request, in batch order.
+    pub firsts: Vec<u64>,
+    /// Each stream's head before the batch, in first-appearance order.
+    pub before: Vec<(&'a StreamId, u64)>,
+    /// Each stream's head after the batch, same order.
+    pub after: Vec<(&'a StreamId, u64)>,
+}
+
+/// Checks every request's expected version against its stream's head (from
+/// `head`, asked once per stream; later requests for a stream see the
+/// earlier ones), in batch order: the first mismatch is the batch's
+/// [`Error::Conflict`], and a stream pushed past [`Seq::MAX`] is invalid
+/// input. Every adapter's append runs this before writing, so all agree.
+pub fn plan_append<'a>(
+    batch: &'a [AppendRequest],
+    mut head: impl FnMut(&StreamId) -> u64,
+) -> Result<AppendPlan<'a>> {
+    let mut plan = AppendPlan {
+        firsts: Vec::with_capacity(batch.len()),
+        before: Vec::new(),
+        after: Vec::new(),
+    };
+    let mut index: std::collections::HashMap<&StreamId, usize> = std::collections::HashMap::new();
+    for req in batch {
+        let at = *index.entry(&req.stream).or_insert_with(|| {
+            let h = head(&req.stream);
+            plan.before.push((&req.stream, h));
+            plan.after.push((&req.stream, h));
+            plan.after.len() - 1
+        });
+        let actual = plan.after[at].1;
+        if !req.expected.matches(actual) {
+            return Err(req.expected.conflict(&req.stream, actual));
+        }
+        let next = actual + req.events.len() as u64;
+        if next > Seq::MAX.get() {
+            return Err(Error::invalid(format_args!(
+                "stream {} would exceed the largest seq",
+                req.stream
+            )));
+        }
+        plan.firsts.push(actual + 1);
+        plan.after[at].1 = next;
+    }
+    Ok(plan)
+}

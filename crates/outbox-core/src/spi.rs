@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use crate::{ProjectionName, Result, StreamId};
 
 pub use crate::apply::{apply_in, ended_by_projection};
+pub use crate::event::{AppendPlan, plan_append};
 pub use crate::outbox::{truncate_error, validate_limit, validate_ttl};
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
 pub use crate::stored::{

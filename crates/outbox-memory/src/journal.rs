@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::spi::{truncate_error, validate_limit, validate_ttl, worker_id_held};
+use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, worker_id_held};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
@@ -174,23 +174,7 @@ impl EventJournal for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         // Check every request before writing anything: all or nothing.
-        let mut heads: HashMap<&StreamId, u64> = HashMap::new();
-        for req in batch {
-            let actual = *heads
-                .entry(&req.stream)
-                .or_insert_with(|| st.head_of(&req.stream));
-            if !req.expected.matches(actual) {
-                return Err(req.expected.conflict(&req.stream, actual));
-            }
-            let next = actual + req.events.len() as u64;
-            if next > Seq::MAX.get() {
-                return Err(Error::invalid(format_args!(
-                    "stream {} would exceed the largest seq",
-                    req.stream
-                )));
-            }
-            heads.insert(&req.stream, next);
-        }
+        plan_append(batch, |s| st.head_of(s))?;
         let mut out = Vec::with_capacity(batch.len());
         for req in batch {
             let first = st.head_of(&req.stream) + 1;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use outbox_core::spi::{duration_millis, journal_undecodable, truncate_error, validate_limit};
+use outbox_core::spi::{duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
@@ -180,8 +180,9 @@ async fn append_tx(
     names.sort_unstable();
     names.dedup();
     let versions = lock_streams(conn, &names).await.map_err(err)?;
-    let mut heads: HashMap<&str, u64> = HashMap::with_capacity(names.len());
-    let mut firsts = Vec::with_capacity(batch.len());
+    let plan = plan_append(batch, |s| {
+        u64::try_from(versions.get(s.as_str()).copied().unwrap_or(0)).unwrap_or(0)
+    })?;
     let total: usize = batch.iter().map(|r| r.events.len()).sum();
     let (mut s, mut q, mut t, mut i, mut p, mut h, mut c, mut k) = (
         Vec::with_capacity(total),
@@ -193,25 +194,10 @@ async fn append_tx(
         Vec::with_capacity(total),
         Vec::with_capacity(total),
     );
-    for req in batch {
-        let actual = match heads.get(req.stream.as_str()) {
-            Some(h) => *h,
-            None => u64::try_from(versions.get(req.stream.as_str()).copied().unwrap_or(0)).unwrap_or(0),
-        };
-        if !req.expected.matches(actual) {
-            return Err(req.expected.conflict(&req.stream, actual));
-        }
-        let next = actual + req.events.len() as u64;
-        if next > Seq::MAX.get() {
-            return Err(Error::invalid(format_args!(
-                "stream {} would exceed the largest seq",
-                req.stream
-            )));
-        }
-        firsts.push(actual + 1);
+    for (req, &first) in batch.iter().zip(&plan.firsts) {
         for (j, e) in req.events.iter().enumerate() {
             s.push(req.stream.as_str());
-            q.push(seq_i64(actual + 1 + j as u64));
+            q.push(seq_i64(first + j as u64));
             t.push(e.event_type.as_str());
             i.push(e.intent.as_str());
             p.push(e.payload.as_slice());
@@ -219,10 +205,9 @@ async fn append_tx(
             c.push(e.metadata.correlation_id.as_deref());
             k.push(e.metadata.causation_id.as_deref());
         }
-        heads.insert(req.stream.as_str(), next);
     }
     let (head_names, head_values): (Vec<&str>, Vec<i64>) =
-        heads.iter().map(|(s, h)| (*s, seq_i64(*h))).unzip();
+        plan.after.iter().map(|(s, h)| (s.as_str(), seq_i64(*h))).unzip();
     let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(APPEND_WRITE)
         .bind(&s)
         .bind(&q)
@@ -243,7 +228,7 @@ async fn append_tx(
         positions.insert((stream.as_str(), *seq), (*global, *at));
     }
     let mut out = Vec::with_capacity(batch.len());
-    for (req, first) in batch.iter().zip(firsts) {
+    for (req, &first) in batch.iter().zip(&plan.firsts) {
         let (global, at) = positions
             .get(&(req.stream.as_str(), seq_i64(first)))
             .copied()

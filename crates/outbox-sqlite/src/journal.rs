@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::spi::{duration_millis, journal_undecodable, truncate_error, validate_limit};
+use outbox_core::spi::{duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
@@ -16,6 +16,7 @@ use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 use crate::engine::{JournalEngine, engine_error, to_row};
+use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_HEAD, UPSERT_STREAM};
 
 /// The SQLite journal database: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue),
 /// [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one file.
@@ -117,64 +118,28 @@ fn append_body(
     enqueue: bool,
 ) -> Result<Vec<Appended>> {
     let err = ctx("appending events");
-    let mut start: HashMap<&StreamId, u64> = HashMap::new();
-    let mut heads: HashMap<&StreamId, u64> = HashMap::new();
+    let mut current: HashMap<&StreamId, u64> = HashMap::new();
     {
-        let mut read_head = conn
-            .prepare_cached("SELECT head FROM streams WHERE stream = ?1")
-            .map_err(&err)?;
+        let mut read_head = conn.prepare_cached(READ_HEAD).map_err(&err)?;
         for req in batch {
-            let actual = match heads.get(&req.stream) {
-                Some(h) => *h,
-                None => {
-                    let h: Option<i64> = read_head
-                        .query_row([req.stream.as_str()], |r| r.get(0))
-                        .optional()
-                        .map_err(&err)?;
-                    let h = u64::try_from(h.unwrap_or(0)).unwrap_or(0);
-                    start.insert(&req.stream, h);
-                    h
-                }
-            };
-            if !req.expected.matches(actual) {
-                return Err(req.expected.conflict(&req.stream, actual));
+            if !current.contains_key(&req.stream) {
+                let h: Option<i64> = read_head
+                    .query_row([req.stream.as_str()], |r| r.get(0))
+                    .optional()
+                    .map_err(&err)?;
+                current.insert(&req.stream, u64::try_from(h.unwrap_or(0)).unwrap_or(0));
             }
-            let next = actual + req.events.len() as u64;
-            if next > Seq::MAX.get() {
-                return Err(Error::invalid(format_args!(
-                    "stream {} would exceed the largest seq",
-                    req.stream
-                )));
-            }
-            heads.insert(&req.stream, next);
         }
     }
+    let plan = plan_append(batch, |s| current[s])?;
 
     let now = db_now(conn).map_err(&err)?;
-    let mut insert_event = conn
-        .prepare_cached(
-            "INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
-             correlation_id, causation_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )
-        .map_err(&err)?;
-    let mut insert_row = conn
-        .prepare_cached(
-            "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, \
-             last_error, updated_at) VALUES (?1, ?2, ?3, 'pending', 0, ?4, NULL, ?4)",
-        )
-        .map_err(&err)?;
-    // New rows are behind any existing ones: an existing head stays.
-    let mut insert_head = conn
-        .prepare_cached(
-            "INSERT INTO outbox_heads (stream, head_seq, due_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (stream) DO NOTHING",
-        )
-        .map_err(&err)?;
+    let mut insert_event = conn.prepare_cached(INSERT_EVENT).map_err(&err)?;
+    let mut insert_row = conn.prepare_cached(INSERT_ROW).map_err(&err)?;
+    let mut insert_head = conn.prepare_cached(INSERT_HEAD).map_err(&err)?;
     let mut out = Vec::with_capacity(batch.len());
     let mut hashes = hashes.iter();
-    for req in batch {
-        let head = start.get_mut(&req.stream).expect("read above");
-        let first = *head + 1;
+    for (req, &first) in batch.iter().zip(&plan.firsts) {
         let mut first_global = None;
         for (i, e) in req.events.iter().enumerate() {
             let seq = seq_i64(first + i as u64);
@@ -205,7 +170,6 @@ fn append_body(
                 .map_err(&err)?;
         }
         let last = first + req.events.len() as u64 - 1;
-        *head = last;
         out.push(Appended {
             stream: req.stream.clone(),
             first_seq: Seq::new(first)?,
@@ -214,13 +178,8 @@ fn append_body(
             recorded_at: Timestamp::from_millis(now),
         });
     }
-    let mut upsert_stream = conn
-        .prepare_cached(
-            "INSERT INTO streams (stream, head) VALUES (?1, ?2) \
-             ON CONFLICT (stream) DO UPDATE SET head = excluded.head",
-        )
-        .map_err(&err)?;
-    for (stream, head) in &start {
+    let mut upsert_stream = conn.prepare_cached(UPSERT_STREAM).map_err(&err)?;
+    for (stream, head) in &plan.after {
         upsert_stream
             .execute(params![stream.as_str(), seq_i64(*head)])
             .map_err(&err)?;
@@ -372,7 +331,7 @@ fn read_events(conn: &Connection, stream: &StreamId, from: i64, limit: i64) -> R
             " FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3"
         ))
         .and_then(|mut st| {
-            st.query_map(params![stream.as_str(), from, limit], |r| to_row(r))?
+            st.query_map(params![stream.as_str(), from, limit], to_row)?
                 .collect()
         })
         .map_err(ctx("reading a stream"))?;
@@ -633,7 +592,7 @@ impl OutboxQueue for SqliteJournal {
         error: &str,
         policy: &RetryPolicy,
     ) -> Result<FailureOutcome> {
-        let (lease, error, policy) = (lease.clone(), error.to_owned(), policy.clone());
+        let (lease, error, policy) = (lease.clone(), error.to_owned(), *policy);
         self.engine
             .writer
             .write(move |conn| fail_body(conn, &lease, seq, &error, &policy))

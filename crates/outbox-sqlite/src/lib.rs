@@ -8,6 +8,7 @@ mod options;
 mod projection;
 mod runs;
 mod sql;
+mod statements;
 mod tx;
 mod wake;
 

@@ -404,11 +404,11 @@ impl Worker {
 
     /// Serves one session until it commits or its owner drops it.
     fn session(&self, begin: &'static str, steps: &mpsc::Receiver<Step>, ready: oneshot::Sender<Result<()>>) {
-        if !begin.is_empty() {
-            if let Err(e) = self.begin(begin) {
-                let _ = ready.send(Err(e));
-                return;
-            }
+        if !begin.is_empty()
+            && let Err(e) = self.begin(begin)
+        {
+            let _ = ready.send(Err(e));
+            return;
         }
         if ready.send(Ok(())).is_err() {
             // The caller is gone before it started.

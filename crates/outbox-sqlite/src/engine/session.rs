@@ -70,7 +70,7 @@ impl Conn for Session {
         self.run(move |conn| {
             let mut st = statement(conn, &what, &sql)?;
             let rows = st
-                .query_map(rusqlite::params_from_iter(args), |r| to_row(r))
+                .query_map(rusqlite::params_from_iter(args), to_row)
                 .map_err(|e| engine_error(&what, e))?;
             rows.collect::<rusqlite::Result<Vec<Row>>>()
                 .map_err(|e| engine_error(&what, e))
