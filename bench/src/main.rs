@@ -19,7 +19,10 @@ use report::{Report, Row};
 /// The workloads, in run order.
 const WORKLOADS: &[&str] = &["append", "concurrent", "drain", "claim", "lag", "rss"];
 
-const USAGE: &str = "usage: outbox-bench [--quick] [--json PATH] [--only NAME[,NAME]]
+const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [--only NAME[,NAME]]
+
+--events N overrides the events per append and drain round (default 20000,
+2000 with --quick)
 
 workloads (--only): append, concurrent, drain, claim, lag, rss";
 
@@ -29,6 +32,7 @@ pub(crate) struct Args {
     pub(crate) quick: bool,
     pub(crate) json: PathBuf,
     pub(crate) only: Vec<String>,
+    pub(crate) events: Option<u64>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args> {
@@ -36,10 +40,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args> {
         quick: false,
         json: PathBuf::from("target/bench/bench.json"),
         only: WORKLOADS.iter().map(|s| s.to_string()).collect(),
+        events: None,
     };
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => out.quick = true,
+            "--events" => {
+                let n: u64 = args.next().context("--events needs N")?.parse()?;
+                if n < 100 || !n.is_multiple_of(100) {
+                    bail!("--events must be a multiple of 100");
+                }
+                out.events = Some(n);
+            }
             "--json" => out.json = args.next().context("--json needs a PATH")?.into(),
             "--only" => {
                 let list = args.next().context("--only needs NAME[,NAME]")?;
@@ -119,7 +131,10 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let sizes = Sizes::of(args.quick);
+    let mut sizes = Sizes::of(args.quick);
+    if let Some(n) = args.events {
+        sizes.events = n;
+    }
     let tmp = fixture::bench_tmp_root()?;
     eprintln!(
         "outbox-bench: {} run, temp files under {} (SQLite {}, synchronous=FULL, WAL)",

@@ -19,7 +19,10 @@ const CLAIM: usize = 64;
 pub(crate) const PER_STREAM: u64 = 1000;
 
 pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
-    let mut medians = Vec::new();
+    // Pre-fill every size on both sides first, then interleave sizes as
+    // well as sides, so that a change in the machine's fsync latency hits
+    // both sizes alike (the size ratio is the figure that matters).
+    let mut sides = Vec::new();
     for n in ctx.sizes.backlogs {
         let t = Instant::now();
         let dir = prefill_outbox(ctx, n).await?;
@@ -29,38 +32,52 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
             "   backlog {n}: pre-filled both sides in {:.1} s",
             t.elapsed().as_secs_f64()
         );
-        let (mut o, mut r) = (Vec::new(), Vec::new());
-        {
-            let rt = fixture::open(dir.path(), Config::producer_only(), Seen::default().into()).await?;
-            let raw_path = raw_dir.path().to_path_buf();
-            let mut j = Some(blocking(move || raw::Journal::create(&raw_path)).await?);
-            for round in 0..ROUNDS {
-                o.push(outbox_cycles(&rt).await?);
-                let mut jj = j.take().expect("journal");
-                let (us, jj) = blocking(move || {
-                    let us = raw_cycles(&mut jj)?;
-                    Ok((us, jj))
-                })
-                .await?;
-                j = Some(jj);
-                r.push(us);
-                eprintln!(
-                    "   backlog {n}, round {}: outbox {:.1} us/op, raw {:.1} us/op",
-                    round + 1,
-                    o[round],
-                    r[round]
-                );
-            }
+        let rt = fixture::open(dir.path(), Config::producer_only(), Seen::default().into()).await?;
+        let raw_path = raw_dir.path().to_path_buf();
+        let j = blocking(move || raw::Journal::create(&raw_path)).await?;
+        sides.push(Side {
+            n,
+            dir,
+            _raw_dir: raw_dir,
+            rt,
+            raw: Some(j),
+            o: Vec::new(),
+            r: Vec::new(),
+        });
+    }
+    for round in 0..ROUNDS {
+        for side in &mut sides {
+            side.o.push(outbox_cycles(&side.rt).await?);
+            let mut j = side.raw.take().expect("journal");
+            let (us, j) = blocking(move || {
+                let us = raw_cycles(&mut j)?;
+                Ok((us, j))
+            })
+            .await?;
+            side.raw = Some(j);
+            side.r.push(us);
+            eprintln!(
+                "   backlog {}, round {}: outbox {:.1} us/op, raw {:.1} us/op",
+                side.n,
+                round + 1,
+                side.o[round],
+                side.r[round]
+            );
         }
-        medians.push((n, median(&o), median(&r)));
+    }
+    let mut medians = Vec::new();
+    for side in sides {
+        medians.push((side.n, median(&side.o), median(&side.r)));
         ctx.rows.push(Row::pair(
-            format!("W4 claim+abandon cycle at {n} pending"),
+            format!("W4 claim+abandon cycle at {} pending", side.n),
             "us/op",
             Better::Lower,
-            o,
-            r,
+            side.o,
+            side.r,
         ));
-        ctx.backlogs.push((n, dir));
+        side.rt.journal().close().await;
+        side.rt.store().close().await;
+        ctx.backlogs.push((side.n, side.dir));
     }
     if let [(n0, o0, r0), (n1, o1, r1)] = medians[..] {
         let mut row = Row::single(
@@ -74,6 +91,17 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
         ctx.rows.push(row);
     }
     Ok(())
+}
+
+/// One backlog size: the outbox's files and runtime, the raw journal.
+struct Side {
+    n: u64,
+    dir: tempfile::TempDir,
+    _raw_dir: tempfile::TempDir,
+    rt: fixture::Rt,
+    raw: Option<raw::Journal>,
+    o: Vec<f64>,
+    r: Vec<f64>,
 }
 
 /// An outbox journal with `n` pending rows: `n / 1000` streams of 1000
