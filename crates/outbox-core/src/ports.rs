@@ -140,6 +140,18 @@ pub trait EventJournal: Send + Sync {
 ///   are empty when nothing is due or the lease is no longer valid (the
 ///   completion stands either way: it needs no lease).
 ///
+/// `acquire_and_claim` (for adapters that are also a [`LeaseStore`]):
+/// - `acquire(stream, owner, ttl)`, then `claim` under the lease: the start
+///   of a stream pass, in one transaction where the adapter can. `None`
+///   (nothing claimed) when another owner holds the lease.
+///
+/// `complete_and_release` (likewise):
+/// - The end of a stream pass, in one transaction where the adapter can:
+///   `complete(lease.stream, through)` when `through` is given, then
+///   `abandon(lease)` when `abandon` is set, then `release(lease)`. Returns
+///   the rows completed. A lease that is no longer current is not an error:
+///   its abandon and release change nothing (the completion stands).
+///
 /// `fail`:
 /// - Requires the current lease (else `LeaseLost`) and a `processing` row at
 ///   `seq` (else [`Error::NotFound`](crate::Error::NotFound) or
@@ -179,6 +191,54 @@ pub trait OutboxQueue: Send + Sync {
                 Err(crate::Error::LeaseLost { .. }) => Ok((done, Vec::new())),
                 Err(e) => Err(e),
             }
+        }
+    }
+
+    /// Acquires the stream's lease and claims its head run (one commit
+    /// where the adapter can). The default makes both calls.
+    fn acquire_and_claim(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+        max: usize,
+    ) -> impl Future<Output = Result<Option<(Lease, Vec<OutboxRow>)>>> + Send
+    where
+        Self: LeaseStore,
+    {
+        async move {
+            let Some(lease) = self.acquire(stream, owner, ttl).await? else {
+                return Ok(None);
+            };
+            let rows = self.claim(&lease, max).await?;
+            Ok(Some((lease, rows)))
+        }
+    }
+
+    /// Completes through `through`, abandons and releases the lease (one
+    /// commit where the adapter can). The default makes the calls.
+    fn complete_and_release(
+        &self,
+        lease: &Lease,
+        through: Option<Seq>,
+        abandon: bool,
+    ) -> impl Future<Output = Result<u64>> + Send
+    where
+        Self: LeaseStore,
+    {
+        async move {
+            let done = match through {
+                Some(t) => self.complete(&lease.stream, t).await?,
+                None => 0,
+            };
+            if abandon {
+                match self.abandon(lease).await {
+                    Ok(_) | Err(crate::Error::LeaseLost { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.release(lease).await?;
+            Ok(done)
         }
     }
 

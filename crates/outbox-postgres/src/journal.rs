@@ -659,3 +659,4 @@ pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AN
      SELECT count(*) FROM del";
 
 outbox_sql::impl_journal_ports!(PgJournal, sql);
+outbox_sql::impl_lease_store!(PgJournal, sql);

@@ -3,6 +3,7 @@
 mod clock;
 mod config;
 mod deadline;
+mod failpoint;
 mod gaps;
 mod metrics;
 mod outbox;
@@ -13,6 +14,8 @@ mod worker;
 
 pub use clock::TokioClock;
 pub use config::{Config, ENV_VARS};
+#[cfg(feature = "failpoints")]
+pub use failpoint::POINTS as FAILPOINTS;
 pub use gaps::RepairReport;
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};

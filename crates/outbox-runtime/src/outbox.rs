@@ -326,6 +326,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .append(&batch, options)
             .within(self.inner.config.store_deadline(), "append")
             .await?;
+        crate::failpoint::failpoint("after_append");
         if mode.enqueues()
             && self.inner.config.wake_on_append
             && mode.runs_apply_worker() | mode.runs_shadow_worker()

@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{
-    Error, Event, FailureDecision, FailureOutcome, Lease, OutboxRow, Result, StreamId, UNFINISHED_ATTEMPT,
+    Error, Event, FailureDecision, FailureOutcome, Lease, OutboxRow, Result, Seq, StreamId,
+    UNFINISHED_ATTEMPT,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -141,10 +142,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<StreamPass> {
         let inner = &self.inner;
         let ttl = inner.config.lease_ttl;
-        let Some(mut lease) = inner
+        // The pass's first commit: the lease and the first run.
+        let Some((mut lease, claimed)) = inner
             .journal
-            .acquire(stream, &inner.worker_id, ttl)
-            .within(inner.config.store_deadline(), "acquire")
+            .acquire_and_claim(stream, &inner.worker_id, ttl, inner.config.batch_size)
+            .within(inner.config.store_deadline(), "acquire_and_claim")
             .await?
         else {
             report.contended += 1;
@@ -155,10 +157,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut renewed_at = Instant::now();
         // Whether rows of this lease may be left `processing`.
         let mut dirty = false;
+        // The last batch's completion, left to the pass's last commit.
+        let mut through = None;
         let result = async {
             let mut ended = StreamPass::Budget;
-            // Rows the previous batch's completion already claimed.
-            let mut next = None;
+            // Rows claimed ahead: by the acquisition, then by the previous
+            // batch's completion.
+            let mut next = Some(claimed);
             let batches = inner.config.batches_per_stream;
             // Batches of one unfinished row (a takeover re-claiming what a
             // stopped worker left, one row at a time) are recovery, not
@@ -181,7 +186,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 let more = spent + 1 < batches;
                 let recovery;
                 (ended, next, recovery) = self
-                    .run_batch(kind, &lease, report, next.take(), more, &mut dirty)
+                    .run_batch(kind, &lease, report, next.take(), more, &mut dirty, &mut through)
                     .await?;
                 if !recovery {
                     spent += 1;
@@ -194,27 +199,26 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             Ok::<StreamPass, Error>(ended)
         }
         .await;
-        // Whatever happened, leave nothing stuck in `processing` (a commit
-        // skipped when every claimed row was completed) and free the stream
-        // for the next worker. Both are best effort: if they fail, the lease
-        // expires and the rows are due again anyway.
-        if (dirty || result.is_err())
-            && let Err(e) = inner
+        // The pass's last commit: complete what the last batch applied,
+        // leave nothing stuck in `processing` (skipped when every claimed
+        // row was completed) and free the stream for the next worker. Best
+        // effort: if it fails, the lease expires and the rows are due again
+        // (already applied rows are then skipped by the checkpoints).
+        match inner
             .journal
-            .abandon(&lease)
-            .within(inner.config.store_deadline(), "abandon")
-            .await
-            && !matches!(e, Error::LeaseLost { .. })
-        {
-            debug!(error = %e, "abandon failed; the lease will expire");
-        }
-        if let Err(e) = inner
-            .journal
-            .release(&lease)
-            .within(inner.config.store_deadline(), "release")
+            .complete_and_release(&lease, through, dirty || result.is_err())
+            .within(inner.config.store_deadline(), "complete_and_release")
             .await
         {
-            debug!(error = %e, "release failed; the lease will expire");
+            Ok(n) => {
+                crate::failpoint::failpoint("after_complete");
+                report.completed += n;
+                Metrics::add(&inner.metrics.completed_rows, n);
+                if kind == WorkerKind::Shadow {
+                    Metrics::add(&inner.metrics.shadow_verified, n);
+                }
+            }
+            Err(e) => debug!(error = %e, "ending the stream pass failed; the lease will expire"),
         }
         result
     }
@@ -223,8 +227,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// `claimed`) and applies (or verifies) it. When the run was a full batch
     /// and `more` batches may follow, its completion claims the next run in
     /// the same store call, returned for the next batch. `dirty` says
-    /// whether claimed rows may be left `processing`. Also returns whether
-    /// the run was one unfinished row (a recovery batch).
+    /// whether claimed rows may be left `processing`; a last batch leaves
+    /// its completion in `through` for the pass's last commit. Also returns
+    /// whether the run was one unfinished row (a recovery batch).
+    #[allow(clippy::too_many_arguments)]
     async fn run_batch(
         &self,
         kind: WorkerKind,
@@ -233,6 +239,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         claimed: Option<Vec<OutboxRow>>,
         more: bool,
         dirty: &mut bool,
+        through: &mut Option<Seq>,
     ) -> Result<(StreamPass, Option<Vec<OutboxRow>>, bool)> {
         let inner = &self.inner;
         let batch = inner.config.batch_size;
@@ -249,6 +256,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
             return Ok((StreamPass::Drained, None, false));
         };
+        crate::failpoint::failpoint("after_claim");
         *dirty = true;
         let recovery = first.last_error.as_deref() == Some(UNFINISHED_ATTEMPT);
         let more = more || recovery;
@@ -256,12 +264,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // A row whose attempts already reached the dead-letter threshold
         // can only have got there by claims of an unfinished row (a failure
         // at the threshold parks it): its apply keeps killing or stalling
-        // its worker. Park it instead of applying it again.
+        // its worker. Park it instead of applying it again, unless every
+        // projection already applied it (the attempts then ended after the
+        // apply, before the completion: the apply below skips it).
         if first.attempt_count > 0
             && matches!(
                 inner.config.retry.decide(first.attempt_count),
                 FailureDecision::DeadLetter
             )
+            && !(kind == WorkerKind::Apply && self.applied_everywhere(&first.stream, first.seq).await?)
         {
             report.claimed += rows.len() as u64;
             let message = format!(
@@ -293,30 +304,29 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match result {
                 Ok(()) => {
+                    crate::failpoint::failpoint("after_apply");
                     // A run the claim cut at an unfinished row (claimed
                     // alone) may have more right behind it.
                     let full = rows.len() == batch || recovery;
-                    let (n, next) = if full && more {
+                    let next = if full && more {
                         let (n, next) = inner
                             .journal
                             .complete_and_claim(lease, last.seq, batch)
                             .within(inner.config.store_deadline(), "complete_and_claim")
                             .await?;
-                        (n, Some(next))
+                        crate::failpoint::failpoint("after_complete");
+                        report.completed += n;
+                        Metrics::add(&inner.metrics.completed_rows, n);
+                        if kind == WorkerKind::Shadow {
+                            Metrics::add(&inner.metrics.shadow_verified, n);
+                        }
+                        Some(next)
                     } else {
-                        let n = inner
-                            .journal
-                            .complete(stream, last.seq)
-                            .within(inner.config.store_deadline(), "complete")
-                            .await?;
-                        (n, None)
+                        // The pass ends here: its last commit completes.
+                        *through = Some(last.seq);
+                        None
                     };
                     *dirty = next.as_ref().is_some_and(|r| !r.is_empty());
-                    report.completed += n;
-                    Metrics::add(&inner.metrics.completed_rows, n);
-                    if kind == WorkerKind::Shadow {
-                        Metrics::add(&inner.metrics.shadow_verified, n);
-                    }
                     let pass = match &next {
                         Some(rows) if rows.is_empty() => StreamPass::Drained,
                         _ if full => StreamPass::Budget,
@@ -372,6 +382,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         .instrument(span)
         .await
+    }
+
+    /// Whether every projection's checkpoint on `stream` is at `seq` or past it.
+    async fn applied_everywhere(&self, stream: &StreamId, seq: Seq) -> Result<bool> {
+        let inner = &self.inner;
+        for p in &inner.projections {
+            let cp = inner
+                .store
+                .checkpoint(p.name(), stream)
+                .within(inner.config.store_deadline(), "checkpoint")
+                .await?;
+            if cp < seq.get() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Loads the claimed run from the journal and checks it is complete.

@@ -934,7 +934,11 @@ async fn a_row_that_keeps_killing_its_worker_is_dead_lettered_without_another_ap
         tokio::time::advance(ttl + Duration::from_secs(1)).await;
         claimed[0].attempt_count
     };
-    assert_eq!(crash(&poison, "crash-1").await, 0, "the first claim is no attempt yet");
+    assert_eq!(
+        crash(&poison, "crash-1").await,
+        0,
+        "the first claim is no attempt yet"
+    );
     assert_eq!(crash(&poison, "crash-2").await, 1);
     assert_eq!(crash(&poison, "crash-3").await, 2);
     assert_eq!(crash(&survivor, "crash-4").await, 0);
@@ -948,7 +952,12 @@ async fn a_row_that_keeps_killing_its_worker_is_dead_lettered_without_another_ap
         error.contains("without another apply") && error.contains("3 attempts"),
         "{error}"
     );
-    let behind = rt.journal().row(&poison, Seq::new(2).unwrap()).await.unwrap().unwrap();
+    let behind = rt
+        .journal()
+        .row(&poison, Seq::new(2).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (behind.status, behind.attempt_count),
         (OutboxStatus::Pending, 0),

@@ -293,7 +293,11 @@ async fn a_worker_wakes_on_another_connections_append_without_polling() {
     for n in 0..3u64 {
         other
             .append(
-                &[AppendRequest::new(s.clone(), ExpectedVersion::Exact(n), vec![add(2)])],
+                &[AppendRequest::new(
+                    s.clone(),
+                    ExpectedVersion::Exact(n),
+                    vec![add(2)],
+                )],
                 AppendOptions::enqueue(),
             )
             .await

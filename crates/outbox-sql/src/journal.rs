@@ -77,7 +77,8 @@ pub fn decode_row(r: &Row) -> Result<OutboxRow> {
     .into_row()
 }
 
-fn decode_lease(r: &Row, stream: &StreamId) -> Result<Lease> {
+/// A lease row (owner, epoch, expires_at) of `stream`, as [`ACQUIRE`] returns it.
+pub fn decode_lease(r: &Row, stream: &StreamId) -> Result<Lease> {
     let bad = |e: Error| journal_undecodable("stream lease", e);
     StoredLease::from((
         r.text(0).map_err(bad)?,
@@ -176,11 +177,19 @@ pub const ACQUIRE: &str = "INSERT INTO stream_leases (stream, owner, epoch, expi
             OR stream_leases.expires_at <= {now} \
          RETURNING owner, epoch, expires_at";
 
+/// Extends lease (`$1` stream, `$2` owner, `$3` epoch) to `{now} + $4` ms
+/// if it is still current; returns the new expiry, or no row.
+pub const RENEW: &str = "UPDATE stream_leases SET expires_at = {now} + $4 \
+     WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now} RETURNING expires_at";
+
+/// Frees lease (`$1` stream, `$2` owner, `$3` epoch) if it is still
+/// current (the epoch stays, so the next holder gets the next one).
+pub const RELEASE: &str = "UPDATE stream_leases SET owner = NULL, expires_at = {now} \
+     WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now}";
+
 /// [`LeaseStore::renew`](outbox_core::LeaseStore::renew).
 pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) -> Result<Lease> {
     validate_ttl(ttl)?;
-    const RENEW: &str = "UPDATE stream_leases SET expires_at = {now} + $4 \
-         WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now} RETURNING expires_at";
     let what = "renewing a stream lease";
     let mut tx = db.begin().await?;
     let row = tx
@@ -205,8 +214,6 @@ pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) 
 
 /// [`LeaseStore::release`](outbox_core::LeaseStore::release).
 pub async fn release(db: &(impl Database + ?Sized), lease: &Lease) -> Result<bool> {
-    const RELEASE: &str = "UPDATE stream_leases SET owner = NULL, expires_at = {now} \
-         WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now}";
     let what = "releasing a stream lease";
     let mut tx = db.begin().await?;
     let n = tx

@@ -16,7 +16,7 @@ pub use value::{Arg, Row, Value};
 pub use view_writes::ViewWrites;
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,
-/// `LeaseStore`, `LeaseAdmin`, `WorkerRegistry`) for an adapter type whose `$db` field
+/// `LeaseAdmin`, `WorkerRegistry`) for an adapter type whose `$db` field
 /// implements [`Database`], by delegating to [`journal`].
 #[macro_export]
 macro_rules! impl_journal_ports {
@@ -92,29 +92,6 @@ macro_rules! impl_journal_ports {
             }
         }
 
-        impl ::outbox_core::LeaseStore for $ty {
-            async fn acquire(
-                &self,
-                stream: &::outbox_core::StreamId,
-                owner: &::outbox_core::WorkerId,
-                ttl: ::std::time::Duration,
-            ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
-                $crate::journal::acquire(&*self.$db, stream, owner, ttl).await
-            }
-
-            async fn renew(
-                &self,
-                lease: &::outbox_core::Lease,
-                ttl: ::std::time::Duration,
-            ) -> ::outbox_core::Result<::outbox_core::Lease> {
-                $crate::journal::renew(&*self.$db, lease, ttl).await
-            }
-
-            async fn release(&self, lease: &::outbox_core::Lease) -> ::outbox_core::Result<bool> {
-                $crate::journal::release(&*self.$db, lease).await
-            }
-        }
-
         impl ::outbox_core::WorkerRegistry for $ty {
             async fn heartbeat(
                 &self,
@@ -137,6 +114,37 @@ macro_rules! impl_journal_ports {
 
             async fn prune(&self, grace: ::std::time::Duration) -> ::outbox_core::Result<u64> {
                 $crate::journal::prune(&*self.$db, grace).await
+            }
+        }
+    };
+}
+
+/// Implements `LeaseStore` for an adapter type whose `$db` field implements
+/// [`Database`], by delegating to [`journal`] (an adapter with a faster
+/// path writes its own, with the same statements).
+#[macro_export]
+macro_rules! impl_lease_store {
+    ($ty:ty, $db:ident) => {
+        impl ::outbox_core::LeaseStore for $ty {
+            async fn acquire(
+                &self,
+                stream: &::outbox_core::StreamId,
+                owner: &::outbox_core::WorkerId,
+                ttl: ::std::time::Duration,
+            ) -> ::outbox_core::Result<Option<::outbox_core::Lease>> {
+                $crate::journal::acquire(&*self.$db, stream, owner, ttl).await
+            }
+
+            async fn renew(
+                &self,
+                lease: &::outbox_core::Lease,
+                ttl: ::std::time::Duration,
+            ) -> ::outbox_core::Result<::outbox_core::Lease> {
+                $crate::journal::renew(&*self.$db, lease, ttl).await
+            }
+
+            async fn release(&self, lease: &::outbox_core::Lease) -> ::outbox_core::Result<bool> {
+                $crate::journal::release(&*self.$db, lease).await
             }
         }
     };

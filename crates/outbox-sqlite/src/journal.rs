@@ -4,14 +4,17 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::spi::{duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit};
+use outbox_core::spi::{
+    duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit, validate_ttl,
+};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, Timestamp, UNFINISHED_ATTEMPT,
+    Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
+    StreamId, StreamVersion, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
+use std::time::Duration;
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
@@ -35,7 +38,6 @@ pub struct SqliteJournal {
     /// Every port call.
     engine: Arc<JournalEngine>,
 }
-
 
 fn seq_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -262,7 +264,13 @@ fn complete_body(conn: &Connection, stream: &str, through: i64) -> Result<u64> {
     Ok(done as u64)
 }
 
-fn fail_body(conn: &Connection, lease: &Lease, seq: Seq, error: &str, policy: &RetryPolicy) -> Result<FailureOutcome> {
+fn fail_body(
+    conn: &Connection,
+    lease: &Lease,
+    seq: Seq,
+    error: &str,
+    policy: &RetryPolicy,
+) -> Result<FailureOutcome> {
     let err = ctx("recording an outbox failure");
     if !lease_valid(conn, lease).map_err(&err)? {
         return Err(lease.lost());
@@ -321,6 +329,40 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
         refresh_head(conn, lease.stream.as_str()).map_err(&err)?;
     }
     Ok(n as u64)
+}
+
+/// Takes or extends `stream`'s lease (the shared `ACQUIRE` statement).
+fn acquire_body(
+    conn: &Connection,
+    sql: &str,
+    stream: &StreamId,
+    owner: &WorkerId,
+    ttl: i64,
+) -> Result<Option<Lease>> {
+    let row = conn
+        .prepare_cached(sql)
+        .and_then(|mut st| {
+            st.query_row(params![stream.as_str(), owner.as_str(), ttl], to_row)
+                .optional()
+        })
+        .map_err(ctx("acquiring a stream lease"))?;
+    row.map(|r| outbox_sql::journal::decode_lease(&r, stream))
+        .transpose()
+}
+
+/// Frees `lease` if it is still current (the shared `RELEASE` statement).
+fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
+    let n = conn
+        .prepare_cached(sql)
+        .and_then(|mut st| {
+            st.execute(params![
+                lease.stream.as_str(),
+                lease.owner.as_str(),
+                seq_i64(lease.epoch)
+            ])
+        })
+        .map_err(ctx("releasing a stream lease"))?;
+    Ok(n > 0)
 }
 
 fn read_events(conn: &Connection, stream: &StreamId, from: i64, limit: i64) -> Result<Vec<Event>> {
@@ -446,7 +488,6 @@ impl SqliteJournal {
     pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
         self.db.advance_clock(duration_millis(d)).await
     }
-
 }
 
 impl EventJournal for SqliteJournal {
@@ -508,12 +549,14 @@ impl EventJournal for SqliteJournal {
             .engine
             .reader
             .read(move |conn| {
-                conn.prepare_cached("SELECT stream, head FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2")
-                    .and_then(|mut st| {
-                        st.query_map(params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
-                            .collect()
-                    })
-                    .map_err(ctx("listing streams"))
+                conn.prepare_cached(
+                    "SELECT stream, head FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2",
+                )
+                .and_then(|mut st| {
+                    st.query_map(params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect()
+                })
+                .map_err(ctx("listing streams"))
             })
             .await?;
         rows.into_iter()
@@ -568,8 +611,62 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
+    /// One transaction: the lease, then the claim.
+    async fn acquire_and_claim(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Option<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let max = validate_limit(max, MAX_PAGE)?;
+        let (stream, owner, sql) = (
+            stream.clone(),
+            owner.clone(),
+            Arc::clone(&self.engine.leases.acquire),
+        );
+        self.engine
+            .writer
+            .write(move |conn| {
+                let Some(lease) = acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl))? else {
+                    return Ok(None);
+                };
+                let rows = claim_body(conn, &lease, max)?;
+                Ok(Some((lease, rows)))
+            })
+            .await
+    }
+
+    /// One transaction: the completion, the abandon and the release.
+    async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
+        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
+        self.engine
+            .writer
+            .write(move |conn| {
+                let done = match through {
+                    Some(t) => complete_body(conn, lease.stream.as_str(), t.as_i64())?,
+                    None => 0,
+                };
+                if abandon {
+                    match abandon_body(conn, &lease) {
+                        Ok(_) | Err(Error::LeaseLost { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                release_body(conn, &sql, &lease)?;
+                Ok(done)
+            })
+            .await
+    }
+
     /// One transaction: the completion, then the next claim.
-    async fn complete_and_claim(&self, lease: &Lease, through: Seq, max: usize) -> Result<(u64, Vec<OutboxRow>)> {
+    async fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        through: Seq,
+        max: usize,
+    ) -> Result<(u64, Vec<OutboxRow>)> {
         let max = validate_limit(max, MAX_PAGE)?;
         let lease = lease.clone();
         self.engine
@@ -604,6 +701,59 @@ impl OutboxQueue for SqliteJournal {
         self.engine
             .writer
             .write(move |conn| abandon_body(conn, &lease))
+            .await
+    }
+}
+
+impl LeaseStore for SqliteJournal {
+    async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
+        validate_ttl(ttl)?;
+        let (stream, owner, sql) = (
+            stream.clone(),
+            owner.clone(),
+            Arc::clone(&self.engine.leases.acquire),
+        );
+        self.engine
+            .writer
+            .write(move |conn| acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl)))
+            .await
+    }
+
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.renew));
+        self.engine
+            .writer
+            .write(move |conn| {
+                let expires: Option<i64> = conn
+                    .prepare_cached(&sql)
+                    .and_then(|mut st| {
+                        st.query_row(
+                            params![
+                                lease.stream.as_str(),
+                                lease.owner.as_str(),
+                                seq_i64(lease.epoch),
+                                duration_millis(ttl)
+                            ],
+                            |r| r.get(0),
+                        )
+                        .optional()
+                    })
+                    .map_err(ctx("renewing a stream lease"))?;
+                let expires = expires.ok_or_else(|| lease.lost())?;
+                Ok(Lease {
+                    expires_at: Timestamp::from_millis(expires),
+                    ..lease
+                })
+            })
+            .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
+        self.engine
+            .writer
+            .write(move |conn| release_body(conn, &sql, &lease))
             .await
     }
 }

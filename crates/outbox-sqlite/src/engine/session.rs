@@ -96,14 +96,34 @@ pub(crate) struct JournalEngine {
     pub(crate) writer: Engine,
     pub(crate) reader: Engine,
     dialect: Arc<Dialect>,
+    /// The shared lease statements, rendered once for this file.
+    pub(crate) leases: LeaseSql,
+}
+
+/// [`outbox_sql::journal`]'s lease statements in this dialect.
+#[derive(Debug)]
+pub(crate) struct LeaseSql {
+    pub(crate) acquire: Arc<str>,
+    pub(crate) renew: Arc<str>,
+    pub(crate) release: Arc<str>,
 }
 
 impl JournalEngine {
-    pub(crate) fn start(path: &Path, options: &SqliteOptions, dialect: Arc<Dialect>) -> Result<JournalEngine> {
+    pub(crate) fn start(
+        path: &Path,
+        options: &SqliteOptions,
+        dialect: Arc<Dialect>,
+    ) -> Result<JournalEngine> {
+        let leases = LeaseSql {
+            acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
+            renew: dialect.sql(outbox_sql::journal::RENEW).into(),
+            release: dialect.sql(outbox_sql::journal::RELEASE).into(),
+        };
         Ok(JournalEngine {
             writer: Engine::start(path, options, Access::Write)?,
             reader: Engine::start(path, options, Access::Read)?,
             dialect,
+            leases,
         })
     }
 

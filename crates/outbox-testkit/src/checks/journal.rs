@@ -308,7 +308,11 @@ pub async fn concurrent_appends_succeed_or_conflict_one_by_one<H: Harness>(h: &H
     let mut batches = Vec::new();
     for (i, s) in cold.iter().enumerate() {
         batches.push(vec![req(s, ExpectedVersion::NoStream, adds(&[i as i64, 1]))]);
-        batches.push(vec![req(&hot, ExpectedVersion::NoStream, adds(&[100 + i as i64]))]);
+        batches.push(vec![req(
+            &hot,
+            ExpectedVersion::NoStream,
+            adds(&[100 + i as i64]),
+        )]);
     }
     let calls = batches
         .iter()
@@ -325,7 +329,10 @@ pub async fn concurrent_appends_succeed_or_conflict_one_by_one<H: Harness>(h: &H
             ),
             (0, Err(e)) => panic!("the append to {} failed: {e}", b[0].stream),
             (_, Ok(a)) => {
-                assert!(hot_winner.is_none(), "two NoStream appends to one stream both succeeded");
+                assert!(
+                    hot_winner.is_none(),
+                    "two NoStream appends to one stream both succeeded"
+                );
                 assert_eq!((a[0].first_seq.get(), a[0].last_seq.get()), (1, 1));
                 hot_winner = Some(b[0].events[0].payload.clone());
             }
@@ -335,13 +342,19 @@ pub async fn concurrent_appends_succeed_or_conflict_one_by_one<H: Harness>(h: &H
     }
     let winner = hot_winner.expect("one NoStream append to the hot stream succeeds");
     let hot_events = all_events(&f.journal, &hot).await;
-    assert_eq!(hot_events.len(), 1, "only the winner's event is in the hot stream");
+    assert_eq!(
+        hot_events.len(),
+        1,
+        "only the winner's event is in the hot stream"
+    );
     assert_eq!(hot_events[0].payload, winner, "and it is the winner's");
     let mut positions = Vec::new();
     for (i, s) in cold.iter().enumerate() {
         let evs = all_events(&f.journal, s).await;
         assert_eq!(
-            evs.iter().map(|e| (e.seq.get(), value_of(e).expect("an oracle value"))).collect::<Vec<_>>(),
+            evs.iter()
+                .map(|e| (e.seq.get(), value_of(e).expect("an oracle value")))
+                .collect::<Vec<_>>(),
             [(1, i as i64), (2, 1)],
             "stream {s} holds its own two events"
         );
@@ -353,7 +366,11 @@ pub async fn concurrent_appends_succeed_or_conflict_one_by_one<H: Harness>(h: &H
     positions.dedup();
     assert_eq!(positions.len(), n, "global positions are distinct");
     let rows = rows(&f.journal).await;
-    assert_eq!(rows.len(), 32 * 2 + 1, "one outbox row per appended event, none for a conflict");
+    assert_eq!(
+        rows.len(),
+        32 * 2 + 1,
+        "one outbox row per appended event, none for a conflict"
+    );
     assert!(rows.iter().all(|r| r.status == OutboxStatus::Pending));
 }
 

@@ -95,6 +95,8 @@ macro_rules! for_each_check {
             complete_makes_next_head_due,
             complete_and_claim_completes_then_claims_the_next_run,
             complete_and_claim_with_a_lost_lease_completes_and_claims_nothing,
+            acquire_and_claim_takes_the_lease_and_the_head_run,
+            complete_and_release_completes_abandons_and_frees_the_stream,
             requeue_revives_dead_row,
             requeue_of_live_row_is_invalid_state,
             requeue_of_missing_row_is_not_found,

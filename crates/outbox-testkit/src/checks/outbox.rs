@@ -279,7 +279,11 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
     assert_eq!(b.epoch, a.epoch + 1, "the takeover has the next epoch");
     assert_eq!(seqs_of(&second), [1], "the unfinished head is re-claimed alone");
     assert_eq!(
-        (second[0].status, second[0].attempt_count, second[0].last_error.as_deref()),
+        (
+            second[0].status,
+            second[0].attempt_count,
+            second[0].last_error.as_deref()
+        ),
         (OutboxStatus::Processing, 1, Some(UNFINISHED_ATTEMPT)),
         "and counted as an attempt"
     );
@@ -330,7 +334,10 @@ pub async fn unfinished_claims_add_up_to_attempts<H: Harness>(h: &H) {
         let (_lease, claimed) = take_and_claim(&f.journal, &s, &format!("w{round}"), 10).await;
         let want: &[u64] = if round == 0 { &[1, 2] } else { &[1] };
         assert_eq!(seqs_of(&claimed), want, "round {round}");
-        assert_eq!(claimed[0].attempt_count, round, "one attempt per unfinished claim");
+        assert_eq!(
+            claimed[0].attempt_count, round,
+            "one attempt per unfinished claim"
+        );
         // The worker dies: no complete, fail, abandon or release.
         h.advance(&f.ctx, TTL + secs(1)).await;
     }
@@ -830,7 +837,10 @@ pub async fn complete_and_claim_completes_then_claims_the_next_run<H: Harness>(h
     assert_eq!(done, 2, "rows 1 and 2 completed");
     assert_eq!(seqs_of(&next), [3, 4], "the next run, at most max");
     use OutboxStatus::{Pending, Processing};
-    assert_eq!(statuses(&f.journal, &s).await, [(3, Processing), (4, Processing), (5, Pending)]);
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(3, Processing), (4, Processing), (5, Pending)]
+    );
     let (done, next) = f.journal.complete_and_claim(&lease, seq(4), 2).await.unwrap();
     assert_eq!((done, seqs_of(&next)), (2, vec![5]));
     let (done, next) = f.journal.complete_and_claim(&lease, seq(5), 2).await.unwrap();
@@ -856,6 +866,78 @@ pub async fn complete_and_claim_with_a_lost_lease_completes_and_claims_nothing<H
         [(3, Pending), (4, Pending)],
         "the rows behind stay pending"
     );
+}
+
+/// `acquire_and_claim`: takes a free stream's lease and claims its head run
+/// in one call; with the lease held by another owner, `None` and nothing
+/// changes.
+pub async fn acquire_and_claim_takes_the_lease_and_the_head_run<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 4).await;
+    let (lease, claimed) = f
+        .journal
+        .acquire_and_claim(&s, &owner("w"), TTL, 3)
+        .await
+        .unwrap()
+        .expect("a free stream");
+    assert_eq!((lease.owner.as_str(), lease.epoch), ("w", 1));
+    assert_eq!(seqs_of(&claimed), [1, 2, 3]);
+    use OutboxStatus::{Pending, Processing};
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(1, Processing), (2, Processing), (3, Processing), (4, Pending)]
+    );
+    let before = rows(&f.journal).await;
+    let other = f
+        .journal
+        .acquire_and_claim(&s, &owner("x"), TTL, 3)
+        .await
+        .unwrap();
+    assert!(other.is_none(), "a held lease: {other:?}");
+    assert_eq!(rows(&f.journal).await, before, "nothing claimed");
+    let renewed = f.journal.renew(&lease, TTL).await;
+    assert!(renewed.is_ok(), "the lease is the holder's, current: {renewed:?}");
+}
+
+/// `complete_and_release`: completes, returns the rest of the holder's
+/// processing rows to pending and frees the stream in one call; with a
+/// lease no longer current the completion stands and nothing else changes.
+pub async fn complete_and_release_completes_abandons_and_frees_the_stream<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 5).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 3).await;
+    assert_eq!(seqs_of(&claimed), [1, 2, 3]);
+    let done = f
+        .journal
+        .complete_and_release(&lease, Some(seq(2)), true)
+        .await
+        .unwrap();
+    assert_eq!(done, 2);
+    use OutboxStatus::Pending;
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(3, Pending), (4, Pending), (5, Pending)],
+        "the unfinished row is pending again"
+    );
+    assert!(is_due(&f.journal, &s).await, "the stream is free and due");
+    let next = take(&f.journal, &s, "x").await;
+    assert_eq!(next.epoch, lease.epoch + 1, "the next holder gets the next epoch");
+    // The old holder ends its pass late: its completion stands, the rest
+    // (abandon, release) changes nothing and is not an error.
+    let late = f
+        .journal
+        .complete_and_release(&lease, Some(seq(3)), true)
+        .await
+        .unwrap();
+    assert_eq!(late, 1, "completion needs no lease");
+    assert_eq!(
+        f.journal.lease(&s).await.unwrap().map(|l| (l.owner, l.epoch)),
+        Some((owner("x"), next.epoch)),
+        "the new holder keeps its lease"
+    );
+    let nothing = f.journal.complete_and_release(&next, None, false).await.unwrap();
+    assert_eq!(nothing, 0);
+    assert!(f.journal.lease(&s).await.unwrap().is_none(), "released");
 }
 
 /// `requeue`: a dead row becomes pending, attempt count 0, error cleared, due now.

@@ -429,5 +429,7 @@ pub(crate) async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::
         }
     })
     .await;
-    out.into_iter().map(|o| o.expect("every future finished")).collect()
+    out.into_iter()
+        .map(|o| o.expect("every future finished"))
+        .collect()
 }

@@ -611,12 +611,17 @@ pub async fn view_long_runs_commit_the_last_write_of_each_key<H: Harness>(h: &H)
         &s,
         &p,
         "s",
-        vec![vec![put("t", "old-1", doc("o1", 1)), put("t", "old-2", doc("o2", 2))]],
+        vec![vec![
+            put("t", "old-1", doc("o1", 1)),
+            put("t", "old-2", doc("o2", 2)),
+        ]],
     )
     .await
     .unwrap();
     let key = |i: usize| format!("k{i:04}");
-    let first: Vec<Op> = (0..1_500).map(|i| put("t", &key(i), doc("v1", i as i64))).collect();
+    let first: Vec<Op> = (0..1_500)
+        .map(|i| put("t", &key(i), doc("v1", i as i64)))
+        .collect();
     let second = vec![
         del("t", &key(3)),
         del("t", &key(3)),
@@ -672,7 +677,10 @@ pub async fn view_long_runs_commit_the_last_write_of_each_key<H: Harness>(h: &H)
     want.push(("old-2".into(), doc("o2-new", 22)));
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(committed.len(), want.len(), "documents committed");
-    assert!(committed == want, "the committed documents are the last write of each key");
+    assert!(
+        committed == want,
+        "the committed documents are the last write of each key"
+    );
 }
 
 /// A failing applier rolls back every document write of the transaction
