@@ -7,6 +7,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod crash;
 mod migrations;
 mod package;
 mod pg;
@@ -16,8 +17,9 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   ci          fmt check, tidy, the migrations check, clippy (warnings
-              denied), the core boundary check, docs, the package check, and
-              every test (starts a throwaway Postgres when needed)
+              denied), the core boundary check, docs, the package check,
+              every test (starts a throwaway Postgres when needed), and a
+              short crash run (20 SQLite and 10 Postgres rounds, fixed seed)
   tidy [--fix]
               check (as text) that every OUTBOX_* variable is defined once and
               is a row of README.md's configuration table (--fix writes the
@@ -31,6 +33,9 @@ commands:
               cargo package every publishable crate and build each package
               from its .crate file
   test        run every test (starts a throwaway Postgres when needed)
+  crash [--backend sqlite|postgres] [--rounds N] [--seed S] [--round-seed S]
+              the crash harness (release, failpoints on): kill -9 and named
+              crash points, then the exactly-once check (docs/crash-testing.md)
   pg-shell    start a throwaway Postgres, print its URL, wait for Enter
   bench [--quick] [--json PATH] [--only NAME[,NAME]]
               run outbox-bench (release): the outbox on SQLite against a raw
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Some("sync-migrations") => migrations::sync(),
         Some("package-check") => package::package_check(),
         Some("test") => test(),
+        Some("crash") => crash::crash(&args[1..]),
         Some("pg-shell") => pg_shell(),
         Some("bench") => bench(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
@@ -123,7 +129,10 @@ fn ci() -> Result<()> {
     // After `cargo doc`: the packages' check reuses its dependency metadata.
     package::package_check()?;
 
-    test()
+    test()?;
+
+    // After the tests: a short crash run with a fixed seed.
+    crash::crash_runs(crash::CI_ROUNDS)
 }
 
 /// `outbox-core` must stay free of I/O runtimes and drivers.

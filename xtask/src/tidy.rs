@@ -57,6 +57,11 @@ const TEST_VARS: &[(&str, &str, &str)] = &[
         "set: the Postgres tests keep their schemas for inspection instead of dropping them",
     ),
     (
+        "OUTBOX_CRASH_AT",
+        "(unset)",
+        "`point:N`: a build with the runtime's `failpoints` feature (only `cargo xtask crash` makes one) aborts at the N-th hit of that crash point (docs/crash-testing.md)",
+    ),
+    (
         "OUTBOX_BENCH_DATABASE_URL",
         "(`OUTBOX_TEST_DATABASE_URL`)",
         "Postgres for `cargo bench -p outbox-postgres`",
@@ -160,7 +165,7 @@ impl Inputs {
             })
         };
         let mut all = Vec::new();
-        for dir in ["crates", "examples", "xtask", "docs"] {
+        for dir in ["crates", "examples", "xtask", "crash", "docs"] {
             walk(root, &root.join(dir), &mut all)?;
         }
         let mut rust = Vec::new();

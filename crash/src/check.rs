@@ -1,0 +1,236 @@
+//! The exactly-once check after a round: the journal against the ack logs,
+//! the oracle projection against the journal, the outbox empty, and a
+//! rebuild's digest against the live one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use outbox_core::{Seq, StreamId};
+use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
+use outbox_testkit::{Expected, OracleProjection, check_history, oracle_registry, read_state, value_of};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Place, stream_names};
+
+/// `outbox-crash check`: the check alone, on a kept round.
+pub(crate) fn main(args: &crate::Args) -> Result<u8> {
+    let place = Place::from_args(args)?;
+    let streams = args.num("--streams", 6)?;
+    let dir = args.req("--dir")?;
+    let mut logs = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "acks") {
+            logs.push(path);
+        }
+    }
+    let acks = read_acks(&logs)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match rt.block_on(check(&place, streams, &acks))? {
+        Ok(v) => {
+            println!("ok: {} events, {} acknowledged", v.events, v.acked);
+            Ok(0)
+        }
+        Err(e) => {
+            println!("VIOLATION:\n{e}");
+            Ok(1)
+        }
+    }
+}
+
+/// One acknowledged append of one stream, from a victim's ack log.
+#[derive(Clone, Debug)]
+pub(crate) struct Ack {
+    stream: String,
+    first: u64,
+    last: u64,
+    values: Vec<i64>,
+}
+
+/// Reads the ack logs. A last line without its newline is a write the kill
+/// interrupted (the append was acknowledged, its log line was not): it is
+/// left out, as an append that is not acknowledged.
+pub(crate) fn read_acks(paths: &[impl AsRef<Path>]) -> Result<Vec<Ack>> {
+    let mut acks = Vec::new();
+    for path in paths {
+        let path = path.as_ref();
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let complete = match text.rfind('\n') {
+            Some(i) => &text[..=i],
+            None => "",
+        };
+        for line in complete.lines() {
+            let parse = || -> Option<Ack> {
+                let mut f = line.split(' ');
+                let stream = f.next()?.to_owned();
+                let first = f.next()?.parse().ok()?;
+                let last = f.next()?.parse().ok()?;
+                let values: Vec<i64> = f
+                    .next()?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .ok()?;
+                (f.next().is_none() && last >= first && values.len() as u64 == last - first + 1).then_some(
+                    Ack {
+                        stream,
+                        first,
+                        last,
+                        values,
+                    },
+                )
+            };
+            acks.push(parse().with_context(|| format!("{}: malformed ack line {line:?}", path.display()))?);
+        }
+    }
+    Ok(acks)
+}
+
+/// What a passing check saw.
+#[derive(Clone, Debug)]
+pub(crate) struct Verdict {
+    /// Events in the journal (all applied exactly once).
+    pub(crate) events: u64,
+    /// Of them, acknowledged to a producer.
+    pub(crate) acked: u64,
+}
+
+/// The check. `Ok(Err(..))` is a violation of the promise; `Err` is the
+/// harness failing to look.
+pub(crate) async fn check(place: &Place, streams: u64, acks: &[Ack]) -> Result<Result<Verdict, String>> {
+    let live = with_stores!(place, |j, p, _wake| live(j, p, streams, acks).await)?;
+    let (verdict, expected, digest) = match live {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(e)),
+    };
+    let scratch = place.with_projections("rebuild");
+    let rebuilt = with_stores!(&scratch, |j, p, _wake| rebuild(j, p, &expected).await)?;
+    Ok(match rebuilt {
+        Ok(d) if d == digest => Ok(verdict),
+        Ok(d) => Err(format!(
+            "the rebuild's digest {} differs from the live projection's {}",
+            hex(&d),
+            hex(&digest)
+        )),
+        Err(e) => Err(format!("rebuild: {e}")),
+    })
+}
+
+fn hex(d: &[u8; 32]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn oracle_runtime<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    store: P,
+) -> Result<Outbox<J, P>> {
+    Outbox::builder(journal, store)
+        .config(Config::default())
+        .event_types(oracle_registry())
+        .view(OracleProjection::new("oracle"))
+        .build()
+        .await
+        .context("build the checking runtime")
+}
+
+type Live = (Verdict, BTreeMap<String, Expected>, [u8; 32]);
+
+async fn live<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    store: P,
+    streams: u64,
+    acks: &[Ack],
+) -> Result<Result<Live, String>> {
+    let outbox = oracle_runtime(journal, store).await?;
+    let mut problems = Vec::new();
+    let summary = outbox.journal().summary().await?;
+    if summary.total() != 0 {
+        problems.push(format!("the outbox is not empty after the drain: {summary:?}"));
+    }
+    // What the journal holds: every event, appended and acknowledged or not.
+    let mut contents: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for name in stream_names(streams) {
+        let stream = StreamId::new(name.as_str())?;
+        let mut values = Vec::new();
+        loop {
+            let from = values.len() as u64 + 1;
+            let page = outbox
+                .journal()
+                .read_stream(&stream, Seq::new(from)?, 500)
+                .await?;
+            if page.is_empty() {
+                break;
+            }
+            for (i, e) in page.iter().enumerate() {
+                if e.seq.get() != from + i as u64 {
+                    problems.push(format!(
+                        "{name}: the journal has seq {} at {}",
+                        e.seq,
+                        from + i as u64
+                    ));
+                }
+                values.push(value_of(e).map_err(|e| anyhow::anyhow!("{name}: {e}"))?);
+            }
+        }
+        if !values.is_empty() {
+            contents.insert(name, values);
+        }
+    }
+    // Every acknowledged append is there, with its values.
+    let mut acked = 0;
+    for a in acks {
+        acked += a.values.len() as u64;
+        let have = contents.get(&a.stream).map(Vec::as_slice).unwrap_or_default();
+        let got = have.get(a.first as usize - 1..a.last as usize);
+        if got != Some(a.values.as_slice()) {
+            problems.push(format!(
+                "acknowledged append lost or changed: {} seqs {}..={} values {:?}, the journal has {:?}",
+                a.stream, a.first, a.last, a.values, got
+            ));
+        }
+    }
+    // Every event in the journal applied exactly once, in order.
+    let expected: BTreeMap<String, Expected> = contents
+        .iter()
+        .map(|(s, v)| {
+            (
+                s.clone(),
+                Expected {
+                    through: v.len() as u64,
+                    sum: v.iter().sum(),
+                },
+            )
+        })
+        .collect();
+    let state = read_state(outbox.store(), "oracle").await?;
+    if let Err(e) = check_history(&state, &expected, &BTreeMap::new()) {
+        problems.push(format!("history:\n{e}"));
+    }
+    let digest = outbox.store().digest(&*outbox.projection("oracle")?).await?;
+    if !problems.is_empty() {
+        return Ok(Err(problems.join("\n")));
+    }
+    let events = contents.values().map(|v| v.len() as u64).sum();
+    Ok(Ok((Verdict { events, acked }, expected, digest.0)))
+}
+
+/// A full rebuild of the oracle from the journal into the scratch store:
+/// its own history must check, and its digest is returned.
+async fn rebuild<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    scratch: P,
+    expected: &BTreeMap<String, Expected>,
+) -> Result<Result<[u8; 32], String>> {
+    let outbox = oracle_runtime(journal, scratch).await?;
+    outbox.rebuild("oracle", &CancellationToken::new()).await?;
+    let state = read_state(outbox.store(), "oracle").await?;
+    if let Err(e) = check_history(&state, expected, &BTreeMap::new()) {
+        return Ok(Err(format!("the rebuilt projection's history:\n{e}")));
+    }
+    Ok(Ok(outbox.store().digest(&*outbox.projection("oracle")?).await?.0))
+}

@@ -1,0 +1,592 @@
+//! `outbox-crash run`: rounds of victims, faults, a clean drain and the check.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use outbox_runtime::{Config, FAILPOINTS};
+
+use crate::check::{check, read_acks};
+use crate::victim::Role;
+use crate::{Args, Place, Rng, parse_u64};
+
+/// The victims' lease TTL: short, so a takeover happens within a round.
+const LEASE_TTL_MS: u64 = 1500;
+/// How long the clean drain may take before the round fails (liveness only:
+/// the check itself never depends on timing).
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long the fault phase may take before the round fails (liveness).
+const FAULT_PHASE_LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// One round's schedule, all drawn from its seed.
+#[derive(Debug)]
+struct Plan {
+    roles: Vec<Role>,
+    appends: Vec<u64>,
+    batch_size: u64,
+    /// (victim, point, N)
+    failpoint: Option<(usize, &'static str, u64)>,
+    /// (victim, at ms)
+    sigkill: Option<(usize, u64)>,
+    /// (victim, at ms, stopped for ms)
+    sigstop: Option<(usize, u64, u64)>,
+    /// How long the survivors keep working after the appends end, before all are killed.
+    tail_ms: u64,
+}
+
+fn plan(rng: &mut Rng) -> Plan {
+    let n = 2 + rng.below(2) as usize;
+    const ROLES: [Role; 4] = [Role::Producer, Role::Inline, Role::Worker, Role::Both];
+    let mut roles: Vec<Role> = (0..n).map(|_| ROLES[rng.below(4) as usize]).collect();
+    if !roles.iter().any(|r| r.appends()) {
+        roles[0] = if rng.chance(1, 2) {
+            Role::Both
+        } else {
+            Role::Producer
+        };
+    }
+    if !roles.iter().any(|r| r.works()) {
+        let i = rng.below(n as u64) as usize;
+        roles[i] = if roles[i].appends() && roles.iter().filter(|r| r.appends()).count() == 1 {
+            Role::Both
+        } else {
+            Role::Worker
+        };
+    }
+    let appends = roles
+        .iter()
+        .map(|r| if r.appends() { 10 + rng.below(40) } else { 0 })
+        .collect();
+    let batch_size = [1, 2, 4, 8, 16][rng.below(5) as usize];
+    let failpoint = match rng.below(FAILPOINTS.len() as u64 + 1) as usize {
+        i if i < FAILPOINTS.len() => {
+            let point = FAILPOINTS[i];
+            let fits: Vec<usize> = (0..n)
+                .filter(|&v| {
+                    if point == "after_append" {
+                        roles[v].appends()
+                    } else {
+                        roles[v].works()
+                    }
+                })
+                .collect();
+            let v = fits[rng.below(fits.len() as u64) as usize];
+            Some((v, point, 1 + rng.below(4)))
+        }
+        _ => None,
+    };
+    let sigkill = rng
+        .chance(3, 4)
+        .then(|| (rng.below(n as u64) as usize, rng.below(2000)));
+    let workers: Vec<usize> = (0..n).filter(|&v| roles[v].works()).collect();
+    let sigstop = rng.chance(1, 3).then(|| {
+        let v = workers[rng.below(workers.len() as u64) as usize];
+        (v, rng.below(1500), 2 * LEASE_TTL_MS + rng.below(1000))
+    });
+    Plan {
+        roles,
+        appends,
+        batch_size,
+        failpoint,
+        sigkill,
+        sigstop,
+        tail_ms: if rng.chance(1, 2) { 0 } else { rng.below(800) },
+    }
+}
+
+fn mix(seed: u64, round: u64) -> u64 {
+    Rng(seed ^ round.wrapping_mul(0xa076_1d64_78bd_642f)).next_u64()
+}
+
+pub(crate) fn run(args: &Args) -> Result<u8> {
+    let backend = match args.req("--backend")? {
+        "sqlite" => Backend::Sqlite,
+        "postgres" => Backend::Postgres,
+        other => bail!("unknown backend {other:?} (sqlite | postgres)"),
+    };
+    let streams = args.num("--streams", 6)?.max(1);
+    let single = args.get("--round-seed").map(parse_u64).transpose()?;
+    let rounds = if single.is_some() {
+        1
+    } else {
+        args.num("--rounds", 20)?
+    };
+    let seed = match args.get("--seed") {
+        Some(s) => parse_u64(s)?,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(42),
+    };
+    let url = match backend {
+        Backend::Postgres => Some(
+            args.get("--url")
+                .map(str::to_owned)
+                .or_else(|| {
+                    std::env::var("OUTBOX_TEST_DATABASE_URL")
+                        .ok()
+                        .filter(|u| !u.is_empty())
+                })
+                .context(
+                    "postgres needs OUTBOX_TEST_DATABASE_URL (or --url); `cargo xtask crash` starts a server",
+                )?,
+        ),
+        Backend::Sqlite => None,
+    };
+    let exe = std::env::current_exe()?;
+    match single {
+        Some(s) => println!("crash: backend {backend:?}, one round, round seed {s:#x}"),
+        None => println!(
+            "crash: backend {backend:?}, {rounds} rounds, seed {seed} (rerun: --seed {seed}), {streams} streams"
+        ),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let mut by_fault: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_outcome: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut failed = None;
+    for round in 0..rounds {
+        let round_seed = single.unwrap_or_else(|| mix(seed, round));
+        let t = Instant::now();
+        let r = one_round(&rt, &exe, backend, url.as_deref(), streams, round_seed);
+        let secs = t.elapsed().as_secs_f64();
+        let (faults, outcome, detail) = match r {
+            Ok(r) => r,
+            Err(e) => (vec!["?".into()], "harness-error", format!("{e:#}")),
+        };
+        for f in &faults {
+            *by_fault.entry(f.clone()).or_default() += 1;
+        }
+        *by_outcome.entry(outcome).or_default() += 1;
+        println!(
+            "round {round} seed {round_seed:#x} fault {} outcome {outcome} {detail} ({secs:.1} s)",
+            faults.join("+")
+        );
+        if outcome != "ok" {
+            failed = Some((round, round_seed));
+            break;
+        }
+    }
+    println!(
+        "\n{} rounds in {:.0} s (seed {seed})",
+        by_outcome.values().sum::<u64>(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("| fault | rounds |\n|---|---|");
+    for (f, n) in &by_fault {
+        println!("| {f} | {n} |");
+    }
+    println!("\n| outcome | rounds |\n|---|---|");
+    for (o, n) in &by_outcome {
+        println!("| {o} | {n} |");
+    }
+    if let Some((round, round_seed)) = failed {
+        println!(
+            "\nFAILED: round {round} of seed {seed}; rerun the round with `cargo xtask crash --backend {} --round-seed {round_seed:#x}`",
+            match backend {
+                Backend::Sqlite => "sqlite",
+                Backend::Postgres => "postgres",
+            }
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// A round's databases: a temporary directory (the SQLite files, the ack
+/// logs and the victims' output) and, on Postgres, three schemas, dropped
+/// when the round passes.
+struct RoundDir {
+    dir: tempfile::TempDir,
+    place: Place,
+    schemas: Vec<String>,
+}
+
+type RoundResult = (Vec<String>, &'static str, String);
+
+fn one_round(
+    rt: &tokio::runtime::Runtime,
+    exe: &Path,
+    backend: Backend,
+    url: Option<&str>,
+    streams: u64,
+    seed: u64,
+) -> Result<RoundResult> {
+    let mut rng = Rng(seed);
+    let plan = plan(&mut rng);
+    let dir = tempfile::Builder::new().prefix("outbox-crash-").tempdir()?;
+    let round = match backend {
+        Backend::Sqlite => RoundDir {
+            place: Place::Sqlite {
+                journal: dir.path().join("journal.db"),
+                projections: dir.path().join("projections.db"),
+            },
+            dir,
+            schemas: Vec::new(),
+        },
+        Backend::Postgres => {
+            let base = format!("crash_{}_{:x}", std::process::id(), seed & 0xffff_ffff);
+            RoundDir {
+                place: Place::Postgres {
+                    url: url.context("postgres url")?.to_owned(),
+                    journal: format!("{base}_j"),
+                    projections: format!("{base}_p"),
+                },
+                dir,
+                schemas: vec![
+                    format!("{base}_j"),
+                    format!("{base}_p"),
+                    format!("{base}_j_rebuild"),
+                ],
+            }
+        }
+    };
+    // Create the stores once, before several processes race to.
+    rt.block_on(async {
+        with_stores!(&round.place, |j, p, _wake| {
+            outbox_runtime::Outbox::builder(j, p)
+                .config(Config::producer_only())
+                .event_types(outbox_testkit::oracle_registry())
+                .view(outbox_testkit::OracleProjection::new("oracle"))
+                .build()
+                .await
+                .map(drop)
+                .context("create the stores")
+        })
+    })?;
+    let result = faults_drain_check(rt, exe, &round, &plan, streams, &mut rng);
+    let ok = matches!(&result, Ok((_, "ok", _)));
+    if ok {
+        drop_schemas(rt, &round);
+    } else {
+        let kept = round.dir.keep();
+        eprintln!(
+            "round kept for inspection: {} (victim logs, ack logs{})",
+            kept.display(),
+            if round.schemas.is_empty() {
+                ", databases".to_owned()
+            } else {
+                format!("; schemas {}", round.schemas.join(", "))
+            }
+        );
+    }
+    result
+}
+
+fn drop_schemas(rt: &tokio::runtime::Runtime, round: &RoundDir) {
+    let Place::Postgres { url, .. } = &round.place else {
+        return;
+    };
+    use outbox_postgres::sqlx::{self, Connection, PgConnection};
+    rt.block_on(async {
+        let Ok(mut conn) = PgConnection::connect(url).await else {
+            return;
+        };
+        for s in &round.schemas {
+            // Names built here from a number only.
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
+                .execute(&mut conn)
+                .await;
+        }
+        let _ = conn.close().await;
+    });
+}
+
+struct Victim {
+    role: Role,
+    child: Child,
+    status: Option<ExitStatus>,
+    stopped: bool,
+}
+
+impl Victim {
+    fn alive(&mut self) -> bool {
+        if self.status.is_none()
+            && let Ok(Some(s)) = self.child.try_wait()
+        {
+            self.status = Some(s);
+        }
+        self.status.is_none()
+    }
+}
+
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .context("run kill")?
+        .success();
+    if !ok {
+        bail!("kill {sig} {pid} failed");
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    exe: &Path,
+    round: &RoundDir,
+    role: Role,
+    name: &str,
+    seed: u64,
+    streams: u64,
+    appends: u64,
+    batch_size: u64,
+    crash_at: Option<String>,
+    repair: bool,
+) -> Result<Child> {
+    let out = File::create(round.dir.path().join(format!("{name}.log")))?;
+    let (worker, inline) = role.flags();
+    let mut c = Command::new(exe);
+    c.arg("victim")
+        .args(round.place.to_args())
+        .args(["--role", role.name()])
+        .args(["--seed", &seed.to_string()])
+        .args(["--streams", &streams.to_string()])
+        .args(["--appends", &appends.to_string()])
+        .arg("--ack-log")
+        .arg(ack_log(round, name))
+        .env(Config::OUTBOX_ENABLED, "true")
+        .env(Config::OUTBOX_WORKER_ENABLED, worker.to_string())
+        .env(Config::OUTBOX_INLINE_APPLY, inline.to_string())
+        .env(Config::OUTBOX_SHADOW_WORKER_ENABLED, "false")
+        .env(Config::OUTBOX_LEASE_TTL_MS, LEASE_TTL_MS.to_string())
+        .env(Config::OUTBOX_STORE_DEADLINE_MS, "1000")
+        .env(Config::OUTBOX_POLL_INTERVAL_MS, "100")
+        .env(Config::OUTBOX_HEARTBEAT_INTERVAL_MS, "500")
+        .env(Config::OUTBOX_RETRY_BASE_MS, "20")
+        .env(Config::OUTBOX_RETRY_CAP_MS, "200")
+        .env(Config::OUTBOX_BATCH_SIZE, batch_size.to_string())
+        .env(Config::OUTBOX_BATCHES_PER_STREAM, "4")
+        .env(Config::OUTBOX_REPAIR_ON_START, repair.to_string())
+        .env(
+            Config::OUTBOX_WORKER_ID,
+            format!("crash-{name}-{:x}", seed & 0xffff_ffff),
+        )
+        .env_remove("OUTBOX_CRASH_AT")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    if let Some(at) = crash_at {
+        c.env("OUTBOX_CRASH_AT", at);
+    }
+    c.spawn().context("spawn a victim")
+}
+
+fn ack_log(round: &RoundDir, name: &str) -> PathBuf {
+    round.dir.path().join(format!("{name}.acks"))
+}
+
+fn faults_drain_check(
+    rt: &tokio::runtime::Runtime,
+    exe: &Path,
+    round: &RoundDir,
+    plan: &Plan,
+    streams: u64,
+    rng: &mut Rng,
+) -> Result<RoundResult> {
+    let mut victims = Vec::new();
+    for (i, &role) in plan.roles.iter().enumerate() {
+        let crash_at = plan
+            .failpoint
+            .filter(|(v, ..)| *v == i)
+            .map(|(_, point, n)| format!("{point}:{n}"));
+        let child = spawn(
+            exe,
+            round,
+            role,
+            &format!("v{i}"),
+            rng.next_u64(),
+            streams,
+            plan.appends[i],
+            plan.batch_size,
+            crash_at,
+            true,
+        )?;
+        victims.push(Victim {
+            role,
+            child,
+            status: None,
+            stopped: false,
+        });
+    }
+    let start = Instant::now();
+    let mut faults: Vec<String> = Vec::new();
+    let mut killed = plan.sigkill.is_none();
+    let mut stop_done = plan.sigstop.is_none();
+    let mut tail_until: Option<Duration> = None;
+    loop {
+        let now = start.elapsed();
+        let ms = now.as_millis() as u64;
+        if let Some((v, at)) = plan.sigkill
+            && !killed
+            && ms >= at
+        {
+            killed = true;
+            if victims[v].alive() {
+                victims[v].child.kill()?;
+                faults.push("sigkill".into());
+            }
+        }
+        if let Some((v, at, dur)) = plan.sigstop
+            && !stop_done
+        {
+            if !victims[v].stopped && ms >= at {
+                if victims[v].alive() {
+                    signal(victims[v].child.id(), "-STOP")?;
+                    victims[v].stopped = true;
+                    faults.push("sigstop-zombie".into());
+                } else {
+                    stop_done = true;
+                }
+            } else if victims[v].stopped && ms >= at + dur {
+                if victims[v].alive() {
+                    signal(victims[v].child.id(), "-CONT")?;
+                }
+                victims[v].stopped = false;
+                stop_done = true;
+            }
+        }
+        let appending = victims
+            .iter_mut()
+            .any(|v| v.role.appends() && v.role != Role::Both && v.alive())
+            || victims
+                .iter_mut()
+                .enumerate()
+                .any(|(i, v)| v.role == Role::Both && v.alive() && !acks_done(round, i, plan));
+        if !appending && killed && stop_done {
+            let until = *tail_until.get_or_insert(now + Duration::from_millis(plan.tail_ms));
+            if now >= until {
+                break;
+            }
+        }
+        if now > FAULT_PHASE_LIMIT {
+            kill_all(&mut victims);
+            return Ok((faults, "liveness", "the fault phase did not end in time".into()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill_all(&mut victims);
+    // What happened to each victim.
+    if let Some((v, point, n)) = plan.failpoint {
+        use std::os::unix::process::ExitStatusExt;
+        let fired = victims[v].status.and_then(|s| s.signal()) == Some(6);
+        faults.push(format!("{point}{}", if fired { "" } else { " (not reached)" }));
+        let _ = n;
+    }
+    for (i, v) in victims.iter().enumerate() {
+        if let Some(s) = v.status
+            && s.code().is_some_and(|c| c != 0)
+        {
+            return Ok((
+                faults,
+                "victim-error",
+                format!("victim v{i} ({}) exited with {s}", v.role.name()),
+            ));
+        }
+    }
+    if faults.is_empty() {
+        faults.push("none".into());
+    }
+    // The clean drain.
+    // Half the drains repair first (catching every stream up from the
+    // journal and completing its rows, leases or not); the others must wait
+    // out the dead workers' leases and claim the rows they left processing.
+    let repair = rng.chance(1, 2);
+    let mut drain = spawn(
+        exe,
+        round,
+        Role::Drain,
+        "drain",
+        rng.next_u64(),
+        streams,
+        0,
+        16,
+        None,
+        repair,
+    )?;
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = drain.try_wait()? {
+            break s;
+        }
+        if t.elapsed() > DRAIN_LIMIT {
+            let _ = drain.kill();
+            let _ = drain.wait();
+            return Ok((
+                faults,
+                "liveness",
+                format!("the drain did not finish within {DRAIN_LIMIT:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let drain_secs = t.elapsed().as_secs_f64();
+    if !status.success() {
+        let log = std::fs::read_to_string(round.dir.path().join("drain.log")).unwrap_or_default();
+        return Ok((
+            faults,
+            "drain-failed",
+            format!("the drain exited with {status}: {}", log.trim()),
+        ));
+    }
+    let left = std::fs::read_to_string(round.dir.path().join("drain.log"))
+        .ok()
+        .and_then(|log| {
+            let mut f = log.lines().next()?.strip_prefix("left ")?.split(' ');
+            Some(format!("{} rows left ({} processing)", f.next()?, f.next()?))
+        })
+        .unwrap_or_else(|| "rows left unknown".into());
+    let logs: Vec<PathBuf> = (0..victims.len())
+        .map(|i| ack_log(round, &format!("v{i}")))
+        .collect();
+    let acks = read_acks(&logs)?;
+    let roles: Vec<&str> = plan.roles.iter().map(|r| r.name()).collect();
+    Ok(match rt.block_on(check(&round.place, streams, &acks))? {
+        Ok(v) => (
+            faults,
+            "ok",
+            format!(
+                "[{}] batch {} events {} acked {} unacked {}; {left}, drained{} in {drain_secs:.1} s",
+                roles.join(","),
+                plan.batch_size,
+                v.events,
+                v.acked,
+                v.events - v.acked,
+                if repair { " (repair)" } else { "" }
+            ),
+        ),
+        Err(e) => (faults, "VIOLATION", format!("[{}]\n{e}", roles.join(","))),
+    })
+}
+
+/// Whether victim `i` (a `both`) has made all its appends (it then only
+/// works, and the round need not wait for it): it says so with a file.
+fn acks_done(round: &RoundDir, i: usize, _plan: &Plan) -> bool {
+    ack_log(round, &format!("v{i}")).with_extension("done").exists()
+}
+
+fn kill_all(victims: &mut [Victim]) {
+    for v in victims.iter_mut() {
+        if v.alive() {
+            let _ = v.child.kill();
+        }
+        if let Ok(s) = v.child.wait()
+            && v.status.is_none()
+        {
+            v.status = Some(s);
+        }
+    }
+}

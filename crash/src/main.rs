@@ -1,0 +1,239 @@
+//! The crash harness: `outbox-crash run` kills real worker and producer
+//! processes (`outbox-crash victim`) at random moments and at the runtime's
+//! named failpoints, on SQLite and on Postgres, and checks after every round
+//! that every acknowledged event was applied exactly once, in stream order.
+//! Run it with `cargo xtask crash`; see docs/crash-testing.md.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use outbox_postgres::PgOptions;
+
+const USAGE: &str = "usage:
+  outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N]
+      the driver: N rounds (default 20) of fresh databases, 2-3 victims, faults,
+      a clean drain and the exactly-once check; --seed picks every round's
+      seed (default: from the clock, always printed); --round-seed runs the
+      one round a failure printed. Postgres: OUTBOX_TEST_DATABASE_URL.
+  outbox-crash check --backend sqlite|postgres <place> --streams N --dir DIR
+      the check alone, on a round that failed and was kept (DIR holds its ack logs)
+  outbox-crash victim --backend sqlite|postgres <place> --role R --seed S --streams N --appends N --ack-log PATH
+      one process: R is producer | inline | worker | both | drain; <place> is
+      --journal PATH --projections PATH (sqlite) or --url URL --journal-schema S
+      --projection-schema S (postgres); the runtime's configuration (mode flags,
+      lease TTL, worker id) comes from the OUTBOX_* variables the driver sets";
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("run") => driver::run(&Args(args[1..].to_vec())),
+        Some("victim") => victim::main(&Args(args[1..].to_vec())),
+        Some("check") => check::main(&Args(args[1..].to_vec())),
+        Some("-h" | "--help" | "help") | None => {
+            println!("{USAGE}");
+            Ok(0)
+        }
+        Some(other) => {
+            eprintln!("error: unknown command `{other}`\n\n{USAGE}");
+            Ok(2)
+        }
+    };
+    match result {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => {
+            eprintln!("outbox-crash: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--key value` arguments.
+pub(crate) struct Args(Vec<String>);
+
+impl Args {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == key)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+
+    pub(crate) fn req(&self, key: &str) -> Result<&str> {
+        self.get(key).with_context(|| format!("missing {key}"))
+    }
+
+    pub(crate) fn num(&self, key: &str, default: u64) -> Result<u64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => parse_u64(v).with_context(|| format!("{key} {v:?}")),
+        }
+    }
+}
+
+/// A decimal or `0x` hexadecimal number.
+pub(crate) fn parse_u64(v: &str) -> Result<u64> {
+    Ok(match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16)?,
+        None => v.parse()?,
+    })
+}
+
+/// Where one round's databases are.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    Sqlite {
+        journal: PathBuf,
+        projections: PathBuf,
+    },
+    Postgres {
+        url: String,
+        journal: String,
+        projections: String,
+    },
+}
+
+impl Place {
+    pub(crate) fn from_args(a: &Args) -> Result<Place> {
+        Ok(match a.req("--backend")? {
+            "sqlite" => Place::Sqlite {
+                journal: a.req("--journal")?.into(),
+                projections: a.req("--projections")?.into(),
+            },
+            "postgres" => Place::Postgres {
+                url: a.req("--url")?.into(),
+                journal: a.req("--journal-schema")?.into(),
+                projections: a.req("--projection-schema")?.into(),
+            },
+            other => bail!("unknown backend {other:?}"),
+        })
+    }
+
+    pub(crate) fn to_args(&self) -> Vec<String> {
+        match self {
+            Place::Sqlite { journal, projections } => vec![
+                "--backend".into(),
+                "sqlite".into(),
+                "--journal".into(),
+                journal.display().to_string(),
+                "--projections".into(),
+                projections.display().to_string(),
+            ],
+            Place::Postgres {
+                url,
+                journal,
+                projections,
+            } => vec![
+                "--backend".into(),
+                "postgres".into(),
+                "--url".into(),
+                url.clone(),
+                "--journal-schema".into(),
+                journal.clone(),
+                "--projection-schema".into(),
+                projections.clone(),
+            ],
+        }
+    }
+
+    /// The same place with its projections in `other` (a scratch store for
+    /// the rebuild): a file beside the others, or another schema.
+    pub(crate) fn with_projections(&self, other: &str) -> Place {
+        match self {
+            Place::Sqlite { journal, projections } => Place::Sqlite {
+                journal: journal.clone(),
+                projections: projections.with_file_name(format!("{other}.db")),
+            },
+            Place::Postgres { url, journal, .. } => Place::Postgres {
+                url: url.clone(),
+                journal: journal.clone(),
+                projections: format!("{journal}_{other}"),
+            },
+        }
+    }
+}
+
+pub(crate) fn pg_options(schema: &str) -> PgOptions {
+    PgOptions::default()
+        .with_schema(schema)
+        .with_max_connections(4)
+        .with_acquire_timeout(std::time::Duration::from_secs(20))
+}
+
+/// Runs `$body` with `$j` (journal), `$p` (projection store) and `$wake`
+/// (the journal's wake source) opened at `$place`, then closes both.
+macro_rules! with_stores {
+    ($place:expr, |$j:ident, $p:ident, $wake:ident| $body:expr) => {
+        match $place {
+            $crate::Place::Sqlite { journal, projections } => {
+                let $j = outbox_sqlite::SqliteJournal::open(journal, outbox_sqlite::SqliteOptions::default())
+                    .await
+                    .context("open the sqlite journal")?;
+                let $p = outbox_sqlite::SqliteProjectionStore::open(
+                    projections,
+                    outbox_sqlite::SqliteOptions::default(),
+                )
+                .await
+                .context("open the sqlite projection store")?;
+                let $wake = $j.wake_source();
+                let (jc, pc) = ($j.clone(), $p.clone());
+                let r = $body;
+                jc.close().await;
+                pc.close().await;
+                r
+            }
+            $crate::Place::Postgres {
+                url,
+                journal,
+                projections,
+            } => {
+                let $j = outbox_postgres::PgJournal::connect(url, $crate::pg_options(journal))
+                    .await
+                    .context("connect the postgres journal")?;
+                let $p = outbox_postgres::PgProjectionStore::connect(url, $crate::pg_options(projections))
+                    .await
+                    .context("connect the postgres projection store")?;
+                let $wake = $j.wake_source();
+                let (jc, pc) = ($j.clone(), $p.clone());
+                let r = $body;
+                jc.close().await;
+                pc.close().await;
+                r
+            }
+        }
+    };
+}
+
+/// splitmix64: small, deterministic schedules from a seed.
+#[derive(Clone, Debug)]
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// True with probability `num/den`.
+    pub(crate) fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+}
+
+/// The round's stream ids.
+pub(crate) fn stream_names(n: u64) -> Vec<String> {
+    (0..n).map(|i| format!("c{i:02}")).collect()
+}
+
+// After `with_stores!`, which they use.
+mod check;
+mod driver;
+mod victim;

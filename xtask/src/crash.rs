@@ -1,0 +1,61 @@
+//! `cargo xtask crash [args]`: builds the crash harness (`outbox-crash`, in
+//! release, with the runtime's `failpoints` feature through its dependency)
+//! and runs its driver, `outbox-crash run [args]`. Postgres rounds get the
+//! server of `OUTBOX_TEST_DATABASE_URL`, or a throwaway one started here.
+//! See docs/crash-testing.md.
+
+use std::env;
+
+use anyhow::Result;
+
+use crate::{cargo, pg, run};
+
+/// The rounds `cargo xtask ci` runs: a fixed seed, so CI is reproducible.
+pub(crate) const CI_ROUNDS: &[&[&str]] = &[
+    &["--backend", "sqlite", "--rounds", "20", "--seed", "12"],
+    &["--backend", "postgres", "--rounds", "10", "--seed", "12"],
+];
+
+/// `cargo xtask crash [args]`: one run of the driver.
+pub(crate) fn crash(args: &[String]) -> Result<()> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    crash_runs(&[&args])
+}
+
+/// Builds the harness once and runs the driver once per argument list,
+/// starting one throwaway Postgres for them if any needs it and
+/// `OUTBOX_TEST_DATABASE_URL` is unset.
+pub(crate) fn crash_runs(runs: &[&[&str]]) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "--locked", "-p", "outbox-crash"]);
+    run("cargo build --release -p outbox-crash", build)?;
+    let wants_pg = runs
+        .iter()
+        .any(|a| a.windows(2).any(|w| w == ["--backend", "postgres"]));
+    let server = if wants_pg && env::var_os("OUTBOX_TEST_DATABASE_URL").is_none_or(|v| v.is_empty()) {
+        Some(pg::Server::start()?)
+    } else {
+        None
+    };
+    for args in runs {
+        // `cargo run` finds the binary wherever the target directory is; it
+        // is built already, so this only runs it.
+        let mut c = cargo();
+        c.args([
+            "run",
+            "--quiet",
+            "--release",
+            "--locked",
+            "-p",
+            "outbox-crash",
+            "--",
+            "run",
+        ])
+        .args(*args);
+        if let Some(s) = &server {
+            c.env("OUTBOX_TEST_DATABASE_URL", s.url());
+        }
+        run(&format!("outbox-crash run {}", args.join(" ")), c)?;
+    }
+    Ok(())
+}
