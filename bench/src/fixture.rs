@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use outbox_core::{
@@ -80,8 +80,9 @@ pub(crate) struct Seen {
     pub(crate) applied: AtomicU64,
     /// Applies per stream (a duplicate would show as a count above the head).
     pub(crate) per_stream: Mutex<HashMap<String, u64>>,
-    /// When each (stream, seq) was applied, when recording is on.
-    pub(crate) at: Option<Mutex<HashMap<(String, u64), Instant>>>,
+    /// When each (stream, seq) was applied (wall clock, comparable across
+    /// processes), when recording is on.
+    pub(crate) at: Option<Mutex<HashMap<(String, u64), SystemTime>>>,
 }
 
 /// The document the projection upserts per event, keyed by stream.
@@ -123,7 +124,7 @@ impl ViewProjection for BenchView {
         if let Some(at) = &self.seen.at {
             at.lock()
                 .map_err(|_| "poisoned")?
-                .insert((e.stream.to_string(), e.seq.get()), Instant::now());
+                .insert((e.stream.to_string(), e.seq.get()), SystemTime::now());
         }
         Ok(())
     }
@@ -136,6 +137,11 @@ pub(crate) fn sqlite_options() -> SqliteOptions {
 /// A runtime over `dir/journal.db` and `dir/projections.db` with the bench
 /// projection registered.
 pub(crate) async fn open(dir: &Path, config: Config, seen: Arc<Seen>) -> Result<Rt> {
+    open_with(dir, config, seen, false).await
+}
+
+/// [`open`], with the journal's cross-process wake source when `woken`.
+pub(crate) async fn open_with(dir: &Path, config: Config, seen: Arc<Seen>, woken: bool) -> Result<Rt> {
     let journal = SqliteJournal::open(dir.join("journal.db"), sqlite_options())
         .await
         .context("opening the journal")?;
@@ -144,7 +150,12 @@ pub(crate) async fn open(dir: &Path, config: Config, seen: Arc<Seen>) -> Result<
         .context("opening the projection store")?;
     let mut types = EventTypeRegistry::new();
     types.apply(EVENT_TYPE)?;
-    let rt = Outbox::builder(journal, store)
+    let wake = woken.then(|| journal.wake_source());
+    let mut builder = Outbox::builder(journal, store);
+    if let Some(w) = wake {
+        builder = builder.wake_source(w);
+    }
+    let rt = builder
         .config(config)
         .event_types(types)
         .view(BenchView {

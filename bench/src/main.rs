@@ -125,6 +125,10 @@ fn main() -> Result<()> {
         argv.next();
         return workloads::rss::child(argv);
     }
+    if argv.peek().map(String::as_str) == Some(workloads::lag::CHILD_FLAG) {
+        argv.next();
+        return workloads::lag::child(argv);
+    }
     let args = parse_args(argv)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(run(args))

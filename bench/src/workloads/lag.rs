@@ -1,10 +1,14 @@
 //! W3: end-to-end lag at a fixed offered rate, open loop: each append is
 //! scheduled at a fixed interval and its lag runs from the scheduled time
-//! to the projection having applied it. In-process, wake-on-append on.
+//! to the projection having applied it (wall clock). In-process
+//! (wake-on-append) and across processes (a worker in a child process,
+//! woken by the journal's wake source; the appender is producer-only).
 
 use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result};
 use outbox_core::ExpectedVersion;
@@ -30,15 +34,20 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
         .floor()
         .max(1.0);
     for rate in [rate, LOW_RATE] {
-        at_rate(ctx, rate).await?;
+        at_rate(ctx, rate, false).await?;
     }
+    at_rate(ctx, LOW_RATE, true).await?;
     Ok(())
 }
 
-async fn at_rate(ctx: &mut Ctx, rate: f64) -> Result<()> {
+async fn at_rate(ctx: &mut Ctx, rate: f64, across: bool) -> Result<()> {
     let (mut p50, mut p99, mut max, mut achieved) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        let (mut lags, sent_rate) = one_run(ctx, rate).await?;
+        let (mut lags, sent_rate) = if across {
+            across_processes(ctx, rate).await?
+        } else {
+            one_run(ctx, rate).await?
+        };
         lags.sort_by(f64::total_cmp);
         p50.push(percentile(&lags, 50.0));
         p99.push(percentile(&lags, 99.0));
@@ -58,10 +67,14 @@ async fn at_rate(ctx: &mut Ctx, rate: f64) -> Result<()> {
         crate::report::median(&achieved),
         ctx.sizes.lag_seconds
     );
+    let how = if across {
+        "worker in another process, data_version wake-up"
+    } else {
+        "wake-on-append"
+    };
     for (what, v) in [("p50", p50), ("p99", p99), ("max", max)] {
         ctx.rows.push(
-            Row::single(format!("W3 lag {what}, wake-on-append"), "ms", Better::Lower, v)
-                .with_note(note.clone()),
+            Row::single(format!("W3 lag {what}, {how}"), "ms", Better::Lower, v).with_note(note.clone()),
         );
     }
     Ok(())
@@ -79,21 +92,7 @@ async fn one_run(ctx: &Ctx, rate: f64) -> Result<(Vec<f64>, f64)> {
     let running = rt.start().await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
     let total = (rate * ctx.sizes.lag_seconds as f64) as u64;
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let t0 = Instant::now() + Duration::from_millis(50);
-    let mut heads = vec![0u64; STREAMS as usize];
-    let mut scheduled = Vec::with_capacity(total as usize);
-    for i in 0..total {
-        let at = t0 + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(at.into()).await;
-        let s = (i % STREAMS) as usize;
-        let e = fixture::new_event(&rt, i)?;
-        rt.append(&streams[s], ExpectedVersion::Exact(heads[s]), vec![e])
-            .await?;
-        heads[s] += 1;
-        scheduled.push((stream_name("l", s as u64), heads[s], at));
-    }
-    let sent_rate = total as f64 / t0.elapsed().as_secs_f64();
+    let (scheduled, heads, sent_rate) = offer(&rt, &streams, rate, total).await?;
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;
     fixture::verify(&rt, &seen, "l", &heads).await?;
@@ -109,8 +108,143 @@ async fn one_run(ctx: &Ctx, rate: f64) -> Result<(Vec<f64>, f64)> {
             let applied = at
                 .get(&(s.clone(), seq))
                 .with_context(|| format!("{s}/{seq} not applied"))?;
-            Ok(applied.saturating_duration_since(sent).as_secs_f64() * 1e3)
+            Ok(lag_ms(sent, *applied))
         })
         .collect::<Result<_>>()?;
     Ok((lags, sent_rate))
+}
+
+/// Appends `total` single events round-robin over `streams` at `rate`, open
+/// loop; returns each append's (stream, seq, scheduled wall time), the
+/// heads and the rate achieved.
+async fn offer(
+    rt: &fixture::Rt,
+    streams: &[outbox_core::StreamId],
+    rate: f64,
+    total: u64,
+) -> Result<(Vec<(String, u64, SystemTime)>, Vec<u64>, f64)> {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let (t0, wall0) = (
+        Instant::now() + Duration::from_millis(50),
+        SystemTime::now() + Duration::from_millis(50),
+    );
+    let mut heads = vec![0u64; streams.len()];
+    let mut scheduled = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let offset = interval.mul_f64(i as f64);
+        tokio::time::sleep_until((t0 + offset).into()).await;
+        let s = (i % streams.len() as u64) as usize;
+        let e = fixture::new_event(rt, i)?;
+        rt.append(&streams[s], ExpectedVersion::Exact(heads[s]), vec![e])
+            .await?;
+        heads[s] += 1;
+        scheduled.push((stream_name("l", s as u64), heads[s], wall0 + offset));
+    }
+    Ok((scheduled, heads, total as f64 / t0.elapsed().as_secs_f64()))
+}
+
+fn lag_ms(sent: SystemTime, applied: SystemTime) -> f64 {
+    applied.duration_since(sent).unwrap_or_default().as_secs_f64() * 1e3
+}
+
+/// The hidden first argument that makes the binary the lag child.
+pub(crate) const CHILD_FLAG: &str = "--lag-child";
+
+/// Lags in ms with the worker in a child process (`--lag-child DIR TOTAL`)
+/// and this process appending through a producer-only runtime.
+async fn across_processes(ctx: &Ctx, rate: f64) -> Result<(Vec<f64>, f64)> {
+    let dir = fixture::tempdir(&ctx.tmp)?;
+    // Creates both files before the child opens them.
+    let rt = fixture::open(dir.path(), Config::producer_only(), Arc::new(Seen::default())).await?;
+    let total = (rate * ctx.sizes.lag_seconds as f64) as u64;
+    let mut child = Command::new(std::env::current_exe()?)
+        .arg(CHILD_FLAG)
+        .arg(dir.path())
+        .arg(total.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting the lag child")?;
+    let mut out = BufReader::new(child.stdout.take().context("child stdout")?);
+    let ready = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        out.read_line(&mut line).map(|_| (line, out))
+    })
+    .await??;
+    anyhow::ensure!(ready.0.trim() == "ready", "lag child: {:?}", ready.0);
+    let mut out = ready.1;
+    let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
+    let (scheduled, _heads, sent_rate) = offer(&rt, &streams, rate, total).await?;
+    let applied: Vec<(String, u64, u64)> = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        anyhow::Ok(serde_json::from_str(&line)?)
+    })
+    .await??;
+    anyhow::ensure!(child.wait()?.success(), "lag child failed");
+    let at: HashMap<(String, u64), SystemTime> = applied
+        .into_iter()
+        .map(|(s, q, ns)| ((s, q), SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)))
+        .collect();
+    let lags = scheduled
+        .into_iter()
+        .map(|(s, seq, sent)| {
+            let applied = at
+                .get(&(s.clone(), seq))
+                .with_context(|| format!("{s}/{seq} not applied by the child"))?;
+            Ok(lag_ms(sent, *applied))
+        })
+        .collect::<Result<_>>()?;
+    Ok((lags, sent_rate))
+}
+
+/// The child: opens the files in DIR with the apply worker and the
+/// journal's wake source, says `ready`, waits until TOTAL events are
+/// applied, checks them with the oracle and prints when each was applied
+/// as JSON `[[stream, seq, unix_ns], ...]`.
+pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let dir = std::path::PathBuf::from(args.next().context("DIR")?);
+    let total: u64 = args.next().context("TOTAL")?.parse()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let seen = Arc::new(Seen {
+            at: Some(Mutex::new(HashMap::new())),
+            ..Seen::default()
+        });
+        // No poll to speak of: only the wake source can start a pass.
+        let config = Config::apply_worker()
+            .with_repair_on_start(false)
+            .with_poll_interval(Duration::from_secs(60));
+        let rt = fixture::open_with(&dir, config, seen.clone(), true).await?;
+        let running = rt.start().await?;
+        println!("ready");
+        fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
+        running.shutdown().await;
+        let per_stream = seen
+            .per_stream
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?
+            .clone();
+        let heads: Vec<u64> = (0..STREAMS)
+            .map(|s| per_stream.get(&stream_name("l", s)).copied().unwrap_or(0))
+            .collect();
+        fixture::verify(&rt, &seen, "l", &heads).await?;
+        let at = seen
+            .at
+            .as_ref()
+            .context("recording")?
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let rows: Vec<(String, u64, u64)> = at
+            .iter()
+            .map(|((s, q), t)| {
+                let ns = t
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos() as u64;
+                (s.clone(), *q, ns)
+            })
+            .collect();
+        println!("{}", serde_json::to_string(&rows)?);
+        Ok(())
+    })
 }
