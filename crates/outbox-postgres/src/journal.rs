@@ -4,11 +4,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use outbox_core::spi::{duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit};
+use std::time::Duration;
+
+use outbox_core::spi::{
+    duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit, validate_ttl,
+};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, Timestamp, WakeSource,
+    StreamVersion, Timestamp, WakeSource, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
@@ -16,6 +20,7 @@ use sqlx::{Connection, PgConnection, Postgres, Transaction};
 use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::sql::RoleDb;
+use outbox_sql::{Arg, Database as _};
 use crate::wake::PgWakeSource;
 
 /// The Postgres journal database: implements [`EventJournal`](outbox_core::EventJournal),
@@ -469,38 +474,93 @@ impl OutboxQueue for PgJournal {
 
     async fn claim(&self, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
         let max = validate_limit(max, MAX_PAGE)?;
-        let err = |e| storage("claiming outbox rows", e);
-        self.write("claiming outbox rows", async |tx| {
-            if !lease_valid(tx, lease).await.map_err(err)? {
-                return Err(lease.lost());
+        self.write("claiming outbox rows", async |tx| claim_in(tx, lease, max).await)
+            .await
+    }
+
+    /// One transaction: the lease, then the claim.
+    async fn acquire_and_claim(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Option<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let max = validate_limit(max, MAX_PAGE)?;
+        let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
+        self.write("acquiring a lease and claiming", async |tx| {
+            let what = "acquiring a stream lease";
+            let row = crate::sql::fetch(
+                tx,
+                what,
+                &acquire,
+                &[
+                    Arg::Text(stream.as_str()),
+                    Arg::Text(owner.as_str()),
+                    Arg::Int(duration_millis(ttl)),
+                ],
+            )
+            .await?
+            .into_iter()
+            .next();
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let lease = outbox_sql::journal::decode_lease(&row, stream)?;
+            let rows = claim_in(tx, &lease, max).await?;
+            Ok(Some((lease, rows)))
+        })
+        .await
+    }
+
+    /// One transaction: the completion, the abandon and the release.
+    async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
+        let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
+        self.write("completing and releasing", async |tx| {
+            let done = match through {
+                Some(t) => complete_in(tx, &lease.stream, t).await?,
+                None => 0,
+            };
+            if abandon {
+                match abandon_in(tx, lease).await {
+                    Ok(_) | Err(Error::LeaseLost { .. }) => {}
+                    Err(e) => return Err(e),
+                }
             }
-            let rows = sqlx::query(CLAIM)
-                .bind(lease.stream.as_str())
-                .bind(max as i64)
-                .bind(outbox_core::UNFINISHED_ATTEMPT)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err)?;
-            let mut rows = rows.iter().map(decode_row).collect::<Result<Vec<_>>>()?;
-            rows.sort_by_key(|r| r.seq);
-            Ok(rows)
+            crate::sql::execute(
+                tx,
+                "releasing a stream lease",
+                &release,
+                &[
+                    Arg::Text(lease.stream.as_str()),
+                    Arg::Text(lease.owner.as_str()),
+                    Arg::Int(i64::try_from(lease.epoch).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+            Ok(done)
+        })
+        .await
+    }
+
+    /// One transaction: the completion, then the next claim.
+    async fn complete_and_claim(&self, lease: &Lease, through: Seq, max: usize) -> Result<(u64, Vec<OutboxRow>)> {
+        let max = validate_limit(max, MAX_PAGE)?;
+        self.write("completing and claiming", async |tx| {
+            let done = complete_in(tx, &lease.stream, through).await?;
+            match claim_in(tx, lease, max).await {
+                Ok(rows) => Ok((done, rows)),
+                Err(Error::LeaseLost { .. }) => Ok((done, Vec::new())),
+                Err(e) => Err(e),
+            }
         })
         .await
     }
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
-        let err = |e| storage("completing outbox rows", e);
-        self.write("completing outbox rows", async |tx| {
-            lock_stream(tx, stream.as_str()).await.map_err(err)?;
-            let done: i64 = sqlx::query_scalar(COMPLETE)
-                .bind(stream.as_str())
-                .bind(through.as_i64())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err)?;
-            Ok(u64::try_from(done).unwrap_or(0))
-        })
-        .await
+        self.write("completing outbox rows", async |tx| complete_in(tx, stream, through).await)
+            .await
     }
 
     async fn fail(
@@ -550,29 +610,63 @@ impl OutboxQueue for PgJournal {
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
-        let err = |e| storage("abandoning outbox rows", e);
-        self.write("abandoning outbox rows", async |tx| {
-            lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
-            if !lease_valid(tx, lease).await.map_err(err)? {
-                return Err(lease.lost());
-            }
-            let n = sqlx::query(concat!(
-                "UPDATE outbox SET status = 'pending', updated_at = ",
-                jnow!(),
-                " WHERE stream = $1 AND status = 'processing'"
-            ))
-            .bind(lease.stream.as_str())
-            .execute(&mut *tx)
+        self.write("abandoning outbox rows", async |tx| abandon_in(tx, lease).await)
             .await
-            .map_err(err)?
-            .rows_affected();
-            if n > 0 {
-                refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
-            }
-            Ok(n)
-        })
-        .await
     }
+}
+
+/// The claim, inside a transaction: the lease must be current.
+async fn claim_in(tx: &mut PgConnection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+    let err = |e| storage("claiming outbox rows", e);
+    if !lease_valid(tx, lease).await.map_err(err)? {
+        return Err(lease.lost());
+    }
+    let rows = sqlx::query(CLAIM)
+        .bind(lease.stream.as_str())
+        .bind(max as i64)
+        .bind(outbox_core::UNFINISHED_ATTEMPT)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+    let mut rows = rows.iter().map(decode_row).collect::<Result<Vec<_>>>()?;
+    rows.sort_by_key(|r| r.seq);
+    Ok(rows)
+}
+
+/// The completion, inside a transaction (the stream locked first).
+async fn complete_in(tx: &mut PgConnection, stream: &StreamId, through: Seq) -> Result<u64> {
+    let err = |e| storage("completing outbox rows", e);
+    lock_stream(tx, stream.as_str()).await.map_err(err)?;
+    let done: i64 = sqlx::query_scalar(COMPLETE)
+        .bind(stream.as_str())
+        .bind(through.as_i64())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
+    Ok(u64::try_from(done).unwrap_or(0))
+}
+
+/// The abandon, inside a transaction: the lease must be current.
+async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
+    let err = |e| storage("abandoning outbox rows", e);
+    lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+    if !lease_valid(tx, lease).await.map_err(err)? {
+        return Err(lease.lost());
+    }
+    let n = sqlx::query(concat!(
+        "UPDATE outbox SET status = 'pending', updated_at = ",
+        jnow!(),
+        " WHERE stream = $1 AND status = 'processing'"
+    ))
+    .bind(lease.stream.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(err)?
+    .rows_affected();
+    if n > 0 {
+        refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+    }
+    Ok(n)
 }
 
 /// Writes a whole append batch: events, outbox rows (when `$9`), heads and
