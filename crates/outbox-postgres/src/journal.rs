@@ -225,6 +225,9 @@ async fn append_tx(
         .bind(options.enqueues())
         .bind(&head_names)
         .bind(&head_values)
+        // One notification per append (Postgres folds identical ones within
+        // a transaction), delivered when the transaction commits.
+        .bind(notify.filter(|_| options.enqueues()))
         .fetch_all(&mut *conn)
         .await
         .map_err(err)?;
@@ -245,17 +248,6 @@ async fn append_tx(
             first_global_position: u64::try_from(global).unwrap_or(0),
             recorded_at: Timestamp::from_millis(at),
         });
-    }
-    if options.enqueues()
-        && let Some(channel) = notify
-    {
-        // One notification per append (and Postgres folds identical ones
-        // within a transaction), delivered when the transaction commits.
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(channel)
-            .execute(&mut *conn)
-            .await
-            .map_err(err)?;
     }
     Ok(out)
 }
@@ -670,7 +662,8 @@ async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
 }
 
 /// Writes a whole append batch: events, outbox rows (when `$9`), heads and
-/// stream versions, in one statement over arrays.
+/// stream versions, in one statement over arrays, and notifies channel
+/// `$12` (when given and `$9`).
 pub const APPEND_WRITE: &str = concat!(
     "WITH e AS (\
            INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
@@ -691,8 +684,9 @@ pub const APPEND_WRITE: &str = concat!(
            ON CONFLICT (stream) DO NOTHING), \
          st AS (\
            UPDATE streams SET head = x.h FROM unnest($10::text[], $11::bigint[]) AS x(s, h) \
-           WHERE streams.stream = x.s) \
-         SELECT stream, seq, global_position, recorded_at FROM e"
+           WHERE streams.stream = x.s), \
+         n AS (SELECT pg_notify($12::text, '') WHERE $9 AND $12::text IS NOT NULL) \
+         SELECT stream, seq, global_position, recorded_at FROM e, (SELECT count(*) FROM n) AS notified"
 );
 
 /// Locks streams' version rows in stream order and reads their versions.
