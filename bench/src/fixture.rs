@@ -9,10 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use outbox_core::{
-    AppendRequest, BoxError, Event, EventTypeRegistry, ExpectedVersion, NewEvent, OutboxInspector,
-    ProjectionName, StreamId, ViewProjection, ViewTx, async_trait,
+    AppendRequest, BoxError, Event, EventTypeRegistry, ExpectedVersion, NewEvent, ProjectionName, StreamId,
+    ViewProjection, ViewTx, async_trait,
 };
-use outbox_runtime::{Config, Outbox};
+use outbox_runtime::{Config, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::{Deserialize, Serialize};
 
@@ -148,23 +148,29 @@ pub(crate) async fn open_with(dir: &Path, config: Config, seen: Arc<Seen>, woken
     let store = SqliteProjectionStore::open(dir.join("projections.db"), sqlite_options())
         .await
         .context("opening the projection store")?;
-    let mut types = EventTypeRegistry::new();
-    types.apply(EVENT_TYPE)?;
     let wake = woken.then(|| journal.wake_source());
-    let mut builder = Outbox::builder(journal, store);
+    let mut builder = builder(journal, store, seen)?;
     if let Some(w) = wake {
         builder = builder.wake_source(w);
     }
-    let rt = builder
-        .config(config)
+    Ok(builder.config(config).build().await?)
+}
+
+/// A runtime builder over any backend with the bench's event type and
+/// projection registered.
+pub(crate) fn builder<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    store: P,
+    seen: Arc<Seen>,
+) -> Result<OutboxBuilder<J, P>> {
+    let mut types = EventTypeRegistry::new();
+    types.apply(EVENT_TYPE)?;
+    Ok(Outbox::builder(journal, store)
         .event_types(types)
         .view(BenchView {
             name: ProjectionName::new(PROJECTION)?,
             seen,
-        })
-        .build()
-        .await?;
-    Ok(rt)
+        }))
 }
 
 /// The apply worker at `batch` rows, no start-up repair (the backlog is
@@ -176,7 +182,10 @@ pub(crate) fn worker_config(batch: usize) -> Config {
         .with_poll_interval(Duration::from_millis(10))
 }
 
-pub(crate) fn new_event(rt: &Rt, i: u64) -> Result<NewEvent> {
+pub(crate) fn new_event<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    i: u64,
+) -> Result<NewEvent> {
     Ok(rt.event(EVENT_TYPE, payload(i))?)
 }
 
@@ -184,8 +193,8 @@ pub(crate) fn new_event(rt: &Rt, i: u64) -> Result<NewEvent> {
 /// events per `append_batch` (requests of one event to distinct streams,
 /// or of many events to one stream when `per_call` exceeds the streams).
 /// Returns the heads.
-pub(crate) async fn prefill(
-    rt: &Rt,
+pub(crate) async fn prefill<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
     prefix: &str,
     streams: u64,
     per_stream: u64,
@@ -232,7 +241,12 @@ pub(crate) async fn prefill(
 }
 
 /// Waits until `seen` has applied `total` events and the outbox is empty.
-pub(crate) async fn wait_drained(rt: &Rt, seen: &Seen, total: u64, timeout: Duration) -> Result<()> {
+pub(crate) async fn wait_drained<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    seen: &Seen,
+    total: u64,
+    timeout: Duration,
+) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         if seen.applied.load(Ordering::Relaxed) >= total {
@@ -255,7 +269,12 @@ pub(crate) async fn wait_drained(rt: &Rt, seen: &Seen, total: u64, timeout: Dura
 
 /// The oracle: every stream's document is at its head and every stream
 /// was applied exactly head times.
-pub(crate) async fn verify(rt: &Rt, seen: &Seen, prefix: &str, heads: &[u64]) -> Result<()> {
+pub(crate) async fn verify<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    seen: &Seen,
+    prefix: &str,
+    heads: &[u64],
+) -> Result<()> {
     let per_stream = seen
         .per_stream
         .lock()

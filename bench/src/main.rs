@@ -6,6 +6,7 @@
 //! `target/bench/bench.json`), `--only NAME[,NAME]` (see [`WORKLOADS`]).
 
 mod fixture;
+mod pg;
 mod raw;
 mod report;
 mod workloads;
@@ -17,14 +18,15 @@ use anyhow::{Context as _, Result, bail};
 use report::{Report, Row};
 
 /// The workloads, in run order.
-const WORKLOADS: &[&str] = &["append", "concurrent", "drain", "claim", "lag", "rss"];
+const WORKLOADS: &[&str] = &["append", "concurrent", "drain", "claim", "lag", "rss", "postgres"];
 
 const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [--only NAME[,NAME]]
 
 --events N overrides the events per append and drain round (default 20000,
 2000 with --quick)
 
-workloads (--only): append, concurrent, drain, claim, lag, rss";
+workloads (--only): append, concurrent, drain, claim, lag, rss, postgres
+(postgres runs when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
 /// Parsed command line.
 #[derive(Debug)]
@@ -168,6 +170,12 @@ async fn run(args: Args) -> Result<()> {
             "claim" => workloads::claim::run(&mut ctx).await?,
             "lag" => workloads::lag::run(&mut ctx).await?,
             "rss" => workloads::rss::run(&mut ctx).await?,
+            "postgres" => match std::env::var("OUTBOX_TEST_DATABASE_URL") {
+                Ok(url) if !url.is_empty() => pg::run(&mut ctx, &url).await?,
+                _ => eprintln!(
+                    "   skipped: OUTBOX_TEST_DATABASE_URL is not set (cargo xtask bench starts a server)"
+                ),
+            },
             _ => unreachable!("checked in parse_args"),
         }
         eprintln!("   ({name}: {:.1} s)", t.elapsed().as_secs_f64());

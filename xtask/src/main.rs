@@ -261,5 +261,20 @@ fn bench(extra: &[String]) -> Result<()> {
     let mut b = cargo();
     b.args(["run", "--release", "-p", "outbox-bench", "--"])
         .args(extra);
+    // The Postgres workload needs a server: a throwaway one unless the
+    // caller named one, or `--only` leaves Postgres out.
+    let only = extra
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| extra.get(i + 1));
+    let wants_pg = only.is_none_or(|list| list.split(',').any(|w| w.trim() == "postgres"));
+    let named = std::env::var("OUTBOX_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty());
+    let _server = if wants_pg && !named {
+        let server = pg::Server::start()?;
+        b.env("OUTBOX_TEST_DATABASE_URL", server.url());
+        Some(server)
+    } else {
+        None
+    };
     run("cargo run --release -p outbox-bench", b)
 }

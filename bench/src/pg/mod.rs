@@ -1,0 +1,152 @@
+//! The same shapes on Postgres: the outbox (`PgJournal` and a
+//! `PgProjectionStore` sharing its schema, through the runtime) against a
+//! plain client loop doing the same work with `sqlx` (one statement per
+//! row, the way an application would write it by hand). Runs when
+//! `OUTBOX_TEST_DATABASE_URL` names a server (`cargo xtask bench` starts a
+//! throwaway one when it is not set); each round uses fresh schemas,
+//! dropped afterwards.
+
+mod raw;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use outbox_core::{AppendRequest, ExpectedVersion};
+use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_runtime::{Config, Outbox};
+
+use crate::Ctx;
+use crate::fixture::{self, Seen, stream};
+use crate::report::{Better, Row};
+use crate::workloads::ROUNDS;
+
+type PgRt = Outbox<PgJournal, PgProjectionStore>;
+
+/// Streams of every shape.
+const STREAMS: u64 = 100;
+
+/// A fresh schema name for this process.
+fn schema(kind: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "bench_{kind}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen>) -> Result<PgRt> {
+    let journal = PgJournal::connect(url, PgOptions::default().with_schema(schema))
+        .await
+        .context("connecting the journal")?;
+    let store = PgProjectionStore::sharing(&journal).await?;
+    fixture::builder(journal, store, seen)?
+        .config(config)
+        .build()
+        .await
+        .map_err(Into::into)
+}
+
+async fn drop_schema(url: &str, schema: &str) -> Result<()> {
+    raw::drop_schema(url, schema).await
+}
+
+pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
+    for per_txn in [1u64, 100] {
+        let (mut o, mut r) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            o.push(append_round(ctx, url, per_txn).await?);
+            r.push(raw::append_round(url, &schema("raw"), ctx.sizes.events, per_txn).await?);
+            eprintln!(
+                "   pg {per_txn}/txn round {}: outbox {:.0} ev/s, plain client {:.0} ev/s",
+                round + 1,
+                o[round],
+                r[round]
+            );
+        }
+        ctx.rows.push(Row::pair(
+            format!(
+                "PG append, {per_txn} per txn ({} events, {STREAMS} streams)",
+                ctx.sizes.events
+            ),
+            "events/s",
+            Better::Higher,
+            o,
+            r,
+        ));
+    }
+    let per_stream = ctx.sizes.events / STREAMS;
+    for batch in [1usize, 64] {
+        let (mut o, mut r) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            o.push(drain_round(url, per_stream, batch).await?);
+            r.push(raw::drain_round(url, &schema("raw"), STREAMS, per_stream, batch as i64).await?);
+            eprintln!(
+                "   pg drain batch {batch} round {}: outbox {:.0} ev/s, plain client {:.0} ev/s",
+                round + 1,
+                o[round],
+                r[round]
+            );
+        }
+        ctx.rows.push(Row::pair(
+            format!("PG drain, batch {batch} ({STREAMS} streams x {per_stream} events)"),
+            "events/s",
+            Better::Higher,
+            o,
+            r,
+        ));
+    }
+    Ok(())
+}
+
+async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
+    let schema = schema("outbox");
+    let rt = open(url, &schema, Config::producer_only(), Seen::default().into()).await?;
+    let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
+    let mut heads = vec![0u64; STREAMS as usize];
+    let total = ctx.sizes.events;
+    let t = Instant::now();
+    let mut i = 0u64;
+    while i < total {
+        let mut batch = Vec::with_capacity(per_txn as usize);
+        for _ in 0..per_txn.min(total - i) {
+            let s = (i % STREAMS) as usize;
+            batch.push(AppendRequest::new(
+                streams[s].clone(),
+                ExpectedVersion::Exact(heads[s]),
+                vec![fixture::new_event(&rt, i)?],
+            ));
+            heads[s] += 1;
+            i += 1;
+        }
+        rt.append_batch(batch).await?;
+    }
+    let rate = total as f64 / t.elapsed().as_secs_f64();
+    let summary = outbox_core::OutboxInspector::summary(rt.journal()).await?;
+    anyhow::ensure!(
+        summary.pending == total,
+        "expected {total} pending rows, got {summary:?}"
+    );
+    rt.journal().close().await;
+    drop_schema(url, &schema).await?;
+    Ok(rate)
+}
+
+async fn drain_round(url: &str, per_stream: u64, batch: usize) -> Result<f64> {
+    let schema = schema("outbox");
+    let seen = Arc::new(Seen::default());
+    let rt = open(url, &schema, fixture::worker_config(batch), seen.clone()).await?;
+    let heads = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
+    let total = STREAMS * per_stream;
+    let t = Instant::now();
+    let running = rt.start().await?;
+    fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
+    let rate = total as f64 / t.elapsed().as_secs_f64();
+    running.shutdown().await;
+    fixture::verify(&rt, &seen, "d", &heads).await?;
+    rt.journal().close().await;
+    drop_schema(url, &schema).await?;
+    Ok(rate)
+}
