@@ -174,8 +174,9 @@ fn pg_connect_options(url: &str) -> Result<PgConnectOptions, Error> {
 /// Refuses a Postgres schema that does not hold the role's outbox tables
 /// (every command but `migrate` works on an existing outbox, as on SQLite).
 async fn pg_require(connect: &PgConnectOptions, schema: &str, meta: &str, what: &str) -> Result<(), Error> {
-    let shown =
-        |e: sqlx::Error| Error::temporary(format!("connecting to postgres to check schema {schema}: {e}"), e);
+    let shown = |e: sqlx::Error| {
+        outbox_postgres::storage_error(format_args!("connecting to postgres to check schema {schema}"), e)
+    };
     let mut conn = sqlx::PgConnection::connect_with(connect).await.map_err(shown)?;
     let found: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
         .bind(format!("{schema}.{meta}"))

@@ -73,39 +73,68 @@ impl RoleSchema for Role {
     }
 }
 
-/// SQLSTATEs after which retrying the same call can succeed.
+/// Whether a SQLSTATE means "retry later": the database is shutting down,
+/// restarting, out of a resource, or this transaction lost a conflict. The
+/// rows of the table in the crate docs ("Errors: temporary or permanent").
 fn temporary_sqlstate(code: &str) -> bool {
-    matches!(
-        code,
-        "40001" // serialization_failure
-            | "40P01" // deadlock_detected
-            | "55P03" // lock_not_available
-            | "57014" // query_canceled (statement timeout)
-            | "57P01" // admin_shutdown (pg_terminate_backend)
-            | "57P02" // crash_shutdown
-            | "57P03" // cannot_connect_now
-            | "53300" // too_many_connections
-            | "53000" // insufficient_resources
-            | "53200" // out_of_memory
-            | "53100" // disk_full
-    ) || code.starts_with("08") // connection exceptions
+    let class = code.get(..2).unwrap_or("");
+    matches!(class, "08" | "40" | "53")
+        || matches!(
+            code,
+            "55P03" // lock_not_available (lock_timeout, NOWAIT)
+                | "57014" // query_canceled (statement_timeout)
+                | "57P01" // admin_shutdown (pg_terminate_backend, smart/fast shutdown)
+                | "57P02" // crash_shutdown (another backend crashed; immediate stop)
+                | "57P03" // cannot_connect_now (starting up, recovering, shutting down)
+                | "57P05" // idle_session_timeout
+        )
 }
 
-/// Whether a driver error is temporary: connection and pool trouble,
-/// serialization failures, deadlocks, shutdowns; decided by the error's kind
-/// and SQLSTATE, never by its text.
+/// Whether a driver error is temporary: the one classification of this
+/// adapter, used by connecting, migrating and every statement (through
+/// [`storage`] and [`migrate_error`]). Decided by the error's kind and
+/// SQLSTATE, never by its text; the crate docs have the table.
 pub(crate) fn is_temporary(e: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
     match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| temporary_sqlstate(&c)),
+        // Connection refused, reset, broken pipe, unexpected EOF, a missing
+        // socket file while the server is down: the connection is gone.
+        E::Io(_) => true,
+        // A connection that ended mid-message (the server went away).
+        E::Protocol(_) => true,
+        // No connection within the acquire timeout (all busy, or the server
+        // does not accept any), and the driver's background worker dying.
+        E::PoolTimedOut | E::WorkerCrashed => true,
+        E::Database(d) => d.code().is_some_and(|c| temporary_sqlstate(&c)),
+        E::Migrate(m) => match m.as_ref() {
+            sqlx::migrate::MigrateError::Execute(inner)
+            | sqlx::migrate::MigrateError::ExecuteMigration(inner, _) => is_temporary(inner),
+            _ => false,
+        },
+        // Permanent: our own pool was closed (the store is shutting down),
+        // configuration and TLS setup, decoding and encoding, a missing row or
+        // column or type (a schema the build does not match), bad arguments.
+        E::PoolClosed
+        | E::Configuration(_)
+        | E::Tls(_)
+        | E::InvalidArgument(_)
+        | E::RowNotFound
+        | E::TypeNotFound { .. }
+        | E::ColumnIndexOutOfBounds { .. }
+        | E::ColumnNotFound(_)
+        | E::ColumnDecode { .. }
+        | E::Encode(_)
+        | E::Decode(_)
+        | E::AnyDriverError(_)
+        | E::InvalidSavePointStatement
+        | E::BeginFailed => false,
         _ => false,
     }
 }
 
 /// Maps a driver error to a storage error that names what was being done and
-/// keeps the driver error as the source. Postgres error messages carry no
-/// connection secrets.
+/// keeps the driver error as the source; temporary as [`is_temporary`] says.
+/// Postgres error messages carry no connection secrets.
 pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
     let message = format!("{context}: {e}");
     if is_temporary(&e) {

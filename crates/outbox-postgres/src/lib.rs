@@ -18,6 +18,15 @@ pub use wake::PgWakeSource;
 /// The driver, re-exported so appliers name the same `PgConnection`.
 pub use sqlx;
 
+/// Maps a driver error from your own statements (through the re-exported
+/// [`sqlx`]) the way the adapter maps its own: a temporary
+/// [`Error::Storage`](outbox_core::Error) for the kinds of the crate docs'
+/// table ("Errors: temporary or permanent"), a permanent one otherwise; the
+/// message is `context: driver message`.
+pub fn storage_error(context: impl std::fmt::Display, e: sqlx::Error) -> outbox_core::Error {
+    db::storage(context, e)
+}
+
 /// The hot statements, for plan checks (`EXPLAIN`) in tests and benches.
 #[doc(hidden)]
 pub mod statements {

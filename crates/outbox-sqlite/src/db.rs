@@ -78,6 +78,8 @@ const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
 const SQLITE_IOERR: i32 = 10;
 const SQLITE_FULL: i32 = 13;
+const SQLITE_CANTOPEN: i32 = 14;
+const SQLITE_PROTOCOL: i32 = 15;
 const SQLITE_NOTADB: i32 = 26;
 
 /// Whether the error is SQLite's "database is busy/locked".
@@ -85,10 +87,44 @@ pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
     matches!(sqlite_code(e), Some(SQLITE_BUSY | SQLITE_LOCKED))
 }
 
-/// Maps a driver error to a storage error: busy, locked, I/O, a full disk and
-/// pool timeouts are temporary; everything else is permanent. The message
-/// names what was being done and the driver's one-line reason (SQLite
-/// messages carry no secrets); the driver error is kept as the source.
+/// Whether a SQLite primary result code means "retry later" (the table in
+/// the crate docs, "Errors: temporary or permanent"): another process holds
+/// the lock past the busy timeout (`BUSY`, `LOCKED`), the file could not be
+/// read or written or opened right now (`IOERR`, `CANTOPEN`: a file whose
+/// permissions or mount are briefly wrong), the disk is full (`FULL`), or a
+/// WAL lock race (`PROTOCOL`). Shared with the engine's `engine_error`
+/// (rusqlite), which names the same codes.
+pub(crate) fn temporary_code(code: i32) -> bool {
+    matches!(
+        code & 0xff,
+        SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN | SQLITE_PROTOCOL
+    )
+}
+
+/// Whether a driver error is temporary: the one classification of the sqlx
+/// side, used by opening, migrating and every statement.
+pub(crate) fn is_temporary(e: &sqlx::Error) -> bool {
+    use sqlx::Error as E;
+    match e {
+        // The pool had no connection within its timeout; the driver's
+        // worker thread died; the OS refused an operation on the file.
+        E::PoolTimedOut | E::WorkerCrashed | E::Io(_) => true,
+        E::Database(_) => sqlite_code(e).is_some_and(temporary_code),
+        E::Migrate(m) => match m.as_ref() {
+            sqlx::migrate::MigrateError::Execute(inner)
+            | sqlx::migrate::MigrateError::ExecuteMigration(inner, _) => is_temporary(inner),
+            _ => false,
+        },
+        // Permanent: our own pool closed, configuration, decoding, a missing
+        // row, column or type, and the rest.
+        _ => false,
+    }
+}
+
+/// Maps a driver error to a storage error, temporary as [`is_temporary`]
+/// says, everything else permanent. The message names what was being done
+/// and the driver's one-line reason (SQLite messages carry no secrets); the
+/// driver error is kept as the source.
 ///
 /// A full disk (`SQLITE_FULL`) is temporary on purpose: SQLite rolls the
 /// transaction back and leaves the file intact, and once space returns the
@@ -96,15 +132,8 @@ pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
 /// temporary error as infrastructure trouble and retries on a later pass, not
 /// as a failure of the event, so a full disk does not dead-letter events.
 pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
-    let temporary = match &e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
-        _ => matches!(
-            sqlite_code(&e),
-            Some(SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL)
-        ),
-    };
     let message = format!("{context}: {e}");
-    if temporary {
+    if is_temporary(&e) {
         Error::temporary(message, e)
     } else {
         Error::storage(message, e)

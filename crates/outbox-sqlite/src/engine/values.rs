@@ -20,15 +20,21 @@ pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
 /// busy, locked, I/O and a full disk are temporary, everything else is
 /// permanent; the message names what was being done.
 pub(crate) fn engine_error(context: impl fmt::Display, e: rusqlite::Error) -> Error {
-    let temporary = matches!(
-        e.sqlite_error_code(),
-        Some(
-            ErrorCode::DatabaseBusy
-                | ErrorCode::DatabaseLocked
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::DiskFull
-        )
-    );
+    // The same codes as the sqlx side (`crate::db::temporary_code`).
+    let temporary = match &e {
+        rusqlite::Error::SqliteFailure(f, _) => crate::db::temporary_code(f.extended_code),
+        _ => matches!(
+            e.sqlite_error_code(),
+            Some(
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::DiskFull
+                    | ErrorCode::CannotOpen
+                    | ErrorCode::FileLockingProtocolFailed
+            )
+        ),
+    };
     let message = format!("{context}: {e}");
     if temporary {
         Error::temporary(message, e)
