@@ -1832,3 +1832,95 @@ fn rebuild_with_complete_rows_resolves_a_dead_row_on_the_live_database() {
     let r = site.report();
     assert_eq!((u(&r["total"]), u(&r["dead"])), (0, 0), "{r}");
 }
+
+// ---------------------------------------------------------------------------
+// an unavailable database while `work` starts (issue 16)
+// ---------------------------------------------------------------------------
+
+/// Holds the journal's write lock from "another process" (a connection of
+/// its own, on a runtime of its own) until released.
+struct JournalLock {
+    rt: tokio::runtime::Runtime,
+    conn: Option<outbox_sqlite::sqlx::SqliteConnection>,
+}
+
+impl JournalLock {
+    fn take(site: &Site) -> JournalLock {
+        use outbox_sqlite::sqlx::{self, Connection};
+        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let url = format!("sqlite://{}", site.journal.display());
+        let conn = rt.block_on(async {
+            let mut c = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+            sqlx::query("BEGIN EXCLUSIVE")
+                .execute(&mut c)
+                .await
+                .expect("lock");
+            c
+        });
+        JournalLock { rt, conn: Some(conn) }
+    }
+
+    fn release(mut self) {
+        use outbox_sqlite::sqlx::{self, Connection};
+        let mut c = self.conn.take().expect("held");
+        self.rt.block_on(async {
+            sqlx::query("ROLLBACK").execute(&mut c).await.expect("unlock");
+            c.close().await.expect("close");
+        });
+    }
+}
+
+#[test]
+fn work_with_no_start_retry_budget_fails_fast_with_one_line_when_the_journal_stays_locked() {
+    let site = Site::migrated();
+    let lock = JournalLock::take(&site);
+    let r = site.run_env(
+        &["work"],
+        &[("OUTBOX_START_RETRY_MS", "0"), ("OUTBOX_LOG", "off")],
+    );
+    lock.release();
+    assert_eq!(r.code, Some(5), "a storage error: {}", r.explain());
+    let err = r.stderr.trim();
+    assert_eq!(err.lines().count(), 1, "one line: {}", r.explain());
+    assert!(
+        err.contains("1 attempt(s)") && err.contains("OUTBOX_START_RETRY_MS"),
+        "{err}"
+    );
+}
+
+#[test]
+fn work_waits_for_a_locked_journal_and_sigterm_stops_the_wait_at_once() {
+    let site = Site::migrated();
+    let lock = JournalLock::take(&site);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = site
+        .command(&["work"])
+        .env("OUTBOX_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .expect("spawn worker");
+    eventually("a `retrying` line from the waiting start-up", || {
+        fs::read_to_string(log.path())
+            .unwrap()
+            .contains("the database is unavailable; retrying")
+    });
+    assert!(child.try_wait().unwrap().is_none(), "still waiting, not failed");
+    kill_term(&child);
+    let status = wait_status(&mut child, "the waiting worker's exit after SIGTERM");
+    lock.release();
+    let mut out = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "stdout:\n{out}\nstderr:\n{}",
+        fs::read_to_string(log.path()).unwrap()
+    );
+    assert!(!out.contains("running"), "no worker was started: {out}");
+    assert_eq!(
+        site.json(&["workers", "--json"]),
+        serde_json::json!([]),
+        "nothing registered"
+    );
+}

@@ -51,7 +51,8 @@ env_vars! {
     OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
     OUTBOX_STREAMS_PER_PASS = "64", "streams one worker pass takes up at most (the due streams are read again before each)";
     OUTBOX_BATCHES_PER_STREAM = "16", "batches a pass applies to one stream before it moves on to the next (fairness)";
-    OUTBOX_RUN_TTL_MS = "60000", "how long a replay or rebuild run's claim lasts without progress; a killed run blocks new runs on its projection this long";
+    OUTBOX_RUN_TTL_MS = "60000", "how long a replay or rebuild run's claim lasts without progress; a killed run blocks new runs on its projection until then, or until its owner's worker registry entry expires (three heartbeat intervals), whichever is first";
+    OUTBOX_START_RETRY_MS = "300000", "how long start-up (connecting, migrating, projection setup, start-up repair, the first heartbeat) keeps retrying while the database is unavailable (a temporary error), 100 ms doubling to 5 s between attempts; then it fails with one line (0: try once)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
 }
 
@@ -88,8 +89,16 @@ pub struct Config {
     pub run_retention: Duration,
     /// How long a replay or rebuild run's claim lasts between progress
     /// updates (default 60 s): a run whose process died blocks new runs on
-    /// its projection this long.
+    /// its projection at most this long (less once the process's worker
+    /// registry entry has expired: the next admission reclaims the run).
     pub run_ttl: Duration,
+    /// How long start-up keeps retrying temporary database errors
+    /// (default 5 min; zero tries once): projection setup in
+    /// [`OutboxBuilder::build`](crate::OutboxBuilder::build), start-up repair
+    /// and the first heartbeat in [`Outbox::start`](crate::Outbox::start),
+    /// and the `outbox work` command's connecting and migrating. See
+    /// [`retry_while_unavailable`](crate::retry_while_unavailable).
+    pub start_retry: Duration,
     /// The worker id; generated when `None`.
     pub worker_id: Option<WorkerId>,
     /// Streams one pass takes up at most (default 64); the due streams are
@@ -114,6 +123,7 @@ impl Default for Config {
             registry_retention: Duration::from_secs(24 * 3600),
             run_retention: Duration::from_secs(30 * 24 * 3600),
             run_ttl: Duration::from_secs(60),
+            start_retry: Duration::from_secs(300),
             worker_id: None,
             streams_per_pass: 64,
             batches_per_stream: 16,
@@ -175,6 +185,10 @@ impl Config {
     setter!(
         /// Sets how long a replay or rebuild run's claim lasts between progress updates.
         with_run_ttl, run_ttl: Duration
+    );
+    setter!(
+        /// Sets how long start-up keeps retrying temporary database errors.
+        with_start_retry, start_retry: Duration
     );
     setter!(
         /// Sets due streams fetched per pass.
@@ -276,6 +290,12 @@ impl Config {
             "run ttl",
             self.run_ttl,
             Duration::from_secs(1),
+            Duration::from_secs(24 * 3600),
+        )?;
+        in_range(
+            "start retry",
+            self.start_retry,
+            Duration::ZERO,
             Duration::from_secs(24 * 3600),
         )?;
         in_range(
@@ -381,6 +401,9 @@ impl Config {
                     e.to_string().trim_start_matches("configuration error: ")
                 ))
             })?;
+        }
+        if let Some(v) = ms(Self::OUTBOX_START_RETRY_MS)? {
+            c.start_retry = v;
         }
         if let Some(v) = ms(Self::OUTBOX_HEARTBEAT_INTERVAL_MS)? {
             c.heartbeat_interval = v;
@@ -514,8 +537,10 @@ mod tests {
             ("OUTBOX_RUN_TTL_MS", "5000"),
             ("OUTBOX_BATCHES_PER_STREAM", "2"),
             ("OUTBOX_STORE_DEADLINE_MS", "2500"),
+            ("OUTBOX_START_RETRY_MS", "0"),
         ])
         .unwrap();
+        assert_eq!(c.start_retry, Duration::ZERO);
         assert_eq!(c.store_deadline(), Duration::from_millis(2500));
         assert_eq!((c.streams_per_pass, c.batches_per_stream), (8, 2));
         assert_eq!(c.run_ttl, Duration::from_secs(5));

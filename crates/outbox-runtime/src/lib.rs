@@ -10,6 +10,7 @@ mod outbox;
 mod panic;
 mod replay;
 mod running;
+mod unavailable;
 mod worker;
 
 pub use clock::TokioClock;
@@ -21,6 +22,7 @@ pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
 pub use replay::{ReplayOptions, error_code};
 pub use running::{Running, Tasks, cancel_on_shutdown_signal};
+pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
 
 /// This machine's host name (for worker ids and the registry), without I/O

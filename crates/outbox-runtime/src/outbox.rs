@@ -141,7 +141,16 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
         }
         // Every hook of every projection turns a panic into an error.
         let projections = crate::panic::catch_panics(self.projections);
-        self.store.setup(&projections).await?;
+        // Setup is idempotent (CREATE ... IF NOT EXISTS and the like): a
+        // database that is restarting is waited for (`start_retry`).
+        let store = &self.store;
+        crate::retry_while_unavailable(
+            self.config.start_retry,
+            &tokio_util::sync::CancellationToken::new(),
+            "setting up the projections",
+            || store.setup(&projections),
+        )
+        .await?;
         let worker_id = match self.config.worker_id.clone() {
             Some(id) => id,
             None => generated_worker_id()?,

@@ -14,6 +14,7 @@ use crate::deadline::Within;
 use crate::gaps::RepairReport;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::panic::CatchUnwind;
+use crate::unavailable::retry_while_unavailable;
 use crate::worker::WorkerKind;
 
 /// The longest wait before a dead worker loop is restarted.
@@ -148,13 +149,30 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     async fn start_tasks(&self, started: Arc<AtomicBool>, outer: &CancellationToken) -> Result<Running> {
         // A producer-only process applies nothing, so it repairs nothing.
+        // Every store call of start-up rides out an unavailable database
+        // (a restart, a failover) for `start_retry`; repair is idempotent
+        // (catch-ups compare-and-set), so a retry repeats nothing.
+        let budget = self.config().start_retry;
         let repair = if self.config().repair_on_start && self.mode() != Mode::ProducerOnly {
-            Some(self.start_up_repair(outer).await?)
+            let report =
+                retry_while_unavailable(budget, outer, "start-up repair", || self.start_up_repair(outer))
+                    .await?;
+            Some(report.unwrap_or_else(|| RepairReport {
+                cancelled: true,
+                ..RepairReport::default()
+            }))
         } else {
             None
         };
+        let tasks = self.planned_tasks();
         let cancel = outer.child_token();
-        if cancel.is_cancelled() {
+        let mut stopped = cancel.is_cancelled();
+        if tasks.heartbeat && !stopped {
+            stopped = retry_while_unavailable(budget, outer, "the first heartbeat", || self.beat())
+                .await?
+                .is_none();
+        }
+        if stopped {
             info!(mode = %self.mode(), "start cancelled; no task started");
             return Ok(Running {
                 cancel,
@@ -168,10 +186,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 repair,
                 started,
             });
-        }
-        let tasks = self.planned_tasks();
-        if tasks.heartbeat {
-            self.beat().await?;
         }
         let tracker = TaskTracker::new();
         let mut handles = Vec::new();
@@ -237,7 +251,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// One registry heartbeat for this process.
-    async fn beat(&self) -> Result<()> {
+    pub(crate) async fn beat(&self) -> Result<()> {
         let ttl = heartbeat_ttl(self.config().heartbeat_interval);
         self.journal()
             .heartbeat(
@@ -314,7 +328,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 }
 
 /// How long a registry entry lives without a new beat.
-fn heartbeat_ttl(interval: Duration) -> Duration {
+pub(crate) fn heartbeat_ttl(interval: Duration) -> Duration {
     (interval * 3).max(Duration::from_secs(1))
 }
 

@@ -310,3 +310,111 @@ async fn a_worker_wakes_on_another_connections_append_without_polling() {
     let want = BTreeMap::from([("woken".to_string(), Expected { through: 3, sum: 6 })]);
     check_history(&state, &want, &BTreeMap::new()).unwrap();
 }
+
+/// Issue 16: `start()` rides out a journal that another process holds
+/// locked for longer than the busy timeout (the first heartbeat is a write
+/// that meets `SQLITE_BUSY`, a temporary error), and starts once the lock is
+/// released. Nothing here depends on timing: `start()` cannot finish while
+/// the lock is held, and the liveness bound after release is generous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_rides_out_a_journal_locked_past_the_busy_timeout() {
+    use outbox_sqlite::sqlx::{Connection, SqliteConnection};
+    let f = files();
+    let (p, _) = oracle();
+    let opts = SqliteOptions::default().with_busy_timeout(Duration::from_millis(50));
+    let journal = SqliteJournal::open(&f.journal, opts.clone()).await.unwrap();
+    let store = SqliteProjectionStore::open(&f.projections, opts).await.unwrap();
+    let rt = Outbox::builder(journal, store)
+        .config(
+            Config::apply_worker()
+                .with_poll_interval(Duration::from_millis(10))
+                .with_start_retry(Duration::from_secs(120)),
+        )
+        .event_types(oracle_registry())
+        .projection(p.clone())
+        .build()
+        .await
+        .unwrap();
+    rt.journal()
+        .append(
+            &[AppendRequest::new(
+                sid("locked"),
+                ExpectedVersion::NoStream,
+                vec![add(1), add(2), add(3)],
+            )],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    // "Another process": a connection of its own holding the write lock.
+    let url = format!("sqlite://{}", f.journal.display());
+    let mut other = SqliteConnection::connect(&url).await.unwrap();
+    outbox_sqlite::sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let starting = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.start().await }
+    });
+    // Several busy timeouts pass: start() is still waiting, not failed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !starting.is_finished(),
+        "start() must wait for the lock, not fail"
+    );
+    outbox_sqlite::sqlx::query("COMMIT")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other.close().await.unwrap();
+    let running = tokio::time::timeout(Duration::from_secs(120), starting)
+        .await
+        .expect("start() finishes once the lock is released")
+        .unwrap()
+        .expect("start() rides out the lock");
+    assert!(running.tasks().apply_worker);
+    wait_drained(&rt, Duration::from_secs(120)).await;
+    running.shutdown().await;
+    let state = read_state(rt.store(), "oracle").await.expect("oracle state");
+    let want = BTreeMap::from([("locked".to_string(), Expected { through: 3, sum: 6 })]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+}
+
+/// With no budget, the same lock fails `start()` at once with one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_with_no_retry_budget_fails_fast_with_one_line() {
+    use outbox_sqlite::sqlx::{Connection, SqliteConnection};
+    let f = files();
+    let (p, _) = oracle();
+    let opts = SqliteOptions::default().with_busy_timeout(Duration::from_millis(50));
+    let journal = SqliteJournal::open(&f.journal, opts.clone()).await.unwrap();
+    let store = SqliteProjectionStore::open(&f.projections, opts).await.unwrap();
+    let rt = Outbox::builder(journal, store)
+        .config(Config::apply_worker().with_start_retry(Duration::ZERO))
+        .event_types(oracle_registry())
+        .projection(p.clone())
+        .build()
+        .await
+        .unwrap();
+    let url = format!("sqlite://{}", f.journal.display());
+    let mut other = SqliteConnection::connect(&url).await.unwrap();
+    outbox_sqlite::sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let err = match rt.start().await {
+        Ok(_) => panic!("start() succeeded under a held lock"),
+        Err(e) => e,
+    };
+    let msg = err.to_string();
+    assert!(err.is_temporary() && !msg.contains('\n'), "{msg}");
+    assert!(
+        msg.contains("1 attempt(s)") && msg.contains("OUTBOX_START_RETRY_MS"),
+        "{msg}"
+    );
+    outbox_sqlite::sqlx::query("ROLLBACK")
+        .execute(&mut other)
+        .await
+        .unwrap();
+}

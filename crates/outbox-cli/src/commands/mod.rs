@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use outbox_core::{Error, Seq, StreamId, select_mode, view_projection};
-use outbox_runtime::{Config, Outbox};
+use outbox_runtime::{Config, Outbox, retry_while_unavailable};
+use tokio_util::sync::CancellationToken;
 
 use crate::App;
 use crate::backend::{Access, CliJournal, CliStore, Location, open_url};
@@ -22,6 +23,10 @@ pub(crate) struct Ctx<'a, J, P> {
     pub(crate) journal: J,
     pub(crate) store: P,
     pub(crate) config: Config,
+    /// `outbox work`'s shutdown signal (SIGTERM, Ctrl-C), installed before
+    /// the databases are opened so a signal stops a start-up that is still
+    /// waiting for the database.
+    pub(crate) shutdown: Option<CancellationToken>,
 }
 
 impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
@@ -139,14 +144,63 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         _ => Access::Existing,
     };
     let g = &cli.global;
+    // `work` rides out a database that is unavailable while it starts.
+    let shutdown = matches!(cli.command, Command::Work(_)).then(outbox_runtime::cancel_on_shutdown_signal);
+    let open = Open {
+        access,
+        config,
+        shutdown,
+    };
     match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
-        (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, access, config).await,
-        (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, access, config).await,
+        (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, open).await,
+        (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, open).await,
         _ => Err(Error::invalid(
             "the journal and the projection database must use the same backend (both sqlite or both postgres)",
         )
         .into()),
     }
+}
+
+/// How a command opens its databases.
+struct Open {
+    access: Access,
+    config: Config,
+    shutdown: Option<CancellationToken>,
+}
+
+impl Open {
+    /// Opens the stores with `open`: once, or for `outbox work` (which has a
+    /// shutdown token) retrying temporary errors (a database that is down,
+    /// restarting or refusing connections) for `OUTBOX_START_RETRY_MS`.
+    /// `None`: a shutdown signal arrived first (an attempt in progress is
+    /// dropped at once; nothing was opened).
+    async fn stores<T, F, Fut>(&self, open: F) -> Result<Option<T>, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let Some(token) = &self.shutdown else {
+            return open().await.map(Some);
+        };
+        let raced = || async {
+            tokio::select! {
+                biased;
+                () = token.cancelled() => Ok(None),
+                r = open() => r.map(Some),
+            }
+        };
+        Ok(
+            retry_while_unavailable(self.config.start_retry, token, "opening the databases", raced)
+                .await?
+                .flatten(),
+        )
+    }
+}
+
+/// What `outbox work` says when a signal stops it before a database opened.
+fn stopped_while_opening() -> Result<()> {
+    eprintln!("stopped while waiting for the database; no worker was started");
+    Ok(())
 }
 
 #[cfg(feature = "sqlite")]
@@ -155,41 +209,35 @@ async fn sqlite(
     cli: &Cli,
     journal: std::path::PathBuf,
     projections: std::path::PathBuf,
-    access: Access,
-    config: Config,
+    open: Open,
 ) -> Result<()> {
-    let (journal, store) = crate::backend::open_sqlite(journal, projections, access).await?;
-    run_with(app, cli, journal, store, config).await
+    let opened = open
+        .stores(|| crate::backend::open_sqlite(journal.clone(), projections.clone(), open.access))
+        .await?;
+    let Some((journal, store)) = opened else {
+        return stopped_while_opening();
+    };
+    run_with(app, cli, journal, store, open).await
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn sqlite(
-    app: &App,
-    _: &Cli,
-    _: std::path::PathBuf,
-    _: std::path::PathBuf,
-    _: Access,
-    _: Config,
-) -> Result<()> {
+async fn sqlite(app: &App, _: &Cli, _: std::path::PathBuf, _: std::path::PathBuf, _: Open) -> Result<()> {
     Err(unsupported(app, "sqlite"))
 }
 
 #[cfg(feature = "postgres")]
-async fn postgres(
-    app: &App,
-    cli: &Cli,
-    journal: &str,
-    projections: &str,
-    access: Access,
-    config: Config,
-) -> Result<()> {
-    let (journal, store) =
-        crate::backend::open_postgres(journal, projections, &cli.global.schema, access).await?;
-    run_with(app, cli, journal, store, config).await
+async fn postgres(app: &App, cli: &Cli, journal: &str, projections: &str, open: Open) -> Result<()> {
+    let opened = open
+        .stores(|| crate::backend::open_postgres(journal, projections, &cli.global.schema, open.access))
+        .await?;
+    let Some((journal, store)) = opened else {
+        return stopped_while_opening();
+    };
+    run_with(app, cli, journal, store, open).await
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn postgres(app: &App, _: &Cli, _: &str, _: &str, _: Access, _: Config) -> Result<()> {
+async fn postgres(app: &App, _: &Cli, _: &str, _: &str, _: Open) -> Result<()> {
     Err(unsupported(app, "postgres"))
 }
 
@@ -209,13 +257,14 @@ async fn run_with<J: CliJournal, P: CliStore>(
     cli: &Cli,
     journal: J,
     store: P,
-    config: Config,
+    open: Open,
 ) -> Result<()> {
     let ctx = Ctx {
         app,
         journal,
         store,
-        config,
+        config: open.config,
+        shutdown: open.shutdown,
     };
     let result = dispatch(cli, &ctx).await;
     ctx.journal.shut().await;

@@ -11,7 +11,23 @@ use crate::output::{human_ms, json_line};
 
 pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &WorkArgs) -> Result<()> {
     // The configuration (flags applied, a worker mode) was checked by `run`.
-    let rt = ctx.runtime().await?;
+    // Signals are handled from here on (the token was installed before the
+    // databases were opened): SIGTERM or Ctrl-C while start-up waits for
+    // the database or runs its repair stops it, and the command exits 0.
+    let cancel = ctx
+        .shutdown
+        .clone()
+        .unwrap_or_else(outbox_runtime::cancel_on_shutdown_signal);
+    let rt = tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            if !a.quiet && !a.json {
+                println!("stopped while waiting for the database; no worker was started");
+            }
+            return Ok(());
+        }
+        rt = ctx.runtime() => rt?,
+    };
     if a.once {
         let tick = rt.tick().await?;
         if a.json {
@@ -30,9 +46,6 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
         }
         return Ok(());
     }
-    // Signals are handled from here on: SIGTERM or Ctrl-C during start-up
-    // repair stops it between streams, and the command exits 0.
-    let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let running = rt.start_until(&cancel).await?;
     if let Some(r) = running.repair_report().cloned()
         && r.cancelled
