@@ -559,7 +559,20 @@ pub trait WakeSource: Send + Sync {
 ///   projection already has an active (queued or running) run whose claim has
 ///   not expired: then [`Error::InvalidState`](crate::Error::InvalidState)
 ///   naming that run, and nothing changes. An active run whose claim expired
-///   is marked `failed` (code `abandoned`) first. Ids are unique and increasing.
+///   is marked `failed` (code `abandoned`) first. Ids are unique and
+///   increasing; a refused admission consumes no id, so with no concurrent
+///   admission the next admitted run's id is the last one plus one (on
+///   Postgres concurrent admissions of one projection are serialized by a
+///   transaction-scoped advisory lock, so the loser inserts nothing either;
+///   ids are still not promised to be contiguous: a rolled-back transaction
+///   consumes one).
+/// - `reclaim_run` marks the projection's active run `failed` (code
+///   `abandoned`) when its owner is not one of `live` (the caller read the
+///   worker registry: the owner is gone, expired or never registered) and
+///   returns it; `None` when the projection has no active run or its owner
+///   is in `live`. The runtime calls it when an admission is refused, so a
+///   killed run's projection is free once its owner's registry entry
+///   expires, without waiting for the run's own claim.
 /// - `update_run` is called by the owner: it moves a queued run to
 ///   `running`, records `processed` and the last committed (stream, seq), and
 ///   renews the claim; it returns the record, whose `cancel_requested` tells
@@ -587,6 +600,13 @@ pub trait RunStore: Send + Sync {
         owner: &WorkerId,
         ttl: Duration,
     ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Frees a projection whose active run's owner is gone.
+    fn reclaim_run(
+        &self,
+        projection: &ProjectionName,
+        live: &[WorkerId],
+    ) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
 
     /// Records progress and renews the owner's claim.
     fn update_run(

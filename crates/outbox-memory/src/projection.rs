@@ -522,6 +522,9 @@ fn owned_active<'a>(st: &'a mut State, id: u64, owner: &WorkerId) -> Result<&'a 
     Ok(run)
 }
 
+/// The message of a run reclaimed because its owner left the worker registry.
+const RECLAIMED: &str = "the run's owner is gone from the worker registry";
+
 impl RunStore for MemoryProjectionStore {
     async fn admit_run(
         &self,
@@ -566,6 +569,26 @@ impl RunStore for MemoryProjectionStore {
         };
         st.runs.insert(id, run.clone());
         Ok(run)
+    }
+
+    async fn reclaim_run(&self, projection: &ProjectionName, live: &[WorkerId]) -> Result<Option<RunRecord>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock().await;
+        let Some(run) = st
+            .runs
+            .values_mut()
+            .find(|r| &r.projection == projection && r.state.is_active())
+        else {
+            return Ok(None);
+        };
+        if live.contains(&run.owner) {
+            return Ok(None);
+        }
+        run.state = RunState::Failed;
+        run.error_code = Some("abandoned".into());
+        run.error_message = Some(RECLAIMED.into());
+        run.updated_at = now;
+        Ok(Some(run.clone()))
     }
 
     async fn update_run(

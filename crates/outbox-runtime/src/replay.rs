@@ -24,6 +24,9 @@ use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
+/// While alive, the run's owner keeps beating in the worker registry.
+struct Registered(#[allow(dead_code)] tokio_util::sync::DropGuard);
+
 /// What a replay, a rebuild or a gap repair does with the outbox rows of the
 /// streams it has brought up to date (ADR 0014).
 ///
@@ -174,16 +177,78 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(done)
     }
 
+    /// Admits a run owned by this process. The process is in the worker
+    /// registry first (a beat; [`Registered`] keeps beating while the run
+    /// executes), so its own run is never taken for orphaned. When the
+    /// projection's active run refuses the admission and that run's owner
+    /// is not in the registry (killed: its entry expired; or never
+    /// registered), the run is reclaimed (`abandoned`) and the admission is
+    /// tried once more, without waiting for the run's claim to expire.
     async fn admit(
         &self,
         kind: RunKind,
         projection: &ProjectionName,
         until: Option<u64>,
     ) -> Result<RunRecord> {
-        self.store()
-            .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
-            .within(self.config().store_deadline(), "admit_run")
-            .await
+        let deadline = self.config().store_deadline();
+        if let Err(e) = self.beat().await {
+            warn!(error = %e, "registering the run's owner in the worker registry failed");
+        }
+        let admit = || {
+            self.store()
+                .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
+                .within(deadline, "admit_run")
+        };
+        match admit().await {
+            Err(Error::InvalidState(refused)) => {
+                let live: Vec<_> = self
+                    .journal()
+                    .workers()
+                    .within(deadline, "workers")
+                    .await?
+                    .into_iter()
+                    .map(|w| w.id)
+                    .collect();
+                match self
+                    .store()
+                    .reclaim_run(projection, &live)
+                    .within(deadline, "reclaim_run")
+                    .await?
+                {
+                    Some(gone) => {
+                        warn!(run = gone.id, owner = %gone.owner, projection = %projection,
+                            "reclaimed a run whose owner is gone from the worker registry");
+                        admit().await
+                    }
+                    None => Err(Error::InvalidState(refused)),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Keeps this process in the worker registry while a run executes (a
+    /// beat every heartbeat interval, also during a rebuild's reset); when
+    /// it is dropped the beats stop and the entry ages out (it is not
+    /// deregistered: the same process may run a worker, or admit the next
+    /// run of `rebuild_all`, under the same id).
+    fn registered(&self) -> Registered {
+        let stop = CancellationToken::new();
+        let this = self.clone();
+        let token = stop.clone();
+        let interval = self.config().heartbeat_interval;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    () = tokio::time::sleep(interval) => {}
+                }
+                if let Err(e) = this.beat().await {
+                    warn!(error = %e, "renewing the run's owner in the worker registry failed");
+                }
+            }
+        });
+        Registered(stop.drop_guard())
     }
 
     async fn execute(
@@ -193,6 +258,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
+        let _registered = self.registered();
         let owner = self.worker_id().clone();
         let store = self.store();
         let mut rec = store

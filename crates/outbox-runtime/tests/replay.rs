@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_core::{
     BoxError, Clock, DigestBuilder, Event, ExpectedVersion, LeaseStore, OutboxInspector, Projection,
-    ProjectionName, ProjectionStore, RunKind, RunState, RunStore, WorkerId, async_trait,
+    ProjectionName, ProjectionStore, RunKind, RunState, RunStore, WorkerId, WorkerRegistry, async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, ReplayOptions, TokioClock};
@@ -252,8 +252,19 @@ async fn one_run_per_projection_and_a_clear_refusal() {
     rt.append(&sid("a"), ExpectedVersion::Any, vec![add(1)])
         .await
         .unwrap();
-    // Another process is rebuilding the projection.
+    // Another process is rebuilding the projection; it is alive (in the
+    // worker registry, beating with a 10 s entry ttl).
     let other = WorkerId::new("other-process").unwrap();
+    journal
+        .heartbeat(
+            &other,
+            "elsewhere",
+            1,
+            outbox_core::Mode::OutboxApplyOnly,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     let held = store
         .admit_run(RunKind::Rebuild, p.name(), None, &other, Duration::from_secs(60))
         .await
@@ -276,8 +287,48 @@ async fn one_run_per_projection_and_a_clear_refusal() {
         err.to_string().contains("projection `nope` (registered: oracle)"),
         "{err}"
     );
-    // Its claim expires (it crashed): the next request takes over and marks it abandoned.
-    tokio::time::sleep(Duration::from_secs(61)).await;
+    // It crashed: its registry entry expires long before the run's 60 s
+    // claim, and the next request takes over at once, marking it abandoned.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
+    assert_eq!(run.state, RunState::Completed);
+    assert_eq!(run.id, held.id + 1, "the refused admission consumed no id");
+    let old = store.run(held.id).await.unwrap().unwrap();
+    assert_eq!(
+        (old.state, old.error_code.as_deref()),
+        (RunState::Failed, Some("abandoned"))
+    );
+    assert!(
+        old.error_message
+            .as_deref()
+            .unwrap_or("")
+            .contains("worker registry"),
+        "{old:?}"
+    );
+}
+
+/// Issue 16: a run whose owner never registered (or whose entry was
+/// pruned) is reclaimed at once; a live owner's run whose claim expired is
+/// still abandoned after the run ttl.
+#[tokio::test(start_paused = true)]
+async fn a_run_whose_owner_is_absent_from_the_registry_is_reclaimed_at_once() {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
+    rt.append(&sid("a"), ExpectedVersion::Any, vec![add(1)])
+        .await
+        .unwrap();
+    let ghost = WorkerId::new("never-registered").unwrap();
+    let held = store
+        .admit_run(
+            RunKind::Rebuild,
+            p.name(),
+            None,
+            &ghost,
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
     let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
     assert_eq!(run.state, RunState::Completed);
     let old = store.run(held.id).await.unwrap().unwrap();
@@ -285,6 +336,31 @@ async fn one_run_per_projection_and_a_clear_refusal() {
         (old.state, old.error_code.as_deref()),
         (RunState::Failed, Some("abandoned"))
     );
+    // The owner of a finished run keeps its registry entry only until it
+    // ages out; a live owner (beating) keeps its run.
+    let alive = WorkerId::new("alive").unwrap();
+    journal
+        .heartbeat(
+            &alive,
+            "elsewhere",
+            2,
+            outbox_core::Mode::OutboxApplyOnly,
+            Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    store
+        .admit_run(RunKind::Rebuild, p.name(), None, &alive, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        rt.rebuild("oracle", &CancellationToken::new()).await.is_err(),
+        "a live owner's run blocks"
+    );
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    rt.rebuild("oracle", &CancellationToken::new())
+        .await
+        .expect("an expired claim frees the projection even with a live owner");
 }
 
 #[tokio::test(start_paused = true)]

@@ -8,6 +8,7 @@ pub struct Dialect {
     numbered_question_marks: bool,
     now: String,
     lock_stream: Option<&'static str>,
+    lock_admission: Option<&'static str>,
     refresh_head: &'static [&'static str],
 }
 
@@ -19,6 +20,7 @@ impl Dialect {
             numbered_question_marks: true,
             now: now.into(),
             lock_stream: None,
+            lock_admission: None,
             refresh_head: &[
                 "INSERT INTO outbox_heads (stream, head_seq, due_at) \
                  SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END \
@@ -38,6 +40,9 @@ impl Dialect {
             numbered_question_marks: false,
             now: now.into(),
             lock_stream: Some("SELECT 1 FROM streams WHERE stream = $1 FOR NO KEY UPDATE"),
+            lock_admission: Some(
+                "SELECT pg_advisory_xact_lock(hashtextextended('outbox.admit_run.' || current_schema() || '.' || $1, 0))",
+            ),
             refresh_head: &[
                 "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
                                 FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
@@ -82,6 +87,15 @@ impl Dialect {
     /// if the dialect needs one.
     pub fn lock_stream(&self) -> Option<&'static str> {
         self.lock_stream
+    }
+
+    /// The statement serializing run admissions for a projection (`$1`)
+    /// until the transaction ends, if the dialect needs one (Postgres: a
+    /// transaction-scoped advisory lock, so a concurrent loser waits for the
+    /// winner's commit and then inserts nothing, consuming no identity
+    /// value; SQLite serializes writers already).
+    pub fn lock_admission(&self) -> Option<&'static str> {
+        self.lock_admission
     }
 
     /// The statements recomputing a stream's (`$1`) head row from its first

@@ -6,7 +6,9 @@
 //! `BEGIN IMMEDIATE`; Postgres re-checks an `UPDATE`'s condition on the
 //! latest row version and enforces one active run per projection with the
 //! partial unique index `outbox_runs_active`):
-//! - admission marks the projection's expired active runs `failed`
+//! - admission (serialized per projection on Postgres by a
+//!   transaction-scoped advisory lock, so a refused admission consumes no
+//!   identity value) marks the projection's expired active runs `failed`
 //!   (`abandoned`), then inserts a queued run unless an active one exists
 //!   (`ADMIT`); when it inserted nothing, a second read names the run
 //!   that refused it;
@@ -106,8 +108,12 @@ pub async fn admit_run(
         "SELECT {COLUMNS} FROM outbox_runs WHERE projection = $1 AND state IN ('queued', 'running') \
          ORDER BY id LIMIT 1"
     ));
+    let lock = d.lock_admission().map(|l| d.sql(l));
     for _ in 0..5 {
         let mut tx = db.begin().await?;
+        if let Some(lock) = &lock {
+            tx.execute(what, lock, &[Arg::Text(projection.as_str())]).await?;
+        }
         tx.execute(what, &sweep, &[Arg::Text(projection.as_str())])
             .await?;
         let args = [
@@ -142,6 +148,56 @@ pub async fn admit_run(
         temporary: true,
         source: None,
     })
+}
+
+/// [`RunStore::reclaim_run`](outbox_core::RunStore::reclaim_run): in one
+/// transaction, the projection's active run; when its owner is not in
+/// `live`, a conditional `UPDATE` (still active, still that owner) marks it
+/// failed (`abandoned`).
+pub async fn reclaim_run(
+    db: &(impl Database + ?Sized),
+    projection: &ProjectionName,
+    live: &[WorkerId],
+) -> Result<Option<RunRecord>> {
+    let what = "reclaiming a run";
+    let d = db.dialect();
+    let mut tx = db.begin().await?;
+    let active = tx
+        .fetch_optional(
+            what,
+            &d.sql(&format!(
+                "SELECT {COLUMNS} FROM outbox_runs WHERE projection = $1 AND state IN ('queued', 'running') \
+                 ORDER BY id LIMIT 1"
+            )),
+            &[Arg::Text(projection.as_str())],
+        )
+        .await?;
+    let Some(run) = active.map(|r| decode(&r)).transpose()? else {
+        tx.commit(what).await?;
+        return Ok(None);
+    };
+    if live.contains(&run.owner) {
+        tx.commit(what).await?;
+        return Ok(None);
+    }
+    let reclaimed = tx
+        .fetch_optional(
+            what,
+            &d.sql(&format!(
+                "UPDATE outbox_runs SET state = 'failed', error_code = 'abandoned', \
+                 error_message = 'the run''s owner is gone from the worker registry', updated_at = {{now}} \
+                 WHERE id = $1 AND owner = $2 AND state IN ('queued', 'running') RETURNING {COLUMNS}"
+            )),
+            &[
+                Arg::Int(i64::try_from(run.id).unwrap_or(i64::MAX)),
+                Arg::Text(run.owner.as_str()),
+            ],
+        )
+        .await?
+        .map(|r| decode(&r))
+        .transpose()?;
+    tx.commit(what).await?;
+    Ok(reclaimed)
 }
 
 /// Runs `update` (an `UPDATE` of run `$1` whose `WHERE` admits only the
@@ -349,6 +405,14 @@ macro_rules! impl_run_store {
                 ttl: ::std::time::Duration,
             ) -> ::outbox_core::Result<::outbox_core::RunRecord> {
                 $crate::runs::admit_run(&*self.$db, kind, projection, until, owner, ttl).await
+            }
+
+            async fn reclaim_run(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+                live: &[::outbox_core::WorkerId],
+            ) -> ::outbox_core::Result<Option<::outbox_core::RunRecord>> {
+                $crate::runs::reclaim_run(&*self.$db, projection, live).await
             }
 
             async fn update_run(

@@ -178,6 +178,8 @@ macro_rules! for_each_check {
             runs_admit_records_a_queued_run,
             runs_one_active_run_per_projection,
             runs_expired_claim_is_abandoned,
+            runs_a_gone_owners_run_is_reclaimed,
+            runs_refused_admissions_consume_no_ids,
             runs_update_records_progress_for_the_owner_only,
             runs_finish_records_the_outcome,
             runs_finish_records_a_message_with_nul,

@@ -109,6 +109,101 @@ pub async fn runs_expired_claim_is_abandoned<H: Harness>(h: &H) {
     );
 }
 
+/// `reclaim_run`: the projection's active run is marked failed
+/// (`abandoned`) when its owner is not among the live workers, at once (its
+/// claim has not expired), and the projection admits a new run; a live
+/// owner's run, and a projection without an active run, are left alone.
+pub async fn runs_a_gone_owners_run_is_reclaimed<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let runs = &f.projections;
+    assert_eq!(
+        runs.reclaim_run(&proj("p"), &[]).await.unwrap(),
+        None,
+        "no active run"
+    );
+    let killed = runs
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("killed"), TTL)
+        .await
+        .unwrap();
+    runs.update_run(killed.id, &owner("killed"), 3, None, TTL)
+        .await
+        .unwrap();
+    let live = [owner("killed"), owner("w2")];
+    assert_eq!(
+        runs.reclaim_run(&proj("p"), &live).await.unwrap(),
+        None,
+        "a live owner's run stays"
+    );
+    assert_eq!(
+        runs.run(killed.id).await.unwrap().unwrap().state,
+        RunState::Running
+    );
+    let gone = runs
+        .reclaim_run(&proj("p"), &[owner("w2")])
+        .await
+        .unwrap()
+        .expect("the run of a gone owner is reclaimed");
+    assert_eq!(
+        (gone.id, gone.state, gone.error_code.as_deref(), gone.processed),
+        (killed.id, RunState::Failed, Some("abandoned"), 3)
+    );
+    assert_eq!(runs.run(killed.id).await.unwrap().unwrap(), gone, "as returned");
+    let next = runs
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w2"), TTL)
+        .await
+        .expect("the projection is free");
+    assert_eq!(next.state, RunState::Queued);
+    // The old owner cannot touch its reclaimed run.
+    let err = runs
+        .update_run(killed.id, &owner("killed"), 4, None, TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidState(_)), "{err}");
+}
+
+/// `admit_run`: refused admissions consume no id: after any number of
+/// refusals, the next admitted run's id is the previous one plus one.
+pub async fn runs_refused_admissions_consume_no_ids<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let runs = &f.projections;
+    let first = runs
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w1"), TTL)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        runs.admit_run(RunKind::CatchUp, &proj("p"), None, &owner("w2"), TTL)
+            .await
+            .unwrap_err();
+    }
+    let other = runs
+        .admit_run(RunKind::Rebuild, &proj("q"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+    assert_eq!(other.id, first.id + 1, "five refusals consumed no id");
+    runs.finish_run(first.id, &owner("w1"), RunEnd::Completed)
+        .await
+        .unwrap();
+    let again = runs
+        .admit_run(RunKind::Rebuild, &proj("p"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+    assert_eq!(again.id, other.id + 1);
+    // Concurrent admissions of one projection: one wins, the rest are
+    // refused without consuming ids either.
+    let c = proj("c");
+    let ws = [owner("c1"), owner("c2"), owner("c3"), owner("c4")];
+    let admit = |w| runs.admit_run(RunKind::CatchUp, &c, None, w, TTL);
+    let (a, b, c, d) = tokio::join!(admit(&ws[0]), admit(&ws[1]), admit(&ws[2]), admit(&ws[3]));
+    let won: Vec<_> = [a, b, c, d].into_iter().filter_map(Result::ok).collect();
+    assert_eq!(won.len(), 1, "exactly one concurrent admission wins");
+    assert_eq!(won[0].id, again.id + 1);
+    let last = runs
+        .admit_run(RunKind::Rebuild, &proj("z"), None, &owner("w2"), TTL)
+        .await
+        .unwrap();
+    assert_eq!(last.id, won[0].id + 1, "the concurrent losers consumed no id");
+}
+
 /// `update_run`: queued -> running, progress and last event recorded, claim
 /// renewed; only the owner of an active run may update it.
 pub async fn runs_update_records_progress_for_the_owner_only<H: Harness>(h: &H) {
