@@ -210,7 +210,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 2, "the newest embedded journal migration");
+            assert_eq!(*supported, 3, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -282,7 +282,18 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2], "0002 recorded once, after 0001");
+    assert_eq!(versions, [1, 2, 3], "0002 and 0003 recorded once, after 0001");
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL ORDER BY name",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        indexes,
+        ["outbox_dead", "outbox_failed", "outbox_processing"],
+        "0003 replaced the status index"
+    );
     sqlx::Connection::close(conn).await.unwrap();
     let again = SqliteJournal::open(&path, test_options())
         .await

@@ -177,13 +177,10 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
         Synchronous::Normal => "NORMAL",
         Synchronous::Off => "OFF",
     };
-    // A 16 MiB page cache per connection (SQLite's default is 2 MiB): the
-    // hot index pages of a large backlog stay in memory; fixed, so memory
-    // stays flat however large the backlog grows.
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA cache_size = -16384;"
-    ))
-    .map_err(open)?;
+    // SQLite's default page cache (2 MiB) stays: a larger one fills up with
+    // a large backlog and the worker's memory grows with it.
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON;"))
+        .map_err(open)?;
     Ok(conn)
 }
 
