@@ -569,10 +569,13 @@ pub trait WakeSource: Send + Sync {
 /// - `reclaim_run` marks the projection's active run `failed` (code
 ///   `abandoned`) when its owner is not one of `live` (the caller read the
 ///   worker registry: the owner is gone, expired or never registered) and
-///   returns it; `None` when the projection has no active run or its owner
-///   is in `live`. The runtime calls it when an admission is refused, so a
-///   killed run's projection is free once its owner's registry entry
-///   expires, without waiting for the run's own claim.
+///   the run was last updated `idle` or more ago (store clock: a run just
+///   admitted by a process whose first beat has not landed yet is left
+///   alone), and returns it; `None` otherwise (no active run, a live owner,
+///   a recent update). The runtime calls it when an admission is refused,
+///   so a killed run's projection is free once its owner's registry entry
+///   expired and the run has been idle that long, without waiting for the
+///   run's own claim.
 /// - `update_run` is called by the owner: it moves a queued run to
 ///   `running`, records `processed` and the last committed (stream, seq), and
 ///   renews the claim; it returns the record, whose `cancel_requested` tells
@@ -606,6 +609,7 @@ pub trait RunStore: Send + Sync {
         &self,
         projection: &ProjectionName,
         live: &[WorkerId],
+        idle: Duration,
     ) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
 
     /// Records progress and renews the owner's claim.

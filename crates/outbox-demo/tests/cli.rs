@@ -1184,6 +1184,22 @@ fn a_rebuild_is_refused_while_another_owner_has_an_active_run() {
     let site = demo_site();
     let before = digests(&site);
     let id = block_on(async {
+        // The other owner is alive: in the worker registry (a run whose
+        // owner is not is reclaimed by the next admission).
+        let journal = SqliteJournal::open(&site.journal, SqliteOptions::default())
+            .await
+            .unwrap();
+        outbox_core::WorkerRegistry::heartbeat(
+            &journal,
+            &WorkerId::new("other-host-1-abc").unwrap(),
+            "other-host",
+            1,
+            outbox_core::Mode::OutboxApplyOnly,
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+        journal.close().await;
         let store = SqliteProjectionStore::open(&site.projection, SqliteOptions::default())
             .await
             .unwrap();

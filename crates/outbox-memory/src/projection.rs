@@ -571,7 +571,12 @@ impl RunStore for MemoryProjectionStore {
         Ok(run)
     }
 
-    async fn reclaim_run(&self, projection: &ProjectionName, live: &[WorkerId]) -> Result<Option<RunRecord>> {
+    async fn reclaim_run(
+        &self,
+        projection: &ProjectionName,
+        live: &[WorkerId],
+        idle: std::time::Duration,
+    ) -> Result<Option<RunRecord>> {
         let now = self.clock.now();
         let mut st = self.state.lock().await;
         let Some(run) = st
@@ -581,7 +586,7 @@ impl RunStore for MemoryProjectionStore {
         else {
             return Ok(None);
         };
-        if live.contains(&run.owner) {
+        if live.contains(&run.owner) || run.updated_at > now.saturating_sub(idle) {
             return Ok(None);
         }
         run.state = RunState::Failed;

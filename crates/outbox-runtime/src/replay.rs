@@ -24,9 +24,6 @@ use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
-/// While alive, the run's owner keeps beating in the worker registry.
-struct Registered(#[allow(dead_code)] tokio_util::sync::DropGuard);
-
 /// What a replay, a rebuild or a gap repair does with the outbox rows of the
 /// streams it has brought up to date (ADR 0014).
 ///
@@ -104,7 +101,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
         let run = self.admit(RunKind::CatchUp, p.name(), until).await?;
-        self.execute(run, p, options, cancel).await
+        self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
     /// Rebuild: clears the projection's tables and checkpoints, then replays
@@ -123,7 +120,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
         let run = self.admit(RunKind::Rebuild, p.name(), None).await?;
-        self.execute(run, p, options, cancel).await
+        self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
     /// Rebuilds every projection in registration order. All runs are admitted
@@ -156,34 +153,38 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        let mut done = Vec::new();
-        let mut rest = queued.into_iter();
-        for (run, p) in rest.by_ref() {
-            let rec = self.execute(run, p, options, cancel).await?;
-            let stop = rec.state != outbox_core::RunState::Completed;
-            done.push(rec);
-            if stop {
-                break;
+        self.while_registered(async {
+            let mut done = Vec::new();
+            let mut rest = queued.into_iter();
+            for (run, p) in rest.by_ref() {
+                let rec = self.execute(run, p, options, cancel).await?;
+                let stop = rec.state != outbox_core::RunState::Completed;
+                done.push(rec);
+                if stop {
+                    break;
+                }
             }
-        }
-        for (run, _) in rest {
-            done.push(
-                self.store()
-                    .cancel_run(run.id)
-                    .within(self.config().store_deadline(), "cancel_run")
-                    .await?,
-            );
-        }
-        Ok(done)
+            for (run, _) in rest {
+                done.push(
+                    self.store()
+                        .cancel_run(run.id)
+                        .within(self.config().store_deadline(), "cancel_run")
+                        .await?,
+                );
+            }
+            Ok(done)
+        })
+        .await
     }
 
-    /// Admits a run owned by this process. The process is in the worker
-    /// registry first (a beat; [`Registered`] keeps beating while the run
-    /// executes), so its own run is never taken for orphaned. When the
-    /// projection's active run refuses the admission and that run's owner
-    /// is not in the registry (killed: its entry expired; or never
-    /// registered), the run is reclaimed (`abandoned`) and the admission is
-    /// tried once more, without waiting for the run's claim to expire.
+    /// Admits a run owned by this process (a refused admission writes
+    /// nothing). When the projection's active run refuses it, that run's
+    /// owner is not in the worker registry (killed: its entry expired; or
+    /// never registered) and the run has not been updated for a registry
+    /// entry's lifetime, the run is reclaimed (`abandoned`) and the
+    /// admission is tried once more, without waiting for the run's claim to
+    /// expire. The owner of a run beats in the registry while it executes
+    /// ([`Outbox::while_registered`]).
     async fn admit(
         &self,
         kind: RunKind,
@@ -191,9 +192,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
     ) -> Result<RunRecord> {
         let deadline = self.config().store_deadline();
-        if let Err(e) = self.beat().await {
-            warn!(error = %e, "registering the run's owner in the worker registry failed");
-        }
         let admit = || {
             self.store()
                 .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
@@ -211,7 +209,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     .collect();
                 match self
                     .store()
-                    .reclaim_run(projection, &live)
+                    .reclaim_run(
+                        projection,
+                        &live,
+                        crate::running::heartbeat_ttl(self.config().heartbeat_interval),
+                    )
                     .within(deadline, "reclaim_run")
                     .await?
                 {
@@ -227,28 +229,39 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
     }
 
-    /// Keeps this process in the worker registry while a run executes (a
-    /// beat every heartbeat interval, also during a rebuild's reset); when
-    /// it is dropped the beats stop and the entry ages out (it is not
-    /// deregistered: the same process may run a worker, or admit the next
-    /// run of `rebuild_all`, under the same id).
-    fn registered(&self) -> Registered {
+    /// Runs `work` (executing admitted runs) with this process in the worker
+    /// registry: a beat at once and every heartbeat interval (also during a
+    /// rebuild's reset), so no other admission takes its runs for orphaned.
+    /// Afterwards a process that runs no worker deregisters, so `outbox
+    /// workers` does not show a finished replay.
+    async fn while_registered<T>(&self, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         let stop = CancellationToken::new();
-        let this = self.clone();
-        let token = stop.clone();
-        let interval = self.config().heartbeat_interval;
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = token.cancelled() => break,
-                    () = tokio::time::sleep(interval) => {}
-                }
-                if let Err(e) = this.beat().await {
-                    warn!(error = %e, "renewing the run's owner in the worker registry failed");
+        let beating = tokio::spawn({
+            let (this, stop) = (self.clone(), stop.clone());
+            let interval = self.config().heartbeat_interval;
+            async move {
+                loop {
+                    if let Err(e) = this.beat().await {
+                        warn!(error = %e, "registering the run's owner in the worker registry failed");
+                    }
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(interval) => {}
+                    }
                 }
             }
         });
-        Registered(stop.drop_guard())
+        let out = work.await;
+        stop.cancel();
+        let _ = beating.await;
+        if !self.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = self
+                .journal()
+                .deregister(self.worker_id())
+                .within(self.config().store_deadline(), "deregister")
+                .await;
+        }
+        out
     }
 
     async fn execute(
@@ -258,7 +271,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        let _registered = self.registered();
         let owner = self.worker_id().clone();
         let store = self.store();
         let mut rec = store

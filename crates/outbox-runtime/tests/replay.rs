@@ -287,9 +287,16 @@ async fn one_run_per_projection_and_a_clear_refusal() {
         err.to_string().contains("projection `nope` (registered: oracle)"),
         "{err}"
     );
-    // It crashed: its registry entry expires long before the run's 60 s
-    // claim, and the next request takes over at once, marking it abandoned.
+    // It crashed: its registry entry expires (10 s) and the run has been
+    // idle for a registry entry's lifetime (3 heartbeat intervals, 15 s)
+    // long before the run's 60 s claim expires; the next request takes over,
+    // marking it abandoned.
     tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(
+        rt.rebuild("oracle", &CancellationToken::new()).await.is_err(),
+        "idle for less than a registry entry's lifetime: left alone"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
     assert_eq!(run.state, RunState::Completed);
     assert_eq!(run.id, held.id + 1, "the refused admission consumed no id");
@@ -308,10 +315,11 @@ async fn one_run_per_projection_and_a_clear_refusal() {
 }
 
 /// Issue 16: a run whose owner never registered (or whose entry was
-/// pruned) is reclaimed at once; a live owner's run whose claim expired is
-/// still abandoned after the run ttl.
+/// pruned) is reclaimed once it has been idle for a registry entry's
+/// lifetime, long before its claim expires; a live owner's run is kept until
+/// its claim expires.
 #[tokio::test(start_paused = true)]
-async fn a_run_whose_owner_is_absent_from_the_registry_is_reclaimed_at_once() {
+async fn a_run_whose_owner_is_absent_from_the_registry_is_reclaimed_before_its_claim_expires() {
     let (journal, store) = stores();
     let p = oracle("oracle");
     let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
@@ -329,6 +337,7 @@ async fn a_run_whose_owner_is_absent_from_the_registry_is_reclaimed_at_once() {
         )
         .await
         .unwrap();
+    tokio::time::sleep(Duration::from_secs(16)).await;
     let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
     assert_eq!(run.state, RunState::Completed);
     let old = store.run(held.id).await.unwrap().unwrap();

@@ -152,12 +152,13 @@ pub async fn admit_run(
 
 /// [`RunStore::reclaim_run`](outbox_core::RunStore::reclaim_run): in one
 /// transaction, the projection's active run; when its owner is not in
-/// `live`, a conditional `UPDATE` (still active, still that owner) marks it
-/// failed (`abandoned`).
+/// `live`, a conditional `UPDATE` (still active, still that owner, idle for
+/// `idle` by the store clock) marks it failed (`abandoned`).
 pub async fn reclaim_run(
     db: &(impl Database + ?Sized),
     projection: &ProjectionName,
     live: &[WorkerId],
+    idle: Duration,
 ) -> Result<Option<RunRecord>> {
     let what = "reclaiming a run";
     let d = db.dialect();
@@ -186,11 +187,13 @@ pub async fn reclaim_run(
             &d.sql(&format!(
                 "UPDATE outbox_runs SET state = 'failed', error_code = 'abandoned', \
                  error_message = 'the run''s owner is gone from the worker registry', updated_at = {{now}} \
-                 WHERE id = $1 AND owner = $2 AND state IN ('queued', 'running') RETURNING {COLUMNS}"
+                 WHERE id = $1 AND owner = $2 AND state IN ('queued', 'running') AND updated_at <= {{now}} - $3 \
+                 RETURNING {COLUMNS}"
             )),
             &[
                 Arg::Int(i64::try_from(run.id).unwrap_or(i64::MAX)),
                 Arg::Text(run.owner.as_str()),
+                Arg::Int(duration_millis(idle)),
             ],
         )
         .await?
@@ -411,8 +414,9 @@ macro_rules! impl_run_store {
                 &self,
                 projection: &::outbox_core::ProjectionName,
                 live: &[::outbox_core::WorkerId],
+                idle: ::std::time::Duration,
             ) -> ::outbox_core::Result<Option<::outbox_core::RunRecord>> {
-                $crate::runs::reclaim_run(&*self.$db, projection, live).await
+                $crate::runs::reclaim_run(&*self.$db, projection, live, idle).await
             }
 
             async fn update_run(

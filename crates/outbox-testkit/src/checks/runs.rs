@@ -110,14 +110,15 @@ pub async fn runs_expired_claim_is_abandoned<H: Harness>(h: &H) {
 }
 
 /// `reclaim_run`: the projection's active run is marked failed
-/// (`abandoned`) when its owner is not among the live workers, at once (its
-/// claim has not expired), and the projection admits a new run; a live
-/// owner's run, and a projection without an active run, are left alone.
+/// (`abandoned`) when its owner is not among the live workers and it has
+/// been idle long enough, before its claim expires, and the projection
+/// admits a new run; a live owner's run, a recently updated run and a
+/// projection without an active run are left alone.
 pub async fn runs_a_gone_owners_run_is_reclaimed<H: Harness>(h: &H) {
     let f = h.open().await;
     let runs = &f.projections;
     assert_eq!(
-        runs.reclaim_run(&proj("p"), &[]).await.unwrap(),
+        runs.reclaim_run(&proj("p"), &[], secs(5)).await.unwrap(),
         None,
         "no active run"
     );
@@ -129,8 +130,9 @@ pub async fn runs_a_gone_owners_run_is_reclaimed<H: Harness>(h: &H) {
         .await
         .unwrap();
     let live = [owner("killed"), owner("w2")];
+    h.advance(&f.ctx, secs(6)).await;
     assert_eq!(
-        runs.reclaim_run(&proj("p"), &live).await.unwrap(),
+        runs.reclaim_run(&proj("p"), &live, secs(5)).await.unwrap(),
         None,
         "a live owner's run stays"
     );
@@ -138,8 +140,15 @@ pub async fn runs_a_gone_owners_run_is_reclaimed<H: Harness>(h: &H) {
         runs.run(killed.id).await.unwrap().unwrap().state,
         RunState::Running
     );
+    assert_eq!(
+        runs.reclaim_run(&proj("p"), &[owner("w2")], secs(10))
+            .await
+            .unwrap(),
+        None,
+        "a run updated less than `idle` ago stays"
+    );
     let gone = runs
-        .reclaim_run(&proj("p"), &[owner("w2")])
+        .reclaim_run(&proj("p"), &[owner("w2")], secs(5))
         .await
         .unwrap()
         .expect("the run of a gone owner is reclaimed");
