@@ -20,8 +20,8 @@ use sqlx::{Connection, PgConnection, Postgres, Transaction};
 use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::sql::RoleDb;
-use outbox_sql::{Arg, Database as _};
 use crate::wake::PgWakeSource;
+use outbox_sql::{Arg, Database as _};
 
 /// The Postgres journal database: implements [`EventJournal`](outbox_core::EventJournal),
 /// [`OutboxQueue`](outbox_core::OutboxQueue), [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one schema.
@@ -537,7 +537,12 @@ impl OutboxQueue for PgJournal {
     }
 
     /// One transaction: the completion, then the next claim.
-    async fn complete_and_claim(&self, lease: &Lease, through: Seq, max: usize) -> Result<(u64, Vec<OutboxRow>)> {
+    async fn complete_and_claim(
+        &self,
+        lease: &Lease,
+        through: Seq,
+        max: usize,
+    ) -> Result<(u64, Vec<OutboxRow>)> {
         let max = validate_limit(max, MAX_PAGE)?;
         self.write("completing and claiming", async |tx| {
             let done = complete_in(tx, &lease.stream, through).await?;
@@ -551,8 +556,10 @@ impl OutboxQueue for PgJournal {
     }
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
-        self.write("completing outbox rows", async |tx| complete_in(tx, stream, through).await)
-            .await
+        self.write("completing outbox rows", async |tx| {
+            complete_in(tx, stream, through).await
+        })
+        .await
     }
 
     async fn fail(
