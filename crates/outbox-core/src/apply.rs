@@ -63,7 +63,9 @@ fn applier_error(projection: &str, event: &Event, source: BoxError) -> Error {
 ///    audit-only events only advance checkpoints. An applier error is
 ///    [`Error::Apply`] naming the event.
 /// 3. Checks that user code left the transaction open (else a permanent
-///    storage error: no checkpoint may commit without its writes).
+///    storage error: no checkpoint may commit without its writes); skipped
+///    when every projection only writes documents
+///    ([`Projection::documents_only`](crate::Projection::documents_only)).
 /// 4. Advances every moved checkpoint by compare-and-set against the value
 ///    read, and raises the watermark to the run's last seq. A miss means the
 ///    database changed behind the lock: a temporary error, nothing committed.
@@ -84,6 +86,9 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
     }
     let mut current = read.clone();
     let mut report = ApplyReport::default();
+    // Projections that only write documents cannot end the transaction:
+    // with only those, no guard is needed.
+    let unguarded = projections.iter().all(|p| p.documents_only());
     let mut guarded = false;
     for e in events {
         let mut new_to_some = projections.is_empty();
@@ -92,7 +97,7 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
                 continue;
             }
             if e.intent == Intent::Apply {
-                if !guarded {
+                if !guarded && !unguarded {
                     tx.guard().await?;
                     guarded = true;
                 }
@@ -145,8 +150,9 @@ mod tests {
         async_trait, view_projection,
     };
 
-    /// A transaction whose document reads fail with `error`.
-    struct Failing(fn() -> Error);
+    /// A transaction whose document reads fail with `error`; counts the
+    /// guards opened.
+    struct Failing(fn() -> Error, u32);
 
     #[async_trait]
     impl ViewStorage for Failing {
@@ -187,6 +193,7 @@ mod tests {
             Ok(vec![0; p.len()])
         }
         async fn guard(&mut self) -> Result<()> {
+            self.1 += 1;
             Ok(())
         }
         async fn check_guard(&mut self) -> Result<Option<String>> {
@@ -230,11 +237,23 @@ mod tests {
 
     fn run(error: fn() -> Error) -> Result<ApplyOutcome> {
         let p = view_projection::<Failing>(std::sync::Arc::new(Reader(ProjectionName::new("p").unwrap())));
-        let mut tx = Failing(error);
+        run_with(error, &[p]).0
+    }
+
+    /// Applies one event with `projections`; the outcome and the guards opened.
+    fn run_with(
+        error: fn() -> Error,
+        projections: &[std::sync::Arc<dyn crate::Projection<Failing>>],
+    ) -> (Result<ApplyOutcome>, u32) {
+        let mut tx = Failing(error, 0);
         let s = StreamId::new("s").unwrap();
         let events = [event()];
-        // A tiny executor: nothing here awaits anything that is not ready.
-        let fut = apply_in(&mut tx, &s, &events, std::slice::from_ref(&p));
+        let out = block(apply_in(&mut tx, &s, &events, projections));
+        (out, tx.1)
+    }
+
+    /// A tiny executor: nothing here awaits anything that is not ready.
+    fn block<T>(fut: impl std::future::Future<Output = T>) -> T {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         let mut fut = std::pin::pin!(fut);
@@ -242,6 +261,53 @@ mod tests {
             std::task::Poll::Ready(r) => r,
             std::task::Poll::Pending => panic!("the fake store never waits"),
         }
+    }
+
+    /// Writes one document per event.
+    struct Writer(ProjectionName);
+
+    #[async_trait]
+    impl ViewProjection for Writer {
+        fn name(&self) -> &ProjectionName {
+            &self.0
+        }
+        async fn apply(&self, view: &mut ViewTx<'_>, _: &Event) -> Result<(), BoxError> {
+            view.put("t", "k", &1u64).await?;
+            Ok(())
+        }
+    }
+
+    /// A hand-written projection (it could run any statement).
+    struct Raw(ProjectionName);
+
+    #[async_trait]
+    impl crate::Projection<Failing> for Raw {
+        fn name(&self) -> &ProjectionName {
+            &self.0
+        }
+        async fn apply(&self, _: &mut Failing, _: &Event) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn reset(&self, _: &mut Failing) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn digest(&self, _: &mut Failing, _: &mut crate::DigestBuilder) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn only_hand_written_projections_need_the_guard() {
+        let never = || Error::invalid("unused");
+        let view = view_projection::<Failing>(std::sync::Arc::new(Writer(ProjectionName::new("v").unwrap())));
+        let raw: std::sync::Arc<dyn crate::Projection<Failing>> =
+            std::sync::Arc::new(Raw(ProjectionName::new("r").unwrap()));
+        let (out, guards) = run_with(never, std::slice::from_ref(&view));
+        assert!(matches!(out, Ok(ApplyOutcome::Applied(_))), "{out:?}");
+        assert_eq!(guards, 0, "documents only: no savepoint");
+        let (out, guards) = run_with(never, &[view, raw]);
+        assert!(matches!(out, Ok(ApplyOutcome::Applied(_))), "{out:?}");
+        assert_eq!(guards, 1, "a hand-written projection is guarded");
     }
 
     #[test]

@@ -46,6 +46,16 @@ pub trait Projection<Tx: Send>: Send + Sync {
 
     /// Feeds the projection's state into `out`, in a deterministic order.
     async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError>;
+
+    /// Whether `apply` writes only documents through the transaction's
+    /// view API and never runs statements of its own, so it cannot end the
+    /// transaction: the apply then skips its guard against user code doing
+    /// so (one savepoint and its release fewer per batch). The
+    /// backend-neutral wrapper ([`view_projection`](crate::view_projection))
+    /// says yes; a hand-written projection keeps the default `false`.
+    fn documents_only(&self) -> bool {
+        false
+    }
 }
 
 /// What happens to one batch of a stream's events for one projection.

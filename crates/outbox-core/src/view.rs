@@ -283,6 +283,11 @@ impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
         self.0.name()
     }
 
+    /// A view projection only reaches the transaction through `ViewTx`.
+    fn documents_only(&self) -> bool {
+        true
+    }
+
     async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {
         let mut view = ViewTx::new(tx, self.0.name());
         self.0.apply(&mut view, event).await

@@ -78,6 +78,10 @@ impl<Tx: Send + 'static> Projection<Tx> for CatchPanic<Tx> {
         self.0.name()
     }
 
+    fn documents_only(&self) -> bool {
+        self.0.documents_only()
+    }
+
     async fn setup(&self, tx: &mut Tx) -> Result<(), BoxError> {
         CatchUnwind::new(self.0.setup(tx))
             .await
