@@ -206,6 +206,17 @@ pub struct Lease {
     pub expires_at: Timestamp,
 }
 
+/// `r`, with a lost lease read as "nothing": what the fused calls of
+/// [`OutboxQueue`](crate::OutboxQueue) do with the claim or the abandon
+/// that follows a completion (the completion stands; a lease that is no
+/// longer current claims and abandons nothing).
+pub fn unless_lease_lost<T: Default>(r: Result<T>) -> Result<T> {
+    match r {
+        Err(Error::LeaseLost { .. }) => Ok(T::default()),
+        other => other,
+    }
+}
+
 impl Lease {
     /// The [`Error::LeaseLost`] for this lease.
     pub fn lost(&self) -> Error {

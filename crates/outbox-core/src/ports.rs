@@ -186,11 +186,8 @@ pub trait OutboxQueue: Send + Sync {
     ) -> impl Future<Output = Result<(u64, Vec<OutboxRow>)>> + Send {
         async move {
             let done = self.complete(&lease.stream, through).await?;
-            match self.claim(lease, max).await {
-                Ok(rows) => Ok((done, rows)),
-                Err(crate::Error::LeaseLost { .. }) => Ok((done, Vec::new())),
-                Err(e) => Err(e),
-            }
+            let rows = crate::spi::unless_lease_lost(self.claim(lease, max).await)?;
+            Ok((done, rows))
         }
     }
 
@@ -232,10 +229,7 @@ pub trait OutboxQueue: Send + Sync {
                 None => 0,
             };
             if abandon {
-                match self.abandon(lease).await {
-                    Ok(_) | Err(crate::Error::LeaseLost { .. }) => {}
-                    Err(e) => return Err(e),
-                }
+                crate::spi::unless_lease_lost(self.abandon(lease).await)?;
             }
             self.release(lease).await?;
             Ok(done)

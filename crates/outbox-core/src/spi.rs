@@ -10,7 +10,7 @@ use crate::{ProjectionName, Result, StreamId};
 
 pub use crate::apply::{apply_in, ended_by_projection};
 pub use crate::event::{AppendPlan, plan_append};
-pub use crate::outbox::{truncate_error, validate_limit, validate_ttl};
+pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, validate_ttl};
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
 pub use crate::stored::{
     StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,

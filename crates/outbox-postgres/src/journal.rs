@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::spi::{
-    duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit, validate_ttl,
+    duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost, validate_limit,
+    validate_ttl,
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
@@ -515,10 +516,7 @@ impl OutboxQueue for PgJournal {
                 None => 0,
             };
             if abandon {
-                match abandon_in(tx, lease).await {
-                    Ok(_) | Err(Error::LeaseLost { .. }) => {}
-                    Err(e) => return Err(e),
-                }
+                unless_lease_lost(abandon_in(tx, lease).await)?;
             }
             crate::sql::execute(
                 tx,
@@ -546,11 +544,7 @@ impl OutboxQueue for PgJournal {
         let max = validate_limit(max, MAX_PAGE)?;
         self.write("completing and claiming", async |tx| {
             let done = complete_in(tx, &lease.stream, through).await?;
-            match claim_in(tx, lease, max).await {
-                Ok(rows) => Ok((done, rows)),
-                Err(Error::LeaseLost { .. }) => Ok((done, Vec::new())),
-                Err(e) => Err(e),
-            }
+            Ok((done, unless_lease_lost(claim_in(tx, lease, max).await)?))
         })
         .await
     }

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use outbox_core::spi::{
-    duration_millis, journal_undecodable, plan_append, truncate_error, validate_limit, validate_ttl,
+    duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost, validate_limit,
+    validate_ttl,
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
@@ -649,10 +650,7 @@ impl OutboxQueue for SqliteJournal {
                     None => 0,
                 };
                 if abandon {
-                    match abandon_body(conn, &lease) {
-                        Ok(_) | Err(Error::LeaseLost { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
+                    unless_lease_lost(abandon_body(conn, &lease))?;
                 }
                 release_body(conn, &sql, &lease)?;
                 Ok(done)
@@ -673,11 +671,7 @@ impl OutboxQueue for SqliteJournal {
             .writer
             .write(move |conn| {
                 let done = complete_body(conn, lease.stream.as_str(), through.as_i64())?;
-                match claim_body(conn, &lease, max) {
-                    Ok(rows) => Ok((done, rows)),
-                    Err(Error::LeaseLost { .. }) => Ok((done, Vec::new())),
-                    Err(e) => Err(e),
-                }
+                Ok((done, unless_lease_lost(claim_body(conn, &lease, max))?))
             })
             .await
     }

@@ -47,11 +47,8 @@ const HOT: &[(&str, &str)] = &[
     ),
 ];
 
-/// Claims and abandons flip `status` between pending and processing: no
-/// index but the small `processing` one may include pending rows, or every
-/// flip writes a random page of a large backlog (migration 0003).
-#[tokio::test]
-async fn only_failed_dead_and_processing_rows_are_indexed_by_status() {
+/// A new journal file, closed, and a plain connection to it.
+async fn fresh_journal() -> (tempfile::TempDir, sqlx::SqliteConnection) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("journal.db");
     SqliteJournal::open(&path, test_options())
@@ -59,11 +56,20 @@ async fn only_failed_dead_and_processing_rows_are_indexed_by_status() {
         .unwrap()
         .close()
         .await;
-    let mut conn = SqliteConnectOptions::new()
+    let conn = SqliteConnectOptions::new()
         .filename(&path)
         .connect()
         .await
         .unwrap();
+    (dir, conn)
+}
+
+/// Claims and abandons flip `status` between pending and processing: no
+/// index but the small `processing` one may include pending rows, or every
+/// flip writes a random page of a large backlog (migration 0003).
+#[tokio::test]
+async fn only_failed_dead_and_processing_rows_are_indexed_by_status() {
+    let (_dir, mut conn) = fresh_journal().await;
     let indexes: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL",
     )
@@ -81,18 +87,7 @@ async fn only_failed_dead_and_processing_rows_are_indexed_by_status() {
 
 #[tokio::test]
 async fn hot_statements_seek_indexes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("journal.db");
-    SqliteJournal::open(&path, test_options())
-        .await
-        .unwrap()
-        .close()
-        .await;
-    let mut conn = SqliteConnectOptions::new()
-        .filename(&path)
-        .connect()
-        .await
-        .unwrap();
+    let (_dir, mut conn) = fresh_journal().await;
     for (name, sql) in HOT {
         let plan: Vec<(i64, i64, i64, String)> =
             sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
