@@ -102,16 +102,7 @@ async fn one_run(ctx: &Ctx, rate: f64) -> Result<(Vec<f64>, f64)> {
         .context("recording")?
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?;
-    let lags = scheduled
-        .into_iter()
-        .map(|(s, seq, sent)| {
-            let applied = at
-                .get(&(s.clone(), seq))
-                .with_context(|| format!("{s}/{seq} not applied"))?;
-            Ok(lag_ms(sent, *applied))
-        })
-        .collect::<Result<_>>()?;
-    Ok((lags, sent_rate))
+    Ok((lags(scheduled, &at)?, sent_rate))
 }
 
 /// Appends `total` single events round-robin over `streams` at `rate`, open
@@ -143,8 +134,20 @@ async fn offer(
     Ok((scheduled, heads, total as f64 / t0.elapsed().as_secs_f64()))
 }
 
-fn lag_ms(sent: SystemTime, applied: SystemTime) -> f64 {
-    applied.duration_since(sent).unwrap_or_default().as_secs_f64() * 1e3
+/// Each scheduled append's lag in ms, to when `at` says it was applied.
+fn lags(
+    scheduled: Vec<(String, u64, SystemTime)>,
+    at: &HashMap<(String, u64), SystemTime>,
+) -> Result<Vec<f64>> {
+    scheduled
+        .into_iter()
+        .map(|(s, seq, sent)| {
+            let applied = at
+                .get(&(s.clone(), seq))
+                .with_context(|| format!("{s}/{seq} not applied"))?;
+            Ok(applied.duration_since(sent).unwrap_or_default().as_secs_f64() * 1e3)
+        })
+        .collect()
 }
 
 /// The hidden first argument that makes the binary the lag child.
@@ -185,16 +188,7 @@ async fn across_processes(ctx: &Ctx, rate: f64) -> Result<(Vec<f64>, f64)> {
         .into_iter()
         .map(|(s, q, ns)| ((s, q), SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)))
         .collect();
-    let lags = scheduled
-        .into_iter()
-        .map(|(s, seq, sent)| {
-            let applied = at
-                .get(&(s.clone(), seq))
-                .with_context(|| format!("{s}/{seq} not applied by the child"))?;
-            Ok(lag_ms(sent, *applied))
-        })
-        .collect::<Result<_>>()?;
-    Ok((lags, sent_rate))
+    Ok((lags(scheduled, &at)?, sent_rate))
 }
 
 /// The child: opens the files in DIR with the apply worker and the
