@@ -141,6 +141,46 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
     Ok(ApplyOutcome::Applied(report))
 }
 
+/// Applies several runs inside the store's open transaction `tx`: the body
+/// of every adapter's [`ProjectionStore::apply_runs`](crate::ProjectionStore::apply_runs).
+/// [`apply_in`] for each run in order, stopping at the first that is not
+/// applied (a gap; an error returns at once). The caller commits only when
+/// every run came back [`ApplyOutcome::Applied`] (`outcomes.len() ==
+/// runs.len()`, see [`all_applied`]) and drops the transaction otherwise.
+pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
+    tx: &mut Tx,
+    runs: &[&[Event]],
+    projections: &[Arc<dyn Projection<Tx>>],
+) -> Result<Vec<ApplyOutcome>> {
+    let mut streams = std::collections::HashSet::with_capacity(runs.len());
+    for run in runs {
+        let Some(first) = run.first() else {
+            return Err(Error::invalid("apply_runs: a run is empty"));
+        };
+        if !streams.insert(&first.stream) {
+            return Err(Error::invalid(format_args!(
+                "apply_runs: stream {} has two runs in one call",
+                first.stream
+            )));
+        }
+    }
+    let mut outcomes = Vec::with_capacity(runs.len());
+    for run in runs {
+        let outcome = apply_in(tx, &run[0].stream, run, projections).await?;
+        let applied = matches!(outcome, ApplyOutcome::Applied(_));
+        outcomes.push(outcome);
+        if !applied {
+            break;
+        }
+    }
+    Ok(outcomes)
+}
+
+/// Whether [`apply_runs_in`]'s outcomes for `runs` runs say "commit".
+pub fn all_applied(outcomes: &[ApplyOutcome], runs: usize) -> bool {
+    outcomes.len() == runs && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ pub use event::{
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
     FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
-    OutboxSummary, UNFINISHED_ATTEMPT,
+    OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{

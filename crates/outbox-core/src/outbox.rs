@@ -228,6 +228,50 @@ impl Lease {
     }
 }
 
+/// How much one sweep
+/// ([`OutboxQueue::acquire_and_claim_due`](crate::OutboxQueue::acquire_and_claim_due))
+/// takes: at most `streams` streams, at most `per_stream` rows of each, at
+/// most `rows` in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepLimits {
+    /// Streams leased at most.
+    pub streams: usize,
+    /// Rows claimed of each stream at most (its head run).
+    pub per_stream: usize,
+    /// Rows claimed in all at most.
+    pub rows: usize,
+}
+
+impl SweepLimits {
+    /// Checks every limit is at least 1 and caps each at
+    /// [`MAX_PAGE`](crate::MAX_PAGE).
+    pub fn validated(self) -> Result<SweepLimits> {
+        let cap = |n: usize, what: &str| {
+            validate_limit(n, crate::MAX_PAGE)
+                .map_err(|_| Error::invalid(format!("sweep limit `{what}` must be at least 1")))
+        };
+        Ok(SweepLimits {
+            streams: cap(self.streams, "streams")?,
+            per_stream: cap(self.per_stream, "per_stream")?,
+            rows: cap(self.rows, "rows")?,
+        })
+    }
+}
+
+/// The end of one stream's pass, as
+/// [`OutboxQueue::complete_and_release_all`](crate::OutboxQueue::complete_and_release_all)
+/// takes it: complete through `through` (if any), abandon what is still
+/// `processing` (if `abandon`), release the lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamEnd {
+    /// The lease the pass held.
+    pub lease: Lease,
+    /// The last applied seq to complete through.
+    pub through: Option<Seq>,
+    /// Whether claimed rows may still be `processing`.
+    pub abandon: bool,
+}
+
 /// The shortest lease accepted.
 pub const MIN_LEASE_TTL: Duration = Duration::from_millis(10);
 /// The longest lease accepted.

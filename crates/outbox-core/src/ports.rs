@@ -18,8 +18,8 @@ use std::time::Duration;
 use crate::spi::ApplyTx;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
-    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, Watermark, WorkerId,
+    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamEnd, StreamId,
+    StreamVersion, SweepLimits, Watermark, WorkerId,
 };
 
 /// The most rows any single listing or bulk operation returns.
@@ -152,6 +152,21 @@ pub trait EventJournal: Send + Sync {
 ///   the rows completed. A lease that is no longer current is not an error:
 ///   its abandon and release change nothing (the completion stands).
 ///
+/// `acquire_and_claim_due` (likewise):
+/// - The start of a sweep over many streams, in one transaction where the
+///   adapter can: reads the due streams (as `due_streams`, oldest due
+///   first), acquires each free lease and claims that stream's head run (at
+///   most `limits.per_stream` rows), until `limits.streams` streams or
+///   `limits.rows` rows in all are taken. A stream whose lease another owner
+///   holds is skipped; a stream whose run comes back empty is released and
+///   left out. Returns each lease with its run, in the order taken.
+/// - On an error nothing stays leased by this call: what it had taken is
+///   abandoned and released (or, in one transaction, never committed).
+///
+/// `complete_and_release_all` (likewise):
+/// - `complete_and_release` for each [`StreamEnd`](crate::StreamEnd), in
+///   one transaction where the adapter can; returns the rows completed in all.
+///
 /// `fail`:
 /// - Requires the current lease (else `LeaseLost`) and a `processing` row at
 ///   `seq` (else [`Error::NotFound`](crate::Error::NotFound) or
@@ -232,6 +247,72 @@ pub trait OutboxQueue: Send + Sync {
                 crate::spi::unless_lease_lost(self.abandon(lease).await)?;
             }
             self.release(lease).await?;
+            Ok(done)
+        }
+    }
+
+    /// Leases due streams and claims their head runs: the start of a sweep
+    /// (one commit where the adapter can). The default reads the due
+    /// streams and calls `acquire_and_claim` for each.
+    fn acquire_and_claim_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> impl Future<Output = Result<Vec<(Lease, Vec<OutboxRow>)>>> + Send
+    where
+        Self: LeaseStore,
+    {
+        async move {
+            crate::spi::validate_ttl(ttl)?;
+            let limits = limits.validated()?;
+            let mut taken: Vec<(Lease, Vec<OutboxRow>)> = Vec::new();
+            let mut rows = 0;
+            let result = async {
+                for stream in self.due_streams(limits.streams).await? {
+                    if rows >= limits.rows {
+                        break;
+                    }
+                    let max = limits.per_stream.min(limits.rows - rows);
+                    let Some((lease, run)) = self.acquire_and_claim(&stream, owner, ttl, max).await? else {
+                        continue;
+                    };
+                    if run.is_empty() {
+                        self.release(&lease).await?;
+                        continue;
+                    }
+                    rows += run.len();
+                    taken.push((lease, run));
+                }
+                Ok::<(), crate::Error>(())
+            }
+            .await;
+            match result {
+                Ok(()) => Ok(taken),
+                Err(e) => {
+                    // Leave nothing leased: best effort, the error is the news.
+                    for (lease, _) in &taken {
+                        let _ = self.complete_and_release(lease, None, true).await;
+                    }
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Ends several stream passes (one commit where the adapter can). The
+    /// default calls `complete_and_release` for each.
+    fn complete_and_release_all(&self, ends: &[StreamEnd]) -> impl Future<Output = Result<u64>> + Send
+    where
+        Self: LeaseStore,
+    {
+        async move {
+            let mut done = 0;
+            for end in ends {
+                done += self
+                    .complete_and_release(&end.lease, end.through, end.abandon)
+                    .await?;
+            }
             Ok(done)
         }
     }
@@ -411,6 +492,16 @@ pub trait LeaseStore: Send + Sync {
 /// - Concurrent `apply` calls for the same (projection, stream) serialize:
 ///   each event commits at most once.
 ///
+/// `apply_runs`:
+/// - `apply` for each run in order (runs of distinct streams, else
+///   `InvalidInput` before anything is written), all in ONE transaction,
+///   which commits only when every run is
+///   [`ApplyOutcome::Applied`]. A run that meets a gap stops the call:
+///   nothing is committed and the outcomes returned end with that run's
+///   [`ApplyOutcome::Gap`]. An applier failing is
+///   [`Error::Apply`](crate::Error::Apply) naming its stream and event, and
+///   nothing is committed. Used by the worker's sweep over many streams.
+///
 /// `setup`, `reset` and `digest` report a failing projection hook as a
 /// permanent [`Error::Storage`](crate::Error::Storage) naming the projection.
 ///
@@ -436,6 +527,14 @@ pub trait ProjectionStore: Send + Sync {
         events: &[Event],
         projections: &[Arc<dyn Projection<Self::Tx>>],
     ) -> impl Future<Output = Result<ApplyOutcome>> + Send;
+
+    /// Applies runs of several streams in one transaction: each exactly
+    /// once, committed together or not at all.
+    fn apply_runs(
+        &self,
+        runs: &[&[Event]],
+        projections: &[Arc<dyn Projection<Self::Tx>>],
+    ) -> impl Future<Output = Result<Vec<ApplyOutcome>>> + Send;
 
     /// The projection's checkpoint for the stream.
     fn checkpoint(

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use outbox_core::spi::validate_ttl;
-use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage, apply_in};
+use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage, all_applied, apply_in, apply_runs_in};
 use outbox_core::spi::{validate_limit, validate_projection_names};
 use outbox_core::{
     ApplyOutcome, Clock, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection,
@@ -416,6 +416,19 @@ impl ProjectionStore for MemoryProjectionStore {
             tx.commit();
         }
         Ok(outcome)
+    }
+
+    async fn apply_runs(
+        &self,
+        runs: &[&[Event]],
+        projections: &[Arc<dyn Projection<MemoryTx>>],
+    ) -> Result<Vec<ApplyOutcome>> {
+        let mut tx = self.begin().await;
+        let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
+        if all_applied(&outcomes, runs.len()) {
+            tx.commit();
+        }
+        Ok(outcomes)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {

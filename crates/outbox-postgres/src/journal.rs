@@ -12,8 +12,8 @@ use outbox_core::spi::{
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, Timestamp, WakeSource, WorkerId,
+    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamEnd,
+    StreamId, StreamVersion, SweepLimits, Timestamp, WakeSource, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
@@ -452,6 +452,67 @@ impl EventJournal for PgJournal {
     }
 }
 
+/// Takes or extends `stream`'s lease (the shared `ACQUIRE` statement).
+async fn acquire_in(
+    tx: &mut PgConnection,
+    acquire: &str,
+    stream: &StreamId,
+    owner: &WorkerId,
+    ttl: Duration,
+) -> Result<Option<Lease>> {
+    let row = crate::sql::fetch(
+        tx,
+        "acquiring a stream lease",
+        acquire,
+        &[
+            Arg::Text(stream.as_str()),
+            Arg::Text(owner.as_str()),
+            Arg::Int(duration_millis(ttl)),
+        ],
+    )
+    .await?
+    .into_iter()
+    .next();
+    row.map(|row| outbox_sql::journal::decode_lease(&row, stream))
+        .transpose()
+}
+
+/// Frees `lease` if it is still current (the shared `RELEASE` statement).
+async fn release_in(tx: &mut PgConnection, release: &str, lease: &Lease) -> Result<()> {
+    crate::sql::execute(
+        tx,
+        "releasing a stream lease",
+        release,
+        &[
+            Arg::Text(lease.stream.as_str()),
+            Arg::Text(lease.owner.as_str()),
+            Arg::Int(i64::try_from(lease.epoch).unwrap_or(i64::MAX)),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The end of a stream pass: the completion, the abandon (when asked) and
+/// the release; a lease no longer current abandons and releases nothing.
+async fn end_in(
+    tx: &mut PgConnection,
+    release: &str,
+    lease: &Lease,
+    through: Option<Seq>,
+    abandon: bool,
+) -> Result<u64> {
+    let done = match through {
+        Some(t) => complete_in(tx, &lease.stream, t).await?,
+        None => 0,
+    };
+    if abandon {
+        unless_lease_lost(abandon_in(tx, lease).await)?;
+    }
+    release_in(tx, release, lease).await?;
+    Ok(done)
+}
+
 impl OutboxQueue for PgJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
@@ -483,26 +544,66 @@ impl OutboxQueue for PgJournal {
         let max = validate_limit(max, MAX_PAGE)?;
         let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
         self.write("acquiring a lease and claiming", async |tx| {
-            let what = "acquiring a stream lease";
-            let row = crate::sql::fetch(
-                tx,
-                what,
-                &acquire,
-                &[
-                    Arg::Text(stream.as_str()),
-                    Arg::Text(owner.as_str()),
-                    Arg::Int(duration_millis(ttl)),
-                ],
-            )
-            .await?
-            .into_iter()
-            .next();
-            let Some(row) = row else {
+            let Some(lease) = acquire_in(tx, &acquire, stream, owner, ttl).await? else {
                 return Ok(None);
             };
-            let lease = outbox_sql::journal::decode_lease(&row, stream)?;
             let rows = claim_in(tx, &lease, max).await?;
             Ok(Some((lease, rows)))
+        })
+        .await
+    }
+
+    /// One transaction: the due streams (taken in stream order, so
+    /// concurrent sweeps lock leases in one order), their leases and runs.
+    async fn acquire_and_claim_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
+        let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
+        self.write("sweeping due streams", async |tx| {
+            let mut due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
+                .bind(limits.streams as i64)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| storage("listing due streams", e))?;
+            due.sort();
+            let mut taken = Vec::new();
+            let mut rows = 0;
+            for stream in due {
+                if rows >= limits.rows {
+                    break;
+                }
+                let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
+                let Some(lease) = acquire_in(tx, &acquire, &stream, owner, ttl).await? else {
+                    continue;
+                };
+                let run = claim_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
+                if run.is_empty() {
+                    release_in(tx, &release, &lease).await?;
+                    continue;
+                }
+                rows += run.len();
+                taken.push((lease, run));
+            }
+            Ok(taken)
+        })
+        .await
+    }
+
+    /// One transaction: every pass's completion, abandon and release.
+    async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
+        let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
+        self.write("completing and releasing", async |tx| {
+            let mut done = 0;
+            for end in ends {
+                done += end_in(tx, &release, &end.lease, end.through, end.abandon).await?;
+            }
+            Ok(done)
         })
         .await
     }
@@ -511,25 +612,7 @@ impl OutboxQueue for PgJournal {
     async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
         self.write("completing and releasing", async |tx| {
-            let done = match through {
-                Some(t) => complete_in(tx, &lease.stream, t).await?,
-                None => 0,
-            };
-            if abandon {
-                unless_lease_lost(abandon_in(tx, lease).await)?;
-            }
-            crate::sql::execute(
-                tx,
-                "releasing a stream lease",
-                &release,
-                &[
-                    Arg::Text(lease.stream.as_str()),
-                    Arg::Text(lease.owner.as_str()),
-                    Arg::Int(i64::try_from(lease.epoch).unwrap_or(i64::MAX)),
-                ],
-            )
-            .await?;
-            Ok(done)
+            end_in(tx, &release, lease, through, abandon).await
         })
         .await
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::spi::apply_in;
+use outbox_core::spi::{all_applied, apply_in, apply_runs_in};
 use outbox_core::{
     ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
     StreamId,
@@ -125,6 +125,21 @@ impl ProjectionStore for PgProjectionStore {
         }
         // Otherwise dropping the transaction rolls it back: nothing written.
         Ok(outcome)
+    }
+
+    async fn apply_runs(
+        &self,
+        runs: &[&[Event]],
+        projections: &[Arc<dyn Projection<PgTx>>],
+    ) -> Result<Vec<ApplyOutcome>> {
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
+        if all_applied(&outcomes, runs.len()) {
+            tx.commit()
+                .await
+                .map_err(|e| storage(self.db.context("applying events"), e))?;
+        }
+        Ok(outcomes)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {

@@ -51,6 +51,7 @@ env_vars! {
     OUTBOX_RUN_RETENTION_MS = "2592000000", "how long a finished replay or rebuild run is kept before a running worker prunes it (30 days; pruned with the registry)";
     OUTBOX_STREAMS_PER_PASS = "64", "streams one worker pass takes up at most (the due streams are read again before each)";
     OUTBOX_BATCHES_PER_STREAM = "16", "batches a pass applies to one stream before it moves on to the next (fairness)";
+    OUTBOX_SWEEP_ROWS = "512", "rows one sweep claims across many due streams (at most `OUTBOX_BATCH_SIZE` of each, at most `OUTBOX_STREAMS_PER_PASS` streams) and applies in one projection transaction; 0 turns sweeps off (one stream at a time)";
     OUTBOX_RUN_TTL_MS = "60000", "how long a replay or rebuild run's claim lasts without progress; a killed run blocks new runs on its projection until then, or until its owner's worker registry entry expires (three heartbeat intervals), whichever is first";
     OUTBOX_START_RETRY_MS = "300000", "how long start-up (connecting, migrating, projection setup, start-up repair, the first heartbeat) keeps retrying while the database is unavailable (a temporary error), 100 ms doubling to 5 s between attempts; then it fails with one line (0: try once)";
     OUTBOX_WORKER_ID = "<host>-<pid>-<random>", "the worker's id (the owner on its leases)";
@@ -106,6 +107,15 @@ pub struct Config {
     pub streams_per_pass: usize,
     /// Batches applied for one stream before moving on, for fairness (default 16).
     pub batches_per_stream: usize,
+    /// Rows one sweep takes across many due streams (default 512; 0: no
+    /// sweeps). A sweep leases up to [`Config::streams_per_pass`] due
+    /// streams and claims up to [`Config::batch_size`] rows of each in one
+    /// journal commit, applies them all in one projection transaction, and
+    /// completes and releases them in one more commit: three commits for
+    /// many streams instead of three per stream. A stream whose run the
+    /// sweep cannot apply together (a failure, a retried or unfinished
+    /// row, a projection behind) is drained on its own, as without sweeps.
+    pub sweep_rows: usize,
 }
 
 impl Default for Config {
@@ -127,6 +137,7 @@ impl Default for Config {
             worker_id: None,
             streams_per_pass: 64,
             batches_per_stream: 16,
+            sweep_rows: 512,
         }
     }
 }
@@ -197,6 +208,10 @@ impl Config {
     setter!(
         /// Sets batches per stream per pass.
         with_batches_per_stream, batches_per_stream: usize
+    );
+    setter!(
+        /// Sets the rows one sweep takes across streams (0: no sweeps).
+        with_sweep_rows, sweep_rows: usize
     );
 
     /// Sets the deadline of each store call (it must stay below the lease TTL).
@@ -321,6 +336,12 @@ impl Config {
                 )));
             }
         }
+        if self.sweep_rows > 10_000 {
+            return Err(Error::Config(format!(
+                "sweep rows must be between 0 and 10000, got {}",
+                self.sweep_rows
+            )));
+        }
         Ok(())
     }
 
@@ -385,6 +406,16 @@ impl Config {
         }
         if let Some(v) = count(Self::OUTBOX_BATCHES_PER_STREAM, "batches per stream")? {
             c.batches_per_stream = v;
+        }
+        match number(Self::OUTBOX_SWEEP_ROWS)? {
+            Some(v @ 0..=10_000) => c.sweep_rows = usize::try_from(v).unwrap_or(usize::MAX),
+            Some(v) => {
+                return Err(Error::Config(format!(
+                    "{}: sweep rows must be between 0 and 10000, got {v}",
+                    Self::OUTBOX_SWEEP_ROWS
+                )));
+            }
+            None => {}
         }
         if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
@@ -536,13 +567,17 @@ mod tests {
             ("OUTBOX_STREAMS_PER_PASS", "8"),
             ("OUTBOX_RUN_TTL_MS", "5000"),
             ("OUTBOX_BATCHES_PER_STREAM", "2"),
+            ("OUTBOX_SWEEP_ROWS", "0"),
             ("OUTBOX_STORE_DEADLINE_MS", "2500"),
             ("OUTBOX_START_RETRY_MS", "0"),
         ])
         .unwrap();
         assert_eq!(c.start_retry, Duration::ZERO);
         assert_eq!(c.store_deadline(), Duration::from_millis(2500));
-        assert_eq!((c.streams_per_pass, c.batches_per_stream), (8, 2));
+        assert_eq!(
+            (c.streams_per_pass, c.batches_per_stream, c.sweep_rows),
+            (8, 2, 0)
+        );
         assert_eq!(c.run_ttl, Duration::from_secs(5));
         assert_eq!(c.registry_retention, Duration::from_secs(60));
         assert_eq!(c.run_retention, Duration::from_secs(120));
@@ -603,6 +638,11 @@ mod tests {
                 "OUTBOX_BATCHES_PER_STREAM",
                 "x",
                 "OUTBOX_BATCHES_PER_STREAM=\"x\" is not a non-negative integer",
+            ),
+            (
+                "OUTBOX_SWEEP_ROWS",
+                "10001",
+                "OUTBOX_SWEEP_ROWS: sweep rows must be between 0 and 10000, got 10001",
             ),
             ("OUTBOX_WORKER_ID", "bad\u{7}id", "OUTBOX_WORKER_ID"),
             (

@@ -10,6 +10,7 @@ mod outbox;
 mod panic;
 mod replay;
 mod running;
+mod sweep;
 mod unavailable;
 mod worker;
 

@@ -58,7 +58,7 @@ impl TickReport {
 }
 
 /// How draining one stream in a pass ended.
-enum StreamPass {
+pub(crate) enum StreamPass {
     /// Nothing more is immediately processable.
     Drained,
     /// The stream is blocked behind a failed or dead head.
@@ -87,6 +87,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// dead worker, is next in line once the stream in progress ends its
     /// turn, rather than waiting for the next pass (ADR 0008).
     pub(crate) async fn tick_as(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
+        if self.inner.config.sweep_rows > 0 {
+            return self.sweep_tick(kind, cancel).await;
+        }
         let inner = &self.inner;
         let mut report = TickReport::default();
         // Streams this pass has had (or tried): skipped by later reads.
@@ -143,7 +146,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let inner = &self.inner;
         let ttl = inner.config.lease_ttl;
         // The pass's first commit: the lease and the first run.
-        let Some((mut lease, claimed)) = inner
+        let Some((lease, claimed)) = inner
             .journal
             .acquire_and_claim(stream, &inner.worker_id, ttl, inner.config.batch_size)
             .within(inner.config.store_deadline(), "acquire_and_claim")
@@ -154,6 +157,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             return Ok(StreamPass::Drained);
         };
         report.leased += 1;
+        self.process_leased(kind, lease, claimed, report, cancel).await
+    }
+
+    /// Drains a stream whose lease this worker holds, starting with the
+    /// run `claimed` under it, and ends the pass (completes, abandons what
+    /// is left `processing`, releases the lease).
+    pub(crate) async fn process_leased(
+        &self,
+        kind: WorkerKind,
+        mut lease: Lease,
+        claimed: Vec<OutboxRow>,
+        report: &mut TickReport,
+        cancel: &CancellationToken,
+    ) -> Result<StreamPass> {
+        let inner = &self.inner;
+        let ttl = inner.config.lease_ttl;
         let mut renewed_at = Instant::now();
         // Whether rows of this lease may be left `processing`.
         let mut dirty = false;
@@ -401,7 +420,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Loads the claimed run from the journal and checks it is complete.
-    async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
+    pub(crate) async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
         let first = rows[0].seq;
         let events = self
             .inner
@@ -422,7 +441,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// The shadow worker's check: the event type is registered with the
     /// intent recorded (payload hashes were verified by the journal on load).
-    fn verify_run(&self, events: &[Event]) -> Result<()> {
+    pub(crate) fn verify_run(&self, events: &[Event]) -> Result<()> {
         for e in events {
             let intent = self.inner.types.intent(&e.event_type)?;
             if intent != e.intent {
@@ -439,7 +458,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(())
     }
 
-    async fn record_failure(
+    pub(crate) async fn record_failure(
         &self,
         lease: &Lease,
         row: &OutboxRow,

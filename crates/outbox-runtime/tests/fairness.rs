@@ -1,7 +1,8 @@
 //! Takeover under a backlog (issue 12 item 7), in tokio's virtual time: a
 //! lease that a dead worker leaves behind is taken over within about one
-//! lease TTL plus one batch, however large the backlog the surviving worker
-//! is draining.
+//! lease TTL plus two sweeps (the one in flight and the one that takes the
+//! stranded streams), however large the backlog the surviving worker is
+//! draining.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -65,6 +66,8 @@ async fn an_expired_lease_is_taken_over_within_one_ttl_plus_one_batch_under_a_ba
         .with_poll_interval(Duration::from_millis(200))
         .with_lease_ttl(ttl)
         .with_batch_size(batch)
+        // A sweep of one batch's rows: "in flight" is one batch.
+        .with_sweep_rows(batch)
         .with_repair_on_start(false)
         .with_worker_id(WorkerId::new("b").unwrap());
     let rt = Outbox::builder(journal.clone(), store.clone())
@@ -100,9 +103,12 @@ async fn an_expired_lease_is_taken_over_within_one_ttl_plus_one_batch_under_a_ba
     // Worker B drains the backlog.
     let running = rt.start().await.unwrap();
     let one_batch = PER_EVENT * batch as u32;
-    // After the expiry B may finish the batch it is applying, then it drains
-    // the stranded streams one batch each, oldest first.
-    let deadline = expiry + one_batch * (1 + stranded.len() as u32);
+    // After the expiry B may finish the sweep it is applying (one batch of
+    // rows). The next sweep takes the stranded streams (oldest due first)
+    // with fewer than a batch of fresh rows from the backlog to fill it:
+    // those are applied together first, then the stranded streams are
+    // drained one batch each.
+    let deadline = expiry + one_batch * (2 + stranded.len() as u32);
     let all_done = |done: &BTreeMap<StreamId, (u64, Instant)>| {
         stranded.iter().all(|s| {
             done.get(s)

@@ -11,7 +11,7 @@ use outbox_core::spi::{
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
-    StreamId, StreamVersion, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
+    StreamEnd, StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
@@ -351,6 +351,26 @@ fn acquire_body(
         .transpose()
 }
 
+/// The end of a stream pass: the completion, the abandon (when asked) and
+/// the release; a lease no longer current abandons and releases nothing.
+fn end_body(
+    conn: &Connection,
+    release: &str,
+    lease: &Lease,
+    through: Option<Seq>,
+    abandon: bool,
+) -> Result<u64> {
+    let done = match through {
+        Some(t) => complete_body(conn, lease.stream.as_str(), t.as_i64())?,
+        None => 0,
+    };
+    if abandon {
+        unless_lease_lost(abandon_body(conn, lease))?;
+    }
+    release_body(conn, release, lease)?;
+    Ok(done)
+}
+
 /// Frees `lease` if it is still current (the shared `RELEASE` statement).
 fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
     let n = conn
@@ -364,6 +384,20 @@ fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
         })
         .map_err(ctx("releasing a stream lease"))?;
     Ok(n > 0)
+}
+
+/// Up to `limit` streams with a due head and a free lease, oldest due first.
+fn due_body(conn: &Connection, limit: usize) -> Result<Vec<String>> {
+    conn.prepare_cached(concat!(
+        "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+         WHERE h.due_at IS NOT NULL AND h.due_at <= ",
+        now_ms!(),
+        " AND (l.owner IS NULL OR l.expires_at <= ",
+        now_ms!(),
+        ") ORDER BY h.due_at, h.stream LIMIT ?1"
+    ))
+    .and_then(|mut st| st.query_map([limit as i64], |r| r.get(0))?.collect())
+    .map_err(ctx("listing due streams"))
 }
 
 fn read_events(conn: &Connection, stream: &StreamId, from: i64, limit: i64) -> Result<Vec<Event>> {
@@ -574,22 +608,7 @@ impl EventJournal for SqliteJournal {
 impl OutboxQueue for SqliteJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
-        let rows: Vec<String> = self
-            .engine
-            .reader
-            .read(move |conn| {
-                conn.prepare_cached(concat!(
-                    "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
-                     WHERE h.due_at IS NOT NULL AND h.due_at <= ",
-                    now_ms!(),
-                    " AND (l.owner IS NULL OR l.expires_at <= ",
-                    now_ms!(),
-                    ") ORDER BY h.due_at, h.stream LIMIT ?1"
-                ))
-                .and_then(|mut st| st.query_map([limit as i64], |r| r.get(0))?.collect())
-                .map_err(ctx("listing due streams"))
-            })
-            .await?;
+        let rows: Vec<String> = self.engine.reader.read(move |conn| due_body(conn, limit)).await?;
         rows.into_iter()
             .map(|s| StreamId::new(s).map_err(|e| journal_undecodable("outbox head", e)))
             .collect()
@@ -644,15 +663,61 @@ impl OutboxQueue for SqliteJournal {
         let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
         self.engine
             .writer
+            .write(move |conn| end_body(conn, &sql, &lease, through, abandon))
+            .await
+    }
+
+    /// One transaction: the due streams, their leases and their runs.
+    async fn acquire_and_claim_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        let (owner, acquire, release) = (
+            owner.clone(),
+            Arc::clone(&self.engine.leases.acquire),
+            Arc::clone(&self.engine.leases.release),
+        );
+        self.engine
+            .writer
             .write(move |conn| {
-                let done = match through {
-                    Some(t) => complete_body(conn, lease.stream.as_str(), t.as_i64())?,
-                    None => 0,
-                };
-                if abandon {
-                    unless_lease_lost(abandon_body(conn, &lease))?;
+                let mut taken = Vec::new();
+                let mut rows = 0;
+                for stream in due_body(conn, limits.streams)? {
+                    if rows >= limits.rows {
+                        break;
+                    }
+                    let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
+                    let Some(lease) = acquire_body(conn, &acquire, &stream, &owner, duration_millis(ttl))?
+                    else {
+                        continue;
+                    };
+                    let run = claim_body(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
+                    if run.is_empty() {
+                        release_body(conn, &release, &lease)?;
+                        continue;
+                    }
+                    rows += run.len();
+                    taken.push((lease, run));
                 }
-                release_body(conn, &sql, &lease)?;
+                Ok(taken)
+            })
+            .await
+    }
+
+    /// One transaction: every pass's completion, abandon and release.
+    async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
+        let (ends, sql) = (ends.to_vec(), Arc::clone(&self.engine.leases.release));
+        self.engine
+            .writer
+            .write(move |conn| {
+                let mut done = 0;
+                for end in &ends {
+                    done += end_body(conn, &sql, &end.lease, end.through, end.abandon)?;
+                }
                 Ok(done)
             })
             .await

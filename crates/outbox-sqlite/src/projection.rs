@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::spi::apply_in;
+use outbox_core::spi::{all_applied, apply_in, apply_runs_in};
 use outbox_core::{
     ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
     StreamId,
@@ -145,6 +145,19 @@ impl ProjectionStore for SqliteProjectionStore {
         }
         // Otherwise dropping the transaction rolls it back: nothing written.
         Ok(outcome)
+    }
+
+    async fn apply_runs(
+        &self,
+        runs: &[&[Event]],
+        projections: &[Arc<dyn Projection<SqliteTx>>],
+    ) -> Result<Vec<ApplyOutcome>> {
+        let mut tx = self.begin().await?;
+        let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
+        if all_applied(&outcomes, runs.len()) {
+            self.commit(tx, "applying events").await?;
+        }
+        Ok(outcomes)
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {

@@ -1,0 +1,319 @@
+//! Sweeps: one pass over many due streams in three commits (ADR 0016).
+//!
+//! A sweep leases due streams and claims the head run of each in one
+//! journal commit ([`OutboxQueue::acquire_and_claim_due`](outbox_core::OutboxQueue::acquire_and_claim_due)), applies every
+//! run in one projection transaction ([`ProjectionStore::apply_runs`](outbox_core::ProjectionStore::apply_runs)) and
+//! completes and releases them in one more journal commit
+//! ([`OutboxQueue::complete_and_release_all`](outbox_core::OutboxQueue::complete_and_release_all)). Only runs of fresh rows go
+//! together; a run with a retried or unfinished row, a run whose events do
+//! not load, a run whose projection is behind and a run whose applier fails
+//! are drained on their own by the per-stream path
+//! ([`Outbox::process_leased`]), which isolates failures exactly as it does
+//! without sweeps. The checkpoint compare-and-set stays the safety net: a
+//! sweep that dies anywhere leaves rows the next claim finds, and the apply
+//! skips what was committed.
+
+use std::collections::HashSet;
+
+use outbox_core::spi::all_applied;
+use outbox_core::{ApplyOutcome, Error, Event, Lease, OutboxRow, Result, Seq, StreamEnd, SweepLimits};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info_span, warn};
+
+use crate::deadline::Within;
+use crate::metrics::Metrics;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+use crate::worker::{TickReport, WorkerKind};
+
+/// One stream of a sweep: its lease, its claimed run and (once loaded) the run's events.
+struct Taken {
+    lease: Lease,
+    rows: Vec<OutboxRow>,
+    events: Vec<Event>,
+    /// The event its applier failed on, and the error, once known: the
+    /// run is cut before it.
+    failed: Option<(Seq, Error)>,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// A pass made of sweeps: up to `batches_per_stream` of them, each over
+    /// the streams due at the time, until one finds nothing to take.
+    pub(crate) async fn sweep_tick(
+        &self,
+        kind: WorkerKind,
+        cancel: &CancellationToken,
+    ) -> Result<TickReport> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let limits = SweepLimits {
+            streams: config.streams_per_pass,
+            per_stream: config.batch_size,
+            rows: config.sweep_rows,
+        };
+        let mut report = TickReport::default();
+        // Streams this pass took up, each counted once however many sweeps took it.
+        let mut seen = HashSet::new();
+        for _ in 0..config.batches_per_stream {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let taken = inner
+                .journal
+                .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
+                .within(config.store_deadline(), "acquire_and_claim_due")
+                .await?;
+            if taken.is_empty() {
+                break;
+            }
+            let span = info_span!("sweep", streams = taken.len(), worker = %inner.worker_id);
+            for (lease, _) in &taken {
+                if seen.insert(lease.stream.clone()) {
+                    report.due_streams += 1;
+                    report.leased += 1;
+                }
+            }
+            match self
+                .sweep(kind, taken, &mut report, cancel)
+                .instrument(span)
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
+                    // Infrastructure trouble or a lost lease: nothing is
+                    // counted against the rows; the next pass retries.
+                    warn!(error = %e, "sweep interrupted");
+                    report.storage_errors += 1;
+                    Metrics::add(&inner.metrics.storage_errors, 1);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Applies (or verifies) the runs `taken` together where it can, ends
+    /// their passes in one commit, and drains the rest stream by stream.
+    async fn sweep(
+        &self,
+        kind: WorkerKind,
+        taken: Vec<(Lease, Vec<OutboxRow>)>,
+        report: &mut TickReport,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let deadline = inner.config.store_deadline();
+        report.claimed += taken.iter().map(|(_, rows)| rows.len() as u64).sum::<u64>();
+        Metrics::add(&inner.metrics.claims, taken.len() as u64);
+        crate::failpoint::failpoint("after_claim");
+        // Runs of fresh rows go together; the rest are drained one by one.
+        let (mut together, mut alone): (Vec<Taken>, Vec<(Lease, Vec<OutboxRow>)>) = (Vec::new(), Vec::new());
+        for (lease, rows) in taken {
+            if rows.iter().all(|r| r.attempt_count == 0) {
+                together.push(Taken {
+                    lease,
+                    rows,
+                    events: Vec::new(),
+                    failed: None,
+                });
+            } else {
+                alone.push((lease, rows));
+            }
+        }
+        let mut loaded = Vec::with_capacity(together.len());
+        for mut t in together {
+            match self.load_run(&t.lease.stream, &t.rows).await {
+                Ok(events) => {
+                    t.events = events;
+                    loaded.push(t);
+                }
+                Err(e) if e.is_temporary() => {
+                    self.give_up(loaded.into_iter().map(|t| t.lease).chain([t.lease]), alone)
+                        .await;
+                    return Err(e);
+                }
+                // Found again and recorded by the stream's own pass.
+                Err(_) => alone.push((t.lease, t.rows)),
+            }
+        }
+        let mut together = loaded;
+        if let Err(e) = self.apply_together(kind, &mut together, &mut alone, report).await {
+            self.give_up(together.into_iter().map(|t| t.lease), alone).await;
+            return Err(e);
+        }
+        if !together.is_empty() {
+            crate::failpoint::failpoint("after_apply");
+            // A run cut at a failure completes what was applied and
+            // abandons the rows behind the failed one.
+            let ends: Vec<StreamEnd> = together
+                .into_iter()
+                .map(|t| StreamEnd {
+                    through: t.events.last().map(|e| e.seq),
+                    abandon: t.failed.is_some(),
+                    lease: t.lease,
+                })
+                .collect();
+            match inner
+                .journal
+                .complete_and_release_all(&ends)
+                .within(deadline, "complete_and_release_all")
+                .await
+            {
+                Ok(n) => {
+                    crate::failpoint::failpoint("after_complete");
+                    report.completed += n;
+                    Metrics::add(&inner.metrics.completed_rows, n);
+                    if kind == WorkerKind::Shadow {
+                        Metrics::add(&inner.metrics.shadow_verified, n);
+                    }
+                }
+                // The leases expire and the rows are due again; the
+                // checkpoints skip what was applied.
+                Err(e) => debug!(error = %e, "ending a sweep failed; its leases will expire"),
+            }
+        }
+        for (lease, rows) in alone {
+            let stream = lease.stream.clone();
+            let span = info_span!("stream", stream = %stream, worker = %inner.worker_id);
+            match self
+                .process_leased(kind, lease, rows, report, cancel)
+                .instrument(span)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
+                    warn!(stream = %stream, error = %e, "stream pass interrupted");
+                    report.storage_errors += 1;
+                    Metrics::add(&inner.metrics.storage_errors, 1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the runs in `together` in one projection transaction (or
+    /// verifies them, as the shadow worker) and records the failures.
+    ///
+    /// An applier failing on event `k` of a stream cuts that stream's run
+    /// before `k` (the events before it go with the others, as the
+    /// per-stream path commits them alone) and the transaction is tried
+    /// again; once it commits, the failure is recorded on row `k` and the
+    /// rows behind it are abandoned with the lease. A run that cannot go
+    /// with the others for another reason (its projection is behind, it
+    /// fails the shadow check) moves to `alone`; a permanent error the store
+    /// cannot pin on one stream moves them all. A temporary error is
+    /// returned: nothing was committed.
+    async fn apply_together(
+        &self,
+        kind: WorkerKind,
+        together: &mut Vec<Taken>,
+        alone: &mut Vec<(Lease, Vec<OutboxRow>)>,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        if kind == WorkerKind::Shadow {
+            let mut i = 0;
+            while i < together.len() {
+                if self.verify_run(&together[i].events).is_ok() {
+                    i += 1;
+                } else {
+                    let t = together.remove(i);
+                    alone.push((t.lease, t.rows));
+                }
+            }
+            return Ok(());
+        }
+        loop {
+            let runs: Vec<&[Event]> = together
+                .iter()
+                .filter(|t| !t.events.is_empty())
+                .map(|t| t.events.as_slice())
+                .collect();
+            if runs.is_empty() {
+                break;
+            }
+            let result = inner
+                .store
+                .apply_runs(&runs, &inner.projections)
+                .within(inner.config.store_deadline(), "apply_runs")
+                .await;
+            match result {
+                Ok(outcomes) if all_applied(&outcomes, runs.len()) => {
+                    for o in &outcomes {
+                        if let ApplyOutcome::Applied(r) = o {
+                            self.count(r);
+                        }
+                    }
+                    break;
+                }
+                // The last outcome is the run that stopped the call (a gap).
+                Ok(outcomes) => {
+                    let stream = &runs[outcomes.len() - 1][0].stream;
+                    let i = together.iter().position(|t| &t.lease.stream == stream);
+                    let t = together.remove(i.unwrap_or_default());
+                    alone.push((t.lease, t.rows));
+                }
+                Err(Error::Apply {
+                    projection,
+                    stream,
+                    seq,
+                    source,
+                }) if together
+                    .iter()
+                    .any(|t| t.lease.stream == stream && t.events.first().is_some_and(|e| e.seq <= seq)) =>
+                {
+                    let Some(t) = together.iter_mut().find(|t| t.lease.stream == stream) else {
+                        unreachable!("checked by the guard");
+                    };
+                    t.events.retain(|e| e.seq < seq);
+                    t.failed = Some((
+                        seq,
+                        Error::Apply {
+                            projection,
+                            stream,
+                            seq,
+                            source,
+                        },
+                    ));
+                }
+                Err(e) if e.is_temporary() => return Err(e),
+                Err(_) => {
+                    alone.extend(together.drain(..).map(|t| (t.lease, t.rows)));
+                    break;
+                }
+            }
+        }
+        for t in together.iter_mut() {
+            if let Some((seq, error)) = &t.failed
+                && let Some(row) = t.rows.iter().find(|r| r.seq == *seq)
+            {
+                self.record_failure(&t.lease, row, error, report).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every pass of a sweep that stops on a temporary error: claimed
+    /// rows back to pending, leases released, in one commit (best effort:
+    /// otherwise the leases expire).
+    async fn give_up(&self, leases: impl Iterator<Item = Lease>, alone: Vec<(Lease, Vec<OutboxRow>)>) {
+        let ends: Vec<StreamEnd> = leases
+            .chain(alone.into_iter().map(|(lease, _)| lease))
+            .map(|lease| StreamEnd {
+                lease,
+                through: None,
+                abandon: true,
+            })
+            .collect();
+        if let Err(e) = self
+            .inner
+            .journal
+            .complete_and_release_all(&ends)
+            .within(self.inner.config.store_deadline(), "complete_and_release_all")
+            .await
+        {
+            debug!(error = %e, "abandoning a sweep failed; its leases will expire");
+        }
+    }
+}
