@@ -1,18 +1,19 @@
 //! [`OutboxQueue`] contract checks: due streams, claims, failures, dead
 //! letters, requeues and inspection.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outbox_core::spi::truncate_error;
 use outbox_core::{
     AppendOptions, DeadLetters, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore,
     MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, RetryPolicy, Seq,
-    StreamId, UNFINISHED_ATTEMPT,
+    StreamEnd, StreamId, SweepLimits, UNFINISHED_ATTEMPT,
 };
 
 use super::support::{
-    TTL, adds, assert_due_iff_reached, dead_letter, due, enqueue, fail_head, is_due, kill_head, ms, now,
-    owner, req, row, rows, secs, seq, seqs_of, statuses, take, take_and_claim,
+    Journal, TTL, adds, assert_due_iff_reached, dead_letter, due, enqueue, fail_head, is_due, kill_head, ms,
+    now, owner, req, row, rows, secs, seq, seqs_of, statuses, take, take_and_claim,
 };
 use crate::{Fixture, Harness, sid};
 
@@ -938,6 +939,422 @@ pub async fn complete_and_release_completes_abandons_and_frees_the_stream<H: Har
     let nothing = f.journal.complete_and_release(&next, None, false).await.unwrap();
     assert_eq!(nothing, 0);
     assert!(f.journal.lease(&s).await.unwrap().is_none(), "released");
+}
+
+/// The sweep limits `(streams, per_stream, rows)`.
+fn limits(streams: usize, per_stream: usize, rows: usize) -> SweepLimits {
+    SweepLimits {
+        streams,
+        per_stream,
+        rows,
+    }
+}
+
+/// `acquire_and_claim_due` for `who` with the checks' TTL, which must succeed.
+async fn sweep<J: Journal>(j: &J, who: &str, l: SweepLimits) -> Vec<(Lease, Vec<OutboxRow>)> {
+    j.acquire_and_claim_due(&owner(who), TTL, l)
+        .await
+        .unwrap_or_else(|e| panic!("acquire_and_claim_due for {who} with {l:?} failed: {e}"))
+}
+
+/// What a sweep took: each stream with the seqs of its run, in the order returned.
+fn swept(taken: &[(Lease, Vec<OutboxRow>)]) -> Vec<(String, Vec<u64>)> {
+    taken
+        .iter()
+        .map(|(lease, run)| (lease.stream.to_string(), seqs_of(run)))
+        .collect()
+}
+
+/// `acquire_and_claim_due`: takes the due streams oldest due first (as
+/// `due_streams`, not by name), each with its head run of at most
+/// `per_stream` rows, until `streams` streams or `rows` rows in all are
+/// taken (the last run is cut to what is left of the rows budget); each
+/// lease is the caller's (epoch 1 on a fresh stream) and current, the
+/// claimed rows are `processing`, and streams not taken are untouched.
+pub async fn acquire_and_claim_due_takes_oldest_due_streams_within_the_limits<H: Harness>(h: &H) {
+    use OutboxStatus::{Pending, Processing};
+    let f = h.open().await;
+    let c = enqueue(&f.journal, "c", 3).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let a = enqueue(&f.journal, "a", 2).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let b = enqueue(&f.journal, "b", 4).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let d = enqueue(&f.journal, "d", 1).await;
+    let taken = sweep(&f.journal, "w", limits(3, 2, 100)).await;
+    assert_eq!(
+        swept(&taken),
+        [
+            ("c".to_owned(), vec![1, 2]),
+            ("a".to_owned(), vec![1, 2]),
+            ("b".to_owned(), vec![1, 2])
+        ],
+        "the three oldest due streams, oldest due first, each run cut at per_stream = 2"
+    );
+    for (lease, run) in &taken {
+        assert_eq!(
+            (lease.owner.as_str(), lease.epoch),
+            ("w", 1),
+            "{}: the lease is the caller's, first epoch",
+            lease.stream
+        );
+        assert!(
+            run.iter()
+                .all(|r| r.stream == lease.stream && r.status == OutboxStatus::Processing),
+            "{}: the run is the lease's stream's rows, returned as processing: {run:?}",
+            lease.stream
+        );
+        assert_eq!(
+            f.journal.lease(&lease.stream).await.unwrap().as_ref(),
+            Some(lease),
+            "{}: the returned lease is the stream's current lease",
+            lease.stream
+        );
+        let renewed = f.journal.renew(lease, TTL).await;
+        assert!(
+            renewed.is_ok(),
+            "{}: the lease is current and unexpired: {renewed:?}",
+            lease.stream
+        );
+    }
+    assert_eq!(
+        statuses(&f.journal, &c).await,
+        [(1, Processing), (2, Processing), (3, Pending)],
+        "c: its head run claimed, the row behind the cut pending"
+    );
+    assert_eq!(statuses(&f.journal, &a).await, [(1, Processing), (2, Processing)]);
+    assert_eq!(
+        statuses(&f.journal, &b).await,
+        [(1, Processing), (2, Processing), (3, Pending), (4, Pending)]
+    );
+    assert_eq!(
+        statuses(&f.journal, &d).await,
+        [(1, Pending)],
+        "d, beyond the streams limit, is not claimed"
+    );
+    assert!(
+        f.journal.lease(&d).await.unwrap().is_none(),
+        "d, beyond the streams limit, is not leased"
+    );
+    assert_eq!(
+        due(&f.journal).await,
+        [d],
+        "only the stream not taken is still due"
+    );
+
+    // The rows budget: stops once `rows` rows are taken, the last run cut.
+    let f = h.open().await;
+    let c = enqueue(&f.journal, "c", 3).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let a = enqueue(&f.journal, "a", 3).await;
+    h.advance(&f.ctx, ms(10)).await;
+    let b = enqueue(&f.journal, "b", 3).await;
+    let taken = sweep(&f.journal, "w", limits(10, 2, 3)).await;
+    assert_eq!(
+        swept(&taken),
+        [("c".to_owned(), vec![1, 2]), ("a".to_owned(), vec![1])],
+        "rows = 3: the oldest stream's run of 2, then the next one's cut to the 1 row left"
+    );
+    assert_eq!(
+        statuses(&f.journal, &a).await,
+        [(1, Processing), (2, Pending), (3, Pending)],
+        "a: only the row within the rows budget is claimed"
+    );
+    assert_eq!(
+        statuses(&f.journal, &b).await,
+        [(1, Pending), (2, Pending), (3, Pending)],
+        "b, after the rows budget ran out, is not claimed"
+    );
+    assert!(
+        f.journal.lease(&b).await.unwrap().is_none(),
+        "b, after the rows budget ran out, is not leased"
+    );
+    assert_eq!(
+        statuses(&f.journal, &c).await,
+        [(1, Processing), (2, Processing), (3, Pending)]
+    );
+}
+
+/// `acquire_and_claim_due`: a stream whose lease another owner holds is
+/// skipped and left as it was; never a stream whose head is dead or failed
+/// and not yet due (not even leased for a moment: its epoch does not move);
+/// the failed head's stream is taken once it is due, attempt count kept.
+pub async fn acquire_and_claim_due_skips_held_dead_and_not_due_streams<H: Harness>(h: &H) {
+    use OutboxStatus::{Dead, Failed, Pending, Processing};
+    let f = h.open().await;
+    let held = enqueue(&f.journal, "held", 2).await;
+    let other = take(&f.journal, &held, "other").await;
+    let failed = enqueue(&f.journal, "failed", 2).await;
+    fail_head(&f.journal, &failed, "x", &RetryPolicy::default()).await;
+    let dead = enqueue(&f.journal, "dead", 2).await;
+    kill_head(&f.journal, &dead, "x").await;
+    let free = enqueue(&f.journal, "free", 2).await;
+    let taken = sweep(&f.journal, "w", limits(10, 10, 100)).await;
+    assert_eq!(
+        swept(&taken),
+        [("free".to_owned(), vec![1, 2])],
+        "only the free stream with a due head is taken"
+    );
+    assert_eq!(
+        statuses(&f.journal, &free).await,
+        [(1, Processing), (2, Processing)],
+        "the free stream's run is claimed"
+    );
+    assert_eq!(
+        f.journal.lease(&held).await.unwrap(),
+        Some(other.clone()),
+        "the other owner keeps its lease as it was"
+    );
+    assert_eq!(
+        statuses(&f.journal, &held).await,
+        [(1, Pending), (2, Pending)],
+        "the held stream's rows are not claimed"
+    );
+    assert_eq!(
+        statuses(&f.journal, &failed).await,
+        [(1, Failed), (2, Pending)],
+        "a failed head that is not due is not claimed"
+    );
+    assert_eq!(
+        statuses(&f.journal, &dead).await,
+        [(1, Dead), (2, Pending)],
+        "a dead head is not claimed"
+    );
+    for s in [&failed, &dead] {
+        assert!(
+            f.journal.lease(s).await.unwrap().is_none(),
+            "{s}: a stream that is not due is not leased"
+        );
+    }
+    h.advance(&f.ctx, secs(1)).await;
+    let taken = sweep(&f.journal, "w", limits(10, 10, 100)).await;
+    assert_eq!(
+        swept(&taken),
+        [("failed".to_owned(), vec![1, 2])],
+        "once due (1 s later) the failed head's stream is taken; the dead one never"
+    );
+    assert_eq!(
+        taken[0].0.epoch, 2,
+        "the failed stream's lease: epoch 2 (fail_head held epoch 1; the first sweep did not lease it)"
+    );
+    assert_eq!(
+        taken[0].1[0].attempt_count, 1,
+        "claiming a failed head keeps its attempt count"
+    );
+    assert_eq!(
+        statuses(&f.journal, &failed).await,
+        [(1, Processing), (2, Processing)]
+    );
+    assert_eq!(
+        statuses(&f.journal, &dead).await,
+        [(1, Dead), (2, Pending)],
+        "the dead head's stream is still untouched"
+    );
+    assert_eq!(
+        take(&f.journal, &dead, "y").await.epoch,
+        2,
+        "the dead stream was never leased by a sweep (kill_head held epoch 1)"
+    );
+    assert_eq!(
+        f.journal.lease(&held).await.unwrap(),
+        Some(other),
+        "the other owner still holds its lease"
+    );
+}
+
+/// `acquire_and_claim_due`: with nothing due it returns nothing and changes
+/// nothing; a limit of 0 or a TTL out of range is `InvalidInput` and
+/// changes nothing either.
+pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let taken = sweep(&f.journal, "w", limits(10, 10, 100)).await;
+    assert!(taken.is_empty(), "an empty outbox: nothing taken: {taken:?}");
+    let s = enqueue(&f.journal, "s", 2).await;
+    let held = take(&f.journal, &s, "other").await;
+    let before = rows(&f.journal).await;
+    let taken = sweep(&f.journal, "w", limits(10, 10, 100)).await;
+    assert!(
+        taken.is_empty(),
+        "the only stream is leased by another owner: nothing taken: {taken:?}"
+    );
+    assert_eq!(rows(&f.journal).await, before, "nothing due: no row changed");
+    assert_eq!(
+        f.journal.lease(&s).await.unwrap(),
+        Some(held),
+        "nothing due: the lease is untouched"
+    );
+    let t = enqueue(&f.journal, "t", 2).await;
+    let before = rows(&f.journal).await;
+    for (what, l) in [
+        ("streams = 0", limits(0, 10, 100)),
+        ("per_stream = 0", limits(10, 0, 100)),
+        ("rows = 0", limits(10, 10, 0)),
+    ] {
+        let r = f.journal.acquire_and_claim_due(&owner("w"), TTL, l).await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput(_))),
+            "a sweep limit {what} is InvalidInput: {r:?}"
+        );
+    }
+    for ttl in [ms(1), secs(86_401)] {
+        let r = f
+            .journal
+            .acquire_and_claim_due(&owner("w"), ttl, limits(10, 10, 100))
+            .await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput(_))),
+            "a ttl of {ttl:?} is InvalidInput: {r:?}"
+        );
+    }
+    assert_eq!(rows(&f.journal).await, before, "refused sweeps change no row");
+    assert!(
+        f.journal.lease(&t).await.unwrap().is_none(),
+        "refused sweeps lease nothing"
+    );
+    assert!(is_due(&f.journal, &t).await, "t is still due");
+}
+
+/// `acquire_and_claim_due`: after a takeover (the holder's lease expired,
+/// store clock) a stream whose head is still `processing` is due again and
+/// its unfinished head is claimed alone, counted as an attempt, as `claim`
+/// does; the old holder's lease is lost.
+pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>(h: &H) {
+    use OutboxStatus::Processing;
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 3).await;
+    let first = sweep(&f.journal, "a", limits(10, 10, 100)).await;
+    assert_eq!(swept(&first), [("s".to_owned(), vec![1, 2, 3])]);
+    let old = first[0].0.clone();
+    assert!(
+        sweep(&f.journal, "b", limits(10, 10, 100)).await.is_empty(),
+        "nothing due while a holds the lease"
+    );
+    // The holder dies: no complete, fail, abandon or release.
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let second = sweep(&f.journal, "b", limits(10, 10, 100)).await;
+    assert_eq!(
+        swept(&second),
+        [("s".to_owned(), vec![1])],
+        "the unfinished head is claimed alone"
+    );
+    let (lease, run) = &second[0];
+    assert_eq!(
+        (lease.owner.as_str(), lease.epoch),
+        ("b", old.epoch + 1),
+        "the takeover has the next epoch"
+    );
+    assert_eq!(
+        (run[0].status, run[0].attempt_count, run[0].last_error.as_deref()),
+        (Processing, 1, Some(UNFINISHED_ATTEMPT)),
+        "the unfinished head is counted as an attempt"
+    );
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(1, Processing), (2, Processing), (3, Processing)]
+    );
+    assert_eq!(
+        row(&f.journal, &s, 2).await.attempt_count,
+        0,
+        "the row behind the unfinished head is not claimed again"
+    );
+    let r = f.journal.claim(&old, 10).await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "the old holder's lease is lost: {r:?}"
+    );
+}
+
+/// `complete_and_release_all`: `complete_and_release` for each end (through
+/// given or not, abandon or not), returning the rows completed in all; a
+/// lease no longer current among them fails nothing: its completion stands,
+/// its abandon and release change nothing, and the other ends take effect.
+pub async fn complete_and_release_all_ends_several_passes<H: Harness>(h: &H) {
+    use OutboxStatus::{Pending, Processing};
+    let f = h.open().await;
+    assert_eq!(
+        f.journal.complete_and_release_all(&[]).await.unwrap(),
+        0,
+        "no ends: nothing completed"
+    );
+    let s = enqueue(&f.journal, "s", 4).await;
+    let t = enqueue(&f.journal, "t", 3).await;
+    let u = enqueue(&f.journal, "u", 2).await;
+    let v = enqueue(&f.journal, "v", 3).await;
+    let mut leases = BTreeMap::new();
+    for (stream, want) in [
+        (&s, vec![1, 2, 3]),
+        (&t, vec![1, 2, 3]),
+        (&u, vec![1, 2]),
+        (&v, vec![1, 2, 3]),
+    ] {
+        let (lease, run) = take_and_claim(&f.journal, stream, "w", 3).await;
+        assert_eq!(seqs_of(&run), want, "{stream}: set-up claim");
+        leases.insert(stream.to_string(), lease);
+    }
+    // v's pass is lost: its lease released and taken by x.
+    assert!(f.journal.release(&leases["v"]).await.unwrap());
+    let x = take(&f.journal, &v, "x").await;
+    let end = |name: &str, through: Option<u64>, abandon: bool| StreamEnd {
+        lease: leases[name].clone(),
+        through: through.map(seq),
+        abandon,
+    };
+    let done = f
+        .journal
+        .complete_and_release_all(&[
+            end("s", Some(2), true),
+            end("v", Some(1), true),
+            end("t", Some(3), false),
+            end("u", None, true),
+        ])
+        .await
+        .expect("a lost lease among the ends is not an error");
+    assert_eq!(
+        done,
+        2 + 1 + 3,
+        "the rows completed in all, the lost pass's included"
+    );
+    assert_eq!(
+        statuses(&f.journal, &s).await,
+        [(3, Pending), (4, Pending)],
+        "s: completed through 2, its unfinished row abandoned"
+    );
+    assert!(
+        statuses(&f.journal, &t).await.is_empty(),
+        "t: completed through 3"
+    );
+    assert_eq!(
+        statuses(&f.journal, &u).await,
+        [(1, Pending), (2, Pending)],
+        "u: nothing completed, its claimed rows abandoned"
+    );
+    assert_eq!(
+        statuses(&f.journal, &v).await,
+        [(2, Processing), (3, Processing)],
+        "v: the lost pass's completion stands, its abandon changes nothing"
+    );
+    for stream in [&s, &t, &u] {
+        assert!(
+            f.journal.lease(stream).await.unwrap().is_none(),
+            "{stream}: the lease is released"
+        );
+    }
+    assert_eq!(
+        f.journal.lease(&v).await.unwrap(),
+        Some(x.clone()),
+        "v: the lost pass's release changes nothing; x keeps its lease"
+    );
+    assert_eq!(
+        due(&f.journal)
+            .await
+            .into_iter()
+            .filter(|d| d == &s || d == &u)
+            .count(),
+        2,
+        "s and u are free and due again"
+    );
+    let r = f.journal.renew(&x, TTL).await;
+    assert!(r.is_ok(), "x's lease is still current: {r:?}");
 }
 
 /// `requeue`: a dead row becomes pending, attempt count 0, error cleared, due now.

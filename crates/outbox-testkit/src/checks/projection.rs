@@ -1,7 +1,9 @@
 //! [`ProjectionStore`] contract checks: exactly-once apply, gaps, audit-only
 //! events, rollback on applier failure, reset, digest and setup.
 
-use outbox_core::{ApplyOutcome, ApplyReport, Error, ProjectionStore, WatermarkStore};
+use std::sync::Arc;
+
+use outbox_core::{ApplyOutcome, ApplyReport, Error, Event, Projection, ProjectionStore, WatermarkStore};
 
 use super::support::{adds, all_events, applied, apply_ok, oracle, recorded, state};
 use crate::{Harness, add, audit, one, sid};
@@ -309,6 +311,226 @@ pub async fn apply_rejects_bad_runs<H: Harness>(h: &H) {
     assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 0);
     assert_eq!(f.projections.checkpoint(p.name(), &t).await.unwrap(), 0);
     assert_eq!(f.projections.watermark(&s).await.unwrap(), None);
+}
+
+/// `apply_runs` over these runs, which must succeed.
+async fn apply_runs_ok<P: ProjectionStore>(
+    p: &P,
+    runs: &[&[Event]],
+    projs: &[Arc<dyn Projection<P::Tx>>],
+) -> Vec<ApplyOutcome> {
+    p.apply_runs(runs, projs)
+        .await
+        .unwrap_or_else(|e| panic!("apply_runs of {} runs failed: {e}", runs.len()))
+}
+
+/// `apply_runs`: `apply` for each run of several streams in one call, all
+/// committed: each stream's events applied once, its checkpoint and
+/// watermark moved to its run's last seq, one `Applied` outcome per run in
+/// order (duplicates skipped as `apply` does); no runs is `Ok` and empty.
+pub async fn apply_runs_applies_runs_of_several_streams<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (s, t, u) = (sid("s"), sid("t"), sid("u"));
+    let es = recorded(&f.journal, &s, adds(&[1, 2, 3])).await;
+    let et = recorded(&f.journal, &t, adds(&[10, 20])).await;
+    let eu = recorded(&f.journal, &u, adds(&[100])).await;
+    let none = apply_runs_ok(&f.projections, &[], &one(p.clone())).await;
+    assert!(none.is_empty(), "no runs: no outcomes: {none:?}");
+    assert_eq!(
+        state(h, &f, "p").await,
+        Default::default(),
+        "no runs: nothing applied"
+    );
+    apply_ok(&f.projections, &s, &es[..1], &one(p.clone())).await;
+    let outcomes = apply_runs_ok(&f.projections, &[&es, &et, &eu], &one(p.clone())).await;
+    let reports: Vec<_> = outcomes
+        .iter()
+        .map(|o| match o {
+            ApplyOutcome::Applied(r) => (r.through, r.applied, r.duplicates),
+            other => panic!("every run applies, got {other:?} in {outcomes:?}"),
+        })
+        .collect();
+    assert_eq!(
+        reports,
+        [(3, 2, 1), (2, 2, 0), (1, 1, 0)],
+        "one Applied per run, in order; s's seq 1 a duplicate"
+    );
+    for (stream, through, seqs, sum) in [
+        (&s, 3, vec![1, 2, 3], 6),
+        (&t, 2, vec![1, 2], 30),
+        (&u, 1, vec![1], 100),
+    ] {
+        assert_eq!(
+            f.projections.checkpoint(p.name(), stream).await.unwrap(),
+            through,
+            "{stream}: the checkpoint moved to the run's last seq"
+        );
+        assert_eq!(
+            f.projections
+                .watermark(stream)
+                .await
+                .unwrap()
+                .map(|w| w.applied_through),
+            Some(through),
+            "{stream}: the watermark is raised to the run's last seq"
+        );
+        assert_eq!(
+            applied(h, &f, "p", stream).await,
+            seqs,
+            "{stream}: each event applied once"
+        );
+        assert_eq!(
+            state(h, &f, "p").await.streams[stream.as_str()].sum,
+            sum,
+            "{stream}: the projection rows are written"
+        );
+    }
+    let again = apply_runs_ok(&f.projections, &[&et, &es], &one(p.clone())).await;
+    assert!(
+        again
+            .iter()
+            .all(|o| matches!(o, ApplyOutcome::Applied(r) if r.applied == 0)),
+        "the same runs again are all duplicates: {again:?}"
+    );
+    assert_eq!(applied(h, &f, "p", &t).await, [1, 2], "t still applied once");
+}
+
+/// `apply_runs`: an applier failing on one stream's event commits nothing
+/// for any stream (no projection row, no checkpoint or watermark moved, the
+/// runs before it included) and is `Error::Apply` naming that stream and seq.
+pub async fn apply_runs_failure_commits_nothing_for_any_stream<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, faults) = oracle(h, &f, "p").await;
+    let (s, t, u) = (sid("s"), sid("t"), sid("u"));
+    let es = recorded(&f.journal, &s, adds(&[1, 2])).await;
+    let et = recorded(&f.journal, &t, adds(&[1, 2, 3])).await;
+    let eu = recorded(&f.journal, &u, adds(&[1])).await;
+    faults.fail(&t, 2, 1);
+    match f.projections.apply_runs(&[&es, &et, &eu], &one(p.clone())).await {
+        Err(Error::Apply {
+            projection,
+            stream,
+            seq,
+            ..
+        }) => assert_eq!(
+            (projection.as_str(), stream, seq.get()),
+            ("p", t.clone(), 2),
+            "Error::Apply names the failing projection, stream and seq"
+        ),
+        other => panic!("an applier failure in apply_runs is Error::Apply, got {other:?}"),
+    }
+    for stream in [&s, &t, &u] {
+        assert_eq!(
+            f.projections.checkpoint(p.name(), stream).await.unwrap(),
+            0,
+            "{stream}: no checkpoint moved (s's run before the failure included)"
+        );
+        assert_eq!(
+            f.projections.watermark(stream).await.unwrap(),
+            None,
+            "{stream}: no watermark raised"
+        );
+    }
+    assert_eq!(
+        state(h, &f, "p").await,
+        Default::default(),
+        "no projection row committed for any stream"
+    );
+    let outcomes = apply_runs_ok(&f.projections, &[&es, &et, &eu], &one(p.clone())).await;
+    assert_eq!(outcomes.len(), 3, "the retry applies every run: {outcomes:?}");
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 2], "s applied once");
+    assert_eq!(applied(h, &f, "p", &t).await, [1, 2, 3], "t applied once");
+    assert_eq!(applied(h, &f, "p", &u).await, [1], "u applied once");
+}
+
+/// `apply_runs`: a run that meets a gap stops the call: the outcomes end
+/// with that run's `Gap` (later runs are not attempted) and nothing is
+/// committed, the runs before it included.
+pub async fn apply_runs_gap_stops_and_commits_nothing<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (s, t, u) = (sid("s"), sid("t"), sid("u"));
+    let es = recorded(&f.journal, &s, adds(&[1, 2])).await;
+    let et = recorded(&f.journal, &t, adds(&[1, 2, 3])).await;
+    let eu = recorded(&f.journal, &u, adds(&[1])).await;
+    let outcomes = apply_runs_ok(&f.projections, &[&es, &et[1..], &eu], &one(p.clone())).await;
+    assert_eq!(
+        outcomes.len(),
+        2,
+        "the outcomes end with the gap's run: {outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[0], ApplyOutcome::Applied(_)),
+        "s's run comes first and applies: {outcomes:?}"
+    );
+    match &outcomes[1] {
+        ApplyOutcome::Gap(g) => assert_eq!(
+            (
+                g.projection.as_str(),
+                g.stream.clone(),
+                g.checkpoint,
+                g.offered.get()
+            ),
+            ("p", t.clone(), 0, 2),
+            "the gap names t, its checkpoint and the offered seq"
+        ),
+        other => panic!("t's run starting at 2 over checkpoint 0 is a gap, got {other:?}"),
+    }
+    for stream in [&s, &t, &u] {
+        assert_eq!(
+            f.projections.checkpoint(p.name(), stream).await.unwrap(),
+            0,
+            "{stream}: a gap commits nothing, no checkpoint moved"
+        );
+        assert_eq!(
+            f.projections.watermark(stream).await.unwrap(),
+            None,
+            "{stream}: a gap commits nothing, no watermark"
+        );
+    }
+    assert_eq!(
+        state(h, &f, "p").await,
+        Default::default(),
+        "a gap commits nothing, s's applied run included"
+    );
+}
+
+/// `apply_runs`: two runs of one stream in a call, an empty run or a run
+/// that is not contiguous are `InvalidInput`, and nothing is written.
+pub async fn apply_runs_rejects_two_runs_of_one_stream_and_bad_runs<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (p, _) = oracle(h, &f, "p").await;
+    let (s, t) = (sid("s"), sid("t"));
+    let es = recorded(&f.journal, &s, adds(&[1, 2, 3])).await;
+    let et = recorded(&f.journal, &t, adds(&[1, 2])).await;
+    let holey = [et[0].clone(), et[1].clone(), es[2].clone()];
+    let empty: Vec<Event> = Vec::new();
+    for (what, runs) in [
+        ("two runs of s", vec![&es[..1], &et[..], &es[1..]]),
+        ("the same run twice", vec![&es[..], &es[..]]),
+        ("an empty run", vec![&es[..], &empty[..]]),
+        ("a run mixing two streams", vec![&es[..], &holey[..]]),
+    ] {
+        let r = f.projections.apply_runs(&runs, &one(p.clone())).await;
+        assert!(
+            matches!(r, Err(Error::InvalidInput(_))),
+            "apply_runs with {what} is InvalidInput: {r:?}"
+        );
+    }
+    assert_eq!(state(h, &f, "p").await, Default::default(), "nothing applied");
+    for stream in [&s, &t] {
+        assert_eq!(
+            f.projections.checkpoint(p.name(), stream).await.unwrap(),
+            0,
+            "{stream}: no checkpoint moved"
+        );
+        assert_eq!(
+            f.projections.watermark(stream).await.unwrap(),
+            None,
+            "{stream}: no watermark"
+        );
+    }
 }
 
 /// `checkpoint`: 0 before any apply, per (projection, stream).
