@@ -212,6 +212,73 @@ fn doc(seq: i64, bytes: usize) -> String {
     format!("{{\"seq\":{seq},\"bytes\":{bytes}}}")
 }
 
+/// Marks the head run of `stream` (at most `max` pending, due rows)
+/// processing; returns its seqs in order.
+fn claim_run(tx: &Connection, stream: &str, now: i64, max: i64) -> Result<Vec<i64>> {
+    let mut st = tx.prepare_cached(
+        "UPDATE outbox SET status = 'processing' WHERE stream = ?1 AND seq IN
+           (SELECT seq FROM outbox WHERE stream = ?1 AND status = 'pending' AND next_attempt_at <= ?2
+            ORDER BY seq LIMIT ?3)
+         RETURNING seq",
+    )?;
+    let rows = st.query_map(params![stream, now, max], |r| r.get::<_, i64>(0))?;
+    let mut v = rows.collect::<rusqlite::Result<Vec<i64>>>()?;
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// The events `first..=last` of `stream`: (seq, payload).
+fn load_run(conn: &Connection, stream: &str, first: i64, last: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+    let mut st = conn.prepare_cached(
+        "SELECT seq, payload FROM events WHERE stream = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
+    )?;
+    let rows = st.query_map(params![stream, first, last], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let events: Vec<(i64, Vec<u8>)> = rows.collect::<rusqlite::Result<_>>()?;
+    ensure!(
+        events.len() as i64 == last - first + 1,
+        "raw: events missing for {stream}"
+    );
+    Ok(events)
+}
+
+/// Applies a run inside the projection transaction: checkpoint
+/// compare-and-set, one upsert per event.
+fn apply_run(tx: &Connection, stream: &str, events: &[(i64, Vec<u8>)]) -> Result<()> {
+    let (first, last) = (events[0].0, events[events.len() - 1].0);
+    let cas = tx
+        .prepare_cached("UPDATE checkpoints SET last = ?1 WHERE stream = ?2 AND last = ?3")?
+        .execute(params![last, stream, first - 1])?;
+    if cas == 0 {
+        ensure!(first == 1, "raw: checkpoint of {stream} is not at {}", first - 1);
+        tx.prepare_cached("INSERT INTO checkpoints (stream, last) VALUES (?1, ?2)")?
+            .execute(params![stream, last])?;
+    }
+    let mut up = tx.prepare_cached(
+        "INSERT INTO rows (stream, value) VALUES (?1, ?2) ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
+    )?;
+    for (seq, payload) in events {
+        up.execute(params![stream, doc(*seq, payload.len())])?;
+    }
+    Ok(())
+}
+
+/// Deletes the claimed rows of `stream` through `last` (the ack).
+fn ack(tx: &Connection, stream: &str, last: i64) -> Result<()> {
+    tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2 AND status = 'processing'")?
+        .execute(params![stream, last])?;
+    Ok(())
+}
+
+/// Whether `stream` still has rows after a run of `n` of at most `batch`.
+fn has_more(j: &Journal, stream: &str, n: usize, batch: i64) -> Result<bool> {
+    if n as i64 == batch {
+        return Ok(true);
+    }
+    Ok(j.conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)")?
+        .query_row([stream], |r| r.get(0))?)
+}
+
 /// Drains every pending row, streams round robin, at most `batch` rows per
 /// stream per turn: claim (journal txn), read the events, apply with a
 /// checkpoint compare-and-set (projection txn), delete (journal txn).
@@ -222,75 +289,79 @@ pub(crate) fn drain(j: &mut Journal, p: &mut Projection, streams: &[String], bat
     while !live.is_empty() {
         let mut still = Vec::with_capacity(live.len());
         for stream in live {
-            let now = now_ms();
-            // Claim the head run.
             let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let seqs: Vec<i64> = {
-                let mut st = tx.prepare_cached(
-                    "UPDATE outbox SET status = 'processing' WHERE stream = ?1 AND seq IN
-                       (SELECT seq FROM outbox WHERE stream = ?1 AND status = 'pending' AND next_attempt_at <= ?2
-                        ORDER BY seq LIMIT ?3)
-                     RETURNING seq",
-                )?;
-                let rows = st.query_map(params![stream, now, batch], |r| r.get::<_, i64>(0))?;
-                let mut v = rows.collect::<rusqlite::Result<Vec<i64>>>()?;
-                v.sort_unstable();
-                v
-            };
+            let seqs = claim_run(&tx, stream, now_ms(), batch)?;
             tx.commit()?;
             let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
                 continue;
             };
-            // Load the events.
-            let events: Vec<(i64, Vec<u8>)> = {
-                let mut st = j.conn.prepare_cached(
-                    "SELECT seq, payload FROM events WHERE stream = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
-                )?;
-                let rows = st.query_map(params![stream, first, last], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
-            ensure!(events.len() == seqs.len(), "raw: events missing for {stream}");
-            // Apply: checkpoint compare-and-set, one upsert per event.
+            let events = load_run(&j.conn, stream, first, last)?;
             let tx = p.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            {
-                let cas = tx
-                    .prepare_cached("UPDATE checkpoints SET last = ?1 WHERE stream = ?2 AND last = ?3")?
-                    .execute(params![last, stream, first - 1])?;
-                if cas == 0 {
-                    ensure!(first == 1, "raw: checkpoint of {stream} is not at {}", first - 1);
-                    tx.prepare_cached("INSERT INTO checkpoints (stream, last) VALUES (?1, ?2)")?
-                        .execute(params![stream, last])?;
-                }
-                let mut up = tx.prepare_cached(
-                    "INSERT INTO rows (stream, value) VALUES (?1, ?2) ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
-                )?;
-                for (seq, payload) in &events {
-                    up.execute(params![stream, doc(*seq, payload.len())])?;
-                }
-            }
+            apply_run(&tx, stream, &events)?;
             tx.commit()?;
-            // Ack.
             let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.prepare_cached(
-                "DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2 AND status = 'processing'",
-            )?
-            .execute(params![stream, last])?;
+            ack(&tx, stream, last)?;
             tx.commit()?;
             applied += events.len() as u64;
-            if events.len() as i64 == batch {
+            if has_more(j, stream, events.len(), batch)? {
                 still.push(stream);
-            } else {
-                // A short run: check for more before dropping the stream.
-                let more: bool = j
-                    .conn
-                    .prepare_cached("SELECT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)")?
-                    .query_row([stream], |r| r.get(0))?;
-                if more {
-                    still.push(stream);
-                }
             }
         }
         live = still;
+    }
+    Ok(applied)
+}
+
+/// Drains every pending row in sweeps, the outbox's default shape: one
+/// journal transaction claims the head runs (at most `batch` rows each) of
+/// the next live streams, round robin, until `max_streams` streams or
+/// `sweep_rows` rows; the events are read; one projection transaction
+/// applies every run with its checkpoint compare-and-set; one journal
+/// transaction deletes them all. Returns the events applied.
+pub(crate) fn drain_sweep(
+    j: &mut Journal,
+    p: &mut Projection,
+    streams: &[String],
+    batch: i64,
+    sweep_rows: i64,
+    max_streams: usize,
+) -> Result<u64> {
+    let mut live: std::collections::VecDeque<&str> = streams.iter().map(String::as_str).collect();
+    let mut applied = 0u64;
+    while !live.is_empty() {
+        let now = now_ms();
+        let mut taken: Vec<(&str, Vec<i64>)> = Vec::new();
+        let mut rows = 0i64;
+        let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        while taken.len() < max_streams && rows < sweep_rows {
+            let Some(stream) = live.pop_front() else { break };
+            let seqs = claim_run(&tx, stream, now, batch.min(sweep_rows - rows))?;
+            if !seqs.is_empty() {
+                rows += seqs.len() as i64;
+                taken.push((stream, seqs));
+            }
+        }
+        tx.commit()?;
+        let mut runs = Vec::with_capacity(taken.len());
+        for (stream, seqs) in &taken {
+            runs.push(load_run(&j.conn, stream, seqs[0], seqs[seqs.len() - 1])?);
+        }
+        let tx = p.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for ((stream, _), events) in taken.iter().zip(&runs) {
+            apply_run(&tx, stream, events)?;
+        }
+        tx.commit()?;
+        let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (stream, seqs) in &taken {
+            ack(&tx, stream, seqs[seqs.len() - 1])?;
+        }
+        tx.commit()?;
+        for (stream, seqs) in taken {
+            applied += seqs.len() as u64;
+            if has_more(j, stream, seqs.len(), batch)? {
+                live.push_back(stream);
+            }
+        }
     }
     Ok(applied)
 }

@@ -1,6 +1,9 @@
 //! W2: drain a pre-filled backlog through one projection that upserts one
 //! row per event, at batch 1 and 64, over 100 streams and over many
-//! streams of 2 events each.
+//! streams of 2 events each; the worker in both of its shapes, each against
+//! a raw loop of the same shape: per-stream passes (`sweep_rows` 0: three
+//! commits per stream run) and sweeps (the default: three commits for up
+//! to `streams_per_pass` runs and `sweep_rows` rows).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,44 +16,70 @@ use crate::fixture::{self, Seen, stream_name};
 use crate::raw;
 use crate::report::{Better, Row, median};
 
+/// The worker's two shapes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    PerStream,
+    Sweeps,
+}
+
 pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     let events = ctx.sizes.events;
     let shapes = [(100, events / 100), (ctx.sizes.many_streams, 2)];
-    for (streams, per_stream) in shapes {
-        for batch in [1usize, 64] {
-            let (mut o, mut r) = (Vec::new(), Vec::new());
-            for round in 0..ROUNDS {
-                o.push(outbox_round(ctx, streams, per_stream, batch).await?);
-                let tmp = ctx.tmp.clone();
-                r.push(blocking(move || raw_round(&tmp, streams, per_stream, batch as i64)).await?);
-                eprintln!(
-                    "   {streams} streams x {per_stream}, batch {batch}, round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
-                    round + 1,
-                    o[round],
-                    r[round]
-                );
+    for shape in [Shape::PerStream, Shape::Sweeps] {
+        for (streams, per_stream) in shapes {
+            for batch in [1usize, 64] {
+                let (mut o, mut r) = (Vec::new(), Vec::new());
+                for round in 0..ROUNDS {
+                    o.push(outbox_round(ctx, streams, per_stream, batch, shape).await?);
+                    let tmp = ctx.tmp.clone();
+                    r.push(
+                        blocking(move || raw_round(&tmp, streams, per_stream, batch as i64, shape)).await?,
+                    );
+                    eprintln!(
+                        "   {streams} streams x {per_stream}, batch {batch}, {}, round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
+                        label(shape),
+                        round + 1,
+                        o[round],
+                        r[round]
+                    );
+                }
+                if streams == 100 && batch == 64 && shape == Shape::Sweeps {
+                    ctx.drain_64 = Some(median(&o));
+                }
+                ctx.rows.push(Row::pair(
+                    format!(
+                        "W2 drain, batch {batch} ({streams} streams x {per_stream} events), {}",
+                        label(shape)
+                    ),
+                    "events/s",
+                    Better::Higher,
+                    o,
+                    r,
+                ));
             }
-            if streams == 100 && batch == 64 {
-                ctx.drain_64 = Some(median(&o));
-            }
-            ctx.rows.push(Row::pair(
-                format!("W2 drain, batch {batch} ({streams} streams x {per_stream} events)"),
-                "events/s",
-                Better::Higher,
-                o,
-                r,
-            ));
         }
     }
     Ok(())
 }
 
+fn label(shape: Shape) -> &'static str {
+    match shape {
+        Shape::PerStream => "per-stream passes",
+        Shape::Sweeps => "sweeps",
+    }
+}
+
 /// Pre-fills (not timed), starts the apply worker, times until the outbox
 /// is empty, checks the oracle.
-async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize) -> Result<f64> {
+async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize, shape: Shape) -> Result<f64> {
     let dir = fixture::tempdir(&ctx.tmp)?;
     let seen = Arc::new(Seen::default());
-    let rt = fixture::open(dir.path(), fixture::worker_config(batch), seen.clone()).await?;
+    let mut config = fixture::worker_config(batch);
+    if shape == Shape::PerStream {
+        config = config.with_sweep_rows(0);
+    }
+    let rt = fixture::open(dir.path(), config, seen.clone()).await?;
     let heads = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
     let total = streams * per_stream;
     let t = Instant::now();
@@ -62,7 +91,7 @@ async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize) ->
     Ok(rate)
 }
 
-fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64) -> Result<f64> {
+fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64, shape: Shape) -> Result<f64> {
     let dir = fixture::tempdir(tmp)?;
     let mut j = raw::Journal::create(dir.path())?;
     let mut p = raw::Projection::create(dir.path())?;
@@ -75,7 +104,20 @@ fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64) -
     }
     let total = streams * per_stream;
     let t = Instant::now();
-    let applied = raw::drain(&mut j, &mut p, &names, batch)?;
+    let applied = match shape {
+        Shape::PerStream => raw::drain(&mut j, &mut p, &names, batch)?,
+        Shape::Sweeps => {
+            let c = outbox_runtime::Config::default();
+            raw::drain_sweep(
+                &mut j,
+                &mut p,
+                &names,
+                batch,
+                c.sweep_rows as i64,
+                c.streams_per_pass,
+            )?
+        }
+    };
     let rate = total as f64 / t.elapsed().as_secs_f64();
     anyhow::ensure!(applied == total, "raw drain applied {applied} of {total}");
     p.verify(&names, &vec![per_stream; streams as usize])?;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::spi::{ApplyTx, CheckpointMove};
+use crate::spi::{ApplyTx, CheckpointMove, StreamAdvance};
 use crate::spi::{plan_apply, projection_names, validate_projection_names, validate_run};
 use crate::{ApplyOutcome, ApplyReport, BoxError, Error, Event, Intent, Projection, Result, StreamId};
 
@@ -76,77 +76,21 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
     projections: &[Arc<dyn Projection<Tx>>],
 ) -> Result<ApplyOutcome> {
     validate_run(stream, events)?;
-    validate_projection_names(projections)?;
-    let names: Vec<_> = projections.iter().map(|p| p.name()).collect();
-    let read = tx.checkpoints(stream, &names).await?;
-    for (p, cp) in projections.iter().zip(&read) {
-        if let Err(gap) = plan_apply(p.name(), *cp, events) {
-            return Ok(ApplyOutcome::Gap(gap));
-        }
-    }
-    let mut current = read.clone();
-    let mut report = ApplyReport::default();
-    // Projections that only write documents cannot end the transaction:
-    // with only those, no guard is needed.
-    let unguarded = projections.iter().all(|p| p.documents_only());
-    let mut guarded = false;
-    for e in events {
-        let mut new_to_some = projections.is_empty();
-        for (p, cp) in projections.iter().zip(current.iter_mut()) {
-            if e.seq.get() <= *cp {
-                continue;
-            }
-            if e.intent == Intent::Apply {
-                if !guarded && !unguarded {
-                    tx.guard().await?;
-                    guarded = true;
-                }
-                p.apply(tx, e)
-                    .await
-                    .map_err(|source| applier_error(p.name().as_str(), e, source))?;
-            }
-            *cp = e.seq.get();
-            new_to_some = true;
-        }
-        report.count(e, new_to_some);
-    }
-    if guarded && let Some(detail) = tx.check_guard().await? {
-        return Err(ended_by_projection(
-            &projection_names(projections),
-            Some(stream),
-            &detail,
-        ));
-    }
-    let moves: Vec<CheckpointMove<'_>> = names
-        .iter()
-        .zip(read.iter().zip(&current))
-        .filter(|(_, (from, to))| from != to)
-        .map(|(projection, (from, to))| CheckpointMove {
-            projection,
-            from: *from,
-            to: *to,
-        })
-        .collect();
-    let through = events[events.len() - 1].seq.get();
-    let moved = tx.advance(stream, &moves, through).await?;
-    if moved != moves.len() as u64 {
-        return Err(Error::Storage {
-            message: format!(
-                "a checkpoint on stream {stream} moved during the apply transaction; nothing was committed"
-            ),
-            temporary: true,
-            source: None,
-        });
-    }
-    Ok(ApplyOutcome::Applied(report))
+    let mut outcomes = apply_all(tx, &[events], projections).await?;
+    outcomes
+        .pop()
+        .ok_or_else(|| Error::invalid("apply: the run is empty"))
 }
 
 /// Applies several runs inside the store's open transaction `tx`: the body
 /// of every adapter's [`ProjectionStore::apply_runs`](crate::ProjectionStore::apply_runs).
-/// [`apply_in`] for each run in order, stopping at the first that is not
-/// applied (a gap; an error returns at once). The caller commits only when
-/// every run came back [`ApplyOutcome::Applied`] (`outcomes.len() ==
-/// runs.len()`, see [`all_applied`]) and drops the transaction otherwise.
+/// The steps of [`apply_in`] over every run at once: the checkpoints of
+/// every stream read first ([`ApplyTx::checkpoints_of`]), each run planned
+/// right before its appliers run (a gap stops the call: the outcomes end
+/// with it), one guard around all the appliers, and every checkpoint and
+/// watermark advanced at the end ([`ApplyTx::advance_all`]). The caller
+/// commits only when every run came back [`ApplyOutcome::Applied`] (see
+/// [`all_applied`]) and drops the transaction otherwise.
 pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
     tx: &mut Tx,
     runs: &[&[Event]],
@@ -157,6 +101,7 @@ pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
         let Some(first) = run.first() else {
             return Err(Error::invalid("apply_runs: a run is empty"));
         };
+        validate_run(&first.stream, run)?;
         if !streams.insert(&first.stream) {
             return Err(Error::invalid(format_args!(
                 "apply_runs: stream {} has two runs in one call",
@@ -164,21 +109,102 @@ pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
             )));
         }
     }
-    let mut outcomes = Vec::with_capacity(runs.len());
-    for run in runs {
-        let outcome = apply_in(tx, &run[0].stream, run, projections).await?;
-        let applied = matches!(outcome, ApplyOutcome::Applied(_));
-        outcomes.push(outcome);
-        if !applied {
-            break;
-        }
-    }
-    Ok(outcomes)
+    apply_all(tx, runs, projections).await
 }
 
 /// Whether [`apply_runs_in`]'s outcomes for `runs` runs say "commit".
 pub fn all_applied(outcomes: &[ApplyOutcome], runs: usize) -> bool {
     outcomes.len() == runs && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_)))
+}
+
+/// The apply loop over validated, non-empty runs of distinct streams.
+async fn apply_all<Tx: ApplyTx + 'static>(
+    tx: &mut Tx,
+    runs: &[&[Event]],
+    projections: &[Arc<dyn Projection<Tx>>],
+) -> Result<Vec<ApplyOutcome>> {
+    validate_projection_names(projections)?;
+    let names: Vec<_> = projections.iter().map(|p| p.name()).collect();
+    let streams: Vec<&StreamId> = runs.iter().map(|r| &r[0].stream).collect();
+    let read = tx.checkpoints_of(&streams, &names).await?;
+    if read.len() != runs.len() || read.iter().any(|r| r.len() != names.len()) {
+        return Err(Error::Storage {
+            message: "the store returned checkpoints for other streams or projections than asked".into(),
+            temporary: false,
+            source: None,
+        });
+    }
+    // Projections that only write documents cannot end the transaction:
+    // with only those, no guard is needed.
+    let unguarded = projections.iter().all(|p| p.documents_only());
+    let mut guarded = false;
+    let mut outcomes = Vec::with_capacity(runs.len());
+    let mut advances = Vec::with_capacity(runs.len());
+    for (run, read) in runs.iter().zip(&read) {
+        for (p, cp) in projections.iter().zip(read) {
+            if let Err(gap) = plan_apply(p.name(), *cp, run) {
+                outcomes.push(ApplyOutcome::Gap(gap));
+                return Ok(outcomes);
+            }
+        }
+        let mut current = read.clone();
+        let mut report = ApplyReport::default();
+        for e in run.iter() {
+            let mut new_to_some = projections.is_empty();
+            for (p, cp) in projections.iter().zip(current.iter_mut()) {
+                if e.seq.get() <= *cp {
+                    continue;
+                }
+                if e.intent == Intent::Apply {
+                    if !guarded && !unguarded {
+                        tx.guard().await?;
+                        guarded = true;
+                    }
+                    p.apply(tx, e)
+                        .await
+                        .map_err(|source| applier_error(p.name().as_str(), e, source))?;
+                }
+                *cp = e.seq.get();
+                new_to_some = true;
+            }
+            report.count(e, new_to_some);
+        }
+        outcomes.push(ApplyOutcome::Applied(report));
+        let moves: Vec<CheckpointMove<'_>> = names
+            .iter()
+            .zip(read.iter().zip(&current))
+            .filter(|(_, (from, to))| from != to)
+            .map(|(projection, (from, to))| CheckpointMove {
+                projection,
+                from: *from,
+                to: *to,
+            })
+            .collect();
+        advances.push(StreamAdvance {
+            stream: &run[0].stream,
+            moves,
+            through: run[run.len() - 1].seq.get(),
+        });
+    }
+    let single = (runs.len() == 1).then(|| &runs[0][0].stream);
+    if guarded && let Some(detail) = tx.check_guard().await? {
+        return Err(ended_by_projection(
+            &projection_names(projections),
+            single,
+            &detail,
+        ));
+    }
+    let expected: usize = advances.iter().map(|a| a.moves.len()).sum();
+    let moved = tx.advance_all(&advances).await?;
+    if moved != expected as u64 {
+        let on = single.map(|s| format!(" on stream {s}")).unwrap_or_default();
+        return Err(Error::Storage {
+            message: format!("a checkpoint{on} moved during the apply transaction; nothing was committed"),
+            temporary: true,
+            source: None,
+        });
+    }
+    Ok(outcomes)
 }
 
 #[cfg(test)]

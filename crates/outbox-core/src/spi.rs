@@ -73,6 +73,44 @@ pub trait ApplyTx: ViewStorage {
     /// Compare-and-sets the checkpoints and raises the watermark.
     async fn advance(&mut self, stream: &StreamId, moves: &[CheckpointMove<'_>], through: u64)
     -> Result<u64>;
+
+    /// `checkpoints` of several streams, one vector per stream in the order
+    /// given (a store may read them in one statement). The default calls
+    /// `checkpoints` for each.
+    async fn checkpoints_of(
+        &mut self,
+        streams: &[&StreamId],
+        projections: &[&ProjectionName],
+    ) -> Result<Vec<Vec<u64>>> {
+        let mut out = Vec::with_capacity(streams.len());
+        for stream in streams {
+            out.push(self.checkpoints(stream, projections).await?);
+        }
+        Ok(out)
+    }
+
+    /// `advance` for several streams, returning the checkpoints set in all
+    /// (a store may write them in a few statements). The default calls
+    /// `advance` for each.
+    async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
+        let mut moved = 0;
+        for a in advances {
+            moved += self.advance(a.stream, &a.moves, a.through).await?;
+        }
+        Ok(moved)
+    }
+}
+
+/// One stream's share of [`ApplyTx::advance_all`]: its checkpoint moves and
+/// the seq its watermark rises to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamAdvance<'a> {
+    /// The stream.
+    pub stream: &'a StreamId,
+    /// The checkpoints that move (compare-and-set from `from` to `to`).
+    pub moves: Vec<CheckpointMove<'a>>,
+    /// The run's last seq: the watermark's new value unless it is higher.
+    pub through: u64,
 }
 
 /// One stored document of a view, as [`ViewStorage::view_rows`] returns it.

@@ -553,8 +553,10 @@ impl OutboxQueue for PgJournal {
         .await
     }
 
-    /// One transaction: the due streams (taken in stream order, so
-    /// concurrent sweeps lock leases in one order), their leases and runs.
+    /// One transaction: the due streams (oldest due first, as
+    /// `due_streams`), their leases and runs. Concurrent sweeps read the
+    /// due streams in the same order, so they lock leases in one order; a
+    /// deadlock all the same is a temporary error the worker retries.
     async fn acquire_and_claim_due(
         &self,
         owner: &WorkerId,
@@ -566,12 +568,11 @@ impl OutboxQueue for PgJournal {
         let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
         self.write("sweeping due streams", async |tx| {
-            let mut due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
+            let due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
                 .bind(limits.streams as i64)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| storage("listing due streams", e))?;
-            due.sort();
             let mut taken = Vec::new();
             let mut rows = 0;
             for stream in due {

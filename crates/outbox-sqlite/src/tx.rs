@@ -1,6 +1,8 @@
 //! The projection transaction handle: what appliers write through.
 
-use outbox_core::spi::{ApplyTx, CheckpointMove};
+use std::collections::HashMap;
+
+use outbox_core::spi::{ApplyTx, CheckpointMove, StreamAdvance};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
 use sqlx::SqliteConnection;
 
@@ -102,6 +104,89 @@ impl ApplyTx for SqliteTx {
         ))
         .bind(stream.as_str())
         .bind(i64::try_from(through).unwrap_or(i64::MAX))
+        .execute(self.conn())
+        .await
+        .map_err(err)?;
+        Ok(moved)
+    }
+
+    /// One statement for every (projection, stream) pair.
+    async fn checkpoints_of(
+        &mut self,
+        streams: &[&StreamId],
+        projections: &[&ProjectionName],
+    ) -> Result<Vec<Vec<u64>>> {
+        let pairs: Vec<serde_json::Value> = streams
+            .iter()
+            .flat_map(|s| {
+                projections
+                    .iter()
+                    .map(move |p| serde_json::json!([p.as_str(), s.as_str()]))
+            })
+            .collect();
+        let found: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT projection, stream, last_applied FROM outbox_checkpoints              WHERE (projection, stream) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        )
+        .bind(serde_json::Value::Array(pairs).to_string())
+        .fetch_all(self.conn())
+        .await
+        .map_err(|e| storage("reading checkpoints", e))?;
+        let found: HashMap<(&str, &str), i64> = found
+            .iter()
+            .map(|(p, s, cp)| ((p.as_str(), s.as_str()), *cp))
+            .collect();
+        Ok(streams
+            .iter()
+            .map(|s| {
+                projections
+                    .iter()
+                    .map(|p| {
+                        let cp = found.get(&(p.as_str(), s.as_str())).copied().unwrap_or(0);
+                        u64::try_from(cp).unwrap_or(0)
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Three statements for every stream at once: the documents, the
+    /// checkpoints (each set only where it still is `from`) and the
+    /// watermarks.
+    async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
+        self.flush_views().await?;
+        let err = |e| storage("advancing checkpoints", e);
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let moves: Vec<serde_json::Value> = advances
+            .iter()
+            .flat_map(|a| {
+                a.moves.iter().map(|m| {
+                    serde_json::json!([m.projection.as_str(), a.stream.as_str(), int(m.from), int(m.to)])
+                })
+            })
+            .collect();
+        let mut moved = 0;
+        if !moves.is_empty() {
+            moved = sqlx::query(concat!(
+                "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at)                  SELECT j.value ->> 0, j.value ->> 1, j.value ->> 3, ",
+                now_ms!(),
+                " FROM json_each(?1) j LEFT JOIN outbox_checkpoints c                  ON c.projection = j.value ->> 0 AND c.stream = j.value ->> 1                  WHERE COALESCE(c.last_applied, 0) = j.value ->> 2                  ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied,                  updated_at = excluded.updated_at"
+            ))
+            .bind(serde_json::Value::Array(moves).to_string())
+            .execute(self.conn())
+            .await
+            .map_err(err)?
+            .rows_affected();
+        }
+        let marks: Vec<serde_json::Value> = advances
+            .iter()
+            .map(|a| serde_json::json!([a.stream.as_str(), int(a.through)]))
+            .collect();
+        sqlx::query(concat!(
+            "INSERT INTO outbox_watermarks (stream, applied_through, updated_at)              SELECT value ->> 0, value ->> 1, ",
+            now_ms!(),
+            " FROM json_each(?1) WHERE true              ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through,              updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
+        ))
+        .bind(serde_json::Value::Array(marks).to_string())
         .execute(self.conn())
         .await
         .map_err(err)?;
