@@ -57,6 +57,10 @@ pub const MAX_PAGE: usize = 10_000;
 ///   [`Error::Corrupt`](crate::Error::Corrupt) if a stored payload does not
 ///   match its hash.
 ///
+/// `read_runs`:
+/// - `read_stream` for each `(stream, from, limit)`, one vector per request
+///   in the order given, in one read where the adapter can.
+///
 /// `stream_version`:
 /// - Returns the stream's version (its last seq), 0 for a stream with no events.
 ///
@@ -81,6 +85,21 @@ pub trait EventJournal: Send + Sync {
         from: Seq,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<Event>>> + Send;
+
+    /// Reads ranges of several streams (one read where the adapter can).
+    /// The default calls `read_stream` for each.
+    fn read_runs(
+        &self,
+        runs: &[(StreamId, Seq, usize)],
+    ) -> impl Future<Output = Result<Vec<Vec<Event>>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(runs.len());
+            for (stream, from, limit) in runs {
+                out.push(self.read_stream(stream, *from, *limit).await?);
+            }
+            Ok(out)
+        }
+    }
 
     /// The stream's version: its last seq (0 when empty).
     fn stream_version(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send;

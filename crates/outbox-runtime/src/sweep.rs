@@ -23,7 +23,7 @@ use tracing::{Instrument, debug, info_span, warn};
 use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
-use crate::worker::{TickReport, WorkerKind};
+use crate::worker::{TickReport, WorkerKind, complete_run};
 
 /// One stream of a sweep: its lease, its claimed run and (once loaded) the run's events.
 struct Taken {
@@ -120,19 +120,35 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 alone.push((lease, rows));
             }
         }
-        let mut loaded = Vec::with_capacity(together.len());
-        for mut t in together {
-            match self.load_run(&t.lease.stream, &t.rows).await {
+        // Every run's events in one read; a run the journal cannot serve
+        // whole is found again and recorded by the stream's own pass.
+        let wanted: Vec<_> = together
+            .iter()
+            .map(|t| (t.lease.stream.clone(), t.rows[0].seq, t.rows.len()))
+            .collect();
+        let read = match inner
+            .journal
+            .read_runs(&wanted)
+            .within(deadline, "read_runs")
+            .await
+        {
+            Ok(read) if read.len() == together.len() => read,
+            Err(e) if e.is_temporary() => {
+                self.give_up(together.into_iter().map(|t| t.lease), alone).await;
+                return Err(e);
+            }
+            _ => {
+                alone.extend(together.drain(..).map(|t| (t.lease, t.rows)));
+                Vec::new()
+            }
+        };
+        let mut loaded = Vec::with_capacity(read.len());
+        for (mut t, events) in together.into_iter().zip(read) {
+            match complete_run(&t.lease.stream, &t.rows, events) {
                 Ok(events) => {
                     t.events = events;
                     loaded.push(t);
                 }
-                Err(e) if e.is_temporary() => {
-                    self.give_up(loaded.into_iter().map(|t| t.lease).chain([t.lease]), alone)
-                        .await;
-                    return Err(e);
-                }
-                // Found again and recorded by the stream's own pass.
                 Err(_) => alone.push((t.lease, t.rows)),
             }
         }

@@ -421,22 +421,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Loads the claimed run from the journal and checks it is complete.
     pub(crate) async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
-        let first = rows[0].seq;
         let events = self
             .inner
             .journal
-            .read_stream(stream, first, rows.len())
+            .read_stream(stream, rows[0].seq, rows.len())
             .within(self.inner.config.store_deadline(), "read_stream")
             .await?;
-        if events.len() != rows.len() {
-            let missing = first.get() + events.len() as u64;
-            return Err(Error::Corrupt {
-                stream: stream.clone(),
-                seq: outbox_core::Seq::new(missing)?,
-                reason: "the outbox points at an event the journal does not have".into(),
-            });
-        }
-        Ok(events)
+        complete_run(stream, rows, events)
     }
 
     /// The shadow worker's check: the event type is registered with the
@@ -536,4 +527,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
     }
+}
+
+/// `events`, read for the claimed `rows`, if the journal had every one.
+pub(crate) fn complete_run(stream: &StreamId, rows: &[OutboxRow], events: Vec<Event>) -> Result<Vec<Event>> {
+    if events.len() != rows.len() {
+        let missing = rows[0].seq.get() + events.len() as u64;
+        return Err(Error::Corrupt {
+            stream: stream.clone(),
+            seq: outbox_core::Seq::new(missing)?,
+            reason: "the outbox points at an event the journal does not have".into(),
+        });
+    }
+    Ok(events)
 }

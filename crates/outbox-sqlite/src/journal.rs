@@ -193,10 +193,15 @@ fn append_body(
 /// The claim: the head run of the stream under a valid lease, marked
 /// `processing`.
 fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
-    let err = ctx("claiming outbox rows");
-    if !lease_valid(conn, lease).map_err(&err)? {
+    if !lease_valid(conn, lease).map_err(ctx("claiming outbox rows"))? {
         return Err(lease.lost());
     }
+    claim_run(conn, lease, max)
+}
+
+/// The claim under a lease this transaction just acquired (so it is valid).
+fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+    let err = ctx("claiming outbox rows");
     // The head run: the first `max` rows in seq order (a primary-key
     // range seek), cut at the first hole, dead row or row not yet due.
     let run: Vec<(i64, String, Option<bool>)> = conn
@@ -554,6 +559,22 @@ impl EventJournal for SqliteJournal {
         }
     }
 
+    /// One job on the read connection.
+    async fn read_runs(&self, runs: &[(StreamId, Seq, usize)]) -> Result<Vec<Vec<Event>>> {
+        let runs = runs
+            .iter()
+            .map(|(s, from, limit)| Ok((s.clone(), from.as_i64(), validate_limit(*limit, MAX_PAGE)? as i64)))
+            .collect::<Result<Vec<_>>>()?;
+        self.engine
+            .reader
+            .read(move |conn| {
+                runs.iter()
+                    .map(|(s, from, limit)| read_events(conn, s, *from, *limit))
+                    .collect()
+            })
+            .await
+    }
+
     async fn read_stream(&self, stream: &StreamId, from: Seq, limit: usize) -> Result<Vec<Event>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
         let stream = stream.clone();
@@ -652,7 +673,7 @@ impl OutboxQueue for SqliteJournal {
                 let Some(lease) = acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl))? else {
                     return Ok(None);
                 };
-                let rows = claim_body(conn, &lease, max)?;
+                let rows = claim_run(conn, &lease, max)?;
                 Ok(Some((lease, rows)))
             })
             .await
@@ -695,7 +716,7 @@ impl OutboxQueue for SqliteJournal {
                     else {
                         continue;
                     };
-                    let run = claim_body(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
+                    let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
                     if run.is_empty() {
                         release_body(conn, &release, &lease)?;
                         continue;
