@@ -22,15 +22,18 @@ use crate::report::{Better, Row, percentile};
 const STREAMS: u64 = 100;
 const DEFAULT_RATE: f64 = 1000.0;
 
-/// A low rate also measured, for the wake-up path without queueing.
-const LOW_RATE: f64 = 200.0;
+/// Fixed rates also measured, in and across processes: where the lag
+/// stays low, and the wake-up path without queueing.
+const FIXED_RATES: [f64; 3] = [10_000.0, 2_000.0, 200.0];
 
 pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
-    let rate = ctx.drain_64.map_or(DEFAULT_RATE, |r| r / 2.0).floor().max(1.0);
-    for rate in [rate, LOW_RATE] {
+    // Half the measured maximum drain rate (sweeps, 100 streams, batch 64).
+    let half = ctx.drain_64.map_or(DEFAULT_RATE, |r| r / 2.0).floor().max(1.0);
+    at_rate(ctx, half, false).await?;
+    for rate in FIXED_RATES {
         at_rate(ctx, rate, false).await?;
+        at_rate(ctx, rate, true).await?;
     }
-    at_rate(ctx, LOW_RATE, true).await?;
     Ok(())
 }
 

@@ -594,6 +594,52 @@ pub async fn read_stream_honours_from_and_limit<H: Harness>(h: &H) {
     assert_eq!(vals, [3, 4, 5], "events belong to the stream asked for");
 }
 
+/// `read_runs`: `read_stream` for each request, one vector per request in
+/// the order given (an unknown stream or a range past the end is empty).
+pub async fn read_runs_reads_each_range_in_order<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 5).await;
+    let t = enqueue(&f.journal, "t", 3).await;
+    let unknown = sid("nobody");
+    let got = f
+        .journal
+        .read_runs(&[
+            (t.clone(), seq(2), 5),
+            (s.clone(), seq(1), 2),
+            (unknown, seq(1), 3),
+            (s.clone(), seq(5), 4),
+            (s.clone(), seq(9), 1),
+        ])
+        .await
+        .unwrap();
+    let runs: Vec<Vec<(String, u64, i64)>> = got
+        .iter()
+        .map(|run| {
+            run.iter()
+                .map(|e| (e.stream.to_string(), e.seq.get(), value_of(e).unwrap()))
+                .collect()
+        })
+        .collect();
+    let run = |stream: &str, seqs: &[u64]| -> Vec<(String, u64, i64)> {
+        seqs.iter().map(|&q| (stream.to_owned(), q, q as i64)).collect()
+    };
+    assert_eq!(
+        runs,
+        [
+            run("t", &[2, 3]),
+            run("s", &[1, 2]),
+            vec![],
+            run("s", &[5]),
+            vec![]
+        ],
+        "one run per request, in order, each as read_stream returns it"
+    );
+    assert!(
+        f.journal.read_runs(&[]).await.unwrap().is_empty(),
+        "no requests, no runs"
+    );
+}
+
 /// `read_stream`: empty past the end and for an unknown stream.
 pub async fn read_stream_past_end_is_empty<H: Harness>(h: &H) {
     let f = h.open().await;

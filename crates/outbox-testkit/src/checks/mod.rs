@@ -59,6 +59,7 @@ macro_rules! for_each_check {
             corrupt_payload_is_reported,
             read_stream_honours_from_and_limit,
             read_stream_past_end_is_empty,
+            read_runs_reads_each_range_in_order,
             stream_head_tracks_last_seq,
             stream_heads_pages_by_stream_id,
             due_streams_returns_due_heads_oldest_first,
