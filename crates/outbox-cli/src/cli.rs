@@ -33,6 +33,7 @@ env_vars! {
     OUTBOX_PROJECTION_URL = "sqlite://outbox-projections.db", "the `outbox` command's projection database (`--projection-db`; `postgres://` URLs work too)";
     OUTBOX_PG_SCHEMA = "outbox", "the `outbox` command's Postgres schema (`--schema`; both stores)";
     OUTBOX_LOG = "warn", "the `outbox` command's log filter (`--log`)";
+    OUTBOX_SERVE_TOKEN = "(unset)", "the operator token `outbox serve` asks for before an action (requeue, retry, cancel); unset: the pages are read-only. Read from the environment only, never a flag";
 }
 
 /// The default of one of [`ENV_VARS`].
@@ -134,6 +135,27 @@ pub enum Command {
     Workers(JsonArg),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
+    /// The web monitor and Prometheus `/metrics` (127.0.0.1:9464 by default;
+    /// actions need OUTBOX_SERVE_TOKEN).
+    #[cfg(feature = "serve")]
+    Serve(ServeArgs),
+}
+
+/// `outbox serve`.
+#[cfg(feature = "serve")]
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Anything but a loopback address needs
+    /// OUTBOX_SERVE_TOKEN (start-up refuses otherwise).
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    pub addr: std::net::SocketAddr,
+    /// Streams scanned at most for the projections' checkpoint lag on
+    /// `/metrics` and the overview (0: skip it).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub lag_streams: u64,
+    /// Blocked streams and rows listed at most per page.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
 }
 
 /// `--json`.
@@ -165,6 +187,12 @@ pub struct WorkArgs {
     /// How often a status line is printed, in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
     pub report_ms: u64,
+    /// Serve this worker's counters and the queue gauges as Prometheus
+    /// `/metrics` on this address (a loopback one unless OUTBOX_SERVE_TOKEN
+    /// is set; the endpoint itself needs no token).
+    #[cfg(feature = "serve")]
+    #[arg(long, conflicts_with = "once")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// `outbox report`.
@@ -182,6 +210,10 @@ pub struct ReportArgs {
     /// Streams scanned at most for the projections' checkpoint lag (0: skip it).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub lag_streams: u64,
+    /// List the blocked streams instead: every stream whose head row is
+    /// failed or dead (first --limit of each status).
+    #[arg(long, conflicts_with = "status")]
+    pub blocked: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -378,7 +410,15 @@ mod tests {
     fn every_variable_is_read_by_a_flag_with_its_default() {
         let cmd = Cli::command();
         cmd.clone().debug_assert();
+        fn arg_free(cmd: &clap::Command, name: &str) -> bool {
+            !cmd.get_arguments().any(|a| a.get_env() == Some(OsStr::new(name)))
+        }
         for (name, default, _) in ENV_VARS {
+            // Read from the environment only (a flag would show in `ps`).
+            if *name == OUTBOX_SERVE_TOKEN {
+                assert!(arg_free(&cmd, name), "{name} must not be a flag");
+                continue;
+            }
             let arg = cmd
                 .get_arguments()
                 .find(|a| a.get_env() == Some(OsStr::new(name)))

@@ -3,10 +3,15 @@
 
 mod app;
 mod backend;
+pub mod blocked;
 pub mod cli;
 mod commands;
+#[cfg(feature = "serve")]
+pub mod metrics;
 mod output;
 pub mod report;
+#[cfg(feature = "serve")]
+mod serve;
 
 use std::ffi::OsString;
 use std::future::Future;

@@ -13,6 +13,15 @@ use crate::output::json;
 use crate::report::{Report, build_report, print_report, projection_lag};
 
 pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
+    if a.blocked {
+        let limit = if a.limit == 0 { 10_000 } else { a.limit as usize };
+        let r = crate::blocked::blocked_streams(&ctx.journal, &ctx.config.retry, limit).await?;
+        if a.json {
+            return json(&r);
+        }
+        crate::blocked::print_blocked(&r);
+        return Ok(());
+    }
     let projections: Vec<_> = ctx.app.views.iter().map(|v| view_projection(v.clone())).collect();
     let r = build_report(
         &ctx.journal,

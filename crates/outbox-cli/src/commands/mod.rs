@@ -136,6 +136,18 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
                 StreamId::new(s)?;
             }
         }
+        // A refused bind or a bad token stops before a database is opened.
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => {
+            crate::serve::check_bind(a.addr, crate::serve::token_from_env()?.as_deref(), "the monitor")?;
+        }
+        #[cfg(feature = "serve")]
+        Command::Work(crate::cli::WorkArgs {
+            metrics_addr: Some(addr),
+            ..
+        }) => {
+            crate::serve::check_bind(*addr, crate::serve::token_from_env()?.as_deref(), "metrics")?;
+        }
         _ => {}
     }
     let access = match cli.command {
@@ -287,5 +299,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Rebuild(a) => replay::rebuild(ctx, a).await,
         Command::Runs(a) => replay::runs(ctx, a).await,
         Command::Gaps(a) => gaps::gaps(ctx, a).await,
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => crate::serve::serve(ctx, a).await,
     }
 }

@@ -71,27 +71,54 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     if !a.quiet && !a.json {
         println!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id());
     }
-    let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
-    every.tick().await;
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => break,
-            _ = every.tick() => {
-                let m = rt.metrics();
-                if a.json {
-                    json_line(&m)?;
-                } else if !a.quiet {
-                    let g = m.gauges.clone().unwrap_or_default();
-                    println!(
-                        "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
-                        m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
-                        human_ms(g.oldest_due_age_ms)
-                    );
+    let status = async {
+        let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
+        every.tick().await;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = every.tick() => {
+                    let m = rt.metrics();
+                    if a.json {
+                        json_line(&m)?;
+                    } else if !a.quiet {
+                        let g = m.gauges.clone().unwrap_or_default();
+                        println!(
+                            "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
+                            m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
+                            human_ms(g.oldest_due_age_ms)
+                        );
+                    }
                 }
             }
         }
-    }
+        anyhow::Ok(())
+    };
+    #[cfg(feature = "serve")]
+    let result = match a.metrics_addr {
+        Some(addr) => {
+            match crate::serve::worker_metrics(rt.clone(), ctx.journal.clone(), addr, cancel.clone()).await {
+                Ok((local, server)) => {
+                    // Always printed (also with --quiet or --json: on stderr then),
+                    // so a supervisor or a test learns the bound port.
+                    let line = format!("metrics on http://{local}/metrics");
+                    if a.quiet || a.json {
+                        eprintln!("{line}");
+                    } else {
+                        println!("{line}");
+                    }
+                    let (s, m) = tokio::join!(status, server);
+                    s.and(m)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        None => status.await,
+    };
+    #[cfg(not(feature = "serve"))]
+    let result = status.await;
     running.shutdown().await;
+    result?;
     if !a.quiet && !a.json {
         println!("stopped: leases released, nothing left processing");
     }

@@ -1,0 +1,146 @@
+//! Blocked streams: every stream whose head row is `failed` or `dead`, as
+//! `outbox report --blocked` and the web monitor's blocked page show them.
+//!
+//! Read through the existing ports only ([`OutboxInspector::list`] by status,
+//! [`OutboxInspector::row`] to confirm a row is its stream's head, and
+//! [`EventJournal::stream_version`] for what waits behind it). The outbox
+//! keeps no first-failure time, so the age since the first failure is a lower
+//! bound: the time since the last failure plus the backoff delays the row
+//! waited between its earlier attempts (the retry policy's, as configured
+//! for this process).
+
+use outbox_core::{
+    Error, EventJournal, OutboxInspector, OutboxRow, OutboxStatus, RetryPolicy, Seq, StreamId, Timestamp,
+};
+use serde::Serialize;
+
+use crate::output::human_ms;
+
+/// One blocked stream.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockedStream {
+    /// The stream.
+    pub stream: String,
+    /// Its head row's seq.
+    pub seq: u64,
+    /// The head row's event type.
+    pub event_type: String,
+    /// `failed` or `dead`.
+    pub status: OutboxStatus,
+    /// Consecutive failures of the head row.
+    pub attempts: u32,
+    /// When the head row last changed (its last failure), by the store's clock.
+    pub last_failure_at: String,
+    /// Milliseconds since the first failure, at least (see the module docs).
+    pub failing_for_at_least_ms: u64,
+    /// When a failed row is tried again (`None` for a dead row: never, until requeued).
+    pub next_attempt_at: Option<String>,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// Events after the head in the stream: the rows waiting behind it.
+    pub waiting_behind: u64,
+}
+
+/// The blocked streams at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockedReport {
+    /// The store's clock when the list was read.
+    pub as_of: String,
+    /// Dead heads first, then failed ones; each by (next attempt, stream).
+    pub streams: Vec<BlockedStream>,
+    /// `false` when a status had more rows than the limit (the list is then partial).
+    pub complete: bool,
+}
+
+/// Reads the blocked streams: up to `limit` rows of each of `dead` and
+/// `failed`, each kept when it is its stream's head. Reads only.
+pub async fn blocked_streams<J>(
+    journal: &J,
+    policy: &RetryPolicy,
+    limit: usize,
+) -> Result<BlockedReport, Error>
+where
+    J: OutboxInspector + EventJournal,
+{
+    let as_of = journal.summary().await?.as_of;
+    let mut streams = Vec::new();
+    let mut complete = true;
+    for status in [OutboxStatus::Dead, OutboxStatus::Failed] {
+        let rows = journal.list(Some(status), limit).await?;
+        complete &= rows.len() < limit;
+        for row in rows {
+            if !is_head(journal, &row).await? {
+                continue;
+            }
+            let version = journal.stream_version(&row.stream).await?;
+            streams.push(blocked(&row, as_of, policy, version));
+        }
+    }
+    Ok(BlockedReport {
+        as_of: as_of.to_string(),
+        streams,
+        complete,
+    })
+}
+
+/// Whether no row of the stream comes before `row`.
+async fn is_head<J: OutboxInspector>(journal: &J, row: &OutboxRow) -> Result<bool, Error> {
+    let n = row.seq.get();
+    if n <= 1 {
+        return Ok(true);
+    }
+    Ok(journal.row(&row.stream, Seq::new(n - 1)?).await?.is_none())
+}
+
+fn blocked(row: &OutboxRow, as_of: Timestamp, policy: &RetryPolicy, version: u64) -> BlockedStream {
+    let since_last = as_of.duration_since(row.updated_at);
+    let waited: std::time::Duration = (1..row.attempt_count).map(|k| policy.delay(k)).sum();
+    BlockedStream {
+        stream: row.stream.to_string(),
+        seq: row.seq.get(),
+        event_type: row.event_type.to_string(),
+        status: row.status,
+        attempts: row.attempt_count,
+        last_failure_at: row.updated_at.to_string(),
+        failing_for_at_least_ms: (since_last + waited).as_millis() as u64,
+        next_attempt_at: (row.status == OutboxStatus::Failed).then(|| row.next_attempt_at.to_string()),
+        last_error: row.last_error.clone(),
+        waiting_behind: version.saturating_sub(row.seq.get()),
+    }
+}
+
+/// Validates a stream id given by an operator (a form field, a flag).
+pub(crate) fn stream_id(s: &str) -> Result<StreamId, Error> {
+    StreamId::new(s)
+}
+
+/// Prints the blocked streams as text.
+pub fn print_blocked(r: &BlockedReport) {
+    println!("blocked streams at {}", r.as_of);
+    if r.streams.is_empty() {
+        println!("  none: no stream's head row is failed or dead");
+    }
+    for b in &r.streams {
+        let next = b
+            .next_attempt_at
+            .as_deref()
+            .map_or("never (requeue it)".to_string(), str::to_string);
+        println!(
+            "  {}/{} {} {}: attempts {}, failing for at least {}, next attempt {}, {} row(s) waiting behind",
+            b.stream,
+            b.seq,
+            b.event_type,
+            b.status,
+            b.attempts,
+            human_ms(b.failing_for_at_least_ms),
+            next,
+            b.waiting_behind
+        );
+        if let Some(e) = &b.last_error {
+            println!("    last error: {e}");
+        }
+    }
+    if !r.complete {
+        println!("  (listing stopped at --limit; more rows of a status exist)");
+    }
+}

@@ -1,0 +1,158 @@
+//! Prometheus metrics: the queue gauges read from the database, the
+//! projections' checkpoint lag, and a worker process's own counters, in the
+//! OpenMetrics text format Prometheus scrapes (`prometheus-client`, ADR 0017).
+//!
+//! A scrape builds a fresh registry from one reading: nothing is kept
+//! between scrapes, so two processes (`outbox serve` and `outbox work
+//! --metrics-addr`) never disagree about what a gauge means.
+
+use std::sync::atomic::AtomicU64;
+
+use outbox_runtime::{Gauges, MetricsSnapshot};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::report::LagReport;
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What one scrape reports; every part is optional.
+#[derive(Default)]
+pub struct Scrape<'a> {
+    /// The queue gauges (rows by status, oldest due age).
+    pub gauges: Option<&'a Gauges>,
+    /// The projections' checkpoint lag.
+    pub lag: Option<&'a LagReport>,
+    /// Live registered workers.
+    pub workers: Option<usize>,
+    /// This process's worker counters (`outbox work`).
+    pub worker: Option<&'a MetricsSnapshot>,
+}
+
+type Labelled = Family<Vec<(String, String)>, Gauge>;
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let g: Gauge = Gauge::default();
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    reg.register(name, help, g);
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(v);
+    reg.register(name, help, c);
+}
+
+fn label(k: &str, v: &str) -> Vec<(String, String)> {
+    vec![(k.to_owned(), v.to_owned())]
+}
+
+/// Renders one scrape as OpenMetrics text (ends with `# EOF`).
+pub fn render(s: &Scrape<'_>) -> String {
+    let mut reg = Registry::with_prefix("outbox");
+    if let Some(g) = s.gauges {
+        let rows = Labelled::default();
+        for (status, n) in [
+            ("pending", g.pending),
+            ("processing", g.processing),
+            ("failed", g.failed),
+            ("dead", g.dead),
+        ] {
+            rows.get_or_create(&label("status", status))
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        reg.register("rows", "Outbox rows by status", rows);
+        let age: Gauge<f64, AtomicU64> = Gauge::default();
+        age.set(g.oldest_due_age_ms as f64 / 1000.0);
+        reg.register(
+            "oldest_due_age_seconds",
+            "How long the oldest due pending-or-failed row has waited (0 when none is due)",
+            age,
+        );
+    }
+    if let Some(lag) = s.lag {
+        let streams = Labelled::default();
+        let events = Labelled::default();
+        for p in &lag.projections {
+            streams
+                .get_or_create(&label("projection", &p.projection))
+                .set(i64::try_from(p.streams_behind).unwrap_or(i64::MAX));
+            events
+                .get_or_create(&label("projection", &p.projection))
+                .set(i64::try_from(p.events_behind).unwrap_or(i64::MAX));
+        }
+        reg.register(
+            "projection_streams_behind",
+            "Streams whose checkpoint of the projection is below the journal's version",
+            streams,
+        );
+        reg.register(
+            "projection_events_behind",
+            "Events the projection has not applied yet, over the scanned streams",
+            events,
+        );
+        gauge(
+            &mut reg,
+            "projection_lag_streams_scanned",
+            "Streams compared for the checkpoint lag",
+            lag.streams_scanned,
+        );
+        gauge(
+            &mut reg,
+            "projection_lag_complete",
+            "1 when the lag scan covered every stream, 0 when it stopped at its bound",
+            u64::from(lag.complete),
+        );
+    }
+    if let Some(n) = s.workers {
+        gauge(&mut reg, "workers", "Live registered workers", n as u64);
+    }
+    if let Some(m) = s.worker {
+        let w = reg.sub_registry_with_prefix("worker");
+        for (name, help, v) in [
+            ("applied", "Events applied to projections", m.applied),
+            (
+                "duplicates",
+                "Events skipped because every projection had applied them",
+                m.duplicates,
+            ),
+            ("audit_only", "Audit-only events checkpointed", m.audit_only),
+            ("failures", "Failures recorded (retries scheduled)", m.failed),
+            ("dead_lettered", "Rows dead-lettered", m.dead_lettered),
+            (
+                "completed_rows",
+                "Outbox rows deleted after apply",
+                m.completed_rows,
+            ),
+            ("claims", "Successful claims", m.claims),
+            (
+                "contended",
+                "Streams skipped because another worker held the lease",
+                m.contended,
+            ),
+            ("caught_up", "Gap catch-ups from the journal", m.caught_up),
+            ("inline_applied", "Appends applied inline", m.inline_applied),
+            ("inline_failed", "Inline applies that failed", m.inline_failed),
+            (
+                "shadow_verified",
+                "Rows the shadow worker verified",
+                m.shadow_verified,
+            ),
+            (
+                "storage_errors",
+                "Passes stopped by a temporary storage error or a lost lease",
+                m.storage_errors,
+            ),
+        ] {
+            counter(w, name, help, v);
+        }
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}

@@ -1,0 +1,859 @@
+//! `outbox serve`: the operator's web monitor and Prometheus `/metrics`, and
+//! the `/metrics` endpoint of `outbox work --metrics-addr`.
+//!
+//! Pages are rendered on the server as plain HTML (no script); every value
+//! is escaped. Actions (requeue, requeue dead, retry, cancel a run) are POST
+//! forms that need the operator token (`OUTBOX_SERVE_TOKEN`), typed into the
+//! form or sent as `Authorization: Bearer ...`; the token is never stored in
+//! a cookie, so the browser never sends it on its own, and cross-origin
+//! posts are refused (ADR 0017). Without a token the monitor is read-only.
+
+mod html;
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Result;
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{DefaultBodyLimit, Form, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use outbox_core::{Error, Projection, RetryPolicy, Seq, view_projection};
+use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
+
+use self::html::{action_form, esc, page, table};
+use crate::backend::{CliJournal, CliStore};
+use crate::blocked::{blocked_streams, stream_id};
+use crate::cli::{OUTBOX_SERVE_TOKEN, ServeArgs};
+use crate::commands::Ctx;
+use crate::metrics::{CONTENT_TYPE, Scrape, render};
+use crate::output::human_ms;
+use crate::report::{digests, projection_lag};
+
+/// The largest request body accepted (forms are a few hundred bytes).
+pub(crate) const BODY_LIMIT: usize = 8 * 1024;
+/// The shortest operator token accepted.
+const MIN_TOKEN_LEN: usize = 16;
+
+/// The operator token from `OUTBOX_SERVE_TOKEN`: `None` when unset; an
+/// empty or short one is a configuration error (never echoed).
+pub(crate) fn token_from_env() -> Result<Option<String>, Error> {
+    match std::env::var(OUTBOX_SERVE_TOKEN) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::Config(format!("{OUTBOX_SERVE_TOKEN} is not valid UTF-8")))
+        }
+        Ok(t) if t.trim().len() < MIN_TOKEN_LEN => Err(Error::Config(format!(
+            "{OUTBOX_SERVE_TOKEN} must be at least {MIN_TOKEN_LEN} characters (value not shown)"
+        ))),
+        Ok(t) => Ok(Some(t.trim().to_owned())),
+    }
+}
+
+/// Refuses a non-loopback `addr` without a token: the monitor's pages name
+/// streams, errors and workers, and an action must never be open to the
+/// network.
+pub(crate) fn check_bind(addr: SocketAddr, token: Option<&str>, what: &str) -> Result<(), Error> {
+    if addr.ip().is_loopback() || token.is_some() {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "refusing to serve {what} on non-loopback address {addr} without {OUTBOX_SERVE_TOKEN} \
+         (set it, or bind 127.0.0.1)"
+    )))
+}
+
+/// The monitor's shared state.
+struct Monitor<J, P: CliStore> {
+    app: String,
+    journal: J,
+    store: P,
+    projections: Vec<Arc<dyn Projection<P::Tx>>>,
+    policy: RetryPolicy,
+    token: Option<String>,
+    limit: usize,
+    lag_streams: usize,
+}
+
+type St<J, P> = State<Arc<Monitor<J, P>>>;
+
+/// `outbox serve`: runs until SIGTERM or Ctrl-C.
+pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ServeArgs) -> Result<()> {
+    let token = token_from_env()?;
+    check_bind(a.addr, token.as_deref(), "the monitor")?;
+    let monitor = Arc::new(Monitor {
+        app: ctx.app.name().to_owned(),
+        journal: ctx.journal.clone(),
+        store: ctx.store.clone(),
+        projections: ctx.app.views.iter().map(|v| view_projection(v.clone())).collect(),
+        policy: ctx.config.retry,
+        token,
+        limit: a.limit as usize,
+        lag_streams: a.lag_streams as usize,
+    });
+    let read_only = monitor.token.is_none();
+    let router = Router::new()
+        .route("/", get(overview::<J, P>))
+        .route("/blocked", get(blocked::<J, P>))
+        .route("/runs", get(runs::<J, P>))
+        .route("/metrics", get(metrics::<J, P>))
+        .route("/style.css", get(style))
+        .route("/actions/requeue", post(requeue::<J, P>))
+        .route("/actions/requeue-dead", post(requeue_dead::<J, P>))
+        .route("/actions/retry", post(retry::<J, P>))
+        .route("/actions/cancel-run", post(cancel_run::<J, P>))
+        .fallback(not_found)
+        .with_state(monitor);
+    let listener = bind(a.addr).await?;
+    let local = listener.local_addr()?;
+    println!(
+        "serving the {} monitor on http://{local}/ ({})",
+        ctx.app.name(),
+        if read_only {
+            "read-only: OUTBOX_SERVE_TOKEN is not set"
+        } else {
+            "actions need OUTBOX_SERVE_TOKEN"
+        }
+    );
+    let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    run_server(listener, router, cancel).await
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Config(format!("cannot listen on {addr}: {e}")).into())
+}
+
+/// Serves `router` with the security headers and the body limit until `cancel`.
+async fn run_server(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    cancel: CancellationToken,
+) -> Result<()> {
+    let app = router
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn(security_headers));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await?;
+    Ok(())
+}
+
+/// The `/metrics` endpoint of `outbox work --metrics-addr`: this worker's
+/// counters and the queue gauges read at each scrape. Returns the bound
+/// address and the server future (it ends when `cancel` fires).
+pub(crate) async fn worker_metrics<J: CliJournal, P: CliStore>(
+    rt: Outbox<J, P>,
+    journal: J,
+    addr: SocketAddr,
+    cancel: CancellationToken,
+) -> Result<(SocketAddr, impl Future<Output = Result<()>>)> {
+    check_bind(addr, token_from_env()?.as_deref(), "metrics")?;
+    let listener = bind(addr).await?;
+    let local = listener.local_addr()?;
+    let state = Arc::new((rt, journal));
+    let router = Router::new()
+        .route(
+            "/metrics",
+            get(async |State(s): State<Arc<(Outbox<J, P>, J)>>| {
+                let snapshot: MetricsSnapshot = s.0.metrics();
+                match s.1.summary().await {
+                    Ok(summary) => {
+                        let g = Gauges::from_summary(&summary);
+                        metrics_response(&Scrape {
+                            gauges: Some(&g),
+                            worker: Some(&snapshot),
+                            ..Scrape::default()
+                        })
+                    }
+                    Err(e) => fail(&e),
+                }
+            }),
+        )
+        .fallback(not_found)
+        .with_state(state);
+    Ok((local, run_server(listener, router, cancel)))
+}
+
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    for (k, v) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        h.insert(k, HeaderValue::from_static(v));
+    }
+    res
+}
+
+/// A refused request: its status and one-line reason.
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        text(self.0, self.1)
+    }
+}
+
+fn refuse(status: StatusCode, msg: impl Into<String>) -> Refusal {
+    Refusal(status, msg.into())
+}
+
+/// A one-line plain-text answer.
+fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+    let mut line = msg.into().replace('\n', " ");
+    line.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        line,
+    )
+        .into_response()
+}
+
+fn html(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+/// The status of a port error: not found 404, wrong state 409, bad input
+/// 400, anything else 500. One line, no secret (adapters never put a URL in
+/// their messages).
+fn fail(e: &Error) -> Response {
+    refusal(e).into_response()
+}
+
+fn refusal(e: &Error) -> Refusal {
+    let status = match e {
+        Error::NotFound(_) => StatusCode::NOT_FOUND,
+        Error::InvalidState(_) | Error::Conflict { .. } => StatusCode::CONFLICT,
+        Error::InvalidInput(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, e.to_string())
+}
+
+async fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, "no such page")
+}
+
+async fn style() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], html::STYLE).into_response()
+}
+
+fn metrics_response(s: &Scrape<'_>) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(s)).into_response()
+}
+
+fn num(n: impl std::fmt::Display) -> String {
+    format!("<span class=\"num\">{n}</span>")
+}
+
+// ---------------------------------------------------------------------------
+// pages
+// ---------------------------------------------------------------------------
+
+async fn overview<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
+    match overview_body(&m).await {
+        Ok(body) => html(StatusCode::OK, page(&m.app, "Overview", &body)),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Result<String, Error> {
+    let summary = m.journal.summary().await?;
+    let g = Gauges::from_summary(&summary);
+    let mut b = String::new();
+    let _ = write!(
+        b,
+        "<p class=\"note\">as of {} (the database's clock)</p>",
+        esc(&summary.as_of.to_string())
+    );
+    b.push_str("<h2>Rows by status</h2>");
+    b.push_str(&table(
+        "rows",
+        &[
+            "pending",
+            "processing",
+            "failed",
+            "dead",
+            "total",
+            "oldest due age",
+        ],
+        &[vec![
+            format!("<span id=\"count-pending\">{}</span>", summary.pending),
+            format!("<span id=\"count-processing\">{}</span>", summary.processing),
+            format!(
+                "<span id=\"count-failed\" class=\"failed\">{}</span>",
+                summary.failed
+            ),
+            format!("<span id=\"count-dead\" class=\"dead\">{}</span>", summary.dead),
+            format!("<span id=\"count-total\">{}</span>", summary.total()),
+            format!(
+                "<span id=\"oldest-due-age\" data-ms=\"{}\">{}</span>",
+                g.oldest_due_age_ms,
+                esc(&human_ms(g.oldest_due_age_ms))
+            ),
+        ]],
+    ));
+    if summary.dead > 0 {
+        let _ = write!(
+            b,
+            "<p>{} dead row(s) block their streams: see <a href=\"/blocked\">blocked streams</a>.</p>",
+            summary.dead
+        );
+        if m.token.is_some() {
+            b.push_str(&action_form(
+                "/actions/requeue-dead",
+                &[("limit", summary.dead.min(10_000).to_string())],
+                "Requeue every dead row",
+            ));
+        }
+    }
+    if m.token.is_none() {
+        b.push_str(
+            "<p class=\"note\" id=\"read-only\">Read-only: set OUTBOX_SERVE_TOKEN to enable actions.</p>",
+        );
+    }
+    if !m.projections.is_empty() && m.lag_streams > 0 {
+        let lag = projection_lag(&m.journal, &m.store, &m.projections, m.lag_streams).await?;
+        let scope = if lag.complete {
+            format!("all {} stream(s)", lag.streams_scanned)
+        } else {
+            format!("the first {} stream(s) (--lag-streams)", lag.streams_scanned)
+        };
+        let _ = write!(
+            b,
+            "<h2>Projection lag</h2><p class=\"note\">over {}</p>",
+            esc(&scope)
+        );
+        let rows: Vec<Vec<String>> = lag
+            .projections
+            .iter()
+            .map(|p| vec![esc(&p.projection), num(p.streams_behind), num(p.events_behind)])
+            .collect();
+        b.push_str(&table(
+            "lag",
+            &["projection", "streams behind", "events behind"],
+            &rows,
+        ));
+    }
+    b.push_str("<h2>Workers</h2>");
+    let workers = m.journal.workers().await?;
+    if workers.is_empty() {
+        b.push_str("<p>No live worker registered.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = workers
+            .iter()
+            .map(|w| {
+                let ttl = w.expires_at.duration_since(summary.as_of).as_millis() as u64;
+                vec![
+                    esc(w.id.as_str()),
+                    esc(&w.mode.to_string()),
+                    esc(&w.host),
+                    num(w.pid),
+                    esc(&w.started_at.to_string()),
+                    esc(&w.last_beat.to_string()),
+                    esc(&format!("{} (in {})", w.expires_at, human_ms(ttl))),
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "workers",
+            &[
+                "id",
+                "mode",
+                "host",
+                "pid",
+                "started",
+                "last heartbeat",
+                "expires",
+            ],
+            &rows,
+        ));
+    }
+    b.push_str("<h2>Stream leases</h2>");
+    let leases = m.journal.leases(None, m.limit).await?;
+    if leases.is_empty() {
+        b.push_str("<p>No stream lease held.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = leases
+            .iter()
+            .map(|e| {
+                vec![
+                    esc(e.lease.stream.as_str()),
+                    esc(e.lease.owner.as_str()),
+                    num(e.lease.epoch),
+                    esc(&e.lease.expires_at.to_string()),
+                    if e.expired {
+                        "expired".into()
+                    } else {
+                        "held".into()
+                    },
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "leases",
+            &["stream", "owner", "epoch", "expires", "state"],
+            &rows,
+        ));
+        if leases.len() == m.limit {
+            let _ = write!(b, "<p class=\"note\">First {} leases only.</p>", m.limit);
+        }
+    }
+    Ok(b)
+}
+
+async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
+    let r = match blocked_streams(&m.journal, &m.policy, m.limit).await {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let mut b = format!(
+        "<p class=\"note\">as of {}; every stream whose head row is failed or dead. \
+         \"Failing for\" is a lower bound (the time since the last failure plus the retry \
+         policy's delays between earlier attempts).</p>",
+        esc(&r.as_of)
+    );
+    if r.streams.is_empty() {
+        b.push_str("<p id=\"none-blocked\" class=\"ok\">No blocked stream.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .streams
+            .iter()
+            .map(|s| {
+                let action = match (&m.token, s.status) {
+                    (None, _) => String::new(),
+                    (Some(_), outbox_core::OutboxStatus::Dead) => action_form(
+                        "/actions/requeue",
+                        &[("stream", s.stream.clone()), ("seq", s.seq.to_string())],
+                        "Requeue",
+                    ),
+                    (Some(_), _) => action_form(
+                        "/actions/retry",
+                        &[("stream", s.stream.clone()), ("seq", s.seq.to_string())],
+                        "Retry now",
+                    ),
+                };
+                vec![
+                    esc(&s.stream),
+                    num(s.seq),
+                    esc(&s.event_type),
+                    format!("<span class=\"{0}\">{0}</span>", esc(&s.status.to_string())),
+                    num(s.attempts),
+                    esc(&human_ms(s.failing_for_at_least_ms)),
+                    esc(s.next_attempt_at.as_deref().unwrap_or("never (requeue it)")),
+                    esc(s.last_error.as_deref().unwrap_or("")),
+                    num(s.waiting_behind),
+                    action,
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "blocked",
+            &[
+                "stream",
+                "seq",
+                "type",
+                "status",
+                "attempts",
+                "failing for at least",
+                "next attempt",
+                "last error",
+                "waiting behind",
+                "action",
+            ],
+            &rows,
+        ));
+    }
+    if !r.complete {
+        let _ = write!(
+            b,
+            "<p class=\"note\">First {} rows of each status only.</p>",
+            m.limit
+        );
+    }
+    html(StatusCode::OK, page(&m.app, "Blocked streams", &b))
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    digests: Option<String>,
+}
+
+async fn runs<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    q: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return text(StatusCode::BAD_REQUEST, "malformed query string");
+    };
+    let with_digests = match q.digests.as_deref() {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(_) => return text(StatusCode::BAD_REQUEST, "digests must be 0 or 1"),
+    };
+    match runs_body(&m, with_digests).await {
+        Ok(body) => html(StatusCode::OK, page(&m.app, "Runs", &body)),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn runs_body<J: JournalBackend, P: CliStore>(
+    m: &Monitor<J, P>,
+    with_digests: bool,
+) -> Result<String, Error> {
+    let runs = m.store.runs(m.limit).await?;
+    let mut b = String::from("<h2>Replay and rebuild runs</h2>");
+    if runs.is_empty() {
+        b.push_str("<p>No run recorded.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = runs
+            .iter()
+            .map(|r| {
+                let last = match (&r.last_stream, r.last_seq) {
+                    (Some(s), Some(q)) => format!("{s}/{q}"),
+                    _ => String::new(),
+                };
+                let cancel = if r.state.is_active() && !r.cancel_requested && m.token.is_some() {
+                    action_form("/actions/cancel-run", &[("id", r.id.to_string())], "Cancel")
+                } else if r.cancel_requested && r.state.is_active() {
+                    "cancel requested".into()
+                } else {
+                    String::new()
+                };
+                vec![
+                    num(r.id),
+                    esc(&r.kind.to_string()),
+                    esc(r.projection.as_str()),
+                    esc(&r.state.to_string()),
+                    num(r.processed),
+                    esc(&r.until.map(|u| u.to_string()).unwrap_or_default()),
+                    esc(&last),
+                    esc(r.owner.as_str()),
+                    esc(&r.updated_at.to_string()),
+                    esc(r.error_message.as_deref().unwrap_or("")),
+                    cancel,
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "runs",
+            &[
+                "id",
+                "kind",
+                "projection",
+                "state",
+                "processed",
+                "until",
+                "last event",
+                "owner",
+                "updated",
+                "error",
+                "action",
+            ],
+            &rows,
+        ));
+    }
+    b.push_str("<h2>Projection digests</h2>");
+    if m.projections.is_empty() {
+        b.push_str("<p class=\"note\">This binary has no projections.</p>");
+    } else if with_digests {
+        let d = digests(&m.store, &m.projections).await?;
+        let mut rows: Vec<Vec<String>> = d.projections.iter().map(|(p, h)| vec![esc(p), esc(h)]).collect();
+        rows.push(vec!["(store)".into(), esc(&d.store)]);
+        b.push_str(&table("digests", &["projection", "digest"], &rows));
+    } else {
+        b.push_str(
+            "<p class=\"note\">Digests read every projection document: \
+             <a href=\"/runs?digests=1\">compute them</a>.</p>",
+        );
+    }
+    Ok(b)
+}
+
+async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
+    let read = async {
+        let summary = m.journal.summary().await?;
+        let lag = if m.projections.is_empty() || m.lag_streams == 0 {
+            None
+        } else {
+            Some(projection_lag(&m.journal, &m.store, &m.projections, m.lag_streams).await?)
+        };
+        let workers = m.journal.workers().await?.len();
+        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers))
+    };
+    match read.await {
+        Ok((g, lag, workers)) => metrics_response(&Scrape {
+            gauges: Some(&g),
+            lag: lag.as_ref(),
+            workers: Some(workers),
+            worker: None,
+        }),
+        Err(e) => fail(&e),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// actions
+// ---------------------------------------------------------------------------
+
+/// Every action's form fields (each action reads the ones it needs).
+#[derive(Deserialize)]
+struct ActionForm {
+    token: Option<String>,
+    stream: Option<String>,
+    seq: Option<String>,
+    limit: Option<String>,
+    id: Option<String>,
+}
+
+/// Checks an action request: a token is configured, the request is not
+/// cross-origin, the form parsed, and the token matches (in constant time).
+/// `Err` is the refusal; nothing has been read or changed.
+fn authorize<J, P: CliStore>(
+    m: &Monitor<J, P>,
+    headers: &HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Result<ActionForm, Refusal> {
+    let Some(expected) = &m.token else {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "actions are disabled: OUTBOX_SERVE_TOKEN is not set (the monitor is read-only)",
+        ));
+    };
+    if let Some(why) = cross_origin(headers) {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            format!("cross-origin request refused ({why})"),
+        ));
+    }
+    let form = match form {
+        Ok(Form(f)) => f,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return Err(refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body too large (limit {BODY_LIMIT} bytes)"),
+            ));
+        }
+        Err(e) if e.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            return Err(refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "actions take an application/x-www-form-urlencoded body",
+            ));
+        }
+        Err(_) => return Err(refuse(StatusCode::BAD_REQUEST, "malformed form body")),
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let given = match (bearer, form.token.as_deref()) {
+        (Some(t), _) => t,
+        (None, Some(t)) if !t.is_empty() => t,
+        _ => {
+            return Err(refuse(
+                StatusCode::UNAUTHORIZED,
+                "this action needs the operator token (form field `token` or `Authorization: Bearer`)",
+            ));
+        }
+    };
+    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        return Err(refuse(StatusCode::FORBIDDEN, "wrong operator token"));
+    }
+    Ok(form)
+}
+
+/// Why a request is cross-origin, if it is: an `Origin` other than this
+/// host, or `Sec-Fetch-Site` other than same-origin or none.
+fn cross_origin(headers: &HeaderMap) -> Option<String> {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && !matches!(site, "same-origin" | "none")
+    {
+        return Some(format!("Sec-Fetch-Site: {site}"));
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin = origin.to_str().unwrap_or("");
+    let same = host.is_some_and(|h| origin == format!("http://{h}") || origin == format!("https://{h}"));
+    (!same).then(|| "Origin does not match Host".to_string())
+}
+
+fn field<'a>(v: &'a Option<String>, name: &str) -> Result<&'a str, Refusal> {
+    match v.as_deref().map(str::trim) {
+        Some(s) if !s.is_empty() => Ok(s),
+        _ => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("missing form field `{name}`"),
+        )),
+    }
+}
+
+fn number(v: &Option<String>, name: &str) -> Result<u64, Refusal> {
+    let s = field(v, name)?;
+    s.parse::<u64>().map_err(|_| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            format!("`{name}` must be a positive whole number, not {s:?}"),
+        )
+    })
+}
+
+fn stream_seq(f: &ActionForm) -> Result<(outbox_core::StreamId, Seq), Refusal> {
+    let stream = stream_id(field(&f.stream, "stream")?).map_err(|e| refusal(&e))?;
+    let seq = Seq::new(number(&f.seq, "seq")?).map_err(|e| refusal(&e))?;
+    Ok((stream, seq))
+}
+
+/// The page an action answers with: what was done and a link back.
+fn done<J, P: CliStore>(m: &Monitor<J, P>, what: &str, back: &str) -> Response {
+    html(
+        StatusCode::OK,
+        page(
+            &m.app,
+            "Done",
+            &format!(
+                "<p class=\"msg\" id=\"result\">{}</p><p><a href=\"{}\">Back</a></p>",
+                esc(what),
+                esc(back)
+            ),
+        ),
+    )
+}
+
+macro_rules! try_resp {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r.into_response(),
+        }
+    };
+}
+
+async fn requeue<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let f = try_resp!(authorize(&m, &headers, form));
+    let (stream, seq) = try_resp!(stream_seq(&f));
+    match m.journal.requeue(&stream, seq).await {
+        Ok(row) => done(
+            &m,
+            &format!(
+                "requeued {}/{} ({}): pending, attempts 0, due now",
+                row.stream, row.seq, row.event_type
+            ),
+            "/blocked",
+        ),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn retry<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let f = try_resp!(authorize(&m, &headers, form));
+    let (stream, seq) = try_resp!(stream_seq(&f));
+    match m.journal.retry(&stream, seq).await {
+        Ok(row) => done(
+            &m,
+            &format!(
+                "retrying {}/{} ({}): pending, attempts {} kept, due {}",
+                row.stream, row.seq, row.event_type, row.attempt_count, row.next_attempt_at
+            ),
+            "/blocked",
+        ),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn requeue_dead<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let f = try_resp!(authorize(&m, &headers, form));
+    let limit = try_resp!(number(&f.limit, "limit"));
+    if !(1..=10_000).contains(&limit) {
+        return text(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 10000");
+    }
+    match m.journal.requeue_dead(limit as usize).await {
+        Ok(rows) => done(&m, &format!("requeued {} dead row(s)", rows.len()), "/"),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn cancel_run<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    let f = try_resp!(authorize(&m, &headers, form));
+    let id = try_resp!(number(&f.id, "id"));
+    match m.store.cancel_run(id).await {
+        Ok(run) => done(
+            &m,
+            &format!(
+                "cancel requested for run {} ({} {}): {}",
+                run.id, run.kind, run.projection, run.state
+            ),
+            "/runs",
+        ),
+        Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_loopback_bind_needs_a_token() {
+        let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:9464".parse().unwrap();
+        assert!(check_bind(lo, None, "x").is_ok());
+        assert!(check_bind(lo6, None, "x").is_ok());
+        assert!(check_bind(any, Some("t"), "x").is_ok());
+        let e = check_bind(any, None, "the monitor").unwrap_err().to_string();
+        assert!(
+            e.contains("0.0.0.0:9464") && e.contains(OUTBOX_SERVE_TOKEN),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn cross_origin_posts_are_recognized() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9464"));
+        assert_eq!(cross_origin(&h), None);
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:9464"));
+        assert_eq!(cross_origin(&h), None);
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://evil.example"));
+        assert!(cross_origin(&h).is_some());
+        h.remove(header::ORIGIN);
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(cross_origin(&h).is_some());
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert_eq!(cross_origin(&h), None);
+    }
+}
