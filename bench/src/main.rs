@@ -18,14 +18,23 @@ use anyhow::{Context as _, Result, bail};
 use report::{Report, Row};
 
 /// The workloads, in run order.
-const WORKLOADS: &[&str] = &["append", "concurrent", "drain", "claim", "lag", "rss", "postgres"];
+const WORKLOADS: &[&str] = &[
+    "append",
+    "concurrent",
+    "drain",
+    "claim",
+    "lag",
+    "rss",
+    "fsyncs",
+    "postgres",
+];
 
 const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [--only NAME[,NAME]]
 
 --events N overrides the events per append and drain round (default 20000,
 2000 with --quick)
 
-workloads (--only): append, concurrent, drain, claim, lag, rss, postgres
+workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres
 (postgres runs when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
 /// Parsed command line.
@@ -131,6 +140,10 @@ fn main() -> Result<()> {
         argv.next();
         return workloads::lag::child(argv);
     }
+    if argv.peek().map(String::as_str) == Some(workloads::fsyncs::CHILD_FLAG) {
+        argv.next();
+        return workloads::fsyncs::child(argv);
+    }
     let args = parse_args(argv)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(run(args))
@@ -170,6 +183,7 @@ async fn run(args: Args) -> Result<()> {
             "claim" => workloads::claim::run(&mut ctx).await?,
             "lag" => workloads::lag::run(&mut ctx).await?,
             "rss" => workloads::rss::run(&mut ctx).await?,
+            "fsyncs" => workloads::fsyncs::run(&mut ctx).await?,
             "postgres" => match std::env::var("OUTBOX_TEST_DATABASE_URL") {
                 Ok(url) if !url.is_empty() => pg::run(&mut ctx, &url).await?,
                 _ => eprintln!(

@@ -40,9 +40,9 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
 pub(crate) async fn measure(ctx: &Ctx, per_txn: u64) -> Result<(Vec<f64>, Vec<f64>)> {
     let (mut o, mut r) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        o.push(outbox_round(ctx, per_txn).await?);
+        o.push(outbox_round(&ctx.tmp, ctx.sizes.events, per_txn, || Ok(())).await?);
         let (events, tmp) = (ctx.sizes.events, ctx.tmp.clone());
-        r.push(blocking(move || raw_round(&tmp, events, per_txn)).await?);
+        r.push(blocking(move || raw_round(&tmp, events, per_txn, || Ok(()))).await?);
         eprintln!(
             "   {per_txn}/txn round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
             round + 1,
@@ -53,12 +53,19 @@ pub(crate) async fn measure(ctx: &Ctx, per_txn: u64) -> Result<(Vec<f64>, Vec<f6
     Ok((o, r))
 }
 
-async fn outbox_round(ctx: &Ctx, per_txn: u64) -> Result<f64> {
-    let dir = fixture::tempdir(&ctx.tmp)?;
+/// One round: opens fresh files, calls `gate` (the fsync count's start),
+/// appends `total` events `per_txn` per transaction.
+pub(crate) async fn outbox_round(
+    tmp: &std::path::Path,
+    total: u64,
+    per_txn: u64,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let dir = fixture::tempdir(tmp)?;
     let rt = fixture::open(dir.path(), Config::producer_only(), Seen::default().into()).await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
     let mut heads = vec![0u64; STREAMS as usize];
-    let total = ctx.sizes.events;
+    gate()?;
     let mut next_stream = 0u64;
     let t = Instant::now();
     let mut i = 0u64;
@@ -86,10 +93,16 @@ async fn outbox_round(ctx: &Ctx, per_txn: u64) -> Result<f64> {
     Ok(rate)
 }
 
-pub(crate) fn raw_round(tmp: &std::path::Path, total: u64, per_txn: u64) -> Result<f64> {
+pub(crate) fn raw_round(
+    tmp: &std::path::Path,
+    total: u64,
+    per_txn: u64,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
     let dir = fixture::tempdir(tmp)?;
     let mut j = raw::Journal::create(dir.path())?;
     let names: Vec<String> = (0..STREAMS).map(|s| stream_name("a", s)).collect();
+    gate()?;
     let mut next_stream = 0u64;
     let t = Instant::now();
     let mut i = 0u64;

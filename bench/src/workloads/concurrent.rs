@@ -24,7 +24,7 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
         o.push(outbox_round(ctx).await?);
         if ctx.raw_append_100.is_none() {
             let (events, tmp) = (ctx.sizes.events, ctx.tmp.clone());
-            r.push(blocking(move || super::append::raw_round(&tmp, events, 100)).await?);
+            r.push(blocking(move || super::append::raw_round(&tmp, events, 100, || Ok(()))).await?);
         }
         eprintln!("   round {}: outbox {:.0} ev/s", round + 1, o[round]);
     }

@@ -18,7 +18,7 @@ use crate::report::{Better, Row, median};
 
 /// The worker's two shapes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     PerStream,
     Sweeps,
 }
@@ -31,10 +31,13 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
             for batch in [1usize, 64] {
                 let (mut o, mut r) = (Vec::new(), Vec::new());
                 for round in 0..ROUNDS {
-                    o.push(outbox_round(ctx, streams, per_stream, batch, shape).await?);
+                    o.push(outbox_round(&ctx.tmp, streams, per_stream, batch, shape, || Ok(())).await?);
                     let tmp = ctx.tmp.clone();
                     r.push(
-                        blocking(move || raw_round(&tmp, streams, per_stream, batch as i64, shape)).await?,
+                        blocking(move || {
+                            raw_round(&tmp, streams, per_stream, batch as i64, shape, || Ok(()))
+                        })
+                        .await?,
                     );
                     eprintln!(
                         "   {streams} streams x {per_stream}, batch {batch}, {}, round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
@@ -63,17 +66,24 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-fn label(shape: Shape) -> &'static str {
+pub(crate) fn label(shape: Shape) -> &'static str {
     match shape {
         Shape::PerStream => "per-stream passes",
         Shape::Sweeps => "sweeps",
     }
 }
 
-/// Pre-fills (not timed), starts the apply worker, times until the outbox
-/// is empty, checks the oracle.
-async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize, shape: Shape) -> Result<f64> {
-    let dir = fixture::tempdir(&ctx.tmp)?;
+/// Pre-fills (not timed), calls `gate` (the fsync count's start), starts
+/// the apply worker, times until the outbox is empty, checks the oracle.
+pub(crate) async fn outbox_round(
+    tmp: &std::path::Path,
+    streams: u64,
+    per_stream: u64,
+    batch: usize,
+    shape: Shape,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
+    let dir = fixture::tempdir(tmp)?;
     let seen = Arc::new(Seen::default());
     let mut config = fixture::worker_config(batch);
     if shape == Shape::PerStream {
@@ -82,6 +92,7 @@ async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize, sh
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
     let heads = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
     let total = streams * per_stream;
+    gate()?;
     let t = Instant::now();
     let running = rt.start().await?;
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
@@ -91,7 +102,14 @@ async fn outbox_round(ctx: &Ctx, streams: u64, per_stream: u64, batch: usize, sh
     Ok(rate)
 }
 
-fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64, shape: Shape) -> Result<f64> {
+pub(crate) fn raw_round(
+    tmp: &std::path::Path,
+    streams: u64,
+    per_stream: u64,
+    batch: i64,
+    shape: Shape,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
     let dir = fixture::tempdir(tmp)?;
     let mut j = raw::Journal::create(dir.path())?;
     let mut p = raw::Projection::create(dir.path())?;
@@ -103,6 +121,7 @@ fn raw_round(tmp: &std::path::Path, streams: u64, per_stream: u64, batch: i64, s
         }
     }
     let total = streams * per_stream;
+    gate()?;
     let t = Instant::now();
     let applied = match shape {
         Shape::PerStream => raw::drain(&mut j, &mut p, &names, batch)?,

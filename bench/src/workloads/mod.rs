@@ -5,6 +5,7 @@ pub(crate) mod append;
 pub(crate) mod claim;
 pub(crate) mod concurrent;
 pub(crate) mod drain;
+pub(crate) mod fsyncs;
 pub(crate) mod lag;
 pub(crate) mod rss;
 
