@@ -21,6 +21,7 @@ use crate::Ctx;
 use crate::fixture::{self, Seen, stream};
 use crate::report::{Better, Row};
 use crate::workloads::ROUNDS;
+use crate::workloads::drain::{Shape, label};
 
 type PgRt = Outbox<PgJournal, PgProjectionStore>;
 
@@ -78,25 +79,36 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
         ));
     }
     let per_stream = ctx.sizes.events / STREAMS;
-    for batch in [1usize, 64] {
-        let (mut o, mut r) = (Vec::new(), Vec::new());
-        for round in 0..ROUNDS {
-            o.push(drain_round(url, per_stream, batch).await?);
-            r.push(raw::drain_round(url, &schema("raw"), STREAMS, per_stream, batch as i64).await?);
-            eprintln!(
-                "   pg drain batch {batch} round {}: outbox {:.0} ev/s, plain client {:.0} ev/s",
-                round + 1,
-                o[round],
-                r[round]
-            );
+    let defaults = Config::default();
+    for shape in [Shape::PerStream, Shape::Sweeps] {
+        for batch in [1usize, 64] {
+            let sweep =
+                (shape == Shape::Sweeps).then_some((defaults.sweep_rows as i64, defaults.streams_per_pass));
+            let (mut o, mut r) = (Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                o.push(drain_round(url, per_stream, batch, shape).await?);
+                r.push(
+                    raw::drain_round(url, &schema("raw"), STREAMS, per_stream, batch as i64, sweep).await?,
+                );
+                eprintln!(
+                    "   pg drain batch {batch}, {}, round {}: outbox {:.0} ev/s, plain client {:.0} ev/s",
+                    label(shape),
+                    round + 1,
+                    o[round],
+                    r[round]
+                );
+            }
+            ctx.rows.push(Row::pair(
+                format!(
+                    "PG drain, batch {batch} ({STREAMS} streams x {per_stream} events), {}",
+                    label(shape)
+                ),
+                "events/s",
+                Better::Higher,
+                o,
+                r,
+            ));
         }
-        ctx.rows.push(Row::pair(
-            format!("PG drain, batch {batch} ({STREAMS} streams x {per_stream} events)"),
-            "events/s",
-            Better::Higher,
-            o,
-            r,
-        ));
     }
     Ok(())
 }
@@ -134,10 +146,14 @@ async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
     Ok(rate)
 }
 
-async fn drain_round(url: &str, per_stream: u64, batch: usize) -> Result<f64> {
+async fn drain_round(url: &str, per_stream: u64, batch: usize, shape: Shape) -> Result<f64> {
     let schema = schema("outbox");
     let seen = Arc::new(Seen::default());
-    let rt = open(url, &schema, fixture::worker_config(batch), seen.clone()).await?;
+    let mut config = fixture::worker_config(batch);
+    if shape == Shape::PerStream {
+        config = config.with_sweep_rows(0);
+    }
+    let rt = open(url, &schema, config, seen.clone()).await?;
     let heads = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
     let total = STREAMS * per_stream;
     let t = Instant::now();

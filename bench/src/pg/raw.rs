@@ -97,16 +97,89 @@ pub(crate) async fn append_round(url: &str, schema: &str, total: u64, per_txn: u
     Ok(rate)
 }
 
-/// Pre-fills (not timed), then drains stream by stream, round robin: claim
-/// the head run (`FOR UPDATE SKIP LOCKED`, marked processing), read its
-/// events, apply (checkpoint compare-and-set and one upsert per event) in
-/// one transaction, delete the rows.
+/// Claims the head run of `s` (at most `max` rows): select, then mark
+/// processing.
+async fn claim(tx: &mut PgConnection, s: &str, max: i64) -> Result<Vec<i64>> {
+    let seqs: Vec<i64> = sqlx::query_scalar(
+        "SELECT seq FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(s)
+    .bind(max)
+    .fetch_all(&mut *tx)
+    .await?;
+    if let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) {
+        sqlx::query("UPDATE outbox SET status = 'processing' WHERE stream = $1 AND seq BETWEEN $2 AND $3")
+            .bind(s)
+            .bind(first)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(seqs)
+}
+
+/// The events `first..=last` of `s`: (seq, payload bytes).
+async fn load(c: &mut PgConnection, s: &str, first: i64, last: i64) -> Result<Vec<(i64, usize)>> {
+    let rows = sqlx::query(
+        "SELECT seq, payload FROM events WHERE stream = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq",
+    )
+    .bind(s)
+    .bind(first)
+    .bind(last)
+    .fetch_all(c)
+    .await?;
+    rows.iter()
+        .map(|e| Ok((e.try_get(0)?, e.try_get::<Vec<u8>, _>(1)?.len())))
+        .collect()
+}
+
+/// Applies a run inside the caller's transaction: checkpoint
+/// compare-and-set, one upsert per event.
+async fn apply(tx: &mut PgConnection, s: &str, events: &[(i64, usize)]) -> Result<()> {
+    let (first, last) = (events[0].0, events[events.len() - 1].0);
+    let moved = sqlx::query(
+        "INSERT INTO checkpoints (stream, last) VALUES ($1, $3) \
+         ON CONFLICT (stream) DO UPDATE SET last = $3 WHERE checkpoints.last = $2",
+    )
+    .bind(s)
+    .bind(first - 1)
+    .bind(last)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    ensure!(moved == 1, "plain client: checkpoint of {s} moved");
+    for (seq, bytes) in events {
+        sqlx::query("INSERT INTO docs (stream, doc) VALUES ($1, $2) ON CONFLICT (stream) DO UPDATE SET doc = excluded.doc")
+            .bind(s)
+            .bind(format!("{{\"seq\":{seq},\"bytes\":{bytes}}}"))
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn ack(tx: &mut PgConnection, s: &str, last: i64) -> Result<()> {
+    sqlx::query("DELETE FROM outbox WHERE stream = $1 AND seq <= $2")
+        .bind(s)
+        .bind(last)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// The drain of a pre-filled backlog, timed. With `sweep` `None`, one
+/// stream at a time: claim, load, apply, ack, three transactions per stream
+/// run (the worker's per-stream passes). With `Some((rows, streams))`, in
+/// sweeps like the worker's: one transaction claims the runs of the next
+/// streams (at most `batch` rows each, `streams` streams, `rows` rows), one
+/// applies them all, one acks them all.
 pub(crate) async fn drain_round(
     url: &str,
     schema: &str,
     streams: u64,
     per_stream: u64,
     batch: i64,
+    sweep: Option<(i64, usize)>,
 ) -> Result<f64> {
     let mut c = create(url, schema).await?;
     let names: Vec<String> = (0..streams).map(|s| stream_name("d", s)).collect();
@@ -121,74 +194,45 @@ pub(crate) async fn drain_round(
     }
     let total = streams * per_stream;
     let t = Instant::now();
+    let (sweep_rows, sweep_streams) = sweep.unwrap_or((batch, 1));
+    let mut live: std::collections::VecDeque<&str> = names.iter().map(String::as_str).collect();
     let mut applied = 0u64;
-    let mut busy = true;
-    while busy {
-        busy = false;
-        for s in &names {
-            let mut tx = c.begin().await?;
-            let seqs: Vec<i64> = sqlx::query_scalar(
-                "SELECT seq FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-            )
-            .bind(s)
-            .bind(batch)
-            .fetch_all(&mut *tx)
-            .await?;
-            let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
-                tx.commit().await?;
-                continue;
-            };
-            sqlx::query(
-                "UPDATE outbox SET status = 'processing' WHERE stream = $1 AND seq BETWEEN $2 AND $3",
-            )
-            .bind(s)
-            .bind(first)
-            .bind(last)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            let events = sqlx::query(
-                "SELECT seq, payload FROM events WHERE stream = $1 AND seq BETWEEN $2 AND $3 ORDER BY seq",
-            )
-            .bind(s)
-            .bind(first)
-            .bind(last)
-            .fetch_all(&mut c)
-            .await?;
-            let mut tx = c.begin().await?;
-            let moved = sqlx::query(
-                "INSERT INTO checkpoints (stream, last) VALUES ($1, $3) \
-                 ON CONFLICT (stream) DO UPDATE SET last = $3 WHERE checkpoints.last = $2",
-            )
-            .bind(s)
-            .bind(first - 1)
-            .bind(last)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            ensure!(moved == 1, "plain client: checkpoint of {s} moved");
-            for e in &events {
-                let seq: i64 = e.try_get(0)?;
-                let payload: Vec<u8> = e.try_get(1)?;
-                sqlx::query(
-                    "INSERT INTO docs (stream, doc) VALUES ($1, $2) \
-                     ON CONFLICT (stream) DO UPDATE SET doc = excluded.doc",
-                )
-                .bind(s)
-                .bind(format!("{{\"seq\":{seq},\"bytes\":{}}}", payload.len()))
-                .execute(&mut *tx)
-                .await?;
+    while !live.is_empty() {
+        let mut taken: Vec<(&str, Vec<i64>)> = Vec::new();
+        let mut rows = 0;
+        let mut tx = c.begin().await?;
+        while taken.len() < sweep_streams && rows < sweep_rows {
+            let Some(s) = live.pop_front() else { break };
+            let seqs = claim(&mut tx, s, batch.min(sweep_rows - rows)).await?;
+            if !seqs.is_empty() {
+                rows += seqs.len() as i64;
+                taken.push((s, seqs));
             }
-            tx.commit().await?;
-            let mut tx = c.begin().await?;
-            sqlx::query("DELETE FROM outbox WHERE stream = $1 AND seq <= $2")
+        }
+        tx.commit().await?;
+        let mut runs = Vec::with_capacity(taken.len());
+        for (s, seqs) in &taken {
+            runs.push(load(&mut c, s, seqs[0], seqs[seqs.len() - 1]).await?);
+        }
+        let mut tx = c.begin().await?;
+        for ((s, _), events) in taken.iter().zip(&runs) {
+            apply(&mut tx, s, events).await?;
+        }
+        tx.commit().await?;
+        let mut tx = c.begin().await?;
+        for (s, seqs) in &taken {
+            ack(&mut tx, s, seqs[seqs.len() - 1]).await?;
+        }
+        tx.commit().await?;
+        for (s, seqs) in taken {
+            applied += seqs.len() as u64;
+            let more: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE stream = $1)")
                 .bind(s)
-                .bind(last)
-                .execute(&mut *tx)
+                .fetch_one(&mut c)
                 .await?;
-            tx.commit().await?;
-            applied += events.len() as u64;
-            busy = true;
+            if more {
+                live.push_back(s);
+            }
         }
     }
     let rate = total as f64 / t.elapsed().as_secs_f64();
