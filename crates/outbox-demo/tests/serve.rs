@@ -1,0 +1,396 @@
+//! `outbox serve` and `outbox work --metrics-addr` over HTTP: the real
+//! binary on real SQLite files, requests over a socket. Bad requests get a
+//! clear 4xx and change nothing; the read-only monitor refuses every action;
+//! `/metrics` parses strictly and its gauges follow the backlog as it drains
+//! (the drain is driven in steps with `work --once`: no timing involved).
+
+mod support;
+
+use support::{Server, Site, TOKEN, eventually, scrape};
+
+const SERVE: &[&str] = &["serve", "--addr", "127.0.0.1:0"];
+const LISTENING: &str = "serving the";
+
+fn with_token() -> [(&'static str, &'static str); 1] {
+    [("OUTBOX_SERVE_TOKEN", TOKEN)]
+}
+
+/// The cursed campaign `c-bad` (dead at seq 4, three rows behind) and two clean ones.
+fn site_with_dead() -> Site {
+    let site = Site::migrated();
+    site.seed_with_dead(&[("c-bad", true), ("c-ok1", false), ("c-ok2", false)]);
+    site
+}
+
+#[test]
+fn pages_render_with_security_headers_and_escaped_values() {
+    let site = site_with_dead();
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    for path in ["/", "/blocked", "/runs", "/runs?digests=1", "/style.css"] {
+        let r = server.get(path);
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert_eq!(r.headers["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(r.headers["x-frame-options"], "DENY", "{path}");
+        assert_eq!(r.headers["referrer-policy"], "no-referrer", "{path}");
+        assert!(
+            r.headers["content-security-policy"].starts_with("default-src 'self'"),
+            "{path}"
+        );
+        assert!(!r.body.contains("<script"), "{path}: no script");
+        assert!(
+            !r.body.contains(&site.journal.display().to_string()) || path == "/",
+            "{path}"
+        );
+    }
+    let overview = server.get("/").body;
+    assert!(
+        overview.contains("<span id=\"count-dead\" class=\"dead\">1</span>"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("<span id=\"count-pending\">3</span>"),
+        "{overview}"
+    );
+    let blocked = server.get("/blocked").body;
+    assert!(blocked.contains("c-bad"), "{blocked}");
+    assert!(!blocked.contains("c-ok1"), "{blocked}");
+    // The blocked page and `report --blocked --json` agree.
+    let json = site.json(&["report", "--blocked", "--json"]);
+    let streams = json["streams"].as_array().expect("streams");
+    assert_eq!(streams.len(), 1, "{json}");
+    assert_eq!(streams[0]["stream"], "c-bad");
+    assert_eq!(streams[0]["seq"], 4);
+    assert_eq!(streams[0]["status"], "dead");
+    assert_eq!(streams[0]["waiting_behind"], 3);
+    assert!(streams[0]["last_error"].as_str().is_some_and(|e| !e.is_empty()));
+    let text = site.ok(&["report", "--blocked"]);
+    assert!(
+        text.contains("c-bad/4") && text.contains("3 row(s) waiting behind"),
+        "{text}"
+    );
+    // Digests on the runs page are the report's.
+    let report = site.json(&["report", "--json", "--limit", "0"]);
+    let store = report["digests"]["store"].as_str().expect("store digest");
+    assert!(server.get("/runs?digests=1").body.contains(store));
+    assert_eq!(server.stop().code(), Some(0), "SIGTERM stops the monitor cleanly");
+}
+
+#[test]
+fn the_read_only_monitor_refuses_every_action_and_changes_nothing() {
+    let site = site_with_dead();
+    let before = site.report();
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    assert!(server.get("/").body.contains("id=\"read-only\""));
+    assert!(
+        !server.get("/blocked").body.contains("<form"),
+        "no action form without a token"
+    );
+    for (path, body) in [
+        ("/actions/requeue", format!("stream=c-bad&seq=4&token={TOKEN}")),
+        ("/actions/retry", format!("stream=c-bad&seq=5&token={TOKEN}")),
+        ("/actions/requeue-dead", format!("limit=10&token={TOKEN}")),
+        ("/actions/cancel-run", format!("id=1&token={TOKEN}")),
+    ] {
+        let auth = format!("Bearer {TOKEN}");
+        let r = server.post(path, &body, &[("Authorization", &auth)]);
+        assert_eq!(r.status, 403, "{path}: {r:?}");
+        assert!(
+            r.body.contains("read-only") && r.body.lines().count() == 1,
+            "{path}: {r:?}"
+        );
+    }
+    drop(server);
+    assert_eq!(site.report()["rows"], before["rows"], "nothing changed");
+}
+
+#[test]
+fn bad_requests_get_a_clear_4xx_and_change_nothing() {
+    let site = site_with_dead();
+    let before = site.report();
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let auth = format!("Bearer {TOKEN}");
+    let big = format!("stream=c-bad&seq=4&pad={}", "x".repeat(9 * 1024));
+    // (path, body, headers, status, what the one-line answer says)
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, u16, &'a str);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=4".into(),
+            vec![],
+            401,
+            "needs the operator token",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=4&token=".into(),
+            vec![],
+            401,
+            "needs the operator token",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=4&token=wrong-token-000000".into(),
+            vec![],
+            403,
+            "wrong operator token",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=4".into(),
+            vec![("Authorization", "Bearer nope")],
+            403,
+            "wrong operator token",
+        ),
+        (
+            "/actions/requeue",
+            format!("stream=c-bad&seq=4&token={TOKEN}"),
+            vec![("Origin", "http://evil.example")],
+            403,
+            "cross-origin",
+        ),
+        (
+            "/actions/requeue",
+            format!("stream=c-bad&seq=4&token={TOKEN}"),
+            vec![("Sec-Fetch-Site", "cross-site")],
+            403,
+            "cross-origin",
+        ),
+        (
+            "/actions/requeue",
+            "stream=no-such-stream&seq=4".into(),
+            vec![("Authorization", &auth)],
+            404,
+            "no-such-stream",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=abc".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "positive whole number",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=0".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "out of range",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=-1".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "positive whole number",
+        ),
+        (
+            "/actions/requeue",
+            "seq=4".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "missing form field `stream`",
+        ),
+        (
+            "/actions/requeue",
+            "stream=c-bad&seq=5".into(),
+            vec![("Authorization", &auth)],
+            409,
+            "not dead",
+        ),
+        (
+            "/actions/retry",
+            "stream=c-bad&seq=4".into(),
+            vec![("Authorization", &auth)],
+            409,
+            "requeue",
+        ),
+        (
+            "/actions/retry",
+            "stream=c-bad&seq=99".into(),
+            vec![("Authorization", &auth)],
+            404,
+            "c-bad",
+        ),
+        (
+            "/actions/requeue-dead",
+            "limit=0".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "between 1 and 10000",
+        ),
+        (
+            "/actions/requeue-dead",
+            "limit=many".into(),
+            vec![("Authorization", &auth)],
+            400,
+            "positive whole number",
+        ),
+        (
+            "/actions/cancel-run",
+            "id=12345".into(),
+            vec![("Authorization", &auth)],
+            404,
+            "12345",
+        ),
+        (
+            "/actions/requeue",
+            big,
+            vec![("Authorization", &auth)],
+            413,
+            "too large",
+        ),
+    ];
+    for (path, body, headers, status, says) in &cases {
+        let r = server.post(path, body, headers);
+        assert_eq!(r.status, *status, "{path} {body:.60} {headers:?}: {r:?}");
+        assert_eq!(r.body.lines().count(), 1, "one line: {r:?}");
+        assert!(
+            r.body.contains(says),
+            "{path} {body:.60}: {:?} does not say {says:?}",
+            r.body
+        );
+        assert!(!r.body.contains(TOKEN), "the token is never echoed");
+    }
+    // Not a form, not a page, not a POST.
+    let r = support::http(
+        &server.addr,
+        "POST",
+        "/actions/requeue",
+        &[("Content-Type", "application/json"), ("Authorization", &auth)],
+        b"{\"stream\":\"c-bad\",\"seq\":4}",
+    );
+    assert_eq!(r.status, 415, "{r:?}");
+    assert_eq!(server.get("/nope").status, 404);
+    assert_eq!(server.get("/runs?digests=maybe").status, 400);
+    assert_eq!(server.get("/actions/requeue").status, 405);
+    assert_eq!(
+        site.report()["rows"],
+        before["rows"],
+        "no bad request changed anything"
+    );
+
+    // The same request, well formed and authorized, requeues the row.
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c-bad&seq=4",
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("requeued c-bad/4"), "{r:?}");
+    assert_eq!(site.counts(), [4, 0, 0, 0]);
+    site.ok(&["work", "--once"]);
+    assert_eq!(
+        site.counts(),
+        [0, 0, 0, 0],
+        "the requeued row and those behind it applied"
+    );
+}
+
+#[test]
+fn a_non_loopback_bind_without_a_token_and_a_short_token_are_refused_at_start_up() {
+    let site = Site::migrated();
+    for (args, env, says) in [
+        (
+            vec!["serve", "--addr", "0.0.0.0:0"],
+            vec![],
+            "refusing to serve the monitor on non-loopback address 0.0.0.0:0",
+        ),
+        (
+            vec!["work", "--metrics-addr", "0.0.0.0:0"],
+            vec![],
+            "refusing to serve metrics on non-loopback address",
+        ),
+        (
+            vec!["serve", "--addr", "127.0.0.1:0"],
+            vec![("OUTBOX_SERVE_TOKEN", "short")],
+            "at least 16 characters",
+        ),
+    ] {
+        let (code, out, err) = site.run_env(&args, &env);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(!err.contains("short"), "the token is never echoed: {err}");
+        assert!(out.is_empty());
+    }
+}
+
+#[test]
+fn metrics_gauges_follow_the_backlog_as_it_drains() {
+    let site = Site::migrated();
+    let names: Vec<String> = (0..6).map(|i| format!("m-{i}")).collect();
+    let campaigns: Vec<(&str, bool)> = names.iter().map(|n| (n.as_str(), false)).collect();
+    site.seed_backlog(&campaigns);
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let pending = |m: &std::collections::BTreeMap<String, f64>| m["outbox_rows{status=\"pending\"}"];
+    let behind = |m: &std::collections::BTreeMap<String, f64>| m["outbox_projection_events_behind{projection=\"roster\"}"];
+    let first = scrape(&server);
+    assert_eq!(pending(&first), 42.0, "{first:?}");
+    assert_eq!(behind(&first), 42.0, "{first:?}");
+    assert_eq!(first["outbox_rows{status=\"dead\"}"], 0.0);
+    assert_eq!(first["outbox_projection_lag_complete"], 1.0);
+    assert!(first["outbox_oldest_due_age_seconds"] >= 0.0);
+    // Two streams per pass, one stream at a time (no sweep): 42 -> 28 -> 14
+    // -> 0, one scrape after each.
+    let mut seen = vec![pending(&first)];
+    while *seen.last().unwrap() > 0.0 {
+        assert!(seen.len() <= 4, "the drain must take three passes: {seen:?}");
+        site.ok_env(
+            &["work", "--once"],
+            &[("OUTBOX_STREAMS_PER_PASS", "2"), ("OUTBOX_SWEEP_ROWS", "0")],
+        );
+        let m = scrape(&server);
+        let [p, ..] = site.counts();
+        assert_eq!(pending(&m), p as f64, "the gauge is the report's count");
+        assert_eq!(
+            behind(&m),
+            pending(&m),
+            "every pending event is an event the projection lacks"
+        );
+        seen.push(pending(&m));
+    }
+    assert_eq!(seen, [42.0, 28.0, 14.0, 0.0]);
+    let last = scrape(&server);
+    assert_eq!(last["outbox_oldest_due_age_seconds"], 0.0);
+}
+
+#[test]
+fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
+    let site = Site::migrated();
+    site.seed_backlog(&[("w-1", false), ("w-2", false), ("w-3", false)]);
+    let server = Server::start(
+        &site,
+        &["work", "--metrics-addr", "127.0.0.1:0"],
+        &[],
+        "metrics on http://",
+    );
+    let mut last = Default::default();
+    eventually("the worker to apply the backlog", || {
+        last = scrape(&server);
+        last.get("outbox_rows{status=\"pending\"}") == Some(&0.0)
+    });
+    // 21 events: 18 applied, the 3 chat messages audit-only.
+    assert_eq!(
+        (
+            last["outbox_worker_applied_total"],
+            last["outbox_worker_audit_only_total"]
+        ),
+        (18.0, 3.0),
+        "{last:?}"
+    );
+    for counter in [
+        "outbox_worker_failures_total",
+        "outbox_worker_dead_lettered_total",
+        "outbox_worker_contended_total",
+        "outbox_worker_claims_total",
+    ] {
+        assert!(last.contains_key(counter), "{counter} missing: {last:?}");
+    }
+    assert_eq!(last["outbox_worker_dead_lettered_total"], 0.0);
+    assert_eq!(server.get("/").status, 404, "only /metrics");
+    assert_eq!(
+        server.stop().code(),
+        Some(0),
+        "SIGTERM stops the worker and its endpoint"
+    );
+}
