@@ -31,7 +31,7 @@ fn pages_render_with_security_headers_and_escaped_values() {
         assert_eq!(r.status, 200, "{path}: {r:?}");
         assert_eq!(r.headers["x-content-type-options"], "nosniff", "{path}");
         assert_eq!(r.headers["x-frame-options"], "DENY", "{path}");
-        assert_eq!(r.headers["referrer-policy"], "no-referrer", "{path}");
+        assert_eq!(r.headers["referrer-policy"], "same-origin", "{path}");
         assert!(
             r.headers["content-security-policy"].starts_with("default-src 'self'"),
             "{path}"

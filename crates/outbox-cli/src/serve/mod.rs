@@ -183,6 +183,10 @@ pub(crate) async fn worker_metrics<J: CliJournal, P: CliStore>(
     Ok((local, run_server(listener, router, cancel)))
 }
 
+/// The security headers of every answer. The referrer policy is
+/// `same-origin`, not `no-referrer`: with `no-referrer` browsers send
+/// `Origin: null` on the monitor's own form posts, which the cross-origin
+/// check must refuse.
 async fn security_headers(req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let h = res.headers_mut();
@@ -193,7 +197,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         h.insert(k, HeaderValue::from_static(v));
