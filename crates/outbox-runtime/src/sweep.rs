@@ -265,10 +265,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 // The last outcome is the run that stopped the call (a gap).
                 Ok(outcomes) => {
-                    let stream = &runs[outcomes.len() - 1][0].stream;
-                    let i = together.iter().position(|t| &t.lease.stream == stream);
-                    let t = together.remove(i.unwrap_or_default());
-                    alone.push((t.lease, t.rows));
+                    let stopped = outcomes
+                        .len()
+                        .checked_sub(1)
+                        .and_then(|last| runs.get(last))
+                        .and_then(|run| together.iter().position(|t| t.lease.stream == run[0].stream));
+                    match stopped {
+                        Some(i) => {
+                            let t = together.remove(i);
+                            alone.push((t.lease, t.rows));
+                        }
+                        // A store that says neither "applied" nor where it
+                        // stopped: every run goes its own way.
+                        None => {
+                            alone.extend(together.drain(..).map(|t| (t.lease, t.rows)));
+                            break;
+                        }
+                    }
                 }
                 Err(Error::Apply {
                     projection,

@@ -234,6 +234,39 @@ async fn transient_applier_errors_are_retried_until_success() {
     assert_eq!(rt.metrics().failed, 3);
 }
 
+/// Many streams with failing events in both worker shapes (sweeps, the
+/// default, and per-stream passes): every stream ends applied exactly once,
+/// in order, with the failures counted once each.
+#[tokio::test(start_paused = true)]
+async fn sweeps_and_per_stream_passes_drain_failing_streams_alike() {
+    for sweep_rows in [Config::default().sweep_rows, 7, 0] {
+        let e = env();
+        let rt = runtime(&e, worker_config().with_batch_size(3).with_sweep_rows(sweep_rows)).await;
+        let streams: Vec<StreamId> = (0..12).map(|i| sid(&format!("s{i:02}"))).collect();
+        for (i, s) in streams.iter().enumerate() {
+            if i % 3 == 0 {
+                // Fails twice on its 2nd event, then applies.
+                e.faults.fail(s, 2, 2);
+            }
+        }
+        let running = rt.start().await.unwrap();
+        for s in &streams {
+            append_values(&rt, s, &[1, 2, 3, 4, 5]).await;
+        }
+        wait_until_drained(&rt).await;
+        running.shutdown().await;
+        let want: Vec<(String, u64, i64)> = streams.iter().map(|s| (s.to_string(), 5, 15)).collect();
+        let want: Vec<(&str, u64, i64)> = want.iter().map(|(s, t, v)| (s.as_str(), *t, *v)).collect();
+        check_history(&state(&e).await, &expect(&want), &BTreeMap::new())
+            .unwrap_or_else(|err| panic!("sweep_rows {sweep_rows}: {err}"));
+        assert_eq!(
+            rt.metrics().failed,
+            8,
+            "sweep_rows {sweep_rows}: 4 streams x 2 failures"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn poison_blocks_only_its_stream_and_requeue_applies_it_exactly_once() {
     let e = env();
