@@ -7,6 +7,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
+mod browser;
 mod crash;
 mod migrations;
 mod package;
@@ -32,7 +33,9 @@ commands:
   package-check
               cargo package every publishable crate and build each package
               from its .crate file
-  test        run every test (starts a throwaway Postgres when needed)
+  test        run every test (starts a throwaway Postgres when needed, and
+              chromedriver for the web monitor's browser test, installing
+              chromium and chromium-driver when missing)
   crash [--backend sqlite|postgres] [--rounds N] [--seed S] [--round-seed S]
               the crash harness (release, failpoints on): kill -9 and named
               crash points, then the exactly-once check (docs/crash-testing.md)
@@ -213,9 +216,19 @@ fn test() -> Result<()> {
     } else {
         None
     };
+    // The web monitor's browser test gets a chromedriver (installed if
+    // missing), unless the caller named a WebDriver.
+    let driver = if env::var_os("OUTBOX_TEST_WEBDRIVER_URL").is_none_or(|v| v.is_empty()) {
+        Some(browser::Driver::start()?)
+    } else {
+        None
+    };
     let with_pg = |mut c: Command| {
         if let Some(s) = &server {
             c.env("OUTBOX_TEST_DATABASE_URL", s.url());
+        }
+        if let Some(d) = &driver {
+            c.env("OUTBOX_TEST_WEBDRIVER_URL", d.url());
         }
         c
     };

@@ -37,7 +37,7 @@ fn find_bin() -> Option<PathBuf> {
         .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
