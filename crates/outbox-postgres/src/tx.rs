@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use outbox_core::spi::{ApplyTx, CheckpointMove};
+use outbox_core::spi::{ApplyTx, CheckpointMove, StreamAdvance};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
 use sqlx::PgConnection;
 
@@ -75,6 +75,79 @@ async fn lock_checkpoints(
             .fetch_all(&mut *conn)
             .await?;
         cps.extend(more);
+    }
+    Ok(cps)
+}
+
+/// [`APPLY_CAS`] for several streams: checkpoints by compare-and-set
+/// (`$1` streams, `$2` names, `$3` new, `$4` old values, one element per
+/// move) and watermarks raised (`$5` streams, `$6` seqs, in stream order);
+/// returns how many checkpoints moved.
+pub(crate) const APPLY_CAS_ALL: &str = concat!(
+    "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
+    pnow!(),
+    " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS x(s, p, new, old) \
+               WHERE c.projection = x.p AND c.stream = x.s AND c.last_applied = x.old RETURNING 1), \
+             wm AS (INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) \
+               SELECT m.s, m.t, ",
+    pnow!(),
+    " FROM unnest($5::text[], $6::bigint[]) AS m(s, t) ORDER BY m.s \
+               ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+               updated_at = excluded.updated_at WHERE excluded.applied_through > w.applied_through) \
+             SELECT count(*) FROM cas"
+);
+
+/// Locks the checkpoints of the (stream, projection) pairs `$1`, `$2`, in
+/// (stream, projection) order.
+const LOCK_CHECKPOINTS_OF: &str = "SELECT stream, projection, last_applied FROM outbox_checkpoints \
+     WHERE (stream, projection) IN (SELECT * FROM unnest($1::text[], $2::text[])) \
+     ORDER BY stream, projection FOR UPDATE";
+
+/// [`lock_checkpoints`] for several streams at once: every (stream,
+/// projection) pair locked in that order, missing ones created at 0.
+async fn lock_checkpoints_of(
+    conn: &mut PgConnection,
+    streams: &[&str],
+    names: &[&str],
+) -> sqlx::Result<HashMap<(String, String), i64>> {
+    let mut pairs: Vec<(&str, &str)> = streams
+        .iter()
+        .flat_map(|s| names.iter().map(move |p| (*s, *p)))
+        .collect();
+    pairs.sort_unstable();
+    let (ss, ps): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
+    let found: Vec<(String, String, i64)> = sqlx::query_as(LOCK_CHECKPOINTS_OF)
+        .bind(&ss)
+        .bind(&ps)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut cps: HashMap<(String, String), i64> = found.into_iter().map(|(s, p, cp)| ((s, p), cp)).collect();
+    if cps.len() < pairs.len() {
+        let missing: Vec<(&str, &str)> = pairs
+            .iter()
+            .copied()
+            .filter(|(s, p)| !cps.contains_key(&((*s).to_owned(), (*p).to_owned())))
+            .collect();
+        let (ms, mp): (Vec<&str>, Vec<&str>) = missing.into_iter().unzip();
+        // As in `lock_checkpoints`: a concurrent first apply makes this
+        // wait for its commit and insert nothing; the lock reads it.
+        sqlx::query(concat!(
+            "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
+             SELECT p, s, 0, ",
+            pnow!(),
+            " FROM unnest($1::text[], $2::text[]) AS u(s, p) ORDER BY s, p \
+             ON CONFLICT (projection, stream) DO NOTHING"
+        ))
+        .bind(&ms)
+        .bind(&mp)
+        .execute(&mut *conn)
+        .await?;
+        let more: Vec<(String, String, i64)> = sqlx::query_as(LOCK_CHECKPOINTS_OF)
+            .bind(&ms)
+            .bind(&mp)
+            .fetch_all(&mut *conn)
+            .await?;
+        cps.extend(more.into_iter().map(|(s, p, cp)| ((s, p), cp)));
     }
     Ok(cps)
 }
@@ -158,6 +231,67 @@ impl ApplyTx for PgTx {
             .bind(&to)
             .bind(&from)
             .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .fetch_one(self.conn())
+            .await
+            .map_err(|e| storage("advancing checkpoints", e))?;
+        Ok(u64::try_from(moved).unwrap_or(0))
+    }
+
+    /// Every stream's checkpoints locked in one statement (two more the
+    /// first time a pair is seen), in (stream, projection) order.
+    async fn checkpoints_of(
+        &mut self,
+        streams: &[&StreamId],
+        projections: &[&ProjectionName],
+    ) -> Result<Vec<Vec<u64>>> {
+        if projections.is_empty() || streams.is_empty() {
+            return Ok(streams.iter().map(|_| Vec::new()).collect());
+        }
+        let ss: Vec<&str> = streams.iter().map(|s| s.as_str()).collect();
+        let ps: Vec<&str> = projections.iter().map(|p| p.as_str()).collect();
+        let locked = lock_checkpoints_of(self.conn(), &ss, &ps)
+            .await
+            .map_err(|e| storage("locking checkpoints", e))?;
+        Ok(ss
+            .iter()
+            .map(|s| {
+                ps.iter()
+                    .map(|p| {
+                        let cp = locked
+                            .get(&((*s).to_owned(), (*p).to_owned()))
+                            .copied()
+                            .unwrap_or(0);
+                        u64::try_from(cp).unwrap_or(0)
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Every stream's checkpoints and watermark in one statement.
+    async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
+        self.flush_views().await?;
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (mut ss, mut ps, mut to, mut from) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for a in advances {
+            for m in &a.moves {
+                ss.push(a.stream.as_str());
+                ps.push(m.projection.as_str());
+                to.push(int(m.to));
+                from.push(int(m.from));
+            }
+        }
+        let (ws, wt): (Vec<&str>, Vec<i64>) = advances
+            .iter()
+            .map(|a| (a.stream.as_str(), int(a.through)))
+            .unzip();
+        let moved: i64 = sqlx::query_scalar(APPLY_CAS_ALL)
+            .bind(&ss)
+            .bind(&ps)
+            .bind(&to)
+            .bind(&from)
+            .bind(&ws)
+            .bind(&wt)
             .fetch_one(self.conn())
             .await
             .map_err(|e| storage("advancing checkpoints", e))?;
