@@ -10,7 +10,7 @@
 //! for this process).
 
 use outbox_core::{
-    Error, EventJournal, OutboxInspector, OutboxRow, OutboxStatus, RetryPolicy, Seq, StreamId, Timestamp,
+    Error, EventJournal, OutboxInspector, OutboxRow, OutboxStatus, RetryPolicy, Seq, Timestamp,
 };
 use serde::Serialize;
 
@@ -107,11 +107,6 @@ fn blocked(row: &OutboxRow, as_of: Timestamp, policy: &RetryPolicy, version: u64
         last_error: row.last_error.clone(),
         waiting_behind: version.saturating_sub(row.seq.get()),
     }
-}
-
-/// Validates a stream id given by an operator (a form field, a flag).
-pub(crate) fn stream_id(s: &str) -> Result<StreamId, Error> {
-    StreamId::new(s)
 }
 
 /// Prints the blocked streams as text.

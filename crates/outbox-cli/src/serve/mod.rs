@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::html::{action_form, esc, page, table};
 use crate::backend::{CliJournal, CliStore};
-use crate::blocked::{blocked_streams, stream_id};
+use crate::blocked::blocked_streams;
 use crate::cli::{OUTBOX_SERVE_TOKEN, ServeArgs};
 use crate::commands::Ctx;
 use crate::metrics::{CONTENT_TYPE, Scrape, render};
@@ -720,7 +720,7 @@ fn number(v: &Option<String>, name: &str) -> Result<u64, Refusal> {
 }
 
 fn stream_seq(f: &ActionForm) -> Result<(outbox_core::StreamId, Seq), Refusal> {
-    let stream = stream_id(field(&f.stream, "stream")?).map_err(|e| refusal(&e))?;
+    let stream = outbox_core::StreamId::new(field(&f.stream, "stream")?).map_err(|e| refusal(&e))?;
     let seq = Seq::new(number(&f.seq, "seq")?).map_err(|e| refusal(&e))?;
     Ok((stream, seq))
 }
