@@ -76,6 +76,28 @@ fn pages_render_with_security_headers_and_escaped_values() {
 }
 
 #[test]
+fn stream_names_and_errors_are_escaped() {
+    let site = Site::migrated();
+    let evil = "c<script>alert('x')</script>&\"";
+    site.seed_with_dead(&[(evil, true)]);
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let page = server.get("/blocked").body;
+    assert!(!page.contains("<script"), "{page}");
+    assert!(
+        page.contains("c&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"),
+        "{page}"
+    );
+    // The requeue form carries the name back exactly.
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c%3Cscript%3Ealert(%27x%27)%3C%2Fscript%3E%26%22&seq=4",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!r.body.contains("<script"), "{r:?}");
+}
+
+#[test]
 fn the_read_only_monitor_refuses_every_action_and_changes_nothing() {
     let site = site_with_dead();
     let before = site.report();
@@ -283,6 +305,78 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
         site.counts(),
         [0, 0, 0, 0],
         "the requeued row and those behind it applied"
+    );
+}
+
+#[test]
+fn actions_with_the_token_requeue_dead_retry_and_cancel() {
+    let auth = format!("Bearer {TOKEN}");
+    let h = [("Authorization", auth.as_str())];
+
+    // Requeue every dead row (the overview's button), then a pass applies them.
+    let site = Site::migrated();
+    site.seed_with_dead(&[("d-1", true), ("d-2", true), ("d-3", false)]);
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let overview = server.get("/").body;
+    assert!(
+        overview.contains("action=\"/actions/requeue-dead\""),
+        "{overview}"
+    );
+    assert!(overview.contains("name=\"limit\" value=\"2\""), "{overview}");
+    assert!(!overview.contains(TOKEN), "the token is never rendered");
+    let r = server.post("/actions/requeue-dead", "limit=2", &h);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("requeued 2 dead row(s)"), "{r:?}");
+    assert_eq!(site.counts(), [8, 0, 0, 0]);
+    site.ok(&["work", "--once"]);
+    assert_eq!(site.counts(), [0, 0, 0, 0]);
+    drop(server);
+
+    // Retry a failed row now: it keeps its attempts and is due at once.
+    let site = Site::migrated();
+    site.seed_with_failed(&[("f-1", true), ("f-2", false)]);
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let blocked = server.get("/blocked").body;
+    assert!(blocked.contains("action=\"/actions/retry\""), "{blocked}");
+    let json = site.json(&["report", "--blocked", "--json"]);
+    assert_eq!(json["streams"][0]["status"], "failed", "{json}");
+    assert!(json["streams"][0]["next_attempt_at"].is_string(), "{json}");
+    site.ok(&["work", "--once"]);
+    assert_eq!(site.counts(), [3, 0, 1, 0], "not due for an hour: nothing moves");
+    let r = server.post("/actions/retry", "stream=f-1&seq=4", &h);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains("retrying f-1/4") && r.body.contains("attempts 1 kept"),
+        "{r:?}"
+    );
+    site.ok(&["work", "--once"]);
+    assert_eq!(
+        site.counts(),
+        [0, 0, 0, 0],
+        "the retried row and those behind it applied"
+    );
+    drop(server);
+
+    // Cancel an active run.
+    let site = Site::migrated();
+    let id = site.active_run();
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let runs = server.get("/runs").body;
+    assert!(runs.contains("action=\"/actions/cancel-run\""), "{runs}");
+    let r = server.post("/actions/cancel-run", &format!("id={id}"), &h);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains(&format!("cancel requested for run {id}")),
+        "{r:?}"
+    );
+    // A run that has not started yet stops at once.
+    let shown = site.json(&["runs", "show", &id.to_string(), "--json"]);
+    assert_eq!(shown[0]["state"], "cancelled", "{shown}");
+    assert!(
+        !server
+            .get("/runs")
+            .body
+            .contains("action=\"/actions/cancel-run\"")
     );
 }
 

@@ -159,6 +159,63 @@ impl Site {
     }
 }
 
+impl Site {
+    /// [`Site::seed_backlog`], then one pass with the fault live and a long
+    /// retry delay: each cursed campaign has a failed row at seq 4, due in
+    /// an hour, and three pending rows behind it.
+    pub fn seed_with_failed(&self, campaigns: &[(&str, bool)]) {
+        self.seed_backlog(campaigns);
+        block_on(async {
+            let retry = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 8).unwrap();
+            let rt = self.library(Config::apply_worker().with_retry(retry)).await;
+            rt.tick().await.expect("tick");
+            let s = rt.journal().summary().await.unwrap();
+            let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
+            assert_eq!((s.failed, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
+            rt.journal().close().await;
+            rt.store().close().await;
+        });
+    }
+
+    /// An active rebuild run of `roster` owned by a live worker of another
+    /// host; returns its id.
+    pub fn active_run(&self) -> u64 {
+        use outbox_core::{ProjectionName, RunKind, RunStore, WorkerId, WorkerRegistry};
+        block_on(async {
+            let owner = WorkerId::new("other-host-1-abc").unwrap();
+            let journal = SqliteJournal::open(&self.journal, SqliteOptions::default())
+                .await
+                .unwrap();
+            WorkerRegistry::heartbeat(
+                &journal,
+                &owner,
+                "other-host",
+                1,
+                outbox_core::Mode::OutboxApplyOnly,
+                Duration::from_secs(600),
+            )
+            .await
+            .unwrap();
+            journal.close().await;
+            let store = SqliteProjectionStore::open(&self.projection, SqliteOptions::default())
+                .await
+                .unwrap();
+            let run = store
+                .admit_run(
+                    RunKind::Rebuild,
+                    &ProjectionName::new("roster").unwrap(),
+                    None,
+                    &owner,
+                    Duration::from_secs(600),
+                )
+                .await
+                .unwrap();
+            store.close().await;
+            run.id
+        })
+    }
+}
+
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
