@@ -17,6 +17,7 @@ use std::collections::HashSet;
 
 use outbox_core::spi::all_applied;
 use outbox_core::{ApplyOutcome, Error, Event, Lease, OutboxRow, Result, Seq, StreamEnd, SweepLimits};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
@@ -37,7 +38,12 @@ struct Taken {
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// A pass made of sweeps: up to `batches_per_stream` of them, each over
-    /// the streams due at the time, until one finds nothing to take.
+    /// the streams due at the time, until one finds nothing to take. The
+    /// next sweep's claim runs while the current sweep applies and
+    /// completes (it cannot take the current sweep's streams: their leases
+    /// are held), so on SQLite it shares a commit with the current
+    /// sweep's completion (group commit) and the worker never waits for a
+    /// claim between sweeps.
     pub(crate) async fn sweep_tick(
         &self,
         kind: WorkerKind,
@@ -45,51 +51,112 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<TickReport> {
         let inner = &self.inner;
         let config = &inner.config;
-        let limits = SweepLimits {
-            streams: config.streams_per_pass,
-            per_stream: config.batch_size,
-            rows: config.sweep_rows,
-        };
         let mut report = TickReport::default();
         // Streams this pass took up, each counted once however many sweeps took it.
         let mut seen = HashSet::new();
-        for _ in 0..config.batches_per_stream {
+        let mut next = if cancel.is_cancelled() {
+            Vec::new()
+        } else {
+            self.claim_sweep().await?
+        };
+        // When `next` was claimed: its leases are not renewed while it waits.
+        let mut claimed_at = Instant::now();
+        for round in 1..=config.batches_per_stream {
+            if next.is_empty() {
+                break;
+            }
             if cancel.is_cancelled() {
+                // Claimed ahead but not to be applied: give it back.
+                self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
+                    .await;
                 break;
             }
-            let taken = inner
-                .journal
-                .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
-                .within(config.store_deadline(), "acquire_and_claim_due")
-                .await?;
-            if taken.is_empty() {
-                break;
+            if claimed_at.elapsed() > config.lease_ttl / 3 {
+                // The sweep before took long (streams drained on their
+                // own): give back what waited and take a fresh claim, so
+                // no lease of this sweep is near its expiry.
+                self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
+                    .await;
+                next = self.claim_sweep().await?;
+                if next.is_empty() {
+                    break;
+                }
             }
-            let span = info_span!("sweep", streams = taken.len(), worker = %inner.worker_id);
+            let taken = std::mem::take(&mut next);
             for (lease, _) in &taken {
                 if seen.insert(lease.stream.clone()) {
                     report.due_streams += 1;
                     report.leased += 1;
                 }
             }
-            match self
-                .sweep(kind, taken, &mut report, cancel)
-                .instrument(span)
-                .await
-            {
-                Ok(()) => {}
+            let span = info_span!("sweep", streams = taken.len(), worker = %inner.worker_id);
+            let ahead = round < config.batches_per_stream;
+            let mut done = TickReport::default();
+            let claim_started = Instant::now();
+            let (swept, claimed) = tokio::join!(
+                self.sweep(kind, taken, &mut done, cancel).instrument(span),
+                async {
+                    if ahead && !cancel.is_cancelled() {
+                        self.claim_sweep().await
+                    } else {
+                        Ok(Vec::new())
+                    }
+                }
+            );
+            add_counts(&mut report, &done);
+            let failed = match swept {
+                Ok(()) => None,
                 Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
                     // Infrastructure trouble or a lost lease: nothing is
                     // counted against the rows; the next pass retries.
                     warn!(error = %e, "sweep interrupted");
                     report.storage_errors += 1;
                     Metrics::add(&inner.metrics.storage_errors, 1);
-                    break;
+                    Some(None)
                 }
-                Err(e) => return Err(e),
+                Err(e) => Some(Some(e)),
+            };
+            match (failed, claimed) {
+                (None, Ok(claimed)) => {
+                    next = claimed;
+                    claimed_at = claim_started;
+                    if next.is_empty() && ahead && !cancel.is_cancelled() {
+                        // Claimed ahead while this sweep held its streams:
+                        // what it left (the rest of full runs) is due only now.
+                        next = self.claim_sweep().await?;
+                        claimed_at = Instant::now();
+                    }
+                }
+                (None, Err(e)) => return Err(e),
+                (Some(stop), claimed) => {
+                    if let Ok(claimed) = claimed {
+                        self.give_up(claimed.into_iter().map(|(lease, _)| lease), Vec::new())
+                            .await;
+                    }
+                    return match stop {
+                        None => Ok(report),
+                        Some(e) => Err(e),
+                    };
+                }
             }
         }
         Ok(report)
+    }
+
+    /// Leases due streams and claims their runs: the start of a sweep.
+    async fn claim_sweep(&self) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let limits = SweepLimits {
+            streams: config.streams_per_pass,
+            per_stream: config.batch_size,
+            rows: config.sweep_rows,
+        };
+        inner
+            .journal
+            .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
+            .within(config.store_deadline(), "acquire_and_claim_due")
+            .await
     }
 
     /// Applies (or verifies) the runs `taken` together where it can, ends
@@ -345,4 +412,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             debug!(error = %e, "abandoning a sweep failed; its leases will expire");
         }
     }
+}
+
+/// Adds the counts of one sweep to the pass's report (streams are counted
+/// by the pass itself).
+fn add_counts(report: &mut TickReport, sweep: &TickReport) {
+    report.contended += sweep.contended;
+    report.claimed += sweep.claimed;
+    report.completed += sweep.completed;
+    report.failed += sweep.failed;
+    report.dead_lettered += sweep.dead_lettered;
+    report.storage_errors += sweep.storage_errors;
+    report.due_streams += sweep.due_streams;
+    report.leased += sweep.leased;
 }

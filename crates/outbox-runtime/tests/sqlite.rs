@@ -81,6 +81,51 @@ fn expected(streams: &[StreamId], events: u64, value: i64) -> BTreeMap<String, E
         .collect()
 }
 
+/// A projection that applies like `inner` until it has applied `after`
+/// events, then says so on `stalled` and never returns: a process hung in
+/// its applier, holding whatever it had claimed.
+struct Stall {
+    inner: Arc<dyn Projection<SqliteTx>>,
+    after: u64,
+    applied: std::sync::atomic::AtomicU64,
+    stalled: Arc<tokio::sync::Notify>,
+}
+
+#[outbox_core::async_trait]
+impl Projection<SqliteTx> for Stall {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        self.inner.name()
+    }
+
+    async fn setup(&self, tx: &mut SqliteTx) -> Result<(), outbox_core::BoxError> {
+        self.inner.setup(tx).await
+    }
+
+    async fn apply(
+        &self,
+        tx: &mut SqliteTx,
+        event: &outbox_core::Event,
+    ) -> Result<(), outbox_core::BoxError> {
+        if self.applied.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == self.after {
+            self.stalled.notify_one();
+            std::future::pending::<()>().await;
+        }
+        self.inner.apply(tx, event).await
+    }
+
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), outbox_core::BoxError> {
+        self.inner.reset(tx).await
+    }
+
+    async fn digest(
+        &self,
+        tx: &mut SqliteTx,
+        out: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled() {
     let f = files();
@@ -90,12 +135,19 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
         .with_poll_interval(Duration::from_millis(50))
         .with_batch_size(16)
         .with_repair_on_start(false);
+    let stalled = Arc::new(tokio::sync::Notify::new());
+    let stalling: Arc<dyn Projection<SqliteTx>> = Arc::new(Stall {
+        inner: p.clone(),
+        after: 50,
+        applied: std::sync::atomic::AtomicU64::new(0),
+        stalled: stalled.clone(),
+    });
     let mut rts = Vec::new();
     for i in 0..4 {
         let c = config
             .clone()
             .with_worker_id(outbox_core::WorkerId::new(format!("rt-{i}")).unwrap());
-        rts.push(open(&f, c, &p).await);
+        rts.push(open(&f, c, if i == 0 { &stalling } else { &p }).await);
     }
     let streams: Vec<StreamId> = (0..100).map(|i| sid(&format!("s{i:03}"))).collect();
     // 100 streams x 100 events, appended in 10 rounds of one transaction each.
@@ -112,45 +164,46 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
             .collect();
         rts[0].append_batch(batch).await.unwrap();
     }
+    // Runtimes 0 and 1 start; a runtime holds the leases of at most two
+    // sweeps (32 streams each here), so runtime 1 cannot take every stream
+    // and runtime 0 gets work of its own.
     let mut running: Vec<_> = Vec::new();
-    for rt in &rts {
+    for rt in &rts[..2] {
         running.push(Some(rt.start().await.unwrap()));
     }
-    // Crash runtime 0 while it holds a stream lease.
+    // Crash runtime 0 while it holds stream leases: its applier stalls
+    // inside a batch (the leases of that batch or sweep are held, its rows
+    // claimed), and the runtime is killed there.
     let victim = rts[0].worker_id().clone();
+    tokio::time::timeout(Duration::from_secs(60), stalled.notified())
+        .await
+        .expect("runtime 0 reached its stalling apply");
+    running[0].take().unwrap().abort();
+    // Two more runtimes join.
+    for rt in &rts[2..] {
+        running.push(Some(rt.start().await.unwrap()));
+    }
+    // What a dead process leaves: its connections gone, its leases live.
+    rts[0].journal().close().await;
+    rts[0].store().close().await;
     let mut stranded = BTreeSet::new();
-    for _ in 0..500 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let mut held = Vec::new();
-        for s in &streams {
-            if let Some(l) = rts[1].journal().lease(s).await.unwrap()
-                && l.owner == victim
-            {
-                held.push(s.clone());
+    let oracle = outbox_core::ProjectionName::new("oracle").unwrap();
+    for s in &streams {
+        if let Some(l) = rts[1].journal().lease(s).await.unwrap()
+            && l.owner == victim
+        {
+            // Stranded with work: events the crashed runtime had not applied.
+            let applied = rts[1].store().checkpoint(&oracle, s).await.unwrap();
+            let version = rts[1].journal().stream_version(s).await.unwrap();
+            if applied < version {
+                stranded.insert(s.clone());
             }
-        }
-        if !held.is_empty() {
-            running[0].take().unwrap().abort();
-            // What a dead process leaves: its connections gone, its leases live.
-            rts[0].journal().close().await;
-            rts[0].store().close().await;
-            for s in held {
-                if let Some(l) = rts[1].journal().lease(&s).await.unwrap()
-                    && l.owner == victim
-                {
-                    // Stranded with work: events the crashed runtime had not applied.
-                    let oracle = outbox_core::ProjectionName::new("oracle").unwrap();
-                    let applied = rts[1].store().checkpoint(&oracle, &s).await.unwrap();
-                    let version = rts[1].journal().stream_version(&s).await.unwrap();
-                    if applied < version {
-                        stranded.insert(s);
-                    }
-                }
-            }
-            break;
         }
     }
-    assert!(running[0].is_none(), "runtime 0 never held a lease to crash with");
+    assert!(
+        !stranded.is_empty(),
+        "runtime 0 was killed inside an apply: it held the leases of that batch"
+    );
     wait_drained(&rts[1], Duration::from_secs(90)).await;
     for r in running.into_iter().flatten() {
         r.shutdown().await;

@@ -18,6 +18,7 @@
 //! statement-by-statement transaction: the shared cold-path statements of
 //! `outbox_sql` run that way. Dropping a session rolls it back.
 
+mod busy;
 mod session;
 mod values;
 
@@ -170,7 +171,7 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
     } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let open = |e| engine_error(format_args!("opening {}", path.display()), e);
     let conn = Connection::open_with_flags(path, flags).map_err(open)?;
-    conn.busy_timeout(options.busy_timeout).map_err(open)?;
+    conn.busy_handler(Some(busy::handler)).map_err(open)?;
     conn.set_prepared_statement_cache_capacity(128);
     let sync = match options.synchronous {
         Synchronous::Full => "FULL",
@@ -188,6 +189,7 @@ impl Engine {
     /// Opens a connection and starts its thread.
     pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
         let conn = connect(path, options, access)?;
+        let busy_timeout = options.busy_timeout;
         let (sender, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = oneshot::channel();
         let shown = path.display().to_string();
@@ -197,6 +199,7 @@ impl Engine {
                 Access::Read => "outbox-sqlite-reader".into(),
             })
             .spawn(move || {
+                busy::set_timeout(busy_timeout);
                 Worker { conn, path: shown }.serve(receiver);
                 let _ = stopped_tx.send(());
             })
