@@ -62,6 +62,11 @@ const TEST_VARS: &[(&str, &str, &str)] = &[
         "a WebDriver (chromedriver) for the browser test of `outbox serve`; `cargo xtask ci` starts one and sets it; unset and `CI` unset: the test is skipped, with `CI` set it fails",
     ),
     (
+        "OUTBOX_TEST_SCREENSHOT_DIR",
+        "`target/screenshots`",
+        "where the browser test of `outbox serve` saves its screenshots; `docs/img` refreshes the runbook's",
+    ),
+    (
         "OUTBOX_CRASH_AT",
         "(unset)",
         "`point:N`: a build with the runtime's `failpoints` feature (only `cargo xtask crash` makes one) aborts at the N-th hit of that crash point (docs/crash-testing.md)",

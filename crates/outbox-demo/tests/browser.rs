@@ -2,7 +2,8 @@
 //! chromedriver, driven with fantoccini): the overview's counts are
 //! `outbox report --json`'s; a requeue with the token applies the row; with a
 //! wrong token, and on the read-only monitor, nothing changes. Saves a
-//! screenshot of each page into docs/img/ (shown by docs/operations.md).
+//! screenshot of each page into `target/screenshots/`, or the directory
+//! `OUTBOX_TEST_SCREENSHOT_DIR` names (`docs/img` for the runbook's).
 //!
 //! The WebDriver: `OUTBOX_TEST_WEBDRIVER_URL` (`cargo xtask ci` starts
 //! chromedriver and sets it), else a `chromedriver` on PATH started here.
@@ -79,10 +80,16 @@ async fn browser(url: &str) -> Client {
         .unwrap_or_else(|e| panic!("cannot start a browser session at {url}: {e}"))
 }
 
+/// Where a screenshot goes: `OUTBOX_TEST_SCREENSHOT_DIR` (relative to the
+/// workspace root; `docs/img` refreshes the runbook's), else
+/// `target/screenshots`, so a test run leaves the tracked files alone.
 fn img(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../docs/img")
-        .join(name)
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var("OUTBOX_TEST_SCREENSHOT_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "target/screenshots".into());
+    root.join(dir).join(name)
 }
 
 async fn text(c: &Client, css: &str) -> String {
@@ -104,7 +111,7 @@ async fn count(c: &Client, id: &str) -> u64 {
 async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     let path = img(name);
-    std::fs::create_dir_all(path.parent().unwrap()).expect("docs/img");
+    std::fs::create_dir_all(path.parent().unwrap()).expect("the screenshot directory");
     std::fs::write(&path, png).expect("write screenshot");
 }
 
