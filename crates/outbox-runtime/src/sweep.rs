@@ -242,14 +242,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .within(deadline, "complete_and_release_all")
                 .await
             {
-                Ok(n) => {
-                    crate::failpoint::failpoint("after_complete");
-                    report.completed += n;
-                    Metrics::add(&inner.metrics.completed_rows, n);
-                    if kind == WorkerKind::Shadow {
-                        Metrics::add(&inner.metrics.shadow_verified, n);
-                    }
-                }
+                Ok(n) => self.completed(kind, n, report),
                 // The leases expire and the rows are due again; the
                 // checkpoints skip what was applied.
                 Err(e) => debug!(error = %e, "ending a sweep failed; its leases will expire"),

@@ -229,14 +229,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .within(inner.config.store_deadline(), "complete_and_release")
             .await
         {
-            Ok(n) => {
-                crate::failpoint::failpoint("after_complete");
-                report.completed += n;
-                Metrics::add(&inner.metrics.completed_rows, n);
-                if kind == WorkerKind::Shadow {
-                    Metrics::add(&inner.metrics.shadow_verified, n);
-                }
-            }
+            Ok(n) => self.completed(kind, n, report),
             Err(e) => debug!(error = %e, "ending the stream pass failed; the lease will expire"),
         }
         result
@@ -333,12 +326,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                             .complete_and_claim(lease, last.seq, batch)
                             .within(inner.config.store_deadline(), "complete_and_claim")
                             .await?;
-                        crate::failpoint::failpoint("after_complete");
-                        report.completed += n;
-                        Metrics::add(&inner.metrics.completed_rows, n);
-                        if kind == WorkerKind::Shadow {
-                            Metrics::add(&inner.metrics.shadow_verified, n);
-                        }
+                        self.completed(kind, n, report);
                         Some(next)
                     } else {
                         // The pass ends here: its last commit completes.
@@ -401,6 +389,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         .instrument(span)
         .await
+    }
+
+    /// Counts `n` rows a store call completed (past the `after_complete`
+    /// crash point).
+    pub(crate) fn completed(&self, kind: WorkerKind, n: u64, report: &mut TickReport) {
+        crate::failpoint::failpoint("after_complete");
+        report.completed += n;
+        Metrics::add(&self.inner.metrics.completed_rows, n);
+        if kind == WorkerKind::Shadow {
+            Metrics::add(&self.inner.metrics.shadow_verified, n);
+        }
     }
 
     /// Whether every projection's checkpoint on `stream` is at `seq` or past it.

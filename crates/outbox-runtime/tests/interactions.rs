@@ -31,6 +31,33 @@ fn expect_apply(p: &mut MockProj, seq: &mut mockall::Sequence, n: u64, ok: bool)
         .returning(move |_, _| if ok { Ok(()) } else { Err("boom".into()) });
 }
 
+/// The apply worker on memory stores with `clock`, event type `e` and `p`.
+async fn runtime(
+    p: MockProj,
+    clock: &ManualClock,
+    config: Config,
+) -> Outbox<MemoryJournal, MemoryProjectionStore> {
+    let mut types = EventTypeRegistry::new();
+    types.apply("e").unwrap();
+    Outbox::builder(
+        MemoryJournal::with_clock(Arc::new(clock.clone())),
+        MemoryProjectionStore::with_clock(Arc::new(clock.clone())),
+    )
+    .config(config)
+    .event_types(types)
+    .projection(Arc::new(p))
+    .build()
+    .await
+    .unwrap()
+}
+
+/// The apply worker retrying after 1 ms, without start-up repair.
+fn quick_retries() -> Config {
+    Config::apply_worker()
+        .with_retry(RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 5).unwrap())
+        .with_repair_on_start(false)
+}
+
 /// A batch [1, 2, 3] whose event 2 fails once: the whole batch rolls back,
 /// event 1 is committed alone, event 2's row records the failure (3 stays
 /// blocked), and the retry applies 2 and then 3. Each committed event is
@@ -56,24 +83,8 @@ async fn failing_event_is_isolated(sweep_rows: usize) {
     expect_apply(&mut p, &mut seq, 2, true); // the retry, after the backoff
     expect_apply(&mut p, &mut seq, 3, true);
 
-    let mut types = EventTypeRegistry::new();
-    types.apply("e").unwrap();
     let clock = ManualClock::default();
-    let rt = Outbox::builder(
-        MemoryJournal::with_clock(Arc::new(clock.clone())),
-        MemoryProjectionStore::with_clock(Arc::new(clock.clone())),
-    )
-    .config(
-        Config::apply_worker()
-            .with_retry(RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 5).unwrap())
-            .with_repair_on_start(false)
-            .with_sweep_rows(sweep_rows),
-    )
-    .event_types(types)
-    .projection(Arc::new(p))
-    .build()
-    .await
-    .unwrap();
+    let rt = runtime(p, &clock, quick_retries().with_sweep_rows(sweep_rows)).await;
     let s = sid("s");
     let events = (0..3).map(|_| rt.event("e", vec![]).unwrap()).collect();
     rt.append(&s, ExpectedVersion::NoStream, events).await.unwrap();
@@ -113,19 +124,8 @@ async fn a_failure_while_committing_the_prefix_is_recorded_on_its_own_row() {
     expect_apply(&mut p, &mut seq, 2, false);
     expect_apply(&mut p, &mut seq, 1, false); // the prefix fails too
 
-    let mut types = EventTypeRegistry::new();
-    types.apply("e").unwrap();
     let clock = ManualClock::default();
-    let rt = Outbox::builder(
-        MemoryJournal::with_clock(Arc::new(clock.clone())),
-        MemoryProjectionStore::with_clock(Arc::new(clock)),
-    )
-    .config(Config::apply_worker().with_repair_on_start(false))
-    .event_types(types)
-    .projection(Arc::new(p))
-    .build()
-    .await
-    .unwrap();
+    let rt = runtime(p, &clock, Config::apply_worker().with_repair_on_start(false)).await;
     let s = sid("s");
     let events = (0..3).map(|_| rt.event("e", vec![]).unwrap()).collect();
     rt.append(&s, ExpectedVersion::NoStream, events).await.unwrap();
@@ -177,23 +177,8 @@ async fn a_failing_event_in_a_sweep_is_pinned_on_its_stream_and_the_others_commi
     expect_on(&mut p, &mut seq, "b", 2, true);
     expect_on(&mut p, &mut seq, "b", 3, true);
 
-    let mut types = EventTypeRegistry::new();
-    types.apply("e").unwrap();
     let clock = ManualClock::default();
-    let rt = Outbox::builder(
-        MemoryJournal::with_clock(Arc::new(clock.clone())),
-        MemoryProjectionStore::with_clock(Arc::new(clock.clone())),
-    )
-    .config(
-        Config::apply_worker()
-            .with_retry(RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 5).unwrap())
-            .with_repair_on_start(false),
-    )
-    .event_types(types)
-    .projection(Arc::new(p))
-    .build()
-    .await
-    .unwrap();
+    let rt = runtime(p, &clock, quick_retries()).await;
     for (name, n) in [("a", 2), ("b", 3), ("c", 2)] {
         let events = (0..n).map(|_| rt.event("e", vec![]).unwrap()).collect();
         rt.append(&sid(name), ExpectedVersion::NoStream, events)
