@@ -149,14 +149,7 @@ impl Journal {
                 .optional()?
                 .flatten();
             ensure!(owner.as_deref() == Some("bench"), "raw lease lost");
-            let mut st = tx.prepare_cached(
-                "UPDATE outbox SET status = 'processing' WHERE stream = ?1 AND seq IN
-                   (SELECT seq FROM outbox WHERE stream = ?1 AND status = 'pending' AND next_attempt_at <= ?2
-                    ORDER BY seq LIMIT ?3)
-                 RETURNING seq",
-            )?;
-            let rows = st.query_map(params![stream, now, max], |r| r.get::<_, i64>(0))?;
-            rows.collect::<rusqlite::Result<Vec<i64>>>()?.len()
+            claim_run(&tx, stream, now, max)?.len()
         };
         tx.commit()?;
 
