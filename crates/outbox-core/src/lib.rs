@@ -26,8 +26,9 @@ pub use outbox::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    DeadLetters, EventJournal, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, OutboxInspector, OutboxQueue,
-    ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
+    ActivityCounts, ActivitySeries, DeadLetters, EventJournal, LeaseAdmin, LeaseEntry, LeaseStore,
+    MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue, ProjectionStore,
+    RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry, validate_activity_minutes,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,

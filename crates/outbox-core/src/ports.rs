@@ -609,7 +609,85 @@ pub struct WorkerInfo {
     pub expires_at: crate::Timestamp,
 }
 
-/// Worker heartbeats, so operators can see who is working.
+/// What workers did: counts added to the current minute's bucket by
+/// [`WorkerRegistry::record_activity`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ActivityCounts {
+    /// Events applied to projections.
+    pub applied: u64,
+    /// Failures recorded (retries scheduled).
+    pub failed: u64,
+    /// Rows dead-lettered.
+    pub dead: u64,
+}
+
+impl ActivityCounts {
+    /// Whether every count is zero.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `self - earlier`, count by count (saturating): the activity between
+    /// two readings of ever-growing counters.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            applied: self.applied.saturating_sub(earlier.applied),
+            failed: self.failed.saturating_sub(earlier.failed),
+            dead: self.dead.saturating_sub(earlier.dead),
+        }
+    }
+}
+
+/// One minute of every worker's activity, summed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MinuteActivity {
+    /// The start of the minute, by the store's clock.
+    pub minute: crate::Timestamp,
+    /// What was done in it.
+    #[serde(flatten)]
+    pub counts: ActivityCounts,
+}
+
+/// The last minutes of activity, as [`WorkerRegistry::activity`] reads them.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ActivitySeries {
+    /// The start of the current minute, by the store's clock when read.
+    pub current_minute: crate::Timestamp,
+    /// The minutes that have any activity, oldest first, each within the
+    /// requested window (the last of them may be the current minute).
+    pub minutes: Vec<MinuteActivity>,
+}
+
+impl ActivitySeries {
+    /// The window as `n` consecutive minutes ending with the current one,
+    /// oldest first, the minutes without activity as zeros.
+    pub fn filled(&self, n: usize) -> Vec<MinuteActivity> {
+        let cur = self.current_minute.as_millis();
+        (0..n as i64)
+            .rev()
+            .map(|back| {
+                let minute =
+                    crate::Timestamp::from_millis(cur.saturating_sub(back.saturating_mul(MINUTE_MS)));
+                let counts = self
+                    .minutes
+                    .iter()
+                    .find(|m| m.minute == minute)
+                    .map_or_else(ActivityCounts::default, |m| m.counts);
+                MinuteActivity { minute, counts }
+            })
+            .collect()
+    }
+}
+
+/// A minute in milliseconds: the width of an activity bucket.
+pub const MINUTE_MS: i64 = 60_000;
+
+/// The most minutes [`WorkerRegistry::activity`] reads at once (a day).
+pub const MAX_ACTIVITY_MINUTES: u32 = 1440;
+
+/// Worker heartbeats, so operators can see who is working, and the
+/// per-minute activity every worker contributes to, so they can see what was
+/// done.
 ///
 /// # Contract
 /// - `heartbeat` inserts the worker (keeping `started_at` from the first
@@ -627,6 +705,15 @@ pub struct WorkerInfo {
 /// - A heartbeat refreshes `mode` (and `host` and `pid` when it takes an
 ///   expired entry over), and keeps `started_at` for as long as the entry
 ///   exists (expired or not).
+/// - `record_activity` adds `counts` to the bucket of (the current minute by
+///   the store's clock, `id`), creating it; empty counts write nothing.
+///   Buckets are per worker, so concurrent workers never wait on each other.
+/// - `activity(n)` sums the buckets of all workers per minute over the last
+///   `n` minutes (the current one included), oldest first, omitting minutes
+///   without buckets, and returns the current minute with them. `n` of 0 or
+///   above [`MAX_ACTIVITY_MINUTES`] is `InvalidInput`.
+/// - `prune` also deletes the activity buckets whose minute ended `grace` or
+///   more ago.
 pub trait WorkerRegistry: Send + Sync {
     /// Registers or refreshes a worker.
     fn heartbeat(
@@ -644,8 +731,28 @@ pub trait WorkerRegistry: Send + Sync {
     /// Removes a worker.
     fn deregister(&self, id: &WorkerId) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Deletes long-expired entries.
+    /// Deletes long-expired entries (and old activity).
     fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Adds a worker's counts to the current minute.
+    fn record_activity(
+        &self,
+        id: &WorkerId,
+        counts: ActivityCounts,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every worker's activity over the last `minutes` minutes.
+    fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send;
+}
+
+/// `InvalidInput` unless `1 <= minutes <= MAX_ACTIVITY_MINUTES`.
+pub fn validate_activity_minutes(minutes: u32) -> Result<()> {
+    if minutes == 0 || minutes > MAX_ACTIVITY_MINUTES {
+        return Err(crate::Error::invalid(format!(
+            "an activity window of {minutes} minutes is out of range (1 to {MAX_ACTIVITY_MINUTES})"
+        )));
+    }
+    Ok(())
 }
 
 /// Optional ability: tells a worker that another process may have appended,

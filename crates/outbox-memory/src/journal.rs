@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, worker_id_held};
 use outbox_core::{
+    ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes,
+};
+use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
     OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId,
@@ -35,6 +38,8 @@ struct State {
     due: BTreeSet<(Timestamp, StreamId)>,
     leases: HashMap<StreamId, LeaseRecord>,
     workers: BTreeMap<WorkerId, WorkerInfo>,
+    /// (minute start, worker) -> counts: the activity buckets.
+    activity: BTreeMap<(Timestamp, WorkerId), ActivityCounts>,
 }
 
 #[derive(Clone, Debug)]
@@ -688,6 +693,50 @@ impl WorkerRegistry for MemoryJournal {
         let mut st = self.lock();
         let before = st.workers.len();
         st.workers.retain(|_, w| w.expires_at > cutoff);
+        st.activity
+            .retain(|(minute, _), _| minute.as_millis().saturating_add(MINUTE_MS) > cutoff.as_millis());
         Ok((before - st.workers.len()) as u64)
     }
+
+    async fn record_activity(&self, id: &WorkerId, counts: ActivityCounts) -> Result<()> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let minute = current_minute(self.now());
+        let mut st = self.lock();
+        let bucket = st.activity.entry((minute, id.clone())).or_default();
+        bucket.applied += counts.applied;
+        bucket.failed += counts.failed;
+        bucket.dead += counts.dead;
+        Ok(())
+    }
+
+    async fn activity(&self, minutes: u32) -> Result<ActivitySeries> {
+        validate_activity_minutes(minutes)?;
+        let current = current_minute(self.now());
+        let first = current
+            .as_millis()
+            .saturating_sub((i64::from(minutes) - 1) * MINUTE_MS);
+        let mut sums: BTreeMap<Timestamp, ActivityCounts> = BTreeMap::new();
+        for ((minute, _), c) in self.lock().activity.iter() {
+            if minute.as_millis() >= first && *minute <= current {
+                let s = sums.entry(*minute).or_default();
+                s.applied += c.applied;
+                s.failed += c.failed;
+                s.dead += c.dead;
+            }
+        }
+        Ok(ActivitySeries {
+            current_minute: current,
+            minutes: sums
+                .into_iter()
+                .map(|(minute, counts)| MinuteActivity { minute, counts })
+                .collect(),
+        })
+    }
+}
+
+/// The start of the minute `now` falls in.
+fn current_minute(now: Timestamp) -> Timestamp {
+    Timestamp::from_millis(now.as_millis().div_euclid(MINUTE_MS) * MINUTE_MS)
 }

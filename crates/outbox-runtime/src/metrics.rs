@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use outbox_core::{Mode, OutboxSummary, Timestamp};
+use outbox_core::{ActivityCounts, Mode, OutboxSummary, Timestamp};
 use serde::Serialize;
 
 /// Live counters of one runtime. Cheap to update from any task.
@@ -23,6 +23,9 @@ pub(crate) struct Metrics {
     pub(crate) shadow_verified: AtomicU64,
     pub(crate) storage_errors: AtomicU64,
     pub(crate) gauges: Mutex<Option<Gauges>>,
+    /// The reading of [`Metrics::activity`] last added to the journal's
+    /// per-minute activity (kept across restarts of the runtime).
+    pub(crate) recorded_activity: Mutex<ActivityCounts>,
 }
 
 /// Queue gauges, refreshed by the heartbeat task (and by [`Outbox::refresh_gauges`](crate::Outbox::refresh_gauges)).
@@ -103,6 +106,16 @@ pub struct MetricsSnapshot {
 impl Metrics {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The counters the journal's per-minute activity is made of.
+    pub(crate) fn activity(&self) -> ActivityCounts {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ActivityCounts {
+            applied: g(&self.applied),
+            failed: g(&self.failed),
+            dead: g(&self.dead_lettered),
+        }
     }
 
     pub(crate) fn snapshot(&self, mode: Mode) -> MetricsSnapshot {

@@ -266,9 +266,36 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .map(|_| ())
     }
 
-    /// Beats every heartbeat interval (the first beat was sent by `start`)
-    /// until shutdown or until the worker's supervisor is gone, then
-    /// deregisters. At start and every [`PRUNE_EVERY_BEATS`] beats it prunes
+    /// Adds what this runtime did since the last recording to the journal's
+    /// per-minute activity. A failed write keeps the delta for the next one,
+    /// so nothing is lost or counted twice.
+    async fn record_activity(&self) {
+        let metrics = &self.inner.metrics;
+        let recorded = metrics.recorded_activity.lock().map(|r| *r).unwrap_or_default();
+        let now = metrics.activity();
+        let delta = now.since(&recorded);
+        if delta.is_empty() {
+            return;
+        }
+        match self
+            .journal()
+            .record_activity(self.worker_id(), delta)
+            .within(self.config().store_deadline(), "record_activity")
+            .await
+        {
+            Ok(()) => {
+                if let Ok(mut r) = metrics.recorded_activity.lock() {
+                    *r = now;
+                }
+            }
+            Err(e) => warn!(error = %e, "recording the worker's activity failed; the next beat adds it"),
+        }
+    }
+
+    /// Beats every heartbeat interval (the first beat was sent by `start`),
+    /// adding the runtime's activity since the last beat to the journal's
+    /// per-minute counts, until shutdown or until the worker's supervisor is
+    /// gone, then records the last activity and deregisters. At start and every [`PRUNE_EVERY_BEATS`] beats it prunes
     /// registry entries that expired more than
     /// [`Config::registry_retention`](crate::Config::registry_retention) ago
     /// and finished runs older than
@@ -314,8 +341,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if let Err(e) = self.beat().await {
                 warn!(error = %e, "heartbeat failed");
             }
+            self.record_activity().await;
             beats += 1;
         }
+        self.record_activity().await;
         if let Err(e) = self
             .journal()
             .deregister(self.worker_id())

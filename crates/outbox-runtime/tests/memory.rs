@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal, ExpectedVersion, LeaseStore, Mode,
+    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal, ExpectedVersion, LeaseStore, Mode,
     ModeFlags, OutboxInspector, OutboxQueue, OutboxStatus, Projection, ProjectionStore, RetryPolicy, Seq,
     StreamId, WorkerRegistry,
 };
@@ -212,12 +212,57 @@ async fn retries_follow_the_backoff_schedule_and_dead_letter_at_the_threshold() 
     );
     let m = rt.metrics();
     assert_eq!((m.failed, m.dead_lettered), (7, 1));
+    let activity = rt.journal().activity(60).await.unwrap();
+    assert!(
+        activity.minutes.len() > 1,
+        "the retries (127 s of backoff) spread over minutes: {activity:?}"
+    );
+    assert_eq!(
+        activity_total(&activity),
+        ActivityCounts {
+            applied: m.applied,
+            failed: 7,
+            dead: 1
+        },
+        "the heartbeat put every count in the journal's per-minute activity"
+    );
     check_history(
         &state(&e).await,
         &expect(&[("healthy", 2, 11), ("poison", 0, 0)]),
         &BTreeMap::new(),
     )
     .expect("the healthy stream flowed; nothing of the poisoned one applied");
+}
+
+fn activity_total(a: &ActivitySeries) -> ActivityCounts {
+    a.minutes.iter().fold(ActivityCounts::default(), |t, m| ActivityCounts {
+        applied: t.applied + m.counts.applied,
+        failed: t.failed + m.counts.failed,
+        dead: t.dead + m.counts.dead,
+    })
+}
+
+/// A runtime started twice records each count once: the second start
+/// carries on from what the first recorded.
+#[tokio::test(start_paused = true)]
+async fn activity_is_recorded_once_across_restarts() {
+    let e = env();
+    let rt = runtime(&e, worker_config()).await;
+    for (stream, values) in [("a", &[1, 2, 3][..]), ("b", &[4, 5][..])] {
+        let running = rt.start().await.unwrap();
+        append_values(&rt, &sid(stream), values).await;
+        wait_until_drained(&rt).await;
+        running.shutdown().await;
+    }
+    assert_eq!(rt.metrics().applied, 5);
+    assert_eq!(
+        activity_total(&rt.journal().activity(60).await.unwrap()),
+        ActivityCounts {
+            applied: 5,
+            failed: 0,
+            dead: 0
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]

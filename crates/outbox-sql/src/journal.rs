@@ -8,8 +8,9 @@ use outbox_core::spi::{
 };
 use outbox_core::spi::{validate_limit, worker_id_held};
 use outbox_core::{
-    Error, Event, Lease, LeaseEntry, MAX_PAGE, Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq,
-    StreamId, Timestamp, WorkerId, WorkerInfo,
+    ActivityCounts, ActivitySeries, Error, Event, Lease, LeaseEntry, MAX_PAGE, MINUTE_MS, MinuteActivity, Mode,
+    OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId, Timestamp, WorkerId, WorkerInfo,
+    validate_activity_minutes,
 };
 
 use crate::{Arg, Conn, Database, Row};
@@ -405,20 +406,105 @@ pub async fn deregister(db: &(impl Database + ?Sized), id: &WorkerId) -> Result<
     Ok(n > 0)
 }
 
-/// [`WorkerRegistry::prune`](outbox_core::WorkerRegistry::prune).
+/// [`WorkerRegistry::prune`](outbox_core::WorkerRegistry::prune): the
+/// expired entries and the activity minutes that ended `grace` ago, in one
+/// transaction.
 pub async fn prune(db: &(impl Database + ?Sized), grace: Duration) -> Result<u64> {
     let what = "pruning expired workers";
+    let grace = duration_millis(grace);
     let mut tx = db.begin().await?;
     let n = tx
         .execute(
             what,
             &db.dialect()
                 .sql("DELETE FROM outbox_workers WHERE expires_at <= {now} - $1"),
-            &[Arg::Int(duration_millis(grace))],
+            &[Arg::Int(grace)],
         )
         .await?;
+    tx.execute(
+        what,
+        &db.dialect()
+            .sql(&format!("DELETE FROM outbox_activity WHERE minute + {MINUTE_MS} <= {{now}} - $1")),
+        &[Arg::Int(grace)],
+    )
+    .await?;
     tx.commit(what).await?;
     Ok(n)
+}
+
+/// The start of the current minute by the database clock, as SQL.
+const CURRENT_MINUTE: &str = "({now} / 60000 * 60000)";
+
+/// [`WorkerRegistry::record_activity`](outbox_core::WorkerRegistry::record_activity):
+/// one upsert into the worker's own bucket.
+pub async fn record_activity(db: &(impl Database + ?Sized), id: &WorkerId, counts: ActivityCounts) -> Result<()> {
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let what = "recording worker activity";
+    let sql = format!(
+        "INSERT INTO outbox_activity (minute, worker, applied, failed, dead) \
+         VALUES ({CURRENT_MINUTE}, $1, $2, $3, $4) \
+         ON CONFLICT (minute, worker) DO UPDATE SET applied = outbox_activity.applied + excluded.applied, \
+         failed = outbox_activity.failed + excluded.failed, dead = outbox_activity.dead + excluded.dead"
+    );
+    let mut tx = db.begin().await?;
+    tx.execute(
+        what,
+        &db.dialect().sql(&sql),
+        &[
+            Arg::Text(id.as_str()),
+            Arg::Int(i64_of(counts.applied)),
+            Arg::Int(i64_of(counts.failed)),
+            Arg::Int(i64_of(counts.dead)),
+        ],
+    )
+    .await?;
+    tx.commit(what).await
+}
+
+/// [`WorkerRegistry::activity`](outbox_core::WorkerRegistry::activity): the
+/// current minute and the sums per minute, read in one snapshot.
+pub async fn activity(db: &(impl Database + ?Sized), minutes: u32) -> Result<ActivitySeries> {
+    validate_activity_minutes(minutes)?;
+    let what = "reading worker activity";
+    let bad = |e: &dyn std::fmt::Display| journal_undecodable("activity minute", e);
+    // The current minute rides on every row (and on a row of its own, so an
+    // empty window still reports it); one statement, one snapshot.
+    let sql = format!(
+        "WITH cur AS (SELECT {CURRENT_MINUTE} AS m) \
+         SELECT cur.m, a.minute, CAST(SUM(a.applied) AS BIGINT), CAST(SUM(a.failed) AS BIGINT), \
+         CAST(SUM(a.dead) AS BIGINT) \
+         FROM cur JOIN outbox_activity a ON a.minute > cur.m - $1 * {MINUTE_MS} AND a.minute <= cur.m \
+         GROUP BY cur.m, a.minute \
+         UNION ALL SELECT cur.m, NULL, NULL, NULL, NULL FROM cur \
+         ORDER BY 2"
+    );
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch(what, &db.dialect().sql(&sql), &[Arg::Int(i64::from(minutes))])
+        .await?;
+    let mut current_minute = None;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        current_minute = Some(Timestamp::from_millis(r.int(0).map_err(|e| bad(&e))?));
+        let Some(minute) = r.opt_int(1).map_err(|e| bad(&e))? else {
+            continue;
+        };
+        let count = |i: usize| -> Result<u64> { u64::try_from(r.int(i).map_err(|e| bad(&e))?).map_err(|e| bad(&e)) };
+        out.push(MinuteActivity {
+            minute: Timestamp::from_millis(minute),
+            counts: ActivityCounts {
+                applied: count(2)?,
+                failed: count(3)?,
+                dead: count(4)?,
+            },
+        });
+    }
+    Ok(ActivitySeries {
+        current_minute: current_minute.ok_or_else(|| bad(&"the clock row is missing"))?,
+        minutes: out,
+    })
 }
 
 // ---------------------------------------------------------------------------

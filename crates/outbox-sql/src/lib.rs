@@ -115,6 +115,18 @@ macro_rules! impl_journal_ports {
             async fn prune(&self, grace: ::std::time::Duration) -> ::outbox_core::Result<u64> {
                 $crate::journal::prune(&*self.$db, grace).await
             }
+
+            async fn record_activity(
+                &self,
+                id: &::outbox_core::WorkerId,
+                counts: ::outbox_core::ActivityCounts,
+            ) -> ::outbox_core::Result<()> {
+                $crate::journal::record_activity(&*self.$db, id, counts).await
+            }
+
+            async fn activity(&self, minutes: u32) -> ::outbox_core::Result<::outbox_core::ActivitySeries> {
+                $crate::journal::activity(&*self.$db, minutes).await
+            }
         }
     };
 }

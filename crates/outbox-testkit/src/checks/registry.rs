@@ -1,9 +1,13 @@
 //! [`WorkerRegistry`] contract checks: heartbeats by the store's clock,
-//! expiry, deregistration, pruning, the ttl range and the listing order.
+//! expiry, deregistration, pruning, the ttl range, the listing order and the
+//! per-minute activity.
 
 use std::time::Duration;
 
-use outbox_core::{Error, MAX_LEASE_TTL, MIN_LEASE_TTL, Mode, WorkerInfo, WorkerRegistry};
+use outbox_core::{
+    ActivityCounts, Error, MAX_ACTIVITY_MINUTES, MAX_LEASE_TTL, MIN_LEASE_TTL, MINUTE_MS, MinuteActivity, Mode,
+    Timestamp, WorkerInfo, WorkerRegistry,
+};
 
 use super::support::{ms, now, owner, secs};
 use crate::Harness;
@@ -317,4 +321,116 @@ pub async fn registry_heartbeat_refuses_a_second_live_holder<H: Harness>(h: &H) 
         .await
         .expect("a deregistered id may be taken at once");
     assert_eq!((back.host.as_str(), back.pid), ("host-a", 1111));
+}
+
+/// Moves the store's clock to one second into the next minute and returns
+/// that minute's start, so the calls that follow (well under 58 s of real
+/// time) fall in one minute bucket.
+async fn start_of_a_minute<H: Harness>(h: &H, f: &crate::Fixture<H>) -> Timestamp {
+    let t = now(&f.journal).await.as_millis();
+    let into = t.rem_euclid(MINUTE_MS);
+    h.advance(&f.ctx, ms((MINUTE_MS - into + 1000) as u64)).await;
+    let t = now(&f.journal).await.as_millis();
+    Timestamp::from_millis(t - t.rem_euclid(MINUTE_MS))
+}
+
+fn counts(applied: u64, failed: u64, dead: u64) -> ActivityCounts {
+    ActivityCounts { applied, failed, dead }
+}
+
+/// `record_activity` adds to (current minute, worker); `activity` sums the
+/// workers per minute, oldest first, and reports the current minute by the
+/// store's clock; empty counts write nothing.
+pub async fn registry_activity_sums_workers_per_minute<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let first = start_of_a_minute(h, &f).await;
+    j.record_activity(&owner("a"), counts(3, 1, 0)).await.expect("record");
+    j.record_activity(&owner("b"), counts(4, 0, 1)).await.expect("record");
+    j.record_activity(&owner("a"), counts(2, 0, 0)).await.expect("record");
+    let got = j.activity(60).await.expect("activity");
+    assert_eq!(got.current_minute, first, "the current minute by the store's clock");
+    assert_eq!(
+        got.minutes,
+        vec![MinuteActivity { minute: first, counts: counts(9, 1, 1) }],
+        "both workers' buckets summed in their minute"
+    );
+    h.advance(&f.ctx, ms(MINUTE_MS as u64)).await;
+    let second = Timestamp::from_millis(first.as_millis() + MINUTE_MS);
+    j.record_activity(&owner("b"), counts(5, 2, 0)).await.expect("record");
+    j.record_activity(&owner("c"), ActivityCounts::default())
+        .await
+        .expect("empty counts are accepted");
+    let got = j.activity(60).await.expect("activity");
+    assert_eq!(got.current_minute, second);
+    assert_eq!(
+        got.minutes,
+        vec![
+            MinuteActivity { minute: first, counts: counts(9, 1, 1) },
+            MinuteActivity { minute: second, counts: counts(5, 2, 0) },
+        ],
+        "one entry per minute with activity, oldest first"
+    );
+    let filled = got.filled(3);
+    assert_eq!(filled.len(), 3);
+    assert_eq!(filled[0].counts, ActivityCounts::default(), "a minute without activity fills as zeros");
+    assert_eq!((filled[1].minute, filled[2].minute), (first, second));
+}
+
+/// `activity(n)` covers the last `n` minutes, the current one included;
+/// `n` of 0 or above the maximum is `InvalidInput`.
+pub async fn registry_activity_window_and_range<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let first = start_of_a_minute(h, &f).await;
+    j.record_activity(&owner("a"), counts(1, 0, 0)).await.expect("record");
+    h.advance(&f.ctx, ms(3 * MINUTE_MS as u64)).await;
+    let got = j.activity(3).await.expect("activity");
+    assert_eq!(got.current_minute.as_millis(), first.as_millis() + 3 * MINUTE_MS);
+    assert!(
+        got.minutes.is_empty(),
+        "a minute 3 minutes back is outside a 3-minute window: {:?}",
+        got.minutes
+    );
+    let got = j.activity(4).await.expect("activity");
+    assert_eq!(
+        got.minutes,
+        vec![MinuteActivity { minute: first, counts: counts(1, 0, 0) }],
+        "and inside a 4-minute window"
+    );
+    for bad in [0, MAX_ACTIVITY_MINUTES + 1] {
+        assert!(
+            matches!(j.activity(bad).await, Err(Error::InvalidInput(_))),
+            "a window of {bad} minutes is invalid input"
+        );
+    }
+    assert!(j.activity(MAX_ACTIVITY_MINUTES).await.is_ok(), "the maximum window is accepted");
+}
+
+/// `prune(grace)` deletes the activity minutes that ended `grace` or more
+/// ago and keeps the newer ones.
+pub async fn registry_prune_deletes_old_activity<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let first = start_of_a_minute(h, &f).await;
+    j.record_activity(&owner("a"), counts(1, 0, 0)).await.expect("record");
+    h.advance(&f.ctx, ms(2 * MINUTE_MS as u64)).await;
+    j.record_activity(&owner("a"), counts(2, 0, 0)).await.expect("record");
+    // Now: 2 min 1 s past `first`; its minute ended 61 s ago, the current one not yet.
+    j.prune(secs(120)).await.expect("prune");
+    assert_eq!(
+        j.activity(10).await.expect("activity").minutes.len(),
+        2,
+        "a minute that ended 61 s ago survives a 120 s grace"
+    );
+    j.prune(secs(30)).await.expect("prune");
+    let left = j.activity(10).await.expect("activity").minutes;
+    assert_eq!(
+        left,
+        vec![MinuteActivity {
+            minute: Timestamp::from_millis(first.as_millis() + 2 * MINUTE_MS),
+            counts: counts(2, 0, 0)
+        }],
+        "the minute that ended 61 s ago is pruned with a 30 s grace, the current one kept"
+    );
 }
