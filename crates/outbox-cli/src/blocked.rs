@@ -3,15 +3,12 @@
 //!
 //! Read through the existing ports only ([`OutboxInspector::list`] by status,
 //! [`OutboxInspector::row`] to confirm a row is its stream's head, and
-//! [`EventJournal::stream_version`] for what waits behind it). The outbox
-//! keeps no first-failure time, so the age since the first failure is a lower
-//! bound: the time since the last failure plus the backoff delays the row
-//! waited between its earlier attempts (the retry policy's, as configured
-//! for this process).
+//! [`EventJournal::stream_version`] for what waits behind it). How long a
+//! stream has been failing comes from its head row's first failure time
+//! ([`OutboxRow::first_failed_at`], kept through retries, cleared by a
+//! requeue).
 
-use outbox_core::{
-    Error, EventJournal, OutboxInspector, OutboxRow, OutboxStatus, RetryPolicy, Seq, Timestamp,
-};
+use outbox_core::{Error, EventJournal, OutboxInspector, OutboxRow, OutboxStatus, Seq, Timestamp};
 use serde::Serialize;
 
 use crate::output::human_ms;
@@ -31,8 +28,10 @@ pub struct BlockedStream {
     pub attempts: u32,
     /// When the head row last changed (its last failure), by the store's clock.
     pub last_failure_at: String,
-    /// Milliseconds since the first failure, at least (see the module docs).
-    pub failing_for_at_least_ms: u64,
+    /// When the head row first failed, by the store's clock.
+    pub first_failure_at: String,
+    /// Milliseconds since the head row first failed.
+    pub failing_for_ms: u64,
     /// When a failed row is tried again (`None` for a dead row: never, until requeued).
     pub next_attempt_at: Option<String>,
     /// The last failure's message.
@@ -54,11 +53,7 @@ pub struct BlockedReport {
 
 /// Reads the blocked streams: up to `limit` rows of each of `dead` and
 /// `failed`, each kept when it is its stream's head. Reads only.
-pub async fn blocked_streams<J>(
-    journal: &J,
-    policy: &RetryPolicy,
-    limit: usize,
-) -> Result<BlockedReport, Error>
+pub async fn blocked_streams<J>(journal: &J, limit: usize) -> Result<BlockedReport, Error>
 where
     J: OutboxInspector + EventJournal,
 {
@@ -73,7 +68,7 @@ where
                 continue;
             }
             let version = journal.stream_version(&row.stream).await?;
-            streams.push(blocked(&row, as_of, policy, version));
+            streams.push(blocked(&row, as_of, version));
         }
     }
     Ok(BlockedReport {
@@ -92,9 +87,10 @@ async fn is_head<J: OutboxInspector>(journal: &J, row: &OutboxRow) -> Result<boo
     Ok(journal.row(&row.stream, Seq::new(n - 1)?).await?.is_none())
 }
 
-fn blocked(row: &OutboxRow, as_of: Timestamp, policy: &RetryPolicy, version: u64) -> BlockedStream {
-    let since_last = as_of.duration_since(row.updated_at);
-    let waited: std::time::Duration = (1..row.attempt_count).map(|k| policy.delay(k)).sum();
+fn blocked(row: &OutboxRow, as_of: Timestamp, version: u64) -> BlockedStream {
+    // A failed or dead row always has a first failure time; its last change
+    // stands in should a store not have one.
+    let first = row.first_failed_at.unwrap_or(row.updated_at);
     BlockedStream {
         stream: row.stream.to_string(),
         seq: row.seq.get(),
@@ -102,7 +98,8 @@ fn blocked(row: &OutboxRow, as_of: Timestamp, policy: &RetryPolicy, version: u64
         status: row.status,
         attempts: row.attempt_count,
         last_failure_at: row.updated_at.to_string(),
-        failing_for_at_least_ms: (since_last + waited).as_millis() as u64,
+        first_failure_at: first.to_string(),
+        failing_for_ms: as_of.duration_since(first).as_millis() as u64,
         next_attempt_at: (row.status == OutboxStatus::Failed).then(|| row.next_attempt_at.to_string()),
         last_error: row.last_error.clone(),
         waiting_behind: version.saturating_sub(row.seq.get()),
@@ -121,13 +118,14 @@ pub fn print_blocked(r: &BlockedReport) {
             .as_deref()
             .map_or("never (requeue it)".to_string(), str::to_string);
         println!(
-            "  {}/{} {} {}: attempts {}, failing for at least {}, next attempt {}, {} row(s) waiting behind",
+            "  {}/{} {} {}: attempts {}, failing for {} (since {}), next attempt {}, {} row(s) waiting behind",
             b.stream,
             b.seq,
             b.event_type,
             b.status,
             b.attempts,
-            human_ms(b.failing_for_at_least_ms),
+            human_ms(b.failing_for_ms),
+            b.first_failure_at,
             next,
             b.waiting_behind
         );

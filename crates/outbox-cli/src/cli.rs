@@ -169,7 +169,7 @@ pub struct JsonArg {
 /// `outbox work`.
 #[derive(Debug, Args)]
 pub struct WorkArgs {
-    /// Run one pass, print it, exit.
+    /// Run one pass, add what it did to the per-minute activity, print it, exit.
     #[arg(long)]
     pub once: bool,
     /// Print one JSON line per tick.

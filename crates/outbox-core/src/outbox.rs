@@ -83,6 +83,9 @@ pub struct OutboxRow {
     pub last_error: Option<String>,
     /// When the row last changed.
     pub updated_at: Timestamp,
+    /// When the row first failed (a recorded failure or an unfinished
+    /// attempt); kept through its retries, cleared by a requeue.
+    pub first_failed_at: Option<Timestamp>,
 }
 
 /// The longest failure message stored; longer ones are cut at a char boundary.

@@ -613,7 +613,8 @@ pub struct WorkerInfo {
 /// [`WorkerRegistry::record_activity`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ActivityCounts {
-    /// Events applied to projections.
+    /// Outbox rows completed: their events applied to the projections (or
+    /// checkpointed, for audit-only events and events found applied already).
     pub applied: u64,
     /// Failures recorded (retries scheduled).
     pub failed: u64,

@@ -152,6 +152,8 @@ pub struct StoredOutboxRow {
     pub last_error: Option<String>,
     /// `updated_at`: milliseconds since the Unix epoch.
     pub updated_at: i64,
+    /// `first_failed_at`: milliseconds since the Unix epoch.
+    pub first_failed_at: Option<i64>,
 }
 
 impl StoredOutboxRow {
@@ -172,6 +174,7 @@ impl StoredOutboxRow {
             next_attempt_at: Timestamp::from_millis(self.next_attempt_at),
             last_error: self.last_error,
             updated_at: Timestamp::from_millis(self.updated_at),
+            first_failed_at: self.first_failed_at.map(Timestamp::from_millis),
         })
     }
 }
@@ -513,6 +516,7 @@ mod tests {
             next_attempt_at: 5_000,
             last_error: Some("boom".into()),
             updated_at: 4_000,
+            first_failed_at: Some(3_000),
         }
     }
 
@@ -527,6 +531,7 @@ mod tests {
         assert_eq!(r.next_attempt_at, Timestamp::from_millis(5_000));
         assert_eq!(r.last_error.as_deref(), Some("boom"));
         assert_eq!(r.updated_at, Timestamp::from_millis(4_000));
+        assert_eq!(r.first_failed_at, Some(Timestamp::from_millis(3_000)));
     }
 
     #[test]

@@ -488,3 +488,40 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
         "SIGTERM stops the worker and its endpoint"
     );
 }
+
+/// The overview's throughput chart shows what workers did, from the
+/// journal's per-minute activity: a library pass with a dead-lettered row
+/// and a `work --once` pass of the binary add up on the page.
+#[test]
+fn the_throughput_chart_counts_what_the_workers_did() {
+    let site = Site::migrated();
+    let first = site.seed_with_dead(&[("c-bad", true), ("c-ok", false)]);
+    assert_eq!(first.dead_lettered, 1, "fixture");
+    site.seed_backlog(&[("c-more", false)]);
+    let out = site.ok(&["work", "--once", "--json"]);
+    let tick: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
+    let count = |k: &str| tick[k].as_u64().unwrap_or_else(|| panic!("{k} in {tick}"));
+    assert!(count("completed") > 0, "the second pass applied the new campaign: {tick}");
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let overview = server.get("/").body;
+    for (id, n) in [
+        ("applied", first.completed_rows + count("completed")),
+        ("failed", first.failed + count("failed")),
+        ("dead", first.dead_lettered + count("dead_lettered")),
+    ] {
+        assert!(
+            overview.contains(&format!("<span id=\"activity-{id}\" class=\"num\">{n}</span>")),
+            "{id} = {n}: {overview}"
+        );
+    }
+    assert!(overview.contains("<svg id=\"throughput\""), "{overview}");
+    let json = site.json(&["report", "--blocked", "--json"]);
+    let blocked = &json["streams"][0];
+    assert_eq!(blocked["stream"], "c-bad", "{json}");
+    assert!(
+        blocked["first_failure_at"].as_str().is_some_and(|t| !t.is_empty()),
+        "the head's first failure is reported: {json}"
+    );
+    assert!(blocked["failing_for_ms"].is_u64(), "{json}");
+    assert_eq!(server.stop().code(), Some(0));
+}

@@ -6,9 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, worker_id_held};
-use outbox_core::{
-    ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes,
-};
+use outbox_core::{ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
@@ -213,6 +211,7 @@ impl EventJournal for MemoryJournal {
                             next_attempt_at: now,
                             last_error: None,
                             updated_at: now,
+                            first_failed_at: None,
                         },
                     );
                 }
@@ -320,6 +319,7 @@ impl OutboxQueue for MemoryJournal {
                 if row.status == OutboxStatus::Processing {
                     row.attempt_count = row.attempt_count.saturating_add(1);
                     row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                    row.first_failed_at.get_or_insert(now);
                 }
                 row.status = OutboxStatus::Processing;
                 row.updated_at = now;
@@ -358,6 +358,7 @@ impl OutboxQueue for MemoryJournal {
         row.attempt_count = attempt;
         row.last_error = Some(truncate_error(error).to_owned());
         row.updated_at = now;
+        row.first_failed_at.get_or_insert(now);
         let outcome = match policy.decide(attempt) {
             FailureDecision::DeadLetter => {
                 row.status = OutboxStatus::Dead;
@@ -574,6 +575,7 @@ fn revive(row: &mut OutboxRow, now: Timestamp) {
     row.status = OutboxStatus::Pending;
     row.attempt_count = 0;
     row.last_error = None;
+    row.first_failed_at = None;
     row.next_attempt_at = now;
     row.updated_at = now;
 }

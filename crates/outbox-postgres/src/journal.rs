@@ -663,7 +663,9 @@ impl OutboxQueue for PgJournal {
                 jnow!(),
                 " + $6, updated_at = ",
                 jnow!(),
-                " WHERE stream = $1 AND seq = $2 RETURNING next_attempt_at"
+                ", first_failed_at = COALESCE(first_failed_at, ",
+                jnow!(),
+                ") WHERE stream = $1 AND seq = $2 RETURNING next_attempt_at"
             ))
             .bind(lease.stream.as_str())
             .bind(seq.as_i64())
@@ -813,10 +815,13 @@ pub const CLAIM: &str = concat!(
      UPDATE outbox o SET status = 'processing', updated_at = ",
     jnow!(),
     ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
-       last_error = CASE WHEN o.status = 'processing' THEN $3 ELSE o.last_error END \
+       last_error = CASE WHEN o.status = 'processing' THEN $3 ELSE o.last_error END, \
+       first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
+    jnow!(),
+    ") ELSE o.first_failed_at END \
      FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
      RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
-               o.last_error, o.updated_at"
+               o.last_error, o.updated_at, o.first_failed_at"
 );
 
 /// Deletes the stream's rows through `$2` and recomputes its head from the

@@ -108,11 +108,13 @@ impl Metrics {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// The counters the journal's per-minute activity is made of.
+    /// The counters the journal's per-minute activity is made of: rows
+    /// completed (their events applied, checkpointed as audit-only or found
+    /// applied already), failures, dead letters.
     pub(crate) fn activity(&self) -> ActivityCounts {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ActivityCounts {
-            applied: g(&self.applied),
+            applied: g(&self.completed_rows),
             failed: g(&self.failed),
             dead: g(&self.dead_lettered),
         }

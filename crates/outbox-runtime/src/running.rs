@@ -266,29 +266,34 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .map(|_| ())
     }
 
-    /// Adds what this runtime did since the last recording to the journal's
-    /// per-minute activity. A failed write keeps the delta for the next one,
-    /// so nothing is lost or counted twice.
-    async fn record_activity(&self) {
+    /// Adds what this runtime applied, failed and dead-lettered since the
+    /// last recording to the journal's per-minute activity (the monitor's
+    /// throughput chart), under this runtime's worker id. The heartbeat does
+    /// it at every beat and at shutdown; call it after driving
+    /// [`tick`](Self::tick) yourself. A failed write keeps the counts for
+    /// the next call, so nothing is lost or counted twice.
+    pub async fn record_activity(&self) -> Result<()> {
         let metrics = &self.inner.metrics;
         let recorded = metrics.recorded_activity.lock().map(|r| *r).unwrap_or_default();
         let now = metrics.activity();
         let delta = now.since(&recorded);
         if delta.is_empty() {
-            return;
+            return Ok(());
         }
-        match self
-            .journal()
+        self.journal()
             .record_activity(self.worker_id(), delta)
             .within(self.config().store_deadline(), "record_activity")
-            .await
-        {
-            Ok(()) => {
-                if let Ok(mut r) = metrics.recorded_activity.lock() {
-                    *r = now;
-                }
-            }
-            Err(e) => warn!(error = %e, "recording the worker's activity failed; the next beat adds it"),
+            .await?;
+        if let Ok(mut r) = metrics.recorded_activity.lock() {
+            *r = now;
+        }
+        Ok(())
+    }
+
+    /// [`record_activity`](Self::record_activity), a failure logged.
+    async fn record_activity_or_warn(&self) {
+        if let Err(e) = self.record_activity().await {
+            warn!(error = %e, "recording the worker's activity failed; the next beat adds it");
         }
     }
 
@@ -341,10 +346,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if let Err(e) = self.beat().await {
                 warn!(error = %e, "heartbeat failed");
             }
-            self.record_activity().await;
+            self.record_activity_or_warn().await;
             beats += 1;
         }
-        self.record_activity().await;
+        self.record_activity_or_warn().await;
         if let Err(e) = self
             .journal()
             .deregister(self.worker_id())

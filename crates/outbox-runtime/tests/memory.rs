@@ -220,7 +220,7 @@ async fn retries_follow_the_backoff_schedule_and_dead_letter_at_the_threshold() 
     assert_eq!(
         activity_total(&activity),
         ActivityCounts {
-            applied: m.applied,
+            applied: m.completed_rows,
             failed: 7,
             dead: 1
         },
@@ -254,7 +254,7 @@ async fn activity_is_recorded_once_across_restarts() {
         wait_until_drained(&rt).await;
         running.shutdown().await;
     }
-    assert_eq!(rt.metrics().applied, 5);
+    assert_eq!(rt.metrics().completed_rows, 5);
     assert_eq!(
         activity_total(&rt.journal().activity(60).await.unwrap()),
         ActivityCounts {

@@ -8,8 +8,8 @@ use outbox_core::spi::{
 };
 use outbox_core::spi::{validate_limit, worker_id_held};
 use outbox_core::{
-    ActivityCounts, ActivitySeries, Error, Event, Lease, LeaseEntry, MAX_PAGE, MINUTE_MS, MinuteActivity, Mode,
-    OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId, Timestamp, WorkerId, WorkerInfo,
+    ActivityCounts, ActivitySeries, Error, Event, Lease, LeaseEntry, MAX_PAGE, MINUTE_MS, MinuteActivity,
+    Mode, OutboxRow, OutboxStatus, OutboxSummary, Result, Seq, StreamId, Timestamp, WorkerId, WorkerInfo,
     validate_activity_minutes,
 };
 
@@ -20,7 +20,7 @@ use crate::{Arg, Conn, Database, Row};
 #[macro_export]
 macro_rules! outbox_row_columns {
     () => {
-        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at"
+        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at, first_failed_at"
     };
 }
 
@@ -74,6 +74,7 @@ pub fn decode_row(r: &Row) -> Result<OutboxRow> {
         next_attempt_at: r.int(5).map_err(bad)?,
         last_error: r.opt_text(6).map_err(bad)?,
         updated_at: r.int(7).map_err(bad)?,
+        first_failed_at: r.opt_int(8).map_err(bad)?,
     }
     .into_row()
 }
@@ -423,8 +424,9 @@ pub async fn prune(db: &(impl Database + ?Sized), grace: Duration) -> Result<u64
         .await?;
     tx.execute(
         what,
-        &db.dialect()
-            .sql(&format!("DELETE FROM outbox_activity WHERE minute + {MINUTE_MS} <= {{now}} - $1")),
+        &db.dialect().sql(&format!(
+            "DELETE FROM outbox_activity WHERE minute + {MINUTE_MS} <= {{now}} - $1"
+        )),
         &[Arg::Int(grace)],
     )
     .await?;
@@ -437,7 +439,11 @@ const CURRENT_MINUTE: &str = "({now} / 60000 * 60000)";
 
 /// [`WorkerRegistry::record_activity`](outbox_core::WorkerRegistry::record_activity):
 /// one upsert into the worker's own bucket.
-pub async fn record_activity(db: &(impl Database + ?Sized), id: &WorkerId, counts: ActivityCounts) -> Result<()> {
+pub async fn record_activity(
+    db: &(impl Database + ?Sized),
+    id: &WorkerId,
+    counts: ActivityCounts,
+) -> Result<()> {
     if counts.is_empty() {
         return Ok(());
     }
@@ -491,7 +497,8 @@ pub async fn activity(db: &(impl Database + ?Sized), minutes: u32) -> Result<Act
         let Some(minute) = r.opt_int(1).map_err(|e| bad(&e))? else {
             continue;
         };
-        let count = |i: usize| -> Result<u64> { u64::try_from(r.int(i).map_err(|e| bad(&e))?).map_err(|e| bad(&e)) };
+        let count =
+            |i: usize| -> Result<u64> { u64::try_from(r.int(i).map_err(|e| bad(&e))?).map_err(|e| bad(&e)) };
         out.push(MinuteActivity {
             minute: Timestamp::from_millis(minute),
             counts: ActivityCounts {
@@ -602,7 +609,7 @@ async fn revive(
     seq: i64,
 ) -> Result<Option<Row>> {
     let sql = format!(
-        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, \
+        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, first_failed_at = NULL, \
          next_attempt_at = {{now}}, updated_at = {{now}} \
          WHERE stream = $1 AND seq = $2 AND status = 'dead' RETURNING {ROW_COLUMNS}"
     );

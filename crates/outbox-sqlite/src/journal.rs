@@ -241,7 +241,10 @@ fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxR
             "UPDATE outbox SET status = 'processing', updated_at = ",
             now_ms!(),
             ", attempt_count = attempt_count + (status = 'processing'), \
-             last_error = CASE WHEN status = 'processing' THEN ?4 ELSE last_error END \
+             last_error = CASE WHEN status = 'processing' THEN ?4 ELSE last_error END, \
+             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ",
+            now_ms!(),
+            ") ELSE first_failed_at END \
              WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
             outbox_sql::outbox_row_columns!()
         ))
@@ -292,7 +295,9 @@ fn fail_body(
             now_ms!(),
             " + ?6, updated_at = ",
             now_ms!(),
-            " WHERE stream = ?1 AND seq = ?2 RETURNING next_attempt_at"
+            ", first_failed_at = COALESCE(first_failed_at, ",
+            now_ms!(),
+            ") WHERE stream = ?1 AND seq = ?2 RETURNING next_attempt_at"
         ))
         .and_then(|mut st| {
             st.query_row(

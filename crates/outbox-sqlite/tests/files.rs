@@ -210,7 +210,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 3, "the newest embedded journal migration");
+            assert_eq!(*supported, 5, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -282,7 +282,7 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3], "0002 and 0003 recorded once, after 0001");
+    assert_eq!(versions, [1, 2, 3, 4, 5], "0002 to 0005 recorded once, after 0001");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL ORDER BY name",
     )

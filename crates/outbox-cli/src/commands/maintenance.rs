@@ -15,7 +15,7 @@ use crate::report::{Report, build_report, print_report, projection_lag};
 pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
     if a.blocked {
         let limit = if a.limit == 0 { 10_000 } else { a.limit as usize };
-        let r = crate::blocked::blocked_streams(&ctx.journal, &ctx.config.retry, limit).await?;
+        let r = crate::blocked::blocked_streams(&ctx.journal, limit).await?;
         if a.json {
             return json(&r);
         }

@@ -30,6 +30,7 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     };
     if a.once {
         let tick = rt.tick().await?;
+        rt.record_activity().await?;
         if a.json {
             json_line(&tick)?;
         } else if !a.quiet {

@@ -8,6 +8,7 @@
 //! a cookie, so the browser never sends it on its own, and cross-origin
 //! posts are refused (ADR 0017). Without a token the monitor is read-only.
 
+mod chart;
 mod html;
 
 use std::fmt::Write;
@@ -22,7 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use outbox_core::{Error, Projection, RetryPolicy, Seq, view_projection};
+use outbox_core::{Error, Projection, Seq, view_projection};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -39,6 +40,8 @@ use crate::report::{digests, projection_lag};
 
 /// The largest request body accepted (forms are a few hundred bytes).
 pub(crate) const BODY_LIMIT: usize = 8 * 1024;
+/// The minutes the overview's throughput chart covers.
+const CHART_MINUTES: u32 = 60;
 /// The shortest operator token accepted.
 const MIN_TOKEN_LEN: usize = 16;
 
@@ -76,7 +79,6 @@ struct Monitor<J, P: CliStore> {
     journal: J,
     store: P,
     projections: Vec<Arc<dyn Projection<P::Tx>>>,
-    policy: RetryPolicy,
     token: Option<String>,
     limit: usize,
     lag_streams: usize,
@@ -93,7 +95,6 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         journal: ctx.journal.clone(),
         store: ctx.store.clone(),
         projections: ctx.app.views.iter().map(|v| view_projection(v.clone())).collect(),
-        policy: ctx.config.retry,
         token,
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
@@ -314,6 +315,13 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             ),
         ]],
     ));
+    b.push_str("<h2>Throughput, last 60 minutes</h2>");
+    let activity = m.journal.activity(CHART_MINUTES).await?;
+    b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
+    b.push_str(
+        "<p class=\"note\">Events applied, failures recorded and rows dead-lettered per minute, \
+         by every worker (each adds its counts at its heartbeat).</p>",
+    );
     if summary.dead > 0 {
         let _ = write!(
             b,
@@ -424,14 +432,13 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
 }
 
 async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
-    let r = match blocked_streams(&m.journal, &m.policy, m.limit).await {
+    let r = match blocked_streams(&m.journal, m.limit).await {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
     let mut b = format!(
-        "<p class=\"note\">as of {}; every stream whose head row is failed or dead. \
-         \"Failing for\" is a lower bound (the time since the last failure plus the retry \
-         policy's delays between earlier attempts).</p>",
+        "<p class=\"note\">as of {}; every stream whose head row is failed or dead, \
+         failing since its head row's first failure (a requeue starts it afresh).</p>",
         esc(&r.as_of)
     );
     if r.streams.is_empty() {
@@ -460,7 +467,11 @@ async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
                     esc(&s.event_type),
                     format!("<span class=\"{0}\">{0}</span>", esc(&s.status.to_string())),
                     num(s.attempts),
-                    esc(&human_ms(s.failing_for_at_least_ms)),
+                    format!(
+                        "<span title=\"since {}\">{}</span>",
+                        esc(&s.first_failure_at),
+                        esc(&human_ms(s.failing_for_ms))
+                    ),
                     esc(s.next_attempt_at.as_deref().unwrap_or("never (requeue it)")),
                     esc(s.last_error.as_deref().unwrap_or("")),
                     num(s.waiting_behind),
@@ -476,7 +487,7 @@ async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
                 "type",
                 "status",
                 "attempts",
-                "failing for at least",
+                "failing for",
                 "next attempt",
                 "last error",
                 "waiting behind",

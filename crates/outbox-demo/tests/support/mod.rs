@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{ExpectedVersion, NewEvent, OutboxInspector, RetryPolicy, StreamId};
 use outbox_demo::domain::{self, Faults, Payload};
-use outbox_runtime::{Config, Outbox};
+use outbox_runtime::{Config, MetricsSnapshot, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde_json::Value;
 
@@ -143,19 +143,23 @@ impl Site {
 
     /// [`Site::seed_backlog`], then one pass with the fault live and a
     /// dead-letter threshold of 1: each cursed campaign has a dead row at
-    /// seq 4 and three pending rows behind it; the others are applied.
-    pub fn seed_with_dead(&self, campaigns: &[(&str, bool)]) {
+    /// seq 4 and three pending rows behind it; the others are applied. The
+    /// pass is recorded in the journal's activity, as `work --once` does;
+    /// returns its counters.
+    pub fn seed_with_dead(&self, campaigns: &[(&str, bool)]) -> MetricsSnapshot {
         self.seed_backlog(campaigns);
         block_on(async {
             let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
             let rt = self.library(Config::apply_worker().with_retry(retry)).await;
             rt.tick().await.expect("tick");
+            rt.record_activity().await.expect("record activity");
             let s = rt.journal().summary().await.unwrap();
             let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
             assert_eq!((s.dead, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
             rt.journal().close().await;
             rt.store().close().await;
-        });
+            rt.metrics()
+        })
     }
 }
 

@@ -104,6 +104,7 @@ macro_rules! for_each_check {
             acquire_and_claim_due_reclaims_an_unfinished_head_alone,
             complete_and_release_all_ends_several_passes,
             requeue_revives_dead_row,
+            first_failure_is_kept_through_retries_and_cleared_by_requeue,
             requeue_of_live_row_is_invalid_state,
             requeue_of_missing_row_is_not_found,
             requeue_dead_oldest_first_with_limit,

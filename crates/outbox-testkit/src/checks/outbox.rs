@@ -1384,6 +1384,63 @@ pub async fn requeue_revives_dead_row<H: Harness>(h: &H) {
     assert!(is_due(&f.journal, &s).await, "the stream is due again");
 }
 
+/// `first_failed_at`: unset on a new row; set by the first failure (a
+/// recorded one or an unfinished attempt found by a claim) to the store's
+/// clock; kept through later failures, dead-lettering and `retry`; cleared by
+/// `requeue`.
+pub async fn first_failure_is_kept_through_retries_and_cleared_by_requeue<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let s = enqueue(j, "s", 2).await;
+    assert_eq!(
+        row(j, &s, 1).await.first_failed_at,
+        None,
+        "a new row never failed"
+    );
+    let policy = RetryPolicy::new(ms(10), ms(10), 3).unwrap();
+    let before = now(j).await;
+    let first = fail_head(j, &s, "w", &policy).await.first_failed_at;
+    let after = now(j).await;
+    let at = first.expect("the first failure is recorded");
+    assert!(
+        before <= at && at <= after,
+        "{at} is the store's now, in [{before}, {after}]"
+    );
+    for (i, status) in [(2, OutboxStatus::Failed), (3, OutboxStatus::Dead)] {
+        h.advance(&f.ctx, secs(5)).await;
+        let r = fail_head(j, &s, "w", &policy).await;
+        assert_eq!((r.attempt_count, r.status), (i, status));
+        assert_eq!(
+            r.first_failed_at, first,
+            "failure {i} keeps the first failure's time"
+        );
+        assert!(r.updated_at > at, "while updated_at moves on");
+    }
+    let r = j.requeue(&s, seq(1)).await.expect("requeue");
+    assert_eq!(r.first_failed_at, None, "a requeue starts the row afresh");
+    assert_eq!(row(j, &s, 1).await, r);
+
+    let t = enqueue(j, "t", 1).await;
+    let failed = fail_head(j, &t, "w", &RetryPolicy::default()).await;
+    let r = j.retry(&t, seq(1)).await.expect("retry");
+    assert_eq!(
+        r.first_failed_at, failed.first_failed_at,
+        "retry now keeps the first failure"
+    );
+
+    let u = enqueue(j, "u", 1).await;
+    take_and_claim(j, &u, "crashes", 1).await;
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let before = now(j).await;
+    let (_lease, claimed) = take_and_claim(j, &u, "next", 1).await;
+    let after = now(j).await;
+    let at = claimed[0]
+        .first_failed_at
+        .expect("an unfinished attempt is a failure");
+    assert!(before <= at && at <= after, "{at} in [{before}, {after}]");
+    assert_eq!(row(j, &u, 1).await.first_failed_at, Some(at));
+}
+
 /// `requeue`: a row that is not dead is `InvalidState`, and nothing changes.
 pub async fn requeue_of_live_row_is_invalid_state<H: Harness>(h: &H) {
     let f = h.open().await;
