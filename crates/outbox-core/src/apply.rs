@@ -222,6 +222,7 @@ mod tests {
 
     #[async_trait]
     impl ViewStorage for Failing {
+        fn view_applying(&mut self, _: &ProjectionName, _: &StreamId, _: Seq) {}
         async fn view_get(&mut self, _: &ProjectionName, _: &str, _: &str) -> Result<Option<String>> {
             Err((self.0)())
         }

@@ -9,6 +9,7 @@ mod policy;
 mod ports;
 mod projection;
 mod run;
+mod running;
 pub mod spi;
 mod stored;
 mod time;
@@ -35,6 +36,7 @@ pub use projection::{
     Watermark,
 };
 pub use run::{RunEnd, RunKind, RunRecord, RunState};
+pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,

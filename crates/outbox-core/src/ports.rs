@@ -874,6 +874,15 @@ pub trait RunStore: Send + Sync {
 ///   key strictly greater than `after`, ordered by key bytewise, as
 ///   [`ViewStorage::view_scan`](crate::spi::ViewStorage::view_scan) does inside a transaction.
 /// - Each call reads one committed state; it never blocks an apply for long.
+/// - `view_digests` returns the recorded running digest
+///   ([`ViewDigest`](crate::ViewDigest)) of every projection that has one,
+///   ordered by projection name, without reading any document: what the last
+///   committed apply left. A projection never written (or reset since) has
+///   none; its running digest is [`RunningDigest::EMPTY`](crate::RunningDigest::EMPTY).
+/// - `verify_view_digest` reads, in one snapshot, the projection's recorded
+///   running digest ([`ViewDigest::empty`](crate::ViewDigest::empty) when it
+///   has none) and the one a scan of every document of it gives. They are
+///   equal unless the store was changed behind the adapter.
 pub trait ViewStore: Send + Sync {
     /// One document.
     fn view_get(
@@ -891,4 +900,13 @@ pub trait ViewStore: Send + Sync {
         after: Option<&str>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send;
+
+    /// Every recorded running digest, without a scan.
+    fn view_digests(&self) -> impl Future<Output = Result<Vec<crate::ViewDigest>>> + Send;
+
+    /// The recorded running digest of `projection` beside a full scan's.
+    fn verify_view_digest(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<crate::ViewDigestCheck>> + Send;
 }

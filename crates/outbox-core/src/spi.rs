@@ -6,12 +6,13 @@
 
 use async_trait::async_trait;
 
-use crate::{ProjectionName, Result, StreamId};
+use crate::{ProjectionName, Result, Seq, StreamId};
 
 pub use crate::apply::{all_applied, apply_in, apply_runs_in, ended_by_projection};
 pub use crate::event::{AppendPlan, plan_append};
 pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, validate_ttl};
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
+pub use crate::running::stored_view_digest;
 pub use crate::stored::{
     StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
     projection_names, projection_undecodable, validate_projection_names,
@@ -150,8 +151,23 @@ pub struct ViewRow {
 ///   table, with (table, key) strictly greater than `after`, ordered by
 ///   (table, key) bytewise.
 /// - `view_clear` deletes every document of the projection and returns how many.
+/// - Running digests (ADR 0018): `view_put`, `view_delete` and `view_clear`
+///   keep the projection's [`RunningDigest`](crate::RunningDigest) exact in
+///   the same transaction: each write adds the new document's hash and
+///   removes the hash of the one it replaced or deleted (the document as
+///   the write actually found it, also when another transaction changed it
+///   concurrently), and `view_clear` forgets the projection's running digest
+///   with its documents. The change commits or rolls back with the writes.
+/// - `view_applying` says which event is applied to the projection next; the
+///   last one of a transaction that changes the projection's running digest
+///   becomes its `last_event`. It writes nothing by itself, and a
+///   transaction whose writes leave the running digest as it was records
+///   nothing.
 #[async_trait]
 pub trait ViewStorage: Send {
+    /// The event whose apply the following writes of `projection` belong to.
+    fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq);
+
     /// One document.
     async fn view_get(
         &mut self,

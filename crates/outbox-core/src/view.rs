@@ -289,6 +289,7 @@ impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
     }
 
     async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {
+        tx.view_applying(self.0.name(), &event.stream, event.seq);
         let mut view = ViewTx::new(tx, self.0.name());
         self.0.apply(&mut view, event).await
     }
@@ -377,6 +378,15 @@ mod tests {
                 _: usize,
             ) -> Result<Vec<(String, String)>> {
                 Ok(Vec::new())
+            }
+            async fn view_digests(&self) -> Result<Vec<crate::ViewDigest>> {
+                Ok(Vec::new())
+            }
+            async fn verify_view_digest(&self, p: &ProjectionName) -> Result<crate::ViewDigestCheck> {
+                Ok(crate::ViewDigestCheck {
+                    recorded: crate::ViewDigest::empty(p),
+                    scanned: crate::RunningDigest::EMPTY,
+                })
             }
         }
         let reader = ViewReader::new(&Nothing, p);

@@ -1,6 +1,6 @@
 //! The in-memory projection database: tables, checkpoints, watermarks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use outbox_core::{
     ApplyOutcome, Clock, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection,
     ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark, WatermarkStore,
 };
+use outbox_core::{DocumentHash, RunningDigest, ViewDigest, ViewDigestCheck};
 use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -27,6 +28,8 @@ struct State {
     checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
     watermarks: BTreeMap<StreamId, Watermark>,
     runs: BTreeMap<u64, RunRecord>,
+    /// Running digests of view projections (absent: no documents, no history).
+    digests: BTreeMap<ProjectionName, ViewDigest>,
     /// The last run id handed out (pruning must not let ids repeat).
     last_run_id: u64,
 }
@@ -68,6 +71,8 @@ impl MemoryProjectionStore {
             undo: Vec::new(),
             committed: false,
             now: self.clock.now(),
+            last_applied: HashMap::new(),
+            touched: BTreeMap::new(),
         }
     }
 
@@ -87,6 +92,12 @@ pub struct MemoryTx {
     committed: bool,
     /// The store's clock when the transaction began (watermark times).
     now: outbox_core::Timestamp,
+    /// Per projection, the last event applied to it in this transaction
+    /// (`ViewStorage::view_applying`).
+    last_applied: HashMap<ProjectionName, (StreamId, Seq)>,
+    /// Per projection whose running digest this transaction changed, the
+    /// running digest before its first change.
+    touched: BTreeMap<ProjectionName, Option<RunningDigest>>,
 }
 
 /// What rolling back one write restores.
@@ -100,6 +111,8 @@ enum Undo {
     Checkpoint((ProjectionName, StreamId), Option<u64>),
     /// A watermark and its previous value (`None`: there was none).
     Watermark(StreamId, Option<Watermark>),
+    /// A running digest and its previous value (`None`: there was none).
+    Digest(ProjectionName, Option<ViewDigest>),
 }
 
 impl MemoryTx {
@@ -151,7 +164,29 @@ impl MemoryTx {
         }
     }
 
+    /// Commits: each running digest this transaction changed records the
+    /// last event applied to its projection and the time; one it changed
+    /// back to where it was keeps its previous record.
     fn commit(mut self) {
+        let touched = std::mem::take(&mut self.touched);
+        for (p, before) in touched {
+            let last = self.last_applied.get(&p).cloned();
+            let now = self.now;
+            let Some(d) = self.guard.digests.get_mut(&p) else {
+                continue;
+            };
+            match (before, d.digest) {
+                // Nothing before and nothing now: no record, as before.
+                (None, Some(RunningDigest::EMPTY)) => {
+                    self.guard.digests.remove(&p);
+                }
+                (Some(b), Some(n)) if b == n => {}
+                _ => {
+                    d.last_event = last.or(d.last_event.take());
+                    d.updated_at = Some(now);
+                }
+            }
+        }
         self.committed = true;
     }
 }
@@ -188,18 +223,46 @@ impl Drop for MemoryTx {
                         None => self.guard.watermarks.remove(&stream),
                     };
                 }
+                Undo::Digest(projection, old) => {
+                    match old {
+                        Some(d) => self.guard.digests.insert(projection, d),
+                        None => self.guard.digests.remove(&projection),
+                    };
+                }
             }
         }
     }
 }
 
 impl MemoryTx {
-    fn set_view(&mut self, key: (String, String, String), value: Option<String>) -> Option<String> {
+    /// Sets (or removes) one document and keeps its projection's running
+    /// digest exact: the old document's hash out, the new one's in.
+    fn set_view(
+        &mut self,
+        projection: &ProjectionName,
+        key: (String, String, String),
+        value: Option<String>,
+    ) -> Option<String> {
+        let new_hash = value.as_deref().map(|v| DocumentHash::of(&key.1, &key.2, v));
         let old = match value {
             Some(v) => self.guard.views.insert(key.clone(), v),
             None => self.guard.views.remove(&key),
         };
+        let old_hash = old.as_deref().map(|v| DocumentHash::of(&key.1, &key.2, v));
         self.undo.push(Undo::View(key, old.clone()));
+        if old_hash != new_hash {
+            let before = self.guard.digests.get(projection).cloned();
+            self.touched
+                .entry(projection.clone())
+                .or_insert_with(|| before.as_ref().and_then(|d| d.digest));
+            let mut d = before.clone().unwrap_or_else(|| ViewDigest::empty(projection));
+            let mut running = d.digest.unwrap_or_default();
+            running.replace(old_hash.as_ref(), new_hash.as_ref());
+            d.digest = Some(running);
+            d.documents = running.documents();
+            self.guard.digests.insert(projection.clone(), d);
+            self.undo.push(Undo::Digest(projection.clone(), before));
+        }
         old
     }
 }
@@ -273,6 +336,11 @@ fn view_range<'a>(
 
 #[async_trait]
 impl ViewStorage for MemoryTx {
+    fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) {
+        self.last_applied
+            .insert(projection.clone(), (stream.clone(), seq));
+    }
+
     async fn view_get(
         &mut self,
         projection: &ProjectionName,
@@ -289,7 +357,11 @@ impl ViewStorage for MemoryTx {
         key: &str,
         value: &str,
     ) -> Result<()> {
-        self.set_view(view_key(projection, table, key), Some(value.to_owned()));
+        self.set_view(
+            projection,
+            view_key(projection, table, key),
+            Some(value.to_owned()),
+        );
         Ok(())
     }
 
@@ -298,7 +370,7 @@ impl ViewStorage for MemoryTx {
         if !self.guard.views.contains_key(&key) {
             return Ok(false);
         }
-        Ok(self.set_view(key, None).is_some())
+        Ok(self.set_view(projection, key, None).is_some())
     }
 
     async fn view_scan(
@@ -332,7 +404,11 @@ impl ViewStorage for MemoryTx {
             .map(|(k, _)| k.clone())
             .collect();
         for k in &keys {
-            self.set_view(k.clone(), None);
+            self.set_view(projection, k.clone(), None);
+        }
+        let before = self.guard.digests.remove(projection);
+        if before.is_some() {
+            self.undo.push(Undo::Digest(projection.clone(), before));
         }
         Ok(keys.len() as u64)
     }
@@ -377,6 +453,24 @@ impl ViewStore for MemoryProjectionStore {
             after,
             limit,
         ))
+    }
+
+    async fn view_digests(&self) -> Result<Vec<ViewDigest>> {
+        Ok(self.state.lock().await.digests.values().cloned().collect())
+    }
+
+    async fn verify_view_digest(&self, projection: &ProjectionName) -> Result<ViewDigestCheck> {
+        let st = self.state.lock().await;
+        let recorded = st
+            .digests
+            .get(projection)
+            .cloned()
+            .unwrap_or_else(|| ViewDigest::empty(projection));
+        let scanned = RunningDigest::of_rows(
+            view_range(&st.views, projection, None, None)
+                .map(|((_, t, k), v)| (t.as_str(), k.as_str(), v.as_str())),
+        );
+        Ok(ViewDigestCheck { recorded, scanned })
     }
 }
 

@@ -105,9 +105,8 @@ impl ProjectionStore for PgProjectionStore {
     async fn setup(&self, projections: &[Arc<dyn Projection<PgTx>>]) -> Result<()> {
         let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
         outbox_sql::projection::setup_in(&self.sql.dialect, &mut tx, projections).await?;
-        tx.commit()
+        tx.commit(|e| storage(self.db.context("setting up projections"), e))
             .await
-            .map_err(|e| storage(self.db.context("setting up projections"), e))
     }
 
     async fn apply(
@@ -119,9 +118,8 @@ impl ProjectionStore for PgProjectionStore {
         let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
         let outcome = apply_in(&mut tx, stream, events, projections).await?;
         if matches!(outcome, ApplyOutcome::Applied(_)) {
-            tx.commit()
-                .await
-                .map_err(|e| storage(self.db.context("applying events"), e))?;
+            tx.commit(|e| storage(self.db.context("applying events"), e))
+                .await?;
         }
         // Otherwise dropping the transaction rolls it back: nothing written.
         Ok(outcome)
@@ -135,9 +133,8 @@ impl ProjectionStore for PgProjectionStore {
         let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
         let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
         if all_applied(&outcomes, runs.len()) {
-            tx.commit()
-                .await
-                .map_err(|e| storage(self.db.context("applying events"), e))?;
+            tx.commit(|e| storage(self.db.context("applying events"), e))
+                .await?;
         }
         Ok(outcomes)
     }
@@ -149,9 +146,8 @@ impl ProjectionStore for PgProjectionStore {
     async fn reset(&self, projection: &dyn Projection<PgTx>) -> Result<()> {
         let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
         outbox_sql::projection::reset_in(&self.sql.dialect, &mut tx, projection).await?;
-        tx.commit()
+        tx.commit(|e| storage(self.db.context("resetting a projection"), e))
             .await
-            .map_err(|e| storage(self.db.context("resetting a projection"), e))
     }
 
     async fn digest(&self, projection: &dyn Projection<PgTx>) -> Result<Digest> {
@@ -165,7 +161,7 @@ impl ProjectionStore for PgProjectionStore {
             .map_err(err)?;
         let mut tx = PgTx::new(tx, self.sql.dialect.clone());
         let digest = outbox_sql::projection::digest_in(&self.sql.dialect, &mut tx, projection).await?;
-        tx.commit().await.map_err(err)?;
+        tx.commit(err).await?;
         Ok(digest)
     }
 }

@@ -103,7 +103,10 @@ macro_rules! transaction_handle {
                 }
                 let mut views = ::std::mem::take(&mut self.views);
                 let dialect = self.dialect();
-                views.flush(&dialect, self).await
+                let flushed = views.flush(&dialect, self).await;
+                // Keep what it learnt (document hashes, digest changes).
+                self.views = views;
+                flushed
             }
 
             /// The shared statements' dialect.
@@ -111,8 +114,18 @@ macro_rules! transaction_handle {
                 ::std::sync::Arc::clone(&self.dialect)
             }
 
-            pub(crate) async fn commit(self) -> ::sqlx::Result<()> {
-                self.tx.commit().await
+            /// Writes out the pending documents and the running digest
+            /// changes (one statement per projection changed), then commits;
+            /// `err` maps the commit's own error.
+            pub(crate) async fn commit(
+                mut self,
+                err: impl FnOnce(::sqlx::Error) -> ::outbox_core::Error,
+            ) -> ::outbox_core::Result<()> {
+                self.flush_views().await?;
+                let mut views = ::std::mem::take(&mut self.views);
+                let dialect = self.dialect();
+                views.flush_digests(&dialect, &mut self).await?;
+                self.tx.commit().await.map_err(err)
             }
 
             /// The connection, inside the store's transaction.

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 
 use outbox_core::spi::{ApplyTx, ViewRow, ended_by_projection, validate_limit};
-use outbox_core::spi::{StoredWatermark, projection_undecodable, validate_projection_names};
+use outbox_core::spi::{
+    StoredWatermark, projection_undecodable, stored_view_digest, validate_projection_names,
+};
 use outbox_core::{
-    Digest, DigestBuilder, DigestValue, Error, MAX_PAGE, Projection, ProjectionName, Result, StreamId,
-    Watermark,
+    Digest, DigestBuilder, DigestValue, DocumentHash, Error, MAX_PAGE, Projection, ProjectionName,
+    RUNNING_DIGEST_LANES, Result, RunningDigest, StreamId, ViewDigest, ViewDigestCheck, Watermark,
 };
 
 use crate::{Arg, Conn, Database, Dialect, Row};
@@ -218,7 +220,15 @@ pub async fn view_get(
     .transpose()
 }
 
-/// [`ViewStorage::view_put`](outbox_core::spi::ViewStorage::view_put).
+/// [`ViewStorage::view_put`](outbox_core::spi::ViewStorage::view_put) where
+/// writers run concurrently ([`Dialect::locks_rows`]): the document is
+/// written at once and the hash of the one it replaced is returned, exact
+/// for the running digest. `known` is the hash of the database's version
+/// when this transaction holds the key's lock (it read or wrote it before);
+/// otherwise the key is locked first and the old version read in the same
+/// statement as the upsert. Either way the upsert says whether it inserted:
+/// a document deleted meanwhile by an unlocked delete or clear (which
+/// subtracted it themselves) replaces nothing.
 pub async fn view_put(
     dialect: &Dialect,
     tx: &mut (dyn Conn + '_),
@@ -226,39 +236,83 @@ pub async fn view_put(
     table: &str,
     key: &str,
     value: &str,
-) -> Result<()> {
-    tx.execute(
-        "writing a view document",
-        &dialect.sql(
-            "INSERT INTO outbox_views (projection, tbl, key, value) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
-        ),
-        &[
-            Arg::Text(projection.as_str()),
-            Arg::Text(table),
-            Arg::Text(key),
-            Arg::Text(value),
-        ],
-    )
-    .await
-    .map(drop)
+    known: Option<Option<DocumentHash>>,
+) -> Result<Option<DocumentHash>> {
+    let what = "writing a view document";
+    let args = [
+        Arg::Text(projection.as_str()),
+        Arg::Text(table),
+        Arg::Text(key),
+        Arg::Text(value),
+    ];
+    const UPSERT: &str = "INSERT INTO outbox_views (projection, tbl, key, value) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value";
+    let (inserted, old) = match known {
+        Some(old) => {
+            let row = tx
+                .fetch_optional(what, &dialect.sql(&format!("{UPSERT} RETURNING xmax = 0")), &args)
+                .await?;
+            (row.map(|r| r.bool(0)).transpose()?.unwrap_or(true), old)
+        }
+        None => {
+            tx.fetch(what, &dialect.sql(LOCK_DOCUMENT), &args[..3]).await?;
+            let row = tx
+                .fetch_optional(
+                    what,
+                    &dialect.sql(&format!(
+                        "WITH old AS (SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3), \
+                         up AS ({UPSERT} RETURNING xmax = 0 AS inserted) \
+                         SELECT (SELECT inserted FROM up), (SELECT value FROM old)"
+                    )),
+                    &args,
+                )
+                .await?;
+            match row {
+                Some(r) => (
+                    r.bool(0)?,
+                    r.opt_text(1)?.map(|v| DocumentHash::of(table, key, &v)),
+                ),
+                None => (true, None),
+            }
+        }
+    };
+    if inserted {
+        return Ok(None);
+    }
+    if old.is_none() {
+        return Err(Error::Storage {
+            message: format!(
+                "view document {table}/{key} of projection `{projection}` was inserted behind its lock \
+                 (a writer outside the view API?); the running digest cannot be kept, nothing was committed"
+            ),
+            temporary: false,
+            source: None,
+        });
+    }
+    Ok(old)
 }
 
-/// [`ViewStorage::view_delete`](outbox_core::spi::ViewStorage::view_delete).
+/// [`ViewStorage::view_delete`](outbox_core::spi::ViewStorage::view_delete):
+/// returns the hash of the document it deleted (`None`: there was none),
+/// as the delete found it.
 pub async fn view_delete(
     dialect: &Dialect,
     tx: &mut (dyn Conn + '_),
     projection: &ProjectionName,
     table: &str,
     key: &str,
-) -> Result<bool> {
-    tx.execute(
-        "deleting a view document",
-        &dialect.sql("DELETE FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3"),
-        &[Arg::Text(projection.as_str()), Arg::Text(table), Arg::Text(key)],
-    )
-    .await
-    .map(|n| n > 0)
+) -> Result<Option<DocumentHash>> {
+    let row = tx
+        .fetch_optional(
+            "deleting a view document",
+            &dialect.sql(
+                "DELETE FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3 RETURNING value",
+            ),
+            &[Arg::Text(projection.as_str()), Arg::Text(table), Arg::Text(key)],
+        )
+        .await?;
+    row.map(|r| r.text(0).map(|v| DocumentHash::of(table, key, &v)))
+        .transpose()
 }
 
 /// [`ViewStorage::view_scan`](outbox_core::spi::ViewStorage::view_scan) and
@@ -331,13 +385,108 @@ pub async fn view_clear(
     tx: &mut (dyn Conn + '_),
     projection: &ProjectionName,
 ) -> Result<u64> {
+    let args = [Arg::Text(projection.as_str())];
+    let n = tx
+        .execute(
+            "clearing the documents of a projection",
+            &dialect.sql("DELETE FROM outbox_views WHERE projection = $1"),
+            &args,
+        )
+        .await?;
+    // After the documents: a concurrent apply that wrote some of them then
+    // adds its change to the running digest after this one's removal.
     tx.execute(
-        "clearing the documents of a projection",
-        &dialect.sql("DELETE FROM outbox_views WHERE projection = $1"),
-        &[Arg::Text(projection.as_str())],
+        "clearing the running digest of a projection",
+        &dialect.sql("DELETE FROM outbox_view_digests WHERE projection = $1"),
+        &args,
     )
-    .await
+    .await?;
+    Ok(n)
 }
+
+/// The columns of a running digest row, after `projection`.
+const DIGEST_COLUMNS: &str = "d0, d1, d2, d3, d4, d5, d6, d7, documents, last_stream, last_seq, updated_at";
+
+fn decode_view_digest(projection: &ProjectionName, r: &Row, at: usize) -> Result<ViewDigest> {
+    let mut lanes = [None; RUNNING_DIGEST_LANES];
+    for (i, l) in lanes.iter_mut().enumerate() {
+        *l = r.opt_int(at + i)?;
+    }
+    let last = match (r.opt_text(at + 9)?, r.opt_int(at + 10)?) {
+        (Some(s), Some(q)) => Some((s, q)),
+        _ => None,
+    };
+    stored_view_digest(projection, lanes, r.int(at + 8)?, last, r.opt_int(at + 11)?)
+}
+
+/// [`ViewStore::view_digests`](outbox_core::ViewStore::view_digests).
+pub async fn view_digests(db: &(impl Database + ?Sized)) -> Result<Vec<ViewDigest>> {
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch(
+            "reading running digests",
+            &db.dialect().sql(&format!(
+                "SELECT projection, {DIGEST_COLUMNS} FROM outbox_view_digests ORDER BY projection"
+            )),
+            &[],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let p =
+                ProjectionName::new(r.text(0)?).map_err(|e| projection_undecodable("running digest", e))?;
+            decode_view_digest(&p, r, 1)
+        })
+        .collect()
+}
+
+/// [`ViewStore::verify_view_digest`](outbox_core::ViewStore::verify_view_digest):
+/// the recorded row and a scan of every document, in one snapshot.
+pub async fn verify_view_digest(
+    db: &(impl Database + ?Sized),
+    projection: &ProjectionName,
+) -> Result<ViewDigestCheck> {
+    let dialect = db.dialect();
+    let mut tx = db.snapshot().await?;
+    let row = tx
+        .fetch_optional(
+            "reading a running digest",
+            &dialect.sql(&format!(
+                "SELECT {DIGEST_COLUMNS} FROM outbox_view_digests WHERE projection = $1"
+            )),
+            &[Arg::Text(projection.as_str())],
+        )
+        .await?;
+    let recorded = match row {
+        Some(r) => decode_view_digest(projection, &r, 0)?,
+        None => ViewDigest::empty(projection),
+    };
+    let mut scanned = RunningDigest::EMPTY;
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let page = view_rows(
+            dialect,
+            &mut *tx,
+            projection,
+            after.as_ref().map(|(t, k)| (t.as_str(), k.as_str())),
+            VERIFY_PAGE,
+        )
+        .await?;
+        let full = page.len() == VERIFY_PAGE;
+        for row in page {
+            scanned.add(&DocumentHash::of(&row.table, &row.key, &row.value));
+            after = Some((row.table, row.key));
+        }
+        if !full {
+            break;
+        }
+    }
+    tx.commit("verifying a running digest").await?;
+    Ok(ViewDigestCheck { recorded, scanned })
+}
+
+/// Documents read per page by [`verify_view_digest`].
+const VERIFY_PAGE: usize = 1000;
 
 /// [`ViewStore::view_get`](outbox_core::ViewStore::view_get): a committed
 /// read, outside any transaction.
@@ -382,6 +531,15 @@ macro_rules! impl_projection_ports {
     ($store:ty, $db:ident, $tx:ty) => {
         #[::outbox_core::async_trait]
         impl ::outbox_core::spi::ViewStorage for $tx {
+            fn view_applying(
+                &mut self,
+                projection: &::outbox_core::ProjectionName,
+                stream: &::outbox_core::StreamId,
+                seq: ::outbox_core::Seq,
+            ) {
+                self.views.applying(projection, stream, seq);
+            }
+
             async fn view_get(
                 &mut self,
                 projection: &::outbox_core::ProjectionName,
@@ -392,7 +550,9 @@ macro_rules! impl_projection_ports {
                     return Ok(pending.map(str::to_owned));
                 }
                 let d = self.dialect();
-                $crate::projection::view_get(&d, self, projection, table, key).await
+                let found = $crate::projection::view_get(&d, self, projection, table, key).await?;
+                self.views.read(projection, table, key, found.as_deref());
+                Ok(found)
             }
 
             async fn view_put(
@@ -404,7 +564,12 @@ macro_rules! impl_projection_ports {
             ) -> ::outbox_core::Result<()> {
                 let d = self.dialect();
                 if d.locks_rows() {
-                    return $crate::projection::view_put(&d, self, projection, table, key, value).await;
+                    let known = self.views.known(projection, table, key);
+                    let old =
+                        $crate::projection::view_put(&d, self, projection, table, key, value, known).await?;
+                    self.views
+                        .wrote(projection, table, key, old, Some(value), true);
+                    return Ok(());
                 }
                 if self.views.put(projection, table, key, value) {
                     self.flush_views().await?;
@@ -422,7 +587,19 @@ macro_rules! impl_projection_ports {
                     return Ok(existed);
                 }
                 let d = self.dialect();
-                $crate::projection::view_delete(&d, self, projection, table, key).await
+                if !d.locks_rows()
+                    && let Some(old) = self.views.known(projection, table, key)
+                {
+                    // A single writer knows what is there: defer the delete too.
+                    if old.is_some() {
+                        self.views.defer_delete(projection, table, key);
+                    }
+                    return Ok(old.is_some());
+                }
+                let locked = !d.locks_rows() || self.views.knows(projection, table, key);
+                let old = $crate::projection::view_delete(&d, self, projection, table, key).await?;
+                self.views.wrote(projection, table, key, old, None, locked);
+                Ok(old.is_some())
             }
 
             async fn view_scan(
@@ -454,7 +631,9 @@ macro_rules! impl_projection_ports {
             ) -> ::outbox_core::Result<u64> {
                 self.flush_views().await?;
                 let d = self.dialect();
-                $crate::projection::view_clear(&d, self, projection).await
+                let n = $crate::projection::view_clear(&d, self, projection).await?;
+                self.views.cleared(projection);
+                Ok(n)
             }
         }
 
@@ -476,6 +655,17 @@ macro_rules! impl_projection_ports {
                 limit: usize,
             ) -> ::outbox_core::Result<Vec<(String, String)>> {
                 $crate::projection::read_view_page(&*self.$db, projection, table, after, limit).await
+            }
+
+            async fn view_digests(&self) -> ::outbox_core::Result<Vec<::outbox_core::ViewDigest>> {
+                $crate::projection::view_digests(&*self.$db).await
+            }
+
+            async fn verify_view_digest(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+            ) -> ::outbox_core::Result<::outbox_core::ViewDigestCheck> {
+                $crate::projection::verify_view_digest(&*self.$db, projection).await
             }
         }
 

@@ -9,23 +9,58 @@
 //! concurrently (Postgres, [`Dialect::locks_rows`]) nothing is deferred: a
 //! document's row lock must be taken when it is written.
 
-use std::collections::BTreeMap;
+//!
+//! It also keeps the transaction's share of every projection's running
+//! digest (ADR 0018): the hash of each document as the database holds it
+//! (`base`, learnt from reads and writes), and per projection the change
+//! this transaction makes, written once, at commit ([`ViewWrites::flush_digests`]).
 
-use outbox_core::{ProjectionName, Result};
+use std::collections::{BTreeMap, HashMap};
+
+use outbox_core::{DocumentHash, ProjectionName, Result, RunningDigest, Seq, StreamId};
 
 use crate::{Arg, Conn, Dialect};
 
-/// Documents written in a transaction and not yet sent to the database:
-/// `Some(value)` to put, `None` to delete.
+type Slot = (String, String, String);
+
+/// Documents written in a transaction and not yet sent to the database
+/// (`Some(value)` to put, `None` to delete), and the transaction's changes
+/// to running digests.
 #[derive(Debug, Default)]
 pub struct ViewWrites {
-    pending: BTreeMap<(String, String, String), Option<String>>,
+    pending: BTreeMap<Slot, Option<String>>,
+    /// The hash of a document as the database holds it now (`None`: no
+    /// document), where this transaction knows it. Where writers run
+    /// concurrently, only documents whose key this transaction has locked.
+    base: HashMap<Slot, Option<DocumentHash>>,
+    /// Per projection: the change to its running digest.
+    changes: BTreeMap<String, RunningDigest>,
+    /// Per projection: the last event applied to it in this transaction
+    /// (`ViewStorage::view_applying`).
+    last_applied: HashMap<String, (String, i64)>,
 }
 
 /// The most documents kept in memory before they are written out.
 const MAX_PENDING: usize = 1024;
 
-fn slot(projection: &ProjectionName, table: &str, key: &str) -> (String, String, String) {
+/// Adds a change (`$2`..`$9` lanes, `$10` documents) to the running digest
+/// of projection `$1`, made by event (`$11`, `$12`) when known. Lanes add
+/// modulo 2^32, so integers never overflow; the lanes of an untracked
+/// projection (NULL) stay NULL.
+const RECORD_DIGEST: &str = "INSERT INTO outbox_view_digests AS d \
+     (projection, d0, d1, d2, d3, d4, d5, d6, d7, documents, last_stream, last_seq, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {now}) \
+     ON CONFLICT (projection) DO UPDATE SET \
+     d0 = (d.d0 + excluded.d0) % 4294967296, d1 = (d.d1 + excluded.d1) % 4294967296, \
+     d2 = (d.d2 + excluded.d2) % 4294967296, d3 = (d.d3 + excluded.d3) % 4294967296, \
+     d4 = (d.d4 + excluded.d4) % 4294967296, d5 = (d.d5 + excluded.d5) % 4294967296, \
+     d6 = (d.d6 + excluded.d6) % 4294967296, d7 = (d.d7 + excluded.d7) % 4294967296, \
+     documents = d.documents + excluded.documents, \
+     last_stream = COALESCE(excluded.last_stream, d.last_stream), \
+     last_seq = COALESCE(excluded.last_seq, d.last_seq), \
+     updated_at = excluded.updated_at";
+
+fn slot(projection: &ProjectionName, table: &str, key: &str) -> Slot {
     (projection.as_str().to_owned(), table.to_owned(), key.to_owned())
 }
 
@@ -40,8 +75,8 @@ impl ViewWrites {
 
     /// Records a put; whether enough is pending to write it out now.
     pub fn put(&mut self, projection: &ProjectionName, table: &str, key: &str, value: &str) -> bool {
-        self.pending
-            .insert(slot(projection, table, key), Some(value.to_owned()));
+        let s = slot(projection, table, key);
+        self.pending.insert(s, Some(value.to_owned()));
         self.pending.len() >= MAX_PENDING
     }
 
@@ -49,23 +84,173 @@ impl ViewWrites {
     /// existed, or `None` when nothing was pending for it (the caller then
     /// deletes in the database).
     pub fn delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Option<bool> {
-        let entry = self.pending.get_mut(&slot(projection, table, key))?;
-        Some(entry.take().is_some())
+        let s = slot(projection, table, key);
+        Some(self.pending.get_mut(&s)?.take().is_some())
     }
 
-    /// Whether nothing is pending.
+    /// Records a delete of a document known to exist (a single writer's:
+    /// it is written out with the other pending writes).
+    pub fn defer_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) {
+        self.pending.insert(slot(projection, table, key), None);
+    }
+
+    /// Whether no document write is pending.
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
 
+    /// The event now applied to `projection` (the last one of the
+    /// transaction becomes the running digest's `last_event`).
+    pub fn applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) {
+        self.last_applied.insert(
+            projection.as_str().to_owned(),
+            (
+                stream.as_str().to_owned(),
+                i64::try_from(seq.get()).unwrap_or(i64::MAX),
+            ),
+        );
+    }
+
+    /// Whether the database's version of the document is known (and, where
+    /// writers run concurrently, its key locked by this transaction).
+    pub fn knows(&self, projection: &ProjectionName, table: &str, key: &str) -> bool {
+        self.base.contains_key(&slot(projection, table, key))
+    }
+
+    /// The hash of the database's version of the document, if known.
+    pub fn known(&self, projection: &ProjectionName, table: &str, key: &str) -> Option<Option<DocumentHash>> {
+        self.base.get(&slot(projection, table, key)).copied()
+    }
+
+    /// Notes the database's version of a document, just read.
+    pub fn read(&mut self, projection: &ProjectionName, table: &str, key: &str, value: Option<&str>) {
+        self.base.insert(
+            slot(projection, table, key),
+            value.map(|v| DocumentHash::of(table, key, v)),
+        );
+    }
+
+    /// Records a write the database has made: the document that was there
+    /// (`old`) replaced by `new` (`None`: deleted). `locked`: whether the
+    /// key is this transaction's now (always true for a single writer).
+    pub fn wrote(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        old: Option<DocumentHash>,
+        new: Option<&str>,
+        locked: bool,
+    ) {
+        self.record(slot(projection, table, key), old, new, locked);
+    }
+
+    fn record(&mut self, s: Slot, old: Option<DocumentHash>, new: Option<&str>, locked: bool) {
+        let new = new.map(|v| DocumentHash::of(&s.1, &s.2, v));
+        let projection = s.0.clone();
+        if locked {
+            self.base.insert(s, new);
+        } else {
+            self.base.remove(&s);
+        }
+        if old == new {
+            return;
+        }
+        self.changes
+            .entry(projection)
+            .or_default()
+            .replace(old.as_ref(), new.as_ref());
+    }
+
+    /// Forgets everything about `projection` (its documents were cleared
+    /// and its running digest removed in the database).
+    pub fn cleared(&mut self, projection: &ProjectionName) {
+        let p = projection.as_str();
+        self.pending.retain(|(q, _, _), _| q != p);
+        self.base.retain(|(q, _, _), _| q != p);
+        self.changes.remove(p);
+    }
+
+    /// Writes each projection's running digest change: one statement per
+    /// projection whose documents this transaction changed (none when it
+    /// changed nothing). Call after the last document write, right before
+    /// the commit.
+    pub async fn flush_digests(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
+        let changes = std::mem::take(&mut self.changes);
+        for (projection, change) in changes {
+            if change.is_empty() {
+                continue;
+            }
+            let last = self.last_applied.get(&projection);
+            let l = change.lanes();
+            let (stream, seq) = match last {
+                Some((s, q)) => (Some(s.as_str()), Some(*q)),
+                None => (None, None),
+            };
+            tx.execute(
+                "recording a running digest",
+                &dialect.sql(RECORD_DIGEST),
+                &[
+                    Arg::Text(&projection),
+                    Arg::Int(l[0]),
+                    Arg::Int(l[1]),
+                    Arg::Int(l[2]),
+                    Arg::Int(l[3]),
+                    Arg::Int(l[4]),
+                    Arg::Int(l[5]),
+                    Arg::Int(l[6]),
+                    Arg::Int(l[7]),
+                    Arg::Int(change.documents()),
+                    Arg::OptText(stream),
+                    Arg::OptInt(seq),
+                ],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Writes the pending documents out: one statement for every put, one
-    /// for every delete. Empty afterwards, also on an error (the
-    /// transaction is then rolled back by its owner).
+    /// for every delete, after one reading the documents they replace whose
+    /// hash is not known yet (for the running digests). Empty afterwards,
+    /// also on an error (the transaction is then rolled back by its owner).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
+        let unknown: Vec<serde_json::Value> = pending
+            .keys()
+            .filter(|s| !self.base.contains_key(*s))
+            .map(|(p, t, k)| serde_json::json!([p, t, k]))
+            .collect();
+        if !unknown.is_empty() {
+            let rows = tx
+                .fetch(
+                    "reading the view documents a batch replaces",
+                    &dialect.sql(
+                        "SELECT projection, tbl, key, value FROM outbox_views WHERE (projection, tbl, key) IN \
+                         (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each($1))",
+                    ),
+                    &[Arg::Text(&serde_json::Value::Array(unknown).to_string())],
+                )
+                .await?;
+            let mut found = HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let (p, t, k, v) = (r.text(0)?, r.text(1)?, r.text(2)?, r.text(3)?);
+                let h = DocumentHash::of(&t, &k, &v);
+                found.insert((p, t, k), h);
+            }
+            for s in pending.keys() {
+                if !self.base.contains_key(s) {
+                    self.base.insert(s.clone(), found.get(s).copied());
+                }
+            }
+        }
+        for (s, v) in &pending {
+            let old = self.base.get(s).copied().flatten();
+            self.record(s.clone(), old, v.as_deref(), true);
+        }
         let mut puts = Vec::new();
         let mut deletes = Vec::new();
         for ((p, t, k), v) in pending {

@@ -119,7 +119,7 @@ impl SqliteProjectionStore {
     }
 
     async fn commit(&self, tx: SqliteTx, what: &str) -> Result<()> {
-        tx.commit().await.map_err(|e| storage(self.db.context(what), e))
+        tx.commit(|e| storage(self.db.context(what), e)).await
     }
 }
 
@@ -178,7 +178,7 @@ impl ProjectionStore for SqliteProjectionStore {
             self.db.dialect.clone(),
         );
         let digest = outbox_sql::projection::digest_in(&self.db.dialect, &mut tx, projection).await?;
-        tx.commit().await.map_err(err)?;
+        tx.commit(err).await?;
         Ok(digest)
     }
 }

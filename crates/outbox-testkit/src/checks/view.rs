@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use outbox_core::spi::ViewStorage;
 use outbox_core::{
     ApplyOutcome, BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, MAX_VIEW_KEY_LEN,
-    MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, Projection, ProjectionName, ProjectionStore, StreamId,
-    ViewProjection, ViewReader, ViewStore, ViewTx, view_projection,
+    MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, Projection, ProjectionName, ProjectionStore, RunningDigest,
+    StreamId, ViewDigest, ViewProjection, ViewReader, ViewStore, ViewTx, view_projection,
 };
 use serde::{Deserialize, Serialize};
 
@@ -1060,4 +1060,386 @@ pub async fn view_digest_pages_through_every_table<H: Harness>(h: &H) {
         want.finish(),
         "the digest covers every document once, in (table, key) order, across pages"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Running digests (ADR 0018)
+// ---------------------------------------------------------------------------
+
+/// The recorded running digest of `name` beside a scan's; panics unless they
+/// are equal. Returns the recorded one.
+async fn assert_running_matches<S: ViewStore>(store: &S, name: &ProjectionName, when: &str) -> ViewDigest {
+    let check = store
+        .verify_view_digest(name)
+        .await
+        .unwrap_or_else(|e| panic!("{when}: verify_view_digest: {e}"));
+    assert!(
+        check.matches(),
+        "{when}: the running digest equals a full scan: {}",
+        check.mismatch().unwrap_or_default()
+    );
+    check.recorded
+}
+
+/// The running digest `view_digests` lists for `name`, if any.
+async fn listed<S: ViewStore>(store: &S, name: &ProjectionName) -> Option<ViewDigest> {
+    let all = store.view_digests().await.expect("view_digests");
+    let mut names: Vec<&ProjectionName> = all.iter().map(|d| &d.projection).collect();
+    let sorted = {
+        let mut s = names.clone();
+        s.sort();
+        s
+    };
+    assert_eq!(names, sorted, "view_digests is ordered by projection name");
+    names.dedup();
+    assert_eq!(names.len(), all.len(), "one running digest per projection");
+    all.into_iter().find(|d| &d.projection == name)
+}
+
+/// `view_put`, `view_delete` and `view_clear` keep the running digest exact
+/// in the apply's transaction: after inserts, overwrites (with a read first
+/// and blind), deletes of present and missing documents, a delete and a put
+/// of one key in one transaction, and a reset, the recorded digest equals a
+/// scan's, `view_digests` lists it with its count and the last event applied
+/// by the last transaction that changed it (a transaction that changes
+/// nothing records nothing), and another projection's is untouched.
+pub async fn view_running_digest_follows_puts_overwrites_deletes_and_clear<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (ps, p) = scripted(&f, "p").await;
+    let (qs, q) = scripted(&f, "q").await;
+    assert_eq!(
+        listed(&f.projections, &ps.name).await,
+        None,
+        "no documents: no running digest"
+    );
+    let empty = assert_running_matches(&f.projections, &ps.name, "before any write").await;
+    assert_eq!(empty.digest, Some(RunningDigest::EMPTY));
+    step(
+        &f,
+        &ps,
+        &p,
+        "a",
+        vec![
+            vec![put("t", "k1", doc("one", 1)), put("t", "k2", doc("two", 2))],
+            vec![
+                put("u", "k1", doc("u", 3)),
+                get("t", "k1"),
+                put("t", "k1", doc("one'", 11)),
+            ],
+        ],
+    )
+    .await
+    .unwrap();
+    let d = assert_running_matches(&f.projections, &ps.name, "after inserts and overwrites").await;
+    assert_eq!(d.documents, 3, "three documents");
+    assert_eq!(
+        d.last_event.as_ref().map(|(s, q)| (s.as_str(), q.get())),
+        Some(("a", 2)),
+        "the last event that changed the documents"
+    );
+    assert_eq!(
+        listed(&f.projections, &ps.name).await.as_ref(),
+        Some(&d),
+        "view_digests lists it"
+    );
+    step(
+        &f,
+        &ps,
+        &p,
+        "b",
+        vec![
+            vec![put("t", "k2", doc("blind", 22)), del("t", "missing")],
+            vec![del("u", "k1"), put("u", "k1", doc("again", 4)), del("t", "k1")],
+            vec![put("t", "k3", doc("three", 3)), del("t", "k3"), get("t", "k2")],
+            vec![],
+        ],
+    )
+    .await
+    .unwrap();
+    let d = assert_running_matches(&f.projections, &ps.name, "after deletes and re-puts").await;
+    assert_eq!(d.documents, 2, "t/k2 and u/k1 are left");
+    assert_eq!(
+        d.last_event.as_ref().map(|(s, q)| (s.as_str(), q.get())),
+        Some(("b", 4)),
+        "the last event applied by the last transaction that changed the documents"
+    );
+    step(
+        &f,
+        &ps,
+        &p,
+        "b",
+        vec![vec![
+            put("t", "k2", doc("blind", 22)),
+            put("t", "new", doc("n", 0)),
+            del("t", "new"),
+        ]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        assert_running_matches(
+            &f.projections,
+            &ps.name,
+            "after a transaction that changed nothing"
+        )
+        .await,
+        d,
+        "a transaction whose writes change nothing leaves the record as it was"
+    );
+    step(&f, &qs, &q, "qa", vec![vec![put("t", "k1", doc("q", 1))]])
+        .await
+        .unwrap();
+    let q_before = assert_running_matches(&f.projections, &qs.name, "q").await;
+    f.projections.reset(&*p).await.expect("reset");
+    let after_reset = assert_running_matches(&f.projections, &ps.name, "after reset").await;
+    assert_eq!(after_reset.digest, Some(RunningDigest::EMPTY), "reset empties it");
+    assert_eq!(listed(&f.projections, &ps.name).await, None, "and removes it");
+    assert_eq!(
+        assert_running_matches(&f.projections, &qs.name, "q after p's reset").await,
+        q_before,
+        "another projection's running digest is untouched"
+    );
+    step(&f, &ps, &p, "c", vec![vec![put("t", "k1", doc("fresh", 5))]])
+        .await
+        .unwrap();
+    let d = assert_running_matches(&f.projections, &ps.name, "writes after a reset").await;
+    assert_eq!(d.documents, 1);
+}
+
+/// The running digest's change commits or rolls back with the apply: a
+/// failing apply (and a failing `apply_runs` over two streams) leaves the
+/// recorded digest exactly as it was.
+pub async fn view_running_digest_rolls_back_with_a_failed_apply<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    step(
+        &f,
+        &s,
+        &p,
+        "a",
+        vec![vec![
+            put("t", "keep", doc("v1", 1)),
+            put("t", "doomed", doc("d", 0)),
+        ]],
+    )
+    .await
+    .unwrap();
+    let before = assert_running_matches(&f.projections, &s.name, "before").await;
+    let failed = step(
+        &f,
+        &s,
+        &p,
+        "a",
+        vec![
+            vec![
+                put("t", "new", doc("new", 2)),
+                put("t", "keep", doc("v2", 2)),
+                del("t", "doomed"),
+            ],
+            vec![scan("t", None, 10), put("u", "x", doc("x", 3)), Op::Fail],
+        ],
+    )
+    .await;
+    assert!(
+        matches!(failed, Err(Error::Apply { .. })),
+        "the apply fails: {failed:?}"
+    );
+    let after = assert_running_matches(&f.projections, &s.name, "after a failed apply").await;
+    assert_eq!(
+        after, before,
+        "a rolled-back apply leaves the running digest as it was"
+    );
+    let (b, c) = (sid("b"), sid("c"));
+    let eb = events(&f, &b, 1).await;
+    let ec = events(&f, &c, 1).await;
+    s.plan(&eb[0], vec![put("t", "keep", doc("v3", 3)), del("t", "doomed")]);
+    s.plan(&ec[0], vec![put("t", "c", doc("c", 4)), Op::Fail]);
+    let r = f.projections.apply_runs(&[&eb, &ec], &one(p.clone())).await;
+    assert!(matches!(r, Err(Error::Apply { .. })), "apply_runs fails: {r:?}");
+    let after = assert_running_matches(&f.projections, &s.name, "after a failed apply_runs").await;
+    assert_eq!(
+        after, before,
+        "a rolled-back apply_runs leaves the running digest as it was"
+    );
+}
+
+/// Randomized histories (seeded, printed): several streams apply batches of
+/// puts (blind and after a read), overwrites, deletes, reads and scans of a
+/// small key space, one stream at a time or several in one `apply_runs`,
+/// some batches failing and rolling back, a reset now and then. After every
+/// batch the running digest equals a full scan's, and after the history it
+/// equals the running digest of the documents the history should have left.
+pub async fn view_running_digest_equals_a_scan_after_randomized_histories<H: Harness>(h: &H) {
+    let seed = crate::Seed::pick("view_running_digest_equals_a_scan_after_randomized_histories");
+    let mut rng = seed.rng();
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    // The model: what the committed documents should be.
+    let mut model: BTreeMap<(String, String), Doc> = BTreeMap::new();
+    let mut generation = 0;
+    for round in 0..60 {
+        if rng.below(25) == 0 {
+            f.projections.reset(&*p).await.expect("reset");
+            model.clear();
+            // Reset streams start over: fresh names keep their seqs at 1.
+            generation += 1;
+            let d = assert_running_matches(&f.projections, &s.name, "after a reset").await;
+            assert_eq!(
+                d.digest,
+                Some(RunningDigest::EMPTY),
+                "seed {}: reset empties it",
+                seed.0
+            );
+            continue;
+        }
+        let streams = 1 + rng.below(3) as usize;
+        let fail = rng.below(6) == 0;
+        let mut runs: Vec<Vec<Event>> = Vec::new();
+        let mut next = model.clone();
+        let mut picked = Vec::new();
+        while picked.len() < streams {
+            let st = format!("g{generation}-s{}", rng.below(4));
+            if !picked.contains(&st) {
+                picked.push(st);
+            }
+        }
+        for (i, st) in picked.iter().enumerate() {
+            let evs = events(&f, &sid(st), 1 + rng.below(3) as usize).await;
+            for (j, e) in evs.iter().enumerate() {
+                let mut ops = Vec::new();
+                for _ in 0..rng.below(5) {
+                    let table = ["t", "u"][rng.below(2) as usize].to_owned();
+                    let key = format!("k{}", rng.below(6));
+                    let slot = (table.clone(), key.clone());
+                    match rng.below(6) {
+                        0 | 1 => {
+                            let d = doc(&format!("{round}-{i}-{j}"), rng.below(1000) as i64);
+                            ops.push(put(&table, &key, d.clone()));
+                            next.insert(slot, d);
+                        }
+                        2 => {
+                            let d = doc(&format!("upd-{round}"), rng.below(1000) as i64);
+                            ops.push(get(&table, &key));
+                            ops.push(put(&table, &key, d.clone()));
+                            next.insert(slot, d);
+                        }
+                        3 => {
+                            ops.push(del(&table, &key));
+                            next.remove(&slot);
+                        }
+                        4 => ops.push(get(&table, &key)),
+                        _ => ops.push(scan(&table, None, 3)),
+                    }
+                }
+                if fail && i == picked.len() - 1 && j == evs.len() - 1 {
+                    ops.push(Op::Fail);
+                }
+                s.plan(e, ops);
+            }
+            runs.push(evs);
+        }
+        let refs: Vec<&[Event]> = runs.iter().map(Vec::as_slice).collect();
+        let r = if refs.len() == 1 {
+            f.projections
+                .apply(&refs[0][0].stream, refs[0], &one(p.clone()))
+                .await
+                .map(|o| vec![o])
+        } else {
+            f.projections.apply_runs(&refs, &one(p.clone())).await
+        };
+        match r {
+            Ok(outcomes) if !fail => {
+                assert!(
+                    outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_))),
+                    "seed {}: round {round} applies: {outcomes:?}",
+                    seed.0
+                );
+                model = next;
+            }
+            Err(Error::Apply { .. }) if fail => {
+                // Rolled back: the failed events are retried with no writes,
+                // so the streams stay contiguous.
+                for e in runs.iter().flatten() {
+                    s.plan(e, Vec::new());
+                }
+                let again = if refs.len() == 1 {
+                    f.projections
+                        .apply(&refs[0][0].stream, refs[0], &one(p.clone()))
+                        .await
+                        .map(|o| vec![o])
+                } else {
+                    f.projections.apply_runs(&refs, &one(p.clone())).await
+                };
+                assert!(
+                    again.is_ok(),
+                    "seed {}: round {round} re-apply: {again:?}",
+                    seed.0
+                );
+            }
+            other => panic!("seed {}: round {round} (fail={fail}): {other:?}", seed.0),
+        }
+        s.take_seen();
+        let when = format!("seed {}: round {round}", seed.0);
+        let d = assert_running_matches(&f.projections, &s.name, &when).await;
+        assert_eq!(d.documents, model.len() as i64, "{when}: document count");
+    }
+    let rows: Vec<(String, String, String)> = model
+        .iter()
+        .map(|((t, k), d)| (t.clone(), k.clone(), serde_json::to_string(d).expect("json")))
+        .collect();
+    let want = RunningDigest::of_rows(rows.iter().map(|(t, k, v)| (t.as_str(), k.as_str(), v.as_str())));
+    let got = assert_running_matches(&f.projections, &s.name, "at the end").await;
+    assert_eq!(
+        got.digest,
+        Some(want),
+        "seed {}: the running digest is the model's documents' (rerun with OUTBOX_TEST_SEED={})",
+        seed.0,
+        seed.0
+    );
+}
+
+/// Concurrent applies of different streams (from two store instances) that
+/// write, overwrite and delete the same documents, blind and after a read,
+/// keep the running digest exact: it equals a scan's afterwards. (Stores
+/// that serialize applies pass trivially; Postgres runs them at once.)
+pub async fn view_running_digest_stays_exact_under_concurrent_applies<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, p) = scripted(&f, "p").await;
+    let x = Arc::new(h.reopen_projections(&f.ctx).await);
+    let y = Arc::new(h.reopen_projections(&f.ctx).await);
+    for round in 0..6 {
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let st = sid(&format!("r{round}-s{i}"));
+            let evs = events(&f, &st, 2).await;
+            let key = format!("k{}", (i + round) % 3);
+            let ops = match i % 3 {
+                0 => vec![put("t", &key, doc(&format!("blind{i}"), i))],
+                1 => vec![get("t", &key), put("t", &key, doc(&format!("read{i}"), i))],
+                _ => vec![del("t", &key), put("t", "other", doc(&format!("o{i}"), i))],
+            };
+            s.plan(&evs[0], ops);
+            s.plan(
+                &evs[1],
+                vec![put("t", &format!("own{i}"), doc("own", i)), del("t", "k1")],
+            );
+            let store = if i % 2 == 0 { x.clone() } else { y.clone() };
+            let p = one(p.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    match store.apply(&st, &evs, &p).await {
+                        Ok(o) => return o,
+                        Err(e) if e.is_temporary() => continue,
+                        Err(e) => panic!("concurrent apply of {st}: {e}"),
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            let o = t.await.expect("apply task");
+            assert!(matches!(o, ApplyOutcome::Applied(_)), "{o:?}");
+        }
+        s.take_seen();
+        assert_running_matches(&f.projections, &s.name, &format!("round {round}")).await;
+    }
 }
