@@ -6,8 +6,11 @@ mod backend;
 pub mod blocked;
 pub mod cli;
 mod commands;
+mod logging;
 #[cfg(feature = "serve")]
 pub mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod output;
 pub mod report;
 #[cfg(feature = "serve")]
@@ -122,12 +125,78 @@ where
             return ExitCode::from(2);
         }
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    #[cfg(feature = "otel")]
+    let export = install_subscriber(bin, filter);
+    #[cfg(not(feature = "otel"))]
+    install_subscriber(filter);
+    let code = drive_body(bin, body);
+    // The last spans are exported before the process exits, whatever the
+    // command's outcome (a graceful shutdown on a signal returns here too).
+    #[cfg(feature = "otel")]
+    if let Some(export) = export {
+        export.shutdown(bin);
+    }
+    code
+}
+
+/// The subscriber on stderr, filtered by `filter`.
+#[cfg(not(feature = "otel"))]
+fn install_subscriber(filter: tracing_subscriber::EnvFilter) {
+    let _ = stderr_subscriber().with_env_filter(filter).try_init();
+}
+
+/// The subscriber on stderr, filtered by `filter`, plus the OTLP export of
+/// the spans when the environment asks for it (see the `otel` module). The
+/// export is kept only if this subscriber became the global one (a process
+/// that drives twice, or an application with its own subscriber, exports
+/// nothing here).
+#[cfg(feature = "otel")]
+fn install_subscriber(bin: &str, filter: tracing_subscriber::EnvFilter) -> Option<otel::Export> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, Registry};
+
+    let Some(export) = otel::Export::from_env(bin) else {
+        let _ = stderr_subscriber().with_env_filter(filter).try_init();
+        return None;
+    };
+    // Per-layer filters: `--log` chooses what stderr prints, not what is
+    // exported.
+    let stderr = tracing_subscriber::fmt::layer()
+        .fmt_fields(logging::Fields)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
-        .try_init();
+        .with_filter(filter);
+    let layer = export.layer::<Registry>();
+    match Registry::default().with(layer).with(stderr).try_init() {
+        Ok(()) => Some(export),
+        Err(_) => {
+            export.shutdown(bin);
+            None
+        }
+    }
+}
+
+/// The stderr format of every command.
+fn stderr_subscriber() -> tracing_subscriber::fmt::SubscriberBuilder<
+    logging::Fields,
+    tracing_subscriber::fmt::format::Format,
+    tracing_subscriber::filter::LevelFilter,
+    fn() -> std::io::Stderr,
+> {
+    tracing_subscriber::fmt()
+        .fmt_fields(logging::Fields)
+        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+}
+
+/// Runs `body` on a two-thread tokio runtime; the exit code.
+fn drive_body<F>(bin: &str, body: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -201,7 +201,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let this = self.clone();
             let token = cancel.clone();
             let alive = worker_gone.clone().drop_guard();
-            let span = info_span!("worker", kind = ?kind, id = %self.worker_id());
+            let span = info_span!(
+                "worker",
+                kind = ?kind,
+                id = %self.worker_id(),
+                otel.kind = "internal",
+                messaging.system = "outbox",
+            );
             handles.push(
                 tracker.spawn(async move { this.supervise(kind, token, alive).await }.instrument(span)),
             );

@@ -89,7 +89,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     report.leased += 1;
                 }
             }
-            let span = info_span!("sweep", streams = taken.len(), worker = %inner.worker_id);
+            let span = info_span!(
+                "sweep",
+                streams = taken.len(),
+                worker = %inner.worker_id,
+                otel.kind = "internal",
+                messaging.system = "outbox",
+                messaging.operation.type = "process",
+                messaging.batch.message_count = taken.iter().map(|(_, rows)| rows.len()).sum::<usize>(),
+            );
             let ahead = round < config.batches_per_stream;
             let mut done = TickReport::default();
             let claim_started = Instant::now();
@@ -250,7 +258,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         for (lease, rows) in alone {
             let stream = lease.stream.clone();
-            let span = info_span!("stream", stream = %stream, worker = %inner.worker_id);
+            let span = info_span!(
+                "stream",
+                stream = %stream,
+                worker = %inner.worker_id,
+                otel.kind = "consumer",
+                messaging.system = "outbox",
+                messaging.operation.type = "process",
+                messaging.destination.name = %stream,
+                messaging.batch.message_count = rows.len(),
+            );
             match self
                 .process_leased(kind, lease, rows, report, cancel)
                 .instrument(span)

@@ -110,7 +110,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             report.due_streams += 1;
             visited.insert(stream.clone());
             let before = (report.contended, report.storage_errors);
-            let span = info_span!("stream", stream = %stream, worker = %inner.worker_id);
+            let span = info_span!(
+                "stream",
+                stream = %stream,
+                worker = %inner.worker_id,
+                otel.kind = "consumer",
+                messaging.system = "outbox",
+                messaging.operation.type = "process",
+                messaging.destination.name = %stream,
+            );
             match self
                 .process_stream(kind, &stream, &mut report, cancel)
                 .instrument(span)
@@ -298,7 +306,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         report.claimed += rows.len() as u64;
         Metrics::add(&inner.metrics.claims, 1);
-        let span = info_span!("apply", stream = %stream, first_seq = %first.seq, last_seq = %last.seq);
+        let span = info_span!(
+            "apply",
+            stream = %stream,
+            first_seq = %first.seq,
+            last_seq = %last.seq,
+            otel.kind = "consumer",
+            messaging.system = "outbox",
+            messaging.operation.type = "process",
+            messaging.destination.name = %stream,
+            messaging.batch.message_count = rows.len(),
+        );
         async {
             let events = match self.load_run(stream, &rows).await {
                 Ok(events) => events,
