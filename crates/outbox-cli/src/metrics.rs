@@ -8,12 +8,14 @@
 
 use std::sync::atomic::AtomicU64;
 
-use outbox_runtime::{Gauges, MetricsSnapshot};
+use outbox_runtime::{Gauges, LagSnapshot, MetricsSnapshot};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::report::LagReport;
 
@@ -45,6 +47,46 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
     let c: Counter = Counter::default();
     c.inc_by(v);
     reg.register(name, help, c);
+}
+
+/// A histogram aggregated elsewhere (the worker's lag histogram), encoded
+/// as it is: non-cumulative bucket counts, the unbounded bucket last.
+#[derive(Debug)]
+struct Aggregated {
+    sum: f64,
+    count: u64,
+    buckets: Vec<(f64, u64)>,
+}
+
+impl Aggregated {
+    fn lag(s: &LagSnapshot) -> Self {
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = s
+            .buckets
+            .iter()
+            .map(|&(le_ms, cumulative)| {
+                let n = cumulative.saturating_sub(below);
+                below = cumulative;
+                (le_ms as f64 / 1000.0, n)
+            })
+            .collect();
+        buckets.push((f64::INFINITY, s.count.saturating_sub(below)));
+        Aggregated {
+            sum: s.sum_ms as f64 / 1000.0,
+            count: s.count,
+            buckets,
+        }
+    }
+}
+
+impl EncodeMetric for Aggregated {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 fn label(k: &str, v: &str) -> Vec<(String, String)> {
@@ -147,9 +189,20 @@ pub fn render(s: &Scrape<'_>) -> String {
                 "Passes stopped by a temporary storage error or a lost lease",
                 m.storage_errors,
             ),
+            (
+                "lease_takeovers",
+                "Claims that took over rows a crashed, killed or stalled worker left processing",
+                m.lease_takeovers,
+            ),
         ] {
             counter(w, name, help, v);
         }
+        w.register_with_unit(
+            "lag",
+            "Append-to-applied lag of the events this worker applied, by the database's clock",
+            Unit::Seconds,
+            Aggregated::lag(&m.lag),
+        );
     }
     let mut out = String::new();
     // Writing into a String cannot fail.

@@ -452,10 +452,12 @@ fn metrics_gauges_follow_the_backlog_as_it_drains() {
 fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
     let site = Site::migrated();
     site.seed_backlog(&[("w-1", false), ("w-2", false), ("w-3", false)]);
+    // No start-up repair: the worker's sweeps apply the backlog (and
+    // observe its lag).
     let server = Server::start(
         &site,
         &["work", "--metrics-addr", "127.0.0.1:0"],
-        &[],
+        &[("OUTBOX_REPAIR_ON_START", "false")],
         "metrics on http://",
     );
     let mut last = Default::default();
@@ -481,6 +483,11 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
         assert!(last.contains_key(counter), "{counter} missing: {last:?}");
     }
     assert_eq!(last["outbox_worker_dead_lettered_total"], 0.0);
+    assert_eq!(last["outbox_worker_lease_takeovers_total"], 0.0, "{last:?}");
+    // Every event of the drained runs (applied or audit-only) has its lag observed.
+    assert_eq!(last["outbox_worker_lag_seconds_count"], 21.0, "{last:?}");
+    assert_eq!(last["outbox_worker_lag_seconds_bucket{le=\"+Inf\"}"], 21.0, "{last:?}");
+    assert!(last["outbox_worker_lag_seconds_sum"] >= 0.0);
     assert_eq!(server.get("/").status, 404, "only /metrics");
     assert_eq!(
         server.stop().code(),
@@ -501,7 +508,10 @@ fn the_throughput_chart_counts_what_the_workers_did() {
     let out = site.ok(&["work", "--once", "--json"]);
     let tick: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON line");
     let count = |k: &str| tick[k].as_u64().unwrap_or_else(|| panic!("{k} in {tick}"));
-    assert!(count("completed") > 0, "the second pass applied the new campaign: {tick}");
+    assert!(
+        count("completed") > 0,
+        "the second pass applied the new campaign: {tick}"
+    );
     let server = Server::start(&site, SERVE, &[], LISTENING);
     let overview = server.get("/").body;
     for (id, n) in [
@@ -519,7 +529,9 @@ fn the_throughput_chart_counts_what_the_workers_did() {
     let blocked = &json["streams"][0];
     assert_eq!(blocked["stream"], "c-bad", "{json}");
     assert!(
-        blocked["first_failure_at"].as_str().is_some_and(|t| !t.is_empty()),
+        blocked["first_failure_at"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
         "the head's first failure is reported: {json}"
     );
     assert!(blocked["failing_for_ms"].is_u64(), "{json}");

@@ -5,6 +5,7 @@ mod config;
 mod deadline;
 mod failpoint;
 mod gaps;
+mod lag;
 mod metrics;
 mod outbox;
 mod panic;
@@ -19,6 +20,7 @@ pub use config::{Config, ENV_VARS};
 #[cfg(feature = "failpoints")]
 pub use failpoint::POINTS as FAILPOINTS;
 pub use gaps::RepairReport;
+pub use lag::{LAG_BUCKETS_MS, LagSnapshot};
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
 pub use replay::{ReplayOptions, error_code};

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use outbox_core::{ActivityCounts, Mode, OutboxSummary, Timestamp};
 use serde::Serialize;
 
+use crate::lag::{LagHistogram, LagSnapshot};
+
 /// Live counters of one runtime. Cheap to update from any task.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
@@ -22,6 +24,8 @@ pub(crate) struct Metrics {
     pub(crate) inline_failed: AtomicU64,
     pub(crate) shadow_verified: AtomicU64,
     pub(crate) storage_errors: AtomicU64,
+    pub(crate) lease_takeovers: AtomicU64,
+    pub(crate) lag: LagHistogram,
     pub(crate) gauges: Mutex<Option<Gauges>>,
     /// The reading of [`Metrics::activity`] last added to the journal's
     /// per-minute activity (kept across restarts of the runtime).
@@ -99,6 +103,11 @@ pub struct MetricsSnapshot {
     /// (rows abandoned, nothing counted against them), plus whole passes that
     /// failed (after which the worker doubles its idle wait, up to 60 s).
     pub storage_errors: u64,
+    /// Claims that took over rows a worker had left `processing` (it
+    /// crashed, was killed or stalled past its lease), one per row run.
+    pub lease_takeovers: u64,
+    /// The append-to-applied lag of the events this runtime's worker applied.
+    pub lag: LagSnapshot,
     /// The last gauges read, if any.
     pub gauges: Option<Gauges>,
 }
@@ -137,6 +146,8 @@ impl Metrics {
             inline_failed: g(&self.inline_failed),
             shadow_verified: g(&self.shadow_verified),
             storage_errors: g(&self.storage_errors),
+            lease_takeovers: g(&self.lease_takeovers),
+            lag: self.lag.snapshot(),
             gauges: self.gauges.lock().map(|g| g.clone()).unwrap_or(None),
         }
     }

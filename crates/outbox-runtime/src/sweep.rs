@@ -160,11 +160,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             per_stream: config.batch_size,
             rows: config.sweep_rows,
         };
-        inner
+        let taken = inner
             .journal
             .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
             .within(config.store_deadline(), "acquire_and_claim_due")
-            .await
+            .await?;
+        if let Some((lease, _)) = taken.first() {
+            inner.metrics.lag.saw_lease(lease, config.lease_ttl);
+        }
+        Ok(taken)
     }
 
     /// Applies (or verifies) the runs `taken` together where it can, ends
@@ -231,6 +235,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if let Err(e) = self.apply_together(kind, &mut together, &mut alone, report).await {
             self.give_up(together.into_iter().map(|t| t.lease), alone).await;
             return Err(e);
+        }
+        if kind == WorkerKind::Apply {
+            for t in &together {
+                inner.metrics.lag.applied(&t.events);
+            }
         }
         if !together.is_empty() {
             crate::failpoint::failpoint("after_apply");

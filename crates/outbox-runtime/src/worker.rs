@@ -181,6 +181,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<StreamPass> {
         let inner = &self.inner;
         let ttl = inner.config.lease_ttl;
+        inner.metrics.lag.saw_lease(&lease, ttl);
         let mut renewed_at = Instant::now();
         // Whether rows of this lease may be left `processing`.
         let mut dirty = false;
@@ -209,6 +210,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         .within(inner.config.store_deadline(), "renew")
                         .await?;
                     renewed_at = Instant::now();
+                    inner.metrics.lag.saw_lease(&lease, ttl);
                 }
                 let more = spent + 1 < batches;
                 let recovery;
@@ -279,6 +281,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         crate::failpoint::failpoint("after_claim");
         *dirty = true;
         let recovery = first.last_error.as_deref() == Some(UNFINISHED_ATTEMPT);
+        if recovery {
+            Metrics::add(&inner.metrics.lease_takeovers, 1);
+        }
         let more = more || recovery;
         let stream = &lease.stream;
         // A row whose attempts already reached the dead-letter threshold
@@ -334,6 +339,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match result {
                 Ok(()) => {
+                    if kind == WorkerKind::Apply {
+                        inner.metrics.lag.applied(&events);
+                    }
                     crate::failpoint::failpoint("after_apply");
                     // A run the claim cut at an unfinished row (claimed
                     // alone) may have more right behind it.
@@ -377,6 +385,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     if let Some(prev) = before.last() {
                         match self.apply_run(stream, &before).await {
                             Ok(_) => {
+                                inner.metrics.lag.applied(&before);
                                 let n = inner
                                     .journal
                                     .complete(stream, prev.seq)

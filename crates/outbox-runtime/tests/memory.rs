@@ -242,6 +242,35 @@ fn activity_total(a: &ActivitySeries) -> ActivityCounts {
     })
 }
 
+/// Every event the worker applies is observed once in the lag histogram,
+/// in both worker shapes (sweeps and per-stream passes); nothing was taken
+/// over.
+#[tokio::test(start_paused = true)]
+async fn the_lag_histogram_observes_every_applied_event_in_both_worker_shapes() {
+    for sweep_rows in [512, 0] {
+        let e = env();
+        let rt = runtime(&e, worker_config().with_sweep_rows(sweep_rows)).await;
+        let running = rt.start().await.unwrap();
+        for s in ["a", "b", "c"] {
+            append_values(&rt, &sid(s), &[1, 2, 3, 4]).await;
+        }
+        wait_until_drained(&rt).await;
+        running.shutdown().await;
+        let m = rt.metrics();
+        assert_eq!(m.applied, 12, "sweep_rows {sweep_rows}");
+        assert_eq!(m.lag.count, 12, "sweep_rows {sweep_rows}: one observation per applied event");
+        let (last_bound, last_count) = *m.lag.buckets.last().unwrap();
+        assert_eq!(last_bound, *outbox_runtime::LAG_BUCKETS_MS.last().unwrap());
+        assert_eq!(last_count, 12, "no lag beyond a minute");
+        assert!(
+            m.lag.buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "cumulative buckets: {:?}",
+            m.lag.buckets
+        );
+        assert_eq!(m.lease_takeovers, 0);
+    }
+}
+
 /// A runtime started twice records each count once: the second start
 /// carries on from what the first recorded.
 #[tokio::test(start_paused = true)]
@@ -605,6 +634,11 @@ async fn a_dead_worker_is_taken_over_after_its_lease_expires() {
     wait_until_drained(&rt).await;
     running.shutdown().await;
     check_history(&state(&e).await, &expect(&[("s", 3, 6)]), &BTreeMap::new()).unwrap();
+    assert_eq!(
+        rt.metrics().lease_takeovers,
+        3,
+        "each row the zombie left processing was taken over (claimed alone)"
+    );
     let taken = e.journal.lease(&s).await.unwrap();
     assert!(taken.is_none(), "the new owner released the stream");
     assert!(

@@ -415,7 +415,9 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
 
 /// A strict parser of the Prometheus / OpenMetrics text format as
 /// `outbox serve` writes it: `# HELP`, `# TYPE`, `# UNIT` lines, samples
-/// `name{label="value",...} number` of a declared family, and `# EOF` last.
+/// `name{label="value",...} number` of a declared family (a counter's
+/// `_total`, a histogram's `_bucket` with `le`, `_sum` and `_count`), and
+/// `# EOF` last.
 /// Returns each series (`name{labels}` with labels sorted) and its value.
 pub fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
     let mut families: BTreeMap<String, String> = BTreeMap::new();
@@ -499,8 +501,19 @@ pub fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
                 name.strip_suffix("_total")
                     .filter(|f| families.get(*f).is_some_and(|t| t == "counter"))
             })
+            .or_else(|| {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .filter(|f| families.get(*f).is_some_and(|t| t == "histogram"))
+            })
             .unwrap_or_else(|| panic!("sample of an undeclared family, {}", at()));
-        let _ = family;
+        assert_eq!(
+            name.ends_with("_bucket") && family != name,
+            labels.iter().any(|l| l.starts_with("le=")),
+            "a histogram bucket and only a bucket has an `le` label, {}",
+            at()
+        );
         let key = if labels.is_empty() {
             name.to_owned()
         } else {
