@@ -486,7 +486,10 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
     assert_eq!(last["outbox_worker_lease_takeovers_total"], 0.0, "{last:?}");
     // Every event of the drained runs (applied or audit-only) has its lag observed.
     assert_eq!(last["outbox_worker_lag_seconds_count"], 21.0, "{last:?}");
-    assert_eq!(last["outbox_worker_lag_seconds_bucket{le=\"+Inf\"}"], 21.0, "{last:?}");
+    assert_eq!(
+        last["outbox_worker_lag_seconds_bucket{le=\"+Inf\"}"], 21.0,
+        "{last:?}"
+    );
     assert!(last["outbox_worker_lag_seconds_sum"] >= 0.0);
     assert_eq!(server.get("/").status, 404, "only /metrics");
     assert_eq!(

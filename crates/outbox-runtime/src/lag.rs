@@ -18,7 +18,9 @@ use tokio::time::Instant;
 
 /// Upper bounds of the histogram's buckets, in milliseconds (a last,
 /// unbounded bucket follows).
-pub const LAG_BUCKETS_MS: [u64; 14] = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000];
+pub const LAG_BUCKETS_MS: [u64; 14] = [
+    1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000,
+];
 
 /// The live histogram and the database-clock reading it measures with.
 #[derive(Debug, Default)]
@@ -70,7 +72,10 @@ impl LagHistogram {
 
     fn observe(&self, lag: Duration) {
         let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
-        let i = LAG_BUCKETS_MS.iter().position(|&b| ms <= b).unwrap_or(LAG_BUCKETS_MS.len());
+        let i = LAG_BUCKETS_MS
+            .iter()
+            .position(|&b| ms <= b)
+            .unwrap_or(LAG_BUCKETS_MS.len());
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
         self.sum_ms.fetch_add(ms, Ordering::Relaxed);
@@ -130,7 +135,11 @@ mod tests {
     async fn lags_are_measured_on_the_database_clock_from_the_lease() {
         let h = LagHistogram::default();
         h.applied(&[event(0)]);
-        assert_eq!(h.snapshot().count, 0, "no lease seen yet: nothing to measure with");
+        assert_eq!(
+            h.snapshot().count,
+            0,
+            "no lease seen yet: nothing to measure with"
+        );
         // Granted at 10_000 (db clock) with a 30 s TTL.
         h.saw_lease(&lease(40_000), Duration::from_secs(30));
         tokio::time::advance(Duration::from_millis(3)).await;

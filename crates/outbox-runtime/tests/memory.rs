@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal, ExpectedVersion, LeaseStore, Mode,
-    ModeFlags, OutboxInspector, OutboxQueue, OutboxStatus, Projection, ProjectionStore, RetryPolicy, Seq,
-    StreamId, WorkerRegistry,
+    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal,
+    ExpectedVersion, LeaseStore, Mode, ModeFlags, OutboxInspector, OutboxQueue, OutboxStatus, Projection,
+    ProjectionStore, RetryPolicy, Seq, StreamId, WorkerRegistry,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
@@ -235,11 +235,13 @@ async fn retries_follow_the_backoff_schedule_and_dead_letter_at_the_threshold() 
 }
 
 fn activity_total(a: &ActivitySeries) -> ActivityCounts {
-    a.minutes.iter().fold(ActivityCounts::default(), |t, m| ActivityCounts {
-        applied: t.applied + m.counts.applied,
-        failed: t.failed + m.counts.failed,
-        dead: t.dead + m.counts.dead,
-    })
+    a.minutes
+        .iter()
+        .fold(ActivityCounts::default(), |t, m| ActivityCounts {
+            applied: t.applied + m.counts.applied,
+            failed: t.failed + m.counts.failed,
+            dead: t.dead + m.counts.dead,
+        })
 }
 
 /// Every event the worker applies is observed once in the lag histogram,
@@ -258,7 +260,10 @@ async fn the_lag_histogram_observes_every_applied_event_in_both_worker_shapes() 
         running.shutdown().await;
         let m = rt.metrics();
         assert_eq!(m.applied, 12, "sweep_rows {sweep_rows}");
-        assert_eq!(m.lag.count, 12, "sweep_rows {sweep_rows}: one observation per applied event");
+        assert_eq!(
+            m.lag.count, 12,
+            "sweep_rows {sweep_rows}: one observation per applied event"
+        );
         let (last_bound, last_count) = *m.lag.buckets.last().unwrap();
         assert_eq!(last_bound, *outbox_runtime::LAG_BUCKETS_MS.last().unwrap());
         assert_eq!(last_count, 12, "no lag beyond a minute");

@@ -25,7 +25,11 @@ fn values(c: &ActivityCounts) -> [u64; 3] {
 
 /// `HH:MM` (UTC) of a minute's start.
 fn clock(minute: &MinuteActivity) -> String {
-    let m = minute.minute.as_millis().div_euclid(MINUTE_MS).rem_euclid(24 * 60);
+    let m = minute
+        .minute
+        .as_millis()
+        .div_euclid(MINUTE_MS)
+        .rem_euclid(24 * 60);
     format!("{:02}:{:02}", m / 60, m % 60)
 }
 
@@ -128,14 +132,21 @@ mod tests {
     fn minute(i: i64, applied: u64, failed: u64, dead: u64) -> MinuteActivity {
         MinuteActivity {
             minute: Timestamp::from_millis(i * MINUTE_MS),
-            counts: ActivityCounts { applied, failed, dead },
+            counts: ActivityCounts {
+                applied,
+                failed,
+                dead,
+            },
         }
     }
 
     #[test]
     fn totals_sum_every_minute() {
         let html = throughput(&[minute(0, 5, 1, 0), minute(1, 0, 0, 0), minute(2, 7, 0, 2)]);
-        assert!(html.contains("id=\"activity-applied\" class=\"num\">12<"), "{html}");
+        assert!(
+            html.contains("id=\"activity-applied\" class=\"num\">12<"),
+            "{html}"
+        );
         assert!(html.contains("id=\"activity-failed\" class=\"num\">1<"), "{html}");
         assert!(html.contains("id=\"activity-dead\" class=\"num\">2<"), "{html}");
     }
@@ -145,7 +156,9 @@ mod tests {
         let html = svg(&[minute(0, 1000, 0, 0), minute(1, 999, 1, 0)]);
         let plot = HEIGHT - AXIS;
         assert!(
-            html.contains(&format!("y=\"0\" width=\"359\" height=\"{plot}\" fill=\"#2e7d32\"")),
+            html.contains(&format!(
+                "y=\"0\" width=\"359\" height=\"{plot}\" fill=\"#2e7d32\""
+            )),
             "the peak minute fills the plot: {html}"
         );
         assert!(

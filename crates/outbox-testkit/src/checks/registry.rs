@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    ActivityCounts, Error, MAX_ACTIVITY_MINUTES, MAX_LEASE_TTL, MIN_LEASE_TTL, MINUTE_MS, MinuteActivity, Mode,
-    Timestamp, WorkerInfo, WorkerRegistry,
+    ActivityCounts, Error, MAX_ACTIVITY_MINUTES, MAX_LEASE_TTL, MIN_LEASE_TTL, MINUTE_MS, MinuteActivity,
+    Mode, Timestamp, WorkerInfo, WorkerRegistry,
 };
 
 use super::support::{ms, now, owner, secs};
@@ -335,7 +335,11 @@ async fn start_of_a_minute<H: Harness>(h: &H, f: &crate::Fixture<H>) -> Timestam
 }
 
 fn counts(applied: u64, failed: u64, dead: u64) -> ActivityCounts {
-    ActivityCounts { applied, failed, dead }
+    ActivityCounts {
+        applied,
+        failed,
+        dead,
+    }
 }
 
 /// `record_activity` adds to (current minute, worker); `activity` sums the
@@ -345,19 +349,33 @@ pub async fn registry_activity_sums_workers_per_minute<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(3, 1, 0)).await.expect("record");
-    j.record_activity(&owner("b"), counts(4, 0, 1)).await.expect("record");
-    j.record_activity(&owner("a"), counts(2, 0, 0)).await.expect("record");
+    j.record_activity(&owner("a"), counts(3, 1, 0))
+        .await
+        .expect("record");
+    j.record_activity(&owner("b"), counts(4, 0, 1))
+        .await
+        .expect("record");
+    j.record_activity(&owner("a"), counts(2, 0, 0))
+        .await
+        .expect("record");
     let got = j.activity(60).await.expect("activity");
-    assert_eq!(got.current_minute, first, "the current minute by the store's clock");
+    assert_eq!(
+        got.current_minute, first,
+        "the current minute by the store's clock"
+    );
     assert_eq!(
         got.minutes,
-        vec![MinuteActivity { minute: first, counts: counts(9, 1, 1) }],
+        vec![MinuteActivity {
+            minute: first,
+            counts: counts(9, 1, 1)
+        }],
         "both workers' buckets summed in their minute"
     );
     h.advance(&f.ctx, ms(MINUTE_MS as u64)).await;
     let second = Timestamp::from_millis(first.as_millis() + MINUTE_MS);
-    j.record_activity(&owner("b"), counts(5, 2, 0)).await.expect("record");
+    j.record_activity(&owner("b"), counts(5, 2, 0))
+        .await
+        .expect("record");
     j.record_activity(&owner("c"), ActivityCounts::default())
         .await
         .expect("empty counts are accepted");
@@ -366,14 +384,24 @@ pub async fn registry_activity_sums_workers_per_minute<H: Harness>(h: &H) {
     assert_eq!(
         got.minutes,
         vec![
-            MinuteActivity { minute: first, counts: counts(9, 1, 1) },
-            MinuteActivity { minute: second, counts: counts(5, 2, 0) },
+            MinuteActivity {
+                minute: first,
+                counts: counts(9, 1, 1)
+            },
+            MinuteActivity {
+                minute: second,
+                counts: counts(5, 2, 0)
+            },
         ],
         "one entry per minute with activity, oldest first"
     );
     let filled = got.filled(3);
     assert_eq!(filled.len(), 3);
-    assert_eq!(filled[0].counts, ActivityCounts::default(), "a minute without activity fills as zeros");
+    assert_eq!(
+        filled[0].counts,
+        ActivityCounts::default(),
+        "a minute without activity fills as zeros"
+    );
     assert_eq!((filled[1].minute, filled[2].minute), (first, second));
 }
 
@@ -383,7 +411,9 @@ pub async fn registry_activity_window_and_range<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(1, 0, 0)).await.expect("record");
+    j.record_activity(&owner("a"), counts(1, 0, 0))
+        .await
+        .expect("record");
     h.advance(&f.ctx, ms(3 * MINUTE_MS as u64)).await;
     let got = j.activity(3).await.expect("activity");
     assert_eq!(got.current_minute.as_millis(), first.as_millis() + 3 * MINUTE_MS);
@@ -395,7 +425,10 @@ pub async fn registry_activity_window_and_range<H: Harness>(h: &H) {
     let got = j.activity(4).await.expect("activity");
     assert_eq!(
         got.minutes,
-        vec![MinuteActivity { minute: first, counts: counts(1, 0, 0) }],
+        vec![MinuteActivity {
+            minute: first,
+            counts: counts(1, 0, 0)
+        }],
         "and inside a 4-minute window"
     );
     for bad in [0, MAX_ACTIVITY_MINUTES + 1] {
@@ -404,7 +437,10 @@ pub async fn registry_activity_window_and_range<H: Harness>(h: &H) {
             "a window of {bad} minutes is invalid input"
         );
     }
-    assert!(j.activity(MAX_ACTIVITY_MINUTES).await.is_ok(), "the maximum window is accepted");
+    assert!(
+        j.activity(MAX_ACTIVITY_MINUTES).await.is_ok(),
+        "the maximum window is accepted"
+    );
 }
 
 /// `prune(grace)` deletes the activity minutes that ended `grace` or more
@@ -413,9 +449,13 @@ pub async fn registry_prune_deletes_old_activity<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(1, 0, 0)).await.expect("record");
+    j.record_activity(&owner("a"), counts(1, 0, 0))
+        .await
+        .expect("record");
     h.advance(&f.ctx, ms(2 * MINUTE_MS as u64)).await;
-    j.record_activity(&owner("a"), counts(2, 0, 0)).await.expect("record");
+    j.record_activity(&owner("a"), counts(2, 0, 0))
+        .await
+        .expect("record");
     // Now: 2 min 1 s past `first`; its minute ended 61 s ago, the current one not yet.
     j.prune(secs(120)).await.expect("prune");
     assert_eq!(
