@@ -110,13 +110,12 @@ fn svg(minutes: &[MinuteActivity]) -> String {
             out,
             "<text x=\"2\" y=\"{}\" font-size=\"11\" fill=\"#555\">{}</text>\
              <text x=\"{}\" y=\"{}\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">{} (UTC)</text>\
-             <text x=\"{}\" y=\"12\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">peak {peak}/min</text>",
+             <text x=\"4\" y=\"12\" font-size=\"11\" fill=\"#555\">peak {peak}/min</text>",
             HEIGHT - 3,
             esc(&clock(first)),
             WIDTH - 2,
             HEIGHT - 3,
             esc(&clock(last)),
-            WIDTH - 4,
         );
     }
     out.push_str("</svg>");

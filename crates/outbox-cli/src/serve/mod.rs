@@ -319,8 +319,8 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
     let activity = m.journal.activity(CHART_MINUTES).await?;
     b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
     b.push_str(
-        "<p class=\"note\">Events applied, failures recorded and rows dead-lettered per minute, \
-         by every worker (each adds its counts at its heartbeat).</p>",
+        "<p class=\"note\">Rows completed (their events applied), failures recorded and rows \
+         dead-lettered per minute, by every worker (each adds its counts at its heartbeat).</p>",
     );
     if summary.dead > 0 {
         let _ = write!(
