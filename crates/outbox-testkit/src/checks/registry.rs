@@ -334,6 +334,13 @@ async fn start_of_a_minute<H: Harness>(h: &H, f: &crate::Fixture<H>) -> Timestam
     Timestamp::from_millis(t - t.rem_euclid(MINUTE_MS))
 }
 
+/// Records `c` for worker `who`, which must succeed.
+async fn record<J: WorkerRegistry>(j: &J, who: &str, c: ActivityCounts) {
+    j.record_activity(&owner(who), c)
+        .await
+        .unwrap_or_else(|e| panic!("record_activity of {who} failed: {e}"));
+}
+
 fn counts(applied: u64, failed: u64, dead: u64) -> ActivityCounts {
     ActivityCounts {
         applied,
@@ -349,15 +356,9 @@ pub async fn registry_activity_sums_workers_per_minute<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(3, 1, 0))
-        .await
-        .expect("record");
-    j.record_activity(&owner("b"), counts(4, 0, 1))
-        .await
-        .expect("record");
-    j.record_activity(&owner("a"), counts(2, 0, 0))
-        .await
-        .expect("record");
+    record(j, "a", counts(3, 1, 0)).await;
+    record(j, "b", counts(4, 0, 1)).await;
+    record(j, "a", counts(2, 0, 0)).await;
     let got = j.activity(60).await.expect("activity");
     assert_eq!(
         got.current_minute, first,
@@ -373,9 +374,7 @@ pub async fn registry_activity_sums_workers_per_minute<H: Harness>(h: &H) {
     );
     h.advance(&f.ctx, ms(MINUTE_MS as u64)).await;
     let second = Timestamp::from_millis(first.as_millis() + MINUTE_MS);
-    j.record_activity(&owner("b"), counts(5, 2, 0))
-        .await
-        .expect("record");
+    record(j, "b", counts(5, 2, 0)).await;
     j.record_activity(&owner("c"), ActivityCounts::default())
         .await
         .expect("empty counts are accepted");
@@ -411,9 +410,7 @@ pub async fn registry_activity_window_and_range<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(1, 0, 0))
-        .await
-        .expect("record");
+    record(j, "a", counts(1, 0, 0)).await;
     h.advance(&f.ctx, ms(3 * MINUTE_MS as u64)).await;
     let got = j.activity(3).await.expect("activity");
     assert_eq!(got.current_minute.as_millis(), first.as_millis() + 3 * MINUTE_MS);
@@ -449,13 +446,9 @@ pub async fn registry_prune_deletes_old_activity<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let first = start_of_a_minute(h, &f).await;
-    j.record_activity(&owner("a"), counts(1, 0, 0))
-        .await
-        .expect("record");
+    record(j, "a", counts(1, 0, 0)).await;
     h.advance(&f.ctx, ms(2 * MINUTE_MS as u64)).await;
-    j.record_activity(&owner("a"), counts(2, 0, 0))
-        .await
-        .expect("record");
+    record(j, "a", counts(2, 0, 0)).await;
     // Now: 2 min 1 s past `first`; its minute ended 61 s ago, the current one not yet.
     j.prune(secs(120)).await.expect("prune");
     assert_eq!(
