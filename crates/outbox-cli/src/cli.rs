@@ -135,6 +135,9 @@ pub enum Command {
     Workers(JsonArg),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
+    /// Recompute view projections' running digests from every document and
+    /// compare them with the recorded ones (exit 4 on a difference).
+    Verify(VerifyArgs),
     /// The web monitor and Prometheus `/metrics` (127.0.0.1:9464 by default;
     /// actions need OUTBOX_SERVE_TOKEN).
     #[cfg(feature = "serve")]
@@ -214,6 +217,18 @@ pub struct ReportArgs {
     /// failed or dead (first --limit of each status).
     #[arg(long, conflicts_with = "status")]
     pub blocked: bool,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Only this projection (repeatable). Default: the binary's projections
+    /// and every projection with a recorded running digest.
+    #[arg(long = "projection")]
+    pub projections: Vec<String>,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,

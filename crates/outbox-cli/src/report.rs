@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outbox_core::{
     Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, Projection, ProjectionStore,
-    RunRecord, StreamId, StreamLag, WorkerInfo,
+    RunRecord, StreamId, StreamLag, ViewDigest, WorkerInfo,
 };
 use outbox_runtime::{Gauges, JournalBackend, ProjectionBackend};
 use serde::Serialize;
@@ -55,6 +55,9 @@ pub struct Report {
     pub oldest_due_age_ms: u64,
     pub rows: Vec<OutboxRow>,
     pub digests: Option<Digests>,
+    /// Every recorded running digest of a view projection (no scan; `outbox
+    /// verify` recomputes them).
+    pub running_digests: Vec<ViewDigest>,
     pub workers: Vec<WorkerInfo>,
     pub active_runs: Vec<RunRecord>,
     /// Checkpoint lag per projection ([`projection_lag`]); `None` when not
@@ -174,6 +177,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
     } else {
         None
     };
+    let running_digests = store.view_digests().await?;
     let active_runs = store
         .runs(50)
         .await?
@@ -191,6 +195,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
         oldest_due_age_ms: g.oldest_due_age_ms,
         rows,
         digests,
+        running_digests,
         workers: journal.workers().await?,
         active_runs,
         lag: None,
@@ -244,6 +249,25 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
             println!("    {name:<18} {hex}");
         }
         println!("    {:<18} {}", "(store)", d.store);
+    }
+    if !r.running_digests.is_empty() {
+        println!("  running digests (kept by every apply; `outbox verify` recomputes them):");
+        for d in &r.running_digests {
+            let name = d.projection.as_str();
+            let Some(digest) = d.digest else {
+                println!(
+                    "    {name:<18} untracked: documents predate running digests (rebuild the projection)"
+                );
+                continue;
+            };
+            let last = d
+                .last_event
+                .as_ref()
+                .map(|(s, q)| format!(" as of {s}/{q}"))
+                .unwrap_or_default();
+            let at = d.updated_at.map(|t| format!(" at {t}")).unwrap_or_default();
+            println!("    {name:<18} {digest} {} documents{last}{at}", d.documents);
+        }
     }
     if !r.workers.is_empty() {
         println!("  workers:");

@@ -292,7 +292,8 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
             .execute(&mut conn)
             .await
             .unwrap();
-        sqlx::query("DROP TABLE outbox_views")
+        // The last projection migration (0004) creates the running digests.
+        sqlx::query("DROP TABLE outbox_view_digests")
             .execute(&mut conn)
             .await
             .unwrap();

@@ -344,6 +344,42 @@ mod tests {
         assert!(ok.mismatch().unwrap().contains("rebuild"));
     }
 
+    proptest::proptest! {
+        /// Any history of puts, overwrites and deletes leaves the running
+        /// digest equal to the digest of the documents left, whatever their
+        /// order.
+        #[test]
+        fn running_equals_a_scan_after_any_history(
+            ops in proptest::collection::vec((0u8..3, 0u8..2, 0u8..5, 0u16..50), 0..200),
+            changes in 1usize..5,
+        ) {
+            use std::collections::BTreeMap;
+            let mut docs: BTreeMap<(String, String), String> = BTreeMap::new();
+            // Split the history into `changes` transactions, each a change
+            // merged into the running digest.
+            let mut running = RunningDigest::EMPTY;
+            for chunk in ops.chunks(ops.len().div_ceil(changes).max(1)) {
+                let mut change = RunningDigest::EMPTY;
+                for (op, t, k, v) in chunk {
+                    let slot = (format!("t{t}"), format!("k{k}"));
+                    let old = docs.get(&slot).map(|v| h(&slot.0, &slot.1, v));
+                    let new = (*op != 2).then(|| v.to_string());
+                    change.replace(old.as_ref(), new.as_ref().map(|v| h(&slot.0, &slot.1, v)).as_ref());
+                    match new {
+                        Some(v) => docs.insert(slot, v),
+                        None => docs.remove(&slot),
+                    };
+                }
+                running.merge(&change);
+            }
+            let scan = RunningDigest::of_rows(docs.iter().map(|((t, k), v)| (t.as_str(), k.as_str(), v.as_str())));
+            proptest::prop_assert_eq!(running, scan);
+            proptest::prop_assert_eq!(running.documents(), docs.len() as i64);
+            let reversed = RunningDigest::of_rows(docs.iter().rev().map(|((t, k), v)| (t.as_str(), k.as_str(), v.as_str())));
+            proptest::prop_assert_eq!(scan, reversed);
+        }
+    }
+
     #[test]
     fn stored_rows_decode() {
         let p = ProjectionName::new("p").unwrap();

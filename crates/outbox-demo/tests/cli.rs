@@ -619,6 +619,55 @@ fn report_of_a_healthy_outbox() {
 }
 
 #[test]
+fn report_shows_running_digests_and_verify_recomputes_them() {
+    let site = demo_site();
+    let out = site.ok(&["report", "--no-digests"]);
+    assert!(out.contains("running digests"), "{out}");
+    let r = site.json(&["report", "--json", "--no-digests"]);
+    let running = r["running_digests"].as_array().expect("running_digests");
+    let mut names: Vec<&str> = running
+        .iter()
+        .map(|d| d["projection"].as_str().unwrap())
+        .collect();
+    let mut want = PROJECTIONS.to_vec();
+    want.sort_unstable();
+    assert_eq!(names, want, "one per projection, by name: {r}");
+    for d in running {
+        assert_eq!(d["digest"].as_str().unwrap().len(), 64, "{d}");
+        assert!(d["documents"].as_i64().unwrap() > 0, "{d}");
+        assert!(d["last_event"].is_array(), "{d}");
+    }
+
+    let out = site.ok(&["verify"]);
+    for p in PROJECTIONS {
+        assert!(
+            out.lines().any(|l| l.starts_with(p) && l.contains(" ok ")),
+            "{p} verified: {out}"
+        );
+    }
+    let checks = site.json(&["verify", "--json"]);
+    let checks = checks.as_array().unwrap();
+    assert_eq!(checks.len(), 3);
+    for c in checks {
+        assert_eq!(c["recorded"]["digest"], c["scanned"], "{c}");
+    }
+    names = running.iter().map(|d| d["digest"].as_str().unwrap()).collect();
+    for c in checks {
+        assert!(
+            names.contains(&c["scanned"].as_str().unwrap()),
+            "report and verify agree: {c}"
+        );
+    }
+
+    let out = site.ok(&["verify", "--projection", "nobody"]);
+    assert!(out.contains("nobody") && out.contains("(0 documents)"), "{out}");
+    let long = "p".repeat(300);
+    let bad = site.run(&["verify", "--projection", &long]);
+    assert_eq!(bad.code, Some(2), "{}", bad.explain());
+    assert_eq!(bad.stderr.trim().lines().count(), 1, "{}", bad.explain());
+}
+
+#[test]
 fn report_lists_rows_by_status_with_a_limit() {
     let site = Site::migrated();
     seed_with_dead(&site, &[("campaign-a", false), ("campaign-b", true)]);

@@ -1,14 +1,14 @@
 //! The commands that apply no events: `report`, `requeue`, `requeue-dead`,
-//! `retry`, `workers` and `migrate` (and `leases`, in its own module). They never build a runtime and never write to
+//! `retry`, `workers`, `migrate` and `verify` (and `leases`, in its own module). They never build a runtime and never write to
 //! the projection database.
 
 use anyhow::Result;
-use outbox_core::{Error, Seq, StreamId, WorkerInfo, view_projection};
+use outbox_core::{Error, ProjectionName, Seq, StreamId, ViewDigestCheck, WorkerInfo, view_projection};
 use serde::Serialize;
 
 use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
-use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs};
+use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs, VerifyArgs};
 use crate::output::json;
 use crate::report::{Report, build_report, print_report, projection_lag};
 
@@ -167,5 +167,55 @@ fn print_workers(workers: &[WorkerInfo]) {
             "{}  {}  host {} pid {}  started {}  last beat {}  expires {}",
             w.id, w.mode, w.host, w.pid, w.started_at, w.last_beat, w.expires_at
         );
+    }
+}
+
+/// `outbox verify`: each view projection's recorded running digest against
+/// a full scan of its documents (one snapshot per projection). Prints one
+/// line per projection; a difference is an error (exit 4) naming the first
+/// projection that differs, after every projection was checked.
+pub(super) async fn verify<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &VerifyArgs) -> Result<()> {
+    let mut names: Vec<ProjectionName> = Vec::new();
+    if a.projections.is_empty() {
+        names.extend(ctx.app.views.iter().map(|v| v.name().clone()));
+        names.extend(ctx.store.view_digests().await?.into_iter().map(|d| d.projection));
+    } else {
+        for p in &a.projections {
+            names.push(ProjectionName::new(p.as_str())?);
+        }
+    }
+    names.sort();
+    names.dedup();
+    let mut checks = Vec::with_capacity(names.len());
+    for p in &names {
+        checks.push(ctx.store.verify_view_digest(p).await?);
+    }
+    if a.json {
+        json(&checks)?;
+    } else if checks.is_empty() {
+        println!("no view projection to verify (none in this binary, none with a running digest)");
+    } else {
+        for c in &checks {
+            match c.mismatch() {
+                None => println!(
+                    "{:<18} ok  {} ({} documents)",
+                    c.recorded.projection.as_str(),
+                    c.scanned,
+                    c.scanned.documents()
+                ),
+                Some(line) => println!("{:<18} DIFFERS: {line}", c.recorded.projection.as_str()),
+            }
+        }
+    }
+    let bad: Vec<&ViewDigestCheck> = checks.iter().filter(|c| !c.matches()).collect();
+    match bad.first() {
+        None => Ok(()),
+        Some(first) => Err(Error::InvalidState(format!(
+            "{} of {} view projection(s) differ from their running digest; first: {}",
+            bad.len(),
+            checks.len(),
+            first.mismatch().unwrap_or_default()
+        ))
+        .into()),
     }
 }

@@ -136,6 +136,11 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
                 StreamId::new(s)?;
             }
         }
+        Command::Verify(a) => {
+            for p in &a.projections {
+                outbox_core::ProjectionName::new(p.as_str())?;
+            }
+        }
         // A refused bind or a bad token stops before a database is opened.
         #[cfg(feature = "serve")]
         Command::Serve(a) => {
@@ -295,6 +300,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Leases(a) => leases::leases(ctx, a).await,
         Command::Workers(a) => maintenance::workers(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
+        Command::Verify(a) => maintenance::verify(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,
         Command::Rebuild(a) => replay::rebuild(ctx, a).await,
         Command::Runs(a) => replay::runs(ctx, a).await,
