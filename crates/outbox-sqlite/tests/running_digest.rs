@@ -161,3 +161,46 @@ async fn documents_from_before_running_digests_stay_untracked_until_a_reset() {
     assert_ne!(check.recorded.digest, Some(RunningDigest::EMPTY));
     assert_eq!(check.recorded.documents, 2);
 }
+
+/// Migration 0004 on a database that already has documents: each projection
+/// with documents gets an untracked running digest (NULL lanes), which
+/// `verify` reports and a reset starts over.
+#[tokio::test]
+async fn the_migration_marks_existing_documents_untracked() {
+    let st = stores().await;
+    st.apply("a", 3, &st.view).await;
+    let path = st.store.path().to_owned();
+    st.store.close().await;
+    // Roll the file back to the schema before migration 0004, documents kept.
+    {
+        use outbox_sqlite::sqlx::{ConnectOptions, sqlite::SqliteConnectOptions};
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM _outbox_migrations WHERE version = 4")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("DROP TABLE outbox_view_digests")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let _ = sqlx::Connection::close(conn).await;
+    }
+    let store = SqliteProjectionStore::open(&path, test_options()).await.unwrap();
+    let listed = store.view_digests().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((listed[0].projection.as_str(), listed[0].digest), ("seqs", None));
+    let check = store.verify_view_digest(&st.p).await.unwrap();
+    assert_eq!(check.scanned.documents(), 3);
+    assert!(
+        check.mismatch().unwrap().contains("rebuild"),
+        "{:?}",
+        check.mismatch()
+    );
+    store.reset(&*st.view).await.unwrap();
+    assert!(store.verify_view_digest(&st.p).await.unwrap().matches());
+    store.close().await;
+}
