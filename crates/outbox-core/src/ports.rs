@@ -877,8 +877,9 @@ pub trait RunStore: Send + Sync {
 /// - `view_digests` returns the recorded running digest
 ///   ([`ViewDigest`](crate::ViewDigest)) of every projection that has one,
 ///   ordered by projection name, without reading any document: what the last
-///   committed apply left. A projection never written (or reset since) has
-///   none; its running digest is [`RunningDigest::EMPTY`](crate::RunningDigest::EMPTY).
+///   committed apply left. A projection never written has none (its
+///   running digest is [`RunningDigest::EMPTY`](crate::RunningDigest::EMPTY));
+///   a reset leaves an empty one with no `last_event`.
 /// - `verify_view_digest` reads, in one snapshot, the projection's recorded
 ///   running digest ([`ViewDigest::empty`](crate::ViewDigest::empty) when it
 ///   has none) and the one a scan of every document of it gives. They are

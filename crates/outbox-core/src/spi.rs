@@ -156,8 +156,10 @@ pub struct ViewRow {
 ///   the same transaction: each write adds the new document's hash and
 ///   removes the hash of the one it replaced or deleted (the document as
 ///   the write actually found it, also when another transaction changed it
-///   concurrently), and `view_clear` forgets the projection's running digest
-///   with its documents. The change commits or rolls back with the writes.
+///   concurrently); `view_clear` removes the hashes of the documents it
+///   deleted and starts the running digest over (`last_event` none; an
+///   untracked one, from documents older than running digests, at zero).
+///   The change commits or rolls back with the writes.
 /// - `view_applying` says which event is applied to the projection next; the
 ///   last one of a transaction that changes the projection's running digest
 ///   becomes its `last_event`. It writes nothing by itself, and a

@@ -96,8 +96,9 @@ pub struct MemoryTx {
     /// (`ViewStorage::view_applying`).
     last_applied: HashMap<ProjectionName, (StreamId, Seq)>,
     /// Per projection whose running digest this transaction changed, the
-    /// running digest before its first change.
-    touched: BTreeMap<ProjectionName, Option<RunningDigest>>,
+    /// running digest before its first change, and whether its documents
+    /// were cleared.
+    touched: BTreeMap<ProjectionName, (Option<RunningDigest>, bool)>,
 }
 
 /// What rolling back one write restores.
@@ -169,12 +170,17 @@ impl MemoryTx {
     /// back to where it was keeps its previous record.
     fn commit(mut self) {
         let touched = std::mem::take(&mut self.touched);
-        for (p, before) in touched {
+        for (p, (before, cleared)) in touched {
             let last = self.last_applied.get(&p).cloned();
             let now = self.now;
             let Some(d) = self.guard.digests.get_mut(&p) else {
                 continue;
             };
+            if cleared {
+                d.last_event = last;
+                d.updated_at = Some(now);
+                continue;
+            }
             match (before, d.digest) {
                 // Nothing before and nothing now: no record, as before.
                 (None, Some(RunningDigest::EMPTY)) => {
@@ -254,7 +260,7 @@ impl MemoryTx {
             let before = self.guard.digests.get(projection).cloned();
             self.touched
                 .entry(projection.clone())
-                .or_insert_with(|| before.as_ref().and_then(|d| d.digest));
+                .or_insert_with(|| (before.as_ref().and_then(|d| d.digest), false));
             let mut d = before.clone().unwrap_or_else(|| ViewDigest::empty(projection));
             let mut running = d.digest.unwrap_or_default();
             running.replace(old_hash.as_ref(), new_hash.as_ref());
@@ -406,9 +412,18 @@ impl ViewStorage for MemoryTx {
         for k in &keys {
             self.set_view(projection, k.clone(), None);
         }
-        let before = self.guard.digests.remove(projection);
-        if before.is_some() {
-            self.undo.push(Undo::Digest(projection.clone(), before));
+        // The running digest is now empty (each document left it); it
+        // starts over with no last event, also when it had none.
+        let before = self.guard.digests.get(projection).cloned();
+        self.touched
+            .entry(projection.clone())
+            .or_insert_with(|| (before.as_ref().and_then(|d| d.digest), true))
+            .1 = true;
+        if before.is_none() {
+            self.guard
+                .digests
+                .insert(projection.clone(), ViewDigest::empty(projection));
+            self.undo.push(Undo::Digest(projection.clone(), None));
         }
         Ok(keys.len() as u64)
     }

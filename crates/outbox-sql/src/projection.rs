@@ -27,9 +27,11 @@ const LOCK_PROJECTION: &str =
 
 /// Locks one document's key (`$1` projection, `$2` table, `$3` key) for the
 /// rest of the transaction, present or not, before a read that may be
-/// written back.
-const LOCK_DOCUMENT: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))";
+/// written back (or a blind write). Advisory locks are database-wide, so the
+/// key includes the schema: stores in other schemas of the database never
+/// wait for (or deadlock with) this one's documents.
+const LOCK_DOCUMENT: &str = "SELECT pg_advisory_xact_lock(hashtextextended(\
+     current_schema() || chr(31) || $1 || chr(31) || $2 || chr(31) || $3, 0))";
 
 fn as_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -379,29 +381,24 @@ pub async fn view_rows(
     .collect()
 }
 
-/// [`ViewStorage::view_clear`](outbox_core::spi::ViewStorage::view_clear).
+/// [`ViewStorage::view_clear`](outbox_core::spi::ViewStorage::view_clear):
+/// returns the hashes of the documents it deleted, as it deleted them (a
+/// concurrent apply's documents it did not see stay, and so does their
+/// share of the running digest).
 pub async fn view_clear(
     dialect: &Dialect,
     tx: &mut (dyn Conn + '_),
     projection: &ProjectionName,
-) -> Result<u64> {
-    let args = [Arg::Text(projection.as_str())];
-    let n = tx
-        .execute(
-            "clearing the documents of a projection",
-            &dialect.sql("DELETE FROM outbox_views WHERE projection = $1"),
-            &args,
-        )
-        .await?;
-    // After the documents: a concurrent apply that wrote some of them then
-    // adds its change to the running digest after this one's removal.
-    tx.execute(
-        "clearing the running digest of a projection",
-        &dialect.sql("DELETE FROM outbox_view_digests WHERE projection = $1"),
-        &args,
+) -> Result<Vec<DocumentHash>> {
+    tx.fetch(
+        "clearing the documents of a projection",
+        &dialect.sql("DELETE FROM outbox_views WHERE projection = $1 RETURNING tbl, key, value"),
+        &[Arg::Text(projection.as_str())],
     )
-    .await?;
-    Ok(n)
+    .await?
+    .iter()
+    .map(|r| Ok(DocumentHash::of(&r.text(0)?, &r.text(1)?, &r.text(2)?)))
+    .collect()
 }
 
 /// The columns of a running digest row, after `projection`.
@@ -631,9 +628,9 @@ macro_rules! impl_projection_ports {
             ) -> ::outbox_core::Result<u64> {
                 self.flush_views().await?;
                 let d = self.dialect();
-                let n = $crate::projection::view_clear(&d, self, projection).await?;
-                self.views.cleared(projection);
-                Ok(n)
+                let deleted = $crate::projection::view_clear(&d, self, projection).await?;
+                self.views.cleared(projection, &deleted);
+                Ok(deleted.len() as u64)
             }
         }
 

@@ -33,8 +33,10 @@ pub struct ViewWrites {
     /// document), where this transaction knows it. Where writers run
     /// concurrently, only documents whose key this transaction has locked.
     base: HashMap<Slot, Option<DocumentHash>>,
-    /// Per projection: the change to its running digest.
-    changes: BTreeMap<String, RunningDigest>,
+    /// Per projection: the change to its running digest, and whether its
+    /// documents were cleared (the running digest then starts over, also an
+    /// untracked one).
+    changes: BTreeMap<String, (RunningDigest, bool)>,
     /// Per projection: the last event applied to it in this transaction
     /// (`ViewStorage::view_applying`).
     last_applied: HashMap<String, (String, i64)>,
@@ -42,6 +44,26 @@ pub struct ViewWrites {
 
 /// The most documents kept in memory before they are written out.
 const MAX_PENDING: usize = 1024;
+
+/// [`RECORD_DIGEST`] for a transaction that cleared the projection's
+/// documents: an untracked running digest (NULL lanes, documents that
+/// predate running digests) starts at zero, a tracked one takes the change
+/// (minus what the clear deleted), and the last event is this
+/// transaction's (none for a reset).
+const RESTART_DIGEST: &str = "INSERT INTO outbox_view_digests AS d \
+     (projection, d0, d1, d2, d3, d4, d5, d6, d7, documents, last_stream, last_seq, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {now}) \
+     ON CONFLICT (projection) DO UPDATE SET \
+     d0 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d0 + excluded.d0) % 4294967296 END, \
+     d1 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d1 + excluded.d1) % 4294967296 END, \
+     d2 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d2 + excluded.d2) % 4294967296 END, \
+     d3 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d3 + excluded.d3) % 4294967296 END, \
+     d4 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d4 + excluded.d4) % 4294967296 END, \
+     d5 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d5 + excluded.d5) % 4294967296 END, \
+     d6 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d6 + excluded.d6) % 4294967296 END, \
+     d7 = CASE WHEN d.d0 IS NULL THEN 0 ELSE (d.d7 + excluded.d7) % 4294967296 END, \
+     documents = CASE WHEN d.d0 IS NULL THEN 0 ELSE d.documents + excluded.documents END, \
+     last_stream = excluded.last_stream, last_seq = excluded.last_seq, updated_at = excluded.updated_at";
 
 /// Adds a change (`$2`..`$9` lanes, `$10` documents) to the running digest
 /// of projection `$1`, made by event (`$11`, `$12`) when known. Lanes add
@@ -159,16 +181,23 @@ impl ViewWrites {
         self.changes
             .entry(projection)
             .or_default()
+            .0
             .replace(old.as_ref(), new.as_ref());
     }
 
-    /// Forgets everything about `projection` (its documents were cleared
-    /// and its running digest removed in the database).
-    pub fn cleared(&mut self, projection: &ProjectionName) {
+    /// Records that `projection`'s documents were cleared: the ones in
+    /// `deleted` (as the database deleted them) leave its running digest,
+    /// which then starts over (an untracked one at zero). Everything known
+    /// or pending about its documents is forgotten.
+    pub fn cleared(&mut self, projection: &ProjectionName, deleted: &[DocumentHash]) {
         let p = projection.as_str();
         self.pending.retain(|(q, _, _), _| q != p);
         self.base.retain(|(q, _, _), _| q != p);
-        self.changes.remove(p);
+        let entry = self.changes.entry(p.to_owned()).or_default();
+        for h in deleted {
+            entry.0.remove(h);
+        }
+        entry.1 = true;
     }
 
     /// Writes each projection's running digest change: one statement per
@@ -177,8 +206,8 @@ impl ViewWrites {
     /// the commit.
     pub async fn flush_digests(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
         let changes = std::mem::take(&mut self.changes);
-        for (projection, change) in changes {
-            if change.is_empty() {
+        for (projection, (change, cleared)) in changes {
+            if change.is_empty() && !cleared {
                 continue;
             }
             let last = self.last_applied.get(&projection);
@@ -189,7 +218,7 @@ impl ViewWrites {
             };
             tx.execute(
                 "recording a running digest",
-                &dialect.sql(RECORD_DIGEST),
+                &dialect.sql(if cleared { RESTART_DIGEST } else { RECORD_DIGEST }),
                 &[
                     Arg::Text(&projection),
                     Arg::Int(l[0]),

@@ -1193,7 +1193,16 @@ pub async fn view_running_digest_follows_puts_overwrites_deletes_and_clear<H: Ha
     f.projections.reset(&*p).await.expect("reset");
     let after_reset = assert_running_matches(&f.projections, &ps.name, "after reset").await;
     assert_eq!(after_reset.digest, Some(RunningDigest::EMPTY), "reset empties it");
-    assert_eq!(listed(&f.projections, &ps.name).await, None, "and removes it");
+    assert_eq!(
+        (after_reset.documents, after_reset.last_event.as_ref()),
+        (0, None),
+        "with no documents and no last event"
+    );
+    assert_eq!(
+        listed(&f.projections, &ps.name).await.as_ref(),
+        Some(&after_reset),
+        "view_digests lists it as verify reads it"
+    );
     assert_eq!(
         assert_running_matches(&f.projections, &qs.name, "q after p's reset").await,
         q_before,
