@@ -1,5 +1,5 @@
 //! Running digests of view projections: an order-independent hash over a
-//! projection's documents that every apply keeps current (ADR 0018).
+//! projection's documents that every apply keeps current (ADR 0019).
 //!
 //! The full digest ([`Digest`](crate::Digest)) hashes every document in key
 //! order, so it needs a scan. The running digest is a *multiset hash*: the

@@ -151,7 +151,7 @@ pub struct ViewRow {
 ///   table, with (table, key) strictly greater than `after`, ordered by
 ///   (table, key) bytewise.
 /// - `view_clear` deletes every document of the projection and returns how many.
-/// - Running digests (ADR 0018): `view_put`, `view_delete` and `view_clear`
+/// - Running digests (ADR 0019): `view_put`, `view_delete` and `view_clear`
 ///   keep the projection's [`RunningDigest`](crate::RunningDigest) exact in
 ///   the same transaction: each write adds the new document's hash and
 ///   removes the hash of the one it replaced or deleted (the document as

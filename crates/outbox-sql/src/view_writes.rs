@@ -8,10 +8,9 @@
 //! and clears write the pending ones out first. Where writers run
 //! concurrently (Postgres, [`Dialect::locks_rows`]) nothing is deferred: a
 //! document's row lock must be taken when it is written.
-
 //!
 //! It also keeps the transaction's share of every projection's running
-//! digest (ADR 0018): the hash of each document as the database holds it
+//! digest (ADR 0019): the hash of each document as the database holds it
 //! (`base`, learnt from reads and writes), and per projection the change
 //! this transaction makes, written once, at commit ([`ViewWrites::flush_digests`]).
 

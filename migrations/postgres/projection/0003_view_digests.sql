@@ -1,4 +1,4 @@
--- Running digests of backend-neutral projections (ADR 0018): per
+-- Running digests of backend-neutral projections (ADR 0019): per
 -- projection, the sum modulo 2^32, lane by lane, of the SHA-256 (as eight
 -- 32-bit lanes d0..d7) of every document of outbox_views, and their count.
 -- Every apply transaction that changes documents adds its change here before

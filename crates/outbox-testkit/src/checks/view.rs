@@ -1063,7 +1063,7 @@ pub async fn view_digest_pages_through_every_table<H: Harness>(h: &H) {
 }
 
 // ---------------------------------------------------------------------------
-// Running digests (ADR 0018)
+// Running digests (ADR 0019)
 // ---------------------------------------------------------------------------
 
 /// The recorded running digest of `name` beside a scan's; panics unless they
