@@ -282,7 +282,11 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5], "0002 to 0005 recorded once, after 0001");
+    assert_eq!(
+        versions,
+        [1, 2, 3, 4, 5],
+        "0002 to 0005 recorded once, after 0001"
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL ORDER BY name",
     )
