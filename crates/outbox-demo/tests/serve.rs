@@ -68,10 +68,21 @@ fn pages_render_with_security_headers_and_escaped_values() {
         text.contains("c-bad/4") && text.contains("3 row(s) waiting behind"),
         "{text}"
     );
-    // Digests on the runs page are the report's.
+    // Digests on the runs page are the report's: the full ones on request,
+    // the running ones always (no scan).
     let report = site.json(&["report", "--json", "--limit", "0"]);
     let store = report["digests"]["store"].as_str().expect("store digest");
     assert!(server.get("/runs?digests=1").body.contains(store));
+    let runs = server.get("/runs").body;
+    let running = report["running_digests"].as_array().expect("running digests");
+    assert!(!running.is_empty(), "{report}");
+    for d in running {
+        let digest = d["digest"].as_str().expect("a tracked digest");
+        assert!(
+            runs.contains(&format!("<code>{digest}</code>")),
+            "{digest} on the runs page: {runs}"
+        );
+    }
     assert_eq!(server.stop().code(), Some(0), "SIGTERM stops the monitor cleanly");
 }
 
@@ -461,9 +472,13 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
         "metrics on http://",
     );
     let mut last = Default::default();
+    // Drained: no row left at all (rows are deleted once their events are
+    // applied; the counters and the lag are recorded before that).
     eventually("the worker to apply the backlog", || {
         last = scrape(&server);
-        last.get("outbox_rows{status=\"pending\"}") == Some(&0.0)
+        ["pending", "processing"]
+            .iter()
+            .all(|s| last.get(&format!("outbox_rows{{status=\"{s}\"}}")) == Some(&0.0))
     });
     // 21 events: 18 applied, the 3 chat messages audit-only.
     assert_eq!(

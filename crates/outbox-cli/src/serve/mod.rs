@@ -585,6 +585,48 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
             &rows,
         ));
     }
+    b.push_str("<h2>Running digests</h2>");
+    let running = m.store.view_digests().await?;
+    if running.is_empty() {
+        b.push_str("<p>No view projection has documents yet.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = running
+            .iter()
+            .map(|d| {
+                let digest = d.digest.map_or_else(
+                    || "untracked (documents predate running digests: rebuild it)".to_owned(),
+                    |h| h.to_string(),
+                );
+                let last = d
+                    .last_event
+                    .as_ref()
+                    .map(|(s, q)| format!("{s}/{q}"))
+                    .unwrap_or_default();
+                vec![
+                    esc(d.projection.as_str()),
+                    format!("<code>{}</code>", esc(&digest)),
+                    num(d.documents),
+                    esc(&last),
+                    esc(&d.updated_at.map(|t| t.to_string()).unwrap_or_default()),
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "running-digests",
+            &[
+                "projection",
+                "running digest",
+                "documents",
+                "as of event",
+                "updated",
+            ],
+            &rows,
+        ));
+        b.push_str(
+            "<p class=\"note\">Kept by every apply transaction, read without a scan; \
+             <code>outbox verify</code> recomputes them from every document.</p>",
+        );
+    }
     b.push_str("<h2>Projection digests</h2>");
     if m.projections.is_empty() {
         b.push_str("<p class=\"note\">This binary has no projections.</p>");
