@@ -35,7 +35,7 @@ pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,
     Watermark,
 };
-pub use run::{RunEnd, RunKind, RunRecord, RunState};
+pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{

@@ -61,6 +61,20 @@ pub const MAX_PAGE: usize = 10_000;
 /// - `read_stream` for each `(stream, from, limit)`, one vector per request
 ///   in the order given, in one read where the adapter can.
 ///
+/// `read_global`:
+/// - Returns up to `limit` events of any streams with `global_position >
+///   after`, in global-position order (so each stream's events in seq
+///   order); an empty vector past the end;
+///   [`Error::Corrupt`](crate::Error::Corrupt) if a stored payload does not
+///   match its hash.
+/// - Costs an index seek on the global position, not a scan of what lies
+///   before `after`.
+/// - Sees what had committed when it read. On a database whose positions
+///   are handed out before commit (Postgres), a transaction still in flight
+///   may later commit an event *below* the last position returned: a cursor
+///   over positions is not a promise that nothing will appear behind it (the
+///   per-stream checkpoint, not a position, is the truth; ADR 0020).
+///
 /// `stream_version`:
 /// - Returns the stream's version (its last seq), 0 for a stream with no events.
 ///
@@ -100,6 +114,9 @@ pub trait EventJournal: Send + Sync {
             Ok(out)
         }
     }
+
+    /// Events of every stream after a global position, in global-position order.
+    fn read_global(&self, after: u64, limit: usize) -> impl Future<Output = Result<Vec<Event>>> + Send;
 
     /// The stream's version: its last seq (0 when empty).
     fn stream_version(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send;
@@ -774,8 +791,12 @@ pub trait WakeSource: Send + Sync {
 /// Persisted replay and rebuild runs, kept in the projection database.
 ///
 /// # Contract
-/// - `admit_run` records a new `queued` run for `projection` owned by
-///   `owner`, with its claim expiring at `now + ttl` (store clock), unless the
+/// - `admit_bounded_run` first validates `bounds` for `kind`
+///   ([`RunBounds::validate`](crate::RunBounds::validate): a rebuild takes
+///   no `since`; `since` must be below `until`); invalid bounds are
+///   [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing
+///   changes. It then records a new `queued` run for `projection` owned by
+///   `owner`, with `since` and `until` as given and no `position`, with its claim expiring at `now + ttl` (store clock), unless the
 ///   projection already has an active (queued or running) run whose claim has
 ///   not expired: then [`Error::InvalidState`](crate::Error::InvalidState)
 ///   naming that run, and nothing changes. An active run whose claim expired
@@ -785,7 +806,7 @@ pub trait WakeSource: Send + Sync {
 ///   Postgres concurrent admissions of one projection are serialized by a
 ///   transaction-scoped advisory lock, so the loser inserts nothing either;
 ///   ids are still not promised to be contiguous: a rolled-back transaction
-///   consumes one).
+///   consumes one). `admit_run` is `admit_bounded_run` with only `until`.
 /// - `reclaim_run` marks the projection's active run `failed` (code
 ///   `abandoned`) when its owner is not one of `live` (the caller read the
 ///   worker registry: the owner is gone, expired or never registered) and
@@ -796,11 +817,12 @@ pub trait WakeSource: Send + Sync {
 ///   so a killed run's projection is free once its owner's registry entry
 ///   expired and the run has been idle that long, without waiting for the
 ///   run's own claim.
-/// - `update_run` is called by the owner: it moves a queued run to
-///   `running`, records `processed` and the last committed (stream, seq), and
-///   renews the claim; it returns the record, whose `cancel_requested` tells
+/// - `record_progress` is called by the owner: it moves a queued run to
+///   `running`, records `processed`, the last committed (stream, seq) and
+///   the global `position` committed through (each of the last two kept
+///   when not given), and renews the claim; it returns the record, whose `cancel_requested` tells
 ///   the owner to stop. A run that is not active or not owned by `owner` is
-///   `InvalidState`.
+///   `InvalidState`. `update_run` is `record_progress` without a position.
 /// - `finish_run` moves an active run owned by `owner` to its terminal state
 ///   with the error code and message for a failure (cut to
 ///   [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN), a NUL replaced by U+FFFD);
@@ -814,7 +836,17 @@ pub trait WakeSource: Send + Sync {
 ///   store clock) and returns how many; active runs are never deleted, and
 ///   ids stay unique and increasing after a prune.
 pub trait RunStore: Send + Sync {
-    /// Admits a run.
+    /// Admits a run with global-position bounds.
+    fn admit_bounded_run(
+        &self,
+        kind: crate::RunKind,
+        projection: &ProjectionName,
+        bounds: crate::RunBounds,
+        owner: &WorkerId,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Admits a run bounded only by `until`.
     fn admit_run(
         &self,
         kind: crate::RunKind,
@@ -822,7 +854,15 @@ pub trait RunStore: Send + Sync {
         until: Option<u64>,
         owner: &WorkerId,
         ttl: Duration,
-    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        self.admit_bounded_run(
+            kind,
+            projection,
+            crate::RunBounds::new().with_until(until),
+            owner,
+            ttl,
+        )
+    }
 
     /// Frees a projection whose active run's owner is gone.
     fn reclaim_run(
@@ -832,7 +872,17 @@ pub trait RunStore: Send + Sync {
         idle: Duration,
     ) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
 
-    /// Records progress and renews the owner's claim.
+    /// Records progress (with the global position committed through) and
+    /// renews the owner's claim.
+    fn record_progress(
+        &self,
+        id: u64,
+        owner: &WorkerId,
+        progress: crate::RunProgress<'_>,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+
+    /// Records progress without a position and renews the owner's claim.
     fn update_run(
         &self,
         id: u64,
@@ -840,7 +890,14 @@ pub trait RunStore: Send + Sync {
         processed: u64,
         last: Option<(&StreamId, Seq)>,
         ttl: Duration,
-    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        let progress = crate::RunProgress {
+            processed,
+            last,
+            position: None,
+        };
+        self.record_progress(id, owner, progress, ttl)
+    }
 
     /// Ends a run.
     fn finish_run(

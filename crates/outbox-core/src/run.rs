@@ -10,8 +10,9 @@ use crate::{Error, ProjectionName, Result, Seq, StreamId, Timestamp, WorkerId};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunKind {
-    /// From the projection's checkpoints forward, in seq order, to the tail
-    /// (or up to a global position).
+    /// Apply what the projection has not applied yet, walking the journal in
+    /// global-position order (optionally only after `since` and up to
+    /// `until`); each stream in seq order from its checkpoint.
     CatchUp,
     /// Clear the projection's tables and checkpoints, then replay from the
     /// journal's origin.
@@ -86,8 +87,17 @@ pub struct RunRecord {
     pub projection: ProjectionName,
     /// The state.
     pub state: RunState,
+    /// Only events after this global position are considered; the ones at or
+    /// before it are taken as already reflected (a catch-up's lower bound;
+    /// never set on a rebuild).
+    pub since: Option<u64>,
     /// Stop at this global position (events after it are left for later).
     pub until: Option<u64>,
+    /// The run's cursor: the global position it has committed through. Every
+    /// event after `since` and at or before it has been applied (or found
+    /// applied); `None` before the first committed page. A catch-up with
+    /// `since` set to it resumes the run.
+    pub position: Option<u64>,
     /// Events processed so far.
     pub processed: u64,
     /// The last event committed: (stream, seq).
@@ -109,6 +119,88 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+}
+
+/// The global-position bounds of a run, for
+/// [`RunStore::admit_bounded_run`](crate::RunStore::admit_bounded_run).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RunBounds {
+    /// Only events with a global position above it (exclusive).
+    pub since: Option<u64>,
+    /// Only events with a global position at or below it (inclusive).
+    pub until: Option<u64>,
+}
+
+impl RunBounds {
+    /// No bounds: the whole journal.
+    pub const fn new() -> Self {
+        Self {
+            since: None,
+            until: None,
+        }
+    }
+
+    /// Only events after global position `since`.
+    #[must_use]
+    pub const fn with_since(mut self, since: Option<u64>) -> Self {
+        self.since = since;
+        self
+    }
+
+    /// Only events at or before global position `until`.
+    #[must_use]
+    pub const fn with_until(mut self, until: Option<u64>) -> Self {
+        self.until = until;
+        self
+    }
+
+    /// Whether global position `position` is inside the bounds.
+    pub const fn contains(&self, position: u64) -> bool {
+        let above = match self.since {
+            Some(s) => position > s,
+            None => true,
+        };
+        let below = match self.until {
+            Some(u) => position <= u,
+            None => true,
+        };
+        above && below
+    }
+
+    /// Refuses bounds a run of `kind` cannot have: a rebuild with `since`
+    /// (a rebuild replays from the origin), and `since` at or above `until`
+    /// (an empty range).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] saying which.
+    pub fn validate(&self, kind: RunKind) -> Result<()> {
+        if kind == RunKind::Rebuild && self.since.is_some() {
+            return Err(Error::invalid(
+                "a rebuild replays from the journal's origin: it takes no `since`",
+            ));
+        }
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            return Err(Error::invalid(format_args!(
+                "`since` ({since}) must be below `until` ({until}): the range is empty"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A run's progress, for
+/// [`RunStore::record_progress`](crate::RunStore::record_progress).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunProgress<'a> {
+    /// Events processed so far.
+    pub processed: u64,
+    /// The last event committed, when one was (kept otherwise).
+    pub last: Option<(&'a StreamId, Seq)>,
+    /// The global position committed through, when it moved (kept otherwise).
+    pub position: Option<u64>,
 }
 
 /// How a run ended, for [`RunStore::finish_run`](crate::RunStore::finish_run).

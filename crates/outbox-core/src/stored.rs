@@ -272,8 +272,12 @@ pub struct StoredRun {
     pub projection: String,
     /// `state`: the [`RunState`](crate::RunState)'s text form.
     pub state: String,
+    /// `since_position`; a negative value reads as 0.
+    pub since_position: Option<i64>,
     /// `until_position`; a negative value reads as 0.
     pub until_position: Option<i64>,
+    /// `cursor_position`; a negative value reads as 0.
+    pub cursor_position: Option<i64>,
     /// `processed`; a negative value reads as 0.
     pub processed: i64,
     /// `last_stream`.
@@ -313,7 +317,9 @@ impl StoredRun {
             kind: self.kind.parse().map_err(|e| corrupt("kind", e))?,
             projection: ProjectionName::new(self.projection).map_err(|e| corrupt("projection", e))?,
             state: self.state.parse().map_err(|e| corrupt("state", e))?,
+            since: self.since_position.map(u),
             until: self.until_position.map(u),
+            position: self.cursor_position.map(u),
             processed: u(self.processed),
             last_stream: self
                 .last_stream

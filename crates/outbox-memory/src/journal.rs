@@ -28,6 +28,9 @@ pub struct MemoryJournal {
 #[derive(Debug, Default)]
 struct State {
     streams: BTreeMap<StreamId, Vec<Event>>,
+    /// Every event as (stream, index in its vector), in global-position
+    /// order: position `p` is at `p - 1` (positions start at 1, no holes).
+    global: Vec<(StreamId, usize)>,
     next_global: u64,
     outbox: BTreeMap<(StreamId, Seq), OutboxRow>,
     /// stream -> (head seq, due time or None when the head is dead)
@@ -199,6 +202,8 @@ impl EventJournal for MemoryJournal {
                     },
                 };
                 st.next_global += 1;
+                let index = st.streams.get(&req.stream).map_or(0, Vec::len);
+                st.global.push((req.stream.clone(), index));
                 if options.enqueues() {
                     st.outbox.insert(
                         (req.stream.clone(), seq),
@@ -251,6 +256,19 @@ impl EventJournal for MemoryJournal {
             .unwrap_or(usize::MAX)
             .min(events.len());
         let out: Vec<Event> = events[start..].iter().take(limit).cloned().collect();
+        out.iter().try_for_each(Event::verify)?;
+        Ok(out)
+    }
+
+    async fn read_global(&self, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.lock();
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(st.global.len());
+        let out: Vec<Event> = st.global[start..]
+            .iter()
+            .take(limit)
+            .map(|(stream, i)| st.streams[stream][*i].clone())
+            .collect();
         out.iter().try_for_each(Event::verify)?;
         Ok(out)
     }

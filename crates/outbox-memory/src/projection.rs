@@ -12,7 +12,9 @@ use outbox_core::{
     ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark, WatermarkStore,
 };
 use outbox_core::{DocumentHash, RunningDigest, ViewDigest, ViewDigestCheck};
-use outbox_core::{RunEnd, RunKind, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait};
+use outbox_core::{
+    RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState, RunStore, ViewStore, WorkerId, async_trait,
+};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// Projection tables: table name -> key -> value bytes, all ordered.
@@ -648,15 +650,16 @@ fn owned_active<'a>(st: &'a mut State, id: u64, owner: &WorkerId) -> Result<&'a 
 const RECLAIMED: &str = "the run's owner is gone from the worker registry";
 
 impl RunStore for MemoryProjectionStore {
-    async fn admit_run(
+    async fn admit_bounded_run(
         &self,
         kind: RunKind,
         projection: &ProjectionName,
-        until: Option<u64>,
+        bounds: RunBounds,
         owner: &WorkerId,
         ttl: std::time::Duration,
     ) -> Result<RunRecord> {
         validate_ttl(ttl)?;
+        bounds.validate(kind)?;
         let now = self.clock.now();
         let mut st = self.state.lock().await;
         for run in st.runs.values_mut() {
@@ -677,7 +680,9 @@ impl RunStore for MemoryProjectionStore {
             kind,
             projection: projection.clone(),
             state: RunState::Queued,
-            until,
+            since: bounds.since,
+            until: bounds.until,
+            position: None,
             processed: 0,
             last_stream: None,
             last_seq: None,
@@ -718,14 +723,18 @@ impl RunStore for MemoryProjectionStore {
         Ok(Some(run.clone()))
     }
 
-    async fn update_run(
+    async fn record_progress(
         &self,
         id: u64,
         owner: &WorkerId,
-        processed: u64,
-        last: Option<(&StreamId, Seq)>,
+        progress: RunProgress<'_>,
         ttl: std::time::Duration,
     ) -> Result<RunRecord> {
+        let RunProgress {
+            processed,
+            last,
+            position,
+        } = progress;
         validate_ttl(ttl)?;
         let now = self.clock.now();
         let mut st = self.state.lock().await;
@@ -735,6 +744,9 @@ impl RunStore for MemoryProjectionStore {
         if let Some((stream, seq)) = last {
             run.last_stream = Some(stream.clone());
             run.last_seq = Some(seq);
+        }
+        if position.is_some() {
+            run.position = position;
         }
         run.lease_expires_at = now.saturating_add(ttl);
         run.updated_at = now;

@@ -50,6 +50,12 @@ fn decode_event(r: &PgRow, stream: &StreamId) -> Result<Event> {
     )
 }
 
+fn decode_any_event(r: &PgRow) -> Result<Event> {
+    outbox_sql::journal::decode_any_event(
+        &crate::sql::to_row(r).map_err(|e| journal_undecodable("event", e))?,
+    )
+}
+
 fn seq_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -420,6 +426,17 @@ impl EventJournal for PgJournal {
         .await
         .map_err(|e| storage(self.db.context("reading a stream"), e))?;
         rows.iter().map(|r| decode_event(r, stream)).collect()
+    }
+
+    async fn read_global(&self, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let rows = sqlx::query(outbox_sql::journal::READ_GLOBAL)
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .bind(limit as i64)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("reading the journal by global position"), e))?;
+        rows.iter().map(decode_any_event).collect()
     }
 
     async fn stream_version(&self, stream: &StreamId) -> Result<u64> {

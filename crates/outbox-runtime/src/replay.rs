@@ -15,7 +15,8 @@
 use std::sync::Arc;
 
 use outbox_core::{
-    ApplyOutcome, Error, Projection, ProjectionName, Result, RunEnd, RunKind, RunRecord, Seq, StreamId,
+    ApplyOutcome, Error, Event, Projection, ProjectionName, Result, RunBounds, RunEnd, RunKind, RunProgress,
+    RunRecord, Seq, StreamId,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -78,9 +79,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             })
     }
 
-    /// Catch-up: from each stream's checkpoint forward, in seq order, to the
-    /// tail or to global position `until`. Returns the finished run record.
-    /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
+    /// Catch-up: applies what the projection has not applied yet, walking the
+    /// journal in global-position order to the tail or to global position
+    /// `until` (each stream in seq order; the checkpoints decide what is
+    /// new). Returns the finished run record. Leaves the outbox rows alone
+    /// ([`ReplayOptions::new`]).
     pub async fn replay(
         &self,
         projection: &str,
@@ -99,8 +102,78 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
+        self.replay_bounded(projection, RunBounds::new().with_until(until), options, cancel)
+            .await
+    }
+
+    /// Catch-up within global-position bounds (ADR 0020): only events after
+    /// `bounds.since` are read (those at or before it are taken as already
+    /// reflected) and none after `bounds.until`. A stream whose checkpoint is
+    /// behind its first event after `since` is caught up from its checkpoint
+    /// (events at or before `since` included), never skipped: the checkpoint,
+    /// not `since`, says what the projection has applied. A stream with no
+    /// event after `since` is not looked at.
+    pub async fn replay_bounded(
+        &self,
+        projection: &str,
+        bounds: RunBounds,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
-        let run = self.admit(RunKind::CatchUp, p.name(), until).await?;
+        let run = self.admit(RunKind::CatchUp, p.name(), bounds).await?;
+        self.while_registered(self.execute(run, p, options, cancel)).await
+    }
+
+    /// Resumes a run that stopped before its end (failed, cancelled, or
+    /// killed: an active run whose owner's claim expired or whose owner left
+    /// the worker registry, which admission marks `abandoned`): admits a new
+    /// run that continues from the stopped run's recorded cursor. A run that
+    /// committed a page continues as a catch-up with `since` = its
+    /// `position` and its `until` (a rebuild's reset is behind it); one that
+    /// committed nothing starts again as it was (a rebuild resets again).
+    /// The checkpoints keep it exactly-once either way: what the stopped run
+    /// committed after the position it recorded is skipped as duplicates.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` for an unknown run; `InvalidState` for a completed run
+    /// (nothing to resume) and, from admission, for a run still alive.
+    pub async fn resume_run(
+        &self,
+        id: u64,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        let old = self
+            .store()
+            .run(id)
+            .within(self.config().store_deadline(), "run")
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
+        if old.state == outbox_core::RunState::Completed {
+            return Err(Error::InvalidState(format!(
+                "run {id} completed: there is nothing to resume (start a catch-up with `since` {})",
+                old.position.or(old.since).unwrap_or(0)
+            )));
+        }
+        let p = self.projection(old.projection.as_str())?;
+        let (kind, bounds) = match (old.kind, old.position) {
+            (_, Some(position)) => (
+                RunKind::CatchUp,
+                RunBounds::new().with_since(Some(position)).with_until(old.until),
+            ),
+            (kind, None) => (kind, RunBounds::new().with_since(old.since).with_until(old.until)),
+        };
+        // A cursor at `until` already: nothing is left, but a run says so.
+        let bounds = match (bounds.since, bounds.until) {
+            (Some(s), Some(u)) if s >= u => RunBounds::new().with_since(u.checked_sub(1)).with_until(Some(u)),
+            _ => bounds,
+        };
+        // Admission refuses while the old run is alive, and marks it
+        // `abandoned` when its claim expired or its owner is gone.
+        let run = self.admit(kind, p.name(), bounds).await?;
+        info!(run = run.id, resumes = id, since = ?run.since, "resuming a run from its cursor");
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
@@ -119,7 +192,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
         let p = self.projection(projection)?;
-        let run = self.admit(RunKind::Rebuild, p.name(), None).await?;
+        let run = self.admit(RunKind::Rebuild, p.name(), RunBounds::new()).await?;
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
@@ -139,7 +212,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<Vec<RunRecord>> {
         let mut queued = Vec::new();
         for p in self.projections() {
-            match self.admit(RunKind::Rebuild, p.name(), None).await {
+            match self.admit(RunKind::Rebuild, p.name(), RunBounds::new()).await {
                 Ok(run) => queued.push((run, p.clone())),
                 Err(e) => {
                     for (run, _) in &queued {
@@ -189,12 +262,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         &self,
         kind: RunKind,
         projection: &ProjectionName,
-        until: Option<u64>,
+        bounds: RunBounds,
     ) -> Result<RunRecord> {
         let deadline = self.config().store_deadline();
         let admit = || {
             self.store()
-                .admit_run(kind, projection, until, self.worker_id(), self.config().run_ttl)
+                .admit_bounded_run(kind, projection, bounds, self.worker_id(), self.config().run_ttl)
                 .within(deadline, "admit_run")
         };
         match admit().await {
@@ -299,6 +372,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Returns Ok(true) when it reached the end, Ok(false) when cancelled.
+    ///
+    /// Walks the journal in global-position order from the run's `since`
+    /// (ADR 0020), a page of `batch_size` events at a time. A page is
+    /// applied in one projection transaction ([`apply_runs`]), one run per
+    /// stream; when a stream's checkpoint is behind its first event in the
+    /// page (a `Gap`), the page is applied stream by stream instead and that
+    /// stream is caught up from its checkpoint. After each page the run
+    /// records the page's last global position as its cursor.
+    ///
+    /// [`apply_runs`]: outbox_core::ProjectionStore::apply_runs
     async fn run_body(
         &self,
         rec: &mut RunRecord,
@@ -321,82 +404,144 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .within(self.config().run_ttl, "reset")
                 .await?;
         }
+        let until = rec.until;
         let mut processed = 0u64;
-        let mut after: Option<StreamId> = None;
+        let mut cursor = rec.since.unwrap_or(0);
         loop {
-            let page = journal
-                .stream_versions(after.as_ref(), 500)
-                .within(deadline, "stream_versions")
-                .await?;
-            let Some(last_head) = page.last() else { break };
-            after = Some(last_head.stream.clone());
-            // Renew the claim and look for a cancel request once per page too,
-            // so a long scan over already-applied streams keeps the run alive.
-            *rec = store
-                .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
-                .within(deadline, "update_run")
-                .await?;
             if rec.cancel_requested || cancel.is_cancelled() {
                 return Ok(false);
             }
-            for head in page {
-                let stream = &head.stream;
-                let mut next = store
-                    .checkpoint(projection.name(), stream)
-                    .within(deadline, "checkpoint")
-                    .await?
-                    + 1;
-                while next <= head.version {
-                    let events = journal
-                        .read_stream(stream, Seq::new(next)?, batch)
-                        .within(deadline, "read_stream")
-                        .await?;
-                    let events: Vec<_> = events
-                        .into_iter()
-                        .take_while(|e| rec.until.is_none_or(|u| e.global_position <= u))
-                        .collect();
-                    let Some(last) = events.last() else { break };
-                    let last_seq = last.seq;
-                    match store
-                        .apply(stream, &events, &one)
-                        .within(deadline, "apply")
-                        .await?
-                    {
-                        ApplyOutcome::Applied(r) => {
-                            self.count(&r);
-                            processed += r.applied + r.audit_only;
-                        }
-                        ApplyOutcome::Gap(gap) => {
-                            // Someone (a concurrent reset) moved the checkpoint back: follow it.
-                            next = gap.checkpoint + 1;
-                            continue;
-                        }
-                    }
-                    next = last_seq.get() + 1;
-                    *rec = store
-                        .update_run(
-                            rec.id,
-                            &owner,
-                            processed,
-                            Some((stream, last_seq)),
-                            self.config().run_ttl,
-                        )
-                        .within(deadline, "update_run")
-                        .await?;
-                    if rec.cancel_requested || cancel.is_cancelled() {
-                        return Ok(false);
-                    }
-                }
-                if options.complete_rows {
+            let page: Vec<Event> = journal
+                .read_global(cursor, batch)
+                .within(deadline, "read_global")
+                .await?
+                .into_iter()
+                .take_while(|e| until.is_none_or(|u| e.global_position <= u))
+                .collect();
+            let Some(last) = page.last() else { break };
+            let (through, last_stream, last_seq) = (last.global_position, last.stream.clone(), last.seq);
+            let runs = by_stream(page);
+            processed += self.apply_page(rec, &runs, &one).await?;
+            if options.complete_rows {
+                for (stream, _) in &runs {
                     self.resolve_rows(stream).await?;
                 }
             }
+            cursor = through;
+            let progress = RunProgress {
+                processed,
+                last: Some((&last_stream, last_seq)),
+                position: Some(through),
+            };
+            *rec = store
+                .record_progress(rec.id, &owner, progress, self.config().run_ttl)
+                .within(deadline, "record_progress")
+                .await?;
         }
         *rec = store
             .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
             .within(deadline, "update_run")
             .await?;
         Ok(true)
+    }
+
+    /// Applies one page (runs of distinct streams, each in seq order) to the
+    /// run's projection and returns the events it newly processed. First
+    /// all of it in one transaction; if a stream's checkpoint is behind its
+    /// run (nothing was committed then), stream by stream, catching such a
+    /// stream up from its checkpoint first.
+    async fn apply_page(
+        &self,
+        rec: &RunRecord,
+        runs: &[(StreamId, Vec<Event>)],
+        one: &[Arc<dyn Projection<P::Tx>>],
+    ) -> Result<u64> {
+        let store = self.store();
+        let deadline = self.config().store_deadline();
+        let slices: Vec<&[Event]> = runs.iter().map(|(_, events)| events.as_slice()).collect();
+        let outcomes = store
+            .apply_runs(&slices, one)
+            .within(deadline, "apply_runs")
+            .await?;
+        if outcomes.len() == runs.len() && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_))) {
+            let mut processed = 0;
+            for outcome in &outcomes {
+                if let ApplyOutcome::Applied(r) = outcome {
+                    self.count(r);
+                    processed += r.applied + r.audit_only;
+                }
+            }
+            return Ok(processed);
+        }
+        let mut processed = 0;
+        for (stream, events) in runs {
+            let (Some(first), Some(last)) = (events.first(), events.last()) else {
+                continue;
+            };
+            match store.apply(stream, events, one).within(deadline, "apply").await? {
+                ApplyOutcome::Applied(r) => {
+                    self.count(&r);
+                    processed += r.applied + r.audit_only;
+                }
+                ApplyOutcome::Gap(gap) => {
+                    warn!(run = rec.id, projection = %rec.projection, stream = %stream,
+                        checkpoint = gap.checkpoint, first_seq = first.seq.get(),
+                        first_position = first.global_position,
+                        "the stream's checkpoint is behind the run's first event for it: \
+                         catching the stream up from its checkpoint");
+                    processed += self
+                        .catch_up_stream(stream, gap.checkpoint + 1, last.seq.get(), rec.until, one)
+                        .await?;
+                }
+            }
+        }
+        Ok(processed)
+    }
+
+    /// Applies `stream` from seq `next` through seq `through` (no further
+    /// than global position `until`), in batches, following the checkpoint
+    /// when a concurrent reset moves it back. Returns the events processed.
+    async fn catch_up_stream(
+        &self,
+        stream: &StreamId,
+        mut next: u64,
+        through: u64,
+        until: Option<u64>,
+        one: &[Arc<dyn Projection<P::Tx>>],
+    ) -> Result<u64> {
+        let store = self.store();
+        let deadline = self.config().store_deadline();
+        let batch = self.config().batch_size;
+        let mut processed = 0;
+        while next <= through {
+            let want = usize::try_from(through - next + 1)
+                .unwrap_or(usize::MAX)
+                .min(batch);
+            let events: Vec<Event> = self
+                .journal()
+                .read_stream(stream, Seq::new(next)?, want)
+                .within(deadline, "read_stream")
+                .await?
+                .into_iter()
+                .take_while(|e| until.is_none_or(|u| e.global_position <= u))
+                .collect();
+            let Some(last) = events.last() else { break };
+            let last_seq = last.seq.get();
+            match store
+                .apply(stream, &events, one)
+                .within(deadline, "apply")
+                .await?
+            {
+                ApplyOutcome::Applied(r) => {
+                    self.count(&r);
+                    processed += r.applied + r.audit_only;
+                    next = last_seq + 1;
+                }
+                // Someone (a concurrent reset) moved the checkpoint back: follow it.
+                ApplyOutcome::Gap(gap) => next = gap.checkpoint + 1,
+            }
+        }
+        Ok(processed)
     }
 
     /// Deletes the stream's outbox rows (dead ones included) that every
@@ -444,4 +589,21 @@ pub fn error_code(e: &Error) -> &'static str {
         Error::NotFound(_) => "not_found",
         _ => "other",
     }
+}
+
+/// Splits a page read in global-position order into one run per stream (in
+/// the order the streams first appear), each in seq order.
+fn by_stream(page: Vec<Event>) -> Vec<(StreamId, Vec<Event>)> {
+    let mut runs: Vec<(StreamId, Vec<Event>)> = Vec::new();
+    let mut index: std::collections::HashMap<StreamId, usize> = std::collections::HashMap::new();
+    for event in page {
+        match index.get(&event.stream) {
+            Some(&i) => runs[i].1.push(event),
+            None => {
+                index.insert(event.stream.clone(), runs.len());
+                runs.push((event.stream.clone(), vec![event]));
+            }
+        }
+    }
+    runs
 }

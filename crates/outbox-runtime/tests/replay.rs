@@ -641,3 +641,245 @@ async fn a_killed_run_blocks_new_runs_for_the_configured_run_ttl_only() {
     let run = rt.rebuild("oracle", &CancellationToken::new()).await.unwrap();
     assert_eq!(run.state, RunState::Completed);
 }
+
+/// Wraps a projection and never returns from its apply number `after + 1`
+/// (a process that hangs there and is then killed).
+struct HangAfter {
+    inner: Arc<dyn Projection<MemoryTx>>,
+    seen: AtomicU64,
+    after: u64,
+}
+
+#[async_trait]
+impl Projection<MemoryTx> for HangAfter {
+    fn name(&self) -> &ProjectionName {
+        self.inner.name()
+    }
+    async fn apply(&self, tx: &mut MemoryTx, e: &Event) -> Result<(), BoxError> {
+        if self.seen.fetch_add(1, Ordering::SeqCst) == self.after {
+            std::future::pending::<()>().await;
+        }
+        self.inner.apply(tx, e).await
+    }
+    async fn reset(&self, tx: &mut MemoryTx) -> Result<(), BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(&self, tx: &mut MemoryTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+/// A catch-up killed after some committed batches (it hangs inside the next
+/// batch's transaction, which never commits, and its process is dropped)
+/// resumes from the global position it recorded and ends with the digest
+/// of an uninterrupted run: every event applied exactly once in all.
+#[tokio::test(start_paused = true)]
+async fn a_killed_run_resumes_from_its_recorded_position_and_converges() {
+    for round in 0..3 {
+        let seed = Seed::pick(&format!(
+            "a_killed_run_resumes_from_its_recorded_position round {round}"
+        ));
+        let (journal, store) = stores();
+        let p = oracle("oracle");
+        let rt = build(
+            &journal,
+            &store,
+            std::slice::from_ref(&p),
+            Config::apply_worker().with_batch_size(5),
+        )
+        .await;
+        let total = random_history(&rt, seed, 60).await;
+        drain(&rt).await;
+        let by_worker = store.digest(p.as_ref()).await.unwrap();
+
+        let config = |id: &str| {
+            Config::default()
+                .with_batch_size(5)
+                .with_run_ttl(Duration::from_secs(5))
+                .with_worker_id(WorkerId::new(id).unwrap())
+        };
+        let (_, whole) = stores();
+        let uninterrupted = build(&journal, &whole, std::slice::from_ref(&p), config("whole"))
+            .await
+            .replay("oracle", None, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(uninterrupted.state, RunState::Completed, "seed {}", seed.0);
+        let want = whole.digest(p.as_ref()).await.unwrap();
+        assert_eq!(want, by_worker, "seed {}: catch-up vs worker", seed.0);
+
+        let (_, fresh) = stores();
+        let hang: Arc<dyn Projection<MemoryTx>> = Arc::new(HangAfter {
+            inner: oracle("oracle"),
+            seen: AtomicU64::new(0),
+            after: 17,
+        });
+        let dying = build(&journal, &fresh, &[hang], config("dying")).await;
+        let killed = tokio::time::timeout(
+            Duration::from_secs(1),
+            dying.replay("oracle", None, &CancellationToken::new()),
+        )
+        .await;
+        assert!(killed.is_err(), "seed {}: the run hung", seed.0);
+        let stopped = fresh.runs(1).await.unwrap().remove(0);
+        assert_eq!(stopped.state, RunState::Running, "seed {}", seed.0);
+        let position = stopped.position.expect("a committed page recorded its position");
+        assert!(
+            stopped.processed > 0 && stopped.processed < total,
+            "seed {}: part of the journal committed ({} of {total})",
+            seed.0,
+            stopped.processed
+        );
+        assert_ne!(
+            fresh.digest(p.as_ref()).await.unwrap(),
+            want,
+            "seed {}: partial",
+            seed.0
+        );
+
+        let next = build(&journal, &fresh, std::slice::from_ref(&p), config("next")).await;
+        let early = next
+            .resume_run(stopped.id, ReplayOptions::new(), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(early.to_string().contains("already"), "seed {}: {early}", seed.0);
+        // The killed run's claim expires five seconds after its last progress.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let resumed = next
+            .resume_run(stopped.id, ReplayOptions::new(), &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            (resumed.kind, resumed.state, resumed.since),
+            (RunKind::CatchUp, RunState::Completed, Some(position)),
+            "seed {}",
+            seed.0
+        );
+        assert!(
+            resumed.position.is_some_and(|end| end > position),
+            "seed {}",
+            seed.0
+        );
+        assert_eq!(
+            stopped.processed + resumed.processed,
+            total,
+            "seed {}: nothing applied twice, nothing lost",
+            seed.0
+        );
+        assert_eq!(fresh.digest(p.as_ref()).await.unwrap(), want, "seed {}", seed.0);
+        let old = fresh.run(stopped.id).await.unwrap().unwrap();
+        assert_eq!(
+            (old.state, old.error_code.as_deref(), old.position),
+            (RunState::Failed, Some("abandoned"), Some(position)),
+            "seed {}",
+            seed.0
+        );
+        let err = next
+            .resume_run(resumed.id, ReplayOptions::new(), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("nothing to resume"),
+            "seed {}: {err}",
+            seed.0
+        );
+    }
+}
+
+/// `since`: events at or before it are taken as reflected and not read; a
+/// stream whose checkpoint is behind its first event after `since` is caught
+/// up from its checkpoint (never skipped, never doubled); a stream with no
+/// event after `since` is not looked at; bad bounds are refused.
+#[tokio::test(start_paused = true)]
+async fn since_reads_after_its_position_and_catches_up_a_stream_behind() {
+    let (journal, store) = stores();
+    let p = oracle("oracle");
+    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::default()).await;
+    // Positions: 1 d1, 2 a1, 3 b1, 4 a2, 5 c1, 6 b2, 7 a3, 8 c2.
+    for (stream, value) in [
+        ("d", 1),
+        ("a", 1),
+        ("b", 2),
+        ("a", 3),
+        ("c", 4),
+        ("b", 5),
+        ("a", 6),
+        ("c", 7),
+    ] {
+        rt.append(&sid(stream), ExpectedVersion::Any, vec![add(value)])
+            .await
+            .unwrap();
+    }
+    let (_, fresh) = stores();
+    // The projection reflects a1 and a2 only: b is behind its first event
+    // after position 4 (b2), d behind with nothing after it.
+    let a = outbox_core::EventJournal::read_stream(&journal, &sid("a"), outbox_core::Seq::FIRST, 2)
+        .await
+        .unwrap();
+    fresh
+        .apply(&sid("a"), &a, std::slice::from_ref(&p))
+        .await
+        .unwrap();
+    let replayer = build(&journal, &fresh, std::slice::from_ref(&p), Config::default()).await;
+    let bounds = outbox_core::RunBounds::new().with_since(Some(4));
+    let run = replayer
+        .replay_bounded("oracle", bounds, ReplayOptions::new(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (run.state, run.since, run.until, run.position),
+        (RunState::Completed, Some(4), None, Some(8))
+    );
+    assert_eq!(run.processed, 5, "c1, b1 (caught up), b2, a3, c2");
+    let checkpoints = async |s: &str| fresh.checkpoint(p.name(), &sid(s)).await.unwrap();
+    assert_eq!(
+        (
+            checkpoints("a").await,
+            checkpoints("b").await,
+            checkpoints("c").await,
+            checkpoints("d").await
+        ),
+        (3, 2, 2, 0),
+        "b caught up from its checkpoint; d, with nothing after `since`, left alone"
+    );
+    // With d applied too, the result is the full journal's.
+    let d = outbox_core::EventJournal::read_stream(&journal, &sid("d"), outbox_core::Seq::FIRST, 1)
+        .await
+        .unwrap();
+    fresh
+        .apply(&sid("d"), &d, std::slice::from_ref(&p))
+        .await
+        .unwrap();
+    let (_, whole) = stores();
+    build(&journal, &whole, std::slice::from_ref(&p), Config::default())
+        .await
+        .replay("oracle", None, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh.digest(p.as_ref()).await.unwrap(),
+        whole.digest(p.as_ref()).await.unwrap()
+    );
+
+    // `since` with `until`: only (4, 6] is read; a second run finds it applied.
+    let again = replayer
+        .replay_bounded(
+            "oracle",
+            bounds.with_until(Some(6)),
+            ReplayOptions::new(),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.processed, again.position), (0, Some(6)));
+    for bad in [bounds.with_until(Some(4)), bounds.with_until(Some(2))] {
+        let err = replayer
+            .replay_bounded("oracle", bad, ReplayOptions::new(), &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, outbox_core::Error::InvalidInput(_)),
+            "{bad:?}: {err}"
+        );
+    }
+}

@@ -56,6 +56,25 @@ pub fn decode_event(r: &Row, stream: &StreamId) -> Result<Event> {
     .into_event(stream)
 }
 
+/// An event of whatever stream its row names (a read across streams, by
+/// global position), from the columns of [`event_columns!`]; a stream
+/// column that is not a valid stream id is an undecodable event.
+pub fn decode_any_event(r: &Row) -> Result<Event> {
+    let stream = r
+        .text(1)
+        .and_then(StreamId::new)
+        .map_err(|e| journal_undecodable("event", e))?;
+    decode_event(r, &stream)
+}
+
+/// The statement of [`EventJournal::read_global`](outbox_core::EventJournal::read_global)
+/// for both dialects (`$1` after, `$2` limit): a range seek on the primary key.
+pub const READ_GLOBAL: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
+);
+
 const WORKER_COLUMNS: &str = "id, host, pid, mode, started_at, last_beat, expires_at";
 
 fn i64_of(n: u64) -> i64 {

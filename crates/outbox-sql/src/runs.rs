@@ -24,14 +24,15 @@ use outbox_core::spi::{
     StoredRun, duration_millis, projection_undecodable, truncate_error, validate_limit, validate_ttl,
 };
 use outbox_core::{
-    Error, MAX_PAGE, ProjectionName, Result, RunEnd, RunKind, RunRecord, Seq, StreamId, WorkerId,
+    Error, MAX_PAGE, ProjectionName, Result, RunBounds, RunEnd, RunKind, RunProgress, RunRecord, WorkerId,
 };
 
 use crate::{Arg, Database, Row};
 
 /// The columns of a run, in [`decode`]'s order.
 const COLUMNS: &str = "id, kind, projection, state, until_position, processed, last_stream, last_seq, \
-     error_code, error_message, cancel_requested, owner, lease_expires_at, created_at, updated_at";
+     error_code, error_message, cancel_requested, owner, lease_expires_at, created_at, updated_at, \
+     since_position, cursor_position";
 
 /// A run from the columns of [`COLUMNS`] (`cancel_requested` is a boolean on
 /// Postgres, 0 or 1 on SQLite: [`Row::bool`] reads both).
@@ -53,6 +54,8 @@ fn decode(r: &Row) -> Result<RunRecord> {
         lease_expires_at: r.int(12).map_err(bad)?,
         created_at: r.int(13).map_err(bad)?,
         updated_at: r.int(14).map_err(bad)?,
+        since_position: r.opt_int(15).map_err(bad)?,
+        cursor_position: r.opt_int(16).map_err(bad)?,
     }
     .into_record()
 }
@@ -68,7 +71,7 @@ const SWEEP: &str = "UPDATE outbox_runs SET state = 'failed', error_code = 'aban
      WHERE projection = $1 AND state IN ('queued', 'running') AND lease_expires_at <= {now}";
 
 /// Inserts a queued run (kind `$1`, projection `$2`, until `$3`, owner `$4`,
-/// claim for `$5` ms) unless the projection has an active run.
+/// claim for `$5` ms, since `$6`) unless the projection has an active run.
 ///
 /// On SQLite the `NOT EXISTS` decides (writers are serialized). On Postgres
 /// it sees the runs committed when the statement started, and the partial
@@ -80,12 +83,12 @@ const SWEEP: &str = "UPDATE outbox_runs SET state = 'failed', error_code = 'aban
 /// needs the `WHERE` of an `INSERT ... SELECT` before an `ON CONFLICT`;
 /// this one has it.)
 const ADMIT: &str = "INSERT INTO outbox_runs (kind, projection, state, until_position, owner, lease_expires_at, \
-     created_at, updated_at) SELECT $1, $2, 'queued', $3, $4, {now} + $5, {now}, {now} \
+     created_at, updated_at, since_position) SELECT $1, $2, 'queued', $3, $4, {now} + $5, {now}, {now}, $6 \
      WHERE NOT EXISTS (SELECT 1 FROM outbox_runs WHERE projection = $2 AND state IN ('queued', 'running')) \
      ON CONFLICT DO NOTHING";
 
-/// [`RunStore::admit_run`](outbox_core::RunStore::admit_run): in one
-/// transaction, the expired-claim sweep and `ADMIT`; when that inserts
+/// [`RunStore::admit_bounded_run`](outbox_core::RunStore::admit_bounded_run):
+/// the bounds validated, then in one transaction, the expired-claim sweep and `ADMIT`; when that inserts
 /// nothing, the active run that refused it, read by a new statement (so on
 /// Postgres a new snapshot that sees the concurrent winner). That run can
 /// finish between the two statements: then the admission is tried again, a
@@ -95,13 +98,15 @@ pub async fn admit_run(
     db: &(impl Database + ?Sized),
     kind: RunKind,
     projection: &ProjectionName,
-    until: Option<u64>,
+    bounds: RunBounds,
     owner: &WorkerId,
     ttl: Duration,
 ) -> Result<RunRecord> {
     validate_ttl(ttl)?;
+    bounds.validate(kind)?;
     let what = "admitting a run";
-    let until = until.map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+    let until = bounds.until.map(|u| i64::try_from(u).unwrap_or(i64::MAX));
+    let since = bounds.since.map(|u| i64::try_from(u).unwrap_or(i64::MAX));
     let d = db.dialect();
     let (sweep, admit) = (d.sql(SWEEP), d.sql(&format!("{ADMIT} RETURNING {COLUMNS}")));
     let active = d.sql(&format!(
@@ -122,6 +127,7 @@ pub async fn admit_run(
             Arg::OptInt(until),
             Arg::Text(owner.as_str()),
             Arg::Int(duration_millis(ttl)),
+            Arg::OptInt(since),
         ];
         if let Some(row) = tx.fetch_optional(what, &admit, &args).await? {
             let run = decode(&row)?;
@@ -253,22 +259,26 @@ fn not_owned_active(run: &RunRecord, owner: &WorkerId) -> Option<String> {
     })
 }
 
-/// [`RunStore::update_run`](outbox_core::RunStore::update_run).
-pub async fn update_run(
+/// [`RunStore::record_progress`](outbox_core::RunStore::record_progress).
+pub async fn record_progress(
     db: &(impl Database + ?Sized),
     id: u64,
     owner: &WorkerId,
-    processed: u64,
-    last: Option<(&StreamId, Seq)>,
+    progress: RunProgress<'_>,
     ttl: Duration,
 ) -> Result<RunRecord> {
+    let RunProgress {
+        processed,
+        last,
+        position,
+    } = progress;
     validate_ttl(ttl)?;
     let Ok(key) = i64::try_from(id) else {
         return Err(not_found(id));
     };
     const UPDATE: &str = "UPDATE outbox_runs SET state = 'running', processed = $3, \
          last_stream = COALESCE($4, last_stream), last_seq = COALESCE($5, last_seq), \
-         lease_expires_at = {now} + $6, updated_at = {now} \
+         cursor_position = COALESCE($7, cursor_position), lease_expires_at = {now} + $6, updated_at = {now} \
          WHERE id = $1 AND owner = $2 AND state IN ('queued', 'running')";
     let args = [
         Arg::Int(key),
@@ -277,6 +287,7 @@ pub async fn update_run(
         Arg::OptText(last.map(|(s, _)| s.as_str())),
         Arg::OptInt(last.map(|(_, q)| q.as_i64())),
         Arg::Int(duration_millis(ttl)),
+        Arg::OptInt(position.map(|p| i64::try_from(p).unwrap_or(i64::MAX))),
     ];
     change(db, "updating a run", id, UPDATE, &args, |run| {
         not_owned_active(run, owner)
@@ -399,15 +410,15 @@ pub async fn prune_runs(db: &(impl Database + ?Sized), older_than: Duration) -> 
 macro_rules! impl_run_store {
     ($ty:ty, $db:ident) => {
         impl ::outbox_core::RunStore for $ty {
-            async fn admit_run(
+            async fn admit_bounded_run(
                 &self,
                 kind: ::outbox_core::RunKind,
                 projection: &::outbox_core::ProjectionName,
-                until: Option<u64>,
+                bounds: ::outbox_core::RunBounds,
                 owner: &::outbox_core::WorkerId,
                 ttl: ::std::time::Duration,
             ) -> ::outbox_core::Result<::outbox_core::RunRecord> {
-                $crate::runs::admit_run(&*self.$db, kind, projection, until, owner, ttl).await
+                $crate::runs::admit_run(&*self.$db, kind, projection, bounds, owner, ttl).await
             }
 
             async fn reclaim_run(
@@ -419,15 +430,14 @@ macro_rules! impl_run_store {
                 $crate::runs::reclaim_run(&*self.$db, projection, live, idle).await
             }
 
-            async fn update_run(
+            async fn record_progress(
                 &self,
                 id: u64,
                 owner: &::outbox_core::WorkerId,
-                processed: u64,
-                last: Option<(&::outbox_core::StreamId, ::outbox_core::Seq)>,
+                progress: ::outbox_core::RunProgress<'_>,
                 ttl: ::std::time::Duration,
             ) -> ::outbox_core::Result<::outbox_core::RunRecord> {
-                $crate::runs::update_run(&*self.$db, id, owner, processed, last, ttl).await
+                $crate::runs::record_progress(&*self.$db, id, owner, progress, ttl).await
             }
 
             async fn finish_run(

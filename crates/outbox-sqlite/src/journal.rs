@@ -589,6 +589,25 @@ impl EventJournal for SqliteJournal {
             .await
     }
 
+    async fn read_global(&self, after: u64, limit: usize) -> Result<Vec<Event>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        self.engine
+            .reader
+            .read(move |conn| {
+                let rows: Vec<outbox_sql::Row> = conn
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        outbox_sql::event_columns!(),
+                        " FROM events WHERE global_position > ?1 ORDER BY global_position LIMIT ?2"
+                    ))
+                    .and_then(|mut st| st.query_map(params![after, limit as i64], to_row)?.collect())
+                    .map_err(ctx("reading the journal by global position"))?;
+                rows.iter().map(outbox_sql::journal::decode_any_event).collect()
+            })
+            .await
+    }
+
     async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
         let stream = stream.clone();
         self.engine

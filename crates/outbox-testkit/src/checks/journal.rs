@@ -729,3 +729,85 @@ pub async fn stream_heads_pages_by_stream_id<H: Harness>(h: &H) {
         "`after` need not be an existing stream"
     );
 }
+
+/// `read_global`: every stream's events after a position, in global-position
+/// order, paged by `limit`; each as `load` returns it; empty past the end;
+/// a damaged payload is `Corrupt` naming its event.
+pub async fn read_global_pages_in_global_position_order<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 2).await;
+    let t = enqueue(&f.journal, "t", 1).await;
+    append(&f.journal, &s, adds(&[3])).await;
+    f.journal
+        .append(
+            &[
+                req(&sid("u"), ExpectedVersion::Any, adds(&[1, 2])),
+                req(&t, ExpectedVersion::Any, adds(&[2])),
+            ],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .expect("append a batch of two streams");
+    let key = |e: &Event| (e.stream.to_string(), e.seq.get());
+    let all = f.journal.read_global(0, 100).await.expect("read_global");
+    assert_eq!(
+        all.iter().map(key).collect::<Vec<_>>(),
+        [
+            ("s".to_owned(), 1),
+            ("s".to_owned(), 2),
+            ("t".to_owned(), 1),
+            ("s".to_owned(), 3),
+            ("u".to_owned(), 1),
+            ("u".to_owned(), 2),
+            ("t".to_owned(), 2),
+        ],
+        "every stream's events, in the order they were appended"
+    );
+    assert!(
+        all.windows(2)
+            .all(|w| w[0].global_position < w[1].global_position),
+        "in increasing global position"
+    );
+    for e in &all {
+        let loaded = f.journal.load(&e.stream, e.seq).await.expect("load");
+        assert_eq!(&loaded, e, "read_global returns the event as load does");
+    }
+    let mut paged = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = f.journal.read_global(after, 2).await.expect("a page");
+        assert!(page.len() <= 2, "at most `limit` events: {}", page.len());
+        let Some(last) = page.last() else { break };
+        after = last.global_position;
+        paged.extend(page);
+    }
+    assert_eq!(
+        paged, all,
+        "pages after the last position read add up to the whole"
+    );
+    let from_middle = f.journal.read_global(all[2].global_position, 100).await.unwrap();
+    assert_eq!(from_middle, all[3..], "strictly after `after`");
+    assert!(
+        f.journal
+            .read_global(all[6].global_position, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "past the end"
+    );
+    assert!(
+        matches!(f.journal.read_global(0, 0).await, Err(Error::InvalidInput(_))),
+        "a zero limit is invalid"
+    );
+    h.corrupt_payload(&f.ctx, &s, seq(3)).await;
+    let r = f.journal.read_global(0, 100).await.map(|_| ());
+    assert!(
+        matches!(&r, Err(Error::Corrupt { stream, seq, .. }) if *stream == s && seq.get() == 3),
+        "a read over a damaged event: {r:?}"
+    );
+    assert_eq!(
+        f.journal.read_global(all[3].global_position, 100).await.unwrap(),
+        all[4..],
+        "a read past the damaged event still works"
+    );
+}

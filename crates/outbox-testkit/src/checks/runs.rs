@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, ProjectionName, RunEnd, RunKind, RunState, RunStore, Seq};
+use outbox_core::{Error, ProjectionName, RunBounds, RunEnd, RunKind, RunProgress, RunState, RunStore, Seq};
 
 use super::support::{owner, secs};
 use crate::{Harness, sid};
@@ -486,5 +486,130 @@ pub async fn runs_prune_deletes_only_long_finished<H: Harness>(h: &H) {
         "ids keep increasing after a prune: {} after {}",
         next.id,
         recent.id
+    );
+}
+
+/// `admit_bounded_run`: `since` and `until` recorded, no position yet; a
+/// rebuild with `since` and an empty range (`since >= until`) are
+/// `InvalidInput` and write nothing.
+pub async fn runs_bounded_admission_records_since_and_refuses_bad_bounds<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let bounds = |since, until| RunBounds::new().with_since(since).with_until(until);
+    for (kind, b) in [
+        (RunKind::Rebuild, bounds(Some(3), None)),
+        (RunKind::CatchUp, bounds(Some(9), Some(9))),
+        (RunKind::CatchUp, bounds(Some(10), Some(9))),
+    ] {
+        let r = f
+            .projections
+            .admit_bounded_run(kind, &proj("p"), b, &owner("w1"), TTL)
+            .await;
+        assert!(matches!(r, Err(Error::InvalidInput(_))), "{kind} {b:?}: {r:?}");
+    }
+    assert!(
+        f.projections.runs(10).await.unwrap().is_empty(),
+        "refused bounds write nothing"
+    );
+    let r = f
+        .projections
+        .admit_bounded_run(
+            RunKind::CatchUp,
+            &proj("p"),
+            bounds(Some(3), Some(9)),
+            &owner("w1"),
+            TTL,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.kind, r.state, r.since, r.until, r.position),
+        (RunKind::CatchUp, RunState::Queued, Some(3), Some(9), None)
+    );
+    assert_eq!(
+        f.projections.run(r.id).await.unwrap(),
+        Some(r.clone()),
+        "read back"
+    );
+    let plain = f
+        .projections
+        .admit_run(RunKind::Rebuild, &proj("q"), None, &owner("w1"), TTL)
+        .await
+        .unwrap();
+    assert_eq!((plain.since, plain.until, plain.position), (None, None, None));
+}
+
+/// `record_progress`: records the global position committed through,
+/// keeps it when none is given (and through `update_run`), and the finished
+/// record keeps it.
+pub async fn runs_progress_records_the_cursor_position<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let r = f
+        .projections
+        .admit_bounded_run(
+            RunKind::CatchUp,
+            &proj("p"),
+            RunBounds::new().with_since(Some(2)),
+            &owner("w1"),
+            TTL,
+        )
+        .await
+        .unwrap();
+    let s = sid("s");
+    let progress = |processed, position| RunProgress {
+        processed,
+        last: Some((&s, Seq::new(processed).unwrap())),
+        position,
+    };
+    let a = f
+        .projections
+        .record_progress(r.id, &owner("w1"), progress(3, Some(5)), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.state, a.processed, a.position, a.since),
+        (RunState::Running, 3, Some(5), Some(2))
+    );
+    let kept = f
+        .projections
+        .record_progress(r.id, &owner("w1"), progress(4, None), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept.processed, kept.position),
+        (4, Some(5)),
+        "no position keeps the previous one"
+    );
+    let kept = f
+        .projections
+        .update_run(r.id, &owner("w1"), 5, None, TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept.processed, kept.position),
+        (5, Some(5)),
+        "update_run keeps it too"
+    );
+    let moved = f
+        .projections
+        .record_progress(r.id, &owner("w1"), progress(6, Some(12)), TTL)
+        .await
+        .unwrap();
+    assert_eq!(moved.position, Some(12));
+    let err = f
+        .projections
+        .record_progress(r.id, &owner("intruder"), progress(7, Some(20)), TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidState(_)), "{err}");
+    let done = f
+        .projections
+        .finish_run(r.id, &owner("w1"), RunEnd::Cancelled)
+        .await
+        .unwrap();
+    assert_eq!((done.state, done.position), (RunState::Cancelled, Some(12)));
+    assert_eq!(
+        f.projections.run(r.id).await.unwrap().and_then(|r| r.position),
+        Some(12),
+        "read back"
     );
 }
