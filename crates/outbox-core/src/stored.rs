@@ -634,6 +634,8 @@ mod tests {
             projection: "balances".into(),
             state: RunState::Running.as_str().into(),
             until_position: Some(100),
+            since_position: None,
+            cursor_position: Some(40),
             processed: 40,
             last_stream: Some("orders-1".into()),
             last_seq: Some(3),
