@@ -336,6 +336,12 @@ pub struct ReplayArgs {
     /// Which projections.
     #[command(flatten)]
     pub which: Which,
+    /// Only events after this global position: the ones at or before it are
+    /// taken as already reflected (a stream whose checkpoint is behind its
+    /// first event after it is caught up from its checkpoint). Resume a
+    /// stopped run with `--since` set to the position `outbox runs` shows.
+    #[arg(long)]
+    pub since: Option<u64>,
     /// Stop at this global position.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub until: Option<u64>,

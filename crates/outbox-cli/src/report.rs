@@ -304,8 +304,15 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
     }
     for run in &r.active_runs {
         println!(
-            "  active run {}: {} {} ({}, {} processed)",
-            run.id, run.kind, run.projection, run.state, run.processed
+            "  active run {}: {} {} ({}, {} processed{})",
+            run.id,
+            run.kind,
+            run.projection,
+            run.state,
+            run.processed,
+            run.position
+                .map(|p| format!(", at position {p}"))
+                .unwrap_or_default()
         );
     }
 }

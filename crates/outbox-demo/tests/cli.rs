@@ -1094,6 +1094,87 @@ fn leases_are_listed_and_broken_only_with_confirmation() {
 // ---------------------------------------------------------------------------
 
 #[test]
+fn replay_since_reads_after_the_position_and_runs_show_the_cursor() {
+    let site = Site::migrated();
+    // Global positions 1..=7 are campaign-a, 8..=14 campaign-b.
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+    let first = site.json(&[
+        "replay",
+        "--projection",
+        "campaign_summary",
+        "--until",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(first[0]["position"], 3, "{first}");
+
+    // After position 10: campaign-b's checkpoint (0) is behind its first
+    // event there (seq 4), so the stream is caught up from seq 1;
+    // campaign-a has nothing after 10 and stays at 3.
+    let runs = site.json(&[
+        "replay",
+        "--projection",
+        "campaign_summary",
+        "--since",
+        "10",
+        "--json",
+    ]);
+    let run = &runs.as_array().unwrap()[0];
+    assert_eq!(
+        (&run["kind"], &run["state"], &run["since"], &run["position"]),
+        (
+            &serde_json::json!("catch_up"),
+            &serde_json::json!("completed"),
+            &serde_json::json!(10),
+            &serde_json::json!(14)
+        ),
+        "{run}"
+    );
+    assert_eq!(run["processed"], PER_CAMPAIGN, "{run}");
+    let gaps = site.json(&["gaps", "--json"]);
+    let summary_behind = |stream: &str| -> Option<u64> {
+        gaps.as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["stream"] == stream)
+            .and_then(|g| {
+                g["behind"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|b| b[0] == "campaign_summary")
+                    .map(|b| u(&b[1]))
+            })
+    };
+    assert_eq!(summary_behind("campaign-a"), Some(3), "{gaps}");
+    assert_eq!(summary_behind("campaign-b"), None, "{gaps}");
+
+    let listed = site.ok(&["runs"]);
+    assert!(listed.contains("since 10 at position 14"), "{listed}");
+    let listed = site.json(&["runs", "--json"]);
+    assert_eq!(
+        (&listed[0]["id"], &listed[0]["position"]),
+        (&run["id"], &serde_json::json!(14)),
+        "{listed}"
+    );
+
+    site.refused(
+        &[
+            "replay",
+            "--projection",
+            "campaign_summary",
+            "--since",
+            "9",
+            "--until",
+            "9",
+        ],
+        &[],
+        2,
+        &["since", "until"],
+    );
+}
+
+#[test]
 fn replay_until_then_all_catches_up() {
     let site = Site::migrated();
     // Global positions 1..=7 are campaign-a, 8..=14 campaign-b.

@@ -1,7 +1,7 @@
 //! `outbox replay`, `outbox rebuild` and `outbox runs`.
 
 use anyhow::Result;
-use outbox_core::{Error, RunRecord};
+use outbox_core::{Error, RunBounds, RunRecord};
 use outbox_runtime::ReplayOptions;
 
 use super::Ctx;
@@ -25,13 +25,15 @@ pub(super) async fn replay<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
+    let bounds = RunBounds::new().with_since(a.since).with_until(a.until);
+    bounds.validate(outbox_core::RunKind::CatchUp)?;
     let mut runs = Vec::new();
     match &a.which.projection {
-        Some(p) => runs.push(rt.replay_with(p, a.until, options, &cancel).await?),
+        Some(p) => runs.push(rt.replay_bounded(p, bounds, options, &cancel).await?),
         None => {
             let names: Vec<String> = rt.projections().iter().map(|p| p.name().to_string()).collect();
             for p in names {
-                let run = rt.replay_with(&p, a.until, options, &cancel).await?;
+                let run = rt.replay_bounded(&p, bounds, options, &cancel).await?;
                 let stop = run.state != outbox_core::RunState::Completed;
                 runs.push(run);
                 if stop {
@@ -73,7 +75,14 @@ fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
             (Some(s), Some(q)) => format!(" last {s}/{q}"),
             _ => String::new(),
         };
-        let until = r.until.map(|u| format!(" until {u}")).unwrap_or_default();
+        let since = r.since.map(|s| format!(" since {s}")).unwrap_or_default();
+        let until = format!(
+            "{since}{}{}",
+            r.until.map(|u| format!(" until {u}")).unwrap_or_default(),
+            r.position
+                .map(|p| format!(" at position {p}"))
+                .unwrap_or_default()
+        );
         let err = r
             .error_message
             .as_deref()
