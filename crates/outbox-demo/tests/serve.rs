@@ -555,3 +555,37 @@ fn the_throughput_chart_counts_what_the_workers_did() {
     assert!(blocked["failing_for_ms"].is_u64(), "{json}");
     assert_eq!(server.stop().code(), Some(0));
 }
+
+/// The runs page shows a run's bounds and the global position it
+/// committed through, as `outbox runs --json` reports them.
+#[test]
+fn the_runs_page_shows_each_runs_bounds_and_cursor() {
+    let site = Site::migrated();
+    site.seed_backlog(&[("campaign-a", false), ("campaign-b", false)]);
+    let runs = site.json(&[
+        "replay",
+        "--projection",
+        "campaign_summary",
+        "--since",
+        "10",
+        "--json",
+    ]);
+    let run = &runs[0];
+    let (id, position) = (
+        run["id"].as_u64().expect("id"),
+        run["position"].as_u64().expect("a committed position"),
+    );
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let page = server.get("/runs").body;
+    let row = page
+        .split("<tr>")
+        .find(|r| r.starts_with(&format!("<td><span class=\"num\">{id}</span></td>")))
+        .unwrap_or_else(|| panic!("run {id} on the page: {page}"));
+    assert!(row.contains("<td>campaign_summary</td>"), "{row}");
+    assert!(row.contains("<td>10</td>"), "since 10: {row}");
+    assert!(
+        row.contains(&format!("<td>{position}</td>")),
+        "position {position}: {row}"
+    );
+    assert_eq!(server.stop().code(), Some(0));
+}
