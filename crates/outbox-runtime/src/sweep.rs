@@ -267,16 +267,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         for (lease, rows) in alone {
             let stream = lease.stream.clone();
-            let span = info_span!(
-                "stream",
-                stream = %stream,
-                worker = %inner.worker_id,
-                otel.kind = "consumer",
-                messaging.system = "outbox",
-                messaging.operation.type = "process",
-                messaging.destination.name = %stream,
-                messaging.batch.message_count = rows.len(),
-            );
+            let span = crate::worker::stream_span(&stream, &inner.worker_id, Some(rows.len()));
             match self
                 .process_leased(kind, lease, rows, report, cancel)
                 .instrument(span)

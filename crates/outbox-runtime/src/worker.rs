@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use outbox_core::{
     Error, Event, FailureDecision, FailureOutcome, Lease, OutboxRow, Result, Seq, StreamId,
-    UNFINISHED_ATTEMPT,
+    UNFINISHED_ATTEMPT, WorkerId,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -110,15 +110,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             report.due_streams += 1;
             visited.insert(stream.clone());
             let before = (report.contended, report.storage_errors);
-            let span = info_span!(
-                "stream",
-                stream = %stream,
-                worker = %inner.worker_id,
-                otel.kind = "consumer",
-                messaging.system = "outbox",
-                messaging.operation.type = "process",
-                messaging.destination.name = %stream,
-            );
+            let span = stream_span(&stream, &inner.worker_id, None);
             match self
                 .process_stream(kind, &stream, &mut report, cancel)
                 .instrument(span)
@@ -553,6 +545,25 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
     }
+}
+
+/// The span of one stream's pass, with the OpenTelemetry messaging
+/// attributes (the rows of its first batch when known).
+pub(crate) fn stream_span(stream: &StreamId, worker: &WorkerId, rows: Option<usize>) -> tracing::Span {
+    let span = info_span!(
+        "stream",
+        stream = %stream,
+        worker = %worker,
+        otel.kind = "consumer",
+        messaging.system = "outbox",
+        messaging.operation.type = "process",
+        messaging.destination.name = %stream,
+        messaging.batch.message_count = tracing::field::Empty,
+    );
+    if let Some(n) = rows {
+        span.record("messaging.batch.message_count", n);
+    }
+    span
 }
 
 /// `events`, read for the claimed `rows`, if the journal had every one.
