@@ -124,7 +124,12 @@ async fn apply_all<Tx: ApplyTx + 'static>(
     projections: &[Arc<dyn Projection<Tx>>],
 ) -> Result<Vec<ApplyOutcome>> {
     validate_projection_names(projections)?;
-    let names: Vec<_> = projections.iter().map(|p| p.name()).collect();
+    // Checkpoints are kept under each projection's live generation (ADR 0021).
+    let stored: Vec<_> = projections
+        .iter()
+        .map(|p| tx.generations().storage(p.name()).clone())
+        .collect();
+    let names: Vec<_> = stored.iter().collect();
     let streams: Vec<&StreamId> = runs.iter().map(|r| &r[0].stream).collect();
     let read = tx.checkpoints_of(&streams, &names).await?;
     if read.len() != runs.len() || read.iter().any(|r| r.len() != names.len()) {
@@ -175,7 +180,7 @@ async fn apply_all<Tx: ApplyTx + 'static>(
             .zip(read.iter().zip(&current))
             .filter(|(_, (from, to))| from != to)
             .map(|(projection, (from, to))| CheckpointMove {
-                projection,
+                projection: *projection,
                 from: *from,
                 to: *to,
             })
@@ -199,7 +204,10 @@ async fn apply_all<Tx: ApplyTx + 'static>(
     if moved != expected as u64 {
         let on = single.map(|s| format!(" on stream {s}")).unwrap_or_default();
         return Err(Error::Storage {
-            message: format!("a checkpoint{on} moved during the apply transaction; nothing was committed"),
+            message: format!(
+                "a checkpoint{on} moved, or a projection's live generation changed, during the apply \
+                 transaction; nothing was committed"
+            ),
             temporary: true,
             source: None,
         });

@@ -3,7 +3,9 @@
 mod apply;
 mod error;
 mod event;
+mod generation;
 mod id;
+mod live;
 mod outbox;
 mod policy;
 mod ports;
@@ -19,6 +21,10 @@ pub use error::{BoxError, Error, Result};
 pub use event::{
     AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent, Metadata,
     NewEvent, NewMetadata, PayloadHash, StreamVersion,
+};
+pub use generation::{
+    GenerationInfo, GenerationStore, MAX_GENERATION, StoredGeneration, StreamBehind, SwapCheck, SwapOutcome,
+    generation_storage, split_generation, validate_generation_base,
 };
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
@@ -40,7 +46,8 @@ pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest,
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,
-    validate_view_key, validate_view_table, view_projection,
+    generation_projection, validate_view_key, validate_view_table, view_projection,
+    view_projection_with_candidate,
 };
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.

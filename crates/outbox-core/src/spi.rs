@@ -10,6 +10,7 @@ use crate::{ProjectionName, Result, Seq, StreamId};
 
 pub use crate::apply::{all_applied, apply_in, apply_runs_in, ended_by_projection};
 pub use crate::event::{AppendPlan, plan_append};
+pub use crate::live::{GenerationMap, LiveGeneration};
 pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, validate_ttl};
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
 pub use crate::running::stored_view_digest;
@@ -167,6 +168,14 @@ pub struct ViewRow {
 ///   nothing.
 #[async_trait]
 pub trait ViewStorage: Send {
+    /// The live generations this transaction resolved at its start (ADR
+    /// 0021): the storage name of each projection's live generation and the
+    /// epoch its checkpoint compare-and-set is fenced by. The default, for
+    /// a store without generations, is empty.
+    fn generations(&self) -> &GenerationMap {
+        GenerationMap::empty()
+    }
+
     /// The event whose apply the following writes of `projection` belong to.
     fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq);
 

@@ -71,8 +71,18 @@ pub const MAX_VIEW_VALUE_LEN: usize = 1 << 20;
 /// ```
 #[async_trait]
 pub trait ViewProjection: Send + Sync + 'static {
-    /// The projection's name; checkpoints and documents are kept under it.
+    /// The projection's name; checkpoints and documents are kept under it
+    /// (under its live generation's storage name once it has more than one,
+    /// ADR 0021).
     fn name(&self) -> &ProjectionName;
+
+    /// The version of this projection's code: 1 unless overridden. A
+    /// generation records the version that built it, and a candidate
+    /// version ([`view_projection_with_candidate`]) must differ from the
+    /// live code's; raise it when the code's output changes.
+    fn version(&self) -> u32 {
+        1
+    }
 
     /// Applies one event (never an [`Intent::AuditOnly`](crate::Intent) one).
     async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError>;
@@ -267,20 +277,87 @@ impl<'a, S: ViewStore + ?Sized> ViewReader<'a, S> {
 }
 
 /// A [`ViewProjection`] as a [`Projection`] of any store whose transaction
-/// handle implements [`ViewStorage`] (every adapter's does).
+/// handle implements [`ViewStorage`] (every adapter's does). It applies to
+/// the projection's live generation (ADR 0021).
 pub fn view_projection<Tx: ViewStorage + 'static>(view: Arc<dyn ViewProjection>) -> Arc<dyn Projection<Tx>> {
-    Arc::new(Viewed(view))
+    Arc::new(Viewed {
+        name: view.name().clone(),
+        main: view,
+        candidate: None,
+    })
+}
+
+/// `main` with a candidate version of it (ADR 0021): the candidate is
+/// applied instead of `main` wherever the projection's live generation was
+/// built by the candidate's version, that is after `outbox promote` made the
+/// candidate's generation live; `main` everywhere else.
+///
+/// # Errors
+/// `InvalidInput` when the two have different names or the same version.
+pub fn view_projection_with_candidate<Tx: ViewStorage + 'static>(
+    main: Arc<dyn ViewProjection>,
+    candidate: Arc<dyn ViewProjection>,
+) -> Result<Arc<dyn Projection<Tx>>> {
+    if main.name() != candidate.name() {
+        return Err(Error::invalid(format_args!(
+            "candidate `{}` is not a version of projection `{}`: the names differ",
+            candidate.name(),
+            main.name()
+        )));
+    }
+    if main.version() == candidate.version() {
+        return Err(Error::invalid(format_args!(
+            "the candidate of projection `{}` has the live code's version {}: give it another `version()`",
+            main.name(),
+            main.version()
+        )));
+    }
+    Ok(Arc::new(Viewed {
+        name: main.name().clone(),
+        main,
+        candidate: Some(candidate),
+    }))
+}
+
+/// `view` applied to the generation stored under `storage` (see
+/// [`generation_storage`](crate::generation_storage)), whatever generation
+/// is live: how a generation is built beside the live one.
+pub fn generation_projection<Tx: ViewStorage + 'static>(
+    view: Arc<dyn ViewProjection>,
+    storage: ProjectionName,
+) -> Arc<dyn Projection<Tx>> {
+    Arc::new(Viewed {
+        name: storage,
+        main: view,
+        candidate: None,
+    })
 }
 
 /// The rows read per page when digesting or dumping a view.
 const DIGEST_PAGE: usize = 1000;
 
-struct Viewed(Arc<dyn ViewProjection>);
+struct Viewed {
+    /// What the checkpoints are kept under: the projection's name (its live
+    /// generation), or one generation's storage name.
+    name: ProjectionName,
+    main: Arc<dyn ViewProjection>,
+    candidate: Option<Arc<dyn ViewProjection>>,
+}
+
+impl Viewed {
+    /// The code for the live generation this transaction resolved.
+    fn code(&self, generations: &crate::spi::GenerationMap) -> &Arc<dyn ViewProjection> {
+        match (generations.live(&self.name), &self.candidate) {
+            (Some(live), Some(c)) if live.version == c.version() => c,
+            _ => &self.main,
+        }
+    }
+}
 
 #[async_trait]
 impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
     fn name(&self) -> &ProjectionName {
-        self.0.name()
+        &self.name
     }
 
     /// A view projection only reaches the transaction through `ViewTx`.
@@ -289,18 +366,27 @@ impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
     }
 
     async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {
-        tx.view_applying(self.0.name(), &event.stream, event.seq);
-        let mut view = ViewTx::new(tx, self.0.name());
-        self.0.apply(&mut view, event).await
+        if tx.generations().is_empty() {
+            tx.view_applying(&self.name, &event.stream, event.seq);
+            let mut view = ViewTx::new(tx, &self.name);
+            return self.main.apply(&mut view, event).await;
+        }
+        let code = Arc::clone(self.code(tx.generations()));
+        let storage = tx.generations().storage(&self.name).clone();
+        tx.view_applying(&storage, &event.stream, event.seq);
+        let mut view = ViewTx::new(tx, &storage);
+        code.apply(&mut view, event).await
     }
 
     async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError> {
-        tx.view_clear(self.0.name()).await?;
+        let storage = tx.generations().storage(&self.name).clone();
+        tx.view_clear(&storage).await?;
         Ok(())
     }
 
     async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        digest_view(tx, self.0.name(), out).await?;
+        let storage = tx.generations().storage(&self.name).clone();
+        digest_view(tx, &storage, out).await?;
         Ok(())
     }
 }

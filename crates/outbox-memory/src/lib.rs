@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod journal;
+mod generations;
 mod projection;
 
 pub use journal::MemoryJournal;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use outbox_core::spi::validate_ttl;
 use outbox_core::spi::{ApplyTx, CheckpointMove, ViewRow, ViewStorage, all_applied, apply_in, apply_runs_in};
-use outbox_core::spi::{validate_limit, validate_projection_names};
+use outbox_core::spi::{GenerationMap, validate_limit, validate_projection_names};
 use outbox_core::{
     ApplyOutcome, Clock, Digest, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection,
     ProjectionName, ProjectionStore, Result, Seq, StreamId, SystemClock, Watermark, WatermarkStore,
@@ -24,7 +24,7 @@ pub type Tables = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 type Views = BTreeMap<(String, String, String), String>;
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     tables: Tables,
     views: Views,
     checkpoints: BTreeMap<(ProjectionName, StreamId), u64>,
@@ -34,6 +34,42 @@ struct State {
     digests: BTreeMap<ProjectionName, ViewDigest>,
     /// The last run id handed out (pruning must not let ids repeat).
     last_run_id: u64,
+    /// Generation records (ADR 0021) and the live map they make.
+    pub(crate) generations: BTreeMap<ProjectionName, outbox_core::GenerationInfo>,
+    pub(crate) live: Arc<GenerationMap>,
+}
+
+impl State {
+    /// The storage name of `projection`'s live generation.
+    fn stored<'a>(&'a self, projection: &'a ProjectionName) -> &'a ProjectionName {
+        self.live.storage(projection)
+    }
+
+    /// Deletes everything stored under `storage`; returns the documents.
+    pub(crate) fn clear_storage(&mut self, storage: &ProjectionName) -> u64 {
+        let before = self.views.len();
+        self.views.retain(|(p, _, _), _| p != storage.as_str());
+        self.checkpoints.retain(|(p, _), _| p != storage);
+        self.digests.remove(storage);
+        (before - self.views.len()) as u64
+    }
+
+    /// The checkpoints of `storage`, by stream.
+    pub(crate) fn checkpoints_of(&self, storage: &ProjectionName) -> BTreeMap<&StreamId, u64> {
+        self.checkpoints
+            .iter()
+            .filter(|((p, _), _)| p == storage)
+            .map(|((_, s), cp)| (s, *cp))
+            .collect()
+    }
+
+    /// The recorded running digest of `storage`.
+    pub(crate) fn digest_of(&self, storage: &ProjectionName) -> ViewDigest {
+        self.digests
+            .get(storage)
+            .cloned()
+            .unwrap_or_else(|| ViewDigest::empty(storage))
+    }
 }
 
 /// The in-memory projection store: implements [`ProjectionStore`] (with
@@ -43,8 +79,8 @@ struct State {
 /// Clones share the state.
 #[derive(Clone, Debug)]
 pub struct MemoryProjectionStore {
-    state: Arc<Mutex<State>>,
-    clock: Arc<dyn Clock>,
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Default for MemoryProjectionStore {
@@ -344,6 +380,10 @@ fn view_range<'a>(
 
 #[async_trait]
 impl ViewStorage for MemoryTx {
+    fn generations(&self) -> &GenerationMap {
+        &self.guard.live
+    }
+
     fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) {
         self.last_applied
             .insert(projection.clone(), (stream.clone(), seq));
@@ -446,13 +486,8 @@ fn scan_views(
 
 impl ViewStore for MemoryProjectionStore {
     async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
-        Ok(self
-            .state
-            .lock()
-            .await
-            .views
-            .get(&view_key(projection, table, key))
-            .cloned())
+        let st = self.state.lock().await;
+        Ok(st.views.get(&view_key(st.stored(projection), table, key)).cloned())
     }
 
     async fn view_scan(
@@ -463,13 +498,8 @@ impl ViewStore for MemoryProjectionStore {
         limit: usize,
     ) -> Result<Vec<(String, String)>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
-        Ok(scan_views(
-            &self.state.lock().await.views,
-            projection,
-            table,
-            after,
-            limit,
-        ))
+        let st = self.state.lock().await;
+        Ok(scan_views(&st.views, st.stored(projection), table, after, limit))
     }
 
     async fn view_digests(&self) -> Result<Vec<ViewDigest>> {
@@ -478,11 +508,8 @@ impl ViewStore for MemoryProjectionStore {
 
     async fn verify_view_digest(&self, projection: &ProjectionName) -> Result<ViewDigestCheck> {
         let st = self.state.lock().await;
-        let recorded = st
-            .digests
-            .get(projection)
-            .cloned()
-            .unwrap_or_else(|| ViewDigest::empty(projection));
+        let projection = st.stored(projection);
+        let recorded = st.digest_of(projection);
         let scanned = RunningDigest::of_rows(
             view_range(&st.views, projection, None, None)
                 .map(|((_, t, k), v)| (t.as_str(), k.as_str(), v.as_str())),
@@ -546,7 +573,7 @@ impl ProjectionStore for MemoryProjectionStore {
         let st = self.state.lock().await;
         Ok(st
             .checkpoints
-            .get(&(projection.clone(), stream.clone()))
+            .get(&(st.stored(projection).clone(), stream.clone()))
             .copied()
             .unwrap_or(0))
     }
@@ -559,7 +586,8 @@ impl ProjectionStore for MemoryProjectionStore {
                 e,
             )
         })?;
-        tx.guard.checkpoints.retain(|(p, _), _| p != projection.name());
+        let stored = tx.guard.stored(projection.name()).clone();
+        tx.guard.checkpoints.retain(|(p, _), _| p != &stored);
         tx.commit();
         Ok(())
     }
@@ -574,8 +602,9 @@ impl ProjectionStore for MemoryProjectionStore {
             )
         })?;
         out.table("checkpoints");
+        let stored = tx.guard.stored(projection.name());
         for ((p, s), cp) in &tx.guard.checkpoints {
-            if p == projection.name() {
+            if p == stored {
                 out.row(&[DigestValue::Text(s.as_str()), DigestValue::Int(*cp as i64)]);
             }
         }

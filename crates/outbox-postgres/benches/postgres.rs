@@ -414,6 +414,8 @@ async fn raw_worker(pool: &PgPool, who: &str, batch: usize) {
                     .bind(vec![last])
                     .bind(vec![old])
                     .bind(last)
+                    .bind(vec!["totals"])
+                    .bind(vec![0_i64])
                     .fetch_one(&mut *tx)
                     .await
                     .unwrap();

@@ -14,6 +14,7 @@ use crate::db::{Db, Role, parse_url, pnow, storage};
 use crate::sql::RoleDb;
 use crate::tx::PgTx;
 use crate::{PgJournal, PgOptions, validate_identifier};
+use outbox_sql::generations::GenerationCache;
 
 /// The Postgres projection database: implements [`ProjectionStore`]
 /// (appliers write through a [`PgTx`], inside the store's transaction),
@@ -33,6 +34,8 @@ pub struct PgProjectionStore {
     /// The shared cold-path statements on this schema, with the projection
     /// role's clock.
     pub(crate) sql: Arc<RoleDb>,
+    /// The live generations apply transactions reuse (ADR 0021).
+    generations: Arc<GenerationCache>,
 }
 
 impl PgProjectionStore {
@@ -40,6 +43,7 @@ impl PgProjectionStore {
         PgProjectionStore {
             sql: Arc::new(RoleDb::new(Arc::clone(&db), pnow!())),
             db,
+            generations: Arc::default(),
         }
     }
 
@@ -99,11 +103,32 @@ impl PgProjectionStore {
     }
 }
 
+impl PgProjectionStore {
+    /// A read-committed transaction; `cached` reuses the live generations
+    /// the last apply resolved (an apply fenced by their epoch), otherwise
+    /// they are read now (setup, reset).
+    async fn begin(&self, cached: bool) -> Result<PgTx> {
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        tx.resolve_generations(cached.then_some(&*self.generations))
+            .await?;
+        Ok(tx)
+    }
+
+    /// Forgets the cached live generations after a failed apply: a swap
+    /// makes an apply with the old ones fail, and the retry reads them again.
+    fn forget_generations<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.generations.invalidate();
+        }
+        result
+    }
+}
+
 impl ProjectionStore for PgProjectionStore {
     type Tx = PgTx;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<PgTx>>]) -> Result<()> {
-        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        let mut tx = self.begin(false).await?;
         outbox_sql::projection::setup_in(&self.sql.dialect, &mut tx, projections).await?;
         tx.commit(|e| storage(self.db.context("setting up projections"), e))
             .await
@@ -115,14 +140,19 @@ impl ProjectionStore for PgProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<PgTx>>],
     ) -> Result<ApplyOutcome> {
-        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
-        let outcome = apply_in(&mut tx, stream, events, projections).await?;
-        if matches!(outcome, ApplyOutcome::Applied(_)) {
-            tx.commit(|e| storage(self.db.context("applying events"), e))
-                .await?;
-        }
-        // Otherwise dropping the transaction rolls it back: nothing written.
-        Ok(outcome)
+        self.forget_generations(
+            async {
+                let mut tx = self.begin(true).await?;
+                let outcome = apply_in(&mut tx, stream, events, projections).await?;
+                if matches!(outcome, ApplyOutcome::Applied(_)) {
+                    tx.commit(|e| storage(self.db.context("applying events"), e))
+                        .await?;
+                }
+                // Otherwise dropping the transaction rolls it back: nothing written.
+                Ok(outcome)
+            }
+            .await,
+        )
     }
 
     async fn apply_runs(
@@ -130,13 +160,18 @@ impl ProjectionStore for PgProjectionStore {
         runs: &[&[Event]],
         projections: &[Arc<dyn Projection<PgTx>>],
     ) -> Result<Vec<ApplyOutcome>> {
-        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
-        let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
-        if all_applied(&outcomes, runs.len()) {
-            tx.commit(|e| storage(self.db.context("applying events"), e))
-                .await?;
-        }
-        Ok(outcomes)
+        self.forget_generations(
+            async {
+                let mut tx = self.begin(true).await?;
+                let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
+                if all_applied(&outcomes, runs.len()) {
+                    tx.commit(|e| storage(self.db.context("applying events"), e))
+                        .await?;
+                }
+                Ok(outcomes)
+            }
+            .await,
+        )
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
@@ -144,7 +179,7 @@ impl ProjectionStore for PgProjectionStore {
     }
 
     async fn reset(&self, projection: &dyn Projection<PgTx>) -> Result<()> {
-        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
+        let mut tx = self.begin(false).await?;
         outbox_sql::projection::reset_in(&self.sql.dialect, &mut tx, projection).await?;
         tx.commit(|e| storage(self.db.context("resetting a projection"), e))
             .await
@@ -160,6 +195,7 @@ impl ProjectionStore for PgProjectionStore {
             .await
             .map_err(err)?;
         let mut tx = PgTx::new(tx, self.sql.dialect.clone());
+        tx.resolve_generations(None).await?;
         let digest = outbox_sql::projection::digest_in(&self.sql.dialect, &mut tx, projection).await?;
         tx.commit(err).await?;
         Ok(digest)

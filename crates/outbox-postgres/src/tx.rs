@@ -23,13 +23,17 @@ outbox_sql::transaction_handle!(
 );
 
 /// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
-/// old values on stream `$1`) and raises the watermark to `$5`; returns how
-/// many checkpoints moved.
+/// old values on stream `$1`, each fenced by the generation record `$6` at
+/// epoch `$7`, ADR 0021: the record is share-locked, so a swap waits for
+/// this transaction, and a swap committed first fails the compare) and
+/// raises the watermark to `$5`; returns how many checkpoints moved.
 pub const APPLY_CAS: &str = concat!(
     "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
     pnow!(),
-    " FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS x(p, new, old) \
-               WHERE c.projection = x.p AND c.stream = $1 AND c.last_applied = x.old RETURNING 1), \
+    " FROM unnest($2::text[], $3::bigint[], $4::bigint[], $6::text[], $7::bigint[]) AS x(p, new, old, f, e) \
+               WHERE c.projection = x.p AND c.stream = $1 AND c.last_applied = x.old \
+               AND COALESCE((SELECT g.epoch FROM outbox_generations g WHERE g.projection = x.f FOR SHARE), 0) = x.e \
+               RETURNING 1), \
              wm AS (INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) VALUES ($1, $5, ",
     pnow!(),
     ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
@@ -80,14 +84,17 @@ async fn lock_checkpoints(
 }
 
 /// [`APPLY_CAS`] for several streams: checkpoints by compare-and-set
-/// (`$1` streams, `$2` names, `$3` new, `$4` old values, one element per
-/// move) and watermarks raised (`$5` streams, `$6` seqs, in stream order);
+/// (`$1` streams, `$2` names, `$3` new, `$4` old values, `$7` fencing
+/// records and `$8` their epochs, one element per move) and watermarks raised (`$5` streams, `$6` seqs, in stream order);
 /// returns how many checkpoints moved.
 pub(crate) const APPLY_CAS_ALL: &str = concat!(
     "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
     pnow!(),
-    " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS x(s, p, new, old) \
-               WHERE c.projection = x.p AND c.stream = x.s AND c.last_applied = x.old RETURNING 1), \
+    " FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $7::text[], $8::bigint[]) \
+                 AS x(s, p, new, old, f, e) \
+               WHERE c.projection = x.p AND c.stream = x.s AND c.last_applied = x.old \
+               AND COALESCE((SELECT g.epoch FROM outbox_generations g WHERE g.projection = x.f FOR SHARE), 0) = x.e \
+               RETURNING 1), \
              wm AS (INSERT INTO outbox_watermarks AS w (stream, applied_through, updated_at) \
                SELECT m.s, m.t, ",
     pnow!(),
@@ -225,12 +232,22 @@ impl ApplyTx for PgTx {
             .iter()
             .map(|m| i64::try_from(m.from).unwrap_or(i64::MAX))
             .collect();
+        let generations = std::sync::Arc::clone(&self.generations);
+        let (fences, epochs): (Vec<&str>, Vec<i64>) = moves
+            .iter()
+            .map(|m| {
+                let (f, e) = generations.fence(m.projection);
+                (f.as_str(), i64::try_from(e).unwrap_or(i64::MAX))
+            })
+            .unzip();
         let moved: i64 = sqlx::query_scalar(APPLY_CAS)
             .bind(stream.as_str())
             .bind(&names)
             .bind(&to)
             .bind(&from)
             .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .bind(&fences)
+            .bind(&epochs)
             .fetch_one(self.conn())
             .await
             .map_err(|e| storage("advancing checkpoints", e))?;
@@ -273,12 +290,17 @@ impl ApplyTx for PgTx {
         self.flush_views().await?;
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let (mut ss, mut ps, mut to, mut from) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut fences, mut epochs) = (Vec::new(), Vec::new());
+        let generations = std::sync::Arc::clone(&self.generations);
         for a in advances {
             for m in &a.moves {
                 ss.push(a.stream.as_str());
                 ps.push(m.projection.as_str());
                 to.push(int(m.to));
                 from.push(int(m.from));
+                let (f, e) = generations.fence(m.projection);
+                fences.push(f.as_str());
+                epochs.push(int(e));
             }
         }
         let (ws, wt): (Vec<&str>, Vec<i64>) = advances
@@ -292,6 +314,8 @@ impl ApplyTx for PgTx {
             .bind(&from)
             .bind(&ws)
             .bind(&wt)
+            .bind(&fences)
+            .bind(&epochs)
             .fetch_one(self.conn())
             .await
             .map_err(|e| storage("advancing checkpoints", e))?;

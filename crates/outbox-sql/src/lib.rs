@@ -2,6 +2,7 @@
 
 mod conn;
 mod dialect;
+pub mod generations;
 pub mod journal;
 mod plumbing;
 pub mod projection;

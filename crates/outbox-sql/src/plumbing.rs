@@ -89,11 +89,33 @@ macro_rules! transaction_handle {
             guard: Option<i64>,
             /// Document writes not yet sent (single-writer dialects only).
             pub(crate) views: $crate::ViewWrites,
+            /// The live generations resolved when the transaction began.
+            pub(crate) generations: ::std::sync::Arc<::outbox_core::spi::GenerationMap>,
         }
 
         impl $name {
             pub(crate) fn new(tx: ::sqlx::Transaction<'static, $db>, dialect: ::std::sync::Arc<$crate::Dialect>) -> Self {
-                $name { tx, dialect, guard: None, views: $crate::ViewWrites::default() }
+                $name {
+                    tx,
+                    dialect,
+                    guard: None,
+                    views: $crate::ViewWrites::default(),
+                    generations: ::std::sync::Arc::default(),
+                }
+            }
+
+            /// Resolves the live generations for this transaction: from
+            /// `cache` (`Some`), or read now.
+            pub(crate) async fn resolve_generations(
+                &mut self,
+                cache: Option<&$crate::generations::GenerationCache>,
+            ) -> ::outbox_core::Result<()> {
+                let dialect = self.dialect();
+                self.generations = match cache {
+                    Some(cache) => cache.get(&dialect, self).await?,
+                    None => $crate::generations::load_map(&dialect, self).await?,
+                };
+                Ok(())
             }
 
             /// Writes out the pending document writes (see [`ViewWrites`]($crate::ViewWrites)).

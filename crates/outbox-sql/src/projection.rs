@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, ViewRow, ended_by_projection, validate_limit};
+use outbox_core::spi::{ApplyTx, ViewRow, ViewStorage, ended_by_projection, validate_limit};
 use outbox_core::spi::{
     StoredWatermark, projection_undecodable, stored_view_digest, validate_projection_names,
 };
@@ -13,6 +13,7 @@ use outbox_core::{
     RUNNING_DIGEST_LANES, Result, RunningDigest, StreamId, ViewDigest, ViewDigestCheck, Watermark,
 };
 
+use crate::generations::LIVE_STORAGE;
 use crate::{Arg, Conn, Database, Dialect, Row};
 
 /// Serializes concurrent setups of one schema (`CREATE TABLE IF NOT EXISTS`
@@ -57,8 +58,9 @@ pub async fn checkpoint(
     let row = conn
         .fetch_optional(
             "reading a checkpoint",
-            &db.dialect()
-                .sql("SELECT last_applied FROM outbox_checkpoints WHERE projection = $1 AND stream = $2"),
+            &db.dialect().sql(&format!(
+                "SELECT last_applied FROM outbox_checkpoints WHERE projection = {LIVE_STORAGE} AND stream = $2"
+            )),
             &[Arg::Text(projection.as_str()), Arg::Text(stream.as_str())],
         )
         .await?;
@@ -133,7 +135,9 @@ pub async fn reset_in<T: ApplyTx + Conn + 'static>(
     tx: &mut T,
     projection: &dyn Projection<T>,
 ) -> Result<()> {
-    let name = projection.name().as_str();
+    // The live generation's checkpoints (ADR 0021).
+    let stored = tx.generations().storage(projection.name()).clone();
+    let name = stored.as_str();
     if dialect.locks_rows() {
         tx.fetch(
             "resetting checkpoints",
@@ -163,7 +167,7 @@ pub async fn reset_in<T: ApplyTx + Conn + 'static>(
 /// the store's read snapshot `tx`: the projection's rows, then its
 /// checkpoints (the same framing on every adapter, so equal states digest
 /// equally; a checkpoint at 0 is the same as none).
-pub async fn digest_in<T: Conn + Send + 'static>(
+pub async fn digest_in<T: Conn + ViewStorage + Send + 'static>(
     dialect: &Dialect,
     tx: &mut T,
     projection: &dyn Projection<T>,
@@ -182,7 +186,9 @@ pub async fn digest_in<T: Conn + Send + 'static>(
                 "SELECT stream, last_applied FROM outbox_checkpoints \
                  WHERE projection = $1 AND last_applied > 0 ORDER BY stream",
             ),
-            &[Arg::Text(projection.name().as_str())],
+            &[Arg::Text(
+                tx.generations().storage(projection.name()).clone().as_str(),
+            )],
         )
         .await?;
     out.table("checkpoints");
@@ -402,9 +408,10 @@ pub async fn view_clear(
 }
 
 /// The columns of a running digest row, after `projection`.
-const DIGEST_COLUMNS: &str = "d0, d1, d2, d3, d4, d5, d6, d7, documents, last_stream, last_seq, updated_at";
+pub(crate) const DIGEST_COLUMNS: &str =
+    "d0, d1, d2, d3, d4, d5, d6, d7, documents, last_stream, last_seq, updated_at";
 
-fn decode_view_digest(projection: &ProjectionName, r: &Row, at: usize) -> Result<ViewDigest> {
+pub(crate) fn decode_view_digest(projection: &ProjectionName, r: &Row, at: usize) -> Result<ViewDigest> {
     let mut lanes = [None; RUNNING_DIGEST_LANES];
     for (i, l) in lanes.iter_mut().enumerate() {
         *l = r.opt_int(at + i)?;
@@ -445,6 +452,7 @@ pub async fn verify_view_digest(
 ) -> Result<ViewDigestCheck> {
     let dialect = db.dialect();
     let mut tx = db.snapshot().await?;
+    let projection = &live_storage(dialect, &mut *tx, projection).await?;
     let row = tx
         .fetch_optional(
             "reading a running digest",
@@ -485,6 +493,25 @@ pub async fn verify_view_digest(
 /// Documents read per page by [`verify_view_digest`].
 const VERIFY_PAGE: usize = 1000;
 
+/// The storage name of `projection`'s live generation (ADR 0021).
+async fn live_storage(
+    dialect: &Dialect,
+    conn: &mut (dyn Conn + '_),
+    projection: &ProjectionName,
+) -> Result<ProjectionName> {
+    let row = conn
+        .fetch_optional(
+            "resolving the live generation",
+            &dialect.sql(&format!("SELECT {LIVE_STORAGE}")),
+            &[Arg::Text(projection.as_str())],
+        )
+        .await?;
+    match row {
+        Some(r) => ProjectionName::new(r.text(0)?).map_err(|e| projection_undecodable("generation", e)),
+        None => Ok(projection.clone()),
+    }
+}
+
 /// [`ViewStore::view_get`](outbox_core::ViewStore::view_get): a committed
 /// read, outside any transaction.
 pub async fn read_view(
@@ -496,8 +523,9 @@ pub async fn read_view(
     let mut conn = db.read().await?;
     conn.fetch_optional(
         "reading a view document",
-        &db.dialect()
-            .sql("SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3"),
+        &db.dialect().sql(&format!(
+            "SELECT value FROM outbox_views WHERE projection = {LIVE_STORAGE} AND tbl = $2 AND key = $3"
+        )),
         &[Arg::Text(projection.as_str()), Arg::Text(table), Arg::Text(key)],
     )
     .await?
@@ -515,7 +543,8 @@ pub async fn read_view_page(
 ) -> Result<Vec<(String, String)>> {
     let limit = validate_limit(limit, MAX_PAGE)?;
     let mut conn = db.read().await?;
-    view_scan(db.dialect(), &mut *conn, projection, table, after, limit).await
+    let storage = live_storage(db.dialect(), &mut *conn, projection).await?;
+    view_scan(db.dialect(), &mut *conn, &storage, table, after, limit).await
 }
 
 /// Implements `ViewStorage` for an adapter's transaction handle `$tx` (a
@@ -528,6 +557,10 @@ macro_rules! impl_projection_ports {
     ($store:ty, $db:ident, $tx:ty) => {
         #[::outbox_core::async_trait]
         impl ::outbox_core::spi::ViewStorage for $tx {
+            fn generations(&self) -> &::outbox_core::spi::GenerationMap {
+                &self.generations
+            }
+
             fn view_applying(
                 &mut self,
                 projection: &::outbox_core::ProjectionName,
@@ -663,6 +696,65 @@ macro_rules! impl_projection_ports {
                 projection: &::outbox_core::ProjectionName,
             ) -> ::outbox_core::Result<::outbox_core::ViewDigestCheck> {
                 $crate::projection::verify_view_digest(&*self.$db, projection).await
+            }
+        }
+
+        impl ::outbox_core::GenerationStore for $store {
+            async fn generation(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+            ) -> ::outbox_core::Result<Option<::outbox_core::GenerationInfo>> {
+                $crate::generations::generation(&*self.$db, projection).await
+            }
+
+            async fn generations(&self) -> ::outbox_core::Result<Vec<::outbox_core::GenerationInfo>> {
+                $crate::generations::generations(&*self.$db).await
+            }
+
+            async fn begin_generation(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+                live_version: u32,
+                version: u32,
+            ) -> ::outbox_core::Result<::outbox_core::GenerationInfo> {
+                $crate::generations::begin_generation(&*self.$db, projection, live_version, version).await
+            }
+
+            async fn record_build_position(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+                generation: u32,
+                position: u64,
+            ) -> ::outbox_core::Result<()> {
+                $crate::generations::record_build_position(&*self.$db, projection, generation, position).await
+            }
+
+            async fn swap_generation(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+                generation: u32,
+                check: ::outbox_core::SwapCheck,
+            ) -> ::outbox_core::Result<::outbox_core::SwapOutcome> {
+                let out =
+                    $crate::generations::swap_generation(&*self.$db, projection, generation, check).await;
+                // This process's applies read the new map at once.
+                self.generations.invalidate();
+                out
+            }
+
+            async fn drop_generation(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+                generation: u32,
+            ) -> ::outbox_core::Result<u64> {
+                $crate::generations::drop_generation(&*self.$db, projection, generation).await
+            }
+
+            async fn stored_generations(
+                &self,
+                projection: &::outbox_core::ProjectionName,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::StoredGeneration>> {
+                $crate::generations::stored_generations(&*self.$db, projection).await
             }
         }
 

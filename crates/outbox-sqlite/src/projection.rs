@@ -13,6 +13,7 @@ use sqlx::SqliteConnection;
 use crate::SqliteOptions;
 use crate::db::{Db, Role, path_from_url, storage};
 use crate::tx::SqliteTx;
+use outbox_sql::generations::GenerationCache;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
@@ -24,6 +25,8 @@ use crate::tx::SqliteTx;
 #[derive(Clone, Debug)]
 pub struct SqliteProjectionStore {
     pub(crate) db: Arc<Db>,
+    /// The live generations apply transactions reuse (ADR 0021).
+    generations: Arc<GenerationCache>,
 }
 
 /// Checks a table or column name for use in SQL text: an ASCII letter or
@@ -80,6 +83,7 @@ impl SqliteProjectionStore {
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         Ok(SqliteProjectionStore {
             db: Arc::new(Db::open(path.as_ref(), &options, Role::Projection).await?),
+            generations: Arc::default(),
         })
     }
 
@@ -114,8 +118,23 @@ impl SqliteProjectionStore {
         self.db.advance_clock(outbox_core::spi::duration_millis(d)).await
     }
 
-    async fn begin(&self) -> Result<SqliteTx> {
-        Ok(SqliteTx::new(self.db.begin().await?, self.db.dialect.clone()))
+    /// A write transaction; `cached` reuses the live generations the last
+    /// apply resolved (an apply fenced by their epoch), otherwise they are
+    /// read now (setup, reset).
+    async fn begin(&self, cached: bool) -> Result<SqliteTx> {
+        let mut tx = SqliteTx::new(self.db.begin().await?, self.db.dialect.clone());
+        tx.resolve_generations(cached.then_some(&*self.generations))
+            .await?;
+        Ok(tx)
+    }
+
+    /// Forgets the cached live generations after a failed apply: a swap
+    /// makes an apply with the old ones fail, and the retry reads them again.
+    fn forget_generations<T>(&self, result: Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.generations.invalidate();
+        }
+        result
     }
 
     async fn commit(&self, tx: SqliteTx, what: &str) -> Result<()> {
@@ -127,7 +146,7 @@ impl ProjectionStore for SqliteProjectionStore {
     type Tx = SqliteTx;
 
     async fn setup(&self, projections: &[Arc<dyn Projection<SqliteTx>>]) -> Result<()> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(false).await?;
         outbox_sql::projection::setup_in(&self.db.dialect, &mut tx, projections).await?;
         self.commit(tx, "setting up projections").await
     }
@@ -138,13 +157,18 @@ impl ProjectionStore for SqliteProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<ApplyOutcome> {
-        let mut tx = self.begin().await?;
-        let outcome = apply_in(&mut tx, stream, events, projections).await?;
-        if matches!(outcome, ApplyOutcome::Applied(_)) {
-            self.commit(tx, "applying events").await?;
-        }
-        // Otherwise dropping the transaction rolls it back: nothing written.
-        Ok(outcome)
+        self.forget_generations(
+            async {
+                let mut tx = self.begin(true).await?;
+                let outcome = apply_in(&mut tx, stream, events, projections).await?;
+                if matches!(outcome, ApplyOutcome::Applied(_)) {
+                    self.commit(tx, "applying events").await?;
+                }
+                // Otherwise dropping the transaction rolls it back: nothing written.
+                Ok(outcome)
+            }
+            .await,
+        )
     }
 
     async fn apply_runs(
@@ -152,12 +176,17 @@ impl ProjectionStore for SqliteProjectionStore {
         runs: &[&[Event]],
         projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<Vec<ApplyOutcome>> {
-        let mut tx = self.begin().await?;
-        let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
-        if all_applied(&outcomes, runs.len()) {
-            self.commit(tx, "applying events").await?;
-        }
-        Ok(outcomes)
+        self.forget_generations(
+            async {
+                let mut tx = self.begin(true).await?;
+                let outcomes = apply_runs_in(&mut tx, runs, projections).await?;
+                if all_applied(&outcomes, runs.len()) {
+                    self.commit(tx, "applying events").await?;
+                }
+                Ok(outcomes)
+            }
+            .await,
+        )
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
@@ -165,7 +194,7 @@ impl ProjectionStore for SqliteProjectionStore {
     }
 
     async fn reset(&self, projection: &dyn Projection<SqliteTx>) -> Result<()> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.begin(false).await?;
         outbox_sql::projection::reset_in(&self.db.dialect, &mut tx, projection).await?;
         self.commit(tx, "resetting a projection").await
     }
@@ -177,6 +206,7 @@ impl ProjectionStore for SqliteProjectionStore {
             self.db.reader.begin().await.map_err(err)?,
             self.db.dialect.clone(),
         );
+        tx.resolve_generations(None).await?;
         let digest = outbox_sql::projection::digest_in(&self.db.dialect, &mut tx, projection).await?;
         tx.commit(err).await?;
         Ok(digest)

@@ -80,17 +80,22 @@ impl ApplyTx for SqliteTx {
         let err = |e| storage("advancing checkpoints", e);
         let mut moved = 0;
         for m in moves {
+            // Fenced by the generation record's epoch (ADR 0021).
+            let (fence, epoch) = self.generations.fence(m.projection);
             moved += sqlx::query(concat!(
                 "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
-                 VALUES (?1, ?2, ?3, ",
+                 SELECT ?1, ?2, ?3, ",
                 now_ms!(),
-                ") ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
+                " WHERE COALESCE((SELECT epoch FROM outbox_generations WHERE projection = ?5), 0) = ?6 \
+                 ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
                  updated_at = excluded.updated_at WHERE outbox_checkpoints.last_applied = ?4"
             ))
             .bind(m.projection.as_str())
             .bind(stream.as_str())
             .bind(i64::try_from(m.to).unwrap_or(i64::MAX))
             .bind(i64::try_from(m.from).unwrap_or(i64::MAX))
+            .bind(fence.as_str())
+            .bind(i64::try_from(epoch).unwrap_or(i64::MAX))
             .execute(self.conn())
             .await
             .map_err(err)?
@@ -150,8 +155,8 @@ impl ApplyTx for SqliteTx {
     }
 
     /// Three statements for every stream at once: the documents, the
-    /// checkpoints (each set only where it still is `from`) and the
-    /// watermarks.
+    /// checkpoints (each set only where it still is `from` and the
+    /// generation epoch is the one resolved, ADR 0021) and the watermarks.
     async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
         self.flush_views().await?;
         let err = |e| storage("advancing checkpoints", e);
@@ -160,7 +165,15 @@ impl ApplyTx for SqliteTx {
             .iter()
             .flat_map(|a| {
                 a.moves.iter().map(|m| {
-                    serde_json::json!([m.projection.as_str(), a.stream.as_str(), int(m.from), int(m.to)])
+                    let (fence, epoch) = self.generations.fence(m.projection);
+                    serde_json::json!([
+                        m.projection.as_str(),
+                        a.stream.as_str(),
+                        int(m.from),
+                        int(m.to),
+                        fence.as_str(),
+                        int(epoch)
+                    ])
                 })
             })
             .collect();
@@ -169,7 +182,7 @@ impl ApplyTx for SqliteTx {
             moved = sqlx::query(concat!(
                 "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at)                  SELECT j.value ->> 0, j.value ->> 1, j.value ->> 3, ",
                 now_ms!(),
-                " FROM json_each(?1) j LEFT JOIN outbox_checkpoints c                  ON c.projection = j.value ->> 0 AND c.stream = j.value ->> 1                  WHERE COALESCE(c.last_applied, 0) = j.value ->> 2                  ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied,                  updated_at = excluded.updated_at"
+                " FROM json_each(?1) j LEFT JOIN outbox_checkpoints c                  ON c.projection = j.value ->> 0 AND c.stream = j.value ->> 1                  WHERE COALESCE(c.last_applied, 0) = j.value ->> 2                  AND COALESCE((SELECT g.epoch FROM outbox_generations g WHERE g.projection = j.value ->> 4), 0)                      = j.value ->> 5                  ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied,                  updated_at = excluded.updated_at"
             ))
             .bind(serde_json::Value::Array(moves).to_string())
             .execute(self.conn())
