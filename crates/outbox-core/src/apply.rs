@@ -180,7 +180,7 @@ async fn apply_all<Tx: ApplyTx + 'static>(
             .zip(read.iter().zip(&current))
             .filter(|(_, (from, to))| from != to)
             .map(|(projection, (from, to))| CheckpointMove {
-                projection: *projection,
+                projection,
                 from: *from,
                 to: *to,
             })

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use outbox_core::spi::GenerationMap;
 use outbox_core::{
-    Error, GenerationInfo, GenerationStore, ProjectionName, Result, StoredGeneration, StreamBehind, SwapCheck,
-    SwapOutcome, generation_storage,
+    Error, GenerationInfo, GenerationStore, ProjectionName, Result, StoredGeneration, StreamBehind,
+    SwapCheck, SwapOutcome, generation_storage,
 };
 
 use crate::projection::{MemoryProjectionStore, State};
@@ -130,8 +130,20 @@ impl GenerationStore for MemoryProjectionStore {
         streams.dedup();
         let behind: Vec<StreamBehind> = streams
             .into_iter()
-            .map(|s| (s, lc.get(s).copied().unwrap_or(0), nc.get(s).copied().unwrap_or(0)))
-            .filter(|(_, l, n)| if check == SwapCheck::CaughtUp { n < l } else { n != l })
+            .map(|s| {
+                (
+                    s,
+                    lc.get(s).copied().unwrap_or(0),
+                    nc.get(s).copied().unwrap_or(0),
+                )
+            })
+            .filter(|(_, l, n)| {
+                if check == SwapCheck::CaughtUp {
+                    n < l
+                } else {
+                    n != l
+                }
+            })
             .take(BEHIND_PAGE)
             .map(|(s, live, building)| StreamBehind {
                 stream: s.clone(),

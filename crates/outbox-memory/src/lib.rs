@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 
-mod journal;
 mod generations;
+mod journal;
 mod projection;
 
 pub use journal::MemoryJournal;

@@ -487,7 +487,10 @@ fn scan_views(
 impl ViewStore for MemoryProjectionStore {
     async fn view_get(&self, projection: &ProjectionName, table: &str, key: &str) -> Result<Option<String>> {
         let st = self.state.lock().await;
-        Ok(st.views.get(&view_key(st.stored(projection), table, key)).cloned())
+        Ok(st
+            .views
+            .get(&view_key(st.stored(projection), table, key))
+            .cloned())
     }
 
     async fn view_scan(

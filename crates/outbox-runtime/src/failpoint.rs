@@ -12,12 +12,20 @@
 //! `after_complete` (the rows are completed) in the worker, and
 //! `after_append` (the journal append committed, nothing applied inline and
 //! nothing returned to the caller yet) in [`crate::Outbox::append_batch`].
+//! A generation build ([`crate::Outbox::rebuild_blue_green`],
+//! [`crate::Outbox::promote`]) has its own: `build_page` (a page committed,
+//! its position not recorded), `build_position` (recorded), `before_swap`
+//! and `after_swap` (the swap committed, nothing reported yet).
 
 /// The named points, for the harness to choose from (`FAILPOINTS` at the
 /// crate root, with the feature).
 #[cfg(any(feature = "failpoints", test))]
 #[cfg_attr(not(feature = "failpoints"), allow(unreachable_pub))]
 pub const POINTS: &[&str] = &["after_claim", "after_apply", "after_complete", "after_append"];
+
+/// The named points of a generation build.
+#[cfg(feature = "failpoints")]
+pub const GENERATION_POINTS: &[&str] = &["build_page", "build_position", "before_swap", "after_swap"];
 
 /// A crash point: aborts the process on the configured hit when the
 /// `failpoints` feature is on; nothing at all otherwise.

@@ -5,12 +5,14 @@ mod config;
 mod deadline;
 mod failpoint;
 mod gaps;
+mod generations;
 mod lag;
 mod metrics;
 mod outbox;
 mod panic;
 mod replay;
 mod running;
+mod scratch;
 mod sweep;
 mod unavailable;
 mod worker;
@@ -18,8 +20,11 @@ mod worker;
 pub use clock::TokioClock;
 pub use config::{Config, ENV_VARS};
 #[cfg(feature = "failpoints")]
+pub use failpoint::GENERATION_POINTS as GENERATION_FAILPOINTS;
+#[cfg(feature = "failpoints")]
 pub use failpoint::POINTS as FAILPOINTS;
 pub use gaps::RepairReport;
+pub use generations::{DEFAULT_DIFF_LIMIT, GenerationBuild, ShadowDiff, StreamDiff, Swap};
 pub use lag::{LAG_BUCKETS_MS, LagSnapshot};
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};

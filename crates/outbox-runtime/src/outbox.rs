@@ -1,14 +1,15 @@
 //! The embedding API: build the runtime, register projections and event
 //! types, append events, run or stop the workers.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, DeadLetters, Error, Event,
-    EventJournal, EventTypeRegistry, ExpectedVersion, LeaseStore, Mode, ModeSelection, NewEvent,
-    OutboxInspector, OutboxQueue, Projection, ProjectionName, ProjectionStore, Result, RunStore, Seq,
-    StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore, WorkerId, WorkerRegistry,
-    select_mode, view_projection,
+    EventJournal, EventTypeRegistry, ExpectedVersion, GenerationStore, LeaseStore, Mode, ModeSelection,
+    NewEvent, OutboxInspector, OutboxQueue, Projection, ProjectionName, ProjectionStore, Result, RunStore,
+    Seq, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore, WorkerId,
+    WorkerRegistry, select_mode, validate_generation_base, view_projection, view_projection_with_candidate,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -31,8 +32,14 @@ impl<T> JournalBackend for T where
 /// What a projection adapter must implement for the runtime. A watermark
 /// store is part of the bound, so "a worker without a watermark store" cannot
 /// be configured at all.
-pub trait ProjectionBackend: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static {}
-impl<T: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static> ProjectionBackend for T {}
+pub trait ProjectionBackend:
+    ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static
+{
+}
+impl<T> ProjectionBackend for T where
+    T: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static
+{
+}
 
 /// The runtime: one journal, one projection store, the registered
 /// projections and event types, and the resolved [`Mode`]. Cheap to clone.
@@ -53,6 +60,10 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) store: P,
     pub(crate) types: EventTypeRegistry,
     pub(crate) projections: Vec<Arc<dyn Projection<P::Tx>>>,
+    /// The backend-neutral projections by name (their generations can be
+    /// built, ADR 0021), and the candidate versions registered for them.
+    pub(crate) views: BTreeMap<ProjectionName, Arc<dyn ViewProjection>>,
+    pub(crate) candidates: BTreeMap<ProjectionName, Arc<dyn ViewProjection>>,
     pub(crate) config: Config,
     pub(crate) mode: Mode,
     pub(crate) worker_id: WorkerId,
@@ -63,12 +74,19 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) started: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// A projection as registered, in order.
+enum Registered<Tx> {
+    View(Arc<dyn ViewProjection>),
+    Raw(Arc<dyn Projection<Tx>>),
+}
+
 /// Builds an [`Outbox`].
 pub struct OutboxBuilder<J, P: ProjectionStore> {
     journal: J,
     store: P,
     types: EventTypeRegistry,
-    projections: Vec<Arc<dyn Projection<P::Tx>>>,
+    projections: Vec<Registered<P::Tx>>,
+    candidates: Vec<Arc<dyn ViewProjection>>,
     config: Config,
     wake_source: Option<Arc<dyn WakeSource>>,
 }
@@ -100,14 +118,31 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     }
 
     /// [`OutboxBuilder::view`] for a projection that is already shared.
-    pub fn view_arc(self, projection: Arc<dyn ViewProjection>) -> Self {
-        self.projection(view_projection(projection))
+    pub fn view_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
+        self.projections.push(Registered::View(projection));
+        self
+    }
+
+    /// Adds a candidate version of a registered view projection (same name,
+    /// another [`ViewProjection::version`]): it is built into a shadow
+    /// generation beside the live one ([`Outbox::shadow_build`]), compared
+    /// ([`Outbox::shadow_diff`]) and promoted ([`Outbox::promote`]); once its
+    /// generation is live, the workers apply it instead of the registered
+    /// version (ADR 0021).
+    pub fn candidate(self, projection: impl ViewProjection) -> Self {
+        self.candidate_arc(Arc::new(projection))
+    }
+
+    /// [`OutboxBuilder::candidate`] for a projection that is already shared.
+    pub fn candidate_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
+        self.candidates.push(projection);
+        self
     }
 
     /// Adds a projection written against this backend's transaction handle
     /// (hand-written SQL: the escape hatch). Order matters only for rebuild-all.
     pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
-        self.projections.push(projection);
+        self.projections.push(Registered::Raw(projection));
         self
     }
 
@@ -125,8 +160,38 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 "both OUTBOX_WORKER_ENABLED and OUTBOX_SHADOW_WORKER_ENABLED are set: the apply worker takes precedence, the shadow worker is disabled"
             );
         }
+        let mut views = BTreeMap::new();
+        let mut candidates = BTreeMap::new();
+        for c in self.candidates {
+            if candidates.insert(c.name().clone(), c.clone()).is_some() {
+                return Err(Error::Config(format!(
+                    "projection `{}` has two candidates registered",
+                    c.name()
+                )));
+            }
+        }
+        let mut registered = Vec::with_capacity(self.projections.len());
+        for r in self.projections {
+            registered.push(match r {
+                Registered::Raw(p) => p,
+                Registered::View(v) => {
+                    views.insert(v.name().clone(), Arc::clone(&v));
+                    match candidates.get(v.name()) {
+                        Some(c) => view_projection_with_candidate(v, Arc::clone(c))
+                            .map_err(|e| Error::Config(e.to_string()))?,
+                        None => view_projection(v),
+                    }
+                }
+            });
+        }
+        if let Some(orphan) = candidates.keys().find(|c| !views.contains_key(*c)) {
+            return Err(Error::Config(format!(
+                "candidate `{orphan}` is not a version of any registered view projection"
+            )));
+        }
         let mut names = std::collections::BTreeSet::new();
-        for p in &self.projections {
+        for p in &registered {
+            validate_generation_base(p.name()).map_err(|e| Error::Config(e.to_string()))?;
             if !names.insert(p.name().clone()) {
                 return Err(Error::Config(format!(
                     "projection `{}` is registered twice",
@@ -134,13 +199,13 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 )));
             }
         }
-        if self.projections.is_empty() && mode.runs_apply_worker() {
+        if registered.is_empty() && mode.runs_apply_worker() {
             warn!(
                 "the apply worker runs with no projections registered: rows will be completed without effect"
             );
         }
         // Every hook of every projection turns a panic into an error.
-        let projections = crate::panic::catch_panics(self.projections);
+        let projections = crate::panic::catch_panics(registered);
         // Setup is idempotent (CREATE ... IF NOT EXISTS and the like): a
         // database that is restarting is waited for (`start_retry`).
         let store = &self.store;
@@ -162,6 +227,8 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 store: self.store,
                 types: self.types,
                 projections,
+                views,
+                candidates,
                 config: self.config,
                 mode,
                 worker_id,
@@ -217,6 +284,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             store,
             types: EventTypeRegistry::new(),
             projections: Vec::new(),
+            candidates: Vec::new(),
             config: Config::default(),
             wake_source: None,
         }

@@ -307,7 +307,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// rebuild's reset), so no other admission takes its runs for orphaned.
     /// Afterwards a process that runs no worker deregisters, so `outbox
     /// workers` does not show a finished replay.
-    async fn while_registered<T>(&self, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    pub(crate) async fn while_registered<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         let stop = CancellationToken::new();
         let beating = tokio::spawn({
             let (this, stop) = (self.clone(), stop.clone());
@@ -421,7 +424,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let Some(last) = page.last() else { break };
             let (through, last_stream, last_seq) = (last.global_position, last.stream.clone(), last.seq);
             let runs = by_stream(page);
-            processed += self.apply_page(rec, &runs, &one).await?;
+            processed += self.apply_page(Some(rec.id), rec.until, &runs, &one).await?;
             if options.complete_rows {
                 for (stream, _) in &runs {
                     self.resolve_rows(stream).await?;
@@ -446,13 +449,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Applies one page (runs of distinct streams, each in seq order) to the
-    /// run's projection and returns the events it newly processed. First
-    /// all of it in one transaction; if a stream's checkpoint is behind its
-    /// run (nothing was committed then), stream by stream, catching such a
-    /// stream up from its checkpoint first.
-    async fn apply_page(
+    /// projection `one` (of run `run`, none for a generation build) and
+    /// returns the events it newly processed. First all of it in one
+    /// transaction; if a stream's checkpoint is behind its run (nothing was
+    /// committed then), stream by stream, catching such a stream up from its
+    /// checkpoint first (no further than global position `until`).
+    pub(crate) async fn apply_page(
         &self,
-        rec: &RunRecord,
+        run: Option<u64>,
+        until: Option<u64>,
         runs: &[(StreamId, Vec<Event>)],
         one: &[Arc<dyn Projection<P::Tx>>],
     ) -> Result<u64> {
@@ -484,13 +489,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     processed += r.applied + r.audit_only;
                 }
                 ApplyOutcome::Gap(gap) => {
-                    warn!(run = rec.id, projection = %rec.projection, stream = %stream,
+                    warn!(run = ?run, projection = %one[0].name(), stream = %stream,
                         checkpoint = gap.checkpoint, first_seq = first.seq.get(),
                         first_position = first.global_position,
                         "the stream's checkpoint is behind the run's first event for it: \
                          catching the stream up from its checkpoint");
                     processed += self
-                        .catch_up_stream(stream, gap.checkpoint + 1, last.seq.get(), rec.until, one)
+                        .catch_up_stream(stream, gap.checkpoint + 1, last.seq.get(), until, one)
                         .await?;
                 }
             }
@@ -501,7 +506,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Applies `stream` from seq `next` through seq `through` (no further
     /// than global position `until`), in batches, following the checkpoint
     /// when a concurrent reset moves it back. Returns the events processed.
-    async fn catch_up_stream(
+    pub(crate) async fn catch_up_stream(
         &self,
         stream: &StreamId,
         mut next: u64,
@@ -593,7 +598,7 @@ pub fn error_code(e: &Error) -> &'static str {
 
 /// Splits a page read in global-position order into one run per stream (in
 /// the order the streams first appear), each in seq order.
-fn by_stream(page: Vec<Event>) -> Vec<(StreamId, Vec<Event>)> {
+pub(crate) fn by_stream(page: Vec<Event>) -> Vec<(StreamId, Vec<Event>)> {
     let mut runs: Vec<(StreamId, Vec<Event>)> = Vec::new();
     let mut index: std::collections::HashMap<StreamId, usize> = std::collections::HashMap::new();
     for event in page {

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    DeadLetters, EventJournal, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue, Projection,
-    ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
+    DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue,
+    Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.
@@ -30,7 +30,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + WorkerRegistry
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
-    type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + 'static;
+    type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static;
     /// Whatever identifies the underlying databases, to open more instances.
     type Context: Send + Sync + 'static;
 

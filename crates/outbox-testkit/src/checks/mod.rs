@@ -11,6 +11,7 @@
 
 mod admin;
 mod end_to_end;
+mod generations;
 mod journal;
 mod lease;
 mod outbox;
@@ -23,6 +24,7 @@ mod watermark;
 
 pub use admin::*;
 pub use end_to_end::*;
+pub use generations::*;
 pub use journal::*;
 pub use lease::*;
 pub use outbox::*;
@@ -171,6 +173,10 @@ macro_rules! for_each_check {
             view_running_digest_rolls_back_with_a_failed_apply,
             view_running_digest_equals_a_scan_after_randomized_histories,
             view_running_digest_stays_exact_under_concurrent_applies,
+            generation_swap_moves_readers_and_appliers_together,
+            apply_resolved_before_a_swap_cannot_commit_to_the_old_generation,
+            begin_generation_resumes_its_version_and_refuses_another,
+            agreeing_swap_compares_checkpoints_and_running_digests,
             watermark_is_none_for_unsaved_stream,
             watermark_never_decreases,
             watermark_is_raised_by_apply,
