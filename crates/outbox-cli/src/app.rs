@@ -21,6 +21,7 @@ pub struct App {
     pub(crate) version: Option<String>,
     pub(crate) event_types: EventTypeRegistry,
     pub(crate) views: Vec<Arc<dyn ViewProjection>>,
+    pub(crate) candidates: Vec<Arc<dyn ViewProjection>>,
 }
 
 impl std::fmt::Debug for App {
@@ -45,6 +46,7 @@ impl App {
             version: None,
             event_types: EventTypeRegistry::new(),
             views: Vec::new(),
+            candidates: Vec::new(),
         }
     }
 
@@ -75,6 +77,22 @@ impl App {
     /// [`App::view`] for a projection that is already shared.
     pub fn view_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
         self.views.push(projection);
+        self
+    }
+
+    /// Adds a candidate version of a registered projection (the same name,
+    /// another [`ViewProjection::version`]): `outbox shadow build` builds it
+    /// into a shadow generation, `outbox shadow diff` compares it with the
+    /// live code stream by stream, and `outbox promote` swaps its
+    /// generation in when the running digests agree. Once it is live, this
+    /// program's workers apply the candidate to it (ADR 0021).
+    pub fn candidate(self, projection: impl ViewProjection) -> Self {
+        self.candidate_arc(Arc::new(projection))
+    }
+
+    /// [`App::candidate`] for a projection that is already shared.
+    pub fn candidate_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
+        self.candidates.push(projection);
         self
     }
 

@@ -129,6 +129,15 @@ pub enum Command {
     Rebuild(RebuildArgs),
     /// List, show or cancel replay and rebuild runs.
     Runs(RunsArgs),
+    /// List the generations of view projections; `drop` deletes one that
+    /// is not live (ADR 0021).
+    Generations(GenerationsArgs),
+    /// Build a projection's registered candidate version into a shadow
+    /// generation, or compare it with the live code stream by stream.
+    Shadow(ShadowArgs),
+    /// Swap the generation being built in, only when its running digest
+    /// agrees with the live one's (or with --force).
+    Promote(PromoteArgs),
     /// List streams whose projections are behind the journal; --repair catches them up.
     Gaps(GapsArgs),
     /// List the workers registered in the journal database.
@@ -361,11 +370,105 @@ pub struct RebuildArgs {
     /// Which projections.
     #[command(flatten)]
     pub which: Which,
+    /// Build a new generation beside the live one (which keeps serving and
+    /// being applied), then swap it in in one transaction; the old one is
+    /// kept until `outbox generations drop`. Run it again to resume a build
+    /// that was stopped. Needs --projection.
+    #[arg(long, conflicts_with = "complete_rows")]
+    pub blue_green: bool,
     /// Also delete the outbox rows every projection has now applied (dead
     /// ones included). Only against the projection database the live workers
     /// use: rows are theirs, and by default they are left alone.
     #[arg(long)]
     pub complete_rows: bool,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `outbox generations`.
+#[derive(Debug, Args)]
+pub struct GenerationsArgs {
+    /// Only this projection (with each of its stored generations).
+    #[arg(long)]
+    pub projection: Option<String>,
+    /// `drop`: delete a generation that is not live.
+    #[command(subcommand)]
+    pub drop: Option<GenerationsAction>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox generations` actions.
+#[derive(Debug, Subcommand)]
+pub enum GenerationsAction {
+    /// Delete one generation's documents, checkpoints and running digest
+    /// (the live one is refused; the one being built ends its build).
+    Drop {
+        /// The projection.
+        #[arg(long)]
+        projection: String,
+        /// The generation number (`outbox generations` lists them).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        generation: u32,
+        /// Confirm: the documents are deleted.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+impl GenerationsAction {
+    /// The projection named by the action.
+    pub(crate) fn projection(&self) -> &str {
+        match self {
+            GenerationsAction::Drop { projection, .. } => projection,
+        }
+    }
+}
+
+/// `outbox shadow`.
+#[derive(Debug, Args)]
+pub struct ShadowArgs {
+    /// build or diff.
+    #[command(subcommand)]
+    pub action: ShadowAction,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox shadow` actions.
+#[derive(Debug, Subcommand)]
+pub enum ShadowAction {
+    /// Build the candidate version into a shadow generation from the
+    /// journal (or bring it up to the tail); nothing reads it.
+    Build {
+        /// The projection.
+        #[arg(long)]
+        projection: String,
+    },
+    /// Apply each stream's events to the live code and to the candidate in
+    /// memory and list the streams where their documents differ (exit 4).
+    Diff {
+        /// The projection.
+        #[arg(long)]
+        projection: String,
+        /// Differing streams listed at most.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        limit: u64,
+    },
+}
+
+/// `outbox promote`.
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The projection.
+    #[arg(long)]
+    pub projection: String,
+    /// Swap even when the running digests differ.
+    #[arg(long)]
+    pub force: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,

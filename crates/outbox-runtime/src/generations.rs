@@ -131,12 +131,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if let Some(v) = self.inner.views.iter().find(|(n, _)| n.as_str() == name) {
             return Ok(Arc::clone(v.1));
         }
-        // Hand-written projections write their own tables: one storage name
+        // A `Projection<Tx>` may write tables of its own: one storage name
         // cannot hold a second generation of them.
         self.projection(name)?;
         Err(Error::invalid(format_args!(
-            "projection `{name}` is hand-written (Projection<Tx>): generations, blue/green rebuilds and \
-             shadow versions are for view projections"
+            "projection `{name}` is registered as a Projection<Tx> (OutboxBuilder::projection): generations, \
+             blue/green rebuilds and shadow versions are for view projections registered with \
+             OutboxBuilder::view"
         )))
     }
 

@@ -1,6 +1,7 @@
 //! The subcommands: opening the databases once, then one module per command.
 
 mod gaps;
+mod generations;
 mod leases;
 mod maintenance;
 mod replay;
@@ -9,7 +10,7 @@ mod work;
 use std::time::Duration;
 
 use anyhow::Result;
-use outbox_core::{Error, Seq, StreamId, select_mode, view_projection};
+use outbox_core::{Error, Seq, StreamId, select_mode};
 use outbox_runtime::{Config, Outbox, retry_while_unavailable};
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +41,10 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
             b = b.wake_source(w);
         }
         for v in &self.app.views {
-            b = b.projection(view_projection(v.clone()));
+            b = b.view_arc(v.clone());
+        }
+        for c in &self.app.candidates {
+            b = b.candidate_arc(c.clone());
         }
         b.build().await
     }
@@ -94,6 +98,8 @@ fn applies_events(command: &Command) -> Option<&'static str> {
         Command::Replay(_) => Some("replay"),
         Command::Rebuild(_) => Some("rebuild"),
         Command::Gaps(_) => Some("gaps"),
+        Command::Shadow(_) => Some("shadow"),
+        Command::Promote(_) => Some("promote"),
         _ => None,
     }
 }
@@ -139,6 +145,19 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         Command::Verify(a) => {
             for p in &a.projections {
                 outbox_core::ProjectionName::new(p.as_str())?;
+            }
+        }
+        Command::Rebuild(a) if a.blue_green && a.which.projection.is_none() => {
+            return Err(
+                Error::invalid("--blue-green rebuilds one projection: name it with --projection").into(),
+            );
+        }
+        Command::Generations(a) => {
+            for p in [a.projection.as_deref(), a.drop.as_ref().map(|d| d.projection())]
+                .into_iter()
+                .flatten()
+            {
+                outbox_core::ProjectionName::new(p)?;
             }
         }
         // A refused bind or a bad token stops before a database is opened.
@@ -305,6 +324,9 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Rebuild(a) => replay::rebuild(ctx, a).await,
         Command::Runs(a) => replay::runs(ctx, a).await,
         Command::Gaps(a) => gaps::gaps(ctx, a).await,
+        Command::Generations(a) => generations::generations(ctx, a).await,
+        Command::Shadow(a) => generations::shadow(ctx, a).await,
+        Command::Promote(a) => generations::promote(ctx, a).await,
         #[cfg(feature = "serve")]
         Command::Serve(a) => crate::serve::serve(ctx, a).await,
     }

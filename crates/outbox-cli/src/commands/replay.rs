@@ -10,6 +10,11 @@ use crate::cli::{RebuildArgs, ReplayArgs, RunsAction, RunsArgs};
 use crate::output::json;
 
 pub(super) async fn rebuild<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RebuildArgs) -> Result<()> {
+    if a.blue_green
+        && let Some(p) = &a.which.projection
+    {
+        return super::generations::rebuild_blue_green(ctx, p, a.json).await;
+    }
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
