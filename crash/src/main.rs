@@ -21,7 +21,14 @@ const USAGE: &str = "usage:
       one process: R is producer | inline | worker | both | drain; <place> is
       --journal PATH --projections PATH (sqlite) or --url URL --journal-schema S
       --projection-schema S (postgres); the runtime's configuration (mode flags,
-      lease TTL, worker id) comes from the OUTBOX_* variables the driver sets";
+      lease TTL, worker id) comes from the OUTBOX_* variables the driver sets
+  outbox-crash blue-green [--kills N] [--seed S]
+      kills a blue/green rebuild N times (default 24) at the generation failpoints
+      and at random moments while the live generation takes appends (SQLite): after
+      each kill the live generation is unchanged and the build resumes; every swap,
+      and the final one, equals a fresh rebuild
+  outbox-crash rebuild-victim --journal PATH --projections PATH
+      one blue/green rebuild of the oracle projection (the blue-green driver's victim)";
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +36,8 @@ fn main() -> std::process::ExitCode {
         Some("run") => driver::run(&Args(args[1..].to_vec())),
         Some("victim") => victim::main(&Args(args[1..].to_vec())),
         Some("check") => check::main(&Args(args[1..].to_vec())),
+        Some("blue-green") => blue_green::run(&Args(args[1..].to_vec())),
+        Some("rebuild-victim") => blue_green::victim_main(&Args(args[1..].to_vec())),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             Ok(0)
@@ -234,6 +243,7 @@ pub(crate) fn stream_names(n: u64) -> Vec<String> {
 }
 
 // After `with_stores!`, which they use.
+mod blue_green;
 mod check;
 mod driver;
 mod victim;

@@ -12,13 +12,17 @@ use crate::{cargo, pg, run};
 
 /// The rounds `cargo xtask ci` runs: a fixed seed, so CI is reproducible.
 pub(crate) const CI_ROUNDS: &[&[&str]] = &[
-    &["--backend", "sqlite", "--rounds", "20", "--seed", "12"],
-    &["--backend", "postgres", "--rounds", "10", "--seed", "12"],
+    &["run", "--backend", "sqlite", "--rounds", "20", "--seed", "12"],
+    &["run", "--backend", "postgres", "--rounds", "10", "--seed", "12"],
+    &["blue-green", "--kills", "24", "--seed", "12"],
 ];
 
 /// `cargo xtask crash [args]`: one run of the driver.
 pub(crate) fn crash(args: &[String]) -> Result<()> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if args.first() != Some(&"blue-green") {
+        args.insert(0, "run");
+    }
     crash_runs(&[&args])
 }
 
@@ -49,13 +53,12 @@ pub(crate) fn crash_runs(runs: &[&[&str]]) -> Result<()> {
             "-p",
             "outbox-crash",
             "--",
-            "run",
         ])
         .args(*args);
         if let Some(s) = &server {
             c.env("OUTBOX_TEST_DATABASE_URL", s.url());
         }
-        run(&format!("outbox-crash run {}", args.join(" ")), c)?;
+        run(&format!("outbox-crash {}", args.join(" ")), c)?;
     }
     Ok(())
 }

@@ -20,7 +20,8 @@ commands:
   ci          fmt check, tidy, the migrations check, clippy (warnings
               denied), the core boundary check, docs, the package check,
               every test (starts a throwaway Postgres when needed), and a
-              short crash run (20 SQLite and 10 Postgres rounds, fixed seed)
+              short crash run (20 SQLite and 10 Postgres rounds, 24 kills of a
+              blue/green rebuild, fixed seed)
   tidy [--fix]
               check (as text) that every OUTBOX_* variable is defined once and
               is a row of README.md's configuration table (--fix writes the
@@ -39,6 +40,9 @@ commands:
   crash [--backend sqlite|postgres] [--rounds N] [--seed S] [--round-seed S]
               the crash harness (release, failpoints on): kill -9 and named
               crash points, then the exactly-once check (docs/crash-testing.md)
+  crash blue-green [--kills N] [--seed S]
+              kills a blue/green rebuild at random points: the live
+              generation unchanged, the build resumable (docs/crash-testing.md)
   pg-shell    start a throwaway Postgres, print its URL, wait for Enter
   bench [--quick] [--json PATH] [--only NAME[,NAME]]
               run outbox-bench (release): the outbox on SQLite against a raw

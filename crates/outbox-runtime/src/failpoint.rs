@@ -24,7 +24,8 @@
 pub const POINTS: &[&str] = &["after_claim", "after_apply", "after_complete", "after_append"];
 
 /// The named points of a generation build.
-#[cfg(feature = "failpoints")]
+#[cfg(any(feature = "failpoints", test))]
+#[cfg_attr(not(feature = "failpoints"), allow(unreachable_pub))]
 pub const GENERATION_POINTS: &[&str] = &["build_page", "build_position", "before_swap", "after_swap"];
 
 /// A crash point: aborts the process on the configured hit when the
@@ -67,7 +68,7 @@ fn parse(value: Option<&str>) -> Option<(String, u64)> {
     let parsed = value
         .rsplit_once(':')
         .and_then(|(name, n)| Some((name, n.parse::<u64>().ok()?)))
-        .filter(|(name, n)| *n >= 1 && POINTS.contains(name));
+        .filter(|(name, n)| *n >= 1 && (POINTS.contains(name) || GENERATION_POINTS.contains(name)));
     if parsed.is_none() {
         eprintln!("OUTBOX_CRASH_AT={value:?} is not `point:N` with a known point and N >= 1: ignored");
     }
@@ -86,5 +87,6 @@ mod tests {
         assert_eq!(parse(Some("after_apply")), None);
         assert_eq!(parse(Some("after_apply:0")), None);
         assert_eq!(parse(Some("nowhere:1")), None);
+        assert_eq!(parse(Some("before_swap:1")), Some(("before_swap".into(), 1)));
     }
 }
