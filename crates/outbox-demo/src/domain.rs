@@ -153,6 +153,10 @@ pub struct Tally {
     pub total: i64,
     /// Natural 20s on a d20.
     pub natural_20s: u64,
+    /// The highest roll: kept by version 2 of `character_tally` only (the
+    /// demo's candidate), absent from version 1's documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest: Option<i64>,
 }
 
 fn name(n: &str) -> ProjectionName {
@@ -235,12 +239,31 @@ impl ViewProjection for Roster {
 pub struct CharacterTally {
     name: ProjectionName,
     faults: Faults,
+    /// Version 2 also keeps each character's highest roll.
+    version: u32,
+}
+
+impl CharacterTally {
+    /// Version 2, the demo's candidate: it also keeps each character's
+    /// highest roll (`outbox-demo shadow diff --projection character_tally`
+    /// shows where it differs; `promote --force` makes it live).
+    pub fn v2(faults: &Faults) -> Self {
+        CharacterTally {
+            name: name("character_tally"),
+            faults: faults.clone(),
+            version: 2,
+        }
+    }
 }
 
 #[async_trait]
 impl ViewProjection for CharacterTally {
     fn name(&self) -> &ProjectionName {
         &self.name
+    }
+
+    fn version(&self) -> u32 {
+        self.version
     }
 
     async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
@@ -252,10 +275,14 @@ impl ViewProjection for CharacterTally {
         let result = p.result.ok_or("dice_rolled has no result")?;
         let sides = p.sides.ok_or("dice_rolled has no sides")?;
         let key = format!("{}/{}", e.stream, field(&p.character, "character", e)?);
+        let keeps_highest = self.version >= 2;
         view.update("tally", &key, |t: &mut Tally| {
             t.rolls += 1;
             t.total += result;
             t.natural_20s += u64::from(sides == 20 && result == 20);
+            if keeps_highest {
+                t.highest = Some(t.highest.map_or(result, |h| h.max(result)));
+            }
         })
         .await?;
         Ok(())
@@ -270,16 +297,22 @@ pub fn projections(faults: &Faults) -> Vec<Arc<dyn ViewProjection>> {
         Arc::new(CharacterTally {
             name: name("character_tally"),
             faults: faults.clone(),
+            version: 1,
         }),
     ]
 }
 
-/// The demo application as the `outbox` command sees it, with `faults`.
+/// The demo application as the `outbox` command sees it, with `faults`:
+/// its three projections, and version 2 of `character_tally` as a
+/// candidate (ADR 0021).
 pub fn app(faults: &Faults) -> outbox_cli::App {
-    projections(faults).into_iter().fold(
-        outbox_cli::App::new("outbox-demo")
-            .about("The outbox demo: a tabletop campaign on the transactional projection-apply outbox")
-            .event_types(event_types()),
-        outbox_cli::App::view_arc,
-    )
+    projections(faults)
+        .into_iter()
+        .fold(
+            outbox_cli::App::new("outbox-demo")
+                .about("The outbox demo: a tabletop campaign on the transactional projection-apply outbox")
+                .event_types(event_types()),
+            outbox_cli::App::view_arc,
+        )
+        .candidate(CharacterTally::v2(faults))
 }

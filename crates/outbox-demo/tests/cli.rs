@@ -2070,3 +2070,156 @@ fn work_waits_for_a_locked_journal_and_sigterm_stops_the_wait_at_once() {
         "nothing registered"
     );
 }
+
+// ---------------------------------------------------------------------------
+// generations: blue/green rebuilds, shadow builds, promotion (ADR 0021)
+// ---------------------------------------------------------------------------
+
+/// `rebuild --blue-green` swaps a fresh generation in with the digests the
+/// projection had; `generations` lists both; the live one cannot be
+/// dropped, the old one can (with --yes).
+#[test]
+fn blue_green_rebuild_swaps_in_an_equal_generation_and_keeps_the_old_one() {
+    let site = demo_site();
+    let before = digests(&site);
+    let swap = site.json(&["rebuild", "--blue-green", "--projection", "roster", "--json"]);
+    assert_eq!((u(&swap["from"]), u(&swap["to"])), (1, 2), "{swap}");
+    assert!(u(&swap["build"]["applied"]) > 0, "{swap}");
+    assert_eq!(digests(&site), before, "the new generation equals the old one");
+
+    let listed = site.json(&["generations", "--json"]);
+    let roster = &listed.as_array().unwrap()[0];
+    assert_eq!(roster["projection"], "roster", "{listed}");
+    assert_eq!((u(&roster["live"]), u(&roster["epoch"])), (2, 1), "{listed}");
+    let gens: Vec<(u64, String)> = roster["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (u(&g["generation"]), g["storage"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(gens, [(1, "roster".to_owned()), (2, "roster@g2".to_owned())]);
+    let text = site.ok(&["generations", "--projection", "roster"]);
+    assert!(text.starts_with("roster: live g2 (version 1), epoch 1"), "{text}");
+    assert!(
+        text.contains("roster@g2") && text.contains("live") && text.contains("kept"),
+        "{text}"
+    );
+
+    site.refused(
+        &["rebuild", "--blue-green", "--all"],
+        &[],
+        2,
+        &["--blue-green", "--projection"],
+    );
+    site.refused(
+        &[
+            "generations",
+            "drop",
+            "--projection",
+            "roster",
+            "--generation",
+            "2",
+            "--yes",
+        ],
+        &[],
+        4,
+        &["generation 2", "live"],
+    );
+    site.refused(
+        &[
+            "generations",
+            "drop",
+            "--projection",
+            "roster",
+            "--generation",
+            "1",
+        ],
+        &[],
+        2,
+        &["--yes"],
+    );
+    let out = site.ok(&[
+        "generations",
+        "drop",
+        "--projection",
+        "roster",
+        "--generation",
+        "1",
+        "--yes",
+    ]);
+    assert!(out.contains("dropped generation 1 of roster"), "{out}");
+    assert_eq!(
+        digests(&site),
+        before,
+        "dropping the old generation leaves the live one"
+    );
+}
+
+/// The demo registers version 2 of `character_tally` (it also keeps the
+/// highest roll) as a candidate: `shadow diff` lists the streams where it
+/// differs and exits 4; `shadow build` builds it beside the live
+/// generation; `promote` refuses it naming the first differing stream and
+/// changes nothing; `promote --force` makes it live (version 2), changing
+/// that projection's digest only.
+#[test]
+fn a_differing_candidate_is_diffed_refused_and_promoted_by_force() {
+    let site = demo_site();
+    let before = digests(&site);
+    let diff = site.run(&["shadow", "diff", "--projection", "character_tally", "--json"]);
+    assert_eq!(diff.code, Some(4), "{}", diff.explain());
+    let report: Value = serde_json::from_str(&diff.stdout).expect("diff --json");
+    let differing = report["differing"].as_array().unwrap();
+    assert!(!differing.is_empty(), "{report}");
+    let first = differing[0]["stream"].as_str().unwrap().to_owned();
+    assert!(
+        differing[0]["candidate"]
+            .as_str()
+            .unwrap()
+            .contains("\"highest\""),
+        "{report}"
+    );
+    assert!(
+        diff.stderr.contains(&format!("first: `{first}`")),
+        "{}",
+        diff.explain()
+    );
+    site.refused(
+        &["shadow", "diff", "--projection", "roster"],
+        &[],
+        2,
+        &["roster", "no candidate"],
+    );
+
+    let built = site.json(&["shadow", "build", "--projection", "character_tally", "--json"]);
+    assert_eq!((u(&built["generation"]), u(&built["version"])), (2, 2), "{built}");
+    assert_eq!(digests(&site), before, "a shadow generation is invisible");
+
+    let refused = site.run(&["promote", "--projection", "character_tally"]);
+    assert_eq!(refused.code, Some(4), "{}", refused.explain());
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("first differing stream `{first}`")),
+        "{}",
+        refused.explain()
+    );
+    assert_eq!(digests(&site), before, "a refused promotion changes nothing");
+
+    let swap = site.json(&["promote", "--projection", "character_tally", "--force", "--json"]);
+    assert_eq!((u(&swap["from"]), u(&swap["to"])), (1, 2), "{swap}");
+    let after = digests(&site);
+    let changed: Vec<&str> = before
+        .0
+        .iter()
+        .zip(&after.0)
+        .filter(|(b, a)| b != a)
+        .map(|(b, _)| b.0.as_str())
+        .collect();
+    assert_eq!(
+        changed,
+        ["character_tally"],
+        "only the promoted projection changed"
+    );
+    let rec = &site.json(&["generations", "--projection", "character_tally", "--json"])[0];
+    assert_eq!((u(&rec["live"]), u(&rec["live_version"])), (2, 2), "{rec}");
+}
