@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, ViewRow, ViewStorage, ended_by_projection, validate_limit};
+use outbox_core::spi::{ApplyTx, ViewRow, ended_by_projection, validate_limit};
 use outbox_core::spi::{
     StoredWatermark, projection_undecodable, stored_view_digest, validate_projection_names,
 };
@@ -167,7 +167,7 @@ pub async fn reset_in<T: ApplyTx + Conn + 'static>(
 /// the store's read snapshot `tx`: the projection's rows, then its
 /// checkpoints (the same framing on every adapter, so equal states digest
 /// equally; a checkpoint at 0 is the same as none).
-pub async fn digest_in<T: Conn + ViewStorage + Send + 'static>(
+pub async fn digest_in<T: Conn + outbox_core::spi::ViewStorage + Send + 'static>(
     dialect: &Dialect,
     tx: &mut T,
     projection: &dyn Projection<T>,
