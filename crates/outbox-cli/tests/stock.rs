@@ -292,13 +292,12 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
             .execute(&mut conn)
             .await
             .unwrap();
-        // The last projection migration (0005) adds the runs' positions.
-        for drop in [
-            "ALTER TABLE outbox_runs DROP COLUMN since_position",
-            "ALTER TABLE outbox_runs DROP COLUMN cursor_position",
-        ] {
-            sqlx::query(drop).execute(&mut conn).await.unwrap();
-        }
+        // The last projection migration (0006) adds the generation records.
+        assert_eq!(last, 6, "this test undoes migration 0006: update it with the last migration");
+        sqlx::query("DROP TABLE outbox_generations")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         let _ = sqlx::Connection::close(conn).await;
     }
     let before = projection_files(&site.projection);
