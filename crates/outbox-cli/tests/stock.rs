@@ -293,7 +293,10 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
             .await
             .unwrap();
         // The last projection migration (0006) adds the generation records.
-        assert_eq!(last, 6, "this test undoes migration 0006: update it with the last migration");
+        assert_eq!(
+            last, 6,
+            "this test undoes migration 0006: update it with the last migration"
+        );
         sqlx::query("DROP TABLE outbox_generations")
             .execute(&mut conn)
             .await
