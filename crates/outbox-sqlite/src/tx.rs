@@ -101,17 +101,21 @@ impl ApplyTx for SqliteTx {
             .map_err(err)?
             .rows_affected();
         }
-        sqlx::query(concat!(
-            "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
-            now_ms!(),
-            ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
-             updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
-        ))
-        .bind(stream.as_str())
-        .bind(i64::try_from(through).unwrap_or(i64::MAX))
-        .execute(self.conn())
-        .await
-        .map_err(err)?;
+        // A moved checkpoint raises the watermark itself (a trigger, projection
+        // migration 0007): `through` is every moved checkpoint's new value.
+        if moves.is_empty() {
+            sqlx::query(concat!(
+                "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
+                now_ms!(),
+                ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+                 updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
+            ))
+            .bind(stream.as_str())
+            .bind(i64::try_from(through).unwrap_or(i64::MAX))
+            .execute(self.conn())
+            .await
+            .map_err(err)?;
+        }
         Ok(moved)
     }
 
@@ -154,9 +158,11 @@ impl ApplyTx for SqliteTx {
             .collect())
     }
 
-    /// Three statements for every stream at once: the documents, the
+    /// Two statements for every stream at once: the documents and the
     /// checkpoints (each set only where it still is `from` and the
-    /// generation epoch is the one resolved, ADR 0021) and the watermarks.
+    /// generation epoch is the one resolved, ADR 0021), whose trigger raises
+    /// the watermarks; a third only for streams whose checkpoints did not
+    /// move.
     async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
         self.flush_views().await?;
         let err = |e| storage("advancing checkpoints", e);
@@ -190,10 +196,16 @@ impl ApplyTx for SqliteTx {
             .map_err(err)?
             .rows_affected();
         }
+        // Streams whose checkpoints moved had their watermarks raised by the
+        // checkpoints' trigger (projection migration 0007).
         let marks: Vec<serde_json::Value> = advances
             .iter()
+            .filter(|a| a.moves.is_empty())
             .map(|a| serde_json::json!([a.stream.as_str(), int(a.through)]))
             .collect();
+        if marks.is_empty() {
+            return Ok(moved);
+        }
         sqlx::query(concat!(
             "INSERT INTO outbox_watermarks (stream, applied_through, updated_at)              SELECT value ->> 0, value ->> 1, ",
             now_ms!(),
