@@ -120,13 +120,7 @@ pub(crate) fn run(args: &Args) -> Result<u8> {
     } else {
         args.num("--rounds", 20)?
     };
-    let seed = match args.get("--seed") {
-        Some(s) => parse_u64(s)?,
-        None => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(42),
-    };
+    let seed = crate::seed_arg(args)?;
     let url = match backend {
         Backend::Postgres => Some(
             args.get("--url")

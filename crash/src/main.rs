@@ -80,6 +80,17 @@ impl Args {
     }
 }
 
+/// `--seed S`, or one from the clock (printed by the caller either way).
+pub(crate) fn seed_arg(args: &Args) -> Result<u64> {
+    Ok(match args.get("--seed") {
+        Some(s) => parse_u64(s)?,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(42),
+    })
+}
+
 /// A decimal or `0x` hexadecimal number.
 pub(crate) fn parse_u64(v: &str) -> Result<u64> {
     Ok(match v.strip_prefix("0x") {

@@ -114,6 +114,90 @@ impl GenerationInfo {
     }
 }
 
+/// What [`GenerationStore::begin_generation`] does with a record, decided
+/// once for every adapter ([`plan_build`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildPlan {
+    /// The generation being built is of the version asked for: resume it.
+    Resume,
+    /// Start generation `generation` (stored under `storage`, which is
+    /// cleared first).
+    New {
+        /// The new generation's number.
+        generation: u32,
+        /// Its storage name.
+        storage: ProjectionName,
+    },
+}
+
+/// Decides [`GenerationStore::begin_generation`] for `record`: resume a
+/// build of `version`, refuse one of another version (`InvalidState` naming
+/// it and how to drop it), or give out the next number.
+pub fn plan_build(record: &GenerationInfo, version: u32) -> Result<BuildPlan> {
+    let projection = &record.projection;
+    if let Some(building) = record.building {
+        if record.building_version == Some(version) {
+            return Ok(BuildPlan::Resume);
+        }
+        return Err(Error::InvalidState(format!(
+            "generation {building} of projection `{projection}` is being built by version {}, not {version}: \
+             drop it first (`outbox generations drop --projection {projection} --generation {building}`)",
+            record.building_version.unwrap_or(0)
+        )));
+    }
+    let generation = record
+        .last_generation
+        .max(record.live)
+        .checked_add(1)
+        .ok_or_else(|| Error::invalid("generation numbers are exhausted"))?;
+    Ok(BuildPlan::New {
+        generation,
+        storage: generation_storage(projection, generation)?,
+    })
+}
+
+/// Checks [`GenerationStore::drop_generation`] of `generation` against the
+/// projection's record (`None`: it has none) and returns the storage name to
+/// clear: the live generation is `InvalidState`, one never given out
+/// `NotFound`.
+pub fn plan_drop(
+    projection: &ProjectionName,
+    record: Option<&GenerationInfo>,
+    generation: u32,
+) -> Result<ProjectionName> {
+    let (live, last) = record.map_or((1, 1), |r| (r.live, r.last_generation));
+    if generation == live {
+        return Err(Error::InvalidState(format!(
+            "generation {generation} of projection `{projection}` is live: it cannot be dropped"
+        )));
+    }
+    if generation == 0 || generation > last {
+        return Err(Error::NotFound(format!(
+            "generation {generation} of projection `{projection}` (given out: 1..={last})"
+        )));
+    }
+    generation_storage(projection, generation)
+}
+
+/// The refusal of a call about a generation that is not being built.
+pub fn not_building(projection: &ProjectionName, generation: u32) -> Error {
+    Error::InvalidState(format!(
+        "generation {generation} of projection `{projection}` is not being built (swapped, dropped, or never begun)"
+    ))
+}
+
+/// The running digest of `d` for a comparing swap: `InvalidState` when its
+/// documents predate running digests.
+pub fn comparable_digest(d: &crate::ViewDigest) -> Result<RunningDigest> {
+    d.digest.ok_or_else(|| {
+        Error::InvalidState(format!(
+            "`{}` holds documents older than running digests, so it cannot be compared: \
+             rebuild it, or promote with --force",
+            d.projection
+        ))
+    })
+}
+
 /// One generation's stored state: what `outbox generations` lists.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StoredGeneration {

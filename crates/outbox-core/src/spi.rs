@@ -10,6 +10,7 @@ use crate::{ProjectionName, Result, Seq, StreamId};
 
 pub use crate::apply::{all_applied, apply_in, apply_runs_in, apply_runs_presumed, ended_by_projection};
 pub use crate::event::{AppendPlan, plan_append};
+pub use crate::generation::{BuildPlan, comparable_digest, not_building, plan_build, plan_drop};
 pub use crate::live::{GenerationMap, LiveGeneration};
 pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, validate_ttl};
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_core::spi::GenerationMap;
+use outbox_core::spi::{BuildPlan, GenerationMap, comparable_digest, not_building, plan_build, plan_drop};
 use outbox_core::{
     Error, GenerationInfo, GenerationStore, ProjectionName, Result, StoredGeneration, StreamBehind,
     SwapCheck, SwapOutcome, generation_storage,
@@ -13,12 +13,6 @@ use crate::projection::{MemoryProjectionStore, State};
 
 /// The most streams a [`SwapOutcome::Behind`] lists.
 const BEHIND_PAGE: usize = 1000;
-
-fn not_building(projection: &ProjectionName, generation: u32) -> Error {
-    Error::InvalidState(format!(
-        "generation {generation} of projection `{projection}` is not being built (swapped, dropped, or never begun)"
-    ))
-}
 
 impl State {
     fn refresh_live(&mut self) -> Result<()> {
@@ -59,22 +53,13 @@ impl GenerationStore for MemoryProjectionStore {
                 updated_at: now,
             })
             .clone();
-        if let Some(building) = record.building {
-            if record.building_version == Some(version) {
-                return Ok(record);
-            }
-            return Err(Error::InvalidState(format!(
-                "generation {building} of projection `{projection}` is being built by version {}, not {version}: \
-                 drop it first (`outbox generations drop --projection {projection} --generation {building}`)",
-                record.building_version.unwrap_or(0)
-            )));
-        }
-        let next = record
-            .last_generation
-            .max(record.live)
-            .checked_add(1)
-            .ok_or_else(|| Error::invalid("generation numbers are exhausted"))?;
-        let storage = generation_storage(projection, next)?;
+        let BuildPlan::New {
+            generation: next,
+            storage,
+        } = plan_build(&record, version)?
+        else {
+            return Ok(record);
+        };
         st.clear_storage(&storage);
         let r = st
             .generations
@@ -155,17 +140,8 @@ impl GenerationStore for MemoryProjectionStore {
             return Ok(SwapOutcome::Behind { streams: behind });
         }
         if check == SwapCheck::Agrees {
-            let tracked = |d: outbox_core::ViewDigest| {
-                d.digest.ok_or_else(|| {
-                    Error::InvalidState(format!(
-                        "`{}` holds documents older than running digests, so it cannot be compared: \
-                         rebuild it, or promote with --force",
-                        d.projection
-                    ))
-                })
-            };
-            let a = tracked(st.digest_of(&live))?;
-            let b = tracked(st.digest_of(&new))?;
+            let a = comparable_digest(&st.digest_of(&live))?;
+            let b = comparable_digest(&st.digest_of(&new))?;
             if a != b {
                 return Ok(SwapOutcome::Differs { live: a, building: b });
             }
@@ -192,21 +168,10 @@ impl GenerationStore for MemoryProjectionStore {
     async fn drop_generation(&self, projection: &ProjectionName, generation: u32) -> Result<u64> {
         let now = self.clock.now();
         let mut st = self.state.lock().await;
-        let (live, last, building) = st
-            .generations
-            .get(projection)
-            .map_or((1, 1, None), |r| (r.live, r.last_generation, r.building));
-        if generation == live {
-            return Err(Error::InvalidState(format!(
-                "generation {generation} of projection `{projection}` is live: it cannot be dropped"
-            )));
-        }
-        if generation == 0 || generation > last {
-            return Err(Error::NotFound(format!(
-                "generation {generation} of projection `{projection}` (given out: 1..={last})"
-            )));
-        }
-        let docs = st.clear_storage(&generation_storage(projection, generation)?);
+        let record = st.generations.get(projection);
+        let building = record.and_then(|r| r.building);
+        let storage = plan_drop(projection, record, generation)?;
+        let docs = st.clear_storage(&storage);
         if building == Some(generation)
             && let Some(r) = st.generations.get_mut(projection)
         {

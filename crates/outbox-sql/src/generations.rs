@@ -4,10 +4,12 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use outbox_core::spi::{GenerationMap, projection_undecodable};
+use outbox_core::spi::{
+    BuildPlan, GenerationMap, comparable_digest, not_building, plan_build, plan_drop, projection_undecodable,
+};
 use outbox_core::{
-    Error, GenerationInfo, ProjectionName, Result, RunningDigest, StoredGeneration, StreamBehind, StreamId,
-    SwapCheck, SwapOutcome, Timestamp, ViewDigest, generation_storage,
+    Error, GenerationInfo, ProjectionName, Result, StoredGeneration, StreamBehind, StreamId, SwapCheck,
+    SwapOutcome, Timestamp, ViewDigest, generation_storage,
 };
 
 use crate::projection::{DIGEST_COLUMNS, decode_view_digest};
@@ -191,23 +193,14 @@ pub async fn begin_generation(
         record = read_record(dialect, &mut *tx, projection, true).await?;
     }
     let record = record.ok_or_else(|| Error::NotFound(format!("generation record of `{projection}`")))?;
-    if let Some(building) = record.building {
-        if record.building_version == Some(version) {
-            tx.commit("resuming a generation").await?;
-            return Ok(record);
-        }
-        return Err(Error::InvalidState(format!(
-            "generation {building} of projection `{projection}` is being built by version {}, not {version}: \
-             drop it first (`outbox generations drop --projection {projection} --generation {building}`)",
-            record.building_version.unwrap_or(0)
-        )));
-    }
-    let next = record
-        .last_generation
-        .max(record.live)
-        .checked_add(1)
-        .ok_or_else(|| Error::invalid("generation numbers are exhausted"))?;
-    let storage = generation_storage(projection, next)?;
+    let BuildPlan::New {
+        generation: next,
+        storage,
+    } = plan_build(&record, version)?
+    else {
+        tx.commit("resuming a generation").await?;
+        return Ok(record);
+    };
     clear_storage(dialect, &mut *tx, &storage).await?;
     tx.execute(
         "recording a generation",
@@ -255,12 +248,6 @@ pub async fn record_build_position(
         return Err(not_building(projection, generation));
     }
     tx.commit("recording a build's position").await
-}
-
-fn not_building(projection: &ProjectionName, generation: u32) -> Error {
-    Error::InvalidState(format!(
-        "generation {generation} of projection `{projection}` is not being built (swapped, dropped, or never begun)"
-    ))
 }
 
 /// Streams on which `ahead`'s checkpoint is above `behind`'s (at most a page).
@@ -318,16 +305,6 @@ async fn recorded_digest(
     }
 }
 
-fn tracked(d: &ViewDigest) -> Result<RunningDigest> {
-    d.digest.ok_or_else(|| {
-        Error::InvalidState(format!(
-            "`{}` holds documents older than running digests, so it cannot be compared: \
-             rebuild it, or promote with --force",
-            d.projection
-        ))
-    })
-}
-
 /// [`GenerationStore::swap_generation`](outbox_core::GenerationStore::swap_generation).
 pub async fn swap_generation(
     db: &(impl Database + ?Sized),
@@ -369,8 +346,8 @@ pub async fn swap_generation(
         return Ok(SwapOutcome::Behind { streams: behind });
     }
     if check == SwapCheck::Agrees {
-        let a = tracked(&recorded_digest(dialect, &mut *tx, &live).await?)?;
-        let b = tracked(&recorded_digest(dialect, &mut *tx, &new).await?)?;
+        let a = comparable_digest(&recorded_digest(dialect, &mut *tx, &live).await?)?;
+        let b = comparable_digest(&recorded_digest(dialect, &mut *tx, &new).await?)?;
         if a != b {
             return Ok(SwapOutcome::Differs { live: a, building: b });
         }
@@ -406,18 +383,8 @@ pub async fn drop_generation(
     let dialect = db.dialect();
     let mut tx = db.begin().await?;
     let record = read_record(dialect, &mut *tx, projection, true).await?;
-    let (live, last) = record.as_ref().map_or((1, 1), |r| (r.live, r.last_generation));
-    if generation == live {
-        return Err(Error::InvalidState(format!(
-            "generation {generation} of projection `{projection}` is live: it cannot be dropped"
-        )));
-    }
-    if generation == 0 || generation > last {
-        return Err(Error::NotFound(format!(
-            "generation {generation} of projection `{projection}` (given out: 1..={last})"
-        )));
-    }
-    let docs = clear_storage(dialect, &mut *tx, &generation_storage(projection, generation)?).await?;
+    let storage = plan_drop(projection, record.as_ref(), generation)?;
+    let docs = clear_storage(dialect, &mut *tx, &storage).await?;
     if record.is_some_and(|r| r.building == Some(generation)) {
         tx.execute(
             "ending a build",
