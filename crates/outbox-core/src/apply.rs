@@ -76,9 +76,7 @@ pub async fn apply_in<Tx: ApplyTx + 'static>(
     projections: &[Arc<dyn Projection<Tx>>],
 ) -> Result<ApplyOutcome> {
     validate_run(stream, events)?;
-    let mut outcomes = apply_all(tx, &[events], projections, Checkpoints::Read)
-        .await?
-        .ok_or_else(|| Error::invalid("apply: checkpoints were read, not presumed"))?;
+    let mut outcomes = apply_all(tx, &[events], projections).await?;
     outcomes
         .pop()
         .ok_or_else(|| Error::invalid("apply: the run is empty"))
@@ -98,34 +96,6 @@ pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
     runs: &[&[Event]],
     projections: &[Arc<dyn Projection<Tx>>],
 ) -> Result<Vec<ApplyOutcome>> {
-    validate_runs(runs)?;
-    apply_all(tx, runs, projections, Checkpoints::Read)
-        .await?
-        .ok_or_else(|| Error::invalid("apply_runs: checkpoints were read, not presumed"))
-}
-
-/// [`apply_runs_in`] without reading the checkpoints first: each is presumed
-/// to be right before its run (`first seq − 1`), which is what a worker's
-/// claim of a stream's head run finds unless a crash or a takeover left a
-/// duplicate. The compare-and-set at the end is what it always is, so a
-/// wrong presumption commits nothing: it returns `Ok(None)` and the caller
-/// drops the transaction and applies again with [`apply_runs_in`]. An
-/// applier error is returned as it is; the caller should apply again with
-/// [`apply_runs_in`] too, since the presumed event may have been a
-/// duplicate the applier refused. Saves a statement per transaction on a
-/// store where a statement costs a round trip and nothing else applies
-/// concurrently (SQLite's single writer).
-pub async fn apply_runs_presumed<Tx: ApplyTx + 'static>(
-    tx: &mut Tx,
-    runs: &[&[Event]],
-    projections: &[Arc<dyn Projection<Tx>>],
-) -> Result<Option<Vec<ApplyOutcome>>> {
-    validate_runs(runs)?;
-    apply_all(tx, runs, projections, Checkpoints::Presumed).await
-}
-
-/// Checks that `runs` are non-empty contiguous runs of distinct streams.
-fn validate_runs(runs: &[&[Event]]) -> Result<()> {
     let mut streams = std::collections::HashSet::with_capacity(runs.len());
     for run in runs {
         let Some(first) = run.first() else {
@@ -139,24 +109,7 @@ fn validate_runs(runs: &[&[Event]]) -> Result<()> {
             )));
         }
     }
-    Ok(())
-}
-
-/// Where the apply loop takes the checkpoints it plans with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Checkpoints {
-    /// Read (and locked) from the store.
-    Read,
-    /// Presumed right before each run; the compare-and-set checks them.
-    Presumed,
-}
-
-/// Each of `projections` projections' checkpoint presumed right before
-/// each run.
-fn presumed(runs: &[&[Event]], projections: usize) -> Vec<Vec<u64>> {
-    runs.iter()
-        .map(|r| vec![r[0].seq.get() - 1; projections])
-        .collect()
+    apply_all(tx, runs, projections).await
 }
 
 /// Whether [`apply_runs_in`]'s outcomes for `runs` runs say "commit".
@@ -165,13 +118,11 @@ pub fn all_applied(outcomes: &[ApplyOutcome], runs: usize) -> bool {
 }
 
 /// The apply loop over validated, non-empty runs of distinct streams.
-/// `None` only when presumed checkpoints were wrong (nothing to commit).
 async fn apply_all<Tx: ApplyTx + 'static>(
     tx: &mut Tx,
     runs: &[&[Event]],
     projections: &[Arc<dyn Projection<Tx>>],
-    checkpoints: Checkpoints,
-) -> Result<Option<Vec<ApplyOutcome>>> {
+) -> Result<Vec<ApplyOutcome>> {
     validate_projection_names(projections)?;
     // Checkpoints are kept under each projection's live generation (ADR 0021).
     let stored: Vec<_> = projections
@@ -180,10 +131,7 @@ async fn apply_all<Tx: ApplyTx + 'static>(
         .collect();
     let names: Vec<_> = stored.iter().collect();
     let streams: Vec<&StreamId> = runs.iter().map(|r| &r[0].stream).collect();
-    let read = match checkpoints {
-        Checkpoints::Read => tx.checkpoints_of(&streams, &names).await?,
-        Checkpoints::Presumed => presumed(runs, names.len()),
-    };
+    let read = tx.checkpoints_of(&streams, &names).await?;
     if read.len() != runs.len() || read.iter().any(|r| r.len() != names.len()) {
         return Err(Error::Storage {
             message: "the store returned checkpoints for other streams or projections than asked".into(),
@@ -201,14 +149,14 @@ async fn apply_all<Tx: ApplyTx + 'static>(
         for (p, cp) in projections.iter().zip(read) {
             if let Err(gap) = plan_apply(p.name(), *cp, run) {
                 outcomes.push(ApplyOutcome::Gap(gap));
-                return Ok(Some(outcomes));
+                return Ok(outcomes);
             }
         }
         let mut current = read.clone();
         let mut report = ApplyReport::default();
         for e in run.iter() {
             let mut new_to_some = projections.is_empty();
-            for ((p, cp), stored) in projections.iter().zip(current.iter_mut()).zip(&names) {
+            for (p, cp) in projections.iter().zip(current.iter_mut()) {
                 if e.seq.get() <= *cp {
                     continue;
                 }
@@ -217,26 +165,9 @@ async fn apply_all<Tx: ApplyTx + 'static>(
                         tx.guard().await?;
                         guarded = true;
                     }
-                    if let Err(source) = p.apply(tx, e).await {
-                        let err = applier_error(p.name().as_str(), e, source);
-                        // With a presumed checkpoint the failure is this
-                        // event's only if the projection had not applied it
-                        // (the reading path would have failed here too);
-                        // otherwise it was a duplicate, and the caller
-                        // applies again, reading.
-                        if checkpoints == Checkpoints::Presumed
-                            && tx
-                                .checkpoints(&e.stream, &[*stored])
-                                .await?
-                                .first()
-                                .copied()
-                                .unwrap_or(0)
-                                >= e.seq.get()
-                        {
-                            return Ok(None);
-                        }
-                        return Err(err);
-                    }
+                    p.apply(tx, e)
+                        .await
+                        .map_err(|source| applier_error(p.name().as_str(), e, source))?;
                 }
                 *cp = e.seq.get();
                 new_to_some = true;
@@ -270,9 +201,6 @@ async fn apply_all<Tx: ApplyTx + 'static>(
     }
     let expected: usize = advances.iter().map(|a| a.moves.len()).sum();
     let moved = tx.advance_all(&advances).await?;
-    if moved != expected as u64 && checkpoints == Checkpoints::Presumed {
-        return Ok(None);
-    }
     if moved != expected as u64 {
         let on = single.map(|s| format!(" on stream {s}")).unwrap_or_default();
         return Err(Error::Storage {
@@ -284,7 +212,7 @@ async fn apply_all<Tx: ApplyTx + 'static>(
             source: None,
         });
     }
-    Ok(Some(outcomes))
+    Ok(outcomes)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::{ProjectionName, Result, Seq, StreamId};
 
-pub use crate::apply::{all_applied, apply_in, apply_runs_in, apply_runs_presumed, ended_by_projection};
+pub use crate::apply::{all_applied, apply_in, apply_runs_in, ended_by_projection};
 pub use crate::event::{AppendPlan, plan_append};
 pub use crate::generation::{BuildPlan, comparable_digest, not_building, plan_build, plan_drop};
 pub use crate::live::{GenerationMap, LiveGeneration};

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use outbox_core::spi::{all_applied, apply_in, apply_runs_in, apply_runs_presumed, validate_run};
+use outbox_core::spi::{all_applied, apply_in, apply_runs_in};
 use outbox_core::{
     ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
     StreamId,
@@ -128,30 +128,6 @@ impl SqliteProjectionStore {
         Ok(tx)
     }
 
-    /// The apply with each checkpoint presumed right before its run (one
-    /// statement fewer: [`apply_runs_presumed`]). `Ok(None)` when that was
-    /// wrong (a duplicate, or a swap made the live generations stale) and
-    /// nothing was committed: the caller applies again, reading the
-    /// checkpoints. An applier's failure on an event its projection had not
-    /// applied is returned as it is, as the reading apply would.
-    async fn apply_presumed(
-        &self,
-        runs: &[&[Event]],
-        projections: &[Arc<dyn Projection<SqliteTx>>],
-    ) -> Result<Option<Vec<ApplyOutcome>>> {
-        let mut tx = self.begin(true).await?;
-        match apply_runs_presumed(&mut tx, runs, projections).await? {
-            Some(outcomes) if all_applied(&outcomes, runs.len()) => {
-                self.commit(tx, "applying events").await?;
-                Ok(Some(outcomes))
-            }
-            _ => {
-                self.generations.invalidate();
-                Ok(None)
-            }
-        }
-    }
-
     /// Forgets the cached live generations after a failed apply: a swap
     /// makes an apply with the old ones fail, and the retry reads them again.
     fn forget_generations<T>(&self, result: Result<T>) -> Result<T> {
@@ -181,12 +157,6 @@ impl ProjectionStore for SqliteProjectionStore {
         events: &[Event],
         projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<ApplyOutcome> {
-        validate_run(stream, events)?;
-        if let Some(mut presumed) =
-            self.forget_generations(self.apply_presumed(&[events], projections).await)?
-        {
-            return Ok(presumed.remove(0));
-        }
         self.forget_generations(
             async {
                 let mut tx = self.begin(true).await?;
@@ -206,9 +176,6 @@ impl ProjectionStore for SqliteProjectionStore {
         runs: &[&[Event]],
         projections: &[Arc<dyn Projection<SqliteTx>>],
     ) -> Result<Vec<ApplyOutcome>> {
-        if let Some(presumed) = self.forget_generations(self.apply_presumed(runs, projections).await)? {
-            return Ok(presumed);
-        }
         self.forget_generations(
             async {
                 let mut tx = self.begin(true).await?;
