@@ -559,7 +559,7 @@ fn the_throughput_chart_counts_what_the_workers_did() {
 /// The runs page shows a run's bounds and the global position it
 /// committed through, as `outbox runs --json` reports them.
 #[test]
-fn the_runs_page_shows_each_runs_bounds_and_cursor() {
+fn the_runs_page_shows_run_bounds_cursors_and_generations() {
     let site = Site::migrated();
     site.seed_backlog(&[("campaign-a", false), ("campaign-b", false)]);
     let runs = site.json(&[
@@ -587,5 +587,18 @@ fn the_runs_page_shows_each_runs_bounds_and_cursor() {
         row.contains(&format!("<td>{position}</td>")),
         "position {position}: {row}"
     );
+    assert!(page.contains("No projection has a second generation"), "{page}");
+    assert_eq!(server.stop().code(), Some(0));
+
+    // After a blue/green rebuild the page shows the live generation.
+    site.json(&["rebuild", "--blue-green", "--projection", "roster", "--json"]);
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let page = server.get("/runs").body;
+    let row = page
+        .split("<tr>")
+        .find(|r| r.starts_with("<td>roster</td>"))
+        .unwrap_or_else(|| panic!("roster's generation record on the page: {page}"));
+    assert!(row.contains("<td>g2 (roster@g2)</td>"), "{row}");
+    assert!(row.contains("<span class=\"num\">1</span>"), "epoch 1: {row}");
     assert_eq!(server.stop().code(), Some(0));
 }

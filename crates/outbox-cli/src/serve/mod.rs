@@ -529,6 +529,46 @@ async fn runs<J: CliJournal, P: CliStore>(
     }
 }
 
+/// The generation records (ADR 0021): which generation of each projection
+/// is live, and the build in progress.
+fn generations_section(records: &[outbox_core::GenerationInfo]) -> String {
+    let mut b = String::from("<h2>Generations</h2>");
+    if records.is_empty() {
+        b.push_str(
+            "<p>No projection has a second generation (<code>outbox rebuild --blue-green</code> builds one).</p>",
+        );
+        return b;
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            let storage = r.live_storage().map(|s| s.to_string()).unwrap_or_default();
+            let building = match (r.building, r.building_version) {
+                (Some(g), Some(v)) => format!("g{g} (version {v}) at position {}", r.building_position),
+                _ => String::new(),
+            };
+            vec![
+                esc(r.projection.as_str()),
+                esc(&format!("g{} ({storage})", r.live)),
+                num(u64::from(r.live_version)),
+                num(r.epoch),
+                esc(&building),
+                esc(&r.updated_at.to_string()),
+            ]
+        })
+        .collect();
+    b.push_str(&table(
+        "generations",
+        &["projection", "live", "version", "epoch", "building", "updated"],
+        &rows,
+    ));
+    b.push_str(
+        "<p class=\"note\">Older generations are kept until <code>outbox generations drop</code>; \
+         <code>outbox generations</code> lists what each holds.</p>",
+    );
+    b
+}
+
 async fn runs_body<J: JournalBackend, P: CliStore>(
     m: &Monitor<J, P>,
     with_digests: bool,
@@ -589,6 +629,7 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
             &rows,
         ));
     }
+    b.push_str(&generations_section(&m.store.generations().await?));
     b.push_str("<h2>Running digests</h2>");
     let running = m.store.view_digests().await?;
     if running.is_empty() {
