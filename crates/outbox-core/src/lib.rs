@@ -7,6 +7,7 @@ mod generation;
 mod id;
 mod live;
 mod outbox;
+mod partition;
 mod policy;
 mod ports;
 mod projection;
@@ -30,6 +31,11 @@ pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
 pub use outbox::{
     FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
     OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
+};
+pub use partition::{
+    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions, PartitionStatus,
+    PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
+    validate_partition_count,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{

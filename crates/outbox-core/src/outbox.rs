@@ -196,7 +196,8 @@ impl OutboxSummary {
 /// A stream lease: who may work on a stream, until when.
 ///
 /// The epoch grows by one on every change of owner, so a stale holder can be
-/// told apart from the current one even if it reuses its owner id.
+/// told apart from the current one even if it reuses its owner id. A lease
+/// may also be a partition's (see [`Lease::partition`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Lease {
     /// The stream.
@@ -207,6 +208,12 @@ pub struct Lease {
     pub epoch: u64,
     /// When the lease expires, by the store's clock.
     pub expires_at: Timestamp,
+    /// Set when the stream was claimed inside a leased partition
+    /// ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)):
+    /// the lease is then the partition's (its `epoch` and `expires_at` are
+    /// the partition lease's) and no stream lease exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<crate::Partition>,
 }
 
 /// `r`, with a lost lease read as "nothing": what the fused calls of

@@ -13,6 +13,7 @@ pub use crate::event::{AppendPlan, plan_append};
 pub use crate::generation::{BuildPlan, comparable_digest, not_building, plan_build, plan_drop};
 pub use crate::live::{GenerationMap, LiveGeneration};
 pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, validate_ttl};
+pub use crate::partition::validate_wanted;
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
 pub use crate::running::stored_view_digest;
 pub use crate::stored::{

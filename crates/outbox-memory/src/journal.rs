@@ -5,13 +5,16 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, worker_id_held};
+use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, validate_wanted, worker_id_held};
 use outbox_core::{ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
     FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
     OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId,
     StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo, WorkerRegistry,
+};
+use outbox_core::{
+    Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, SweepLimits,
 };
 
 /// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
@@ -23,6 +26,8 @@ use outbox_core::{
 pub struct MemoryJournal {
     state: Arc<Mutex<State>>,
     clock: Arc<dyn Clock>,
+    /// The journal's partitioning (a copy is in the state).
+    partitioning: Partitioning,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +46,10 @@ struct State {
     workers: BTreeMap<WorkerId, WorkerInfo>,
     /// (minute start, worker) -> counts: the activity buckets.
     activity: BTreeMap<(Timestamp, WorkerId), ActivityCounts>,
+    /// The journal's partitioning (a stream's partition is computed from it).
+    partitioning: Partitioning,
+    /// Every partition ever leased.
+    partition_leases: BTreeMap<Partition, LeaseRecord>,
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +77,15 @@ impl MemoryJournal {
         Self::with_clock(Arc::new(SystemClock::new()))
     }
 
+    /// An empty journal divided by `partitioning` (by default 16 partitions
+    /// by CRC-32), on the system clock.
+    pub fn with_partitioning(partitioning: Partitioning) -> Self {
+        let mut journal = Self::new();
+        journal.lock().partitioning = partitioning.clone();
+        journal.partitioning = partitioning;
+        journal
+    }
+
     /// An empty journal on `clock` (a [`ManualClock`](outbox_core::ManualClock) in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryJournal {
@@ -76,6 +94,7 @@ impl MemoryJournal {
                 ..State::default()
             })),
             clock,
+            partitioning: Partitioning::default(),
         }
     }
 
@@ -143,7 +162,11 @@ impl State {
     }
 
     fn check_lease(&self, lease: &Lease, now: Timestamp) -> Result<()> {
-        match self.leases.get(&lease.stream) {
+        let record = match lease.partition {
+            Some(p) => self.partition_leases.get(&p),
+            None => self.leases.get(&lease.stream),
+        };
+        match record {
             Some(r)
                 if r.owner.as_ref() == Some(&lease.owner) && r.epoch == lease.epoch && r.expires_at > now =>
             {
@@ -151,6 +174,50 @@ impl State {
             }
             _ => Err(lease.lost()),
         }
+    }
+
+    /// Whether `stream`'s partition is held (unexpired) by someone other
+    /// than `owner` (anyone, when `owner` is `None`).
+    fn partition_held_by_other(&self, stream: &StreamId, owner: Option<&WorkerId>, now: Timestamp) -> bool {
+        let p = self.partitioning.of(stream);
+        self.partition_leases
+            .get(&p)
+            .is_some_and(|r| r.held_by_other(owner, now))
+    }
+
+    /// The claim of the lease's stream's head run (the lease checked by the caller).
+    fn claim_run(&mut self, lease: &Lease, max: usize, now: Timestamp) -> Vec<OutboxRow> {
+        let mut seqs = Vec::new();
+        let mut expect: Option<u64> = None;
+        for (seq, row) in self.stream_rows(&lease.stream).take(max) {
+            let contiguous = expect.is_none_or(|e| e == seq.get());
+            if !contiguous || row.status == OutboxStatus::Dead || row.next_attempt_at > now {
+                break;
+            }
+            // An unfinished row is claimed alone (as the head) or not at all.
+            if !seqs.is_empty() && row.status == OutboxStatus::Processing {
+                break;
+            }
+            seqs.push(*seq);
+            expect = Some(seq.get() + 1);
+            if row.status == OutboxStatus::Processing {
+                break;
+            }
+        }
+        let mut out = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(row) = self.outbox.get_mut(&(lease.stream.clone(), seq)) {
+                if row.status == OutboxStatus::Processing {
+                    row.attempt_count = row.attempt_count.saturating_add(1);
+                    row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                    row.first_failed_at.get_or_insert(now);
+                }
+                row.status = OutboxStatus::Processing;
+                row.updated_at = now;
+                out.push(row.clone());
+            }
+        }
+        out
     }
 
     fn processing_row(&mut self, lease: &Lease, seq: Seq) -> Result<&mut OutboxRow> {
@@ -304,6 +371,7 @@ impl OutboxQueue for MemoryJournal {
             .iter()
             .take_while(|(due, _)| *due <= now)
             .filter(|(_, s)| st.leases.get(s).is_none_or(|l| !l.held_by_other(None, now)))
+            .filter(|(_, s)| !st.partition_held_by_other(s, None, now))
             .take(limit)
             .map(|(_, s)| s.clone())
             .collect())
@@ -314,37 +382,7 @@ impl OutboxQueue for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         st.check_lease(lease, now)?;
-        let mut seqs = Vec::new();
-        let mut expect: Option<u64> = None;
-        for (seq, row) in st.stream_rows(&lease.stream).take(max) {
-            let contiguous = expect.is_none_or(|e| e == seq.get());
-            if !contiguous || row.status == OutboxStatus::Dead || row.next_attempt_at > now {
-                break;
-            }
-            // An unfinished row is claimed alone (as the head) or not at all.
-            if !seqs.is_empty() && row.status == OutboxStatus::Processing {
-                break;
-            }
-            seqs.push(*seq);
-            expect = Some(seq.get() + 1);
-            if row.status == OutboxStatus::Processing {
-                break;
-            }
-        }
-        let mut out = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            if let Some(row) = st.outbox.get_mut(&(lease.stream.clone(), seq)) {
-                if row.status == OutboxStatus::Processing {
-                    row.attempt_count = row.attempt_count.saturating_add(1);
-                    row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
-                    row.first_failed_at.get_or_insert(now);
-                }
-                row.status = OutboxStatus::Processing;
-                row.updated_at = now;
-                out.push(row.clone());
-            }
-        }
-        Ok(out)
+        Ok(st.claim_run(lease, max, now))
     }
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
@@ -545,6 +583,7 @@ impl OutboxInspector for MemoryJournal {
                         owner: owner.clone(),
                         epoch: r.epoch,
                         expires_at: r.expires_at,
+                        partition: None,
                     },
                     expired: r.expires_at <= now,
                 })
@@ -563,6 +602,7 @@ impl OutboxInspector for MemoryJournal {
                 owner: owner.clone(),
                 epoch: r.epoch,
                 expires_at: r.expires_at,
+                partition: None,
             })
         }))
     }
@@ -583,6 +623,7 @@ impl LeaseAdmin for MemoryJournal {
             owner,
             epoch: r.epoch,
             expires_at: r.expires_at,
+            partition: None,
         };
         r.expires_at = now;
         Ok(Some(before))
@@ -604,6 +645,9 @@ impl LeaseStore for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         let expires_at = now.saturating_add(ttl);
+        if st.heads.contains_key(stream) && st.partition_held_by_other(stream, Some(owner), now) {
+            return Ok(None);
+        }
         let record = match st.leases.get(stream) {
             Some(r) if r.held_by_other(Some(owner), now) => return Ok(None),
             Some(r) if r.owner.as_ref() == Some(owner) && r.expires_at > now => LeaseRecord {
@@ -627,6 +671,7 @@ impl LeaseStore for MemoryJournal {
             owner: owner.clone(),
             epoch: record.epoch,
             expires_at,
+            partition: None,
         }))
     }
 
@@ -636,7 +681,11 @@ impl LeaseStore for MemoryJournal {
         let mut st = self.lock();
         st.check_lease(lease, now)?;
         let expires_at = now.saturating_add(ttl);
-        if let Some(r) = st.leases.get_mut(&lease.stream) {
+        let record = match lease.partition {
+            Some(p) => st.partition_leases.get_mut(&p),
+            None => st.leases.get_mut(&lease.stream),
+        };
+        if let Some(r) = record {
             r.expires_at = expires_at;
         }
         Ok(Lease {
@@ -646,6 +695,9 @@ impl LeaseStore for MemoryJournal {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.partition.is_some() {
+            return Ok(false);
+        }
         let now = self.now();
         let mut st = self.lock();
         match st.leases.get_mut(&lease.stream) {
@@ -759,4 +811,156 @@ impl WorkerRegistry for MemoryJournal {
 /// The start of the minute `now` falls in.
 fn current_minute(now: Timestamp) -> Timestamp {
     Timestamp::from_millis(now.as_millis().div_euclid(MINUTE_MS) * MINUTE_MS)
+}
+
+impl PartitionStore for MemoryJournal {
+    fn partitioning(&self) -> &Partitioning {
+        &self.partitioning
+    }
+
+    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+        validate_ttl(ttl)?;
+        let wanted = validate_wanted(wanted, self.partitioning.count())?;
+        let now = self.now();
+        let expires_at = now.saturating_add(ttl);
+        let mut st = self.lock();
+        let mut out = PartitionSync::default();
+        let held_before: Vec<Partition> = st
+            .partition_leases
+            .iter()
+            .filter(|(_, r)| r.owner.as_ref() == Some(owner) && r.expires_at > now)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &held_before {
+            if wanted.binary_search(p).is_err() {
+                if let Some(r) = st.partition_leases.get_mut(p) {
+                    r.owner = None;
+                    r.expires_at = now;
+                }
+                out.released.push(*p);
+            }
+        }
+        for p in wanted {
+            let record = match st.partition_leases.get(&p) {
+                Some(r) if r.held_by_other(Some(owner), now) => {
+                    out.waiting.push(p);
+                    continue;
+                }
+                Some(r) if r.owner.as_ref() == Some(owner) && r.expires_at > now => LeaseRecord {
+                    expires_at,
+                    ..r.clone()
+                },
+                Some(r) => LeaseRecord {
+                    owner: Some(owner.clone()),
+                    epoch: r.epoch + 1,
+                    expires_at,
+                },
+                None => LeaseRecord {
+                    owner: Some(owner.clone()),
+                    epoch: 1,
+                    expires_at,
+                },
+            };
+            if held_before.binary_search(&p).is_err() {
+                out.acquired.push(p);
+            }
+            out.held.push(PartitionLease {
+                partition: p,
+                owner: owner.clone(),
+                epoch: record.epoch,
+                expires_at,
+            });
+            st.partition_leases.insert(p, record);
+        }
+        out.released.sort();
+        Ok(out)
+    }
+
+    async fn claim_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        let now = self.now();
+        let expires_at = now.saturating_add(ttl);
+        let mut st = self.lock();
+        let mut held: BTreeMap<Partition, u64> = BTreeMap::new();
+        for (p, r) in st.partition_leases.iter_mut() {
+            if r.owner.as_ref() == Some(owner) && r.expires_at > now {
+                r.expires_at = expires_at;
+                held.insert(*p, r.epoch);
+            }
+        }
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let due: Vec<(StreamId, Partition)> = st
+            .due
+            .iter()
+            .take_while(|(due, _)| *due <= now)
+            .filter_map(|(_, s)| {
+                let p = st.partitioning.of(s);
+                held.contains_key(&p).then(|| (s.clone(), p))
+            })
+            .filter(|(s, _)| st.leases.get(s).is_none_or(|l| !l.held_by_other(Some(owner), now)))
+            .take(limits.streams)
+            .collect();
+        let mut taken = Vec::new();
+        let mut rows = 0;
+        for (stream, p) in due {
+            if rows >= limits.rows {
+                break;
+            }
+            let lease = Lease {
+                stream,
+                owner: owner.clone(),
+                epoch: held[&p],
+                expires_at,
+                partition: Some(p),
+            };
+            let run = st.claim_run(&lease, limits.per_stream.min(limits.rows - rows), now);
+            if run.is_empty() {
+                continue;
+            }
+            rows += run.len();
+            taken.push((lease, run));
+        }
+        Ok(taken)
+    }
+
+    async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
+        let now = self.now();
+        let st = self.lock();
+        let mut out: Vec<PartitionStatus> = Partition::all(st.partitioning.count())
+            .map(|p| {
+                let r = st.partition_leases.get(&p);
+                PartitionStatus {
+                    partition: p,
+                    owner: r.and_then(|r| r.owner.clone()),
+                    epoch: r.map_or(0, |r| r.epoch),
+                    expires_at: r.map(|r| r.expires_at),
+                    held: r.is_some_and(|r| r.owner.is_some() && r.expires_at > now),
+                    streams: 0,
+                    rows: 0,
+                    due_rows: 0,
+                }
+            })
+            .collect();
+        let mut last: Option<&StreamId> = None;
+        for ((stream, _), row) in &st.outbox {
+            let s = &mut out[usize::from(st.partitioning.of(stream).get())];
+            if last != Some(stream) {
+                s.streams += 1;
+                last = Some(stream);
+            }
+            s.rows += 1;
+            if matches!(row.status, OutboxStatus::Pending | OutboxStatus::Failed) && row.next_attempt_at <= now {
+                s.due_rows += 1;
+            }
+        }
+        Ok(out)
+    }
 }

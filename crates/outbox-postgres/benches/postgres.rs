@@ -166,6 +166,8 @@ async fn raw_append(conn: &mut PgConnection, stream: &str, events: &[NewEvent], 
         .bind(true)
         .bind(vec![stream])
         .bind(vec![head + n as i64])
+        .bind(None::<&str>)
+        .bind(vec![0i32])
         .fetch_all(&mut *tx)
         .await
         .unwrap();

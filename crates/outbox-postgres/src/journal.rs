@@ -12,7 +12,8 @@ use outbox_core::spi::{
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq, StreamEnd,
+    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus, PartitionStore,
+    PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd,
     StreamId, StreamVersion, SweepLimits, Timestamp, WakeSource, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
@@ -37,6 +38,8 @@ pub struct PgJournal {
     db: Arc<Db>,
     /// The shared cold-path statements on this schema, with the journal's clock.
     sql: Arc<RoleDb>,
+    /// The journal's partitioning, resolved and stored at connect.
+    partitioning: Partitioning,
 }
 
 fn decode_row(r: &PgRow) -> Result<OutboxRow> {
@@ -122,10 +125,12 @@ async fn lock_streams(conn: &mut PgConnection, names: &[&str]) -> sqlx::Result<H
 /// The caller holds the stream lock.
 async fn refresh_head(conn: &mut PgConnection, stream: &str) -> sqlx::Result<()> {
     sqlx::query(
-        "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
-                        FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
-              up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) SELECT stream, seq, due FROM first \
-                     ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at) \
+        "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
+                        partition_no FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
+              up AS (INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+                     SELECT stream, seq, due, partition_no FROM first \
+                     ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+                     partition_no = excluded.partition_no) \
          DELETE FROM outbox_heads WHERE stream = $1 AND NOT EXISTS (SELECT 1 FROM first)",
     )
     .bind(stream)
@@ -134,10 +139,20 @@ async fn refresh_head(conn: &mut PgConnection, stream: &str) -> sqlx::Result<()>
     .map(|_| ())
 }
 
-/// Whether `lease` is the stream's current, unexpired lease (database clock).
-/// Locks the lease row `FOR SHARE` until the transaction ends, so a takeover
-/// (which updates the row) waits for this transaction.
+/// Whether `lease` is the stream's current, unexpired lease (database clock),
+/// or for a partitioned claim's lease, its partition's. Locks the lease row
+/// `FOR SHARE` until the transaction ends, so a takeover (which updates the
+/// row) waits for this transaction.
 async fn lease_valid(conn: &mut PgConnection, lease: &Lease) -> sqlx::Result<bool> {
+    if let Some(p) = lease.partition {
+        return sqlx::query(PARTITION_LEASE_CHECK)
+            .bind(i64::from(p.get()))
+            .bind(lease.owner.as_str())
+            .bind(seq_i64(lease.epoch))
+            .fetch_optional(&mut *conn)
+            .await
+            .map(|r| r.is_some());
+    }
     sqlx::query(LEASE_CHECK)
         .bind(lease.stream.as_str())
         .bind(lease.owner.as_str())
@@ -176,6 +191,7 @@ async fn append_tx(
     batch: &[AppendRequest],
     options: AppendOptions,
     notify: Option<&str>,
+    partitioning: &Partitioning,
 ) -> Result<Vec<Appended>> {
     let err = |e| storage("appending events", e);
     for req in batch {
@@ -220,6 +236,11 @@ async fn append_tx(
     }
     let (head_names, head_values): (Vec<&str>, Vec<i64>) =
         plan.after.iter().map(|(s, h)| (s.as_str(), seq_i64(*h))).unzip();
+    let partitions: Vec<i32> = plan
+        .after
+        .iter()
+        .map(|(s, _)| i32::from(partitioning.of(s).get()))
+        .collect();
     let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(APPEND_WRITE)
         .bind(&s)
         .bind(&q)
@@ -235,6 +256,7 @@ async fn append_tx(
         // One notification per append (Postgres folds identical ones within
         // a transaction), delivered when the transaction commits.
         .bind(notify.filter(|_| options.enqueues()))
+        .bind(&partitions)
         .fetch_all(&mut *conn)
         .await
         .map_err(err)?;
@@ -280,10 +302,24 @@ impl PgJournal {
             return Err(e);
         }
         let db = Arc::new(db);
-        Ok(PgJournal {
-            sql: Arc::new(RoleDb::new(Arc::clone(&db), jnow!())),
-            db,
-        })
+        let sql = Arc::new(RoleDb::new(Arc::clone(&db), jnow!()));
+        let p = &options.partitions;
+        let partitioning = match outbox_sql::partitions::open_partitioning(
+            &*sql,
+            "outbox_journal_meta",
+            p.count,
+            Arc::clone(&p.partitioner),
+            p.repartition,
+        )
+        .await
+        {
+            Ok(partitioning) => partitioning,
+            Err(e) => {
+                db.close().await;
+                return Err(e);
+            }
+        };
+        Ok(PgJournal { sql, db, partitioning })
     }
 
     pub(crate) fn db(&self) -> &Arc<Db> {
@@ -355,7 +391,7 @@ impl PgJournal {
             .begin()
             .await
             .map_err(|e| storage("starting a savepoint", e))?;
-        let out = append_tx(&mut sp, batch, options, self.notify_channel()).await?;
+        let out = append_tx(&mut sp, batch, options, self.notify_channel(), &self.partitioning).await?;
         sp.commit()
             .await
             .map_err(|e| storage("releasing a savepoint", e))?;
@@ -392,7 +428,7 @@ impl EventJournal for PgJournal {
         options.validate(batch)?;
         let notify = self.notify_channel();
         self.write("appending events", async |tx| {
-            append_tx(tx, batch, options, notify).await
+            append_tx(tx, batch, options, notify, &self.partitioning).await
         })
         .await
     }
@@ -494,8 +530,12 @@ async fn acquire_in(
         .transpose()
 }
 
-/// Frees `lease` if it is still current (the shared `RELEASE` statement).
+/// Frees `lease` if it is still current (the shared `RELEASE` statement);
+/// a partitioned claim's lease leaves its partition held.
 async fn release_in(tx: &mut PgConnection, release: &str, lease: &Lease) -> Result<()> {
+    if lease.partition.is_some() {
+        return Ok(());
+    }
     crate::sql::execute(
         tx,
         "releasing a stream lease",
@@ -717,6 +757,13 @@ async fn claim_in(tx: &mut PgConnection, lease: &Lease, max: usize) -> Result<Ve
     if !lease_valid(tx, lease).await.map_err(err)? {
         return Err(lease.lost());
     }
+    claim_run_in(tx, lease, max).await
+}
+
+/// The claim under a lease this transaction holds locked (just acquired or
+/// renewed), so it is current.
+async fn claim_run_in(tx: &mut PgConnection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
+    let err = |e| storage("claiming outbox rows", e);
     let rows = sqlx::query(CLAIM)
         .bind(lease.stream.as_str())
         .bind(max as i64)
@@ -767,7 +814,8 @@ async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
 
 /// Writes a whole append batch: events, outbox rows (when `$9`), heads and
 /// stream versions, in one statement over arrays, and notifies channel
-/// `$12` (when given and `$9`).
+/// `$12` (when given and `$9`). `$13` holds the partition of each stream of
+/// `$10`.
 pub const APPEND_WRITE: &str = concat!(
     "WITH e AS (\
            INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
@@ -779,12 +827,16 @@ pub const APPEND_WRITE: &str = concat!(
                        $7::text[], $8::text[]) WITH ORDINALITY AS u(s, q, t, i, p, h, c, k, n) \
            ORDER BY u.n \
            RETURNING global_position, stream, seq, event_type, recorded_at), \
+         x AS (SELECT * FROM unnest($10::text[], $13::integer[]) AS x(s, pn)), \
          o AS (\
-           INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at) \
-           SELECT stream, seq, event_type, 'pending', 0, recorded_at, NULL, recorded_at FROM e WHERE $9), \
+           INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, \
+                               updated_at, partition_no) \
+           SELECT e.stream, e.seq, e.event_type, 'pending', 0, e.recorded_at, NULL, e.recorded_at, x.pn \
+           FROM e JOIN x ON x.s = e.stream WHERE $9), \
          hd AS (\
-           INSERT INTO outbox_heads (stream, head_seq, due_at) \
-           SELECT stream, min(seq), min(recorded_at) FROM e WHERE $9 GROUP BY stream \
+           INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+           SELECT e.stream, min(e.seq), min(e.recorded_at), min(x.pn) FROM e JOIN x ON x.s = e.stream \
+           WHERE $9 GROUP BY e.stream \
            ON CONFLICT (stream) DO NOTHING), \
          st AS (\
            UPDATE streams SET head = x.h FROM unnest($10::text[], $11::bigint[]) AS x(s, h) \
@@ -804,16 +856,49 @@ pub const LEASE_CHECK: &str = concat!(
     " FOR SHARE"
 );
 
-/// Due heads with a free or expired lease, oldest due first: an ordered scan
-/// of the partial index on `outbox_heads (due_at, stream)`, a primary-key
-/// probe of `stream_leases` per head.
+/// Due heads with a free or expired lease in a partition no one holds,
+/// oldest due first: an ordered scan of the partial index on `outbox_heads
+/// (due_at, stream)`, primary-key probes of `stream_leases` and
+/// `outbox_partition_leases` per head.
 pub const DUE_STREAMS: &str = concat!(
     "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+     LEFT JOIN outbox_partition_leases p ON p.partition_no = h.partition_no \
      WHERE h.due_at IS NOT NULL AND h.due_at <= ",
     jnow!(),
     " AND (l.owner IS NULL OR l.expires_at <= ",
     jnow!(),
+    ") AND (p.owner IS NULL OR p.expires_at <= ",
+    jnow!(),
     ") ORDER BY h.due_at, h.stream LIMIT $1"
+);
+
+/// [`outbox_sql::partitions::PARTITION_LEASE_CHECK`] on this clock, share-locking the row.
+pub const PARTITION_LEASE_CHECK: &str = concat!(
+    "SELECT 1 FROM outbox_partition_leases WHERE partition_no = $1 AND owner = $2 AND epoch = $3 \
+     AND expires_at > ",
+    jnow!(),
+    " FOR SHARE"
+);
+
+/// Renews owner `$1`'s unexpired partition leases to now + `$2` ms and reads,
+/// for each (a lateral index range of `outbox_heads_by_partition`), up to
+/// `$3` streams with a due head whose stream lease is free, expired or
+/// `$1`'s; all of them oldest due first, at most `$3`.
+pub const CLAIM_PARTITIONED_DUE: &str = concat!(
+    "WITH held AS (UPDATE outbox_partition_leases SET expires_at = ",
+    jnow!(),
+    " + $2 WHERE owner = $1 AND expires_at > ",
+    jnow!(),
+    " RETURNING partition_no, epoch, expires_at) \
+     SELECT held.partition_no, held.epoch, held.expires_at, d.stream FROM held \
+     LEFT JOIN LATERAL (SELECT h.stream, h.due_at FROM outbox_heads h \
+          LEFT JOIN stream_leases l ON l.stream = h.stream \
+          WHERE h.partition_no = held.partition_no AND h.due_at IS NOT NULL AND h.due_at <= ",
+    jnow!(),
+    " AND (l.owner IS NULL OR l.owner = $1 OR l.expires_at <= ",
+    jnow!(),
+    ") ORDER BY h.due_at, h.stream LIMIT $3) d ON true \
+     ORDER BY d.due_at NULLS LAST, d.stream LIMIT $3"
 );
 
 /// The head run: the stream's first `$2` rows in seq order (a primary-key
@@ -844,14 +929,77 @@ pub const CLAIM: &str = concat!(
 /// Deletes the stream's rows through `$2` and recomputes its head from the
 /// first remaining row, in one statement (the caller holds the stream lock).
 pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AND seq <= $2 RETURNING 1), \
-     first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
-               FROM outbox WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT 1), \
-     up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) \
-            SELECT stream, seq, due FROM first WHERE EXISTS (SELECT 1 FROM del) \
-            ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at), \
+     first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
+               partition_no FROM outbox WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT 1), \
+     up AS (INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+            SELECT stream, seq, due, partition_no FROM first WHERE EXISTS (SELECT 1 FROM del) \
+            ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+            partition_no = excluded.partition_no), \
      gone AS (DELETE FROM outbox_heads WHERE stream = $1 AND EXISTS (SELECT 1 FROM del) \
               AND NOT EXISTS (SELECT 1 FROM first)) \
      SELECT count(*) FROM del";
+
+impl PartitionStore for PgJournal {
+    fn partitioning(&self) -> &Partitioning {
+        &self.partitioning
+    }
+
+    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+        outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
+    }
+
+    /// One transaction: one statement renews the owner's partition leases
+    /// (locking them until the claim commits, so no takeover interleaves)
+    /// and reads the due streams of each; then one claim per stream.
+    async fn claim_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        self.write("claiming in partitions", async |tx| {
+            let due: Vec<(i32, i64, i64, Option<String>)> = sqlx::query_as(CLAIM_PARTITIONED_DUE)
+                .bind(owner.as_str())
+                .bind(duration_millis(ttl))
+                .bind(limits.streams as i64)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| storage("claiming in partitions", e))?;
+            let mut taken = Vec::new();
+            let mut rows = 0;
+            for (partition, epoch, expires_at, stream) in due {
+                let Some(stream) = stream else { continue };
+                if rows >= limits.rows {
+                    break;
+                }
+                let partition = u16::try_from(partition)
+                    .map(Partition::new)
+                    .map_err(|e| journal_undecodable("partition", e))?;
+                let lease = Lease {
+                    stream: StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?,
+                    owner: owner.clone(),
+                    epoch: outbox_sql::partitions::lease_epoch(epoch)?,
+                    expires_at: Timestamp::from_millis(expires_at),
+                    partition: Some(partition),
+                };
+                let run = claim_run_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
+                if run.is_empty() {
+                    continue;
+                }
+                rows += run.len();
+                taken.push((lease, run));
+            }
+            Ok(taken)
+        })
+        .await
+    }
+
+    async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
+        outbox_sql::partitions::partitions(&*self.sql, self.partitioning.count()).await
+    }
+}
 
 outbox_sql::impl_journal_ports!(PgJournal, sql);
 outbox_sql::impl_lease_store!(PgJournal, sql);

@@ -30,7 +30,10 @@ pub fn storage_error(context: impl std::fmt::Display, e: sqlx::Error) -> outbox_
 /// The hot statements, for plan checks (`EXPLAIN`) in tests and benches.
 #[doc(hidden)]
 pub mod statements {
-    pub use crate::journal::{APPEND_WRITE, CLAIM, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS};
+    pub use crate::journal::{
+        APPEND_WRITE, CLAIM, CLAIM_PARTITIONED_DUE, COMPLETE, DUE_STREAMS, LEASE_CHECK, LOCK_STREAMS,
+        PARTITION_LEASE_CHECK,
+    };
     pub use crate::tx::{APPLY_CAS, LOCK_CHECKPOINTS};
 
     /// The shared lease acquisition, rendered for the journal's schema.

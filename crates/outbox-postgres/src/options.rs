@@ -64,6 +64,11 @@ pub struct PgOptions {
     /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
     /// upgraded behind its application's back.
     pub migrate: bool,
+    /// The journal's partitioning (ADR 0022): the count asked for, the
+    /// partitioner, and whether to repartition a journal stored with
+    /// another. Ignored by the projection store. Default: the journal's
+    /// stored count (16 for a new journal) by CRC-32, never repartitioning.
+    pub partitions: outbox_core::PartitionOptions,
 }
 
 impl Default for PgOptions {
@@ -74,11 +79,31 @@ impl Default for PgOptions {
             acquire_timeout: Duration::from_secs(30),
             notify: true,
             migrate: true,
+            partitions: outbox_core::PartitionOptions::default(),
         }
     }
 }
 
 impl PgOptions {
+    /// Asks for `count` partitions (see [`PgOptions::partitions`]).
+    pub fn with_partitions(mut self, count: u16) -> Self {
+        self.partitions.count = Some(count);
+        self
+    }
+
+    /// Sets the partitioner (an application keying by tenant, say).
+    pub fn with_partitioner(mut self, partitioner: std::sync::Arc<dyn outbox_core::Partitioner>) -> Self {
+        self.partitions.partitioner = partitioner;
+        self
+    }
+
+    /// Repartitions a journal stored with another partitioning instead of
+    /// refusing it (only while no partition lease is held).
+    pub fn with_repartition(mut self, repartition: bool) -> Self {
+        self.partitions.repartition = repartition;
+        self
+    }
+
     /// Sets [`PgOptions::migrate`].
     pub fn with_migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;

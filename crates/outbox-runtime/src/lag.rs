@@ -128,6 +128,7 @@ mod tests {
             owner: WorkerId::new("w").unwrap(),
             epoch: 1,
             expires_at: Timestamp::from_millis(expires_at),
+            partition: None,
         }
     }
 

@@ -22,10 +22,11 @@ impl Dialect {
             lock_stream: None,
             lock_admission: None,
             refresh_head: &[
-                "INSERT INTO outbox_heads (stream, head_seq, due_at) \
-                 SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END \
+                "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+                 SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
                  FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1 \
-                 ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at",
+                 ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+                 partition_no = excluded.partition_no",
                 "DELETE FROM outbox_heads WHERE stream = $1 \
                  AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = $1)",
             ],
@@ -44,10 +45,12 @@ impl Dialect {
                 "SELECT pg_advisory_xact_lock(hashtextextended('outbox.admit_run.' || current_schema() || '.' || $1, 0))",
             ),
             refresh_head: &[
-                "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due \
-                                FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
-                      up AS (INSERT INTO outbox_heads (stream, head_seq, due_at) SELECT stream, seq, due FROM first \
-                             ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at) \
+                "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
+                                partition_no FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
+                      up AS (INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+                             SELECT stream, seq, due, partition_no FROM first \
+                             ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+                             partition_no = excluded.partition_no) \
                  DELETE FROM outbox_heads WHERE stream = $1 AND NOT EXISTS (SELECT 1 FROM first)",
             ],
         }

@@ -188,8 +188,12 @@ pub async fn acquire(
 
 /// Takes a free, expired or released lease of stream `$1` for owner `$2`
 /// for `$3` ms (epoch + 1), or extends the owner's own (same epoch); returns
-/// (owner, epoch, expires_at), or no row when another owner holds it.
-pub const ACQUIRE: &str = "INSERT INTO stream_leases (stream, owner, epoch, expires_at) VALUES ($1, $2, 1, {now} + $3) \
+/// (owner, epoch, expires_at), or no row when another owner holds it or
+/// the stream's head lies in a partition another owner holds (ADR 0022).
+pub const ACQUIRE: &str = "INSERT INTO stream_leases (stream, owner, epoch, expires_at) SELECT $1, $2, 1, {now} + $3 \
+         WHERE NOT EXISTS (SELECT 1 FROM outbox_heads h JOIN outbox_partition_leases p \
+                           ON p.partition_no = h.partition_no WHERE h.stream = $1 \
+                           AND p.owner IS NOT NULL AND p.owner <> $2 AND p.expires_at > {now}) \
          ON CONFLICT (stream) DO UPDATE SET \
            epoch = CASE WHEN stream_leases.owner = excluded.owner AND stream_leases.expires_at > {now} \
                    THEN stream_leases.epoch ELSE stream_leases.epoch + 1 END, \
@@ -208,17 +212,22 @@ pub const RENEW: &str = "UPDATE stream_leases SET expires_at = {now} + $4 \
 pub const RELEASE: &str = "UPDATE stream_leases SET owner = NULL, expires_at = {now} \
      WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now}";
 
-/// [`LeaseStore::renew`](outbox_core::LeaseStore::renew).
+/// [`LeaseStore::renew`](outbox_core::LeaseStore::renew): a stream lease,
+/// or the partition lease a partitioned claim's lease stands for.
 pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) -> Result<Lease> {
     validate_ttl(ttl)?;
-    let what = "renewing a stream lease";
+    let what = "renewing a lease";
+    let (sql, key) = match lease.partition {
+        Some(p) => (crate::partitions::PARTITION_RENEW, Arg::Int(i64::from(p.get()))),
+        None => (RENEW, Arg::Text(lease.stream.as_str())),
+    };
     let mut tx = db.begin().await?;
     let row = tx
         .fetch_optional(
             what,
-            &db.dialect().sql(RENEW),
+            &db.dialect().sql(sql),
             &[
-                Arg::Text(lease.stream.as_str()),
+                key,
                 Arg::Text(lease.owner.as_str()),
                 Arg::Int(i64_of(lease.epoch)),
                 Arg::Int(duration_millis(ttl)),
@@ -233,8 +242,12 @@ pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) 
     })
 }
 
-/// [`LeaseStore::release`](outbox_core::LeaseStore::release).
+/// [`LeaseStore::release`](outbox_core::LeaseStore::release): a partitioned
+/// claim's lease leaves its partition held and releases nothing.
 pub async fn release(db: &(impl Database + ?Sized), lease: &Lease) -> Result<bool> {
+    if lease.partition.is_some() {
+        return Ok(false);
+    }
     let what = "releasing a stream lease";
     let mut tx = db.begin().await?;
     let n = tx

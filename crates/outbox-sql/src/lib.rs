@@ -4,6 +4,7 @@ mod conn;
 mod dialect;
 pub mod generations;
 pub mod journal;
+pub mod partitions;
 mod plumbing;
 pub mod projection;
 pub mod runs;

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use outbox_core::spi::plan_append;
-use outbox_core::{AppendOptions, AppendRequest, Appended, PayloadHash, Result, Seq, StreamId, Timestamp};
+use outbox_core::{
+    AppendOptions, AppendRequest, Appended, Partitioning, PayloadHash, Result, Seq, StreamId, Timestamp,
+};
 use sqlx::SqliteConnection;
 
 use crate::db::{now_ms, storage};
@@ -22,6 +24,7 @@ pub(crate) async fn append_tx(
     conn: &mut SqliteConnection,
     batch: &[AppendRequest],
     options: AppendOptions,
+    partitioning: &Partitioning,
 ) -> Result<Vec<Appended>> {
     let err = |e| storage("appending events", e);
     let mut current: HashMap<&StreamId, u64> = HashMap::new();
@@ -42,6 +45,7 @@ pub(crate) async fn append_tx(
         .map_err(err)?;
     let mut out = Vec::with_capacity(batch.len());
     for (req, &first) in batch.iter().zip(&plan.firsts) {
+        let partition = i64::from(partitioning.of(&req.stream).get());
         let mut first_global = None;
         for (i, e) in req.events.iter().enumerate() {
             let seq = seq_i64(first + i as u64);
@@ -65,6 +69,7 @@ pub(crate) async fn append_tx(
                     .bind(seq)
                     .bind(e.event_type.as_str())
                     .bind(now)
+                    .bind(partition)
                     .execute(&mut *conn)
                     .await
                     .map_err(err)?;
@@ -75,6 +80,7 @@ pub(crate) async fn append_tx(
                 .bind(req.stream.as_str())
                 .bind(seq_i64(first))
                 .bind(now)
+                .bind(partition)
                 .execute(&mut *conn)
                 .await
                 .map_err(err)?;

@@ -10,7 +10,8 @@ use outbox_core::spi::{
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, PayloadHash, Result, RetryPolicy, Seq,
+    Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus,
+    PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq,
     StreamEnd, StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
 };
 use rusqlite::{Connection, OptionalExtension, params};
@@ -38,6 +39,8 @@ pub struct SqliteJournal {
     db: Arc<Db>,
     /// Every port call.
     engine: Arc<JournalEngine>,
+    /// The journal's partitioning, resolved and stored at open.
+    partitioning: Partitioning,
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -57,10 +60,11 @@ fn decode_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<OutboxRow>> {
 /// (or removes it when the stream has none). Two index seeks.
 fn refresh_head(conn: &Connection, stream: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO outbox_heads (stream, head_seq, due_at) \
-         SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END \
+        "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+         SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
          FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1 \
-         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at",
+         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+         partition_no = excluded.partition_no",
     )?
     .execute([stream])?;
     conn.prepare_cached(
@@ -70,8 +74,22 @@ fn refresh_head(conn: &Connection, stream: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Whether `lease` is the stream's current, unexpired lease (SQLite's clock).
+/// Whether `lease` is the stream's current, unexpired lease (SQLite's
+/// clock), or for a partitioned claim's lease, its partition's.
 fn lease_valid(conn: &Connection, lease: &Lease) -> rusqlite::Result<bool> {
+    if let Some(p) = lease.partition {
+        return conn
+            .prepare_cached(concat!(
+                "SELECT EXISTS (SELECT 1 FROM outbox_partition_leases WHERE partition_no = ?1 AND owner = ?2 \
+                 AND epoch = ?3 AND expires_at > ",
+                now_ms!(),
+                ")"
+            ))?
+            .query_row(
+                params![i64::from(p.get()), lease.owner.as_str(), seq_i64(lease.epoch)],
+                |r| r.get::<_, bool>(0),
+            );
+    }
     conn.prepare_cached(concat!(
         "SELECT EXISTS (SELECT 1 FROM stream_leases WHERE stream = ?1 AND owner = ?2 AND epoch = ?3 \
          AND expires_at > ",
@@ -118,6 +136,7 @@ fn append_body(
     conn: &Connection,
     batch: &[AppendRequest],
     hashes: &[PayloadHash],
+    partitions: &[i64],
     enqueue: bool,
 ) -> Result<Vec<Appended>> {
     let err = ctx("appending events");
@@ -142,7 +161,7 @@ fn append_body(
     let mut insert_head = conn.prepare_cached(INSERT_HEAD).map_err(&err)?;
     let mut out = Vec::with_capacity(batch.len());
     let mut hashes = hashes.iter();
-    for (req, &first) in batch.iter().zip(&plan.firsts) {
+    for ((req, &first), &partition) in batch.iter().zip(&plan.firsts).zip(partitions) {
         let mut first_global = None;
         for (i, e) in req.events.iter().enumerate() {
             let seq = seq_i64(first + i as u64);
@@ -163,13 +182,13 @@ fn append_body(
             first_global.get_or_insert(conn.last_insert_rowid());
             if enqueue {
                 insert_row
-                    .execute(params![req.stream.as_str(), seq, e.event_type.as_str(), now])
+                    .execute(params![req.stream.as_str(), seq, e.event_type.as_str(), now, partition])
                     .map_err(&err)?;
             }
         }
         if enqueue {
             insert_head
-                .execute(params![req.stream.as_str(), seq_i64(first), now])
+                .execute(params![req.stream.as_str(), seq_i64(first), now, partition])
                 .map_err(&err)?;
         }
         let last = first + req.events.len() as u64 - 1;
@@ -381,8 +400,12 @@ fn end_body(
     Ok(done)
 }
 
-/// Frees `lease` if it is still current (the shared `RELEASE` statement).
+/// Frees `lease` if it is still current (the shared `RELEASE` statement);
+/// a partitioned claim's lease leaves its partition held.
 fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
+    if lease.partition.is_some() {
+        return Ok(false);
+    }
     let n = conn
         .prepare_cached(sql)
         .and_then(|mut st| {
@@ -396,13 +419,17 @@ fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
     Ok(n > 0)
 }
 
-/// Up to `limit` streams with a due head and a free lease, oldest due first.
+/// Up to `limit` streams with a due head, a free lease and a partition no
+/// one holds, oldest due first.
 fn due_body(conn: &Connection, limit: usize) -> Result<Vec<String>> {
     conn.prepare_cached(concat!(
         "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
+         LEFT JOIN outbox_partition_leases p ON p.partition_no = h.partition_no \
          WHERE h.due_at IS NOT NULL AND h.due_at <= ",
         now_ms!(),
         " AND (l.owner IS NULL OR l.expires_at <= ",
+        now_ms!(),
+        ") AND (p.owner IS NULL OR p.expires_at <= ",
         now_ms!(),
         ") ORDER BY h.due_at, h.stream LIMIT ?1"
     ))
@@ -445,9 +472,27 @@ impl SqliteJournal {
                 return Err(e);
             }
         };
+        let p = &options.partitions;
+        let partitioning = match outbox_sql::partitions::open_partitioning(
+            &engine,
+            "outbox_meta",
+            p.count,
+            Arc::clone(&p.partitioner),
+            p.repartition,
+        )
+        .await
+        {
+            Ok(partitioning) => partitioning,
+            Err(e) => {
+                engine.close().await;
+                db.close().await;
+                return Err(e);
+            }
+        };
         Ok(SqliteJournal {
             db: Arc::new(db),
             engine: Arc::new(engine),
+            partitioning,
         })
     }
 
@@ -516,7 +561,7 @@ impl SqliteJournal {
             .begin()
             .await
             .map_err(|e| storage("starting a savepoint", e))?;
-        let out = crate::append_in::append_tx(&mut sp, batch, options).await?;
+        let out = crate::append_in::append_tx(&mut sp, batch, options, &self.partitioning).await?;
         sp.commit()
             .await
             .map_err(|e| storage("releasing a savepoint", e))?;
@@ -543,11 +588,15 @@ impl EventJournal for SqliteJournal {
             .iter()
             .flat_map(|r| r.events.iter().map(|e| PayloadHash::of(&e.payload)))
             .collect();
+        let partitions: Vec<i64> = batch
+            .iter()
+            .map(|r| i64::from(self.partitioning.of(&r.stream).get()))
+            .collect();
         let batch = batch.to_vec();
         let enqueue = options.enqueues();
         self.engine
             .writer
-            .write(move |conn| append_body(conn, &batch, &hashes, enqueue))
+            .write(move |conn| append_body(conn, &batch, &hashes, &partitions, enqueue))
             .await
     }
 
@@ -825,25 +874,30 @@ impl LeaseStore for SqliteJournal {
 
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
-        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.renew));
+        let (lease, sql) = (
+            lease.clone(),
+            match lease.partition {
+                Some(_) => Arc::clone(&self.engine.leases.renew_partition),
+                None => Arc::clone(&self.engine.leases.renew),
+            },
+        );
         self.engine
             .writer
             .write(move |conn| {
+                let key: rusqlite::types::Value = match lease.partition {
+                    Some(p) => i64::from(p.get()).into(),
+                    None => lease.stream.as_str().to_owned().into(),
+                };
                 let expires: Option<i64> = conn
                     .prepare_cached(&sql)
                     .and_then(|mut st| {
                         st.query_row(
-                            params![
-                                lease.stream.as_str(),
-                                lease.owner.as_str(),
-                                seq_i64(lease.epoch),
-                                duration_millis(ttl)
-                            ],
+                            params![key, lease.owner.as_str(), seq_i64(lease.epoch), duration_millis(ttl)],
                             |r| r.get(0),
                         )
                         .optional()
                     })
-                    .map_err(ctx("renewing a stream lease"))?;
+                    .map_err(ctx("renewing a lease"))?;
                 let expires = expires.ok_or_else(|| lease.lost())?;
                 Ok(Lease {
                     expires_at: Timestamp::from_millis(expires),
@@ -863,3 +917,108 @@ impl LeaseStore for SqliteJournal {
 }
 
 outbox_sql::impl_journal_ports!(SqliteJournal, engine);
+
+/// One partitioned claim, inside the engine's transaction: renews the
+/// owner's partition leases, then reads each partition's oldest due heads (an
+/// index range each), merges them oldest due first and claims their runs.
+fn claim_partitioned_body(
+    conn: &Connection,
+    owner: &WorkerId,
+    ttl: i64,
+    limits: SweepLimits,
+) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+    let err = ctx("claiming in partitions");
+    let renewed: Vec<outbox_sql::Row> = conn
+        .prepare_cached(concat!(
+            "UPDATE outbox_partition_leases SET expires_at = ",
+            now_ms!(),
+            " + ?2 WHERE owner = ?1 AND expires_at > ",
+            now_ms!(),
+            " RETURNING partition_no, epoch, expires_at"
+        ))
+        .and_then(|mut st| st.query_map(params![owner.as_str(), ttl], to_row)?.collect())
+        .map_err(&err)?;
+    let held = outbox_sql::partitions::decode_renewed(&renewed)?;
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut due: Vec<(i64, String, usize)> = Vec::new();
+    {
+        let mut st = conn
+            .prepare_cached(concat!(
+                "SELECT h.stream, h.due_at FROM outbox_heads h INDEXED BY outbox_heads_by_partition \
+                 LEFT JOIN stream_leases l ON l.stream = h.stream \
+                 WHERE h.partition_no = ?1 AND h.due_at IS NOT NULL AND h.due_at <= ",
+                now_ms!(),
+                " AND (l.owner IS NULL OR l.owner = ?2 OR l.expires_at <= ",
+                now_ms!(),
+                ") ORDER BY h.due_at, h.stream LIMIT ?3"
+            ))
+            .map_err(&err)?;
+        for (i, (p, _, _)) in held.iter().enumerate() {
+            let rows = st
+                .query_map(
+                    params![i64::from(p.get()), owner.as_str(), limits.streams as i64],
+                    |r| Ok((r.get::<_, i64>(1)?, r.get::<_, String>(0)?, i)),
+                )
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(&err)?;
+            due.extend(rows);
+        }
+    }
+    due.sort();
+    due.truncate(limits.streams);
+    let mut taken = Vec::new();
+    let mut rows = 0;
+    for (_, stream, i) in due {
+        if rows >= limits.rows {
+            break;
+        }
+        let (partition, epoch, expires_at) = held[i];
+        let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
+        let lease = Lease {
+            stream,
+            owner: owner.clone(),
+            epoch,
+            expires_at: Timestamp::from_millis(expires_at),
+            partition: Some(partition),
+        };
+        let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
+        if run.is_empty() {
+            continue;
+        }
+        rows += run.len();
+        taken.push((lease, run));
+    }
+    Ok(taken)
+}
+
+impl PartitionStore for SqliteJournal {
+    fn partitioning(&self) -> &Partitioning {
+        &self.partitioning
+    }
+
+    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+        outbox_sql::partitions::sync_partitions(&*self.engine, &self.partitioning, owner, wanted, ttl).await
+    }
+
+    /// One transaction on the engine thread.
+    async fn claim_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        let owner = owner.clone();
+        self.engine
+            .writer
+            .write(move |conn| claim_partitioned_body(conn, &owner, duration_millis(ttl), limits))
+            .await
+    }
+
+    async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
+        outbox_sql::partitions::partitions(&*self.engine, self.partitioning.count()).await
+    }
+}

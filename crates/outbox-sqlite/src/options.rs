@@ -76,6 +76,11 @@ pub struct SqliteOptions {
     /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
     /// upgraded behind its application's back.
     pub migrate: bool,
+    /// The journal's partitioning (ADR 0022): the count asked for, the
+    /// partitioner, and whether to repartition a journal stored with
+    /// another. Ignored by the projection store. Default: the journal's
+    /// stored count (16 for a new journal) by CRC-32, never repartitioning.
+    pub partitions: outbox_core::PartitionOptions,
 }
 
 impl Default for SqliteOptions {
@@ -87,11 +92,31 @@ impl Default for SqliteOptions {
             create_if_missing: true,
             read_connections: 4,
             migrate: true,
+            partitions: outbox_core::PartitionOptions::default(),
         }
     }
 }
 
 impl SqliteOptions {
+    /// Asks for `count` partitions (see [`SqliteOptions::partitions`]).
+    pub fn with_partitions(mut self, count: u16) -> Self {
+        self.partitions.count = Some(count);
+        self
+    }
+
+    /// Sets the partitioner (an application keying by tenant, say).
+    pub fn with_partitioner(mut self, partitioner: std::sync::Arc<dyn outbox_core::Partitioner>) -> Self {
+        self.partitions.partitioner = partitioner;
+        self
+    }
+
+    /// Repartitions a journal stored with another partitioning instead of
+    /// refusing it (only while no partition lease is held).
+    pub fn with_repartition(mut self, repartition: bool) -> Self {
+        self.partitions.repartition = repartition;
+        self
+    }
+
     /// The largest accepted [`SqliteOptions::read_connections`].
     pub const MAX_READ_CONNECTIONS: u32 = 64;
 

@@ -210,7 +210,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 5, "the newest embedded journal migration");
+            assert_eq!(*supported, 6, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -243,6 +243,18 @@ async fn journal_at_0001(dir: &Path) -> PathBuf {
         .await
         .unwrap();
     sqlx::query("INSERT INTO streams (stream, head) VALUES ('old', 7)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // A row enqueued before partitions existed: the first open gives it one.
+    sqlx::query(
+        "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, updated_at) \
+         VALUES ('old', 7, 'e', 'pending', 0, 0, 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO outbox_heads (stream, head_seq, due_at) VALUES ('old', 7, 0)")
         .execute(&mut conn)
         .await
         .unwrap();
@@ -284,9 +296,18 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5],
-        "0002 to 0005 recorded once, after 0001"
+        [1, 2, 3, 4, 5, 6],
+        "0002 to 0006 recorded once, after 0001"
     );
+    let expected = i64::from(outbox_core::crc32(b"old") % 16);
+    let partitions: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT (SELECT partition_no FROM outbox WHERE stream = 'old'), \
+                (SELECT partition_no FROM outbox_heads WHERE stream = 'old')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(partitions, [(expected, expected)], "the old row was given its partition");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL ORDER BY name",
     )

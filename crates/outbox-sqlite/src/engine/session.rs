@@ -105,6 +105,8 @@ pub(crate) struct JournalEngine {
 pub(crate) struct LeaseSql {
     pub(crate) acquire: Arc<str>,
     pub(crate) renew: Arc<str>,
+    /// The renewal of a partitioned claim's lease (its partition's).
+    pub(crate) renew_partition: Arc<str>,
     pub(crate) release: Arc<str>,
 }
 
@@ -117,6 +119,7 @@ impl JournalEngine {
         let leases = LeaseSql {
             acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
             renew: dialect.sql(outbox_sql::journal::RENEW).into(),
+            renew_partition: dialect.sql(outbox_sql::partitions::PARTITION_RENEW).into(),
             release: dialect.sql(outbox_sql::journal::RELEASE).into(),
         };
         Ok(JournalEngine {

@@ -1,0 +1,337 @@
+//! Partitions (ADR 0022) on the shared statements: the journal's stored
+//! partitioning and its backfill, partition lease synchronisation and the
+//! partition report. The partitioned claim is each adapter's hot path and
+//! lives with it; the statements it shares are here.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use outbox_core::spi::{duration_millis, journal_undecodable, validate_ttl, validate_wanted};
+use outbox_core::{
+    Error, Partition, PartitionLease, PartitionStatus, PartitionSync, Partitioning, Result, StreamId,
+    Timestamp, WorkerId,
+};
+
+use crate::{Arg, Database, Row};
+
+/// Whether the partition lease (`$1` partition, `$2` owner, `$3` epoch) is
+/// current. Postgres appends `FOR SHARE`, so a takeover waits for the
+/// transaction that checked it.
+pub const PARTITION_LEASE_CHECK: &str = "SELECT 1 FROM outbox_partition_leases \
+     WHERE partition_no = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now}";
+
+/// Extends partition lease (`$1` partition, `$2` owner, `$3` epoch) to
+/// `{now} + $4` ms if it is still current; returns the new expiry.
+pub const PARTITION_RENEW: &str = "UPDATE outbox_partition_leases SET expires_at = {now} + $4 \
+     WHERE partition_no = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now} RETURNING expires_at";
+
+/// Renews every unexpired partition lease of owner `$1` to `{now} + $2` ms:
+/// the start of a partitioned claim.
+pub const PARTITION_RENEW_ALL: &str = "UPDATE outbox_partition_leases SET expires_at = {now} + $2 \
+     WHERE owner = $1 AND expires_at > {now} RETURNING partition_no, epoch, expires_at";
+
+/// Up to `$3` streams with a due head in partition `$1`, oldest due first,
+/// whose stream lease is free, expired or owner `$2`'s: an ordered range of
+/// the partial index on `outbox_heads (partition_no, due_at, stream)`.
+pub const DUE_IN_PARTITION: &str = "SELECT h.stream FROM outbox_heads h \
+     LEFT JOIN stream_leases l ON l.stream = h.stream \
+     WHERE h.partition_no = $1 AND h.due_at IS NOT NULL AND h.due_at <= {now} \
+       AND (l.owner IS NULL OR l.owner = $2 OR l.expires_at <= {now}) \
+     ORDER BY h.due_at, h.stream LIMIT $3";
+
+/// Takes partition `$1` for owner `$2` for `$3` ms when it is free, released
+/// or expired (epoch + 1), or extends the owner's own unexpired lease (same
+/// epoch); returns (epoch, expires_at), or no row when another owner holds it.
+const PARTITION_ACQUIRE: &str = "INSERT INTO outbox_partition_leases (partition_no, owner, epoch, expires_at) \
+     VALUES ($1, $2, 1, {now} + $3) \
+     ON CONFLICT (partition_no) DO UPDATE SET \
+       epoch = CASE WHEN outbox_partition_leases.owner = excluded.owner \
+                     AND outbox_partition_leases.expires_at > {now} \
+               THEN outbox_partition_leases.epoch ELSE outbox_partition_leases.epoch + 1 END, \
+       owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE outbox_partition_leases.owner IS NULL OR outbox_partition_leases.owner = excluded.owner \
+        OR outbox_partition_leases.expires_at <= {now} \
+     RETURNING epoch, expires_at";
+
+/// Releases partition `$1` if owner `$2` holds it (the epoch stays).
+const PARTITION_RELEASE: &str = "UPDATE outbox_partition_leases SET owner = NULL, expires_at = {now} \
+     WHERE partition_no = $1 AND owner = $2";
+
+fn int_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn partition_of(r: &Row, i: usize) -> Result<Partition> {
+    let n = r.int(i)?;
+    u16::try_from(n)
+        .map(Partition::new)
+        .map_err(|e| journal_undecodable("partition", e))
+}
+
+fn epoch_of(n: i64) -> Result<u64> {
+    u64::try_from(n).map_err(|e| journal_undecodable("partition lease", e))
+}
+
+/// [`PartitionStore::sync_partitions`](outbox_core::PartitionStore::sync_partitions):
+/// one transaction that visits every partition the owner holds or wants in
+/// ascending order (so concurrent syncs lock partitions in one order and
+/// never deadlock), releasing, renewing or acquiring each.
+pub async fn sync_partitions(
+    db: &(impl Database + ?Sized),
+    partitioning: &Partitioning,
+    owner: &WorkerId,
+    wanted: &[Partition],
+    ttl: Duration,
+) -> Result<PartitionSync> {
+    validate_ttl(ttl)?;
+    let wanted = validate_wanted(wanted, partitioning.count())?;
+    let what = "synchronising partition leases";
+    let d = db.dialect();
+    let mut tx = db.begin().await?;
+    let held_before: Vec<Partition> = tx
+        .fetch(
+            what,
+            &d.sql("SELECT partition_no FROM outbox_partition_leases WHERE owner = $1 AND expires_at > {now} ORDER BY partition_no"),
+            &[Arg::Text(owner.as_str())],
+        )
+        .await?
+        .iter()
+        .map(|r| partition_of(r, 0))
+        .collect::<Result<_>>()?;
+    let mut visit: Vec<(Partition, bool)> = held_before
+        .iter()
+        .filter(|p| wanted.binary_search(p).is_err())
+        .map(|p| (*p, false))
+        .chain(wanted.iter().map(|p| (*p, true)))
+        .collect();
+    visit.sort();
+    let (acquire, release) = (d.sql(PARTITION_ACQUIRE), d.sql(PARTITION_RELEASE));
+    let mut out = PartitionSync::default();
+    for (p, want) in visit {
+        let no = Arg::Int(i64::from(p.get()));
+        if !want {
+            tx.execute(what, &release, &[no, Arg::Text(owner.as_str())]).await?;
+            out.released.push(p);
+            continue;
+        }
+        let row = tx
+            .fetch_optional(
+                what,
+                &acquire,
+                &[no, Arg::Text(owner.as_str()), Arg::Int(duration_millis(ttl))],
+            )
+            .await?;
+        match row {
+            Some(r) => {
+                if held_before.binary_search(&p).is_err() {
+                    out.acquired.push(p);
+                }
+                out.held.push(PartitionLease {
+                    partition: p,
+                    owner: owner.clone(),
+                    epoch: epoch_of(r.int(0)?)?,
+                    expires_at: Timestamp::from_millis(r.int(1)?),
+                });
+            }
+            None => out.waiting.push(p),
+        }
+    }
+    tx.commit(what).await?;
+    Ok(out)
+}
+
+/// [`PartitionStore::partitions`](outbox_core::PartitionStore::partitions):
+/// the lease table and the outbox rows grouped by partition, read in one
+/// snapshot.
+pub async fn partitions(db: &(impl Database + ?Sized), count: u16) -> Result<Vec<PartitionStatus>> {
+    let what = "reading partitions";
+    let d = db.dialect();
+    let mut tx = db.snapshot().await?;
+    let leases = tx
+        .fetch(
+            what,
+            &d.sql(
+                "SELECT partition_no, owner, epoch, expires_at, \
+                 CASE WHEN owner IS NOT NULL AND expires_at > {now} THEN 1 ELSE 0 END \
+                 FROM outbox_partition_leases ORDER BY partition_no",
+            ),
+            &[],
+        )
+        .await?;
+    let rows = tx
+        .fetch(
+            what,
+            &d.sql(
+                "SELECT partition_no, count(DISTINCT stream), count(*), \
+                 sum(CASE WHEN status IN ('pending', 'failed') AND next_attempt_at <= {now} THEN 1 ELSE 0 END) \
+                 FROM outbox GROUP BY partition_no",
+            ),
+            &[],
+        )
+        .await?;
+    tx.commit(what).await?;
+    let mut out: BTreeMap<Partition, PartitionStatus> = Partition::all(count)
+        .map(|p| {
+            (
+                p,
+                PartitionStatus {
+                    partition: p,
+                    owner: None,
+                    epoch: 0,
+                    expires_at: None,
+                    held: false,
+                    streams: 0,
+                    rows: 0,
+                    due_rows: 0,
+                },
+            )
+        })
+        .collect();
+    for r in &leases {
+        let Some(s) = out.get_mut(&partition_of(r, 0)?) else {
+            continue;
+        };
+        s.owner = r
+            .opt_text(1)?
+            .map(|o| WorkerId::new(o).map_err(|e| journal_undecodable("partition lease", e)))
+            .transpose()?;
+        s.epoch = epoch_of(r.int(2)?)?;
+        s.expires_at = Some(Timestamp::from_millis(r.int(3)?));
+        s.held = r.bool(4)?;
+    }
+    for r in &rows {
+        let Some(s) = out.get_mut(&partition_of(r, 0)?) else {
+            continue;
+        };
+        let n = |i: usize| r.int(i).map(|v| u64::try_from(v).unwrap_or(0));
+        s.streams = n(1)?;
+        s.rows = n(2)?;
+        s.due_rows = n(3)?;
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Resolves and stores the journal's partitioning at open (`meta` is the
+/// journal's meta table): `count` partitions (when given; else the stored
+/// count, or [`DEFAULT_PARTITIONS`](outbox_core::DEFAULT_PARTITIONS) for a
+/// journal that has none) by `partitioner`, in one transaction.
+///
+/// A journal that has no partitioning yet (new, or created before
+/// partitions) gets it, and every stream with outbox rows is given its
+/// partition. A journal stored with another count or partitioner is refused
+/// (nothing changes), unless `repartition`: then, provided no partition
+/// lease is held, every stream with outbox rows gets its new partition,
+/// every partition lease is released with its epoch raised (a claim made
+/// under the old partitioning is no longer current), and the new
+/// partitioning is stored.
+pub async fn open_partitioning(
+    db: &(impl Database + ?Sized),
+    meta: &str,
+    count: Option<u16>,
+    partitioner: std::sync::Arc<dyn outbox_core::Partitioner>,
+    repartition: bool,
+) -> Result<Partitioning> {
+    let what = "storing the journal's partitioning";
+    let d = db.dialect();
+    let mut tx = db.begin().await?;
+    let stored = tx
+        .fetch(
+            what,
+            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitions', 'partitioner')"),
+            &[],
+        )
+        .await?;
+    let (mut stored_count, mut stored_name) = (None, None);
+    for r in &stored {
+        match r.text(0)?.as_str() {
+            "partitions" => {
+                let v = r.text(1)?;
+                stored_count = Some(v.parse::<u16>().map_err(|e| journal_undecodable("partition count", e))?);
+            }
+            _ => stored_name = Some(r.text(1)?),
+        }
+    }
+    let resolved = Partitioning::new(
+        count.or(stored_count).unwrap_or(outbox_core::DEFAULT_PARTITIONS),
+        partitioner,
+    )?;
+    if let (Some(c), Some(n)) = (stored_count, stored_name.as_deref()) {
+        if resolved.check_stored(c, n).is_ok() {
+            return Ok(resolved);
+        }
+        if !repartition {
+            return Err(resolved.check_stored(c, n).unwrap_err());
+        }
+        let held = tx
+            .fetch(
+                what,
+                &d.sql(
+                    "SELECT partition_no, owner FROM outbox_partition_leases \
+                     WHERE owner IS NOT NULL AND expires_at > {now} ORDER BY partition_no LIMIT 1",
+                ),
+                &[],
+            )
+            .await?;
+        if let Some(r) = held.first() {
+            return Err(Error::InvalidState(format!(
+                "partition {} is leased by worker {}: stop every worker (or wait for its lease to expire) before repartitioning",
+                partition_of(r, 0)?,
+                r.text(1)?
+            )));
+        }
+        tx.execute(
+            what,
+            &d.sql("UPDATE outbox_partition_leases SET owner = NULL, epoch = epoch + 1, expires_at = {now}"),
+            &[],
+        )
+        .await?;
+    }
+    let streams = tx
+        .fetch(what, "SELECT stream FROM outbox_heads ORDER BY stream", &[])
+        .await?;
+    let (rows, heads) = (
+        d.sql("UPDATE outbox SET partition_no = $2 WHERE stream = $1 AND partition_no <> $2"),
+        d.sql("UPDATE outbox_heads SET partition_no = $2 WHERE stream = $1"),
+    );
+    for r in &streams {
+        let stream = StreamId::new(r.text(0)?).map_err(|e| journal_undecodable("outbox head", e))?;
+        let p = Arg::Int(i64::from(resolved.of(&stream).get()));
+        tx.execute(what, &rows, &[Arg::Text(stream.as_str()), p]).await?;
+        tx.execute(what, &heads, &[Arg::Text(stream.as_str()), p]).await?;
+    }
+    let upsert = d.sql(&format!(
+        "INSERT INTO {meta} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    ));
+    let count_text = resolved.count().to_string();
+    tx.execute(what, &upsert, &[Arg::Text("partitions"), Arg::Text(&count_text)])
+        .await?;
+    tx.execute(
+        what,
+        &upsert,
+        &[Arg::Text("partitioner"), Arg::Text(resolved.partitioner_name())],
+    )
+    .await?;
+    tx.commit(what).await?;
+    Ok(resolved)
+}
+
+/// The epoch of a lease row read back, for adapters' partitioned claims.
+pub fn lease_epoch(n: i64) -> Result<u64> {
+    epoch_of(n)
+}
+
+/// The claim's partition lease values: `(partition, epoch, expires_at)`
+/// rows of [`PARTITION_RENEW_ALL`].
+pub fn decode_renewed(rows: &[Row]) -> Result<Vec<(Partition, u64, i64)>> {
+    let mut out = rows
+        .iter()
+        .map(|r| Ok((partition_of(r, 0)?, epoch_of(r.int(1)?)?, r.int(2)?)))
+        .collect::<Result<Vec<_>>>()?;
+    out.sort();
+    Ok(out)
+}
+
+/// An epoch as adapters bind it.
+pub fn epoch_arg(epoch: u64) -> i64 {
+    int_of(epoch)
+}
