@@ -390,13 +390,17 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 ///   `limits.per_stream` rows each, `limits.rows` in all; a stream with
 ///   nothing claimable is left out). It writes no stream lease: each run
 ///   comes with a [`Lease`] whose `partition` is set, whose `epoch` and
-///   `expires_at` are the partition lease's.
+///   `expires_at` are the partition lease's. A claimed stream is held out
+///   of the due streams until that expiry (it is in flight): claims do not
+///   take it again before its pass ends, and a takeover after its holder
+///   died finds it due.
 /// - A lease with `partition` set is current while its partition's lease
 ///   has the same owner and epoch and has not expired. `claim`, `fail`,
 ///   `abandon` and `renew` of [`OutboxQueue`](crate::OutboxQueue) and
 ///   [`LeaseStore`](crate::LeaseStore) require that (else `LeaseLost`);
-///   `renew` extends the partition lease; `release` leaves the partition
-///   held and returns `false`.
+///   `renew` extends the partition lease and the stream's hold; `release`
+///   leaves the partition held, returns `false`, and (while the lease is
+///   current) ends the stream's hold: the stream is due again by its rows.
 /// - Stream leases and partition leases exclude each other: `acquire` (and
 ///   the calls built on it) refuses a stream whose head lies in a partition
 ///   another owner holds unexpired, and `due_streams` omits the streams of

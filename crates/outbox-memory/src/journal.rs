@@ -185,6 +185,16 @@ impl State {
             .is_some_and(|r| r.held_by_other(owner, now))
     }
 
+    /// Holds `stream`'s head (if due at all) out of the due index until
+    /// `until`: a stream claimed in a partition is in flight.
+    fn hold_head(&mut self, stream: &StreamId, until: Timestamp) {
+        if let Some((_, Some(due))) = self.heads.get_mut(stream) {
+            let old = std::mem::replace(due, until);
+            self.due.remove(&(old, stream.clone()));
+            self.due.insert((until, stream.clone()));
+        }
+    }
+
     /// The claim of the lease's stream's head run (the lease checked by the caller).
     fn claim_run(&mut self, lease: &Lease, max: usize, now: Timestamp) -> Vec<OutboxRow> {
         let mut seqs = Vec::new();
@@ -688,6 +698,9 @@ impl LeaseStore for MemoryJournal {
         if let Some(r) = record {
             r.expires_at = expires_at;
         }
+        if lease.partition.is_some() {
+            st.hold_head(&lease.stream, expires_at);
+        }
         Ok(Lease {
             expires_at,
             ..lease.clone()
@@ -695,10 +708,15 @@ impl LeaseStore for MemoryJournal {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = self.now();
         if lease.partition.is_some() {
+            // The partition stays held; the stream's head is due again by its rows.
+            let mut st = self.lock();
+            if st.check_lease(lease, now).is_ok() {
+                st.refresh_head(&lease.stream);
+            }
             return Ok(false);
         }
-        let now = self.now();
         let mut st = self.lock();
         match st.leases.get_mut(&lease.stream) {
             Some(r)
@@ -925,6 +943,7 @@ impl PartitionStore for MemoryJournal {
             if run.is_empty() {
                 continue;
             }
+            st.hold_head(&lease.stream, expires_at);
             rows += run.len();
             taken.push((lease, run));
         }

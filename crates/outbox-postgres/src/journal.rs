@@ -531,9 +531,15 @@ async fn acquire_in(
 }
 
 /// Frees `lease` if it is still current (the shared `RELEASE` statement);
-/// a partitioned claim's lease leaves its partition held.
+/// a partitioned claim's lease leaves its partition held and, while it is
+/// current, puts the stream's head back in the due index by its rows.
 async fn release_in(tx: &mut PgConnection, release: &str, lease: &Lease) -> Result<()> {
     if lease.partition.is_some() {
+        let err = |e| storage("ending a partitioned pass", e);
+        lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+        if lease_valid(tx, lease).await.map_err(err)? {
+            refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
+        }
         return Ok(());
     }
     crate::sql::execute(
@@ -872,6 +878,13 @@ pub const DUE_STREAMS: &str = concat!(
     ") ORDER BY h.due_at, h.stream LIMIT $1"
 );
 
+/// Streams `$1` claimed in a partition have no stream lease: their heads are
+/// held out of the due index until `$2` (the claim's lease expiry), so the
+/// holder's next claim does not take a run in flight again, and a takeover
+/// after the holder died finds it due. The pass's end puts them back.
+pub const HOLD_HEADS: &str = "UPDATE outbox_heads h SET due_at = x.e FROM unnest($1::text[], $2::bigint[]) AS x(s, e) \
+     WHERE h.stream = x.s AND h.due_at IS NOT NULL";
+
 /// [`outbox_sql::partitions::PARTITION_LEASE_CHECK`] on this clock, share-locking the row.
 pub const PARTITION_LEASE_CHECK: &str = concat!(
     "SELECT 1 FROM outbox_partition_leases WHERE partition_no = $1 AND owner = $2 AND epoch = $3 \
@@ -990,6 +1003,19 @@ impl PartitionStore for PgJournal {
                 }
                 rows += run.len();
                 taken.push((lease, run));
+            }
+            if !taken.is_empty() {
+                // Held out of the due index while in flight (see HOLD_HEADS).
+                let (streams, until): (Vec<&str>, Vec<i64>) = taken
+                    .iter()
+                    .map(|(l, _)| (l.stream.as_str(), l.expires_at.as_millis()))
+                    .unzip();
+                sqlx::query(HOLD_HEADS)
+                    .bind(&streams)
+                    .bind(&until)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| storage("claiming in partitions", e))?;
             }
             Ok(taken)
         })

@@ -234,8 +234,16 @@ pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) 
             ],
         )
         .await?;
-    tx.commit(what).await?;
     let expires = row.ok_or_else(|| lease.lost())?.int(0)?;
+    if lease.partition.is_some() {
+        tx.execute(
+            what,
+            &db.dialect().sql(crate::partitions::HOLD_HEAD),
+            &[Arg::Text(lease.stream.as_str()), Arg::Int(expires)],
+        )
+        .await?;
+    }
+    tx.commit(what).await?;
     Ok(Lease {
         expires_at: Timestamp::from_millis(expires),
         ..lease.clone()
@@ -243,9 +251,28 @@ pub async fn renew(db: &(impl Database + ?Sized), lease: &Lease, ttl: Duration) 
 }
 
 /// [`LeaseStore::release`](outbox_core::LeaseStore::release): a partitioned
-/// claim's lease leaves its partition held and releases nothing.
+/// claim's lease leaves its partition held and, while it is current, puts
+/// the stream's head back in the due index by its rows.
 pub async fn release(db: &(impl Database + ?Sized), lease: &Lease) -> Result<bool> {
-    if lease.partition.is_some() {
+    if let Some(p) = lease.partition {
+        let what = "ending a partitioned pass";
+        let mut tx = db.begin().await?;
+        lock_stream(db, &mut *tx, lease.stream.as_str()).await?;
+        let current = tx
+            .fetch_optional(
+                what,
+                &db.dialect().sql(crate::partitions::PARTITION_LEASE_CHECK),
+                &[
+                    Arg::Int(i64::from(p.get())),
+                    Arg::Text(lease.owner.as_str()),
+                    Arg::Int(i64_of(lease.epoch)),
+                ],
+            )
+            .await?;
+        if current.is_some() {
+            refresh_head(db, &mut *tx, lease.stream.as_str()).await?;
+        }
+        tx.commit(what).await?;
         return Ok(false);
     }
     let what = "releasing a stream lease";

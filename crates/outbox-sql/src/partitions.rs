@@ -25,6 +25,10 @@ pub const PARTITION_LEASE_CHECK: &str = "SELECT 1 FROM outbox_partition_leases \
 pub const PARTITION_RENEW: &str = "UPDATE outbox_partition_leases SET expires_at = {now} + $4 \
      WHERE partition_no = $1 AND owner = $2 AND epoch = $3 AND expires_at > {now} RETURNING expires_at";
 
+/// Holds stream `$1`'s head out of the due index until `$2` (a partitioned
+/// claim's lease expiry): the stream is in flight.
+pub const HOLD_HEAD: &str = "UPDATE outbox_heads SET due_at = $2 WHERE stream = $1 AND due_at IS NOT NULL";
+
 /// Renews every unexpired partition lease of owner `$1` to `{now} + $2` ms:
 /// the start of a partitioned claim.
 pub const PARTITION_RENEW_ALL: &str = "UPDATE outbox_partition_leases SET expires_at = {now} + $2 \

@@ -401,9 +401,13 @@ fn end_body(
 }
 
 /// Frees `lease` if it is still current (the shared `RELEASE` statement);
-/// a partitioned claim's lease leaves its partition held.
+/// a partitioned claim's lease leaves its partition held and, while it is
+/// current, puts the stream's head back in the due index by its rows.
 fn release_body(conn: &Connection, sql: &str, lease: &Lease) -> Result<bool> {
     if lease.partition.is_some() {
+        if lease_valid(conn, lease).map_err(ctx("ending a partitioned pass"))? {
+            refresh_head(conn, lease.stream.as_str()).map_err(ctx("ending a partitioned pass"))?;
+        }
         return Ok(false);
     }
     let n = conn
@@ -899,6 +903,13 @@ impl LeaseStore for SqliteJournal {
                     })
                     .map_err(ctx("renewing a lease"))?;
                 let expires = expires.ok_or_else(|| lease.lost())?;
+                if lease.partition.is_some() {
+                    let held = Lease {
+                        expires_at: Timestamp::from_millis(expires),
+                        ..lease.clone()
+                    };
+                    hold_head(conn, &held).map_err(ctx("renewing a lease"))?;
+                }
                 Ok(Lease {
                     expires_at: Timestamp::from_millis(expires),
                     ..lease
@@ -987,10 +998,22 @@ fn claim_partitioned_body(
         if run.is_empty() {
             continue;
         }
+        hold_head(conn, &lease).map_err(&err)?;
         rows += run.len();
         taken.push((lease, run));
     }
     Ok(taken)
+}
+
+/// A stream claimed in a partition has no stream lease; its head is held
+/// out of the due index until the claim's lease expires, so the holder's
+/// next claim does not take the run again while it is in flight, and a
+/// takeover after the holder died finds it due. The pass's end
+/// (`release_body`) puts the head back by its rows.
+fn hold_head(conn: &Connection, lease: &Lease) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE outbox_heads SET due_at = ?2 WHERE stream = ?1 AND due_at IS NOT NULL")?
+        .execute(params![lease.stream.as_str(), lease.expires_at.as_millis()])?;
+    Ok(())
 }
 
 impl PartitionStore for SqliteJournal {

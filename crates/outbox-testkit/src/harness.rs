@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_core::{
     DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue,
-    Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
+    PartitionStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.
@@ -28,6 +28,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + LeaseStore
         + LeaseAdmin
         + WorkerRegistry
+        + PartitionStore
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
     type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static;

@@ -15,6 +15,7 @@ mod generations;
 mod journal;
 mod lease;
 mod outbox;
+mod partitions;
 mod projection;
 mod registry;
 mod runs;
@@ -28,6 +29,7 @@ pub use generations::*;
 pub use journal::*;
 pub use lease::*;
 pub use outbox::*;
+pub use partitions::*;
 pub use projection::*;
 pub use registry::*;
 pub use runs::*;
@@ -125,6 +127,14 @@ macro_rules! for_each_check {
             summary_names_oldest_retry_eligible_row,
             list_filters_orders_and_limits,
             row_returns_none_when_missing,
+            partition_sync_acquires_renews_and_releases,
+            partition_held_by_another_waits_for_release_or_expiry,
+            partition_sync_rejects_unknown_partitions,
+            partitioned_claim_takes_only_held_partitions,
+            partitioned_claim_is_fenced_by_the_partition_epoch,
+            partitioned_pass_ends_without_releasing_the_partition,
+            stream_and_partition_leases_exclude_each_other,
+            partitions_report_rows_per_partition,
             lease_first_acquire_has_epoch_1,
             lease_of_unknown_stream_is_none,
             lease_acquire_refused_while_other_owner_holds_it,

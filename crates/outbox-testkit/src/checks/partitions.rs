@@ -1,0 +1,300 @@
+//! [`PartitionStore`] contract checks: partition lease synchronisation,
+//! partitioned claims fenced by the partition lease's epoch, exclusion of
+//! stream and partition leases, the partition report.
+
+use outbox_core::{
+    Error, LeaseStore, OutboxInspector, OutboxQueue, Partition, PartitionStore, RetryPolicy, StreamEnd, StreamId,
+    SweepLimits, UNFINISHED_ATTEMPT,
+};
+
+use super::support::{TTL, enqueue, ms, now, owner, secs, seq};
+use crate::{Harness, sid};
+
+const LIMITS: SweepLimits = SweepLimits {
+    streams: 64,
+    per_stream: 64,
+    rows: 512,
+};
+
+fn p(n: u16) -> Partition {
+    Partition::new(n)
+}
+
+/// The first stream named `{prefix}{i}` that lies in `partition`.
+fn stream_in<J: PartitionStore>(j: &J, prefix: &str, partition: Partition) -> StreamId {
+    (0..100_000)
+        .map(|i| sid(&format!("{prefix}{i}")))
+        .find(|s| j.partitioning().of(s) == partition)
+        .expect("some stream name falls in every partition")
+}
+
+/// `sync_partitions`: wanted partitions are acquired (epoch 1, expiry
+/// `now + ttl`), kept ones renewed with the same epoch, unwanted ones
+/// released (epoch kept); `held` lists the owner's leases by partition.
+pub async fn partition_sync_acquires_renews_and_releases<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    let before = now(j).await;
+    let first = j.sync_partitions(&a, &[p(1), p(0), p(1)], TTL).await.unwrap();
+    assert_eq!(first.acquired, [p(0), p(1)], "duplicates count once, in order");
+    assert!(first.released.is_empty() && first.waiting.is_empty());
+    assert_eq!(
+        first.held.iter().map(|l| (l.partition, l.epoch)).collect::<Vec<_>>(),
+        [(p(0), 1), (p(1), 1)]
+    );
+    assert!(
+        first.held.iter().all(|l| l.owner == a && l.expires_at >= before.saturating_add(TTL)),
+        "held for the owner until now + ttl: {:?}",
+        first.held
+    );
+    h.advance(&f.ctx, secs(5)).await;
+    let second = j.sync_partitions(&a, &[p(1), p(2)], TTL).await.unwrap();
+    assert_eq!(second.acquired, [p(2)], "only p02 is new");
+    assert_eq!(second.released, [p(0)], "p00 is not wanted any more");
+    let p1 = second.held.iter().find(|l| l.partition == p(1)).expect("p01 held");
+    assert_eq!(p1.epoch, 1, "a renewal keeps the epoch");
+    assert!(p1.expires_at > first.held[1].expires_at, "a renewal moves the expiry");
+    let report = j.partitions().await.unwrap();
+    assert_eq!(report.len(), usize::from(j.partitioning().count()), "every partition reported");
+    assert_eq!(
+        (report[0].owner.clone(), report[0].epoch, report[0].held),
+        (None, 1, false),
+        "a released partition keeps its epoch and has no owner"
+    );
+    assert_eq!((report[1].owner.clone(), report[1].held), (Some(a.clone()), true));
+    assert_eq!((report[3].epoch, report[3].held, report[3].expires_at), (0, false, None), "never leased");
+    let again = j.sync_partitions(&a, &[p(0)], TTL).await.unwrap();
+    assert_eq!(
+        again.held.iter().map(|l| (l.partition, l.epoch)).collect::<Vec<_>>(),
+        [(p(0), 2)],
+        "re-acquiring a released partition bumps its epoch"
+    );
+}
+
+/// `sync_partitions`: a partition another owner holds unexpired is
+/// `waiting`, and changes hands once it is released (epoch + 1) or its
+/// lease expires (epoch + 1).
+pub async fn partition_held_by_another_waits_for_release_or_expiry<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (a, b) = (owner("a"), owner("b"));
+    j.sync_partitions(&a, &[p(3), p(4)], TTL).await.unwrap();
+    let waiting = j.sync_partitions(&b, &[p(3), p(4)], TTL).await.unwrap();
+    assert_eq!(waiting.waiting, [p(3), p(4)], "held by a");
+    assert!(waiting.held.is_empty() && waiting.acquired.is_empty());
+    let kept = j.sync_partitions(&a, &[p(4)], TTL).await.unwrap();
+    assert_eq!(kept.released, [p(3)]);
+    let took = j.sync_partitions(&b, &[p(3), p(4)], TTL).await.unwrap();
+    assert_eq!(took.acquired, [p(3)], "released: b takes it");
+    assert_eq!(took.waiting, [p(4)], "still held by a");
+    assert_eq!(took.held[0].epoch, 2, "a change of owner bumps the epoch");
+    h.advance(&f.ctx, TTL - secs(1)).await;
+    j.sync_partitions(&b, &[p(3)], TTL).await.unwrap();
+    let early = j.sync_partitions(&b, &[p(3), p(4)], TTL).await.unwrap();
+    assert_eq!(early.waiting, [p(4)], "not expired yet (store's clock)");
+    h.advance(&f.ctx, secs(1) + ms(1)).await;
+    let late = j.sync_partitions(&b, &[p(3), p(4)], TTL).await.unwrap();
+    assert_eq!(late.acquired, [p(4)], "expired: b takes it over");
+    let p4 = late.held.iter().find(|l| l.partition == p(4)).unwrap();
+    assert_eq!(p4.epoch, 2, "a takeover after expiry bumps the epoch");
+}
+
+/// `sync_partitions`: a partition outside the journal or a ttl out of
+/// range is `InvalidInput` and nothing changes.
+pub async fn partition_sync_rejects_unknown_partitions<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let count = j.partitioning().count();
+    let err = j
+        .sync_partitions(&owner("a"), &[p(0), p(count)], TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert!(err.to_string().contains(&p(count).to_string()), "names the partition: {err}");
+    assert!(
+        j.partitions().await.unwrap().iter().all(|s| s.epoch == 0),
+        "a refused sync leases nothing"
+    );
+    let err = j
+        .sync_partitions(&owner("a"), &[p(0)], ms(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+}
+
+/// `claim_partitioned`: only streams in the owner's partitions are claimed,
+/// with leases that carry the partition and its epoch; no stream lease is
+/// written; nothing is claimed without a partition.
+pub async fn partitioned_claim_takes_only_held_partitions<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    let mine = stream_in(j, "m", p(5));
+    let other = stream_in(j, "o", p(6));
+    enqueue(j, mine.as_str(), 3).await;
+    enqueue(j, other.as_str(), 2).await;
+    assert!(
+        j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().is_empty(),
+        "no partition, no claim"
+    );
+    let sync = j.sync_partitions(&a, &[p(5)], TTL).await.unwrap();
+    let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    assert_eq!(taken.len(), 1, "only the stream of p05: {taken:?}");
+    let (lease, rows) = &taken[0];
+    assert_eq!(lease.stream, mine);
+    assert_eq!((lease.partition, lease.epoch), (Some(p(5)), sync.held[0].epoch));
+    assert_eq!(rows.iter().map(|r| r.seq.get()).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(j.lease(&mine).await.unwrap(), None, "no stream lease is written");
+    assert!(
+        j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().is_empty(),
+        "claimed rows are not claimed again while the partition is held"
+    );
+    let limited = {
+        let f2 = h.open().await;
+        let j2 = &f2.journal;
+        for i in 0..3 {
+            enqueue(j2, stream_in(j2, &format!("x{i}-"), p(7)).as_str(), 4).await;
+        }
+        j2.sync_partitions(&a, &[p(7)], TTL).await.unwrap();
+        let limits = SweepLimits {
+            streams: 2,
+            per_stream: 3,
+            rows: 5,
+        };
+        j2.claim_partitioned(&a, TTL, limits).await.unwrap()
+    };
+    assert_eq!(
+        limited.iter().map(|(_, r)| r.len()).collect::<Vec<_>>(),
+        [3, 2],
+        "at most 2 streams, 3 rows each, 5 in all"
+    );
+}
+
+/// A partitioned claim's lease is current only while its partition's lease
+/// is: after a takeover the old holder's `claim`, `fail`, `abandon` and
+/// `renew` are `LeaseLost`, and the new holder's claim takes the unfinished
+/// row over (attempt counted).
+pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (a, b) = (owner("a"), owner("b"));
+    let s = stream_in(j, "s", p(2));
+    enqueue(j, s.as_str(), 2).await;
+    j.sync_partitions(&a, &[p(2)], TTL).await.unwrap();
+    let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    let stale = taken[0].0.clone();
+    let renewed = j.renew(&stale, TTL).await.expect("the holder renews its partition");
+    assert_eq!((renewed.epoch, renewed.partition), (stale.epoch, Some(p(2))));
+    h.advance(&f.ctx, TTL + ms(1)).await;
+    let took = j.sync_partitions(&b, &[p(2)], TTL).await.unwrap();
+    assert_eq!(took.held[0].epoch, stale.epoch + 1, "takeover after expiry");
+    let policy = RetryPolicy::default();
+    for (what, result) in [
+        ("claim", j.claim(&stale, 10).await.map(|_| ())),
+        ("fail", j.fail(&stale, seq(1), "boom", &policy).await.map(|_| ())),
+        ("abandon", j.abandon(&stale).await.map(|_| ())),
+        ("renew", j.renew(&stale, TTL).await.map(|_| ())),
+    ] {
+        assert!(
+            matches!(result, Err(Error::LeaseLost { .. })),
+            "{what} under a taken-over partition must be LeaseLost, got {result:?}"
+        );
+    }
+    let again = j.claim_partitioned(&b, TTL, LIMITS).await.unwrap();
+    assert_eq!(again.len(), 1);
+    let head = &again[0].1[0];
+    assert_eq!(
+        (head.seq.get(), head.attempt_count, head.last_error.as_deref()),
+        (1, 1, Some(UNFINISHED_ATTEMPT)),
+        "the unfinished row is taken over alone, its attempt counted"
+    );
+}
+
+/// Ending a partitioned pass completes its rows and leaves the partition
+/// held: `release` of such a lease releases nothing and returns `false`.
+pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    let s = stream_in(j, "s", p(1));
+    enqueue(j, s.as_str(), 3).await;
+    j.sync_partitions(&a, &[p(1)], TTL).await.unwrap();
+    let (lease, rows) = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().remove(0);
+    assert_eq!(rows.len(), 3);
+    let done = j
+        .complete_and_release_all(&[StreamEnd {
+            lease: lease.clone(),
+            through: Some(seq(2)),
+            abandon: true,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(done, 2, "rows 1 and 2 completed");
+    let left = j.list(None, 10).await.unwrap();
+    assert_eq!(
+        left.iter().map(|r| (r.seq.get(), r.status.as_str())).collect::<Vec<_>>(),
+        [(3, "pending")],
+        "the rest was abandoned"
+    );
+    assert!(!j.release(&lease).await.unwrap(), "release leaves the partition");
+    let report = j.partitions().await.unwrap();
+    assert!(report[1].held, "still held by a");
+    let next = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    assert_eq!(next.len(), 1, "the holder claims the rest at once");
+}
+
+/// Stream leases and partition leases exclude each other: `acquire`
+/// refuses a stream whose partition another owner holds, `due_streams`
+/// omits it, and a partitioned claim skips a stream another owner leased.
+pub async fn stream_and_partition_leases_exclude_each_other<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (a, b) = (owner("a"), owner("b"));
+    let s = stream_in(j, "s", p(4));
+    let t = stream_in(j, "t", p(4));
+    enqueue(j, s.as_str(), 1).await;
+    enqueue(j, t.as_str(), 1).await;
+    let tl = j.acquire(&t, &b, TTL).await.unwrap().expect("t is free before p04 is leased");
+    j.sync_partitions(&a, &[p(4)], TTL).await.unwrap();
+    assert_eq!(
+        j.acquire(&s, &b, TTL).await.unwrap(),
+        None,
+        "s lies in p04, which a holds"
+    );
+    assert!(j.acquire(&s, &a, TTL).await.unwrap().is_some(), "its holder may");
+    let due = j.due_streams(10).await.unwrap();
+    assert!(!due.contains(&s) && !due.contains(&t), "held partitions are not due for others: {due:?}");
+    let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    let streams: Vec<&StreamId> = taken.iter().map(|(l, _)| &l.stream).collect();
+    assert_eq!(streams, [&s], "t's stream lease belongs to b");
+    assert!(j.release(&tl).await.unwrap());
+    let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    assert_eq!(taken.len(), 1, "t once b released it");
+    assert_eq!(taken[0].0.stream, t);
+}
+
+/// `partitions`: streams, rows and due rows per partition.
+pub async fn partitions_report_rows_per_partition<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    let s = stream_in(j, "s", p(0));
+    let t = stream_in(j, "t", p(0));
+    let u = stream_in(j, "u", p(9));
+    enqueue(j, s.as_str(), 2).await;
+    enqueue(j, t.as_str(), 3).await;
+    enqueue(j, u.as_str(), 1).await;
+    j.sync_partitions(&a, &[p(9)], TTL).await.unwrap();
+    j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    let report = j.partitions().await.unwrap();
+    let of = |n: usize| (report[n].streams, report[n].rows, report[n].due_rows);
+    assert_eq!(of(0), (2, 5, 5), "p00: two streams, five due rows");
+    assert_eq!(of(9), (1, 1, 0), "p09: its one row is processing, not due");
+    assert_eq!(of(1), (0, 0, 0));
+    assert_eq!(
+        report.iter().map(|s| s.partition).collect::<Vec<_>>(),
+        Partition::all(j.partitioning().count()).collect::<Vec<_>>(),
+        "in partition order"
+    );
+}
