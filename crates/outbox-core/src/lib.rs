@@ -33,8 +33,8 @@ pub use outbox::{
     OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
 };
 pub use partition::{
-    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions, PartitionStatus,
-    PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
+    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions,
+    PartitionStatus, PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
     validate_partition_count,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};

@@ -84,10 +84,11 @@ impl FromStr for Partition {
     /// `p07` or `7`.
     fn from_str(s: &str) -> Result<Self> {
         let digits = s.strip_prefix('p').unwrap_or(s);
-        digits
-            .parse::<u16>()
-            .map(Partition)
-            .map_err(|_| Error::invalid(format!("`{s}` is not a partition (expected p00, p01, ... or a number)")))
+        digits.parse::<u16>().map(Partition).map_err(|_| {
+            Error::invalid(format!(
+                "`{s}` is not a partition (expected p00, p01, ... or a number)"
+            ))
+        })
     }
 }
 
@@ -130,7 +131,11 @@ pub fn crc32(bytes: &[u8]) -> u32 {
             let mut c = i as u32;
             let mut k = 0;
             while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
                 k += 1;
             }
             table[i] = c;
@@ -171,7 +176,9 @@ impl Partitioning {
         let name = partitioner.name();
         if name.is_empty()
             || name.len() > 64
-            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
         {
             return Err(Error::invalid(format!(
                 "partitioner name `{name}` must be 1 to 64 ASCII letters, digits or - _ . :"
@@ -500,7 +507,10 @@ mod tests {
         let after = [w("w1"), w("w2"), w("w3"), w("w4")];
         let (a, b) = (assign(&before, 64), assign(&after, 64));
         for ((p, old), (_, new)) in a.iter().zip(&b) {
-            assert!(new == old || new.as_str() == "w4", "{p} moved from {old} to {new}");
+            assert!(
+                new == old || new.as_str() == "w4",
+                "{p} moved from {old} to {new}"
+            );
         }
         assert!(b.iter().any(|(_, o)| o.as_str() == "w4"));
     }

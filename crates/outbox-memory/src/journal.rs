@@ -5,7 +5,9 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::spi::{plan_append, truncate_error, validate_limit, validate_ttl, validate_wanted, worker_id_held};
+use outbox_core::spi::{
+    plan_append, truncate_error, validate_limit, validate_ttl, validate_wanted, worker_id_held,
+};
 use outbox_core::{ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
@@ -836,7 +838,12 @@ impl PartitionStore for MemoryJournal {
         &self.partitioning
     }
 
-    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+    async fn sync_partitions(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
         validate_ttl(ttl)?;
         let wanted = validate_wanted(wanted, self.partitioning.count())?;
         let now = self.now();
@@ -923,7 +930,11 @@ impl PartitionStore for MemoryJournal {
                 let p = st.partitioning.of(s);
                 held.contains_key(&p).then(|| (s.clone(), p))
             })
-            .filter(|(s, _)| st.leases.get(s).is_none_or(|l| !l.held_by_other(Some(owner), now)))
+            .filter(|(s, _)| {
+                st.leases
+                    .get(s)
+                    .is_none_or(|l| !l.held_by_other(Some(owner), now))
+            })
             .take(limits.streams)
             .collect();
         let mut taken = Vec::new();
@@ -976,7 +987,9 @@ impl PartitionStore for MemoryJournal {
                 last = Some(stream);
             }
             s.rows += 1;
-            if matches!(row.status, OutboxStatus::Pending | OutboxStatus::Failed) && row.next_attempt_at <= now {
+            if matches!(row.status, OutboxStatus::Pending | OutboxStatus::Failed)
+                && row.next_attempt_at <= now
+            {
                 s.due_rows += 1;
             }
         }

@@ -13,8 +13,8 @@ use outbox_core::spi::{
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus, PartitionStore,
-    PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd,
-    StreamId, StreamVersion, SweepLimits, Timestamp, WakeSource, WorkerId,
+    PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd, StreamId, StreamVersion,
+    SweepLimits, Timestamp, WakeSource, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
@@ -319,7 +319,11 @@ impl PgJournal {
                 return Err(e);
             }
         };
-        Ok(PgJournal { sql, db, partitioning })
+        Ok(PgJournal {
+            sql,
+            db,
+            partitioning,
+        })
     }
 
     pub(crate) fn db(&self) -> &Arc<Db> {
@@ -957,7 +961,12 @@ impl PartitionStore for PgJournal {
         &self.partitioning
     }
 
-    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+    async fn sync_partitions(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
         outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
     }
 

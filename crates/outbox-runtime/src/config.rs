@@ -45,6 +45,7 @@ env_vars! {
     OUTBOX_RETRY_CAP_MS = "300000", "the longest retry delay (5 min)";
     OUTBOX_DEAD_LETTER_THRESHOLD = "8", "consecutive failures that park a row as dead";
     OUTBOX_WAKE_ON_APPEND = "true", "wake the worker on an in-process append instead of waiting for the poll";
+    OUTBOX_LEASING = "true", "divide the work among live workers by partition (ADR 0022): each worker leases the partitions the registry's live workers assign it and claims only inside them; `false` competes for every stream with stream leases (one worker, or tools beside the workers)";
     OUTBOX_REPAIR_ON_START = "true", "catch up streams whose projections are behind the journal at start-up";
     OUTBOX_HEARTBEAT_INTERVAL_MS = "5000", "how often a worker refreshes its registry entry and gauges";
     OUTBOX_REGISTRY_RETENTION_MS = "86400000", "how long an expired worker registry entry is kept before a running worker prunes it (1 day; pruned at start and every 60 heartbeats)";
@@ -80,6 +81,10 @@ pub struct Config {
     pub wake_on_append: bool,
     /// Run gap repair when workers start (default true).
     pub repair_on_start: bool,
+    /// Partition leasing (default true): a running worker leases the
+    /// partitions assigned to it among the live workers and claims only
+    /// inside them (ADR 0022); `false` competes for every stream.
+    pub leasing: bool,
     /// Heartbeat interval (default 5 s).
     pub heartbeat_interval: Duration,
     /// How long an expired worker registry entry is kept before the
@@ -129,6 +134,7 @@ impl Default for Config {
             retry: RetryPolicy::default(),
             wake_on_append: true,
             repair_on_start: true,
+            leasing: true,
             heartbeat_interval: Duration::from_secs(5),
             registry_retention: Duration::from_secs(24 * 3600),
             run_retention: Duration::from_secs(30 * 24 * 3600),
@@ -180,6 +186,10 @@ impl Config {
     setter!(
         /// Turns start-up gap repair on or off.
         with_repair_on_start, repair_on_start: bool
+    );
+    setter!(
+        /// Turns partition leasing on or off ([`Config::leasing`]).
+        with_leasing, leasing: bool
     );
     setter!(
         /// Sets the heartbeat interval.
@@ -385,6 +395,7 @@ impl Config {
         };
         c.wake_on_append = flag(Self::OUTBOX_WAKE_ON_APPEND, true)?;
         c.repair_on_start = flag(Self::OUTBOX_REPAIR_ON_START, true)?;
+        c.leasing = flag(Self::OUTBOX_LEASING, true)?;
         if let Some(v) = ms(Self::OUTBOX_POLL_INTERVAL_MS)? {
             c.poll_interval = v;
         }

@@ -10,6 +10,7 @@ mod lag;
 mod metrics;
 mod outbox;
 mod panic;
+mod partitions;
 mod replay;
 mod running;
 mod scratch;

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, DeadLetters, Error, Event,
     EventJournal, EventTypeRegistry, ExpectedVersion, GenerationStore, LeaseStore, Mode, ModeSelection,
-    NewEvent, OutboxInspector, OutboxQueue, Projection, ProjectionName, ProjectionStore, Result, RunStore,
-    Seq, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore, WorkerId,
-    WorkerRegistry, select_mode, validate_generation_base, view_projection, view_projection_with_candidate,
+    NewEvent, OutboxInspector, OutboxQueue, PartitionStore, Projection, ProjectionName, ProjectionStore,
+    Result, RunStore, Seq, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore,
+    WorkerId, WorkerRegistry, select_mode, validate_generation_base, view_projection,
+    view_projection_with_candidate,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -21,11 +22,25 @@ use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
 pub trait JournalBackend:
-    EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + WorkerRegistry + 'static
+    EventJournal
+    + OutboxQueue
+    + DeadLetters
+    + OutboxInspector
+    + LeaseStore
+    + WorkerRegistry
+    + PartitionStore
+    + 'static
 {
 }
 impl<T> JournalBackend for T where
-    T: EventJournal + OutboxQueue + DeadLetters + OutboxInspector + LeaseStore + WorkerRegistry + 'static
+    T: EventJournal
+        + OutboxQueue
+        + DeadLetters
+        + OutboxInspector
+        + LeaseStore
+        + WorkerRegistry
+        + PartitionStore
+        + 'static
 {
 }
 
@@ -72,6 +87,8 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) metrics: Metrics,
     /// Whether a [`crate::Running`] of this runtime is live (one start at a time).
     pub(crate) started: Arc<std::sync::atomic::AtomicBool>,
+    /// Partition leasing (ADR 0022).
+    pub(crate) partitions: crate::partitions::PartitionState,
 }
 
 /// A projection as registered, in order.
@@ -236,6 +253,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 wake_source: self.wake_source,
                 metrics: Metrics::default(),
                 started: Arc::default(),
+                partitions: crate::partitions::PartitionState::default(),
             }),
         })
     }

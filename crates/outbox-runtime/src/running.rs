@@ -172,6 +172,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .await?
                 .is_none();
         }
+        let leasing = self.config().leasing && (tasks.apply_worker || tasks.shadow_worker);
+        if leasing && !stopped {
+            // The worker claims only inside its partitions from its first
+            // pass; the first share is taken before it starts.
+            self.inner.partitions.set_active(true);
+            self.sync_partitions_or_warn().await;
+        }
         if stopped {
             info!(mode = %self.mode(), "start cancelled; no task started");
             return Ok(Running {
@@ -313,6 +320,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// [`Config::run_retention`](crate::Config::run_retention).
     async fn heartbeat_loop(&self, cancel: CancellationToken, worker_gone: CancellationToken) {
         let interval = self.config().heartbeat_interval;
+        let partitioned = self.inner.partitions.active();
+        // Wanted partitions still held by their previous owner: look again
+        // soon rather than a whole interval later (as at start, when the
+        // other workers have yet to see this one).
+        let mut waiting = partitioned;
         let mut beats: u64 = 0;
         loop {
             if beats.is_multiple_of(PRUNE_EVERY_BEATS) {
@@ -347,13 +359,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     error!("the worker task is gone; the heartbeat stops");
                     break;
                 }
-                () = tokio::time::sleep(interval) => {}
+                () = tokio::time::sleep(if waiting { interval / 4 } else { interval }) => {}
             }
             if let Err(e) = self.beat().await {
                 warn!(error = %e, "heartbeat failed");
             }
+            if partitioned {
+                waiting = self.sync_partitions_or_warn().await;
+            }
             self.record_activity_or_warn().await;
             beats += 1;
+        }
+        if partitioned {
+            // Let the worker end its passes under its leases first (bounded:
+            // leases expire on their own), then hand the partitions over.
+            let _ = tokio::time::timeout(self.config().store_deadline() * 2, worker_gone.cancelled()).await;
+            self.release_partitions().await;
         }
         self.record_activity_or_warn().await;
         if let Err(e) = self

@@ -155,18 +155,37 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn claim_sweep(&self) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
         let inner = &self.inner;
         let config = &inner.config;
-        let limits = SweepLimits {
-            streams: config.streams_per_pass,
-            per_stream: config.batch_size,
-            rows: config.sweep_rows,
+        let limits = match config.sweep_rows {
+            // Partition leasing without sweeps: one stream at a time.
+            0 => SweepLimits {
+                streams: 1,
+                per_stream: config.batch_size,
+                rows: config.batch_size,
+            },
+            rows => SweepLimits {
+                streams: config.streams_per_pass,
+                per_stream: config.batch_size,
+                rows,
+            },
         };
-        let taken = inner
-            .journal
-            .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
-            .within(config.store_deadline(), "acquire_and_claim_due")
-            .await?;
+        let (taken, ttl) = if inner.partitions.active() {
+            let ttl = self.partition_ttl();
+            let taken = inner
+                .journal
+                .claim_partitioned(&inner.worker_id, ttl, limits)
+                .within(config.store_deadline(), "claim_partitioned")
+                .await?;
+            (taken, ttl)
+        } else {
+            let taken = inner
+                .journal
+                .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
+                .within(config.store_deadline(), "acquire_and_claim_due")
+                .await?;
+            (taken, config.lease_ttl)
+        };
         if let Some((lease, _)) = taken.first() {
-            inner.metrics.lag.saw_lease(lease, config.lease_ttl);
+            inner.metrics.lag.saw_lease(lease, ttl);
         }
         Ok(taken)
     }

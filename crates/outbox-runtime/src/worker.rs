@@ -87,7 +87,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// dead worker, is next in line once the stream in progress ends its
     /// turn, rather than waiting for the next pass (ADR 0008).
     pub(crate) async fn tick_as(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
-        if self.inner.config.sweep_rows > 0 {
+        if self.inner.config.sweep_rows > 0 || self.inner.partitions.active() {
             return self.sweep_tick(kind, cancel).await;
         }
         let inner = &self.inner;
@@ -172,7 +172,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<StreamPass> {
         let inner = &self.inner;
-        let ttl = inner.config.lease_ttl;
+        // A stream claimed in a partition holds the partition's lease.
+        let ttl = match lease.partition {
+            Some(_) => self.partition_ttl(),
+            None => inner.config.lease_ttl,
+        };
         inner.metrics.lag.saw_lease(&lease, ttl);
         let mut renewed_at = Instant::now();
         // Whether rows of this lease may be left `processing`.

@@ -628,7 +628,9 @@ async fn a_dead_worker_is_taken_over_after_its_lease_expires() {
         .unwrap()
         .unwrap();
     e.journal.claim(&lease, 10).await.unwrap();
-    let rt = runtime(&e, worker_config().with_repair_on_start(false)).await;
+    // Stream leases, as a worker without partition leasing takes them.
+    let config = worker_config().with_repair_on_start(false).with_leasing(false);
+    let rt = runtime(&e, config).await;
     let running = rt.start().await.unwrap();
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
@@ -649,6 +651,65 @@ async fn a_dead_worker_is_taken_over_after_its_lease_expires() {
     assert!(
         !e.journal.release(&lease).await.unwrap(),
         "the zombie's lease is gone"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_workers_partitions_are_taken_over_after_its_heartbeat_ttl() {
+    use outbox_core::{Mode, Partition, PartitionStore, SweepLimits, WorkerRegistry};
+    let e = env();
+    let s = sid("s");
+    append_values(&runtime(&e, worker_config()).await, &s, &[1, 2, 3]).await;
+    // A crashed worker: registered, holding every partition, its rows of
+    // `s` claimed. Heartbeat TTL 15 s (the default 5 s interval, three times).
+    let ttl = Duration::from_secs(15);
+    let zombie = outbox_core::WorkerId::new("zombie").unwrap();
+    e.journal
+        .heartbeat(&zombie, "gone", 1, Mode::OutboxApplyOnly, ttl)
+        .await
+        .unwrap();
+    let all: Vec<Partition> = Partition::all(e.journal.partitioning().count()).collect();
+    e.journal.sync_partitions(&zombie, &all, ttl).await.unwrap();
+    let limits = SweepLimits {
+        streams: 8,
+        per_stream: 8,
+        rows: 8,
+    };
+    let claimed = e.journal.claim_partitioned(&zombie, ttl, limits).await.unwrap();
+    assert_eq!(claimed.len(), 1, "the zombie claimed s");
+    let rt = runtime(&e, worker_config().with_repair_on_start(false)).await;
+    let running = rt.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        state(&e).await.ledger.len(),
+        0,
+        "nothing taken over while the zombie's partitions are live"
+    );
+    assert!(
+        rt.held_partitions().is_empty(),
+        "the zombie holds every partition"
+    );
+    wait_until_drained(&rt).await;
+    assert_eq!(
+        rt.held_partitions(),
+        all,
+        "the only live worker holds every partition once the zombie's entry expired"
+    );
+    running.shutdown().await;
+    check_history(&state(&e).await, &expect(&[("s", 3, 6)]), &BTreeMap::new()).unwrap();
+    assert_eq!(
+        rt.metrics().lease_takeovers,
+        3,
+        "each row the zombie left processing was taken over (claimed alone)"
+    );
+    let report = e.journal.partitions().await.unwrap();
+    assert!(
+        report.iter().all(|p| p.epoch == 2 && p.owner.is_none()),
+        "each partition changed hands once and was released at shutdown: {report:?}"
+    );
+    assert!(
+        e.journal.claim(&claimed[0].0, 8).await.is_err(),
+        "the zombie's claim is no longer current"
     );
 }
 

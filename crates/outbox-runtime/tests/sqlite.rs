@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{
     AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, OutboxInspector, OutboxStatus,
-    Projection, ProjectionStore, RetryPolicy, Seq, StreamId,
+    PartitionStore, Projection, ProjectionStore, RetryPolicy, Seq, StreamId,
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx};
@@ -128,12 +128,25 @@ impl Projection<SqliteTx> for Stall {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled() {
+    four_runtimes_one_crashes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_partitioned_runtimes_one_crashes_nothing_lost_or_doubled() {
+    four_runtimes_one_crashes(true).await;
+}
+
+/// Four runtimes on one pair of files, one killed inside an apply, with
+/// stream leases (`leasing` off) or partition leases.
+async fn four_runtimes_one_crashes(leasing: bool) {
     let f = files();
     let (p, _) = oracle();
     let config = Config::apply_worker()
         .with_lease_ttl(Duration::from_millis(1500))
+        .with_heartbeat_interval(Duration::from_millis(500))
         .with_poll_interval(Duration::from_millis(50))
         .with_batch_size(16)
+        .with_leasing(leasing)
         .with_repair_on_start(false);
     let stalled = Arc::new(tokio::sync::Notify::new());
     let stalling: Arc<dyn Projection<SqliteTx>> = Arc::new(Stall {
@@ -188,10 +201,27 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
     rts[0].store().close().await;
     let mut stranded = BTreeSet::new();
     let oracle = outbox_core::ProjectionName::new("oracle").unwrap();
+    let victims_partitions: BTreeSet<outbox_core::Partition> = rts[1]
+        .journal()
+        .partitions()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.owner.as_ref() == Some(&victim))
+        .map(|p| p.partition)
+        .collect();
     for s in &streams {
-        if let Some(l) = rts[1].journal().lease(s).await.unwrap()
-            && l.owner == victim
-        {
+        let held = if leasing {
+            victims_partitions.contains(&rts[1].journal().partitioning().of(s))
+        } else {
+            rts[1]
+                .journal()
+                .lease(s)
+                .await
+                .unwrap()
+                .is_some_and(|l| l.owner == victim)
+        };
+        if held {
             // Stranded with work: events the crashed runtime had not applied.
             let applied = rts[1].store().checkpoint(&oracle, s).await.unwrap();
             let version = rts[1].journal().stream_version(s).await.unwrap();
@@ -212,8 +242,9 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
     check_history(&state, &expected(&streams, 100, 3), &BTreeMap::new())
         .expect("every event applied exactly once, in order");
     eprintln!(
-        "runtime 0 crashed holding {} stream lease(s); all were taken over after expiry",
-        stranded.len()
+        "runtime 0 crashed holding {} stream(s) with work ({} partition(s)); all were taken over after expiry",
+        stranded.len(),
+        victims_partitions.len()
     );
     for s in &stranded {
         let l = rts[1].journal().lease(s).await.unwrap();
@@ -222,6 +253,11 @@ async fn four_runtimes_on_one_pair_of_files_one_crashes_nothing_lost_or_doubled(
             "{s} still held by the crashed runtime"
         );
     }
+    let after = rts[1].journal().partitions().await.unwrap();
+    assert!(
+        after.iter().all(|p| p.owner.as_ref() != Some(&victim) || !p.held),
+        "no partition is still held by the crashed runtime: {after:?}"
+    );
     let totals: u64 = rts[1..].iter().map(|r| r.metrics().completed_rows).sum();
     assert!(totals > 0, "the surviving runtimes did the work");
 }

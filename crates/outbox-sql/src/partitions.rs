@@ -114,7 +114,8 @@ pub async fn sync_partitions(
     for (p, want) in visit {
         let no = Arg::Int(i64::from(p.get()));
         if !want {
-            tx.execute(what, &release, &[no, Arg::Text(owner.as_str())]).await?;
+            tx.execute(what, &release, &[no, Arg::Text(owner.as_str())])
+                .await?;
             out.released.push(p);
             continue;
         }
@@ -250,7 +251,10 @@ pub async fn open_partitioning(
         match r.text(0)?.as_str() {
             "partitions" => {
                 let v = r.text(1)?;
-                stored_count = Some(v.parse::<u16>().map_err(|e| journal_undecodable("partition count", e))?);
+                stored_count = Some(
+                    v.parse::<u16>()
+                        .map_err(|e| journal_undecodable("partition count", e))?,
+                );
             }
             _ => stored_name = Some(r.text(1)?),
         }

@@ -11,8 +11,8 @@ use outbox_core::spi::{
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
     Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus,
-    PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq,
-    StreamEnd, StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
+    PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd, StreamId,
+    StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
@@ -182,7 +182,13 @@ fn append_body(
             first_global.get_or_insert(conn.last_insert_rowid());
             if enqueue {
                 insert_row
-                    .execute(params![req.stream.as_str(), seq, e.event_type.as_str(), now, partition])
+                    .execute(params![
+                        req.stream.as_str(),
+                        seq,
+                        e.event_type.as_str(),
+                        now,
+                        partition
+                    ])
                     .map_err(&err)?;
             }
         }
@@ -896,7 +902,12 @@ impl LeaseStore for SqliteJournal {
                     .prepare_cached(&sql)
                     .and_then(|mut st| {
                         st.query_row(
-                            params![key, lease.owner.as_str(), seq_i64(lease.epoch), duration_millis(ttl)],
+                            params![
+                                key,
+                                lease.owner.as_str(),
+                                seq_i64(lease.epoch),
+                                duration_millis(ttl)
+                            ],
                             |r| r.get(0),
                         )
                         .optional()
@@ -1021,7 +1032,12 @@ impl PartitionStore for SqliteJournal {
         &self.partitioning
     }
 
-    async fn sync_partitions(&self, owner: &WorkerId, wanted: &[Partition], ttl: Duration) -> Result<PartitionSync> {
+    async fn sync_partitions(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
         outbox_sql::partitions::sync_partitions(&*self.engine, &self.partitioning, owner, wanted, ttl).await
     }
 

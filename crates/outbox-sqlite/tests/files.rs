@@ -307,7 +307,11 @@ async fn a_0001_journal_migrates_forward_on_open() {
     .fetch_all(&mut conn)
     .await
     .unwrap();
-    assert_eq!(partitions, [(expected, expected)], "the old row was given its partition");
+    assert_eq!(
+        partitions,
+        [(expected, expected)],
+        "the old row was given its partition"
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox' AND sql IS NOT NULL ORDER BY name",
     )

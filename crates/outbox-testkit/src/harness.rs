@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use outbox_core::{
     DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue,
-    PartitionStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore, WorkerRegistry,
+    PartitionStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore,
+    WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.

@@ -3,8 +3,8 @@
 //! stream and partition leases, the partition report.
 
 use outbox_core::{
-    Error, LeaseStore, OutboxInspector, OutboxQueue, Partition, PartitionStore, RetryPolicy, StreamEnd, StreamId,
-    SweepLimits, UNFINISHED_ATTEMPT,
+    Error, LeaseStore, OutboxInspector, OutboxQueue, Partition, PartitionStore, RetryPolicy, StreamEnd,
+    StreamId, SweepLimits, UNFINISHED_ATTEMPT,
 };
 
 use super::support::{TTL, enqueue, ms, now, owner, secs, seq};
@@ -40,11 +40,18 @@ pub async fn partition_sync_acquires_renews_and_releases<H: Harness>(h: &H) {
     assert_eq!(first.acquired, [p(0), p(1)], "duplicates count once, in order");
     assert!(first.released.is_empty() && first.waiting.is_empty());
     assert_eq!(
-        first.held.iter().map(|l| (l.partition, l.epoch)).collect::<Vec<_>>(),
+        first
+            .held
+            .iter()
+            .map(|l| (l.partition, l.epoch))
+            .collect::<Vec<_>>(),
         [(p(0), 1), (p(1), 1)]
     );
     assert!(
-        first.held.iter().all(|l| l.owner == a && l.expires_at >= before.saturating_add(TTL)),
+        first
+            .held
+            .iter()
+            .all(|l| l.owner == a && l.expires_at >= before.saturating_add(TTL)),
         "held for the owner until now + ttl: {:?}",
         first.held
     );
@@ -52,21 +59,40 @@ pub async fn partition_sync_acquires_renews_and_releases<H: Harness>(h: &H) {
     let second = j.sync_partitions(&a, &[p(1), p(2)], TTL).await.unwrap();
     assert_eq!(second.acquired, [p(2)], "only p02 is new");
     assert_eq!(second.released, [p(0)], "p00 is not wanted any more");
-    let p1 = second.held.iter().find(|l| l.partition == p(1)).expect("p01 held");
+    let p1 = second
+        .held
+        .iter()
+        .find(|l| l.partition == p(1))
+        .expect("p01 held");
     assert_eq!(p1.epoch, 1, "a renewal keeps the epoch");
-    assert!(p1.expires_at > first.held[1].expires_at, "a renewal moves the expiry");
+    assert!(
+        p1.expires_at > first.held[1].expires_at,
+        "a renewal moves the expiry"
+    );
     let report = j.partitions().await.unwrap();
-    assert_eq!(report.len(), usize::from(j.partitioning().count()), "every partition reported");
+    assert_eq!(
+        report.len(),
+        usize::from(j.partitioning().count()),
+        "every partition reported"
+    );
     assert_eq!(
         (report[0].owner.clone(), report[0].epoch, report[0].held),
         (None, 1, false),
         "a released partition keeps its epoch and has no owner"
     );
     assert_eq!((report[1].owner.clone(), report[1].held), (Some(a.clone()), true));
-    assert_eq!((report[3].epoch, report[3].held, report[3].expires_at), (0, false, None), "never leased");
+    assert_eq!(
+        (report[3].epoch, report[3].held, report[3].expires_at),
+        (0, false, None),
+        "never leased"
+    );
     let again = j.sync_partitions(&a, &[p(0)], TTL).await.unwrap();
     assert_eq!(
-        again.held.iter().map(|l| (l.partition, l.epoch)).collect::<Vec<_>>(),
+        again
+            .held
+            .iter()
+            .map(|l| (l.partition, l.epoch))
+            .collect::<Vec<_>>(),
         [(p(0), 2)],
         "re-acquiring a released partition bumps its epoch"
     );
@@ -111,15 +137,15 @@ pub async fn partition_sync_rejects_unknown_partitions<H: Harness>(h: &H) {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
-    assert!(err.to_string().contains(&p(count).to_string()), "names the partition: {err}");
+    assert!(
+        err.to_string().contains(&p(count).to_string()),
+        "names the partition: {err}"
+    );
     assert!(
         j.partitions().await.unwrap().iter().all(|s| s.epoch == 0),
         "a refused sync leases nothing"
     );
-    let err = j
-        .sync_partitions(&owner("a"), &[p(0)], ms(0))
-        .await
-        .unwrap_err();
+    let err = j.sync_partitions(&owner("a"), &[p(0)], ms(0)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
 }
 
@@ -184,7 +210,10 @@ pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &
     j.sync_partitions(&a, &[p(2)], TTL).await.unwrap();
     let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
     let stale = taken[0].0.clone();
-    let renewed = j.renew(&stale, TTL).await.expect("the holder renews its partition");
+    let renewed = j
+        .renew(&stale, TTL)
+        .await
+        .expect("the holder renews its partition");
     assert_eq!((renewed.epoch, renewed.partition), (stale.epoch, Some(p(2))));
     h.advance(&f.ctx, TTL + ms(1)).await;
     let took = j.sync_partitions(&b, &[p(2)], TTL).await.unwrap();
@@ -233,7 +262,9 @@ pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h
     assert_eq!(done, 2, "rows 1 and 2 completed");
     let left = j.list(None, 10).await.unwrap();
     assert_eq!(
-        left.iter().map(|r| (r.seq.get(), r.status.as_str())).collect::<Vec<_>>(),
+        left.iter()
+            .map(|r| (r.seq.get(), r.status.as_str()))
+            .collect::<Vec<_>>(),
         [(3, "pending")],
         "the rest was abandoned"
     );
@@ -255,7 +286,11 @@ pub async fn stream_and_partition_leases_exclude_each_other<H: Harness>(h: &H) {
     let t = stream_in(j, "t", p(4));
     enqueue(j, s.as_str(), 1).await;
     enqueue(j, t.as_str(), 1).await;
-    let tl = j.acquire(&t, &b, TTL).await.unwrap().expect("t is free before p04 is leased");
+    let tl = j
+        .acquire(&t, &b, TTL)
+        .await
+        .unwrap()
+        .expect("t is free before p04 is leased");
     j.sync_partitions(&a, &[p(4)], TTL).await.unwrap();
     assert_eq!(
         j.acquire(&s, &b, TTL).await.unwrap(),
@@ -264,7 +299,10 @@ pub async fn stream_and_partition_leases_exclude_each_other<H: Harness>(h: &H) {
     );
     assert!(j.acquire(&s, &a, TTL).await.unwrap().is_some(), "its holder may");
     let due = j.due_streams(10).await.unwrap();
-    assert!(!due.contains(&s) && !due.contains(&t), "held partitions are not due for others: {due:?}");
+    assert!(
+        !due.contains(&s) && !due.contains(&t),
+        "held partitions are not due for others: {due:?}"
+    );
     let taken = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
     let streams: Vec<&StreamId> = taken.iter().map(|(l, _)| &l.stream).collect();
     assert_eq!(streams, [&s], "t's stream lease belongs to b");

@@ -1,0 +1,151 @@
+//! Partition leasing (ADR 0022): which partitions this worker owns.
+//!
+//! At start and at every heartbeat, a running worker reads the live workers
+//! of its mode from the registry, computes its share of the partitions
+//! ([`assigned_to`]: rendezvous hashing, the same answer in every process),
+//! and brings its partition leases to that share in one journal transaction
+//! ([`PartitionStore::sync_partitions`]): it renews what it keeps, releases
+//! what it no longer owns and acquires what is free; a partition its
+//! previous owner has not released yet is acquired at a later sync (a quick
+//! one follows while any is waiting), or once that owner's lease expires
+//! when it died. The worker's sweeps then claim only inside the partitions
+//! it holds ([`PartitionStore::claim_partitioned`]), fenced by the
+//! partition lease's epoch; the checkpoint compare-and-set stays the
+//! safety net.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use outbox_core::{Partition, PartitionSync, Result, WorkerId, assigned_to};
+use tracing::{info, warn};
+
+use crate::deadline::Within;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+use crate::running::heartbeat_ttl;
+
+/// This runtime's partition leasing state.
+#[derive(Debug, Default)]
+pub(crate) struct PartitionState {
+    /// Whether the running worker claims inside its partitions.
+    active: AtomicBool,
+    /// The partitions held after the last synchronisation.
+    held: Mutex<Vec<Partition>>,
+}
+
+impl PartitionState {
+    pub(crate) fn active(&self) -> bool {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_active(&self, on: bool) {
+        self.active.store(on, Ordering::SeqCst);
+    }
+
+    /// The partitions held after the last synchronisation.
+    pub(crate) fn held(&self) -> Vec<Partition> {
+        self.held.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    fn set_held(&self, held: Vec<Partition>) {
+        if let Ok(mut h) = self.held.lock() {
+            *h = held;
+        }
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// How long a partition lease lasts without renewal: the registry's
+    /// heartbeat TTL, so a dead worker's partitions are taken over when its
+    /// registry entry expires.
+    pub(crate) fn partition_ttl(&self) -> Duration {
+        heartbeat_ttl(self.config().heartbeat_interval)
+    }
+
+    /// The partitions this worker holds after its last synchronisation
+    /// (empty unless a worker with partition leasing runs).
+    pub fn held_partitions(&self) -> Vec<Partition> {
+        self.inner.partitions.held()
+    }
+
+    /// One synchronisation: the live workers of this mode, this worker's
+    /// share of the partitions, and the leases brought to it. Wakes the
+    /// worker when partitions were acquired.
+    pub(crate) async fn sync_partitions(&self) -> Result<PartitionSync> {
+        let config = self.config();
+        let me = self.worker_id();
+        let mode = self.mode();
+        let live: Vec<WorkerId> = self
+            .journal()
+            .workers()
+            .within(config.store_deadline(), "workers")
+            .await?
+            .into_iter()
+            .filter(|w| w.mode == mode)
+            .map(|w| w.id)
+            .collect();
+        let wanted = assigned_to(me, &live, self.journal().partitioning().count());
+        let sync = self
+            .journal()
+            .sync_partitions(me, &wanted, self.partition_ttl())
+            .within(config.store_deadline(), "sync_partitions")
+            .await?;
+        if !sync.acquired.is_empty() || !sync.released.is_empty() {
+            info!(
+                workers = live.len().max(1),
+                held = sync.held.len(),
+                acquired = %list(&sync.acquired),
+                released = %list(&sync.released),
+                waiting = %list(&sync.waiting),
+                "partitions rebalanced"
+            );
+        }
+        self.inner
+            .partitions
+            .set_held(sync.held.iter().map(|l| l.partition).collect());
+        if !sync.acquired.is_empty() {
+            self.inner.wake.notify_one();
+        }
+        Ok(sync)
+    }
+
+    /// [`sync_partitions`](Self::sync_partitions), a failure logged; returns
+    /// whether wanted partitions are still held by others.
+    pub(crate) async fn sync_partitions_or_warn(&self) -> bool {
+        match self.sync_partitions().await {
+            Ok(sync) => !sync.waiting.is_empty(),
+            Err(e) => {
+                warn!(error = %e, "synchronising partition leases failed; the next heartbeat tries again");
+                false
+            }
+        }
+    }
+
+    /// Gives every partition back (at shutdown), so the other workers take
+    /// them at their next heartbeat instead of after the lease TTL.
+    pub(crate) async fn release_partitions(&self) {
+        self.inner.partitions.set_active(false);
+        match self
+            .journal()
+            .sync_partitions(self.worker_id(), &[], self.partition_ttl())
+            .within(self.config().store_deadline(), "sync_partitions")
+            .await
+        {
+            Ok(sync) => {
+                self.inner.partitions.set_held(Vec::new());
+                if !sync.released.is_empty() {
+                    info!(released = %list(&sync.released), "partitions released");
+                }
+            }
+            Err(e) => warn!(error = %e, "releasing partition leases failed; they expire on their own"),
+        }
+    }
+}
+
+/// `p00 p03 p07`, or `-`.
+fn list(ps: &[Partition]) -> String {
+    if ps.is_empty() {
+        return "-".to_owned();
+    }
+    ps.iter().map(Partition::to_string).collect::<Vec<_>>().join(" ")
+}
