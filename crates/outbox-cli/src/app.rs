@@ -22,6 +22,7 @@ pub struct App {
     pub(crate) event_types: EventTypeRegistry,
     pub(crate) views: Vec<Arc<dyn ViewProjection>>,
     pub(crate) candidates: Vec<Arc<dyn ViewProjection>>,
+    pub(crate) partitioner: Option<Arc<dyn outbox_core::Partitioner>>,
 }
 
 impl std::fmt::Debug for App {
@@ -47,7 +48,17 @@ impl App {
             event_types: EventTypeRegistry::new(),
             views: Vec::new(),
             candidates: Vec::new(),
+            partitioner: None,
         }
+    }
+
+    /// Divides the journal's streams by `partitioner` instead of CRC-32 of
+    /// the stream id (an application keying by tenant, say). Its name is
+    /// stored with the journal: every program opening the journal must use
+    /// the same one (ADR 0022).
+    pub fn partitioner(mut self, partitioner: impl outbox_core::Partitioner + 'static) -> Self {
+        self.partitioner = Some(Arc::new(partitioner));
+        self
     }
 
     /// The one-line description shown by `--help`.

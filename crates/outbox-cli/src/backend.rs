@@ -143,10 +143,12 @@ pub(crate) async fn open_sqlite(
     journal_path: PathBuf,
     projection_path: PathBuf,
     access: Access,
+    partitions: outbox_core::PartitionOptions,
 ) -> Result<(SqliteJournal, SqliteProjectionStore), Error> {
-    let opts = SqliteOptions::default()
+    let mut opts = SqliteOptions::default()
         .with_create_if_missing(access == Access::Create)
         .with_migrate(access != Access::Existing);
+    opts.partitions = partitions;
     if journal_path == projection_path {
         return Err(Error::invalid(format_args!(
             "the journal and the projection database must be different files (both are {})",
@@ -201,11 +203,13 @@ pub(crate) async fn open_postgres(
     projection_url: &str,
     schema: &str,
     access: Access,
+    partitions: outbox_core::PartitionOptions,
 ) -> Result<(PgJournal, PgProjectionStore), Error> {
     outbox_postgres::validate_identifier(schema).map_err(|e| Error::Config(format!("--schema: {e}")))?;
-    let options = PgOptions::default()
+    let mut options = PgOptions::default()
         .with_schema(schema)
         .with_migrate(access != Access::Existing);
+    options.partitions = partitions;
     let jc = pg_connect_options(journal_url)?;
     let pc = pg_connect_options(projection_url)?;
     if access != Access::Create {

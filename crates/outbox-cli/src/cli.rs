@@ -33,6 +33,7 @@ env_vars! {
     OUTBOX_PROJECTION_URL = "sqlite://outbox-projections.db", "the `outbox` command's projection database (`--projection-db`; `postgres://` URLs work too)";
     OUTBOX_PG_SCHEMA = "outbox", "the `outbox` command's Postgres schema (`--schema`; both stores)";
     OUTBOX_LOG = "warn", "the `outbox` command's log filter (`--log`)";
+    OUTBOX_PARTITIONS = "(the journal's)", "the journal's partition count (`--partitions`, 1 to 1024): a new journal is created with it (16 when unset); a journal stored with another count is refused (`outbox partitions resize` repartitions it)";
     OUTBOX_SERVE_TOKEN = "(unset)", "the operator token `outbox serve` asks for before an action (requeue, retry, cancel); unset: the pages are read-only. Read from the environment only, never a flag";
 }
 
@@ -99,6 +100,11 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = OUTBOX_PG_SCHEMA, default_value = default_of(OUTBOX_PG_SCHEMA))]
     pub schema: String,
 
+    /// The journal's partition count (a new journal is created with it, 16
+    /// when unset; a journal stored with another count is refused).
+    #[arg(long, global = true, env = OUTBOX_PARTITIONS, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub partitions: Option<u16>,
+
     /// Log filter for diagnostics on stderr (e.g. `info`, `outbox_runtime=debug`).
     /// Default: `warn`.
     #[arg(long, global = true, env = OUTBOX_LOG)]
@@ -142,6 +148,9 @@ pub enum Command {
     Gaps(GapsArgs),
     /// List the workers registered in the journal database.
     Workers(JsonArg),
+    /// The journal's partitions: owner, epoch, expiry and rows of each;
+    /// `resize` repartitions the journal (ADR 0022).
+    Partitions(PartitionsArgs),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
     /// Recompute view projections' running digests from every document and
@@ -187,6 +196,10 @@ pub struct WorkArgs {
     /// Print one JSON line per tick.
     #[arg(long)]
     pub json: bool,
+    /// Compete for every stream with stream leases instead of leasing
+    /// partitions (overrides OUTBOX_LEASING; for one worker alone).
+    #[arg(long)]
+    pub no_leasing: bool,
     /// Idle poll interval in milliseconds (overrides OUTBOX_POLL_INTERVAL_MS).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub interval_ms: Option<u64>,
@@ -400,6 +413,33 @@ pub struct GenerationsArgs {
     pub json: bool,
 }
 
+/// `outbox partitions`.
+#[derive(Debug, Args)]
+pub struct PartitionsArgs {
+    /// `resize`: repartition the journal.
+    #[command(subcommand)]
+    pub resize: Option<PartitionsAction>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox partitions` actions.
+#[derive(Debug, Subcommand)]
+pub enum PartitionsAction {
+    /// Give every stream with outbox rows its partition among COUNT and
+    /// store the new count (every worker stopped: refused while any holds
+    /// a partition lease).
+    Resize {
+        /// The new partition count.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        count: u16,
+        /// Confirm.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
 /// `outbox generations` actions.
 #[derive(Debug, Subcommand)]
 pub enum GenerationsAction {
@@ -547,8 +587,9 @@ mod tests {
                 .get_arguments()
                 .find(|a| a.get_env() == Some(OsStr::new(name)))
                 .unwrap_or_else(|| panic!("no flag reads {name}"));
-            // The log filter's default is the application's (`drive`).
-            if *name != OUTBOX_LOG {
+            // The log filter's default is the application's (`drive`); the
+            // partition count's is the journal's own.
+            if *name != OUTBOX_LOG && *name != OUTBOX_PARTITIONS {
                 assert_eq!(arg.get_default_values(), [OsStr::new(default)], "{name}");
             }
         }

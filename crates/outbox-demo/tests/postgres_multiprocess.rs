@@ -1,8 +1,14 @@
-//! Issue 6: three real `outbox work` processes on one Postgres schema, one of
-//! them killed with SIGKILL while it holds stream leases. Nothing may be lost
+//! Real `outbox work` processes on one Postgres schema.
+//!
+//! Issue 6: three of them, with stream leases, one killed with SIGKILL while
+//! it holds stream leases. Nothing may be lost
 //! or applied twice (the demo projections are non-idempotent counters), the
 //! killed process's streams are taken over once its leases expire, and the
 //! result equals a catch-up replay into a fresh schema.
+//!
+//! Issue 13: with partition leasing, three grow to five and shrink to two
+//! while events are appended; after each change every partition has one
+//! live owner, and nothing is lost or doubled.
 //!
 //! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one);
 //! without it the test is skipped with one line saying so (outside CI).
@@ -131,7 +137,12 @@ impl Drop for Workers {
     }
 }
 
-fn spawn_worker(url: &str, schema: &str, id: &str) -> Worker {
+/// A partition-leasing worker's heartbeat interval (registry and partition
+/// lease TTL: three of them).
+const HEARTBEAT: Duration = Duration::from_millis(300);
+
+/// `outbox work` as worker `id`, with partition leasing or stream leases.
+fn spawn_worker(url: &str, schema: &str, id: &str, leasing: bool) -> Worker {
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-demo"));
     for (k, _, _) in outbox_runtime::ENV_VARS {
@@ -148,6 +159,8 @@ fn spawn_worker(url: &str, schema: &str, id: &str) -> Worker {
         // The backlog goes through leases and claims, not start-up repair.
         .env("OUTBOX_REPAIR_ON_START", "false")
         .env("OUTBOX_BATCH_SIZE", "10")
+        .env("OUTBOX_LEASING", leasing.to_string())
+        .env("OUTBOX_HEARTBEAT_INTERVAL_MS", HEARTBEAT.as_millis().to_string())
         .env_remove("OUTBOX_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -275,6 +288,56 @@ async fn digests(
     out
 }
 
+/// Zero lost, zero doubled: the demo's counters (non-idempotent) equal what
+/// was appended to each campaign.
+async fn assert_counters(store: &PgProjectionStore, appended: &BTreeMap<String, Appended>) {
+    let summary = ViewReader::new(store, ProjectionName::new("campaign_summary").unwrap());
+    let campaigns: Vec<(String, i64, i64, i64, i64)> = summary
+        .scan::<domain::Campaign>("campaigns", None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(c, v)| {
+            let n = |x: u64| i64::try_from(x).unwrap();
+            (c, n(v.rolls), n(v.last_seq), n(v.players), n(v.characters))
+        })
+        .collect();
+    assert_eq!(campaigns.len(), CAMPAIGNS, "one row per campaign");
+    for (c, rolls, last_seq, players, characters) in &campaigns {
+        let want = appended[c];
+        assert_eq!(
+            (*rolls, *last_seq, *players, *characters),
+            (want.rolls, EVENTS_PER_CAMPAIGN as i64, 1, 1),
+            "campaign {c}: rolls, last_seq, players, characters (a lost apply is lower, a doubled one higher)"
+        );
+    }
+    let tally = ViewReader::new(store, ProjectionName::new("character_tally").unwrap());
+    let tallies: Vec<(String, String, i64, i64)> = tally
+        .scan::<domain::Tally>("tally", None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, t)| {
+            let (c, ch) = key.split_once('/').expect("campaign/character");
+            (
+                c.to_owned(),
+                ch.to_owned(),
+                i64::try_from(t.rolls).unwrap(),
+                t.total,
+            )
+        })
+        .collect();
+    assert_eq!(tallies.len(), CAMPAIGNS, "one tally per character");
+    for (c, ch, rolls, total) in &tallies {
+        let want = appended[c];
+        assert_eq!(
+            (ch.as_str(), *rolls, *total),
+            ("hero", want.rolls, want.total),
+            "tally of {c}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     let Some(url) = outbox_testkit::pg::test_database_url() else {
@@ -331,7 +394,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     // 2. Three worker processes.
     let mut workers = Workers(
         (0..3)
-            .map(|i| spawn_worker(&url, &schema, &format!("mp-worker-{i}")))
+            .map(|i| spawn_worker(&url, &schema, &format!("mp-worker-{i}"), false))
             .collect(),
     );
     let victim = workers.0[0].id.clone();
@@ -443,51 +506,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     }
 
     // 6. Zero lost, zero doubled: the counters equal what was appended.
-    let summary = ViewReader::new(&store, ProjectionName::new("campaign_summary").unwrap());
-    let campaigns: Vec<(String, i64, i64, i64, i64)> = summary
-        .scan::<domain::Campaign>("campaigns", None, 10_000)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(c, v)| {
-            let n = |x: u64| i64::try_from(x).unwrap();
-            (c, n(v.rolls), n(v.last_seq), n(v.players), n(v.characters))
-        })
-        .collect();
-    assert_eq!(campaigns.len(), CAMPAIGNS, "one row per campaign");
-    for (c, rolls, last_seq, players, characters) in &campaigns {
-        let want = appended[c];
-        assert_eq!(
-            (*rolls, *last_seq, *players, *characters),
-            (want.rolls, EVENTS_PER_CAMPAIGN as i64, 1, 1),
-            "campaign {c}: rolls, last_seq, players, characters (a lost apply is lower, a doubled one higher)"
-        );
-    }
-    let tally = ViewReader::new(&store, ProjectionName::new("character_tally").unwrap());
-    let tallies: Vec<(String, String, i64, i64)> = tally
-        .scan::<domain::Tally>("tally", None, 10_000)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(key, t)| {
-            let (c, ch) = key.split_once('/').expect("campaign/character");
-            (
-                c.to_owned(),
-                ch.to_owned(),
-                i64::try_from(t.rolls).unwrap(),
-                t.total,
-            )
-        })
-        .collect();
-    assert_eq!(tallies.len(), CAMPAIGNS, "one tally per character");
-    for (c, ch, rolls, total) in &tallies {
-        let want = appended[c];
-        assert_eq!(
-            (ch.as_str(), *rolls, *total),
-            ("hero", want.rolls, want.total),
-            "tally of {c}"
-        );
-    }
+    assert_counters(&store, &appended).await;
 
     // 7. The digests equal a catch-up replay of the journal into a fresh schema.
     let replay_store = PgProjectionStore::connect(&url, PgOptions::default().with_schema(&fresh))
@@ -540,5 +559,198 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     assert_eq!(reported, worked);
 
     replay_store.close().await;
+    journal.close().await;
+}
+
+/// Whether every partition has exactly one live owner, the one the
+/// assignment over `live` gives it (each partition lease row has one owner;
+/// "live" means unexpired by the database's clock).
+async fn settled(pool: &PgPool, live: &[&str], count: u16) -> bool {
+    let rows: Vec<(i32, Option<String>, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT partition_no, owner, expires_at > {NOW_MS} FROM outbox_partition_leases ORDER BY partition_no"
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let ids: Vec<outbox_core::WorkerId> = live
+        .iter()
+        .map(|w| outbox_core::WorkerId::new(*w).unwrap())
+        .collect();
+    let want = outbox_core::assign(&ids, count);
+    rows.len() == usize::from(count)
+        && rows.iter().zip(&want).all(|((p, owner, held), (wp, wo))| {
+            *held && i32::from(wp.get()) == *p && owner.as_deref() == Some(wo.as_str())
+        })
+}
+
+/// Waits until [`settled`] and returns how long it took (fails after 60 s,
+/// naming the partitions and the workers' stderr).
+async fn wait_settled(pool: &PgPool, workers: &Workers, live: &[&str], since: Instant) -> Duration {
+    loop {
+        if settled(pool, live, outbox_core::DEFAULT_PARTITIONS).await {
+            return since.elapsed();
+        }
+        if since.elapsed() > Duration::from_secs(60) {
+            let leases: Vec<(i32, Option<String>, i64)> =
+                sqlx::query_as("SELECT partition_no, owner, epoch FROM outbox_partition_leases ORDER BY 1")
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+            let errs: Vec<String> = workers
+                .0
+                .iter()
+                .map(|w| format!("--- {} stderr:\n{}", w.id, w.stderr()))
+                .collect();
+            panic!(
+                "partitions not settled on {live:?} within 60 s: {leases:?}\n{}",
+                errs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 13: three `outbox work` processes with partition leasing on one
+/// Postgres schema grow to five and shrink to two (one SIGKILLed, two
+/// SIGTERMed) while 200 streams x 100 events are appended in four rounds.
+/// After each change, every partition has exactly one live owner (the one
+/// the assignment over the live workers names); nothing is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_follow_three_then_five_then_two_workers() {
+    let Some(url) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
+    let schema = unique_schema("parts");
+    let _drop = DropSchemas {
+        url: url.clone(),
+        schemas: vec![schema.clone()],
+    };
+    let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
+    let journal = PgJournal::connect(&url, options.clone()).await.expect("journal");
+    let store = PgProjectionStore::sharing(&journal).await.expect("projections");
+    let projections: Vec<Arc<dyn Projection<PgTx>>> = domain::projections(&Faults::default())
+        .into_iter()
+        .map(view_projection)
+        .collect();
+    store.setup(&projections).await.expect("setup");
+    let pool = journal.pool().clone();
+    let types = domain::event_types();
+    let mut rng = Rng(0x9a27_1e55);
+    let mut appended = BTreeMap::new();
+    let mut campaigns = Vec::new();
+    for i in 0..CAMPAIGNS {
+        let (events, sum) = campaign(&types, i, &mut rng);
+        appended.insert(name(i), sum);
+        campaigns.push(events);
+    }
+    // Round k appends events 25k+1 ..= 25k+25 of every campaign.
+    const ROUND: usize = 25;
+    let append_round = |k: usize| {
+        let batch: Vec<AppendRequest> = campaigns
+            .iter()
+            .enumerate()
+            .map(|(i, events)| {
+                AppendRequest::new(
+                    StreamId::new(name(i)).unwrap(),
+                    ExpectedVersion::Exact((k * ROUND) as u64),
+                    events[k * ROUND..(k + 1) * ROUND].to_vec(),
+                )
+            })
+            .collect();
+        let journal = journal.clone();
+        async move {
+            for chunk in batch.chunks(25) {
+                journal
+                    .append(chunk, AppendOptions::enqueue())
+                    .await
+                    .expect("append");
+            }
+        }
+    };
+    append_round(0).await;
+
+    let ids: Vec<String> = (0..5).map(|i| format!("part-worker-{i}")).collect();
+    let mut workers = Workers(Vec::new());
+    let started = Instant::now();
+    for id in &ids[..3] {
+        workers.0.push(spawn_worker(&url, &schema, id, true));
+    }
+    let three: Vec<&str> = ids[..3].iter().map(String::as_str).collect();
+    let to_three = wait_settled(&pool, &workers, &three, started).await;
+    append_round(1).await;
+
+    let grew = Instant::now();
+    for id in &ids[3..] {
+        workers.0.push(spawn_worker(&url, &schema, id, true));
+    }
+    let five: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let to_five = wait_settled(&pool, &workers, &five, grew).await;
+    append_round(2).await;
+
+    // Shrink to two: one killed (its partitions are taken over when its
+    // registry entry and leases expire), two stopped (they hand theirs over).
+    let shrank = Instant::now();
+    workers.0[0].signal("-KILL");
+    for w in &workers.0[1..3] {
+        w.signal("-TERM");
+    }
+    assert!(!workers.0[0].wait(Duration::from_secs(10)).success());
+    for w in &mut workers.0[1..3] {
+        let status = w.wait(Duration::from_secs(30));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{} after SIGTERM; stderr:\n{}",
+            w.id,
+            w.stderr()
+        );
+    }
+    let two: Vec<&str> = ids[3..].iter().map(String::as_str).collect();
+    let to_two = wait_settled(&pool, &workers, &two, shrank).await;
+    append_round(3).await;
+
+    let last = Instant::now();
+    loop {
+        let counts = outbox_counts(&pool).await;
+        if counts.is_empty() {
+            break;
+        }
+        assert!(
+            last.elapsed() < DRAIN_LIMIT,
+            "the outbox did not drain within {DRAIN_LIMIT:?}: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        settled(&pool, &two, outbox_core::DEFAULT_PARTITIONS).await,
+        "still one live owner per partition after the drain"
+    );
+    for w in &workers.0[3..] {
+        w.signal("-TERM");
+    }
+    for w in &mut workers.0[3..] {
+        let status = w.wait(Duration::from_secs(30));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{} after SIGTERM; stderr:\n{}",
+            w.id,
+            w.stderr()
+        );
+    }
+    let released: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_partition_leases WHERE owner IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(released, 0, "stopped workers release their partitions");
+    assert_counters(&store, &appended).await;
+    eprintln!(
+        "rebalance (heartbeat {HEARTBEAT:?}, partition lease ttl {:?}): 3 workers settled {to_three:?} after \
+         their start, 5 settled {to_five:?} after two joined, 2 settled {to_two:?} after one SIGKILL and two \
+         SIGTERMs; drained {:?} after the last round",
+        HEARTBEAT * 3,
+        last.elapsed()
+    );
     journal.close().await;
 }

@@ -4,9 +4,11 @@ mod gaps;
 mod generations;
 mod leases;
 mod maintenance;
+mod partitions;
 mod replay;
 mod work;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -16,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::App;
 use crate::backend::{Access, CliJournal, CliStore, Location, open_url};
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, PartitionsAction};
 
 /// The opened databases, the configuration and the application of one command.
 pub(crate) struct Ctx<'a, J, P> {
@@ -79,6 +81,9 @@ fn command_config(command: &Command) -> Result<Config, Error> {
         }
         if let Some(n) = a.batch_size {
             config = config.with_batch_size(n as usize);
+        }
+        if a.no_leasing {
+            config = config.with_leasing(false);
         }
         config.validate()?;
         let mode = select_mode(config.flags)?.mode;
@@ -152,6 +157,16 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
                 Error::invalid("--blue-green rebuilds one projection: name it with --projection").into(),
             );
         }
+        Command::Partitions(crate::cli::PartitionsArgs {
+            resize: Some(PartitionsAction::Resize { count, yes: false }),
+            ..
+        }) => {
+            return Err(Error::invalid(format_args!(
+                "would give every stream with outbox rows its partition among {count} and store the new count \
+                 (every worker must be stopped); add --yes to repartition"
+            ))
+            .into());
+        }
         Command::Generations(a) => {
             for p in [a.projection.as_deref(), a.drop.as_ref().map(|d| d.projection())]
                 .into_iter()
@@ -182,10 +197,26 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
     let g = &cli.global;
     // `work` rides out a database that is unavailable while it starts.
     let shutdown = matches!(cli.command, Command::Work(_)).then(outbox_runtime::cancel_on_shutdown_signal);
+    let mut partitions = outbox_core::PartitionOptions {
+        count: g.partitions,
+        ..outbox_core::PartitionOptions::default()
+    };
+    if let Some(p) = &app.partitioner {
+        partitions.partitioner = Arc::clone(p);
+    }
+    if let Command::Partitions(crate::cli::PartitionsArgs {
+        resize: Some(PartitionsAction::Resize { count, .. }),
+        ..
+    }) = &cli.command
+    {
+        partitions.count = Some(*count);
+        partitions.repartition = true;
+    }
     let open = Open {
         access,
         config,
         shutdown,
+        partitions,
     };
     match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
         (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, open).await,
@@ -202,6 +233,8 @@ struct Open {
     access: Access,
     config: Config,
     shutdown: Option<CancellationToken>,
+    /// The journal's partitioning as asked for (`resize` repartitions).
+    partitions: outbox_core::PartitionOptions,
 }
 
 impl Open {
@@ -248,7 +281,14 @@ async fn sqlite(
     open: Open,
 ) -> Result<()> {
     let opened = open
-        .stores(|| crate::backend::open_sqlite(journal.clone(), projections.clone(), open.access))
+        .stores(|| {
+            crate::backend::open_sqlite(
+                journal.clone(),
+                projections.clone(),
+                open.access,
+                open.partitions.clone(),
+            )
+        })
         .await?;
     let Some((journal, store)) = opened else {
         return stopped_while_opening();
@@ -264,7 +304,15 @@ async fn sqlite(app: &App, _: &Cli, _: std::path::PathBuf, _: std::path::PathBuf
 #[cfg(feature = "postgres")]
 async fn postgres(app: &App, cli: &Cli, journal: &str, projections: &str, open: Open) -> Result<()> {
     let opened = open
-        .stores(|| crate::backend::open_postgres(journal, projections, &cli.global.schema, open.access))
+        .stores(|| {
+            crate::backend::open_postgres(
+                journal,
+                projections,
+                &cli.global.schema,
+                open.access,
+                open.partitions.clone(),
+            )
+        })
         .await?;
     let Some((journal, store)) = opened else {
         return stopped_while_opening();
@@ -318,6 +366,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Row(a) => maintenance::row(ctx, a).await,
         Command::Leases(a) => leases::leases(ctx, a).await,
         Command::Workers(a) => maintenance::workers(ctx, a).await,
+        Command::Partitions(a) => partitions::partitions(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Verify(a) => maintenance::verify(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,
