@@ -987,6 +987,71 @@ fn retry_of_a_dead_row_points_at_requeue() {
     assert_eq!(site.report()["dead"], 1, "the dead row is untouched");
 }
 
+/// The partition holding `stream`'s rows among `count` (CRC-32).
+fn partition_of(stream: &str, count: u32) -> usize {
+    (outbox_core::crc32(stream.as_bytes()) % count) as usize
+}
+
+#[test]
+fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
+    use outbox_core::{Partition, PartitionStore};
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+    let out = site.ok(&["partitions"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("16 partitions by crc32; 0 held; as of "), "{out}");
+    assert_eq!(lines.len(), 17, "a line per partition: {out}");
+    assert!(lines[1].starts_with("p00  never leased  epoch 0  streams "), "{out}");
+    let rows_in = |v: &Value, count: u32| {
+        let parts = v["partitions"].as_array().unwrap();
+        assert_eq!(parts.len(), count as usize, "{v}");
+        let mut want = vec![0u64; count as usize];
+        for c in ["campaign-a", "campaign-b"] {
+            want[partition_of(c, count)] += PER_CAMPAIGN;
+        }
+        let got: Vec<u64> = parts.iter().map(|p| u(&p["rows"])).collect();
+        assert_eq!(got, want, "each campaign's rows in its partition: {v}");
+    };
+    let v = site.json(&["partitions", "--json"]);
+    assert_eq!((v["count"].clone(), v["partitioner"].clone()), (16.into(), "crc32".into()), "{v}");
+    rows_in(&v, 16);
+
+    // Another count is refused, naming the way out; nothing changes.
+    site.refused(
+        &["report"],
+        &[("OUTBOX_PARTITIONS", "32")],
+        2,
+        &["16 partitions by `crc32`", "not 32", "outbox partitions resize --count 32 --yes"],
+    );
+    site.refused(&["partitions", "resize", "--count", "32"], &[], 2, &["among 32", "--yes"]);
+    // A worker holding a partition: resizing now is refused.
+    with_journal(&site, async |j| {
+        j.sync_partitions(&wid("worker-x"), &[Partition::new(3)], LONG_TTL)
+            .await
+            .unwrap();
+    });
+    site.refused(
+        &["partitions", "resize", "--count", "32", "--yes"],
+        &[],
+        4,
+        &["partition p03 is leased by worker worker-x", "stop every worker"],
+    );
+    assert!(site.ok(&["partitions"]).contains("p03  owner worker-x  epoch 1  expires in "));
+    with_journal(&site, async |j| {
+        j.sync_partitions(&wid("worker-x"), &[], LONG_TTL).await.unwrap();
+    });
+
+    let out = site.ok(&["partitions", "resize", "--count", "32", "--yes"]);
+    assert!(out.starts_with("the journal is divided into 32 partitions by crc32\n"), "{out}");
+    let v = site.json(&["partitions", "--json"]);
+    rows_in(&v, 32);
+    assert_eq!(v["partitions"][3]["epoch"], 2, "a resize raises every leased partition's epoch: {v}");
+    // The stored count is the journal's now: unset or equal, it opens.
+    site.ok_env(&["partitions"], &[("OUTBOX_PARTITIONS", "32")]);
+    let t = site.json(&["work", "--once", "--json"]);
+    assert_eq!(t["completed"], 2 * PER_CAMPAIGN, "{t}");
+}
+
 #[test]
 fn leases_are_listed_and_broken_only_with_confirmation() {
     let site = Site::migrated();
