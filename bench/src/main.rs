@@ -27,6 +27,7 @@ const WORKLOADS: &[&str] = &[
     "rss",
     "fsyncs",
     "postgres",
+    "partitions",
 ];
 
 const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [--only NAME[,NAME]]
@@ -34,8 +35,8 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [-
 --events N overrides the events per append and drain round (default 20000,
 2000 with --quick)
 
-workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres
-(postgres runs when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
+workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres, partitions
+(postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
 /// Parsed command line.
 #[derive(Debug)]
@@ -184,6 +185,7 @@ async fn run(args: Args) -> Result<()> {
             "lag" => workloads::lag::run(&mut ctx).await?,
             "rss" => workloads::rss::run(&mut ctx).await?,
             "fsyncs" => workloads::fsyncs::run(&mut ctx).await?,
+            "partitions" => workloads::partitions::run(&mut ctx).await?,
             "postgres" => match std::env::var("OUTBOX_TEST_DATABASE_URL") {
                 Ok(url) if !url.is_empty() => pg::run(&mut ctx, &url).await?,
                 _ => eprintln!(

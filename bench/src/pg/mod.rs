@@ -29,7 +29,7 @@ type PgRt = Outbox<PgJournal, PgProjectionStore>;
 const STREAMS: u64 = 100;
 
 /// A fresh schema name for this process.
-fn schema(kind: &str) -> String {
+pub(crate) fn schema(kind: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     format!(
         "bench_{kind}_{}_{}",
@@ -38,7 +38,7 @@ fn schema(kind: &str) -> String {
     )
 }
 
-async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen>) -> Result<PgRt> {
+pub(crate) async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen>) -> Result<PgRt> {
     let journal = PgJournal::connect(url, PgOptions::default().with_schema(schema))
         .await
         .context("connecting the journal")?;
@@ -50,7 +50,7 @@ async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen>) -> Resul
         .map_err(Into::into)
 }
 
-async fn drop_schema(url: &str, schema: &str) -> Result<()> {
+pub(crate) async fn drop_schema(url: &str, schema: &str) -> Result<()> {
     raw::drop_schema(url, schema).await
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod concurrent;
 pub(crate) mod drain;
 pub(crate) mod fsyncs;
 pub(crate) mod lag;
+pub(crate) mod partitions;
 pub(crate) mod rss;
 
 /// Rounds per side.

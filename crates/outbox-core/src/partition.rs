@@ -388,19 +388,21 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 ///   cleared, expiry `now`, epoch kept). `held` lists the owner's leases
 ///   afterwards, by partition. A `ttl` outside the lease TTL range is
 ///   `InvalidInput`.
-/// - `claim_partitioned(owner, ttl, limits)` runs ONE transaction: renews
-///   every unexpired partition lease of `owner` to `now + ttl`, then takes
-///   up to `limits.streams` streams with a due head in those partitions,
+/// - `claim_partitioned(owner, ttl, limits)` runs ONE transaction: reads
+///   the unexpired partition leases of `owner` (it does not renew them;
+///   `sync_partitions` does), then takes up to `limits.streams` streams
+///   with a due head in those partitions,
 ///   oldest due first, skipping streams whose stream lease another owner
 ///   holds unexpired, and claims each one's head run exactly as
 ///   [`OutboxQueue::claim`](crate::OutboxQueue::claim) does (at most
 ///   `limits.per_stream` rows each, `limits.rows` in all; a stream with
 ///   nothing claimable is left out). It writes no stream lease: each run
-///   comes with a [`Lease`] whose `partition` is set, whose `epoch` and
-///   `expires_at` are the partition lease's. A claimed stream is held out
-///   of the due streams until that expiry (it is in flight): claims do not
-///   take it again before its pass ends, and a takeover after its holder
-///   died finds it due.
+///   comes with a [`Lease`] whose `partition` is set, whose `epoch` is the
+///   partition lease's, and whose `expires_at` is `now + ttl`: the claimed
+///   stream is held out of the due streams until then (it is in flight):
+///   claims do not take it again before its pass ends, and a takeover
+///   after its holder died finds it due. `claim` under such a lease holds
+///   the stream likewise.
 /// - A lease with `partition` set is current while its partition's lease
 ///   has the same owner and epoch and has not expired. `claim`, `fail`,
 ///   `abandon` and `renew` of [`OutboxQueue`](crate::OutboxQueue) and
@@ -426,7 +428,7 @@ pub trait PartitionStore: Send + Sync {
         ttl: Duration,
     ) -> impl Future<Output = Result<PartitionSync>> + Send;
 
-    /// Renews `owner`'s partition leases and claims due runs inside them.
+    /// Claims due runs inside `owner`'s partitions.
     fn claim_partitioned(
         &self,
         owner: &WorkerId,

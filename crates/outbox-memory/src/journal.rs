@@ -394,7 +394,11 @@ impl OutboxQueue for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         st.check_lease(lease, now)?;
-        Ok(st.claim_run(lease, max, now))
+        let rows = st.claim_run(lease, max, now);
+        if lease.partition.is_some() && !rows.is_empty() {
+            st.hold_head(&lease.stream, lease.expires_at);
+        }
+        Ok(rows)
     }
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
@@ -912,13 +916,12 @@ impl PartitionStore for MemoryJournal {
         let now = self.now();
         let expires_at = now.saturating_add(ttl);
         let mut st = self.lock();
-        let mut held: BTreeMap<Partition, u64> = BTreeMap::new();
-        for (p, r) in st.partition_leases.iter_mut() {
-            if r.owner.as_ref() == Some(owner) && r.expires_at > now {
-                r.expires_at = expires_at;
-                held.insert(*p, r.epoch);
-            }
-        }
+        let held: BTreeMap<Partition, u64> = st
+            .partition_leases
+            .iter()
+            .filter(|(_, r)| r.owner.as_ref() == Some(owner) && r.expires_at > now)
+            .map(|(p, r)| (*p, r.epoch))
+            .collect();
         if held.is_empty() {
             return Ok(Vec::new());
         }

@@ -573,10 +573,16 @@ async fn end_in(
         Some(t) => complete_in(tx, &lease.stream, t).await?,
         None => 0,
     };
-    if abandon {
-        unless_lease_lost(abandon_in(tx, lease).await)?;
+    let abandoned = if abandon {
+        unless_lease_lost(abandon_in(tx, lease).await)?
+    } else {
+        0
+    };
+    // Both recompute the head from the rows, which ends a partitioned
+    // claim's hold on it; the release need not do it again.
+    if lease.partition.is_none() || done + abandoned == 0 {
+        release_in(tx, release, lease).await?;
     }
-    release_in(tx, release, lease).await?;
     Ok(done)
 }
 
@@ -767,7 +773,16 @@ async fn claim_in(tx: &mut PgConnection, lease: &Lease, max: usize) -> Result<Ve
     if !lease_valid(tx, lease).await.map_err(err)? {
         return Err(lease.lost());
     }
-    claim_run_in(tx, lease, max).await
+    let rows = claim_run_in(tx, lease, max).await?;
+    if lease.partition.is_some() && !rows.is_empty() {
+        sqlx::query(outbox_sql::partitions::HOLD_HEAD)
+            .bind(lease.stream.as_str())
+            .bind(lease.expires_at.as_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+    }
+    Ok(rows)
 }
 
 /// The claim under a lease this transaction holds locked (just acquired or
@@ -897,17 +912,19 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
     " FOR SHARE"
 );
 
-/// Renews owner `$1`'s unexpired partition leases to now + `$2` ms and reads,
-/// for each (a lateral index range of `outbox_heads_by_partition`), up to
-/// `$3` streams with a due head whose stream lease is free, expired or
-/// `$1`'s; all of them oldest due first, at most `$3`.
+/// Share-locks owner `$1`'s unexpired partition leases (a takeover waits
+/// for the claim's commit) and reads, for each (a lateral index range of
+/// `outbox_heads_by_partition`), up to `$3` streams with a due head whose
+/// stream lease is free, expired or `$1`'s; all of them oldest due first, at
+/// most `$3`, each with its partition's epoch and the claim's hold (now +
+/// `$2` ms).
 pub const CLAIM_PARTITIONED_DUE: &str = concat!(
-    "WITH held AS (UPDATE outbox_partition_leases SET expires_at = ",
+    "WITH held AS (SELECT partition_no, epoch FROM outbox_partition_leases WHERE owner = $1 AND expires_at > ",
     jnow!(),
-    " + $2 WHERE owner = $1 AND expires_at > ",
+    " FOR SHARE) \
+     SELECT held.partition_no, held.epoch, ",
     jnow!(),
-    " RETURNING partition_no, epoch, expires_at) \
-     SELECT held.partition_no, held.epoch, held.expires_at, d.stream FROM held \
+    " + $2, d.stream FROM held \
      LEFT JOIN LATERAL (SELECT h.stream, h.due_at FROM outbox_heads h \
           LEFT JOIN stream_leases l ON l.stream = h.stream \
           WHERE h.partition_no = held.partition_no AND h.due_at IS NOT NULL AND h.due_at <= ",

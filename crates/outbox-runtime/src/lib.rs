@@ -34,9 +34,9 @@ pub use running::{Running, Tasks, cancel_on_shutdown_signal};
 pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
 
-/// This machine's host name (for worker ids and the registry), without I/O
-/// beyond reading `/etc/hostname` once.
-pub(crate) fn host_name() -> String {
+/// This machine's host name as the runtime registers it (worker ids, the
+/// worker registry), without I/O beyond reading `/etc/hostname` once.
+pub fn host_name() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
         std::env::var("HOSTNAME")

@@ -29,10 +29,11 @@ pub const PARTITION_RENEW: &str = "UPDATE outbox_partition_leases SET expires_at
 /// claim's lease expiry): the stream is in flight.
 pub const HOLD_HEAD: &str = "UPDATE outbox_heads SET due_at = $2 WHERE stream = $1 AND due_at IS NOT NULL";
 
-/// Renews every unexpired partition lease of owner `$1` to `{now} + $2` ms:
-/// the start of a partitioned claim.
-pub const PARTITION_RENEW_ALL: &str = "UPDATE outbox_partition_leases SET expires_at = {now} + $2 \
-     WHERE owner = $1 AND expires_at > {now} RETURNING partition_no, epoch, expires_at";
+/// Owner `$1`'s unexpired partition leases (partition, epoch) and the
+/// clock's now: the start of a partitioned claim (the heartbeat renews
+/// them; a claim only reads them).
+pub const PARTITIONS_HELD: &str = "SELECT partition_no, epoch, {now} FROM outbox_partition_leases \
+     WHERE owner = $1 AND expires_at > {now} ORDER BY partition_no";
 
 /// Up to `$3` streams with a due head in partition `$1`, oldest due first,
 /// whose stream lease is free, expired or owner `$2`'s: an ordered range of
@@ -328,9 +329,9 @@ pub fn lease_epoch(n: i64) -> Result<u64> {
     epoch_of(n)
 }
 
-/// The claim's partition lease values: `(partition, epoch, expires_at)`
-/// rows of [`PARTITION_RENEW_ALL`].
-pub fn decode_renewed(rows: &[Row]) -> Result<Vec<(Partition, u64, i64)>> {
+/// The claim's partition lease values: `(partition, epoch, now)` rows of
+/// [`PARTITIONS_HELD`].
+pub fn decode_held(rows: &[Row]) -> Result<Vec<(Partition, u64, i64)>> {
     let mut out = rows
         .iter()
         .map(|r| Ok((partition_of(r, 0)?, epoch_of(r.int(1)?)?, r.int(2)?)))

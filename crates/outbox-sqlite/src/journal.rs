@@ -221,7 +221,11 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
     if !lease_valid(conn, lease).map_err(ctx("claiming outbox rows"))? {
         return Err(lease.lost());
     }
-    claim_run(conn, lease, max)
+    let rows = claim_run(conn, lease, max)?;
+    if lease.partition.is_some() && !rows.is_empty() {
+        hold_head(conn, lease).map_err(ctx("claiming outbox rows"))?;
+    }
+    Ok(rows)
 }
 
 /// The claim under a lease this transaction just acquired (so it is valid).
@@ -399,10 +403,16 @@ fn end_body(
         Some(t) => complete_body(conn, lease.stream.as_str(), t.as_i64())?,
         None => 0,
     };
-    if abandon {
-        unless_lease_lost(abandon_body(conn, lease))?;
+    let abandoned = if abandon {
+        unless_lease_lost(abandon_body(conn, lease))?
+    } else {
+        0
+    };
+    // Both recompute the head from the rows, which ends a partitioned
+    // claim's hold on it; the release need not do it again.
+    if lease.partition.is_none() || done + abandoned == 0 {
+        release_body(conn, release, lease)?;
     }
-    release_body(conn, release, lease)?;
     Ok(done)
 }
 
@@ -940,9 +950,10 @@ impl LeaseStore for SqliteJournal {
 
 outbox_sql::impl_journal_ports!(SqliteJournal, engine);
 
-/// One partitioned claim, inside the engine's transaction: renews the
-/// owner's partition leases, then reads each partition's oldest due heads (an
-/// index range each), merges them oldest due first and claims their runs.
+/// One partitioned claim, inside the engine's transaction: reads the owner's
+/// partition leases, then each partition's oldest due heads (an index range
+/// each), merges them oldest due first, claims their runs and holds their
+/// heads until now + `ttl`.
 fn claim_partitioned_body(
     conn: &Connection,
     owner: &WorkerId,
@@ -950,17 +961,17 @@ fn claim_partitioned_body(
     limits: SweepLimits,
 ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
     let err = ctx("claiming in partitions");
-    let renewed: Vec<outbox_sql::Row> = conn
+    let held: Vec<outbox_sql::Row> = conn
         .prepare_cached(concat!(
-            "UPDATE outbox_partition_leases SET expires_at = ",
+            "SELECT partition_no, epoch, ",
             now_ms!(),
-            " + ?2 WHERE owner = ?1 AND expires_at > ",
+            " FROM outbox_partition_leases WHERE owner = ?1 AND expires_at > ",
             now_ms!(),
-            " RETURNING partition_no, epoch, expires_at"
+            " ORDER BY partition_no"
         ))
-        .and_then(|mut st| st.query_map(params![owner.as_str(), ttl], to_row)?.collect())
+        .and_then(|mut st| st.query_map(params![owner.as_str()], to_row)?.collect())
         .map_err(&err)?;
-    let held = outbox_sql::partitions::decode_renewed(&renewed)?;
+    let held = outbox_sql::partitions::decode_held(&held)?;
     if held.is_empty() {
         return Ok(Vec::new());
     }
@@ -996,13 +1007,13 @@ fn claim_partitioned_body(
         if rows >= limits.rows {
             break;
         }
-        let (partition, epoch, expires_at) = held[i];
+        let (partition, epoch, now) = held[i];
         let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
         let lease = Lease {
             stream,
             owner: owner.clone(),
             epoch,
-            expires_at: Timestamp::from_millis(expires_at),
+            expires_at: Timestamp::from_millis(now.saturating_add(ttl)),
             partition: Some(partition),
         };
         let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
