@@ -142,7 +142,21 @@ pub(crate) async fn open(dir: &Path, config: Config, seen: Arc<Seen>) -> Result<
 
 /// [`open`], with the journal's cross-process wake source when `woken`.
 pub(crate) async fn open_with(dir: &Path, config: Config, seen: Arc<Seen>, woken: bool) -> Result<Rt> {
-    let journal = SqliteJournal::open(dir.join("journal.db"), sqlite_options())
+    open_partitioned(dir, config, seen, woken, None).await
+}
+
+/// [`open_with`], the journal divided into `partitions` (its stored count, or
+/// the default, when `None`).
+pub(crate) async fn open_partitioned(
+    dir: &Path,
+    config: Config,
+    seen: Arc<Seen>,
+    woken: bool,
+    partitions: Option<u16>,
+) -> Result<Rt> {
+    let mut journal_options = sqlite_options();
+    journal_options.partitions.count = partitions;
+    let journal = SqliteJournal::open(dir.join("journal.db"), journal_options)
         .await
         .context("opening the journal")?;
     let store = SqliteProjectionStore::open(dir.join("projections.db"), sqlite_options())

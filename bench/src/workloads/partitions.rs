@@ -30,12 +30,15 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     // Five times the drain workload's events: at 100k events/s a round of
     // 20,000 would be over before the workers' start-up stops mattering.
     let per_stream = 5 * ctx.sizes.events / STREAMS;
+    counts(ctx, per_stream).await?;
     let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty());
     for backend in ["SQLite", "Postgres"] {
         if backend == "Postgres" && url.is_none() {
-            eprintln!("   Postgres skipped: OUTBOX_TEST_DATABASE_URL is not set (cargo xtask bench starts a server)");
+            eprintln!(
+                "   Postgres skipped: OUTBOX_TEST_DATABASE_URL is not set (cargo xtask bench starts a server)"
+            );
             continue;
         }
         for workers in WORKERS {
@@ -46,7 +49,7 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
                         Some(url) if backend == "Postgres" => {
                             pg_round(url, workers, per_stream, leasing).await?
                         }
-                        _ => sqlite_round(ctx, workers, per_stream, leasing).await?,
+                        _ => sqlite_round(ctx, workers, per_stream, leasing, None).await?,
                     };
                     if leasing { &mut o } else { &mut r }.push(rate);
                 }
@@ -80,12 +83,54 @@ fn config(i: usize, leasing: bool) -> Result<outbox_runtime::Config> {
         .with_worker_id(WorkerId::new(format!("bench-w{i}"))?))
 }
 
-async fn sqlite_round(ctx: &Ctx, workers: usize, per_stream: u64, leasing: bool) -> Result<f64> {
+/// The default partition count against others: one worker on SQLite
+/// claims inside all of them (a seek per partition per claim).
+async fn counts(ctx: &mut Ctx, per_stream: u64) -> Result<()> {
+    for count in [4u16, 64, 256] {
+        let (mut o, mut r) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            o.push(sqlite_round(ctx, 1, per_stream, true, Some(count)).await?);
+            r.push(sqlite_round(ctx, 1, per_stream, true, Some(outbox_core::DEFAULT_PARTITIONS)).await?);
+            eprintln!(
+                "   SQLite, 1 worker, round {}: {count} partitions {:.0} ev/s, {} partitions {:.0} ev/s",
+                round + 1,
+                o[round],
+                outbox_core::DEFAULT_PARTITIONS,
+                r[round]
+            );
+        }
+        ctx.rows.push(
+            Row::pair(
+                format!("W9 drain in {count} partitions, 1 worker, SQLite ({STREAMS} streams x {per_stream} events)"),
+                "events/s",
+                Better::Higher,
+                o,
+                r,
+            )
+            .with_note(format!(
+                "raw column: the default {} partitions",
+                outbox_core::DEFAULT_PARTITIONS
+            )),
+        );
+    }
+    Ok(())
+}
+
+async fn sqlite_round(
+    ctx: &Ctx,
+    workers: usize,
+    per_stream: u64,
+    leasing: bool,
+    partitions: Option<u16>,
+) -> Result<f64> {
     let dir = fixture::tempdir(&ctx.tmp)?;
     let seen = Arc::new(Seen::default());
     let mut rts = Vec::new();
     for i in 0..workers {
-        rts.push(fixture::open(dir.path(), config(i, leasing)?, seen.clone()).await?);
+        rts.push(
+            fixture::open_partitioned(dir.path(), config(i, leasing)?, seen.clone(), false, partitions)
+                .await?,
+        );
     }
     drain(&rts, &seen, per_stream).await
 }

@@ -999,9 +999,15 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
     seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
     let out = site.ok(&["partitions"]);
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("16 partitions by crc32; 0 held; as of "), "{out}");
+    assert!(
+        lines[0].starts_with("16 partitions by crc32; 0 held; as of "),
+        "{out}"
+    );
     assert_eq!(lines.len(), 17, "a line per partition: {out}");
-    assert!(lines[1].starts_with("p00  never leased  epoch 0  streams "), "{out}");
+    assert!(
+        lines[1].starts_with("p00  never leased  epoch 0  streams "),
+        "{out}"
+    );
     let rows_in = |v: &Value, count: u32| {
         let parts = v["partitions"].as_array().unwrap();
         assert_eq!(parts.len(), count as usize, "{v}");
@@ -1013,7 +1019,11 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         assert_eq!(got, want, "each campaign's rows in its partition: {v}");
     };
     let v = site.json(&["partitions", "--json"]);
-    assert_eq!((v["count"].clone(), v["partitioner"].clone()), (16.into(), "crc32".into()), "{v}");
+    assert_eq!(
+        (v["count"].clone(), v["partitioner"].clone()),
+        (16.into(), "crc32".into()),
+        "{v}"
+    );
     rows_in(&v, 16);
 
     // Another count is refused, naming the way out; nothing changes.
@@ -1021,9 +1031,18 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         &["report"],
         &[("OUTBOX_PARTITIONS", "32")],
         2,
-        &["16 partitions by `crc32`", "not 32", "outbox partitions resize --count 32 --yes"],
+        &[
+            "16 partitions by `crc32`",
+            "not 32",
+            "outbox partitions resize --count 32 --yes",
+        ],
     );
-    site.refused(&["partitions", "resize", "--count", "32"], &[], 2, &["among 32", "--yes"]);
+    site.refused(
+        &["partitions", "resize", "--count", "32"],
+        &[],
+        2,
+        &["among 32", "--yes"],
+    );
     // A worker holding a partition: resizing now is refused.
     with_journal(&site, async |j| {
         j.sync_partitions(&wid("worker-x"), &[Partition::new(3)], LONG_TTL)
@@ -1036,16 +1055,25 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         4,
         &["partition p03 is leased by worker worker-x", "stop every worker"],
     );
-    assert!(site.ok(&["partitions"]).contains("p03  owner worker-x  epoch 1  expires in "));
+    assert!(
+        site.ok(&["partitions"])
+            .contains("p03  owner worker-x  epoch 1  expires in ")
+    );
     with_journal(&site, async |j| {
         j.sync_partitions(&wid("worker-x"), &[], LONG_TTL).await.unwrap();
     });
 
     let out = site.ok(&["partitions", "resize", "--count", "32", "--yes"]);
-    assert!(out.starts_with("the journal is divided into 32 partitions by crc32\n"), "{out}");
+    assert!(
+        out.starts_with("the journal is divided into 32 partitions by crc32\n"),
+        "{out}"
+    );
     let v = site.json(&["partitions", "--json"]);
     rows_in(&v, 32);
-    assert_eq!(v["partitions"][3]["epoch"], 2, "a resize raises every leased partition's epoch: {v}");
+    assert_eq!(
+        v["partitions"][3]["epoch"], 2,
+        "a resize raises every leased partition's epoch: {v}"
+    );
     // The stored count is the journal's now: unset or equal, it opens.
     site.ok_env(&["partitions"], &[("OUTBOX_PARTITIONS", "32")]);
     let t = site.json(&["work", "--once", "--json"]);
