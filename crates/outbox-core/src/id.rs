@@ -120,6 +120,12 @@ string_id!(
     "projection name"
 );
 string_id!(
+    /// The name of a sink (a publisher beside the projections, ADR 0023).
+    /// Delivery checkpoints are kept per (sink, stream).
+    SinkName,
+    "sink name"
+);
+string_id!(
     /// Identifies one worker instance; the owner recorded on a stream lease.
     /// Must be unique per running worker (host, pid and a random suffix is the
     /// runtime's choice).

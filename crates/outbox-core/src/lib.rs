@@ -13,6 +13,7 @@ mod ports;
 mod projection;
 mod run;
 mod running;
+mod sink;
 pub mod spi;
 mod stored;
 mod time;
@@ -27,7 +28,7 @@ pub use generation::{
     GenerationInfo, GenerationStore, MAX_GENERATION, StoredGeneration, StreamBehind, SwapCheck, SwapOutcome,
     generation_storage, split_generation, validate_generation_base,
 };
-pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, StreamId, WorkerId};
+pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, SinkName, StreamId, WorkerId};
 pub use outbox::{
     FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
     OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
@@ -49,6 +50,9 @@ pub use projection::{
 };
 pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
+pub use sink::{
+    EventTypeFilter, Published, Sink, SinkStatus, SinkStore, SinkStream, SinkSummary, message_id,
+};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,

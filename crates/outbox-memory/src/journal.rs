@@ -33,7 +33,7 @@ pub struct MemoryJournal {
 }
 
 #[derive(Debug, Default)]
-struct State {
+pub(crate) struct State {
     streams: BTreeMap<StreamId, Vec<Event>>,
     /// Every event as (stream, index in its vector), in global-position
     /// order: position `p` is at `p - 1` (positions start at 1, no holes).
@@ -52,6 +52,8 @@ struct State {
     partitioning: Partitioning,
     /// Every partition ever leased.
     partition_leases: BTreeMap<Partition, LeaseRecord>,
+    /// Sink checkpoints and cursors.
+    pub(crate) sinks: crate::sinks::SinkState,
 }
 
 #[derive(Clone, Debug)]
@@ -122,13 +124,13 @@ impl MemoryJournal {
         true
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied
         // operation: every mutation is computed first and written last.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }
 }

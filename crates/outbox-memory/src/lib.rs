@@ -3,6 +3,7 @@
 mod generations;
 mod journal;
 mod projection;
+mod sinks;
 
 pub use journal::MemoryJournal;
 pub use projection::{MemoryProjectionStore, MemoryTx, Tables, digest_table};

@@ -1054,4 +1054,5 @@ impl PartitionStore for PgJournal {
 }
 
 outbox_sql::impl_journal_ports!(PgJournal, sql);
+outbox_sql::impl_sink_store!(PgJournal, sql);
 outbox_sql::impl_lease_store!(PgJournal, sql);

@@ -8,6 +8,7 @@ pub mod partitions;
 mod plumbing;
 pub mod projection;
 pub mod runs;
+pub mod sinks;
 mod value;
 mod view_writes;
 

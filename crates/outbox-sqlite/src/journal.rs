@@ -949,6 +949,7 @@ impl LeaseStore for SqliteJournal {
 }
 
 outbox_sql::impl_journal_ports!(SqliteJournal, engine);
+outbox_sql::impl_sink_store!(SqliteJournal, engine);
 
 /// One partitioned claim, inside the engine's transaction: reads the owner's
 /// partition leases, then each partition's oldest due heads (an index range

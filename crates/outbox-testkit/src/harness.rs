@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use outbox_core::{
     DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue,
-    PartitionStore, Projection, ProjectionStore, RunStore, Seq, StreamId, ViewStore, WatermarkStore,
-    WorkerRegistry,
+    PartitionStore, Projection, ProjectionStore, RunStore, Seq, SinkStore, StreamId, ViewStore,
+    WatermarkStore, WorkerRegistry,
 };
 
 /// The projection transaction handle of a harness.
@@ -30,6 +30,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + LeaseAdmin
         + WorkerRegistry
         + PartitionStore
+        + SinkStore
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
     type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static;

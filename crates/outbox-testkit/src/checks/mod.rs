@@ -19,6 +19,7 @@ mod partitions;
 mod projection;
 mod registry;
 mod runs;
+mod sinks;
 mod support;
 mod view;
 mod watermark;
@@ -33,6 +34,7 @@ pub use partitions::*;
 pub use projection::*;
 pub use registry::*;
 pub use runs::*;
+pub use sinks::*;
 pub use view::*;
 pub use watermark::*;
 
@@ -127,6 +129,9 @@ macro_rules! for_each_check {
             summary_names_oldest_retry_eligible_row,
             list_filters_orders_and_limits,
             row_returns_none_when_missing,
+            sink_checkpoint_advances_by_compare_and_set,
+            sink_failures_back_off_dead_letter_and_requeue,
+            sink_cursors_advance_by_compare_and_set,
             partition_sync_acquires_renews_and_releases,
             partition_held_by_another_waits_for_release_or_expiry,
             partition_sync_rejects_unknown_partitions,

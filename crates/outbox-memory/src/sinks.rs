@@ -1,0 +1,231 @@
+//! [`SinkStore`] in memory: sink checkpoints and scan cursors in the
+//! journal's state (one lock, so every call is one "transaction").
+
+use std::collections::BTreeMap;
+
+use outbox_core::spi::{duration_millis, truncate_error, validate_advance, validate_failing, validate_limit};
+use outbox_core::{
+    Error, FailureDecision, FailureOutcome, MAX_PAGE, Partition, Result, RetryPolicy, Seq, SinkName,
+    SinkStatus, SinkStore, SinkStream, SinkSummary, StreamId, Timestamp,
+};
+
+use crate::MemoryJournal;
+
+/// The sinks' part of the journal's state.
+#[derive(Debug, Default)]
+pub(crate) struct SinkState {
+    /// (sink, stream) -> (partition, state).
+    streams: BTreeMap<(SinkName, StreamId), (Partition, SinkStream)>,
+    cursors: BTreeMap<(SinkName, Partition), u64>,
+}
+
+impl SinkStore for MemoryJournal {
+    async fn sink_states(&self, sink: &SinkName, streams: &[StreamId]) -> Result<Vec<SinkStream>> {
+        let st = self.lock();
+        Ok(streams
+            .iter()
+            .map(|s| {
+                st.sinks
+                    .streams
+                    .get(&(sink.clone(), s.clone()))
+                    .map_or_else(|| SinkStream::new(sink, s), |(_, state)| state.clone())
+            })
+            .collect())
+    }
+
+    async fn advance_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        from: u64,
+        to: Seq,
+    ) -> Result<bool> {
+        validate_advance(from, to)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let key = (sink.clone(), stream.clone());
+        let current = st.sinks.streams.get(&key).map_or(0, |(_, s)| s.seq);
+        if current != from {
+            return Ok(false);
+        }
+        let state = SinkStream {
+            seq: to.get(),
+            status: SinkStatus::Ok,
+            attempt_count: 0,
+            last_error: None,
+            updated_at: now,
+            next_attempt_at: st.sinks.streams.get(&key).map_or(now, |(_, s)| s.next_attempt_at),
+            ..SinkStream::new(sink, stream)
+        };
+        st.sinks.streams.insert(key, (partition, state));
+        Ok(true)
+    }
+
+    async fn fail_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> Result<FailureOutcome> {
+        let now = self.now();
+        let mut st = self.lock();
+        let key = (sink.clone(), stream.clone());
+        let mut state = st
+            .sinks
+            .streams
+            .get(&key)
+            .map_or_else(|| SinkStream::new(sink, stream), |(_, s)| s.clone());
+        validate_failing(sink, stream, state.seq, seq)?;
+        let attempt = state.attempt_count.saturating_add(1);
+        let outcome = match policy.decide(attempt) {
+            FailureDecision::DeadLetter => {
+                state.status = SinkStatus::Dead;
+                state.next_attempt_at = now;
+                FailureOutcome::Dead { attempt }
+            }
+            FailureDecision::Retry(delay) => {
+                state.status = SinkStatus::Failed;
+                state.next_attempt_at = Timestamp::from_millis(now.as_millis() + duration_millis(delay));
+                FailureOutcome::Retry {
+                    attempt,
+                    next_attempt_at: state.next_attempt_at,
+                }
+            }
+        };
+        state.attempt_count = attempt;
+        state.last_error = Some(truncate_error(error).to_owned());
+        state.updated_at = now;
+        st.sinks.streams.insert(key, (partition, state));
+        Ok(outcome)
+    }
+
+    async fn due_sink_streams(
+        &self,
+        sink: &SinkName,
+        partitions: &[Partition],
+        limit: usize,
+    ) -> Result<Vec<SinkStream>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let now = self.now();
+        let st = self.lock();
+        let mut out: Vec<SinkStream> = st
+            .sinks
+            .streams
+            .iter()
+            .filter(|((s, _), (p, state))| {
+                s == sink
+                    && partitions.contains(p)
+                    && state.status == SinkStatus::Failed
+                    && state.next_attempt_at <= now
+            })
+            .map(|(_, (_, state))| state.clone())
+            .collect();
+        out.sort_by(|a, b| (a.next_attempt_at, &a.stream).cmp(&(b.next_attempt_at, &b.stream)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn sink_streams(
+        &self,
+        sink: &SinkName,
+        status: Option<SinkStatus>,
+        limit: usize,
+    ) -> Result<Vec<SinkStream>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.lock();
+        Ok(st
+            .sinks
+            .streams
+            .iter()
+            .filter(|((s, _), (_, state))| s == sink && status.is_none_or(|x| state.status == x))
+            .map(|(_, (_, state))| state.clone())
+            .take(limit)
+            .collect())
+    }
+
+    async fn requeue_sink(&self, sink: &SinkName, stream: &StreamId) -> Result<SinkStream> {
+        let now = self.now();
+        let mut st = self.lock();
+        let Some((_, state)) = st.sinks.streams.get_mut(&(sink.clone(), stream.clone())) else {
+            return Err(Error::NotFound(format!(
+                "sink {sink} has no state for stream {stream}"
+            )));
+        };
+        if state.status == SinkStatus::Ok {
+            return Err(Error::InvalidState(format!(
+                "sink {sink} is not failing on stream {stream}: nothing to requeue"
+            )));
+        }
+        state.status = SinkStatus::Failed;
+        state.attempt_count = 0;
+        state.next_attempt_at = now;
+        state.updated_at = now;
+        Ok(state.clone())
+    }
+
+    async fn sink_cursors(&self, sink: &SinkName) -> Result<Vec<(Partition, u64)>> {
+        let st = self.lock();
+        Ok(st
+            .sinks
+            .cursors
+            .iter()
+            .filter(|((s, _), _)| s == sink)
+            .map(|((_, p), pos)| (*p, *pos))
+            .collect())
+    }
+
+    async fn advance_sink_cursor(
+        &self,
+        sink: &SinkName,
+        partition: Partition,
+        from: u64,
+        to: u64,
+    ) -> Result<bool> {
+        if to <= from {
+            return Err(Error::invalid(format!(
+                "a sink cursor moves forward: {from} to {to} does not"
+            )));
+        }
+        let mut st = self.lock();
+        let key = (sink.clone(), partition);
+        if st.sinks.cursors.get(&key).copied().unwrap_or(0) != from {
+            return Ok(false);
+        }
+        st.sinks.cursors.insert(key, to);
+        Ok(true)
+    }
+
+    async fn sinks(&self) -> Result<Vec<SinkSummary>> {
+        let st = self.lock();
+        let mut out: BTreeMap<SinkName, SinkSummary> = BTreeMap::new();
+        let blank = |sink: &SinkName| SinkSummary {
+            sink: sink.clone(),
+            streams: 0,
+            failed: 0,
+            dead: 0,
+            position: 0,
+        };
+        for ((sink, _), (_, state)) in &st.sinks.streams {
+            let e = out.entry(sink.clone()).or_insert_with(|| blank(sink));
+            e.streams += 1;
+            match state.status {
+                SinkStatus::Failed => e.failed += 1,
+                SinkStatus::Dead => e.dead += 1,
+                SinkStatus::Ok => {}
+            }
+        }
+        let mut mins: BTreeMap<SinkName, u64> = BTreeMap::new();
+        for ((sink, _), pos) in &st.sinks.cursors {
+            let m = mins.entry(sink.clone()).or_insert(*pos);
+            *m = (*m).min(*pos);
+        }
+        for (sink, pos) in mins {
+            out.entry(sink.clone()).or_insert_with(|| blank(&sink)).position = pos;
+        }
+        Ok(out.into_values().collect())
+    }
+}

@@ -1,0 +1,478 @@
+//! [`SinkStore`](outbox_core::SinkStore) on the shared statements: sink
+//! checkpoints with their failures, and scan cursors (ADR 0023). Sinks
+//! publish over a network, so these run through [`Database`] on every
+//! adapter (one statement or a short transaction each).
+
+use outbox_core::spi::{
+    duration_millis, journal_undecodable, truncate_error, validate_advance, validate_failing, validate_limit,
+};
+use outbox_core::{
+    Error, FailureDecision, FailureOutcome, MAX_PAGE, Partition, Result, RetryPolicy, Seq, SinkName,
+    SinkStatus, SinkStream, SinkSummary, StreamId, Timestamp,
+};
+
+use crate::{Arg, Database, Row};
+
+const COLUMNS: &str = "sink, stream, seq, status, attempt_count, next_attempt_at, last_error, updated_at";
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn decode(r: &Row) -> Result<SinkStream> {
+    let bad = |e: &dyn std::fmt::Display| journal_undecodable("sink state", e.to_string());
+    Ok(SinkStream {
+        sink: SinkName::new(r.text(0)?).map_err(|e| bad(&e))?,
+        stream: StreamId::new(r.text(1)?).map_err(|e| bad(&e))?,
+        seq: u64::try_from(r.int(2)?).map_err(|e| bad(&e))?,
+        status: r.text(3)?.parse().map_err(|e: Error| bad(&e))?,
+        attempt_count: u32::try_from(r.int(4)?).map_err(|e| bad(&e))?,
+        next_attempt_at: Timestamp::from_millis(r.int(5)?),
+        last_error: r.opt_text(6)?,
+        updated_at: Timestamp::from_millis(r.int(7)?),
+    })
+}
+
+/// [`SinkStore::sink_states`](outbox_core::SinkStore::sink_states): one
+/// primary-key read per stream, in one snapshot.
+pub async fn sink_states(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    streams: &[StreamId],
+) -> Result<Vec<SinkStream>> {
+    let what = "reading sink checkpoints";
+    let sql = db.dialect().sql(&format!(
+        "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND stream = $2"
+    ));
+    let mut tx = db.snapshot().await?;
+    let mut out = Vec::with_capacity(streams.len());
+    for s in streams {
+        let row = tx
+            .fetch_optional(what, &sql, &[Arg::Text(sink.as_str()), Arg::Text(s.as_str())])
+            .await?;
+        out.push(match row {
+            Some(r) => decode(&r)?,
+            None => SinkStream::new(sink, s),
+        });
+    }
+    tx.commit(what).await?;
+    Ok(out)
+}
+
+/// [`SinkStore::advance_sink`](outbox_core::SinkStore::advance_sink): one
+/// statement (an upsert guarded by the stored seq when `from` is 0, an
+/// update guarded by it otherwise).
+pub async fn advance_sink(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    stream: &StreamId,
+    partition: Partition,
+    from: u64,
+    to: Seq,
+) -> Result<bool> {
+    validate_advance(from, to)?;
+    let what = "advancing a sink checkpoint";
+    let sql = if from == 0 {
+        "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+         next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
+         ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'ok', attempt_count = 0, \
+         last_error = NULL, updated_at = excluded.updated_at, partition_no = excluded.partition_no \
+         WHERE outbox_sink_streams.seq = $4"
+    } else {
+        "UPDATE outbox_sink_streams SET seq = $5, status = 'ok', attempt_count = 0, last_error = NULL, \
+         updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+    };
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql(sql),
+            &[
+                Arg::Text(sink.as_str()),
+                Arg::Text(stream.as_str()),
+                Arg::Int(i64::from(partition.get())),
+                Arg::Int(int(from)),
+                Arg::Int(to.as_i64()),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n > 0)
+}
+
+/// [`SinkStore::fail_sink`](outbox_core::SinkStore::fail_sink): the state
+/// read (locked on Postgres) and written in one transaction.
+pub async fn fail_sink(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    stream: &StreamId,
+    partition: Partition,
+    seq: Seq,
+    error: &str,
+    policy: &RetryPolicy,
+) -> Result<FailureOutcome> {
+    let what = "recording a sink failure";
+    let d = db.dialect();
+    let lock = if d.locks_rows() { " FOR UPDATE" } else { "" };
+    let mut tx = db.begin().await?;
+    let keys = [Arg::Text(sink.as_str()), Arg::Text(stream.as_str())];
+    let current = tx
+        .fetch_optional(
+            what,
+            &d.sql(&format!(
+                "SELECT seq, attempt_count FROM outbox_sink_streams WHERE sink = $1 AND stream = $2{lock}"
+            )),
+            &keys,
+        )
+        .await?;
+    let (checkpoint, attempts) = match current {
+        Some(r) => (
+            u64::try_from(r.int(0)?).unwrap_or(0),
+            u32::try_from(r.int(1)?).unwrap_or(0),
+        ),
+        None => (0, 0),
+    };
+    validate_failing(sink, stream, checkpoint, seq)?;
+    let attempt = attempts.saturating_add(1);
+    let (status, delay) = match policy.decide(attempt) {
+        FailureDecision::DeadLetter => (SinkStatus::Dead, 0),
+        FailureDecision::Retry(delay) => (SinkStatus::Failed, duration_millis(delay)),
+    };
+    let row = tx
+        .fetch_optional(
+            what,
+            &d.sql(
+                "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+                 next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, $8, {now}) \
+                 ON CONFLICT (sink, stream) DO UPDATE SET status = excluded.status, \
+                 attempt_count = excluded.attempt_count, next_attempt_at = excluded.next_attempt_at, \
+                 last_error = excluded.last_error, updated_at = excluded.updated_at \
+                 RETURNING next_attempt_at",
+            ),
+            &[
+                keys[0],
+                keys[1],
+                Arg::Int(i64::from(partition.get())),
+                Arg::Int(int(checkpoint)),
+                Arg::Text(status.as_str()),
+                Arg::Int(i64::from(attempt)),
+                Arg::Int(delay),
+                Arg::Text(truncate_error(error)),
+            ],
+        )
+        .await?
+        .ok_or_else(|| Error::Storage {
+            message: "recording a sink failure returned no row".into(),
+            temporary: false,
+            source: None,
+        })?;
+    tx.commit(what).await?;
+    Ok(match status {
+        SinkStatus::Dead => FailureOutcome::Dead { attempt },
+        _ => FailureOutcome::Retry {
+            attempt,
+            next_attempt_at: Timestamp::from_millis(row.int(0)?),
+        },
+    })
+}
+
+/// [`SinkStore::due_sink_streams`](outbox_core::SinkStore::due_sink_streams):
+/// a range of the partial index on failed streams per partition.
+pub async fn due_sink_streams(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    partitions: &[Partition],
+    limit: usize,
+) -> Result<Vec<SinkStream>> {
+    let limit = validate_limit(limit, MAX_PAGE)?;
+    let sql = db.dialect().sql(&format!(
+        "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND partition_no = $2 \
+         AND status = 'failed' AND next_attempt_at <= {{now}} ORDER BY next_attempt_at, stream LIMIT $3"
+    ));
+    let mut conn = db.read().await?;
+    let mut out = Vec::new();
+    for p in partitions {
+        let rows = conn
+            .fetch(
+                "listing due sink streams",
+                &sql,
+                &[
+                    Arg::Text(sink.as_str()),
+                    Arg::Int(i64::from(p.get())),
+                    Arg::Int(limit as i64),
+                ],
+            )
+            .await?;
+        for r in &rows {
+            out.push(decode(r)?);
+        }
+    }
+    out.sort_by(|a, b| (a.next_attempt_at, &a.stream).cmp(&(b.next_attempt_at, &b.stream)));
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// [`SinkStore::sink_streams`](outbox_core::SinkStore::sink_streams).
+pub async fn sink_streams(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    status: Option<SinkStatus>,
+    limit: usize,
+) -> Result<Vec<SinkStream>> {
+    let limit = Arg::Int(validate_limit(limit, MAX_PAGE)? as i64);
+    let (sql, args) = match status {
+        Some(s) => (
+            format!(
+                "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND status = $2 ORDER BY stream LIMIT $3"
+            ),
+            vec![Arg::Text(sink.as_str()), Arg::Text(s.as_str()), limit],
+        ),
+        None => (
+            format!("SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 ORDER BY stream LIMIT $2"),
+            vec![Arg::Text(sink.as_str()), limit],
+        ),
+    };
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch("listing sink streams", &db.dialect().sql(&sql), &args)
+        .await?;
+    rows.iter().map(decode).collect()
+}
+
+/// [`SinkStore::requeue_sink`](outbox_core::SinkStore::requeue_sink).
+pub async fn requeue_sink(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    stream: &StreamId,
+) -> Result<SinkStream> {
+    let what = "requeueing a sink stream";
+    let d = db.dialect();
+    let keys = [Arg::Text(sink.as_str()), Arg::Text(stream.as_str())];
+    let mut tx = db.begin().await?;
+    let row = tx
+        .fetch_optional(
+            what,
+            &d.sql(&format!(
+                "UPDATE outbox_sink_streams SET status = 'failed', attempt_count = 0, next_attempt_at = {{now}}, \
+                 updated_at = {{now}} WHERE sink = $1 AND stream = $2 AND status <> 'ok' RETURNING {COLUMNS}"
+            )),
+            &keys,
+        )
+        .await?;
+    let out = match row {
+        Some(r) => decode(&r)?,
+        None => {
+            let exists = tx
+                .fetch_optional(
+                    what,
+                    &d.sql("SELECT status FROM outbox_sink_streams WHERE sink = $1 AND stream = $2"),
+                    &keys,
+                )
+                .await?;
+            return Err(match exists {
+                Some(_) => Error::InvalidState(format!(
+                    "sink {sink} is not failing on stream {stream}: nothing to requeue"
+                )),
+                None => Error::NotFound(format!("sink {sink} has no state for stream {stream}")),
+            });
+        }
+    };
+    tx.commit(what).await?;
+    Ok(out)
+}
+
+/// [`SinkStore::sink_cursors`](outbox_core::SinkStore::sink_cursors).
+pub async fn sink_cursors(db: &(impl Database + ?Sized), sink: &SinkName) -> Result<Vec<(Partition, u64)>> {
+    let mut conn = db.read().await?;
+    let rows = conn
+        .fetch(
+            "reading sink cursors",
+            &db.dialect()
+                .sql("SELECT partition_no, position FROM outbox_sink_cursors WHERE sink = $1 ORDER BY partition_no"),
+            &[Arg::Text(sink.as_str())],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let p = u16::try_from(r.int(0)?).map_err(|e| journal_undecodable("sink cursor", e))?;
+            let pos = u64::try_from(r.int(1)?).map_err(|e| journal_undecodable("sink cursor", e))?;
+            Ok((Partition::new(p), pos))
+        })
+        .collect()
+}
+
+/// [`SinkStore::advance_sink_cursor`](outbox_core::SinkStore::advance_sink_cursor).
+pub async fn advance_sink_cursor(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    partition: Partition,
+    from: u64,
+    to: u64,
+) -> Result<bool> {
+    if to <= from {
+        return Err(Error::invalid(format!(
+            "a sink cursor moves forward: {from} to {to} does not"
+        )));
+    }
+    let what = "advancing a sink cursor";
+    let sql = if from == 0 {
+        "INSERT INTO outbox_sink_cursors (sink, partition_no, position) VALUES ($1, $2, $4) \
+         ON CONFLICT (sink, partition_no) DO UPDATE SET position = excluded.position \
+         WHERE outbox_sink_cursors.position = $3"
+    } else {
+        "UPDATE outbox_sink_cursors SET position = $4 WHERE sink = $1 AND partition_no = $2 AND position = $3"
+    };
+    let mut tx = db.begin().await?;
+    let n = tx
+        .execute(
+            what,
+            &db.dialect().sql(sql),
+            &[
+                Arg::Text(sink.as_str()),
+                Arg::Int(i64::from(partition.get())),
+                Arg::Int(int(from)),
+                Arg::Int(int(to)),
+            ],
+        )
+        .await?;
+    tx.commit(what).await?;
+    Ok(n > 0)
+}
+
+/// [`SinkStore::sinks`](outbox_core::SinkStore::sinks).
+pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
+    let what = "summarising sinks";
+    let mut tx = db.snapshot().await?;
+    let states = tx
+        .fetch(
+            what,
+            "SELECT sink, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), \
+             sum(CASE WHEN status = 'dead' THEN 1 ELSE 0 END) FROM outbox_sink_streams GROUP BY sink ORDER BY sink",
+            &[],
+        )
+        .await?;
+    let cursors = tx
+        .fetch(
+            what,
+            "SELECT sink, min(position), count(*) FROM outbox_sink_cursors GROUP BY sink ORDER BY sink",
+            &[],
+        )
+        .await?;
+    tx.commit(what).await?;
+    let mut out: std::collections::BTreeMap<String, SinkSummary> = std::collections::BTreeMap::new();
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    for r in &states {
+        let name = r.text(0)?;
+        let sink = SinkName::new(name.clone()).map_err(|e| journal_undecodable("sink state", e))?;
+        out.insert(
+            name,
+            SinkSummary {
+                sink,
+                streams: n(r.int(1)?),
+                failed: n(r.opt_int(2)?.unwrap_or(0)),
+                dead: n(r.opt_int(3)?.unwrap_or(0)),
+                position: 0,
+            },
+        );
+    }
+    for r in &cursors {
+        let name = r.text(0)?;
+        let sink = SinkName::new(name.clone()).map_err(|e| journal_undecodable("sink cursor", e))?;
+        let entry = out.entry(name).or_insert(SinkSummary {
+            sink,
+            streams: 0,
+            failed: 0,
+            dead: 0,
+            position: 0,
+        });
+        entry.position = n(r.int(1)?);
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Implements [`SinkStore`](outbox_core::SinkStore) for an adapter type
+/// whose `$db` field implements [`Database`], by delegating to this module.
+#[macro_export]
+macro_rules! impl_sink_store {
+    ($ty:ty, $db:ident) => {
+        impl ::outbox_core::SinkStore for $ty {
+            async fn sink_states(
+                &self,
+                sink: &::outbox_core::SinkName,
+                streams: &[::outbox_core::StreamId],
+            ) -> ::outbox_core::Result<Vec<::outbox_core::SinkStream>> {
+                $crate::sinks::sink_states(&*self.$db, sink, streams).await
+            }
+
+            async fn advance_sink(
+                &self,
+                sink: &::outbox_core::SinkName,
+                stream: &::outbox_core::StreamId,
+                partition: ::outbox_core::Partition,
+                from: u64,
+                to: ::outbox_core::Seq,
+            ) -> ::outbox_core::Result<bool> {
+                $crate::sinks::advance_sink(&*self.$db, sink, stream, partition, from, to).await
+            }
+
+            async fn fail_sink(
+                &self,
+                sink: &::outbox_core::SinkName,
+                stream: &::outbox_core::StreamId,
+                partition: ::outbox_core::Partition,
+                seq: ::outbox_core::Seq,
+                error: &str,
+                policy: &::outbox_core::RetryPolicy,
+            ) -> ::outbox_core::Result<::outbox_core::FailureOutcome> {
+                $crate::sinks::fail_sink(&*self.$db, sink, stream, partition, seq, error, policy).await
+            }
+
+            async fn due_sink_streams(
+                &self,
+                sink: &::outbox_core::SinkName,
+                partitions: &[::outbox_core::Partition],
+                limit: usize,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::SinkStream>> {
+                $crate::sinks::due_sink_streams(&*self.$db, sink, partitions, limit).await
+            }
+
+            async fn sink_streams(
+                &self,
+                sink: &::outbox_core::SinkName,
+                status: Option<::outbox_core::SinkStatus>,
+                limit: usize,
+            ) -> ::outbox_core::Result<Vec<::outbox_core::SinkStream>> {
+                $crate::sinks::sink_streams(&*self.$db, sink, status, limit).await
+            }
+
+            async fn requeue_sink(
+                &self,
+                sink: &::outbox_core::SinkName,
+                stream: &::outbox_core::StreamId,
+            ) -> ::outbox_core::Result<::outbox_core::SinkStream> {
+                $crate::sinks::requeue_sink(&*self.$db, sink, stream).await
+            }
+
+            async fn sink_cursors(
+                &self,
+                sink: &::outbox_core::SinkName,
+            ) -> ::outbox_core::Result<Vec<(::outbox_core::Partition, u64)>> {
+                $crate::sinks::sink_cursors(&*self.$db, sink).await
+            }
+
+            async fn advance_sink_cursor(
+                &self,
+                sink: &::outbox_core::SinkName,
+                partition: ::outbox_core::Partition,
+                from: u64,
+                to: u64,
+            ) -> ::outbox_core::Result<bool> {
+                $crate::sinks::advance_sink_cursor(&*self.$db, sink, partition, from, to).await
+            }
+
+            async fn sinks(&self) -> ::outbox_core::Result<Vec<::outbox_core::SinkSummary>> {
+                $crate::sinks::sinks(&*self.$db).await
+            }
+        }
+    };
+}
