@@ -14,6 +14,7 @@ mod partitions;
 mod replay;
 mod running;
 mod scratch;
+mod sinks;
 mod sweep;
 mod unavailable;
 mod worker;
@@ -31,6 +32,7 @@ pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
 pub use replay::{ReplayOptions, error_code};
 pub use running::{Running, Tasks, cancel_on_shutdown_signal};
+pub use sinks::DeliveryReport;
 pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
 

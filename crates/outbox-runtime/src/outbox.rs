@@ -8,8 +8,8 @@ use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, DeadLetters, Error, Event,
     EventJournal, EventTypeRegistry, ExpectedVersion, GenerationStore, LeaseStore, Mode, ModeSelection,
     NewEvent, OutboxInspector, OutboxQueue, PartitionStore, Projection, ProjectionName, ProjectionStore,
-    Result, RunStore, Seq, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource, WatermarkStore,
-    WorkerId, WorkerRegistry, select_mode, validate_generation_base, view_projection,
+    Result, RunStore, Seq, Sink, SinkStore, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource,
+    WatermarkStore, WorkerId, WorkerRegistry, select_mode, validate_generation_base, view_projection,
     view_projection_with_candidate,
 };
 use serde::Serialize;
@@ -29,6 +29,7 @@ pub trait JournalBackend:
     + LeaseStore
     + WorkerRegistry
     + PartitionStore
+    + SinkStore
     + 'static
 {
 }
@@ -40,6 +41,7 @@ impl<T> JournalBackend for T where
         + LeaseStore
         + WorkerRegistry
         + PartitionStore
+        + SinkStore
         + 'static
 {
 }
@@ -89,6 +91,9 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) started: Arc<std::sync::atomic::AtomicBool>,
     /// Partition leasing (ADR 0022).
     pub(crate) partitions: crate::partitions::PartitionState,
+    /// The sinks (ADR 0023) and the wake-up of their delivery loops.
+    pub(crate) sinks: Vec<Arc<dyn Sink>>,
+    pub(crate) sink_wake: Notify,
 }
 
 /// A projection as registered, in order.
@@ -104,6 +109,7 @@ pub struct OutboxBuilder<J, P: ProjectionStore> {
     types: EventTypeRegistry,
     projections: Vec<Registered<P::Tx>>,
     candidates: Vec<Arc<dyn ViewProjection>>,
+    sinks: Vec<Arc<dyn Sink>>,
     config: Config,
     wake_source: Option<Arc<dyn WakeSource>>,
 }
@@ -153,6 +159,18 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// [`OutboxBuilder::candidate`] for a projection that is already shared.
     pub fn candidate_arc(mut self, projection: Arc<dyn ViewProjection>) -> Self {
         self.candidates.push(projection);
+        self
+    }
+
+    /// Adds a sink (ADR 0023): the apply worker publishes the journal's
+    /// events to it, in stream order, at least once, beside the projections.
+    pub fn sink(self, sink: impl Sink + 'static) -> Self {
+        self.sink_arc(Arc::new(sink))
+    }
+
+    /// [`OutboxBuilder::sink`] for a sink that is already shared.
+    pub fn sink_arc(mut self, sink: Arc<dyn Sink>) -> Self {
+        self.sinks.push(sink);
         self
     }
 
@@ -206,6 +224,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 "candidate `{orphan}` is not a version of any registered view projection"
             )));
         }
+        crate::sinks::check_sink_names(&self.sinks)?;
         let mut names = std::collections::BTreeSet::new();
         for p in &registered {
             validate_generation_base(p.name()).map_err(|e| Error::Config(e.to_string()))?;
@@ -254,6 +273,8 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 metrics: Metrics::default(),
                 started: Arc::default(),
                 partitions: crate::partitions::PartitionState::default(),
+                sinks: self.sinks,
+                sink_wake: Notify::new(),
             }),
         })
     }
@@ -303,6 +324,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             types: EventTypeRegistry::new(),
             projections: Vec::new(),
             candidates: Vec::new(),
+            sinks: Vec::new(),
             config: Config::default(),
             wake_source: None,
         }
@@ -427,6 +449,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             && mode.runs_apply_worker() | mode.runs_shadow_worker()
         {
             self.inner.wake.notify_one();
+            self.inner.sink_wake.notify_waiters();
         }
         let mut inline_failures = Vec::new();
         if mode.applies_inline() {

@@ -105,6 +105,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .set_held(sync.held.iter().map(|l| l.partition).collect());
         if !sync.acquired.is_empty() {
             self.inner.wake.notify_one();
+            self.inner.sink_wake.notify_waiters();
         }
         Ok(sync)
     }

@@ -219,6 +219,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 tracker.spawn(async move { this.supervise(kind, token, alive).await }.instrument(span)),
             );
         }
+        if tasks.apply_worker {
+            // Sinks publish beside the apply worker (never beside the
+            // shadow worker: publishing is an effect).
+            for sink in self.inner.sinks.clone() {
+                let this = self.clone();
+                let token = cancel.clone();
+                let span =
+                    info_span!("sink", name = %sink.name(), id = %self.worker_id(), otel.kind = "internal");
+                handles
+                    .push(tracker.spawn(async move { this.sink_loop(sink, token).await }.instrument(span)));
+            }
+        }
         if tasks.heartbeat {
             let this = self.clone();
             let token = cancel.clone();

@@ -1,0 +1,448 @@
+//! Sink delivery (ADR 0023): the journal's events published to each
+//! registered [`Sink`] in stream order, at least once, beside the
+//! projections.
+//!
+//! A delivery pass of one sink first retries its failed streams that are
+//! due, then reads the journal by global position from the sink's scan
+//! cursors (one per partition, so a partition's new owner resumes where the
+//! old one stopped) in the partitions this worker holds (all of them without
+//! partition leasing). Each stream's new events go to the sink as one run,
+//! in seq order; the per-(sink, stream) checkpoint then moves by
+//! compare-and-set over what was acknowledged and what the sink's policy
+//! passes over. A failure is recorded on the stream (backoff, dead letter at
+//! the threshold) and holds back that stream only; its later events are
+//! delivered by the retry, which reads the stream from its checkpoint.
+//! Replays of projections never publish; [`Outbox::replay_sink`] republishes
+//! on purpose.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use outbox_core::{
+    Error, Event, FailureOutcome, Partition, Published, Result, Seq, Sink, SinkName, SinkStatus, StreamId,
+};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::deadline::Within;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+use crate::panic::CatchUnwind;
+
+/// What one delivery pass (or a sink replay) did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeliveryReport {
+    /// Events the sink acknowledged.
+    pub published: u64,
+    /// Events its policy passed over (the checkpoint moved past them).
+    pub passed_over: u64,
+    /// Failures recorded with a retry.
+    pub failed: u64,
+    /// Streams dead-lettered for the sink.
+    pub dead_lettered: u64,
+    /// The journal position the pass scanned through (0: nothing new).
+    pub position: u64,
+}
+
+impl DeliveryReport {
+    fn add(&mut self, other: &DeliveryReport) {
+        self.published += other.published;
+        self.passed_over += other.passed_over;
+        self.failed += other.failed;
+        self.dead_lettered += other.dead_lettered;
+        self.position = self.position.max(other.position);
+    }
+
+    /// Whether the pass delivered or recorded anything.
+    pub fn made_progress(&self) -> bool {
+        self.published + self.passed_over + self.failed + self.dead_lettered > 0 || self.position > 0
+    }
+}
+
+/// How one run's delivery ended.
+enum RunEnd {
+    /// Every event delivered or passed over; the checkpoint is at the last.
+    Done,
+    /// A failure was recorded; the stream waits for its retry.
+    Failed,
+    /// Another worker moved the checkpoint first; this one stops.
+    Overtaken,
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The registered sinks.
+    pub fn sinks(&self) -> &[Arc<dyn Sink>] {
+        &self.inner.sinks
+    }
+
+    fn sink_named(&self, name: &str) -> Result<Arc<dyn Sink>> {
+        self.inner
+            .sinks
+            .iter()
+            .find(|s| s.name().as_str() == name)
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.inner.sinks.iter().map(|s| s.name().as_str()).collect();
+                Error::NotFound(format!(
+                    "no sink named `{name}` is registered (registered: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })
+    }
+
+    /// The partitions this worker delivers for: those it holds under
+    /// partition leasing, every partition otherwise.
+    fn delivery_partitions(&self) -> Vec<Partition> {
+        if self.inner.partitions.active() {
+            self.inner.partitions.held()
+        } else {
+            Partition::all(self.journal().partitioning().count()).collect()
+        }
+    }
+
+    /// One delivery pass of every registered sink (see the module docs).
+    /// The running apply worker does this on its own; call it when you
+    /// drive [`tick`](Self::tick) yourself.
+    pub async fn deliver(&self) -> Result<DeliveryReport> {
+        let mut report = DeliveryReport::default();
+        for sink in self.inner.sinks.clone() {
+            report.add(&self.deliver_to(&sink).await?);
+        }
+        Ok(report)
+    }
+
+    /// One delivery pass of `sink`: its due retries, then one page of the
+    /// journal from its cursors.
+    pub(crate) async fn deliver_to(&self, sink: &Arc<dyn Sink>) -> Result<DeliveryReport> {
+        let config = self.config();
+        let deadline = config.store_deadline();
+        let name = sink.name();
+        let parts = self.delivery_partitions();
+        let mut report = DeliveryReport::default();
+        if parts.is_empty() {
+            return Ok(report);
+        }
+        let due = self
+            .journal()
+            .due_sink_streams(name, &parts, config.streams_per_pass)
+            .within(deadline, "due_sink_streams")
+            .await?;
+        for state in due {
+            self.catch_up_sink(sink, &state.stream, state.seq, None, &mut report)
+                .await?;
+        }
+        let stored: BTreeMap<Partition, u64> = self
+            .journal()
+            .sink_cursors(name)
+            .within(deadline, "sink_cursors")
+            .await?
+            .into_iter()
+            .collect();
+        let cursors: BTreeMap<Partition, u64> = parts
+            .iter()
+            .map(|p| (*p, stored.get(p).copied().unwrap_or(0)))
+            .collect();
+        let start = cursors.values().copied().min().unwrap_or(0);
+        let page = config.sweep_rows.max(config.batch_size);
+        let events = self
+            .journal()
+            .read_global(start, page)
+            .within(deadline, "read_global")
+            .await?;
+        let Some(last) = events.last().map(|e| e.global_position) else {
+            return Ok(report);
+        };
+        // Each stream's new events of this page, in seq order.
+        let mut runs: BTreeMap<StreamId, (Partition, Vec<Event>)> = BTreeMap::new();
+        for e in events {
+            let p = self.journal().partitioning().of(&e.stream);
+            if cursors.get(&p).is_some_and(|c| e.global_position > *c) {
+                runs.entry(e.stream.clone())
+                    .or_insert_with(|| (p, Vec::new()))
+                    .1
+                    .push(e);
+            }
+        }
+        let streams: Vec<StreamId> = runs.keys().cloned().collect();
+        let states = self
+            .journal()
+            .sink_states(name, &streams)
+            .within(deadline, "sink_states")
+            .await?;
+        for (state, (stream, (partition, events))) in states.into_iter().zip(runs) {
+            if state.status != SinkStatus::Ok {
+                continue; // its retry catches it up
+            }
+            let new: Vec<Event> = events.into_iter().filter(|e| e.seq.get() > state.seq).collect();
+            let Some(first) = new.first() else { continue };
+            if first.seq.get() != state.seq + 1 {
+                let through = new.last().map(|e| e.seq.get());
+                self.catch_up_sink(sink, &stream, state.seq, through, &mut report)
+                    .await?;
+            } else {
+                self.deliver_run(sink, &stream, partition, state.seq, &new, &mut report)
+                    .await?;
+            }
+        }
+        for (p, c) in cursors {
+            if c < last {
+                self.journal()
+                    .advance_sink_cursor(name, p, c, last)
+                    .within(deadline, "advance_sink_cursor")
+                    .await?;
+            }
+        }
+        report.position = last;
+        Ok(report)
+    }
+
+    /// Delivers `stream` from after `checkpoint` (through `through`, or its
+    /// end), reading it from the journal: a retry, or a stream found behind.
+    async fn catch_up_sink(
+        &self,
+        sink: &Arc<dyn Sink>,
+        stream: &StreamId,
+        mut checkpoint: u64,
+        through: Option<u64>,
+        report: &mut DeliveryReport,
+    ) -> Result<()> {
+        let config = self.config();
+        let partition = self.journal().partitioning().of(stream);
+        for _ in 0..config.batches_per_stream {
+            if through.is_some_and(|t| checkpoint >= t) {
+                return Ok(());
+            }
+            let mut events = self
+                .journal()
+                .read_stream(stream, Seq::new(checkpoint + 1)?, config.batch_size)
+                .within(config.store_deadline(), "read_stream")
+                .await?;
+            if let Some(t) = through {
+                events.retain(|e| e.seq.get() <= t);
+            }
+            let Some(last) = events.last().map(|e| e.seq.get()) else {
+                return Ok(());
+            };
+            match self
+                .deliver_run(sink, stream, partition, checkpoint, &events, report)
+                .await?
+            {
+                RunEnd::Done => checkpoint = last,
+                RunEnd::Failed | RunEnd::Overtaken => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands `events` (the run of `stream` right after `checkpoint`) to the
+    /// sink and moves the checkpoint over what was acknowledged or passed
+    /// over; records a failure of the first event not acknowledged.
+    async fn deliver_run(
+        &self,
+        sink: &Arc<dyn Sink>,
+        stream: &StreamId,
+        partition: Partition,
+        checkpoint: u64,
+        events: &[Event],
+        report: &mut DeliveryReport,
+    ) -> Result<RunEnd> {
+        let config = self.config();
+        let deadline = config.store_deadline();
+        let name = sink.name();
+        let accepted: Vec<Event> = events.iter().filter(|e| sink.accepts(e)).cloned().collect();
+        let outcome = if accepted.is_empty() {
+            Published::all(0)
+        } else {
+            let span = info_span!(
+                "publish",
+                sink = %name,
+                stream = %stream,
+                otel.kind = "producer",
+                messaging.system = "outbox",
+                messaging.operation.type = "publish",
+                messaging.destination.name = %name,
+                messaging.batch.message_count = accepted.len(),
+            );
+            let publish = async { Ok::<_, Error>(sink.publish(&accepted).await) };
+            match CatchUnwind::new(publish.within(config.lease_ttl, "publish"))
+                .instrument(span)
+                .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => Published::failed(0, e),
+                Err(panic) => Published::failed(0, format!("the sink panicked: {panic}")),
+            }
+        };
+        let acknowledged = outcome.acknowledged.min(accepted.len());
+        // Everything before the first unacknowledged event is done: the
+        // acknowledged ones and those the policy passed over.
+        let failing = outcome.error.as_ref().and(accepted.get(acknowledged));
+        let done_through = match failing {
+            Some(f) => f.seq.get() - 1,
+            None => events.last().map_or(checkpoint, |e| e.seq.get()),
+        };
+        let passed_over = events
+            .iter()
+            .filter(|e| e.seq.get() <= done_through)
+            .count()
+            .saturating_sub(acknowledged);
+        if done_through > checkpoint {
+            let moved = self
+                .journal()
+                .advance_sink(name, stream, partition, checkpoint, Seq::new(done_through)?)
+                .within(deadline, "advance_sink")
+                .await?;
+            if !moved {
+                return Ok(RunEnd::Overtaken);
+            }
+        }
+        report.published += acknowledged as u64;
+        report.passed_over += passed_over as u64;
+        let (Some(failing), Some(error)) = (failing, outcome.error) else {
+            return Ok(RunEnd::Done);
+        };
+        let message = error.to_string();
+        match self
+            .journal()
+            .fail_sink(name, stream, partition, failing.seq, &message, &config.retry)
+            .within(deadline, "fail_sink")
+            .await?
+        {
+            FailureOutcome::Retry {
+                attempt,
+                next_attempt_at,
+            } => {
+                warn!(sink = %name, stream = %stream, seq = %failing.seq, attempt, %next_attempt_at, error = %message, "publishing failed; the stream is retried");
+                report.failed += 1;
+            }
+            FailureOutcome::Dead { attempt } => {
+                warn!(sink = %name, stream = %stream, seq = %failing.seq, attempt, error = %message, "publishing failed; the stream is dead-lettered for this sink until requeued");
+                report.dead_lettered += 1;
+            }
+        }
+        Ok(RunEnd::Failed)
+    }
+
+    /// Publishes the journal's events from global position `from` (through
+    /// `until` when given) to sink `name` again, on purpose: in global order
+    /// (so in seq order per stream), by the sink's policy, with the usual
+    /// message ids (a receiver that dedupes drops what it already has). The
+    /// sink's checkpoints and cursors are left as they are. Stops at the
+    /// first failure, naming it; run it again to go on.
+    pub async fn replay_sink(
+        &self,
+        name: &str,
+        from: u64,
+        until: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<DeliveryReport> {
+        let sink = self.sink_named(name)?;
+        let config = self.config();
+        let mut report = DeliveryReport::default();
+        let mut after = from.saturating_sub(1);
+        let page = config.sweep_rows.max(config.batch_size);
+        while !cancel.is_cancelled() {
+            let mut events = self
+                .journal()
+                .read_global(after, page)
+                .within(config.store_deadline(), "read_global")
+                .await?;
+            if let Some(u) = until {
+                events.retain(|e| e.global_position <= u);
+            }
+            let Some(last) = events.last().map(|e| e.global_position) else {
+                break;
+            };
+            let mut runs: BTreeMap<StreamId, Vec<Event>> = BTreeMap::new();
+            for e in events {
+                if sink.accepts(&e) {
+                    runs.entry(e.stream.clone()).or_default().push(e);
+                } else {
+                    report.passed_over += 1;
+                }
+            }
+            for (stream, run) in runs {
+                let publish = async { Ok::<_, Error>(sink.publish(&run).await) };
+                let published = CatchUnwind::new(publish.within(config.lease_ttl, "publish"))
+                    .await
+                    .map_err(|panic| Error::storage(format!("sink {name} panicked"), panic))?
+                    .map_err(|e| Error::storage(format!("replaying to sink {name}"), e))?;
+                report.published += published.acknowledged.min(run.len()) as u64;
+                if let Some(e) = published.error {
+                    let at = &run[published.acknowledged.min(run.len() - 1)];
+                    return Err(Error::storage(
+                        format!(
+                            "sink {name} failed on {stream}/{} (global position {}): replay again from there",
+                            at.seq, at.global_position
+                        ),
+                        e,
+                    ));
+                }
+            }
+            report.position = last;
+            after = last;
+            if until.is_some_and(|u| last >= u) {
+                break;
+            }
+        }
+        info!(sink = %name, from, published = report.published, position = report.position, "sink replay finished");
+        Ok(report)
+    }
+
+    /// The delivery loop of `sink`: passes back to back while they make
+    /// progress, then waits for an append in this process, a wake-up from
+    /// another, the poll interval, or shutdown.
+    pub(crate) async fn sink_loop(&self, sink: Arc<dyn Sink>, cancel: CancellationToken) {
+        let inner = &self.inner;
+        let mut backoff = inner.config.poll_interval;
+        while !cancel.is_cancelled() {
+            let busy = match CatchUnwind::new(self.deliver_to(&sink)).await {
+                Ok(Ok(r)) => {
+                    backoff = inner.config.poll_interval;
+                    r.made_progress()
+                }
+                Ok(Err(e)) => {
+                    warn!(sink = %sink.name(), error = %e, "delivery pass failed; backing off");
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+                    false
+                }
+                Err(panic) => {
+                    warn!(sink = %sink.name(), panic = %panic, "delivery pass panicked; backing off");
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(60));
+                    false
+                }
+            };
+            if busy {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let external = async {
+                match &inner.wake_source {
+                    Some(source) => source.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                () = inner.sink_wake.notified() => {}
+                () = external => {}
+                () = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}
+
+/// `InvalidInput` (as a configuration error) when two sinks share a name.
+pub(crate) fn check_sink_names(sinks: &[Arc<dyn Sink>]) -> Result<()> {
+    let mut names = std::collections::BTreeSet::<&SinkName>::new();
+    for s in sinks {
+        if !names.insert(s.name()) {
+            return Err(Error::Config(format!("sink `{}` is registered twice", s.name())));
+        }
+    }
+    Ok(())
+}
