@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 mod browser;
 mod crash;
 mod migrations;
+mod nats;
 mod package;
 mod pg;
 mod tidy;
@@ -34,9 +35,11 @@ commands:
   package-check
               cargo package every publishable crate and build each package
               from its .crate file
-  test        run every test (starts a throwaway Postgres when needed, and
+  test        run every test (starts a throwaway Postgres when needed,
               chromedriver for the web monitor's browser test, installing
-              chromium and chromium-driver when missing)
+              chromium and chromium-driver when missing, and a nats-server
+              with JetStream for the sink tests, installing nats-server when
+              missing)
   crash [--backend sqlite|postgres] [--rounds N] [--seed S] [--round-seed S]
               the crash harness (release, failpoints on): kill -9 and named
               crash points, then the exactly-once check (docs/crash-testing.md)
@@ -227,9 +230,20 @@ fn test() -> Result<()> {
     } else {
         None
     };
+    // The sink tests get a NATS server (installed if missing), unless the
+    // caller named one.
+    let nats = if env::var_os("OUTBOX_TEST_NATS_URL").is_none_or(|v| v.is_empty()) {
+        Some(nats::Server::start()?)
+    } else {
+        None
+    };
     let with_pg = |mut c: Command| {
         if let Some(s) = &server {
             c.env("OUTBOX_TEST_DATABASE_URL", s.url());
+        }
+        if let Some(n) = &nats {
+            c.env("OUTBOX_TEST_NATS_URL", n.url());
+            c.env("OUTBOX_TEST_NATS_SERVER", n.bin());
         }
         if let Some(d) = &driver {
             c.env("OUTBOX_TEST_WEBDRIVER_URL", d.url());

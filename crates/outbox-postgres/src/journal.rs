@@ -987,9 +987,10 @@ impl PartitionStore for PgJournal {
         outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
     }
 
-    /// One transaction: one statement renews the owner's partition leases
-    /// (locking them until the claim commits, so no takeover interleaves)
-    /// and reads the due streams of each; then one claim per stream.
+    /// One transaction: one statement share-locks the owner's partition
+    /// leases (a takeover waits until the claim commits) and reads the due
+    /// streams of each; then one claim per stream and one statement holding
+    /// the claimed streams' heads.
     async fn claim_partitioned(
         &self,
         owner: &WorkerId,

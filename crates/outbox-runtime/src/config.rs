@@ -311,6 +311,22 @@ impl Config {
             Duration::from_millis(10),
             Duration::from_secs(3600),
         )?;
+        // Under partition leasing a claim holds its streams for the
+        // partition lease TTL (three heartbeats): a store call must end well
+        // within it, or a slow pass's streams fall due again.
+        let partition_ttl = crate::running::heartbeat_ttl(self.heartbeat_interval);
+        if self.leasing && self.store_deadline() >= partition_ttl {
+            return Err(Error::Config(format!(
+                "with partition leasing ({}) the store deadline ({:?}, {}, by default a third of {}) must be below \
+                 the partition lease ttl ({partition_ttl:?}: three heartbeat intervals, {}, at least 1 s); \
+                 raise the heartbeat interval or lower the store deadline",
+                Self::OUTBOX_LEASING,
+                self.store_deadline(),
+                Self::OUTBOX_STORE_DEADLINE_MS,
+                Self::OUTBOX_LEASE_TTL_MS,
+                Self::OUTBOX_HEARTBEAT_INTERVAL_MS
+            )));
+        }
         in_range(
             "run ttl",
             self.run_ttl,

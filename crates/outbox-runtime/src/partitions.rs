@@ -62,6 +62,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         heartbeat_ttl(self.config().heartbeat_interval)
     }
 
+    /// How long this worker's claims hold their streams: the partition
+    /// lease TTL under partition leasing, the stream lease TTL otherwise.
+    pub(crate) fn claim_ttl(&self) -> Duration {
+        if self.inner.partitions.active() {
+            self.partition_ttl()
+        } else {
+            self.config().lease_ttl
+        }
+    }
+
     /// The partitions this worker holds after its last synchronisation
     /// (empty unless a worker with partition leasing runs).
     pub fn held_partitions(&self) -> Vec<Partition> {

@@ -71,7 +71,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     .await;
                 break;
             }
-            if claimed_at.elapsed() > config.lease_ttl / 3 {
+            if claimed_at.elapsed() > self.claim_ttl() / 3 {
                 // The sweep before took long (streams drained on their
                 // own): give back what waited and take a fresh claim, so
                 // no lease of this sweep is near its expiry.

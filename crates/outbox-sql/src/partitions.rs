@@ -308,18 +308,41 @@ pub async fn open_partitioning(
         tx.execute(what, &rows, &[Arg::Text(stream.as_str()), p]).await?;
         tx.execute(what, &heads, &[Arg::Text(stream.as_str()), p]).await?;
     }
-    let upsert = d.sql(&format!(
-        "INSERT INTO {meta} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+    // A repartition replaces the stored values; a first store only adds
+    // them, and reads back what is stored: of two processes opening a new
+    // journal at once (Postgres runs them concurrently), the second waits
+    // for the first's insert and is then held to its partitioning.
+    let conflict = if repartition {
+        "DO UPDATE SET value = excluded.value"
+    } else {
+        "DO NOTHING"
+    };
+    let store = d.sql(&format!(
+        "INSERT INTO {meta} (key, value) VALUES ($1, $2) ON CONFLICT (key) {conflict}"
     ));
     let count_text = resolved.count().to_string();
-    tx.execute(what, &upsert, &[Arg::Text("partitions"), Arg::Text(&count_text)])
+    tx.execute(what, &store, &[Arg::Text("partitions"), Arg::Text(&count_text)])
         .await?;
     tx.execute(
         what,
-        &upsert,
+        &store,
         &[Arg::Text("partitioner"), Arg::Text(resolved.partitioner_name())],
     )
     .await?;
+    let now_stored = tx
+        .fetch(
+            what,
+            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitioner', 'partitions') ORDER BY key"),
+            &[],
+        )
+        .await?;
+    if let [name, count] = now_stored.as_slice() {
+        let count = count
+            .text(1)?
+            .parse::<u16>()
+            .map_err(|e| journal_undecodable("partition count", e))?;
+        resolved.check_stored(count, &name.text(1)?)?;
+    }
     tx.commit(what).await?;
     Ok(resolved)
 }

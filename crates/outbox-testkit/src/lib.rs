@@ -3,6 +3,7 @@
 pub mod checks;
 mod drain;
 mod harness;
+pub mod nats;
 pub mod oracle;
 pub mod pg;
 mod util;
