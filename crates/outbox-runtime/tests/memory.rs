@@ -887,8 +887,10 @@ async fn the_heartbeat_prunes_registry_entries_expired_longer_than_the_retention
     beat("recent", Duration::from_secs(10)).await;
     tokio::time::advance(Duration::from_secs(12)).await;
     // old expired 11 s ago, recent 2 s ago.
+    // A quick heartbeat needs a store deadline within its partition lease TTL.
     let config = worker_config()
         .with_heartbeat_interval(Duration::from_millis(100))
+        .with_store_deadline(Duration::from_millis(500))
         .with_registry_retention(Duration::from_secs(5));
     let rt = runtime(&e, config).await;
     let running = rt.start().await.unwrap();
