@@ -160,20 +160,26 @@ async fn a_server_killed_mid_stream_and_restarted_loses_nothing_and_keeps_order(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redelivered_message_id_is_dropped_by_jetstream() {
     let Some(url) = test_nats_url() else { return };
+    // The shared server outlives this test: a stream of this run's own.
+    let run = format!(
+        "once_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
     let sink = NatsSink::connect(
         SinkName::new("once").unwrap(),
         &url,
-        NatsSinkOptions::default().with_subjects(Subjects::Fixed("outbox_once.events".into())),
+        NatsSinkOptions::default().with_subjects(Subjects::Fixed(format!("{run}.events"))),
     )
     .await
     .expect("connect");
-    sink.ensure_stream(
-        "OUTBOX_ONCE",
-        vec!["outbox_once.>".into()],
-        Duration::from_secs(120),
-    )
-    .await
-    .expect("stream");
+    let stream_name = run.to_uppercase();
+    sink.ensure_stream(&stream_name, vec![format!("{run}.>")], Duration::from_secs(120))
+        .await
+        .expect("stream");
     let clock = Arc::new(TokioClock::default());
     let journal = MemoryJournal::with_clock(clock.clone());
     let rt = Outbox::builder(journal.clone(), MemoryProjectionStore::with_clock(clock))
@@ -193,7 +199,7 @@ async fn a_redelivered_message_id_is_dropped_by_jetstream() {
         "{first:?} {again:?}"
     );
     assert_eq!((first.acknowledged, again.acknowledged), (2, 2));
-    let ids = messages(&sink, "OUTBOX_ONCE").await;
+    let ids = messages(&sink, &stream_name).await;
     let ours: Vec<&String> = ids.iter().filter(|i| i.starts_with("redelivered:")).collect();
     assert_eq!(
         ours,
