@@ -23,6 +23,7 @@ pub struct App {
     pub(crate) views: Vec<Arc<dyn ViewProjection>>,
     pub(crate) candidates: Vec<Arc<dyn ViewProjection>>,
     pub(crate) partitioner: Option<Arc<dyn outbox_core::Partitioner>>,
+    pub(crate) sinks: Vec<Arc<dyn outbox_core::Sink>>,
 }
 
 impl std::fmt::Debug for App {
@@ -49,7 +50,21 @@ impl App {
             views: Vec::new(),
             candidates: Vec::new(),
             partitioner: None,
+            sinks: Vec::new(),
         }
+    }
+
+    /// Adds a sink (ADR 0023): `outbox work` publishes the journal's events
+    /// to it beside the projections, and `outbox replay --sink NAME --from
+    /// POSITION` republishes to it on purpose.
+    pub fn sink(self, sink: impl outbox_core::Sink + 'static) -> Self {
+        self.sink_arc(Arc::new(sink))
+    }
+
+    /// [`App::sink`] for a sink that is already shared.
+    pub fn sink_arc(mut self, sink: Arc<dyn outbox_core::Sink>) -> Self {
+        self.sinks.push(sink);
+        self
     }
 
     /// Divides the journal's streams by `partitioner` instead of CRC-32 of

@@ -151,6 +151,9 @@ pub enum Command {
     /// The journal's partitions: owner, epoch, expiry and rows of each;
     /// `resize` repartitions the journal (ADR 0022).
     Partitions(PartitionsArgs),
+    /// The sinks' delivery: streams, failures, dead letters, scan position;
+    /// `requeue` retries a dead-lettered stream (ADR 0023).
+    Sinks(SinksArgs),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
     /// Recompute view projections' running digests from every document and
@@ -358,6 +361,13 @@ pub struct ReplayArgs {
     /// Which projections.
     #[command(flatten)]
     pub which: Which,
+    /// Republish to this sink instead (on purpose: the sink's checkpoints
+    /// are left as they are), from the global position given by --from.
+    #[arg(long, group = "Which", requires = "from", conflicts_with_all = ["since", "complete_rows"])]
+    pub sink: Option<String>,
+    /// With --sink: the first global position republished.
+    #[arg(long, requires = "sink", value_parser = clap::value_parser!(u64).range(1..))]
+    pub from: Option<u64>,
     /// Only events after this global position: the ones at or before it are
     /// taken as already reflected (a stream whose checkpoint is behind its
     /// first event after it is caught up from its checkpoint). Resume a
@@ -422,6 +432,38 @@ pub struct PartitionsArgs {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+/// `outbox sinks`.
+#[derive(Debug, Args)]
+pub struct SinksArgs {
+    /// Also list this sink's failing and dead-lettered streams.
+    #[arg(long)]
+    pub sink: Option<String>,
+    /// Streams listed at most with --sink.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+    /// `requeue`: retry one stream of a sink now.
+    #[command(subcommand)]
+    pub requeue: Option<SinksAction>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox sinks` actions.
+#[derive(Debug, Subcommand)]
+pub enum SinksAction {
+    /// Make a failing or dead-lettered stream of a sink due now, its attempt
+    /// count reset (the next delivery pass publishes from its checkpoint).
+    Requeue {
+        /// The sink.
+        #[arg(long)]
+        sink: String,
+        /// The stream.
+        #[arg(long)]
+        stream: String,
+    },
 }
 
 /// `outbox partitions` actions.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{
     AppendOptions, AppendRequest, EventJournal, ExpectedVersion, LeaseStore, NewEvent, OutboxInspector,
-    OutboxQueue, ProjectionName, RetryPolicy, RunKind, RunStore, StreamId, WorkerId,
+    OutboxQueue, ProjectionName, RetryPolicy, RunKind, RunStore, Seq, StreamId, WorkerId,
 };
 use outbox_demo::domain::{self, Faults, Payload};
 use outbox_runtime::{Config, Outbox};
@@ -1078,6 +1078,86 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
     site.ok_env(&["partitions"], &[("OUTBOX_PARTITIONS", "32")]);
     let t = site.json(&["work", "--once", "--json"]);
     assert_eq!(t["completed"], 2 * PER_CAMPAIGN, "{t}");
+}
+
+#[test]
+fn sinks_are_listed_and_requeued_and_a_replay_names_an_unknown_sink() {
+    use outbox_core::{PartitionStore, SinkName, SinkStore};
+    let site = Site::migrated();
+    seed_backlog(&site, &[("campaign-a", false), ("campaign-b", false)]);
+    assert_eq!(site.ok(&["sinks"]).trim(), "no sink has delivered anything yet");
+    let bus = SinkName::new("bus").unwrap();
+    with_journal(&site, async |j| {
+        let (a, b) = (sid("campaign-a"), sid("campaign-b"));
+        let (pa, pb) = (j.partitioning().of(&a), j.partitioning().of(&b));
+        assert!(
+            j.advance_sink(&bus, &a, pa, 0, Seq::new(3).unwrap())
+                .await
+                .unwrap()
+        );
+        let dead = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 1).unwrap();
+        j.fail_sink(&bus, &b, pb, Seq::new(1).unwrap(), "broker down", &dead)
+            .await
+            .unwrap();
+    });
+    let out = site.ok(&["sinks", "--sink", "bus"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "bus  streams 2  failing 0  dead 1  scanned through 0",
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("  dead campaign-b  at seq 1  attempts 1  next attempt ")
+            && lines[1].ends_with("broker down"),
+        "{out}"
+    );
+    let v = site.json(&["sinks", "--json", "--sink", "bus"]);
+    assert_eq!(v["sinks"][0]["dead"], 1, "{v}");
+    assert_eq!(v["failing"][0]["stream"], "campaign-b", "{v}");
+    site.refused(
+        &["sinks", "requeue", "--sink", "bus", "--stream", "campaign-a"],
+        &[],
+        4,
+        &["not failing on stream campaign-a"],
+    );
+    site.refused(
+        &["sinks", "requeue", "--sink", "bus", "--stream", "nowhere"],
+        &[],
+        3,
+        &["no state for stream nowhere"],
+    );
+    site.refused(
+        &["sinks", "requeue", "--sink", "bus", "--stream", " padded"],
+        &[],
+        2,
+        &["stream id"],
+    );
+    let out = site.ok(&["sinks", "requeue", "--sink", "bus", "--stream", "campaign-b"]);
+    assert_eq!(
+        out.trim(),
+        "requeued stream campaign-b for sink bus: due now from seq 1 (attempts reset)"
+    );
+    assert!(
+        site.ok(&["sinks"])
+            .starts_with("bus  streams 2  failing 1  dead 0")
+    );
+    // The demo registers no sink: a sink replay names what is missing.
+    let r = site.run(&["replay", "--sink", "nope", "--from", "1"]);
+    assert_eq!(r.code, Some(3), "{}", r.explain());
+    assert!(
+        r.stderr
+            .contains("no sink named `nope` is registered (registered: none)"),
+        "{}",
+        r.explain()
+    );
+    for args in [
+        &["replay", "--from", "1"][..],
+        &["replay", "--sink", "bus"],
+        &["replay", "--sink", "bus", "--from", "1", "--projection", "roster"],
+    ] {
+        let r = site.run(args);
+        assert_eq!(r.code, Some(2), "{}", r.explain());
+    }
 }
 
 #[test]

@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, Context};
 use outbox_core::{Error, Event, EventTypeFilter, Published, Result, Sink, SinkName, message_id};
+use tokio::sync::OnceCell;
 use tracing::debug;
 
 use crate::Subjects;
@@ -67,7 +70,9 @@ impl NatsSinkOptions {
 #[derive(Clone, Debug)]
 pub struct NatsSink {
     name: SinkName,
-    js: Context,
+    js: Arc<OnceCell<Context>>,
+    /// Where a lazy sink connects on first use (`None`: connected already).
+    url: Option<Arc<str>>,
     options: NatsSinkOptions,
 }
 
@@ -76,28 +81,59 @@ impl NatsSink {
     /// `InvalidInput` for a subject that NATS cannot take.
     pub fn new(name: SinkName, client: async_nats::Client, options: NatsSinkOptions) -> Result<Self> {
         options.subjects.validate()?;
-        let mut js = jetstream::new(client);
-        js.set_timeout(options.ack_timeout);
-        Ok(NatsSink { name, js, options })
+        let js = context(client, &options);
+        Ok(NatsSink {
+            name,
+            js: Arc::new(OnceCell::new_with(Some(js))),
+            url: None,
+            options,
+        })
+    }
+
+    /// A sink called `name` that connects to `url` on its first publish
+    /// (and keeps trying at each publish until it has), for programs that
+    /// register their sinks before any async runtime runs, such as an
+    /// `outbox_cli::App`. A publish while it cannot connect fails and is
+    /// retried with the runtime's backoff.
+    pub fn lazy(name: SinkName, url: &str, options: NatsSinkOptions) -> Result<Self> {
+        options.subjects.validate()?;
+        Ok(NatsSink {
+            name,
+            js: Arc::new(OnceCell::new()),
+            url: Some(url.into()),
+            options,
+        })
     }
 
     /// Connects to `url` (`nats://host:port`; reconnecting for ever, and
     /// retrying the first connection too) and makes a sink called `name`.
     /// The URL is not shown in errors (it may carry credentials).
     pub async fn connect(name: SinkName, url: &str, options: NatsSinkOptions) -> Result<Self> {
-        let client = async_nats::ConnectOptions::new()
-            .retry_on_initial_connect()
-            .connect(url)
+        let sink = Self::lazy(name, url, options)?;
+        sink.context().await?;
+        Ok(sink)
+    }
+
+    /// The JetStream context, connecting a lazy sink first.
+    async fn context(&self) -> Result<&Context> {
+        self.js
+            .get_or_try_init(|| async {
+                let url = self.url.as_deref().unwrap_or_default();
+                let client = async_nats::ConnectOptions::new()
+                    .connect(url)
+                    .await
+                    .map_err(|e| Error::temporary("connecting to NATS (url not shown)", e))?;
+                Ok(context(client, &self.options))
+            })
             .await
-            .map_err(|e| Error::temporary("connecting to NATS (url not shown)", e))?;
-        Self::new(name, client, options)
     }
 
     /// Creates the JetStream stream `stream` capturing `subjects` with a
     /// duplicate window of `window` (the time within which a redelivered
     /// message id is dropped), unless a stream of that name exists.
     pub async fn ensure_stream(&self, stream: &str, subjects: Vec<String>, window: Duration) -> Result<()> {
-        self.js
+        self.context()
+            .await?
             .get_or_create_stream(jetstream::stream::Config {
                 name: stream.to_owned(),
                 subjects,
@@ -109,9 +145,9 @@ impl NatsSink {
         Ok(())
     }
 
-    /// The JetStream context it publishes through.
-    pub fn jetstream(&self) -> &Context {
-        &self.js
+    /// The JetStream context it publishes through (connecting a lazy sink).
+    pub async fn jetstream(&self) -> Result<&Context> {
+        self.context().await
     }
 
     async fn publish_one(&self, event: &Event) -> std::result::Result<(), outbox_core::BoxError> {
@@ -135,7 +171,8 @@ impl NatsSink {
             headers.insert("Outbox-Causation-Id", c.as_str());
         }
         let ack = self
-            .js
+            .context()
+            .await?
             .publish_with_headers(
                 self.options.subjects.of(event),
                 headers,
@@ -168,4 +205,11 @@ impl Sink for NatsSink {
         }
         Published::all(events.len())
     }
+}
+
+/// A JetStream context whose acknowledgement wait is the sink's.
+fn context(client: async_nats::Client, options: &NatsSinkOptions) -> Context {
+    let mut js = jetstream::new(client);
+    js.set_timeout(options.ack_timeout);
+    js
 }

@@ -6,6 +6,7 @@ mod leases;
 mod maintenance;
 mod partitions;
 mod replay;
+mod sinks;
 mod work;
 
 use std::sync::Arc;
@@ -47,6 +48,9 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         }
         for c in &self.app.candidates {
             b = b.candidate_arc(c.clone());
+        }
+        for s in &self.app.sinks {
+            b = b.sink_arc(s.clone());
         }
         b.build().await
     }
@@ -156,6 +160,15 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
             return Err(
                 Error::invalid("--blue-green rebuilds one projection: name it with --projection").into(),
             );
+        }
+        Command::Sinks(a) => {
+            if let Some(s) = &a.sink {
+                outbox_core::SinkName::new(s.as_str())?;
+            }
+            if let Some(crate::cli::SinksAction::Requeue { sink, stream }) = &a.requeue {
+                outbox_core::SinkName::new(sink.as_str())?;
+                StreamId::new(stream.as_str())?;
+            }
         }
         Command::Partitions(crate::cli::PartitionsArgs {
             resize: Some(PartitionsAction::Resize { count, yes: false }),
@@ -367,6 +380,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Leases(a) => leases::leases(ctx, a).await,
         Command::Workers(a) => maintenance::workers(ctx, a).await,
         Command::Partitions(a) => partitions::partitions(ctx, a).await,
+        Command::Sinks(a) => sinks::sinks(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Verify(a) => maintenance::verify(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,

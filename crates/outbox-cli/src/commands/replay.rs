@@ -29,6 +29,17 @@ pub(super) async fn rebuild<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
 pub(super) async fn replay<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReplayArgs) -> Result<()> {
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    if let (Some(sink), Some(from)) = (&a.sink, a.from) {
+        let report = rt.replay_sink(sink, from, a.until, &cancel).await?;
+        if a.json {
+            return crate::output::json(&report);
+        }
+        println!(
+            "republished {} event(s) to sink {sink} from global position {from} through {} ({} passed over by its policy)",
+            report.published, report.position, report.passed_over
+        );
+        return Ok(());
+    }
     let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
     let bounds = RunBounds::new().with_since(a.since).with_until(a.until);
     bounds.validate(outbox_core::RunKind::CatchUp)?;

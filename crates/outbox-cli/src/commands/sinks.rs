@@ -1,0 +1,85 @@
+//! `outbox sinks`: each sink's delivery (streams, failures, dead letters,
+//! scan position), a sink's failing streams, and `requeue`. Reads and
+//! writes only the journal database's sink state; publishes nothing.
+
+use anyhow::Result;
+use outbox_core::{SinkName, SinkStatus, SinkStream, SinkSummary, StreamId};
+use serde::Serialize;
+
+use super::Ctx;
+use crate::backend::{CliJournal, CliStore};
+use crate::cli::{SinksAction, SinksArgs};
+use crate::output::json;
+
+/// What `--json` prints.
+#[derive(Serialize)]
+struct Report<'a> {
+    sinks: &'a [SinkSummary],
+    /// With `--sink`: its failing and dead-lettered streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failing: Option<&'a [SinkStream]>,
+}
+
+pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &SinksArgs) -> Result<()> {
+    if let Some(SinksAction::Requeue { sink, stream }) = &a.requeue {
+        let state = ctx
+            .journal
+            .requeue_sink(&SinkName::new(sink.as_str())?, &StreamId::new(stream.as_str())?)
+            .await?;
+        if a.json {
+            return json(&state);
+        }
+        println!(
+            "requeued stream {} for sink {}: due now from seq {} (attempts reset)",
+            state.stream,
+            state.sink,
+            state.seq + 1
+        );
+        return Ok(());
+    }
+    let all = ctx.journal.sinks().await?;
+    let failing = match &a.sink {
+        Some(name) => {
+            let name = SinkName::new(name.as_str())?;
+            let limit = a.limit as usize;
+            let mut v = ctx
+                .journal
+                .sink_streams(&name, Some(SinkStatus::Dead), limit)
+                .await?;
+            v.extend(
+                ctx.journal
+                    .sink_streams(&name, Some(SinkStatus::Failed), limit)
+                    .await?,
+            );
+            Some(v)
+        }
+        None => None,
+    };
+    if a.json {
+        return json(&Report {
+            sinks: &all,
+            failing: failing.as_deref(),
+        });
+    }
+    if all.is_empty() {
+        println!("no sink has delivered anything yet");
+    }
+    for s in &all {
+        println!(
+            "{}  streams {}  failing {}  dead {}  scanned through {}",
+            s.sink, s.streams, s.failed, s.dead, s.position
+        );
+    }
+    for f in failing.iter().flatten() {
+        println!(
+            "  {} {}  at seq {}  attempts {}  next attempt {}  {}",
+            f.status,
+            f.stream,
+            f.seq + 1,
+            f.attempt_count,
+            f.next_attempt_at,
+            f.last_error.as_deref().unwrap_or("")
+        );
+    }
+    Ok(())
+}
