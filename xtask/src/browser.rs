@@ -77,16 +77,7 @@ impl Driver {
             .spawn()
             .context("starting chromedriver")?;
         let mut driver = Driver { child, port };
-        let deadline = Instant::now() + START_PATIENCE;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = driver.child.try_wait()? {
-                bail!("chromedriver exited at start ({status})");
-            }
-            if Instant::now() > deadline {
-                bail!("chromedriver did not listen on port {port} within {START_PATIENCE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_listening(&mut driver.child, port, "chromedriver")?;
         eprintln!("chromedriver listening on 127.0.0.1:{port}");
         Ok(driver)
     }
@@ -95,6 +86,22 @@ impl Driver {
     pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+}
+
+/// Waits until `child` (called `what`) listens on loopback `port`, for at
+/// most 30 s; an error when it exits first or takes longer.
+pub(crate) fn wait_listening(child: &mut Child, port: u16, what: &str) -> Result<()> {
+    let deadline = Instant::now() + START_PATIENCE;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited at start ({status})");
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not listen on port {port} within {START_PATIENCE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 impl Drop for Driver {

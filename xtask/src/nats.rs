@@ -5,17 +5,12 @@
 //! tests also get the binary's path, to run servers of their own that they
 //! kill and restart.
 
-use std::net::{TcpListener, TcpStream};
+use anyhow::{Context, Result, bail};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, Result, bail};
 
 use crate::pg::is_root;
-
-/// How long nats-server may take to listen.
-const START_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A running nats-server.
 pub(crate) struct Server {
@@ -89,16 +84,7 @@ impl Server {
             bin,
             store,
         };
-        let deadline = Instant::now() + START_PATIENCE;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = server.child.try_wait()? {
-                bail!("nats-server exited at start ({status})");
-            }
-            if Instant::now() > deadline {
-                bail!("nats-server did not listen on port {port} within {START_PATIENCE:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::browser::wait_listening(&mut server.child, port, "nats-server")?;
         eprintln!("nats-server (JetStream) listening on 127.0.0.1:{port}");
         Ok(server)
     }

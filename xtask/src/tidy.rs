@@ -47,6 +47,16 @@ const TEST_VARS: &[(&str, &str, &str)] = &[
         "Postgres for the tests, instead of the one `cargo xtask ci` starts",
     ),
     (
+        "OUTBOX_TEST_NATS_URL",
+        "(a throwaway server)",
+        "NATS (JetStream) for the sink tests, instead of the one `cargo xtask ci` starts; set `OUTBOX_TEST_NATS_SERVER` with it",
+    ),
+    (
+        "OUTBOX_TEST_NATS_SERVER",
+        "(the installed `nats-server`)",
+        "the `nats-server` binary the sink tests start, kill and restart servers of their own with",
+    ),
+    (
         "OUTBOX_TEST_SEED",
         "(time)",
         "replays a randomized test with the seed it printed",

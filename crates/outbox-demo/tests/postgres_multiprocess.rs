@@ -175,6 +175,30 @@ fn spawn_worker(url: &str, schema: &str, id: &str, leasing: bool) -> Worker {
     }
 }
 
+impl Worker {
+    /// Waits for a SIGTERMed worker's exit, which must be clean.
+    fn exits_cleanly(&mut self) {
+        let status = self.wait(Duration::from_secs(30));
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{} after SIGTERM; stderr:\n{}",
+            self.id,
+            self.stderr()
+        );
+    }
+}
+
+/// SIGTERMs `workers` and waits for each one's clean exit.
+fn stop(workers: &mut [Worker]) {
+    for w in workers.iter() {
+        w.signal("-TERM");
+    }
+    for w in workers {
+        w.exits_cleanly();
+    }
+}
+
 /// A small deterministic generator for the dice.
 struct Rng(u64);
 
@@ -491,19 +515,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     );
 
     // 5. SIGTERM the other two: clean exits.
-    for w in &workers.0[1..] {
-        w.signal("-TERM");
-    }
-    for w in &mut workers.0[1..] {
-        let status = w.wait(Duration::from_secs(30));
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "{} after SIGTERM; stderr:\n{}",
-            w.id,
-            w.stderr()
-        );
-    }
+    stop(&mut workers.0[1..]);
 
     // 6. Zero lost, zero doubled: the counters equal what was appended.
     assert_counters(&store, &appended).await;
@@ -696,14 +708,7 @@ async fn partitions_follow_three_then_five_then_two_workers() {
     }
     assert!(!workers.0[0].wait(Duration::from_secs(10)).success());
     for w in &mut workers.0[1..3] {
-        let status = w.wait(Duration::from_secs(30));
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "{} after SIGTERM; stderr:\n{}",
-            w.id,
-            w.stderr()
-        );
+        w.exits_cleanly();
     }
     let two: Vec<&str> = ids[3..].iter().map(String::as_str).collect();
     let to_two = wait_settled(&pool, &workers, &two, shrank).await;
@@ -725,19 +730,7 @@ async fn partitions_follow_three_then_five_then_two_workers() {
         settled(&pool, &two, outbox_core::DEFAULT_PARTITIONS).await,
         "still one live owner per partition after the drain"
     );
-    for w in &workers.0[3..] {
-        w.signal("-TERM");
-    }
-    for w in &mut workers.0[3..] {
-        let status = w.wait(Duration::from_secs(30));
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "{} after SIGTERM; stderr:\n{}",
-            w.id,
-            w.stderr()
-        );
-    }
+    stop(&mut workers.0[3..]);
     let released: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox_partition_leases WHERE owner IS NOT NULL")
             .fetch_one(&pool)

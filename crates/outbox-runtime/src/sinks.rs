@@ -420,18 +420,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let external = async {
-                match &inner.wake_source {
-                    Some(source) => source.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = inner.sink_wake.notified() => {}
-                () = external => {}
-                () = tokio::time::sleep(backoff) => {}
-            }
+            self.idle(&inner.sink_wake, backoff, &cancel).await;
         }
     }
 }

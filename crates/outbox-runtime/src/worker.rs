@@ -535,18 +535,30 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let external = async {
-                match &inner.wake_source {
-                    Some(source) => source.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                () = inner.wake.notified() => {}
-                () = external => {}
-                () = tokio::time::sleep(backoff) => {}
+            self.idle(&inner.wake, backoff, &cancel).await;
+        }
+    }
+
+    /// An idle loop's wait: until `wake` is notified (an append in this
+    /// process), the wake source resolves (another process), `backoff`
+    /// passes, or shutdown.
+    pub(crate) async fn idle(
+        &self,
+        wake: &tokio::sync::Notify,
+        backoff: Duration,
+        cancel: &CancellationToken,
+    ) {
+        let external = async {
+            match &self.inner.wake_source {
+                Some(source) => source.wait().await,
+                None => std::future::pending().await,
             }
+        };
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = wake.notified() => {}
+            () = external => {}
+            () = tokio::time::sleep(backoff) => {}
         }
     }
 }
