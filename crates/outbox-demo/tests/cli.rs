@@ -1059,8 +1059,30 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         site.ok(&["partitions"])
             .contains("p03  owner worker-x  epoch 1  expires in ")
     );
+    let bus = outbox_core::SinkName::new("bus").unwrap();
     with_journal(&site, async |j| {
+        use outbox_core::SinkStore;
         j.sync_partitions(&wid("worker-x"), &[], LONG_TTL).await.unwrap();
+        // A sink failing on campaign-b, and its scan cursors.
+        let b = sid("campaign-b");
+        let dead = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 1).unwrap();
+        j.fail_sink(
+            &bus,
+            &b,
+            j.partitioning().of(&b),
+            Seq::new(1).unwrap(),
+            "down",
+            &dead,
+        )
+        .await
+        .unwrap();
+        j.requeue_sink(&bus, &b).await.unwrap();
+        j.advance_sink_cursor(&bus, Partition::new(0), 0, 5)
+            .await
+            .unwrap();
+        j.advance_sink_cursor(&bus, Partition::new(9), 0, 3)
+            .await
+            .unwrap();
     });
 
     let out = site.ok(&["partitions", "resize", "--count", "32", "--yes"]);
@@ -1074,6 +1096,17 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         v["partitions"][3]["epoch"], 2,
         "a resize raises every leased partition's epoch: {v}"
     );
+    // The sink's state followed: the failing stream is retried in its new
+    // partition, the cursors restart from the lowest old one everywhere.
+    with_journal(&site, async |j| {
+        use outbox_core::SinkStore;
+        let p = Partition::new(partition_of("campaign-b", 32) as u16);
+        let due = j.due_sink_streams(&bus, &[p], 10).await.unwrap();
+        assert_eq!(due.len(), 1, "campaign-b is due in {p}");
+        let cursors = j.sink_cursors(&bus).await.unwrap();
+        assert_eq!(cursors.len(), 32);
+        assert!(cursors.iter().all(|(_, pos)| *pos == 3), "{cursors:?}");
+    });
     // The stored count is the journal's now: unset or equal, it opens.
     site.ok_env(&["partitions"], &[("OUTBOX_PARTITIONS", "32")]);
     let t = site.json(&["work", "--once", "--json"]);

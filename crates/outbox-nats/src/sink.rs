@@ -105,9 +105,11 @@ impl NatsSink {
         })
     }
 
-    /// Connects to `url` (`nats://host:port`; reconnecting for ever, and
-    /// retrying the first connection too) and makes a sink called `name`.
-    /// The URL is not shown in errors (it may carry credentials).
+    /// Connects to `url` (`nats://host:port`) now and makes a sink called
+    /// `name`: a temporary error when the server cannot be reached (see
+    /// [`NatsSink::lazy`] to connect on first use instead). Once connected,
+    /// the client reconnects on its own. The URL is not shown in errors (it
+    /// may carry credentials).
     pub async fn connect(name: SinkName, url: &str, options: NatsSinkOptions) -> Result<Self> {
         let sink = Self::lazy(name, url, options)?;
         sink.context().await?;

@@ -201,7 +201,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Delivers `stream` from after `checkpoint` (through `through`, or its
-    /// end), reading it from the journal: a retry, or a stream found behind.
+    /// end), reading it from the journal a batch at a time: a retry, or a
+    /// stream found behind. It goes on to the end (the scan cursor may have
+    /// passed the stream's later events already) unless a publish fails or
+    /// another worker moves the checkpoint first.
     async fn catch_up_sink(
         &self,
         sink: &Arc<dyn Sink>,
@@ -212,7 +215,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     ) -> Result<()> {
         let config = self.config();
         let partition = self.journal().partitioning().of(stream);
-        for _ in 0..config.batches_per_stream {
+        loop {
             if through.is_some_and(|t| checkpoint >= t) {
                 return Ok(());
             }
@@ -235,7 +238,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 RunEnd::Failed | RunEnd::Overtaken => return Ok(()),
             }
         }
-        Ok(())
     }
 
     /// Hands `events` (the run of `stream` right after `checkpoint`) to the
@@ -267,13 +269,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 messaging.destination.name = %name,
                 messaging.batch.message_count = accepted.len(),
             );
-            let publish = async { Ok::<_, Error>(sink.publish(&accepted).await) };
-            match CatchUnwind::new(publish.within(config.lease_ttl, "publish"))
+            let limit = config.lease_ttl;
+            match CatchUnwind::new(tokio::time::timeout(limit, sink.publish(&accepted)))
                 .instrument(span)
                 .await
             {
                 Ok(Ok(p)) => p,
-                Ok(Err(e)) => Published::failed(0, e),
+                Ok(Err(_)) => Published::failed(
+                    0,
+                    format!(
+                        "the sink did not finish publishing {} event(s) within {limit:?}",
+                        accepted.len()
+                    ),
+                ),
                 Err(panic) => Published::failed(0, format!("the sink panicked: {panic}")),
             }
         };
@@ -376,8 +384,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     let at = &run[published.acknowledged.min(run.len() - 1)];
                     return Err(Error::storage(
                         format!(
-                            "sink {name} failed on {stream}/{} (global position {}): replay again from there",
-                            at.seq, at.global_position
+                            "sink {name} failed on {stream}/{} (global position {}); {} event(s) republished \
+                             before it: run the replay again with the same --from (receivers drop repeats by \
+                             message id)",
+                            at.seq, at.global_position, report.published
                         ),
                         e,
                     ));

@@ -94,13 +94,24 @@ fn ids(stream: &str, seqs: std::ops::RangeInclusive<u64>) -> Vec<String> {
 }
 
 async fn runtime(journal: &MemoryJournal, sinks: &[Arc<Recorder>], oracle: OracleProjection) -> Rt {
+    runtime_with(journal, sinks, oracle, config()).await
+}
+
+fn config() -> Config {
+    Config::apply_worker()
+        .with_poll_interval(Duration::from_millis(100))
+        .with_retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap())
+}
+
+async fn runtime_with(
+    journal: &MemoryJournal,
+    sinks: &[Arc<Recorder>],
+    oracle: OracleProjection,
+    config: Config,
+) -> Rt {
     let store = MemoryProjectionStore::with_clock(Arc::new(TokioClock::default()));
     let mut b = Outbox::builder(journal.clone(), store)
-        .config(
-            Config::apply_worker()
-                .with_poll_interval(Duration::from_millis(100))
-                .with_retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap()),
-        )
+        .config(config)
         .event_types(oracle_registry())
         .projection(oracle.shared());
     for s in sinks {
@@ -267,4 +278,21 @@ async fn a_sink_replay_republishes_on_purpose_and_leaves_the_checkpoints() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no sink named `nope`"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_catches_a_long_stream_up_to_its_end_without_new_appends() {
+    let j = journal();
+    let bus = Recorder::new("bus", EventTypeFilter::all());
+    // Small batches: the retry reads the stream 2 events at a time, far
+    // past one pass's budget of batches.
+    let config = config().with_batch_size(2).with_batches_per_stream(2);
+    let rt = runtime_with(&j, &[bus.clone()], OracleProjection::new("oracle"), config).await;
+    let s = sid("long");
+    bus.fail("long", 2, 1);
+    append(&rt, &s, (1..=30).map(add).collect()).await;
+    let running = rt.start().await.unwrap();
+    until("the whole stream published", async || bus.of("long").len() == 30).await;
+    assert_eq!(bus.of("long"), ids("long", 1..=30), "in order, once each");
+    running.shutdown().await;
 }

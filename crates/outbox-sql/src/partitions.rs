@@ -295,6 +295,46 @@ pub async fn open_partitioning(
         )
         .await?;
     }
+    if stored_count.is_some() {
+        // Sinks: each (sink, stream) state gets its stream's new partition,
+        // and each sink's scan cursors restart, in every new partition, from
+        // its lowest old one (the checkpoints skip what was delivered).
+        let sink_streams = tx
+            .fetch(
+                what,
+                "SELECT DISTINCT stream FROM outbox_sink_streams ORDER BY stream",
+                &[],
+            )
+            .await?;
+        let move_sink = d.sql("UPDATE outbox_sink_streams SET partition_no = $2 WHERE stream = $1");
+        for r in &sink_streams {
+            let stream = StreamId::new(r.text(0)?).map_err(|e| journal_undecodable("sink state", e))?;
+            let p = Arg::Int(i64::from(resolved.of(&stream).get()));
+            tx.execute(what, &move_sink, &[Arg::Text(stream.as_str()), p])
+                .await?;
+        }
+        let lowest = tx
+            .fetch(
+                what,
+                "SELECT sink, min(position) FROM outbox_sink_cursors GROUP BY sink ORDER BY sink",
+                &[],
+            )
+            .await?;
+        tx.execute(what, "DELETE FROM outbox_sink_cursors", &[]).await?;
+        let cursor =
+            d.sql("INSERT INTO outbox_sink_cursors (sink, partition_no, position) VALUES ($1, $2, $3)");
+        for r in &lowest {
+            let (sink, position) = (r.text(0)?, r.int(1)?);
+            for p in Partition::all(resolved.count()) {
+                tx.execute(
+                    what,
+                    &cursor,
+                    &[Arg::Text(&sink), Arg::Int(i64::from(p.get())), Arg::Int(position)],
+                )
+                .await?;
+            }
+        }
+    }
     let streams = tx
         .fetch(what, "SELECT stream FROM outbox_heads ORDER BY stream", &[])
         .await?;

@@ -146,7 +146,8 @@ pub async fn fail_sink(
                  next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $4, $5, $6, {now} + $7, $8, {now}) \
                  ON CONFLICT (sink, stream) DO UPDATE SET status = excluded.status, \
                  attempt_count = excluded.attempt_count, next_attempt_at = excluded.next_attempt_at, \
-                 last_error = excluded.last_error, updated_at = excluded.updated_at \
+                 last_error = excluded.last_error, updated_at = excluded.updated_at, \
+                 partition_no = excluded.partition_no \
                  RETURNING next_attempt_at",
             ),
             &[

@@ -122,8 +122,11 @@ fn applies_events(command: &Command) -> Option<&'static str> {
 /// `-shm` files. Commands that apply no events never build a runtime, so
 /// they write nothing to the projection database.
 pub async fn execute(app: &App, cli: Cli) -> Result<()> {
+    let sink_replay = matches!(&cli.command, Command::Replay(a) if a.sink.is_some());
+    let publishes = sink_replay || (matches!(cli.command, Command::Work(_)) && !app.sinks.is_empty());
     if let Some(name) = applies_events(&cli.command)
         && app.views.is_empty()
+        && !publishes
     {
         return Err(Error::Config(format!(
             "`{} {name}` needs projections and this binary has none: build your application's own \
