@@ -74,13 +74,13 @@ impl Sink for Recorder {
             let key = (e.stream.to_string(), e.seq.get());
             {
                 let mut failing = self.failing.lock().unwrap();
-                if let Some(n) = failing.get_mut(&key) {
-                    if *n > 0 {
-                        if *n != u32::MAX {
-                            *n -= 1;
-                        }
-                        return Published::failed(i, format!("bus refused {}", message_id(e)));
+                if let Some(n) = failing.get_mut(&key)
+                    && *n > 0
+                {
+                    if *n != u32::MAX {
+                        *n -= 1;
                     }
+                    return Published::failed(i, format!("bus refused {}", message_id(e)));
                 }
             }
             self.got.lock().unwrap().push(message_id(e));
@@ -191,7 +191,7 @@ async fn a_failing_sink_holds_back_only_its_stream_and_neither_side_blocks_the_o
     let oracle = OracleProjection::new("oracle");
     let faults = oracle.faults();
     let bus = Recorder::new("bus", EventTypeFilter::all());
-    let rt = runtime(&j, &[bus.clone()], oracle).await;
+    let rt = runtime(&j, std::slice::from_ref(&bus), oracle).await;
     let (a, b, c) = (sid("a"), sid("b"), sid("c"));
     // The bus refuses b:2 twice; the projection fails on c:1 for good.
     bus.fail("b", 2, 2);
@@ -207,7 +207,7 @@ async fn a_failing_sink_holds_back_only_its_stream_and_neither_side_blocks_the_o
     .await;
     assert_eq!(bus.of("b"), ids("b", 1..=3), "b in order after its retries");
     assert_eq!(bus.got().len(), 9, "each event once");
-    let b_state = &j.sink_states(bus.name(), &[b.clone()]).await.unwrap()[0];
+    let b_state = &j.sink_states(bus.name(), std::slice::from_ref(&b)).await.unwrap()[0];
     assert_eq!(
         (b_state.seq, b_state.status, b_state.attempt_count),
         (3, SinkStatus::Ok, 0)
@@ -225,13 +225,13 @@ async fn a_dead_sink_stream_waits_for_a_requeue_then_catches_up() {
     let j = journal();
     let oracle = OracleProjection::new("oracle");
     let bus = Recorder::new("bus", EventTypeFilter::all());
-    let rt = runtime(&j, &[bus.clone()], oracle).await;
+    let rt = runtime(&j, std::slice::from_ref(&bus), oracle).await;
     let s = sid("s");
     bus.fail("s", 2, u32::MAX);
     append(&rt, &s, vec![add(1), add(2), add(3)]).await;
     let running = rt.start().await.unwrap();
     until("dead after three failures", async || {
-        j.sink_states(bus.name(), &[s.clone()]).await.unwrap()[0].status == SinkStatus::Dead
+        j.sink_states(bus.name(), std::slice::from_ref(&s)).await.unwrap()[0].status == SinkStatus::Dead
     })
     .await;
     append(&rt, &s, vec![add(4)]).await;
@@ -250,7 +250,7 @@ async fn a_sink_replay_republishes_on_purpose_and_leaves_the_checkpoints() {
     let j = journal();
     let oracle = OracleProjection::new("oracle");
     let bus = Recorder::new("bus", EventTypeFilter::all());
-    let rt = runtime(&j, &[bus.clone()], oracle).await;
+    let rt = runtime(&j, std::slice::from_ref(&bus), oracle).await;
     let (a, b) = (sid("a"), sid("b"));
     append(&rt, &a, vec![add(1), add(2)]).await;
     append(&rt, &b, vec![add(3)]).await;
@@ -287,7 +287,13 @@ async fn a_retry_catches_a_long_stream_up_to_its_end_without_new_appends() {
     // Small batches: the retry reads the stream 2 events at a time, far
     // past one pass's budget of batches.
     let config = config().with_batch_size(2).with_batches_per_stream(2);
-    let rt = runtime_with(&j, &[bus.clone()], OracleProjection::new("oracle"), config).await;
+    let rt = runtime_with(
+        &j,
+        std::slice::from_ref(&bus),
+        OracleProjection::new("oracle"),
+        config,
+    )
+    .await;
     let s = sid("long");
     bus.fail("long", 2, 1);
     append(&rt, &s, (1..=30).map(add).collect()).await;

@@ -43,9 +43,12 @@ pub async fn sink_checkpoint_advances_by_compare_and_set<H: Harness>(h: &H) {
     assert!(j.advance_sink(&bus, &a, pa, 3, seq(5)).await.unwrap());
     let err = j.advance_sink(&bus, &a, pa, 5, seq(5)).await.unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
-    assert_eq!(j.sink_states(&bus, &[a.clone()]).await.unwrap()[0].seq, 5);
     assert_eq!(
-        j.sink_states(&other, &[a.clone()]).await.unwrap()[0].seq,
+        j.sink_states(&bus, std::slice::from_ref(&a)).await.unwrap()[0].seq,
+        5
+    );
+    assert_eq!(
+        j.sink_states(&other, std::slice::from_ref(&a)).await.unwrap()[0].seq,
         0,
         "checkpoints are per sink"
     );
@@ -83,7 +86,7 @@ pub async fn sink_failures_back_off_dead_letter_and_requeue<H: Harness>(h: &H) {
         ),
         other => panic!("a first failure retries: {other:?}"),
     }
-    let state = &j.sink_states(&bus, &[s.clone()]).await.unwrap()[0];
+    let state = &j.sink_states(&bus, std::slice::from_ref(&s)).await.unwrap()[0];
     assert_eq!(
         (
             state.seq,
@@ -104,10 +107,7 @@ pub async fn sink_failures_back_off_dead_letter_and_requeue<H: Harness>(h: &H) {
         "only the partitions asked"
     );
     let due = j.due_sink_streams(&bus, &[other, p], 10).await.unwrap();
-    assert_eq!(
-        due.iter().map(|d| d.stream.clone()).collect::<Vec<_>>(),
-        [s.clone()]
-    );
+    assert_eq!(due.iter().map(|d| &d.stream).collect::<Vec<_>>(), [&s]);
     j.fail_sink(&bus, &s, p, seq(6), "again", &policy).await.unwrap();
     let dead = j
         .fail_sink(&bus, &s, p, seq(6), "and again", &policy)
@@ -134,7 +134,7 @@ pub async fn sink_failures_back_off_dead_letter_and_requeue<H: Harness>(h: &H) {
         "due at once"
     );
     assert!(j.advance_sink(&bus, &s, p, 5, seq(6)).await.unwrap());
-    let ok = &j.sink_states(&bus, &[s.clone()]).await.unwrap()[0];
+    let ok = &j.sink_states(&bus, std::slice::from_ref(&s)).await.unwrap()[0];
     assert_eq!(
         (ok.seq, ok.status, ok.attempt_count, ok.last_error.clone()),
         (6, SinkStatus::Ok, 0, None),
