@@ -228,6 +228,25 @@ pub fn unless_lease_lost<T: Default>(r: Result<T>) -> Result<T> {
 }
 
 impl Lease {
+    /// The lease of a run of `stream` claimed inside `partition`, whose
+    /// lease `owner` holds at `epoch`; the claim holds the stream until
+    /// `expires_at` ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)).
+    pub fn in_partition(
+        stream: StreamId,
+        owner: &WorkerId,
+        partition: crate::Partition,
+        epoch: u64,
+        expires_at: Timestamp,
+    ) -> Lease {
+        Lease {
+            stream,
+            owner: owner.clone(),
+            epoch,
+            expires_at,
+            partition: Some(partition),
+        }
+    }
+
     /// The [`Error::LeaseLost`] for this lease.
     pub fn lost(&self) -> Error {
         Error::LeaseLost {

@@ -206,22 +206,6 @@ impl StoredLease {
             partition: None,
         })
     }
-
-    /// Validates the values and builds the [`Lease`] on `stream` claimed
-    /// inside `partition` (the values are the partition lease's).
-    ///
-    /// # Errors
-    ///
-    /// As [`StoredLease::into_lease`], for `"partition lease"`.
-    pub fn into_partition_lease(self, stream: &StreamId, partition: crate::Partition) -> Result<Lease> {
-        Ok(Lease {
-            stream: stream.clone(),
-            owner: WorkerId::new(self.owner).map_err(|e| journal_undecodable("partition lease", e))?,
-            epoch: u64::try_from(self.epoch).map_err(|e| journal_undecodable("partition lease", e))?,
-            expires_at: Timestamp::from_millis(self.expires_at),
-            partition: Some(partition),
-        })
-    }
 }
 
 impl From<(String, i64, i64)> for StoredLease {

@@ -948,13 +948,7 @@ impl PartitionStore for MemoryJournal {
             if rows >= limits.rows {
                 break;
             }
-            let lease = Lease {
-                stream,
-                owner: owner.clone(),
-                epoch: held[&p],
-                expires_at,
-                partition: Some(p),
-            };
+            let lease = Lease::in_partition(stream, owner, p, held[&p], expires_at);
             let run = st.claim_run(&lease, limits.per_stream.min(limits.rows - rows), now);
             if run.is_empty() {
                 continue;

@@ -1017,13 +1017,13 @@ impl PartitionStore for PgJournal {
                 let partition = u16::try_from(partition)
                     .map(Partition::new)
                     .map_err(|e| journal_undecodable("partition", e))?;
-                let lease = Lease {
-                    stream: StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?,
-                    owner: owner.clone(),
-                    epoch: outbox_sql::partitions::lease_epoch(epoch)?,
-                    expires_at: Timestamp::from_millis(expires_at),
-                    partition: Some(partition),
-                };
+                let lease = Lease::in_partition(
+                    StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?,
+                    owner,
+                    partition,
+                    outbox_sql::partitions::lease_epoch(epoch)?,
+                    Timestamp::from_millis(expires_at),
+                );
                 let run = claim_run_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
                 if run.is_empty() {
                     continue;

@@ -1010,13 +1010,13 @@ fn claim_partitioned_body(
         }
         let (partition, epoch, now) = held[i];
         let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
-        let lease = Lease {
+        let lease = Lease::in_partition(
             stream,
-            owner: owner.clone(),
+            owner,
+            partition,
             epoch,
-            expires_at: Timestamp::from_millis(now.saturating_add(ttl)),
-            partition: Some(partition),
-        };
+            Timestamp::from_millis(now.saturating_add(ttl)),
+        );
         let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
         if run.is_empty() {
             continue;
