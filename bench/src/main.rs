@@ -36,6 +36,9 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [-
 2000 with --quick)
 
 workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres, partitions
+outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
+drains with the outbox only (no raw side, no table), for a profiler
+
 (postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
 /// Parsed command line.
@@ -140,6 +143,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(workloads::lag::CHILD_FLAG) {
         argv.next();
         return workloads::lag::child(argv);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::drain::PROFILE_FLAG) {
+        argv.next();
+        return workloads::drain::profile(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::fsyncs::CHILD_FLAG) {
         argv.next();

@@ -61,6 +61,9 @@ pub(crate) fn open(path: &Path) -> Result<Connection> {
     ensure!(mode.eq_ignore_ascii_case("wal"), "journal_mode is {mode}");
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
     conn.set_prepared_statement_cache_capacity(64);
+    // As the outbox's engine does: cached statements with a bound LIMIT are
+    // not parsed and planned again at every new binding.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(conn)
 }
 

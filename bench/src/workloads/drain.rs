@@ -66,6 +66,52 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-drain";
+
+/// `--profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS`:
+/// outbox rounds of one drain shape and nothing else, so a profiler
+/// attached to the process sees only the outbox's work.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let mut number = |what: &str| -> Result<u64> {
+        let v = args
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{PROFILE_FLAG}: missing {what}"))?;
+        v.parse()
+            .map_err(|_| anyhow::anyhow!("{PROFILE_FLAG}: {what} {v:?} is not a number"))
+    };
+    let (streams, per_stream, batch) = (number("STREAMS")?, number("PER_STREAM")?, number("BATCH")?);
+    let shape = match args.next().as_deref() {
+        Some("sweeps") => Shape::Sweeps,
+        Some("per-stream") => Shape::PerStream,
+        other => anyhow::bail!("{PROFILE_FLAG}: the shape is sweeps or per-stream, not {other:?}"),
+    };
+    let rounds = args.next().map_or(Ok(3), |r| r.parse::<u64>())?;
+    let tmp = fixture::bench_tmp_root()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // `perf record --control fifo:PATH` and PERF_CTL_FIFO=PATH: sampling
+    // only while the outbox drains (not while the backlog is filled).
+    let control = |what: &str| -> Result<()> {
+        if let Ok(fifo) = std::env::var("PERF_CTL_FIFO") {
+            std::fs::write(&fifo, format!("{what}\n"))?;
+        }
+        Ok(())
+    };
+    for round in 1..=rounds {
+        let rate = rt.block_on(outbox_round(
+            &tmp,
+            streams,
+            per_stream,
+            batch as usize,
+            shape,
+            || control("enable"),
+        ))?;
+        control("disable")?;
+        eprintln!("   round {round}: outbox {rate:.0} ev/s");
+    }
+    Ok(())
+}
+
 pub(crate) fn label(shape: Shape) -> &'static str {
     match shape {
         Shape::PerStream => "per-stream passes",

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use outbox_core::spi::{
-    duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost, validate_limit,
-    validate_ttl,
+    StoredOutboxRow, duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost,
+    validate_limit, validate_ttl,
 };
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
@@ -52,21 +52,22 @@ fn ctx(what: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| engine_error(what, e)
 }
 
-fn decode_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<OutboxRow>> {
-    Ok(outbox_sql::journal::decode_row(&to_row(r)?))
-}
-
 /// Recomputes the stream's `outbox_heads` entry from its first outbox row
-/// (or removes it when the stream has none). Two index seeks.
+/// (or removes it when the stream has none). Two index seeks; the second
+/// statement only when the stream has no row left.
 fn refresh_head(conn: &Connection, stream: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+    let kept = conn
+        .prepare_cached(
+            "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
          SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
          FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1 \
          ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
          partition_no = excluded.partition_no",
-    )?
-    .execute([stream])?;
+        )?
+        .execute([stream])?;
+    if kept > 0 {
+        return Ok(());
+    }
     conn.prepare_cached(
         "DELETE FROM outbox_heads WHERE stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)",
     )?
@@ -229,65 +230,112 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
 }
 
 /// The claim under a lease this transaction just acquired (so it is valid).
+///
+/// One read and one write: the head run's rows are read whole (with the
+/// database's clock) and decoded once, then marked `processing` by a
+/// statement that returns nothing; the rows handed back carry the values
+/// that statement wrote.
 fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
     let err = ctx("claiming outbox rows");
+    let processing = OutboxStatus::Processing.as_str();
     // The head run: the first `max` rows in seq order (a primary-key
     // range seek), cut at the first hole, dead row or row not yet due.
-    let run: Vec<(i64, String, Option<bool>)> = conn
-        .prepare_cached(concat!(
-            "SELECT seq, status, next_attempt_at <= ",
-            now_ms!(),
-            " FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?2"
-        ))
-        .and_then(|mut st| {
-            st.query_map(params![lease.stream.as_str(), max as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?
-            .collect()
-        })
-        .map_err(&err)?;
-    let mut through = None;
-    let processing = OutboxStatus::Processing.as_str();
-    for (i, (seq, status, due)) in run.iter().enumerate() {
-        let contiguous = i == 0 || *seq == run[0].0 + i as i64;
-        if !contiguous || status == OutboxStatus::Dead.as_str() || *due != Some(true) {
-            break;
-        }
-        // An unfinished row is claimed alone (as the head) or not at all.
-        if i > 0 && status == processing {
-            break;
-        }
-        through = Some(*seq);
-        if status == processing {
-            break;
+    let mut run: Vec<StoredOutboxRow> = Vec::new();
+    let mut now = 0;
+    {
+        let mut st = conn
+            .prepare_cached(concat!(
+                "SELECT ",
+                outbox_sql::outbox_row_columns!(),
+                ", ",
+                now_ms!(),
+                " FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?2"
+            ))
+            .map_err(&err)?;
+        let mut rows = st
+            .query(params![lease.stream.as_str(), max as i64])
+            .map_err(&err)?;
+        while let Some(r) = rows.next().map_err(&err)? {
+            let row = stored_row(r).map_err(&err)?;
+            now = r.get(9).map_err(&err)?;
+            let contiguous = run
+                .first()
+                .is_none_or(|first| row.seq == first.seq + run.len() as i64);
+            if !contiguous || row.status == OutboxStatus::Dead.as_str() || row.next_attempt_at > now {
+                break;
+            }
+            // An unfinished row is claimed alone (as the head) or not at all.
+            let unfinished = row.status == processing;
+            if unfinished && !run.is_empty() {
+                break;
+            }
+            run.push(row);
+            if unfinished {
+                break;
+            }
         }
     }
-    let Some(through) = through else {
+    let (Some(first), Some(last)) = (run.first(), run.last()) else {
         return Ok(Vec::new());
     };
-    let rows: Vec<Result<OutboxRow>> = conn
-        .prepare_cached(concat!(
-            "UPDATE outbox SET status = 'processing', updated_at = ",
-            now_ms!(),
-            ", attempt_count = attempt_count + (status = 'processing'), \
-             last_error = CASE WHEN status = 'processing' THEN ?4 ELSE last_error END, \
-             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ",
-            now_ms!(),
-            ") ELSE first_failed_at END \
-             WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3 RETURNING ",
-            outbox_sql::outbox_row_columns!()
-        ))
+    let marked = conn
+        .prepare_cached(
+            "UPDATE outbox SET status = 'processing', updated_at = ?4, \
+             attempt_count = attempt_count + (status = 'processing'), \
+             last_error = CASE WHEN status = 'processing' THEN ?5 ELSE last_error END, \
+             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ?4) \
+             ELSE first_failed_at END \
+             WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3",
+        )
         .and_then(|mut st| {
-            st.query_map(
-                params![lease.stream.as_str(), run[0].0, through, UNFINISHED_ATTEMPT],
-                decode_row,
-            )?
-            .collect()
+            st.execute(params![
+                lease.stream.as_str(),
+                first.seq,
+                last.seq,
+                now,
+                UNFINISHED_ATTEMPT
+            ])
         })
         .map_err(&err)?;
-    let mut rows = rows.into_iter().collect::<Result<Vec<_>>>()?;
-    rows.sort_by_key(|r| r.seq);
-    Ok(rows)
+    if marked != run.len() {
+        return Err(Error::Storage {
+            message: format!(
+                "claiming outbox rows of {}: marked {marked} rows of a run of {}",
+                lease.stream,
+                run.len()
+            ),
+            temporary: true,
+            source: None,
+        });
+    }
+    run.into_iter()
+        .map(|mut row| {
+            if row.status == processing {
+                row.attempt_count = row.attempt_count.saturating_add(1);
+                row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                row.first_failed_at = Some(row.first_failed_at.unwrap_or(now));
+            }
+            row.status = processing.to_owned();
+            row.updated_at = now;
+            row.into_row()
+        })
+        .collect()
+}
+
+/// An outbox row from the columns of [`outbox_sql::outbox_row_columns`],
+/// straight from the statement (no intermediate values).
+fn stored_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredOutboxRow> {
+    Ok(StoredOutboxRow {
+        stream: r.get(0)?,
+        seq: r.get(1)?,
+        event_type: r.get(2)?,
+        status: r.get(3)?,
+        attempt_count: r.get(4)?,
+        next_attempt_at: r.get(5)?,
+        last_error: r.get(6)?,
+        updated_at: r.get(7)?,
+        first_failed_at: r.get(8)?,
+    })
 }
 
 fn complete_body(conn: &Connection, stream: &str, through: i64) -> Result<u64> {
