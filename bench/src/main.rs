@@ -38,6 +38,8 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [-
 workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres, partitions
 outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
 drains with the outbox only (no raw side, no table), for a profiler
+outbox-bench --profile-concurrent EVENTS ROUNDS
+the same for the 64 concurrent appenders
 
 (postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
@@ -147,6 +149,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(workloads::drain::PROFILE_FLAG) {
         argv.next();
         return workloads::drain::profile(argv);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::concurrent::PROFILE_FLAG) {
+        argv.next();
+        return workloads::concurrent::profile(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::fsyncs::CHILD_FLAG) {
         argv.next();

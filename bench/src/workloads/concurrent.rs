@@ -21,7 +21,7 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     let mut o = Vec::new();
     let mut r = Vec::new();
     for round in 0..ROUNDS {
-        o.push(outbox_round(ctx).await?);
+        o.push(outbox_round(&ctx.tmp, ctx.sizes.events, || Ok(())).await?);
         if ctx.raw_append_100.is_none() {
             let (events, tmp) = (ctx.sizes.events, ctx.tmp.clone());
             r.push(blocking(move || super::append::raw_round(&tmp, events, 100, || Ok(()))).await?);
@@ -54,10 +54,34 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-async fn outbox_round(ctx: &Ctx) -> Result<f64> {
-    let dir = fixture::tempdir(&ctx.tmp)?;
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-concurrent";
+
+/// `--profile-concurrent EVENTS ROUNDS`: outbox rounds of this workload
+/// and nothing else, sampled (as `--profile-drain`) only while appending.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let mut number = |what: &str| -> Result<u64> {
+        let v = args
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{PROFILE_FLAG}: missing {what}"))?;
+        v.parse()
+            .map_err(|_| anyhow::anyhow!("{PROFILE_FLAG}: {what} {v:?} is not a number"))
+    };
+    let (events, rounds) = (number("EVENTS")?, number("ROUNDS")?);
+    let tmp = fixture::bench_tmp_root()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    for round in 1..=rounds {
+        let rate = rt.block_on(outbox_round(&tmp, events, || super::profiler("enable")))?;
+        super::profiler("disable")?;
+        eprintln!("   round {round}: outbox {rate:.0} ev/s");
+    }
+    Ok(())
+}
+
+async fn outbox_round(tmp: &std::path::Path, total: u64, gate: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let dir = fixture::tempdir(tmp)?;
     let rt = fixture::open(dir.path(), Config::producer_only(), Seen::default().into()).await?;
-    let total = ctx.sizes.events;
+    gate()?;
     let next = Arc::new(AtomicU64::new(0));
     let t = Instant::now();
     let mut tasks = Vec::new();

@@ -89,14 +89,6 @@ pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
     let rounds = args.next().map_or(Ok(3), |r| r.parse::<u64>())?;
     let tmp = fixture::bench_tmp_root()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    // `perf record --control fifo:PATH` and PERF_CTL_FIFO=PATH: sampling
-    // only while the outbox drains (not while the backlog is filled).
-    let control = |what: &str| -> Result<()> {
-        if let Ok(fifo) = std::env::var("PERF_CTL_FIFO") {
-            std::fs::write(&fifo, format!("{what}\n"))?;
-        }
-        Ok(())
-    };
     for round in 1..=rounds {
         let rate = rt.block_on(outbox_round(
             &tmp,
@@ -104,9 +96,9 @@ pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
             per_stream,
             batch as usize,
             shape,
-            || control("enable"),
+            || super::profiler("enable"),
         ))?;
-        control("disable")?;
+        super::profiler("disable")?;
         eprintln!("   round {round}: outbox {rate:.0} ev/s");
     }
     Ok(())

@@ -19,3 +19,14 @@ pub(crate) async fn blocking<T: Send + 'static>(
 ) -> anyhow::Result<T> {
     tokio::task::spawn_blocking(f).await?
 }
+
+/// Tells a profiler to start or stop sampling: with `perf record -D -1
+/// --control fifo:PATH` and `PERF_CTL_FIFO=PATH`, the `--profile-*` modes
+/// are sampled only while the outbox works (not while a backlog is
+/// filled); without the variable, nothing.
+pub(crate) fn profiler(what: &str) -> anyhow::Result<()> {
+    if let Ok(fifo) = std::env::var("PERF_CTL_FIFO") {
+        std::fs::write(&fifo, format!("{what}\n"))?;
+    }
+    Ok(())
+}

@@ -305,20 +305,7 @@ impl Worker {
             match msg {
                 Msg::Read(job) => job(&self.conn),
                 Msg::Session { begin, steps, ready } => self.session(begin, &steps, ready),
-                Msg::Write(job) => {
-                    let mut group = vec![job];
-                    while group.len() < MAX_GROUP {
-                        match receiver.try_recv() {
-                            Ok(Msg::Write(j)) => group.push(j),
-                            Ok(other) => {
-                                next = Some(other);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    self.group(group);
-                }
+                Msg::Write(job) => self.group(job, &receiver, &mut next),
             }
         }
     }
@@ -365,41 +352,67 @@ impl Worker {
         }
     }
 
-    /// Runs a group of write jobs in one transaction.
-    fn group(&self, mut group: Vec<Box<dyn WriteJob>>) {
+    /// Takes the write jobs already queued behind the ones taken so far
+    /// (`taken` of them), up to [`MAX_GROUP`] in all; the first message that
+    /// is not a write job is kept in `next` and ends the taking.
+    fn take_queued(
+        receiver: &mpsc::Receiver<Msg>,
+        next: &mut Option<Msg>,
+        taken: usize,
+    ) -> Vec<Box<dyn WriteJob>> {
+        let mut more = Vec::new();
+        while next.is_none() && taken + more.len() < MAX_GROUP {
+            match receiver.try_recv() {
+                Ok(Msg::Write(j)) => more.push(j),
+                Ok(other) => *next = Some(other),
+                Err(_) => break,
+            }
+        }
+        more
+    }
+
+    /// Runs `first` and the write jobs queued behind it in one transaction.
+    /// Jobs that arrive while the group runs join it before the commit
+    /// (never waiting for them), so under load the commits grow instead of
+    /// queueing up: nobody's `Ok` comes before the shared `COMMIT`.
+    fn group(&self, first: Box<dyn WriteJob>, receiver: &mpsc::Receiver<Msg>, next: &mut Option<Msg>) {
+        let mut pending = vec![first];
+        pending.extend(Self::take_queued(receiver, next, 1));
         if let Err(e) = self.begin("BEGIN IMMEDIATE") {
             let f = Failure::from_error(&e);
-            group.into_iter().for_each(|j| j.finish(Err(&f)));
+            pending.into_iter().for_each(|j| j.finish(Err(&f)));
             return;
         }
-        let alone = group.len() == 1;
+        let mut ran: Vec<Box<dyn WriteJob>> = Vec::with_capacity(pending.len());
         let mut any_ok = false;
-        for job in &mut group {
-            if alone {
-                any_ok = job.run(&self.conn);
-                continue;
+        loop {
+            // A job alone in its transaction needs no savepoint: if it
+            // fails, the transaction is rolled back and nothing joins it.
+            let alone = ran.is_empty() && pending.len() == 1;
+            let mut jobs = pending.into_iter();
+            while let Some(mut job) = jobs.next() {
+                if alone {
+                    any_ok = job.run(&self.conn);
+                    ran.push(job);
+                    continue;
+                }
+                let step = self.run_in_savepoint(&mut job, &mut any_ok);
+                ran.push(job);
+                if let Err(e) = step {
+                    self.rollback();
+                    let f = Failure::from_error(&e);
+                    ran.into_iter().chain(jobs).for_each(|j| j.finish(Err(&f)));
+                    return;
+                }
             }
-            let step = self.exec("SAVEPOINT outbox_job").and_then(|()| {
-                let ok = job.run(&self.conn);
-                if self.conn.is_autocommit() {
-                    // SQLite ended the whole transaction (a full disk, an
-                    // I/O error): nothing of the group survives.
-                    return Err(internal(format!(
-                        "the transaction on {} was rolled back by SQLite",
-                        self.path
-                    )));
-                }
-                if !ok {
-                    self.exec("ROLLBACK TO outbox_job")?;
-                }
-                any_ok |= ok;
-                self.exec("RELEASE outbox_job")
-            });
-            if let Err(e) = step {
-                self.rollback();
-                let f = Failure::from_error(&e);
-                group.into_iter().for_each(|j| j.finish(Err(&f)));
-                return;
+            // Nothing joins a transaction with nothing to keep, or one SQLite
+            // ended (the commit then fails every job).
+            if !any_ok || self.conn.is_autocommit() {
+                break;
+            }
+            pending = Self::take_queued(receiver, next, ran.len());
+            if pending.is_empty() {
+                break;
             }
         }
         let commit = if any_ok {
@@ -409,13 +422,33 @@ impl Worker {
             self.exec("ROLLBACK")
         };
         match commit {
-            Ok(()) => group.into_iter().for_each(|j| j.finish(Ok(()))),
+            Ok(()) => ran.into_iter().for_each(|j| j.finish(Ok(()))),
             Err(e) => {
                 self.rollback();
                 let f = Failure::from_error(&e);
-                group.into_iter().for_each(|j| j.finish(Err(&f)));
+                ran.into_iter().for_each(|j| j.finish(Err(&f)));
             }
         }
+    }
+
+    /// Runs one job of a group in its own savepoint: a failed job is rolled
+    /// back alone. An error means the whole group must fail.
+    fn run_in_savepoint(&self, job: &mut Box<dyn WriteJob>, any_ok: &mut bool) -> Result<()> {
+        self.exec("SAVEPOINT outbox_job")?;
+        let ok = job.run(&self.conn);
+        if self.conn.is_autocommit() {
+            // SQLite ended the whole transaction (a full disk, an I/O
+            // error): nothing of the group survives.
+            return Err(internal(format!(
+                "the transaction on {} was rolled back by SQLite",
+                self.path
+            )));
+        }
+        if !ok {
+            self.exec("ROLLBACK TO outbox_job")?;
+        }
+        *any_ok |= ok;
+        self.exec("RELEASE outbox_job")
     }
 
     /// Serves one session until it commits or its owner drops it.
@@ -456,9 +489,66 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    /// Frames in the WAL of `path` (each commit writes its dirty pages).
+    fn wal_frames(path: &Path) -> i64 {
+        Connection::open(path)
+            .and_then(|c| c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1)))
+            .expect("checkpoint")
+    }
+
+    /// A write job sent while a group runs joins that group's transaction:
+    /// one commit (one frame for the one page both jobs change), not two.
+    #[tokio::test]
+    async fn a_write_queued_while_a_group_runs_shares_its_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        Connection::open(&path)
+            .and_then(|c| {
+                c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+                c.execute_batch(
+                    "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);
+                     PRAGMA wal_checkpoint(TRUNCATE);",
+                )
+            })
+            .expect("create");
+        let engine =
+            Arc::new(Engine::start(&path, &SqliteOptions::default(), Access::Write).expect("engine"));
+        let bump = |conn: &Connection| {
+            conn.execute("UPDATE t SET v = v + 1", [])
+                .map(drop)
+                .map_err(|e| engine_error("bumping", e))
+        };
+        let sender = Arc::clone(&engine);
+        let second = engine
+            .write(move |conn| {
+                bump(conn)?;
+                let (reply, rx) = oneshot::channel();
+                sender.send(Msg::Write(Box::new(Job {
+                    body: Some(bump),
+                    out: None,
+                    reply,
+                })))?;
+                Ok(rx)
+            })
+            .await
+            .expect("first job");
+        second.await.expect("reply").expect("second job");
+        // Counted while the engine holds the file open (the last connection
+        // to close checkpoints the WAL away).
+        let frames = wal_frames(&path);
+        engine.close().await;
+        let v: i64 = Connection::open(&path)
+            .and_then(|c| c.query_row("SELECT v FROM t", [], |r| r.get(0)))
+            .expect("read");
+        assert_eq!(v, 2, "both jobs committed");
+        assert_eq!(frames, 1, "the two jobs shared one commit");
+    }
 
     /// SQLite 3.51 plans `LIMIT ?` with the bound value, so without the
     /// query planner stability guarantee every new binding expires a cached
