@@ -60,22 +60,11 @@ pub(crate) const PROFILE_FLAG: &str = "--profile-concurrent";
 /// `--profile-concurrent EVENTS ROUNDS`: outbox rounds of this workload
 /// and nothing else, sampled (as `--profile-drain`) only while appending.
 pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
-    let mut number = |what: &str| -> Result<u64> {
-        let v = args
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("{PROFILE_FLAG}: missing {what}"))?;
-        v.parse()
-            .map_err(|_| anyhow::anyhow!("{PROFILE_FLAG}: {what} {v:?} is not a number"))
-    };
-    let (events, rounds) = (number("EVENTS")?, number("ROUNDS")?);
-    let tmp = fixture::bench_tmp_root()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    for round in 1..=rounds {
-        let rate = rt.block_on(outbox_round(&tmp, events, || super::profiler("enable")))?;
-        super::profiler("disable")?;
-        eprintln!("   round {round}: outbox {rate:.0} ev/s");
-    }
-    Ok(())
+    let events = super::profile_number(PROFILE_FLAG, &mut args, "EVENTS")?;
+    let rounds = super::profile_number(PROFILE_FLAG, &mut args, "ROUNDS")?;
+    super::profile_rounds(rounds, |tmp, gate| async move {
+        outbox_round(&tmp, events, gate).await
+    })
 }
 
 async fn outbox_round(tmp: &std::path::Path, total: u64, gate: impl FnOnce() -> Result<()>) -> Result<f64> {

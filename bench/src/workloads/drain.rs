@@ -73,35 +73,17 @@ pub(crate) const PROFILE_FLAG: &str = "--profile-drain";
 /// outbox rounds of one drain shape and nothing else, so a profiler
 /// attached to the process sees only the outbox's work.
 pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
-    let mut number = |what: &str| -> Result<u64> {
-        let v = args
-            .next()
-            .ok_or_else(|| anyhow::anyhow!("{PROFILE_FLAG}: missing {what}"))?;
-        v.parse()
-            .map_err(|_| anyhow::anyhow!("{PROFILE_FLAG}: {what} {v:?} is not a number"))
-    };
+    let mut number = |what: &str| super::profile_number(PROFILE_FLAG, &mut args, what);
     let (streams, per_stream, batch) = (number("STREAMS")?, number("PER_STREAM")?, number("BATCH")?);
     let shape = match args.next().as_deref() {
         Some("sweeps") => Shape::Sweeps,
         Some("per-stream") => Shape::PerStream,
         other => anyhow::bail!("{PROFILE_FLAG}: the shape is sweeps or per-stream, not {other:?}"),
     };
-    let rounds = args.next().map_or(Ok(3), |r| r.parse::<u64>())?;
-    let tmp = fixture::bench_tmp_root()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    for round in 1..=rounds {
-        let rate = rt.block_on(outbox_round(
-            &tmp,
-            streams,
-            per_stream,
-            batch as usize,
-            shape,
-            || super::profiler("enable"),
-        ))?;
-        super::profiler("disable")?;
-        eprintln!("   round {round}: outbox {rate:.0} ev/s");
-    }
-    Ok(())
+    let rounds = super::profile_number(PROFILE_FLAG, &mut args, "ROUNDS")?;
+    super::profile_rounds(rounds, |tmp, gate| async move {
+        outbox_round(&tmp, streams, per_stream, batch as usize, shape, gate).await
+    })
 }
 
 pub(crate) fn label(shape: Shape) -> &'static str {
