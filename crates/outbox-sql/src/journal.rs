@@ -628,6 +628,22 @@ pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
     )
 }
 
+/// The statement of [`list`] (`$1` the limit). The status is a literal, not
+/// a parameter: the failed and dead rows have partial indexes
+/// (`WHERE status = 'failed'`), and a planner that does not plan with bound
+/// values (SQLite's engine connections run with the query planner stability
+/// guarantee, ADR 0015) matches them only by the text. The status comes from
+/// the closed set of [`OutboxStatus`] names, never from input.
+pub fn list_statement(status: Option<OutboxStatus>) -> String {
+    match status {
+        Some(st) => format!(
+            "SELECT {ROW_COLUMNS} FROM outbox WHERE status = '{}' ORDER BY next_attempt_at, stream, seq LIMIT $1",
+            st.as_str()
+        ),
+        None => format!("SELECT {ROW_COLUMNS} FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT $1"),
+    }
+}
+
 /// [`OutboxInspector::list`](outbox_core::OutboxInspector::list): one index
 /// walk in (`next_attempt_at`, stream, seq) order, by status when given.
 pub async fn list(
@@ -636,21 +652,13 @@ pub async fn list(
     limit: usize,
 ) -> Result<Vec<OutboxRow>> {
     let limit = Arg::Int(i64::try_from(validate_limit(limit, MAX_PAGE)?).unwrap_or(i64::MAX));
-    let (sql, args) = match status {
-        Some(st) => (
-            format!(
-                "SELECT {ROW_COLUMNS} FROM outbox WHERE status = $1 ORDER BY next_attempt_at, stream, seq LIMIT $2"
-            ),
-            vec![Arg::Text(st.as_str()), limit],
-        ),
-        None => (
-            format!("SELECT {ROW_COLUMNS} FROM outbox ORDER BY next_attempt_at, stream, seq LIMIT $1"),
-            vec![limit],
-        ),
-    };
     let mut conn = db.read().await?;
     let rows = conn
-        .fetch("listing outbox rows", &db.dialect().sql(&sql), &args)
+        .fetch(
+            "listing outbox rows",
+            &db.dialect().sql(&list_statement(status)),
+            &[limit],
+        )
         .await?;
     rows.iter().map(decode_row).collect()
 }

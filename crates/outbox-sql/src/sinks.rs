@@ -222,11 +222,15 @@ pub async fn sink_streams(
 ) -> Result<Vec<SinkStream>> {
     let limit = Arg::Int(validate_limit(limit, MAX_PAGE)? as i64);
     let (sql, args) = match status {
+        // The status as a literal (from the closed set of names): the
+        // failed streams' partial index is matched by the text, as in
+        // `journal::list_statement`.
         Some(s) => (
             format!(
-                "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND status = $2 ORDER BY stream LIMIT $3"
+                "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND status = '{}' ORDER BY stream LIMIT $2",
+                s.as_str()
             ),
-            vec![Arg::Text(sink.as_str()), Arg::Text(s.as_str()), limit],
+            vec![Arg::Text(sink.as_str()), limit],
         ),
         None => (
             format!("SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 ORDER BY stream LIMIT $2"),

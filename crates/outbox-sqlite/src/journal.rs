@@ -256,20 +256,25 @@ fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxR
             .query(params![lease.stream.as_str(), max as i64])
             .map_err(&err)?;
         while let Some(r) = rows.next().map_err(&err)? {
-            let row = stored_row(r).map_err(&err)?;
+            // What cuts the run first; the rest of a row only once it is in.
+            let (seq, status, next_attempt_at): (i64, String, i64) = (
+                r.get(1).map_err(&err)?,
+                r.get(3).map_err(&err)?,
+                r.get(5).map_err(&err)?,
+            );
             now = r.get(9).map_err(&err)?;
             let contiguous = run
                 .first()
-                .is_none_or(|first| row.seq == first.seq + run.len() as i64);
-            if !contiguous || row.status == OutboxStatus::Dead.as_str() || row.next_attempt_at > now {
+                .is_none_or(|first| seq == first.seq + run.len() as i64);
+            if !contiguous || status == OutboxStatus::Dead.as_str() || next_attempt_at > now {
                 break;
             }
             // An unfinished row is claimed alone (as the head) or not at all.
-            let unfinished = row.status == processing;
+            let unfinished = status == processing;
             if unfinished && !run.is_empty() {
                 break;
             }
-            run.push(row);
+            run.push(stored_row(r).map_err(|e| journal_undecodable("outbox row", e))?);
             if unfinished {
                 break;
             }

@@ -175,9 +175,9 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
     conn.set_prepared_statement_cache_capacity(128);
     // Plans must not depend on bound values: SQLite 3.51 plans `LIMIT ?`
     // with the value bound, so otherwise every new binding makes a cached
-    // statement parse and plan again at its next step. No statement relies
-    // on a bound value to pick an index (partial indexes are matched by
-    // literals in the SQL text).
+    // statement parse and plan again at its next step. No statement may
+    // rely on a bound value to pick an index: partial indexes are matched
+    // by literals in the SQL text (see `outbox_sql::journal::list_statement`).
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
         .map_err(open)?;
     let sync = match options.synchronous {
@@ -500,6 +500,44 @@ mod tests {
         Connection::open(path)
             .and_then(|c| c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1)))
             .expect("checkpoint")
+    }
+
+    /// The plan of a statement on an engine connection, one line per step.
+    fn plan(conn: &Connection, sql: &str) -> String {
+        let mut st = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("explain");
+        let params = rusqlite::params_from_iter(std::iter::repeat_n(10, st.parameter_count()));
+        let rows = st
+            .query_map(params, |r| r.get::<_, String>(3))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .expect("plan");
+        rows.join("; ")
+    }
+
+    /// With plans that ignore bound values, the partial indexes of failed
+    /// and dead rows still serve `list` by status (its status is a literal).
+    #[tokio::test]
+    async fn listing_failed_or_dead_rows_walks_their_partial_index() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal.db");
+        let journal = crate::SqliteJournal::open(&path, SqliteOptions::default())
+            .await
+            .expect("journal");
+        journal.close().await;
+        let conn = connect(&path, &SqliteOptions::default(), Access::Read).expect("connect");
+        let dialect = outbox_sql::Dialect::sqlite(crate::db::now_ms!());
+        for (status, index) in [
+            (outbox_core::OutboxStatus::Failed, "outbox_failed"),
+            (outbox_core::OutboxStatus::Dead, "outbox_dead"),
+        ] {
+            let sql = dialect.sql(&outbox_sql::journal::list_statement(Some(status)));
+            let plan = plan(&conn, &sql);
+            assert!(
+                plan.contains(index) && !plan.contains("TEMP B-TREE"),
+                "listing {status:?} rows: {plan}"
+            );
+        }
     }
 
     /// A write job sent while a group runs joins that group's transaction:
