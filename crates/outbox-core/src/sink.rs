@@ -311,6 +311,16 @@ pub fn validate_advance(from: u64, to: Seq) -> Result<()> {
     Ok(())
 }
 
+/// `InvalidInput` unless a sink cursor's move goes forward (`to > from`).
+pub fn validate_cursor_move(from: u64, to: u64) -> Result<()> {
+    if to <= from {
+        return Err(Error::invalid(format!(
+            "a sink cursor moves forward: {from} to {to} does not"
+        )));
+    }
+    Ok(())
+}
+
 /// `InvalidState` unless `seq` is the event after the stored `checkpoint`.
 pub fn validate_failing(sink: &SinkName, stream: &StreamId, checkpoint: u64, seq: Seq) -> Result<()> {
     if seq.get() != checkpoint + 1 {

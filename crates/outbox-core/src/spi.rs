@@ -16,7 +16,7 @@ pub use crate::outbox::{truncate_error, unless_lease_lost, validate_limit, valid
 pub use crate::partition::validate_wanted;
 pub use crate::projection::{ProjectionPlan, plan_apply, validate_run};
 pub use crate::running::stored_view_digest;
-pub use crate::sink::{validate_advance, validate_failing};
+pub use crate::sink::{validate_advance, validate_cursor_move, validate_failing};
 pub use crate::stored::{
     StoredEvent, StoredLease, StoredOutboxRow, StoredRun, StoredWatermark, journal_undecodable,
     projection_names, projection_undecodable, validate_projection_names,

@@ -185,11 +185,7 @@ impl SinkStore for MemoryJournal {
         from: u64,
         to: u64,
     ) -> Result<bool> {
-        if to <= from {
-            return Err(Error::invalid(format!(
-                "a sink cursor moves forward: {from} to {to} does not"
-            )));
-        }
+        outbox_core::spi::validate_cursor_move(from, to)?;
         let mut st = self.lock();
         let key = (sink.clone(), partition);
         if st.sinks.cursors.get(&key).copied().unwrap_or(0) != from {

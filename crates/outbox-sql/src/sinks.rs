@@ -314,11 +314,7 @@ pub async fn advance_sink_cursor(
     from: u64,
     to: u64,
 ) -> Result<bool> {
-    if to <= from {
-        return Err(Error::invalid(format!(
-            "a sink cursor moves forward: {from} to {to} does not"
-        )));
-    }
+    outbox_core::spi::validate_cursor_move(from, to)?;
     let what = "advancing a sink cursor";
     let sql = if from == 0 {
         "INSERT INTO outbox_sink_cursors (sink, partition_no, position) VALUES ($1, $2, $4) \
