@@ -40,6 +40,8 @@ outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
 drains with the outbox only (no raw side, no table), for a profiler
 outbox-bench --profile-concurrent EVENTS ROUNDS
 the same for the 64 concurrent appenders
+outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
+the same for the in-process lag run (prints p50, p99, max)
 
 (postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
@@ -149,6 +151,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(workloads::drain::PROFILE_FLAG) {
         argv.next();
         return workloads::drain::profile(argv);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_FLAG) {
+        argv.next();
+        return workloads::lag::profile(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::concurrent::PROFILE_FLAG) {
         argv.next();

@@ -59,7 +59,8 @@ pub(crate) fn open(path: &Path) -> Result<Connection> {
     conn.busy_timeout(Duration::from_secs(5))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     ensure!(mode.eq_ignore_ascii_case("wal"), "journal_mode is {mode}");
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
+    // Statement journals in memory, as the outbox's connections keep them.
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; PRAGMA temp_store = MEMORY;")?;
     conn.set_prepared_statement_cache_capacity(64);
     // As the outbox's engine does: cached statements with a bound LIMIT are
     // not parsed and planned again at every new binding.

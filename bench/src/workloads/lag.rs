@@ -51,7 +51,7 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
         let (mut lags, sent_rate) = if across {
             across_processes(ctx, rate, per_call).await?
         } else {
-            one_run(ctx, rate, per_call).await?
+            one_run(&ctx.tmp, ctx.sizes.lag_seconds, rate, per_call, || Ok(())).await?
         };
         lags.sort_by(f64::total_cmp);
         p50.push(percentile(&lags, 50.0));
@@ -85,9 +85,44 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
     Ok(())
 }
 
-/// Lags in ms of one open-loop run, and the rate the appends achieved.
-async fn one_run(ctx: &Ctx, rate: f64, per_call: u64) -> Result<(Vec<f64>, f64)> {
-    let dir = fixture::tempdir(&ctx.tmp)?;
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-lag";
+
+/// `--profile-lag RATE PER_CALL SECONDS ROUNDS`: in-process open-loop runs
+/// at RATE ev/s, PER_CALL events per call, and nothing else (sampled, as
+/// `--profile-drain`, only while appending and draining); prints each
+/// round's lag percentiles.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let mut number = |what: &str| super::profile_number(PROFILE_FLAG, &mut args, what);
+    let (rate, per_call, seconds) = (number("RATE")?, number("PER_CALL")?, number("SECONDS")?);
+    let rounds = number("ROUNDS")?;
+    anyhow::ensure!(
+        rate > 0 && per_call > 0 && seconds > 0,
+        "{PROFILE_FLAG}: every number must be positive"
+    );
+    super::profile_rounds(rounds, |tmp, gate| async move {
+        let (mut lags, sent) = one_run(&tmp, seconds, rate as f64, per_call, gate).await?;
+        lags.sort_by(f64::total_cmp);
+        eprintln!(
+            "   p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&lags, 50.0),
+            percentile(&lags, 99.0),
+            lags.last().copied().unwrap_or_default()
+        );
+        Ok(sent)
+    })
+}
+
+/// Lags in ms of one open-loop run, and the rate the appends achieved;
+/// `gate` is called once the worker runs, before the first append.
+async fn one_run(
+    tmp: &std::path::Path,
+    seconds: u64,
+    rate: f64,
+    per_call: u64,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<(Vec<f64>, f64)> {
+    let dir = fixture::tempdir(tmp)?;
     let seen = Arc::new(Seen {
         at: Some(Mutex::new(HashMap::new())),
         ..Seen::default()
@@ -95,8 +130,9 @@ async fn one_run(ctx: &Ctx, rate: f64, per_call: u64) -> Result<(Vec<f64>, f64)>
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
     let running = rt.start().await?;
+    gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let total = (rate * ctx.sizes.lag_seconds as f64) as u64;
+    let total = (rate * seconds as f64) as u64;
     let (scheduled, heads, sent_rate) = offer(&rt, &streams, rate, total, per_call).await?;
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;

@@ -365,6 +365,8 @@ impl Db {
             .busy_timeout(options.busy_timeout)
             .synchronous(options.synchronous.to_sqlx())
             .foreign_keys(true)
+            // Savepoint and statement journals in memory (see `engine::connect`).
+            .pragma("temp_store", "MEMORY")
             .statement_cache_capacity(256);
 
         // The single writer: one connection, kept open for the store's life.
