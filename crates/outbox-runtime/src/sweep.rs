@@ -38,20 +38,40 @@ struct Taken {
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// A pass made of sweeps: up to `batches_per_stream` of them, each over
-    /// the streams due at the time, until one finds nothing to take. The
-    /// next sweep's claim runs while the current sweep applies and
-    /// completes (it cannot take the current sweep's streams: their leases
-    /// are held), so on SQLite it shares a commit with the current
-    /// sweep's completion (group commit) and the worker never waits for a
-    /// claim between sweeps.
+    /// the streams due at the time, until one finds nothing to take. While
+    /// a sweep applies, the sweep before it ends (completes and releases)
+    /// and the next one is claimed, in that order (it cannot take the
+    /// current sweep's streams: their leases are held); on SQLite the two
+    /// share a commit (group commit), so the worker waits on no journal
+    /// commit between projection transactions.
     pub(crate) async fn sweep_tick(
         &self,
         kind: WorkerKind,
         cancel: &CancellationToken,
     ) -> Result<TickReport> {
+        let mut report = TickReport::default();
+        // The ends of the last sweep applied, not yet committed: they go
+        // with the next claim (see `end_then_claim`), and whatever is left
+        // when the pass stops is ended before it returns.
+        let mut ending = Vec::new();
+        let result = self.sweeps(kind, cancel, &mut report, &mut ending).await;
+        if !ending.is_empty() {
+            let (ended, _) = self.end_then_claim(std::mem::take(&mut ending), false).await;
+            self.ended(kind, ended, &mut report);
+        }
+        result.map(|()| report)
+    }
+
+    /// The sweeps of one pass (see [`Outbox::sweep_tick`]).
+    async fn sweeps(
+        &self,
+        kind: WorkerKind,
+        cancel: &CancellationToken,
+        report: &mut TickReport,
+        ending: &mut Vec<StreamEnd>,
+    ) -> Result<()> {
         let inner = &self.inner;
         let config = &inner.config;
-        let mut report = TickReport::default();
         // Streams this pass took up, each counted once however many sweeps took it.
         let mut seen = HashSet::new();
         let mut next = if cancel.is_cancelled() {
@@ -77,7 +97,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // no lease of this sweep is near its expiry.
                 self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
                     .await;
-                next = self.claim_sweep().await?;
+                let (ended, claimed) = self.end_then_claim(std::mem::take(ending), true).await;
+                self.ended(kind, ended, report);
+                next = claimed?;
                 if next.is_empty() {
                     break;
                 }
@@ -98,22 +120,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 messaging.operation.type = "process",
                 messaging.batch.message_count = taken.iter().map(|(_, rows)| rows.len()).sum::<usize>(),
             );
-            let ahead = round < config.batches_per_stream;
+            let ahead = round < config.batches_per_stream && !cancel.is_cancelled();
             let mut done = TickReport::default();
             let claim_started = Instant::now();
-            let (swept, claimed) = tokio::join!(
+            // This sweep applies while the last one ends and the next one
+            // is claimed: the worker waits on neither journal commit.
+            let previous = std::mem::take(ending);
+            let (swept, (ended, claimed)) = tokio::join!(
                 self.sweep(kind, taken, &mut done, cancel).instrument(span),
-                async {
-                    if ahead && !cancel.is_cancelled() {
-                        self.claim_sweep().await
-                    } else {
-                        Ok(Vec::new())
-                    }
-                }
+                self.end_then_claim(previous, ahead)
             );
-            add_counts(&mut report, &done);
+            add_counts(report, &done);
+            self.ended(kind, ended, report);
             let failed = match swept {
-                Ok(()) => None,
+                Ok(ends) => {
+                    *ending = ends;
+                    None
+                }
                 Err(e) if e.is_temporary() || matches!(e, Error::LeaseLost { .. }) => {
                     // Infrastructure trouble or a lost lease: nothing is
                     // counted against the rows; the next pass retries.
@@ -130,8 +153,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     claimed_at = claim_started;
                     if next.is_empty() && ahead && !cancel.is_cancelled() {
                         // Claimed ahead while this sweep held its streams:
-                        // what it left (the rest of full runs) is due only now.
-                        next = self.claim_sweep().await?;
+                        // what it left (the rest of full runs) is due only
+                        // once it has ended.
+                        let (ended, claimed) = self.end_then_claim(std::mem::take(ending), true).await;
+                        self.ended(kind, ended, report);
+                        next = claimed?;
                         claimed_at = Instant::now();
                     }
                 }
@@ -142,13 +168,60 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                             .await;
                     }
                     return match stop {
-                        None => Ok(report),
+                        None => Ok(()),
                         Some(e) => Err(e),
                     };
                 }
             }
         }
-        Ok(report)
+        Ok(())
+    }
+
+    /// Ends the passes of a sweep that applied (`ends`; none is fine) and,
+    /// when `claim`, claims the next sweep. Both calls are made before
+    /// either is awaited, the end first: on SQLite they queue for the one
+    /// writer in that order and share a commit, and the claim can take the
+    /// streams just released. A failed end is only logged: the leases
+    /// expire and the checkpoints skip what was applied.
+    async fn end_then_claim(
+        &self,
+        ends: Vec<StreamEnd>,
+        claim: bool,
+    ) -> (Option<u64>, Result<Vec<(Lease, Vec<OutboxRow>)>>) {
+        let end = async {
+            if ends.is_empty() {
+                return None;
+            }
+            crate::failpoint::failpoint("after_apply");
+            match self
+                .inner
+                .journal
+                .complete_and_release_all(&ends)
+                .within(self.inner.config.store_deadline(), "complete_and_release_all")
+                .await
+            {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    debug!(error = %e, "ending a sweep failed; its leases will expire");
+                    None
+                }
+            }
+        };
+        let next = async {
+            if claim {
+                self.claim_sweep().await
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        tokio::join!(end, next)
+    }
+
+    /// Counts the rows an [`Outbox::end_then_claim`] completed.
+    fn ended(&self, kind: WorkerKind, ended: Option<u64>, report: &mut TickReport) {
+        if let Some(n) = ended {
+            self.completed(kind, n, report);
+        }
     }
 
     /// Leases due streams and claims their runs: the start of a sweep.
@@ -190,15 +263,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(taken)
     }
 
-    /// Applies (or verifies) the runs `taken` together where it can, ends
-    /// their passes in one commit, and drains the rest stream by stream.
+    /// Applies (or verifies) the runs `taken` together where it can and
+    /// drains the rest stream by stream. Returns the ends of the runs
+    /// applied together, for the caller to commit with its next claim; when
+    /// some streams are drained on their own, those ends are committed
+    /// first instead, so no applied stream stays leased behind them.
     async fn sweep(
         &self,
         kind: WorkerKind,
         taken: Vec<(Lease, Vec<OutboxRow>)>,
         report: &mut TickReport,
         cancel: &CancellationToken,
-    ) -> Result<()> {
+    ) -> Result<Vec<StreamEnd>> {
         let inner = &self.inner;
         let deadline = inner.config.store_deadline();
         report.claimed += taken.iter().map(|(_, rows)| rows.len() as u64).sum::<u64>();
@@ -260,30 +336,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 inner.metrics.lag.applied(&t.events);
             }
         }
-        if !together.is_empty() {
-            crate::failpoint::failpoint("after_apply");
-            // A run cut at a failure completes what was applied and
-            // abandons the rows behind the failed one.
-            let ends: Vec<StreamEnd> = together
-                .into_iter()
-                .map(|t| StreamEnd {
-                    through: t.events.last().map(|e| e.seq),
-                    abandon: t.failed.is_some(),
-                    lease: t.lease,
-                })
-                .collect();
-            match inner
-                .journal
-                .complete_and_release_all(&ends)
-                .within(deadline, "complete_and_release_all")
-                .await
-            {
-                Ok(n) => self.completed(kind, n, report),
-                // The leases expire and the rows are due again; the
-                // checkpoints skip what was applied.
-                Err(e) => debug!(error = %e, "ending a sweep failed; its leases will expire"),
-            }
+        // A run cut at a failure completes what was applied and abandons
+        // the rows behind the failed one.
+        let ends: Vec<StreamEnd> = together
+            .into_iter()
+            .map(|t| StreamEnd {
+                through: t.events.last().map(|e| e.seq),
+                abandon: t.failed.is_some(),
+                lease: t.lease,
+            })
+            .collect();
+        if alone.is_empty() {
+            return Ok(ends);
         }
+        let (ended, _) = self.end_then_claim(ends, false).await;
+        self.ended(kind, ended, report);
         for (lease, rows) in alone {
             let stream = lease.stream.clone();
             let span = crate::worker::stream_span(&stream, &inner.worker_id, Some(rows.len()));
@@ -301,7 +368,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Applies the runs in `together` in one projection transaction (or
