@@ -133,6 +133,8 @@ pub(crate) struct Ctx {
     pub(crate) raw_append_100: Option<f64>,
     /// The outbox's batch-64 drain rate over 100 streams (events/s).
     pub(crate) drain_64: Option<f64>,
+    /// The outbox's 100-per-call append rate (events/s).
+    pub(crate) append_100: Option<f64>,
     /// Pre-filled outbox backlogs (journal and projection files) by size,
     /// kept from the claim workload for the RSS workload.
     pub(crate) backlogs: Vec<(u64, tempfile::TempDir)>,
@@ -187,6 +189,7 @@ async fn run(args: Args) -> Result<()> {
         rows: Vec::new(),
         raw_append_100: None,
         drain_64: None,
+        append_100: None,
         backlogs: Vec::new(),
     };
     let started = std::time::Instant::now();

@@ -21,6 +21,7 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
         let (o, r) = measure(ctx, per_txn).await?;
         if per_txn == 100 {
             ctx.raw_append_100 = Some(crate::report::median(&r));
+            ctx.append_100 = Some(crate::report::median(&o));
         }
         ctx.rows.push(Row::pair(
             format!(
