@@ -365,8 +365,6 @@ impl Db {
             .busy_timeout(options.busy_timeout)
             .synchronous(options.synchronous.to_sqlx())
             .foreign_keys(true)
-            // Savepoint and statement journals in memory (see `engine::connect`).
-            .pragma("temp_store", "MEMORY")
             .statement_cache_capacity(256);
 
         // The single writer: one connection, kept open for the store's life.
@@ -377,7 +375,9 @@ impl Db {
             .max_lifetime(None)
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(60))
-            .connect_with(connect.clone())
+            // Savepoint and statement journals in memory (an apply's guard,
+            // a view flush); readers keep the default (see `engine::connect`).
+            .connect_with(connect.clone().pragma("temp_store", "MEMORY"))
             .await
             .map_err(|e| storage(format_args!("opening {shown}"), e))?;
         let reader = SqlitePoolOptions::new()
@@ -576,5 +576,36 @@ mod migrate_tests {
         assert!(e.is_temporary(), "{e}");
         let e = migrate_error("migrating", sqlx::migrate::MigrateError::VersionMissing(3));
         assert!(!e.is_temporary(), "a missing migration is permanent: {e}");
+    }
+}
+
+#[cfg(test)]
+mod temp_store_tests {
+    use super::*;
+
+    /// The `sqlx` writer keeps savepoint and statement journals in memory
+    /// (an apply's guard journals every page the batch changes); readers
+    /// keep the default, so a digest's sort of a whole table spills to disk.
+    #[tokio::test]
+    async fn only_the_writer_keeps_temp_storage_in_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(
+            &dir.path().join("p.db"),
+            &SqliteOptions::default(),
+            Role::Projection,
+        )
+        .await
+        .expect("open");
+        let mut writer = db.writer.acquire().await.expect("writer");
+        let mut reader = db.read().await.expect("reader");
+        for (conn, want, which) in [(&mut *writer, 2, "writer"), (&mut *reader, 0, "reader")] {
+            let got: i64 = sqlx::query_scalar("PRAGMA temp_store")
+                .fetch_one(conn)
+                .await
+                .expect("temp_store");
+            assert_eq!(got, want, "{which}");
+        }
+        drop((writer, reader));
+        db.close().await;
     }
 }

@@ -408,22 +408,3 @@ async fn without_create_if_missing_a_missing_or_empty_file_is_not_found_and_left
         .collect();
     assert_eq!(names.len(), 1, "no -wal or -shm files either: {names:?}");
 }
-
-/// The projection database's connections keep savepoint and statement
-/// journals in memory (an apply's guard savepoint spilled to a temp file
-/// past 64 KiB).
-#[tokio::test]
-async fn projection_connections_keep_their_journals_in_memory() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = SqliteProjectionStore::open(dir.path().join("projections.db"), test_options())
-        .await
-        .expect("open");
-    let mut conn = store.read().await.expect("read");
-    let temp_store: i64 = sqlx::query_scalar("PRAGMA temp_store")
-        .fetch_one(&mut *conn)
-        .await
-        .expect("temp_store");
-    assert_eq!(temp_store, 2, "temp_store is not MEMORY");
-    drop(conn);
-    store.close().await;
-}
