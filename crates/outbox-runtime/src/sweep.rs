@@ -56,8 +56,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut ending = Vec::new();
         let result = self.sweeps(kind, cancel, &mut report, &mut ending).await;
         if !ending.is_empty() {
-            let (ended, _) = self.end_then_claim(std::mem::take(&mut ending), false).await;
-            self.ended(kind, ended, &mut report);
+            let _ = self
+                .end_then_claim(kind, std::mem::take(&mut ending), false, &mut report)
+                .await;
         }
         result.map(|()| report)
     }
@@ -97,9 +98,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // no lease of this sweep is near its expiry.
                 self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
                     .await;
-                let (ended, claimed) = self.end_then_claim(std::mem::take(ending), true).await;
-                self.ended(kind, ended, report);
-                next = claimed?;
+                next = self
+                    .end_then_claim(kind, std::mem::take(ending), true, report)
+                    .await?;
                 if next.is_empty() {
                     break;
                 }
@@ -125,13 +126,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let claim_started = Instant::now();
             // This sweep applies while the last one ends and the next one
             // is claimed: the worker waits on neither journal commit.
-            let previous = std::mem::take(ending);
-            let (swept, (ended, claimed)) = tokio::join!(
+            let (previous, mut ended) = (std::mem::take(ending), TickReport::default());
+            let (swept, claimed) = tokio::join!(
                 self.sweep(kind, taken, &mut done, cancel).instrument(span),
-                self.end_then_claim(previous, ahead)
+                self.end_then_claim(kind, previous, ahead, &mut ended)
             );
             add_counts(report, &done);
-            self.ended(kind, ended, report);
+            add_counts(report, &ended);
             let failed = match swept {
                 Ok(ends) => {
                     *ending = ends;
@@ -155,9 +156,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         // Claimed ahead while this sweep held its streams:
                         // what it left (the rest of full runs) is due only
                         // once it has ended.
-                        let (ended, claimed) = self.end_then_claim(std::mem::take(ending), true).await;
-                        self.ended(kind, ended, report);
-                        next = claimed?;
+                        next = self
+                            .end_then_claim(kind, std::mem::take(ending), true, report)
+                            .await?;
                         claimed_at = Instant::now();
                     }
                 }
@@ -181,13 +182,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// when `claim`, claims the next sweep. Both calls are made before
     /// either is awaited, the end first: on SQLite they queue for the one
     /// writer in that order and share a commit, and the claim can take the
-    /// streams just released. A failed end is only logged: the leases
-    /// expire and the checkpoints skip what was applied.
+    /// streams just released. The rows ended are counted in `report`; a
+    /// failed end is only logged: the leases expire and the checkpoints
+    /// skip what was applied. Without `claim`, the claim is empty.
     async fn end_then_claim(
         &self,
+        kind: WorkerKind,
         ends: Vec<StreamEnd>,
         claim: bool,
-    ) -> (Option<u64>, Result<Vec<(Lease, Vec<OutboxRow>)>>) {
+        report: &mut TickReport,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
         let end = async {
             if ends.is_empty() {
                 return None;
@@ -214,14 +218,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(Vec::new())
             }
         };
-        tokio::join!(end, next)
-    }
-
-    /// Counts the rows an [`Outbox::end_then_claim`] completed.
-    fn ended(&self, kind: WorkerKind, ended: Option<u64>, report: &mut TickReport) {
+        let (ended, claimed) = tokio::join!(end, next);
         if let Some(n) = ended {
             self.completed(kind, n, report);
         }
+        claimed
     }
 
     /// Leases due streams and claims their runs: the start of a sweep.
@@ -349,8 +350,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if alone.is_empty() {
             return Ok(ends);
         }
-        let (ended, _) = self.end_then_claim(ends, false).await;
-        self.ended(kind, ended, report);
+        let _ = self.end_then_claim(kind, ends, false, report).await;
         for (lease, rows) in alone {
             let stream = lease.stream.clone();
             let span = crate::worker::stream_span(&stream, &inner.worker_id, Some(rows.len()));
