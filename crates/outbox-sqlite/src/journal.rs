@@ -986,7 +986,7 @@ impl LeaseStore for SqliteJournal {
                 }
                 Ok(Lease {
                     expires_at: Timestamp::from_millis(expires),
-                    ..lease
+                    ..lease.clone()
                 })
             })
             .await

@@ -9,16 +9,17 @@
 //!
 //! **Group commit.** Write jobs that queue up while the thread is busy run in
 //! one `BEGIN IMMEDIATE` transaction and share its commit (and its fsync).
-//! Each job runs in its own savepoint, so a job that fails (an append's
-//! version conflict) is rolled back alone and the others commit; every
-//! caller gets its own result, and none gets `Ok` before the commit that
-//! makes its writes durable.
+//! A job that fails (an append's version conflict) is undone alone and the
+//! others commit, with savepoints only once a failed job has writes to
+//! undo ([`group`]); every caller gets its own result, and none gets `Ok`
+//! before the commit that makes its writes durable.
 //!
 //! **Sessions** ([`Session`]) hand the thread to one caller for a
 //! statement-by-statement transaction: the shared cold-path statements of
 //! `outbox_sql` run that way. Dropping a session rolls it back.
 
 mod busy;
+mod group;
 mod session;
 mod values;
 
@@ -32,82 +33,15 @@ use outbox_core::{Error, Result};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+use group::{Job, WriteJob};
 pub(crate) use session::{JournalEngine, Session};
 pub(crate) use values::{engine_error, to_row};
 
 use crate::{SqliteOptions, Synchronous};
 
-/// The most write jobs that share one transaction.
-const MAX_GROUP: usize = 256;
-
 /// How many times `BEGIN IMMEDIATE` is retried after SQLite's own busy
 /// timeout expired, before the jobs get a temporary error.
 const BUSY_RETRIES: u32 = 3;
-
-/// A write job: a transaction body and where its result goes.
-trait WriteJob: Send {
-    /// Runs the body in the open transaction; whether it succeeded.
-    fn run(&mut self, conn: &Connection) -> bool;
-    /// Replies: the body's result, or the commit's error if the body
-    /// succeeded but its transaction did not commit.
-    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
-}
-
-/// Why a group did not commit, handed to each of its jobs.
-struct Failure {
-    message: String,
-    temporary: bool,
-}
-
-impl Failure {
-    fn from_error(e: &Error) -> Failure {
-        Failure {
-            message: e.to_string(),
-            temporary: e.is_temporary(),
-        }
-    }
-
-    fn to_error(&self) -> Error {
-        Error::Storage {
-            message: self.message.clone(),
-            temporary: self.temporary,
-            source: None,
-        }
-    }
-}
-
-struct Job<T, F> {
-    body: Option<F>,
-    out: Option<Result<T>>,
-    reply: oneshot::Sender<Result<T>>,
-}
-
-impl<T, F> WriteJob for Job<T, F>
-where
-    T: Send,
-    F: FnOnce(&Connection) -> Result<T> + Send,
-{
-    fn run(&mut self, conn: &Connection) -> bool {
-        let out = match self.body.take() {
-            Some(body) => guarded(|| body(conn)),
-            None => Err(internal("a write job ran twice")),
-        };
-        let ok = out.is_ok();
-        self.out = Some(out);
-        ok
-    }
-
-    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
-        let out = match (self.out, commit) {
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(f)) => Err(f.to_error()),
-            (None, Ok(())) => Err(internal("a write job never ran")),
-        };
-        // The caller may have gone (its deadline passed): nothing to do.
-        let _ = self.reply.send(out);
-    }
-}
 
 /// Runs `f`, turning a panic into an error instead of killing the thread.
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -247,18 +181,16 @@ impl Engine {
     }
 
     /// Runs `body` in a write transaction, possibly shared with other
-    /// callers' bodies (group commit); `Ok` only once it committed.
+    /// callers' bodies (group commit); `Ok` only once it committed. The
+    /// body may run twice, the first run's writes undone (see [`group`]):
+    /// it must do nothing but SQL on the connection and its own locals.
     pub(crate) async fn write<T, F>(&self, body: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
-        self.send(Msg::Write(Box::new(Job {
-            body: Some(body),
-            out: None,
-            reply,
-        })))?;
+        self.send(Msg::Write(Box::new(Job::new(body, reply))))?;
         rx.await.map_err(|_| self.gone())?
     }
 
@@ -362,105 +294,6 @@ impl Worker {
         {
             tracing::warn!(path = %self.path, error = %e, "rolling back failed");
         }
-    }
-
-    /// Takes the write jobs already queued behind the ones taken so far
-    /// (`taken` of them), up to [`MAX_GROUP`] in all; the first message that
-    /// is not a write job is kept in `next` and ends the taking.
-    fn take_queued(
-        receiver: &mpsc::Receiver<Msg>,
-        next: &mut Option<Msg>,
-        taken: usize,
-    ) -> Vec<Box<dyn WriteJob>> {
-        let mut more = Vec::new();
-        while next.is_none() && taken + more.len() < MAX_GROUP {
-            match receiver.try_recv() {
-                Ok(Msg::Write(j)) => more.push(j),
-                Ok(other) => *next = Some(other),
-                Err(_) => break,
-            }
-        }
-        more
-    }
-
-    /// Runs `first` and the write jobs queued behind it in one transaction.
-    /// Jobs that arrive while the group runs join it before the commit
-    /// (never waiting for them), so under load the commits grow instead of
-    /// queueing up: nobody's `Ok` comes before the shared `COMMIT`.
-    fn group(&self, first: Box<dyn WriteJob>, receiver: &mpsc::Receiver<Msg>, next: &mut Option<Msg>) {
-        let mut pending = vec![first];
-        pending.extend(Self::take_queued(receiver, next, 1));
-        if let Err(e) = self.begin("BEGIN IMMEDIATE") {
-            let f = Failure::from_error(&e);
-            pending.into_iter().for_each(|j| j.finish(Err(&f)));
-            return;
-        }
-        let mut ran: Vec<Box<dyn WriteJob>> = Vec::with_capacity(pending.len());
-        let mut any_ok = false;
-        loop {
-            // A job alone in its transaction needs no savepoint: if it
-            // fails, the transaction is rolled back and nothing joins it.
-            let alone = ran.is_empty() && pending.len() == 1;
-            let mut jobs = pending.into_iter();
-            while let Some(mut job) = jobs.next() {
-                if alone {
-                    any_ok = job.run(&self.conn);
-                    ran.push(job);
-                    continue;
-                }
-                let step = self.run_in_savepoint(&mut job, &mut any_ok);
-                ran.push(job);
-                if let Err(e) = step {
-                    self.rollback();
-                    let f = Failure::from_error(&e);
-                    ran.into_iter().chain(jobs).for_each(|j| j.finish(Err(&f)));
-                    return;
-                }
-            }
-            // Nothing joins a transaction with nothing to keep, or one SQLite
-            // ended (the commit then fails every job).
-            if !any_ok || self.conn.is_autocommit() {
-                break;
-            }
-            pending = Self::take_queued(receiver, next, ran.len());
-            if pending.is_empty() {
-                break;
-            }
-        }
-        let commit = if any_ok {
-            self.exec("COMMIT")
-        } else {
-            // Nothing to keep: every job failed.
-            self.exec("ROLLBACK")
-        };
-        match commit {
-            Ok(()) => ran.into_iter().for_each(|j| j.finish(Ok(()))),
-            Err(e) => {
-                self.rollback();
-                let f = Failure::from_error(&e);
-                ran.into_iter().for_each(|j| j.finish(Err(&f)));
-            }
-        }
-    }
-
-    /// Runs one job of a group in its own savepoint: a failed job is rolled
-    /// back alone. An error means the whole group must fail.
-    fn run_in_savepoint(&self, job: &mut Box<dyn WriteJob>, any_ok: &mut bool) -> Result<()> {
-        self.exec("SAVEPOINT outbox_job")?;
-        let ok = job.run(&self.conn);
-        if self.conn.is_autocommit() {
-            // SQLite ended the whole transaction (a full disk, an I/O
-            // error): nothing of the group survives.
-            return Err(internal(format!(
-                "the transaction on {} was rolled back by SQLite",
-                self.path
-            )));
-        }
-        if !ok {
-            self.exec("ROLLBACK TO outbox_job")?;
-        }
-        *any_ok |= ok;
-        self.exec("RELEASE outbox_job")
     }
 
     /// Serves one session until it commits or its owner drops it.
@@ -579,11 +412,7 @@ mod tests {
             .write(move |conn| {
                 bump(conn)?;
                 let (reply, rx) = oneshot::channel();
-                sender.send(Msg::Write(Box::new(Job {
-                    body: Some(bump),
-                    out: None,
-                    reply,
-                })))?;
+                sender.send(Msg::Write(Box::new(Job::new(bump, reply))))?;
                 Ok(rx)
             })
             .await

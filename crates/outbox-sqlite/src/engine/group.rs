@@ -1,0 +1,405 @@
+//! Group commit: the write jobs queued on an engine thread run in one
+//! transaction and share its commit.
+//!
+//! **Savepoints only when a job needs undoing.** Jobs run one after
+//! another with no savepoint of their own. A job that fails having changed
+//! nothing (an append's version conflict is found before it writes) leaves
+//! nothing to undo, and the others go on. A job that fails after it
+//! changed rows (the connection's change counter moved) cannot be undone
+//! alone: the transaction is rolled back, the jobs that had succeeded run
+//! again from the start, and the rest of the group runs with a savepoint
+//! around each job, as the slow path always did. Savepoints are not free:
+//! each journals a copy of every page its job changes, and with a
+//! savepoint per job that copying, not the jobs' own statements, was the
+//! largest cost of a group of small appends beyond its WAL writes.
+//!
+//! A job's body may therefore run twice (`FnMut`); its first run's writes
+//! are then gone, and only the last run's result is replied. Bodies hold
+//! only SQL and their own locals, so a second run is a clean one.
+
+use std::sync::mpsc;
+
+use outbox_core::{Error, Result};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::{Msg, Worker, guarded, internal};
+
+/// The most write jobs that share one transaction.
+const MAX_GROUP: usize = 256;
+
+/// A write job: a transaction body and where its result goes.
+pub(super) trait WriteJob: Send {
+    /// Runs the body in the open transaction (again, if it ran before);
+    /// whether it succeeded.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Whether its last run succeeded.
+    fn succeeded(&self) -> bool;
+    /// Replies: the body's result, or the commit's error if the body
+    /// succeeded but its transaction did not commit.
+    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
+}
+
+/// Why a group did not commit, handed to each of its jobs.
+pub(super) struct Failure {
+    message: String,
+    temporary: bool,
+}
+
+impl Failure {
+    pub(super) fn from_error(e: &Error) -> Failure {
+        Failure {
+            message: e.to_string(),
+            temporary: e.is_temporary(),
+        }
+    }
+
+    fn to_error(&self) -> Error {
+        Error::Storage {
+            message: self.message.clone(),
+            temporary: self.temporary,
+            source: None,
+        }
+    }
+}
+
+/// A [`WriteJob`] of a body returning `T`.
+pub(super) struct Job<T, F> {
+    body: F,
+    out: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> Job<T, F> {
+    pub(super) fn new(body: F, reply: oneshot::Sender<Result<T>>) -> Self {
+        Job {
+            body,
+            out: None,
+            reply,
+        }
+    }
+}
+
+impl<T, F> WriteJob for Job<T, F>
+where
+    T: Send,
+    F: FnMut(&Connection) -> Result<T> + Send,
+{
+    fn run(&mut self, conn: &Connection) -> bool {
+        let out = guarded(|| (self.body)(conn));
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn succeeded(&self) -> bool {
+        matches!(self.out, Some(Ok(_)))
+    }
+
+    fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
+        let out = match (self.out, commit) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(f)) => Err(f.to_error()),
+            (None, Ok(())) => Err(internal("a write job never ran")),
+        };
+        // The caller may have gone (its deadline passed): nothing to do.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// The jobs of one open group transaction.
+struct Group {
+    /// Every job run so far, in order.
+    ran: Vec<Box<dyn WriteJob>>,
+    /// Whether each job runs in a savepoint of its own (after a job had
+    /// to be undone).
+    savepoints: bool,
+}
+
+impl Group {
+    /// Whether any job has something to commit.
+    fn any_ok(&self) -> bool {
+        self.ran.iter().any(|j| j.succeeded())
+    }
+}
+
+impl Worker {
+    /// Takes the write jobs already queued behind the ones taken so far
+    /// (`taken` of them), up to [`MAX_GROUP`] in all; the first message that
+    /// is not a write job is kept in `next` and ends the taking.
+    fn take_queued(
+        receiver: &mpsc::Receiver<Msg>,
+        next: &mut Option<Msg>,
+        taken: usize,
+    ) -> Vec<Box<dyn WriteJob>> {
+        let mut more = Vec::new();
+        while next.is_none() && taken + more.len() < MAX_GROUP {
+            match receiver.try_recv() {
+                Ok(Msg::Write(j)) => more.push(j),
+                Ok(other) => *next = Some(other),
+                Err(_) => break,
+            }
+        }
+        more
+    }
+
+    /// Runs `first` and the write jobs queued behind it in one transaction.
+    /// Jobs that arrive while the group runs join it before the commit
+    /// (never waiting for them), so under load the commits grow instead of
+    /// queueing up: nobody's `Ok` comes before the shared `COMMIT`.
+    pub(super) fn group(
+        &self,
+        first: Box<dyn WriteJob>,
+        receiver: &mpsc::Receiver<Msg>,
+        next: &mut Option<Msg>,
+    ) {
+        let mut pending = vec![first];
+        pending.extend(Self::take_queued(receiver, next, 1));
+        if let Err(e) = self.begin("BEGIN IMMEDIATE") {
+            let f = Failure::from_error(&e);
+            pending.into_iter().for_each(|j| j.finish(Err(&f)));
+            return;
+        }
+        let mut group = Group {
+            ran: Vec::with_capacity(pending.len()),
+            savepoints: false,
+        };
+        loop {
+            let mut jobs = pending.into_iter();
+            while let Some(job) = jobs.next() {
+                if let Err(e) = self.step(&mut group, job) {
+                    self.rollback();
+                    let f = Failure::from_error(&e);
+                    group.ran.into_iter().chain(jobs).for_each(|j| j.finish(Err(&f)));
+                    return;
+                }
+            }
+            // Nothing joins a transaction with nothing to keep, or one SQLite
+            // ended (the commit then fails every job).
+            if !group.any_ok() || self.conn.is_autocommit() {
+                break;
+            }
+            pending = Self::take_queued(receiver, next, group.ran.len());
+            if pending.is_empty() {
+                break;
+            }
+        }
+        let commit = if group.any_ok() {
+            self.exec("COMMIT")
+        } else {
+            // Nothing to keep: every job failed.
+            self.exec("ROLLBACK")
+        };
+        match commit {
+            Ok(()) => group.ran.into_iter().for_each(|j| j.finish(Ok(()))),
+            Err(e) => {
+                self.rollback();
+                let f = Failure::from_error(&e);
+                group.ran.into_iter().for_each(|j| j.finish(Err(&f)));
+            }
+        }
+    }
+
+    /// Runs one job of the group (see the module docs). An error means the
+    /// whole group must fail.
+    fn step(&self, group: &mut Group, mut job: Box<dyn WriteJob>) -> Result<()> {
+        if group.savepoints {
+            let step = self.run_in_savepoint(&mut job);
+            group.ran.push(job);
+            return step;
+        }
+        let before = self.conn.total_changes();
+        let ok = job.run(&self.conn);
+        let changed = self.conn.total_changes() != before;
+        group.ran.push(job);
+        self.still_open()?;
+        if ok || !changed {
+            return Ok(());
+        }
+        // Undo the failed job's writes: the whole transaction, then the
+        // jobs that succeeded again, each in a savepoint from now on.
+        self.exec("ROLLBACK")?;
+        self.begin("BEGIN IMMEDIATE")?;
+        group.savepoints = true;
+        for job in group.ran.iter_mut().filter(|j| j.succeeded()) {
+            self.run_in_savepoint(job)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one job in its own savepoint: a failed job is rolled back
+    /// alone. An error means the whole group must fail.
+    fn run_in_savepoint(&self, job: &mut Box<dyn WriteJob>) -> Result<()> {
+        self.exec("SAVEPOINT outbox_job")?;
+        let ok = job.run(&self.conn);
+        self.still_open()?;
+        if !ok {
+            self.exec("ROLLBACK TO outbox_job")?;
+        }
+        self.exec("RELEASE outbox_job")
+    }
+
+    /// Fails when SQLite ended the whole transaction by itself (a full
+    /// disk, an I/O error): nothing of the group survives.
+    fn still_open(&self) -> Result<()> {
+        if self.conn.is_autocommit() {
+            return Err(internal(format!(
+                "the transaction on {} was rolled back by SQLite",
+                self.path
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::super::{Access, Engine};
+    use super::*;
+    use crate::SqliteOptions;
+    use crate::engine::engine_error;
+
+    type Reply<T> = oneshot::Receiver<Result<T>>;
+
+    /// A write engine on a new database with `t (k, v)` holding `(1, 0)`.
+    fn engine(dir: &Path) -> (Arc<Engine>, std::path::PathBuf) {
+        let path = dir.join("group.db");
+        Connection::open(&path)
+            .and_then(|c| {
+                c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+                c.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);")
+            })
+            .expect("create");
+        let engine = Engine::start(&path, &SqliteOptions::default(), Access::Write).expect("engine");
+        (Arc::new(engine), path)
+    }
+
+    fn bump(conn: &Connection) -> Result<()> {
+        conn.execute("UPDATE t SET v = v + 1 WHERE k = 1", [])
+            .map(drop)
+            .map_err(|e| engine_error("bumping", e))
+    }
+
+    /// Queues `body` behind the job that calls it: it joins that job's group.
+    fn queue<T: Send + 'static>(
+        engine: &Engine,
+        body: impl FnMut(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<Reply<T>> {
+        let (reply, rx) = oneshot::channel();
+        engine.send(Msg::Write(Box::new(Job::new(body, reply))))?;
+        Ok(rx)
+    }
+
+    /// What the table holds once the engine is closed.
+    fn rows(path: &Path) -> Vec<(i64, i64)> {
+        let conn = Connection::open(path).expect("open");
+        let mut st = conn.prepare("SELECT k, v FROM t ORDER BY k").expect("prepare");
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect())
+            .expect("read")
+    }
+
+    /// Whether the statement runs inside the group's per-job savepoint.
+    fn in_savepoint(conn: &Connection) -> Result<bool> {
+        Ok(conn.execute_batch("ROLLBACK TO outbox_job").is_ok())
+    }
+
+    /// Three jobs sharing a group, one of them failing before it writes:
+    /// no job runs in a savepoint, none runs twice, and the failed one is
+    /// the only one that fails.
+    #[tokio::test]
+    async fn jobs_that_fail_before_writing_cost_no_savepoints() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (sender, counter) = (Arc::clone(&engine), Arc::clone(&runs));
+        let (conflict, last) = engine
+            .write(move |conn| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                bump(conn)?;
+                let savepoint = in_savepoint(conn)?;
+                let conflict = queue(&sender, |conn| {
+                    in_savepoint(conn)?;
+                    Err::<(), _>(Error::invalid("a conflict found before writing"))
+                })?;
+                let last = queue(&sender, |conn| {
+                    let savepoint = in_savepoint(conn)?;
+                    bump(conn)?;
+                    Ok(savepoint)
+                })?;
+                assert!(!savepoint, "the first job ran in a savepoint");
+                Ok((conflict, last))
+            })
+            .await
+            .expect("first job");
+        let conflict = conflict.await.expect("reply");
+        assert!(
+            matches!(&conflict, Err(Error::InvalidInput(m)) if m.contains("before writing")),
+            "{conflict:?}"
+        );
+        assert!(
+            !last.await.expect("reply").expect("last job"),
+            "the last job ran in a savepoint"
+        );
+        engine.close().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the first job ran again");
+        assert_eq!(rows(&path), [(1, 2)], "both bumps committed");
+    }
+
+    /// A job that fails after writing is undone alone: the group starts
+    /// over, the job that had succeeded runs again, the failed job's row
+    /// is gone and the job queued after it commits, in a savepoint.
+    #[tokio::test]
+    async fn a_job_that_fails_after_writing_is_undone_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let replies = Arc::new(std::sync::Mutex::new(None));
+        let (sender, counter, queued) = (Arc::clone(&engine), Arc::clone(&runs), Arc::clone(&replies));
+        engine
+            .write(move |conn| {
+                bump(conn)?;
+                // Only the first run queues the others (the test's own side effect).
+                if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                    let failed = queue(&sender, |conn| {
+                        conn.execute("INSERT INTO t VALUES (2, 0)", [])
+                            .map_err(|e| engine_error("inserting", e))?;
+                        Err::<(), _>(Error::invalid("failed after writing"))
+                    })?;
+                    // Probed before it writes: rolling back to the savepoint
+                    // undoes nothing then.
+                    let last = queue(&sender, |conn| {
+                        let savepoint = in_savepoint(conn)?;
+                        bump(conn)?;
+                        Ok(savepoint)
+                    })?;
+                    *queued.lock().expect("lock") = Some((failed, last));
+                }
+                Ok(())
+            })
+            .await
+            .expect("first job");
+        let (failed, last) = replies.lock().expect("lock").take().expect("queued");
+        let failed = failed.await.expect("reply");
+        assert!(
+            matches!(&failed, Err(Error::InvalidInput(m)) if m.contains("after writing")),
+            "{failed:?}"
+        );
+        assert!(
+            last.await.expect("reply").expect("last job"),
+            "the last job ran without a savepoint"
+        );
+        engine.close().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "the first job did not run again");
+        assert_eq!(
+            rows(&path),
+            [(1, 2)],
+            "both bumps committed, the failed insert did not"
+        );
+    }
+}
