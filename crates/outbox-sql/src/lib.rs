@@ -16,7 +16,7 @@ pub use conn::{Conn, Database, Tx};
 pub use dialect::Dialect;
 pub use plumbing::{Role, digest_row, digest_rows};
 pub use value::{Arg, Row, Value};
-pub use view_writes::ViewWrites;
+pub use view_writes::{DigestWrites, DocumentWrites, Statement, ViewWrites};
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,
 /// `LeaseAdmin`, `WorkerRegistry`) for an adapter type whose `$db` field

@@ -204,38 +204,35 @@ impl ViewWrites {
     /// changed nothing). Call after the last document write, right before
     /// the commit.
     pub async fn flush_digests(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
-        let changes = std::mem::take(&mut self.changes);
-        for (projection, (change, cleared)) in changes {
-            if change.is_empty() && !cleared {
-                continue;
-            }
-            let last = self.last_applied.get(&projection);
-            let l = change.lanes();
-            let (stream, seq) = match last {
-                Some((s, q)) => (Some(s.as_str()), Some(*q)),
-                None => (None, None),
-            };
-            tx.execute(
-                "recording a running digest",
-                &dialect.sql(if cleared { RESTART_DIGEST } else { RECORD_DIGEST }),
-                &[
-                    Arg::Text(&projection),
-                    Arg::Int(l[0]),
-                    Arg::Int(l[1]),
-                    Arg::Int(l[2]),
-                    Arg::Int(l[3]),
-                    Arg::Int(l[4]),
-                    Arg::Int(l[5]),
-                    Arg::Int(l[6]),
-                    Arg::Int(l[7]),
-                    Arg::Int(change.documents()),
-                    Arg::OptText(stream),
-                    Arg::OptInt(seq),
-                ],
-            )
-            .await?;
+        let digests = self.take_digests();
+        for st in digests.statements(dialect) {
+            tx.execute("recording a running digest", &st.sql, &st.args)
+                .await?;
         }
         Ok(())
+    }
+
+    /// The running digest changes, taken for the caller to write
+    /// ([`flush_digests`](Self::flush_digests) without the writing: a
+    /// store that sends several statements at once). Nothing is left to
+    /// flush afterwards.
+    pub fn take_digests(&mut self) -> DigestWrites {
+        let changes = std::mem::take(&mut self.changes);
+        let rows = changes
+            .into_iter()
+            .filter(|(_, (change, cleared))| !change.is_empty() || *cleared)
+            .map(|(projection, (change, cleared))| {
+                let last = self.last_applied.get(&projection).cloned();
+                DigestRow {
+                    lanes: change.lanes(),
+                    documents: change.documents(),
+                    projection,
+                    cleared,
+                    last,
+                }
+            })
+            .collect();
+        DigestWrites { rows }
     }
 
     /// Writes the pending documents out: one statement for every put, one
@@ -243,8 +240,24 @@ impl ViewWrites {
     /// hash is not known yet (for the running digests). Empty afterwards,
     /// also on an error (the transaction is then rolled back by its owner).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
+        let writes = self.prepare_flush(dialect, tx).await?;
+        for st in writes.statements(dialect) {
+            tx.execute(st.what, &st.sql, &st.args).await?;
+        }
+        Ok(())
+    }
+
+    /// [`flush`](Self::flush) up to the writing: reads the documents the
+    /// pending writes replace whose hash is not known yet, records the
+    /// digest changes, and returns the writes for the caller to send.
+    /// Nothing is pending afterwards, also on an error.
+    pub async fn prepare_flush(
+        &mut self,
+        dialect: &Dialect,
+        tx: &mut (dyn Conn + '_),
+    ) -> Result<DocumentWrites> {
         if self.pending.is_empty() {
-            return Ok(());
+            return Ok(DocumentWrites::default());
         }
         let pending = std::mem::take(&mut self.pending);
         let unknown: Vec<serde_json::Value> = pending
@@ -287,31 +300,100 @@ impl ViewWrites {
                 None => deletes.push(serde_json::json!([p, t, k])),
             }
         }
-        if !puts.is_empty() {
-            let rows = serde_json::Value::Array(puts).to_string();
-            tx.execute(
-                "writing view documents",
-                &dialect.sql(
+        let json = |rows: Vec<serde_json::Value>| {
+            (!rows.is_empty()).then(|| serde_json::Value::Array(rows).to_string())
+        };
+        Ok(DocumentWrites {
+            puts: json(puts),
+            deletes: json(deletes),
+        })
+    }
+}
+
+/// A statement ready to send: its text in the dialect's placeholders, its
+/// arguments, and what it does (for errors).
+#[derive(Debug)]
+pub struct Statement<'a> {
+    /// What it does, for errors ("writing view documents").
+    pub what: &'static str,
+    /// The text, placeholders numbered from 1.
+    pub sql: String,
+    /// The arguments, in placeholder order.
+    pub args: Vec<Arg<'a>>,
+}
+
+/// The document writes of a flush ([`ViewWrites::prepare_flush`]): at most
+/// one statement for the puts and one for the deletes.
+#[derive(Debug, Default)]
+pub struct DocumentWrites {
+    puts: Option<String>,
+    deletes: Option<String>,
+}
+
+impl DocumentWrites {
+    /// The statements, in order (none when nothing was pending).
+    pub fn statements(&self, dialect: &Dialect) -> Vec<Statement<'_>> {
+        let mut out = Vec::with_capacity(2);
+        if let Some(rows) = &self.puts {
+            out.push(Statement {
+                what: "writing view documents",
+                sql: dialect.sql(
                     "INSERT INTO outbox_views (projection, tbl, key, value) \
                      SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each($1) WHERE true \
                      ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
                 ),
-                &[Arg::Text(&rows)],
-            )
-            .await?;
+                args: vec![Arg::Text(rows)],
+            });
         }
-        if !deletes.is_empty() {
-            let rows = serde_json::Value::Array(deletes).to_string();
-            tx.execute(
-                "deleting view documents",
-                &dialect.sql(
+        if let Some(rows) = &self.deletes {
+            out.push(Statement {
+                what: "deleting view documents",
+                sql: dialect.sql(
                     "DELETE FROM outbox_views WHERE (projection, tbl, key) IN \
                      (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each($1))",
                 ),
-                &[Arg::Text(&rows)],
-            )
-            .await?;
+                args: vec![Arg::Text(rows)],
+            });
         }
-        Ok(())
+        out
+    }
+}
+
+/// One projection's running digest change.
+#[derive(Debug)]
+struct DigestRow {
+    projection: String,
+    cleared: bool,
+    lanes: [i64; outbox_core::RUNNING_DIGEST_LANES],
+    documents: i64,
+    last: Option<(String, i64)>,
+}
+
+/// The running digest changes of a transaction
+/// ([`ViewWrites::take_digests`]): one statement per projection changed.
+#[derive(Debug, Default)]
+pub struct DigestWrites {
+    rows: Vec<DigestRow>,
+}
+
+impl DigestWrites {
+    /// The statements, one per projection whose digest changed.
+    pub fn statements(&self, dialect: &Dialect) -> Vec<Statement<'_>> {
+        self.rows
+            .iter()
+            .map(|r| {
+                let mut args = Vec::with_capacity(12);
+                args.push(Arg::Text(&r.projection));
+                args.extend(r.lanes.iter().map(|l| Arg::Int(*l)));
+                args.push(Arg::Int(r.documents));
+                args.push(Arg::OptText(r.last.as_ref().map(|(s, _)| s.as_str())));
+                args.push(Arg::OptInt(r.last.as_ref().map(|(_, q)| *q)));
+                Statement {
+                    what: "recording a running digest",
+                    sql: dialect.sql(if r.cleared { RESTART_DIGEST } else { RECORD_DIGEST }),
+                    args,
+                }
+            })
+            .collect()
     }
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use outbox_core::spi::{ApplyTx, CheckpointMove, StreamAdvance};
 use outbox_core::{ProjectionName, Result, StreamId, async_trait};
+use outbox_sql::{Arg, Statement};
 use sqlx::SqliteConnection;
 
 use crate::db::{now_ms, storage};
@@ -158,14 +159,21 @@ impl ApplyTx for SqliteTx {
             .collect())
     }
 
-    /// Two statements for every stream at once: the documents and the
+    /// One command for every stream at once, after the read of the
+    /// documents the pending writes replace: the documents, the
     /// checkpoints (each set only where it still is `from` and the
     /// generation epoch is the one resolved, ADR 0021), whose trigger raises
-    /// the watermarks; a third only for streams whose checkpoints did not
-    /// move.
+    /// the watermarks, the watermarks of streams whose checkpoints did not
+    /// move, and the running digests. Each statement would otherwise be a
+    /// handoff to the driver's thread of its own; nothing writes after the
+    /// checkpoints move, so the digests are final.
     async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
-        self.flush_views().await?;
-        let err = |e| storage("advancing checkpoints", e);
+        let dialect = self.dialect();
+        let mut views = std::mem::take(&mut self.views);
+        let documents = views.prepare_flush(&dialect, self).await;
+        let digests = views.take_digests();
+        self.views = views;
+        let documents = documents?;
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let moves: Vec<serde_json::Value> = advances
             .iter()
@@ -183,40 +191,65 @@ impl ApplyTx for SqliteTx {
                 })
             })
             .collect();
-        let mut moved = 0;
-        if !moves.is_empty() {
-            moved = sqlx::query(concat!(
-                "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at)                  SELECT j.value ->> 0, j.value ->> 1, j.value ->> 3, ",
-                now_ms!(),
-                " FROM json_each(?1) j LEFT JOIN outbox_checkpoints c                  ON c.projection = j.value ->> 0 AND c.stream = j.value ->> 1                  WHERE COALESCE(c.last_applied, 0) = j.value ->> 2                  AND COALESCE((SELECT g.epoch FROM outbox_generations g WHERE g.projection = j.value ->> 4), 0)                      = j.value ->> 5                  ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied,                  updated_at = excluded.updated_at"
-            ))
-            .bind(serde_json::Value::Array(moves).to_string())
-            .execute(self.conn())
-            .await
-            .map_err(err)?
-            .rows_affected();
-        }
-        // Streams whose checkpoints moved had their watermarks raised by the
+        // Streams whose checkpoints moved have their watermarks raised by the
         // checkpoints' trigger (projection migration 0007).
         let marks: Vec<serde_json::Value> = advances
             .iter()
             .filter(|a| a.moves.is_empty())
             .map(|a| serde_json::json!([a.stream.as_str(), int(a.through)]))
             .collect();
-        if marks.is_empty() {
-            return Ok(moved);
+        let (moves, marks) = (
+            (!moves.is_empty()).then(|| serde_json::Value::Array(moves).to_string()),
+            (!marks.is_empty()).then(|| serde_json::Value::Array(marks).to_string()),
+        );
+        let mut statements = documents.statements(&dialect);
+        let checkpoints = statements.len();
+        if let Some(moves) = &moves {
+            statements.push(Statement {
+                what: "advancing checkpoints",
+                sql: ADVANCE_CHECKPOINTS.to_owned(),
+                args: vec![Arg::Text(moves)],
+            });
         }
-        sqlx::query(concat!(
-            "INSERT INTO outbox_watermarks (stream, applied_through, updated_at)              SELECT value ->> 0, value ->> 1, ",
-            now_ms!(),
-            " FROM json_each(?1) WHERE true              ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through,              updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
-        ))
-        .bind(serde_json::Value::Array(marks).to_string())
-        .execute(self.conn())
-        .await
-        .map_err(err)?;
-        Ok(moved)
+        if let Some(marks) = &marks {
+            statements.push(Statement {
+                what: "raising watermarks",
+                sql: RAISE_WATERMARKS.to_owned(),
+                args: vec![Arg::Text(marks)],
+            });
+        }
+        statements.extend(digests.statements(&dialect));
+        let changed = crate::sql::execute_all(self.conn(), "advancing checkpoints", &statements).await?;
+        Ok(match moves {
+            Some(_) => changed[checkpoints],
+            None => 0,
+        })
     }
 }
+
+/// Sets every checkpoint of `?1` (`[projection, stream, from, to, fenced
+/// projection, epoch]` rows) that still is `from` under the epoch given.
+const ADVANCE_CHECKPOINTS: &str = concat!(
+    "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
+     SELECT j.value ->> 0, j.value ->> 1, j.value ->> 3, ",
+    now_ms!(),
+    " FROM json_each(?1) j LEFT JOIN outbox_checkpoints c \
+     ON c.projection = j.value ->> 0 AND c.stream = j.value ->> 1 \
+     WHERE COALESCE(c.last_applied, 0) = j.value ->> 2 \
+     AND COALESCE((SELECT g.epoch FROM outbox_generations g WHERE g.projection = j.value ->> 4), 0) \
+         = j.value ->> 5 \
+     ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
+     updated_at = excluded.updated_at"
+);
+
+/// Raises the watermarks of `?1` (`[stream, through]` rows), never lowering one.
+const RAISE_WATERMARKS: &str = concat!(
+    "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) \
+     SELECT value ->> 0, value ->> 1, ",
+    now_ms!(),
+    " FROM json_each(?1) WHERE true \
+     ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+     updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
+);
 
 outbox_sql::impl_conn!(SqliteTx, |this| this.conn());
