@@ -59,9 +59,11 @@ impl Database for Db {
 /// Sends `statements` as one command, one handoff to the driver's thread
 /// instead of one each, and returns the rows each changed, in order.
 ///
-/// Each statement's placeholders (`?1`, `?2`, ...) are renumbered after
-/// the arguments of the statements before it; `sqlx` binds numbered
-/// placeholders by their number across the statements of one command.
+/// Each statement's numbered placeholders (`?1`, `?2`, ...) become
+/// anonymous ones (`?`) with one argument per occurrence: `sqlx` binds
+/// anonymous placeholders one after another across the statements of a
+/// command, where numbered ones past the first statement would leave
+/// gaps it binds wrongly.
 pub(crate) async fn execute_all(
     conn: &mut SqliteConnection,
     what: &str,
@@ -71,17 +73,16 @@ pub(crate) async fn execute_all(
     if let [one] = statements {
         return Ok(vec![execute(conn, one.what, &one.sql, &one.args).await?]);
     }
+    if statements.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut sql = String::new();
     let mut args = Vec::new();
     for st in statements {
         if !sql.is_empty() {
             sql.push_str(";\n");
         }
-        renumber(&st.sql, args.len(), &mut sql);
-        args.extend_from_slice(&st.args);
-    }
-    if sql.is_empty() {
-        return Ok(Vec::new());
+        anonymize(st, &mut sql, &mut args)?;
     }
     let q = outbox_sql::bind_args!(sqlx::query(sqlx::AssertSqlSafe(sql)), &args);
     let mut changed = Vec::with_capacity(statements.len());
@@ -95,26 +96,34 @@ pub(crate) async fn execute_all(
         }
     }
     if changed.len() != statements.len() {
-        return Err(outbox_core::Error::Storage {
-            message: format!(
-                "{what}: {} statements sent as one reported {} results",
-                statements.len(),
-                changed.len()
-            ),
-            temporary: false,
-            source: None,
-        });
+        return Err(internal(format!(
+            "{what}: {} statements sent as one reported {} results",
+            statements.len(),
+            changed.len()
+        )));
     }
     Ok(changed)
 }
 
-/// Appends `sql` to `out` with every `?N` placeholder outside quotes
-/// raised by `offset`.
-fn renumber(sql: &str, offset: usize, out: &mut String) {
-    let mut chars = sql.chars().peekable();
+fn internal(message: String) -> outbox_core::Error {
+    outbox_core::Error::Storage {
+        message,
+        temporary: false,
+        source: None,
+    }
+}
+
+/// Appends the statement's text to `sql` with every `?N` outside quotes
+/// turned into `?`, and its `N`th argument to `args` for each.
+fn anonymize<'a>(
+    st: &outbox_sql::Statement<'a>,
+    sql: &mut String,
+    args: &mut Vec<outbox_sql::Arg<'a>>,
+) -> Result<()> {
+    let mut chars = st.sql.chars().peekable();
     let mut quoted = false;
     while let Some(c) = chars.next() {
-        out.push(c);
+        sql.push(c);
         if c == '\'' {
             quoted = !quoted;
         }
@@ -123,11 +132,16 @@ fn renumber(sql: &str, offset: usize, out: &mut String) {
         }
         let mut n = 0usize;
         while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            n = n * 10 + d as usize;
+            n = n.saturating_mul(10).saturating_add(d as usize);
             chars.next();
         }
-        out.push_str(&(n + offset).to_string());
+        let arg = n
+            .checked_sub(1)
+            .and_then(|i| st.args.get(i))
+            .ok_or_else(|| internal(format!("{}: placeholder ?{n} has no argument", st.what)))?;
+        args.push(*arg);
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -135,7 +149,7 @@ mod tests {
     use outbox_sql::{Arg, Statement};
     use sqlx::Connection as _;
 
-    use super::{execute_all, renumber};
+    use super::{anonymize, execute_all};
 
     /// Several statements sent as one command bind their own arguments and
     /// report their own counts: `sqlx` still runs every statement of a
@@ -181,10 +195,62 @@ mod tests {
         assert_eq!(rows, [(1, "a".into()), (2, "b".into()), (3, "b".into())]);
     }
 
+    /// Many statements with many placeholders each, some used twice or out
+    /// of order: every placeholder gets its own statement's argument (the
+    /// running digests are several twelve-argument statements in one
+    /// command).
+    #[tokio::test]
+    async fn many_statements_with_many_placeholders_bind_their_own_arguments() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        sqlx::raw_sql(
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, a INTEGER NOT NULL, b INTEGER NOT NULL, c TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("create");
+        let texts: Vec<String> = (0..6).map(|k| format!("row {k}")).collect();
+        let statements: Vec<Statement<'_>> = (0..6i64)
+            .map(|k| Statement {
+                what: "inserting",
+                // ?2 is used twice, and before ?1; ?12 is the text.
+                sql: "INSERT INTO t VALUES (?2, ?1 + ?3 + ?4 + ?5 + ?6 + ?7 + ?8 + ?9 + ?10 + ?11, ?2 * 10, ?12)".into(),
+                args: (1..=11)
+                    .map(|i| Arg::Int(if i == 2 { k } else { 1 }))
+                    .chain([Arg::Text(&texts[k as usize])])
+                    .collect(),
+            })
+            .collect();
+        let changed = execute_all(&mut conn, "testing", &statements)
+            .await
+            .expect("execute");
+        assert_eq!(changed, [1; 6]);
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as("SELECT k, a, b, c FROM t ORDER BY k")
+            .fetch_all(&mut conn)
+            .await
+            .expect("read");
+        let want: Vec<(i64, i64, i64, String)> =
+            (0..6).map(|k| (k, 10, k * 10, format!("row {k}"))).collect();
+        assert_eq!(rows, want);
+    }
+
     #[test]
-    fn placeholders_outside_quotes_are_raised_by_the_offset() {
-        let mut out = String::new();
-        renumber("SELECT ?1, '?2', ?10 WHERE x = ?2", 3, &mut out);
-        assert_eq!(out, "SELECT ?4, '?2', ?13 WHERE x = ?5");
+    fn placeholders_outside_quotes_take_one_argument_each() {
+        let st = Statement {
+            what: "testing",
+            sql: "SELECT ?1, '?2', ?10 WHERE x = ?2 AND y = ?1".into(),
+            args: (1..=10).map(Arg::Int).collect(),
+        };
+        let (mut sql, mut args) = (String::new(), Vec::new());
+        anonymize(&st, &mut sql, &mut args).expect("anonymize");
+        assert_eq!(sql, "SELECT ?, '?2', ? WHERE x = ? AND y = ?");
+        assert_eq!(args, [Arg::Int(1), Arg::Int(10), Arg::Int(2), Arg::Int(1)]);
+        let missing = Statement {
+            sql: "SELECT ?11".into(),
+            ..st
+        };
+        let err = anonymize(&missing, &mut sql, &mut args).expect_err("no eleventh argument");
+        assert!(err.to_string().contains("?11 has no argument"), "{err}");
     }
 }
