@@ -204,3 +204,56 @@ async fn the_migration_marks_existing_documents_untracked() {
     assert!(store.verify_view_digest(&st.p).await.unwrap().matches());
     store.close().await;
 }
+
+/// Several view projections in one apply transaction each keep their own
+/// running digest: their digest updates, the documents and the checkpoints
+/// go to the database together (one command with many placeholders; the
+/// demo's three projections once found its arguments bound to the wrong
+/// placeholders).
+#[tokio::test]
+async fn several_view_projections_in_one_transaction_keep_their_own_digests() {
+    let st = stores().await;
+    let names: Vec<ProjectionName> = ["one", "two", "three"]
+        .iter()
+        .map(|n| ProjectionName::new(*n).unwrap())
+        .collect();
+    let views: Vec<Arc<dyn Projection<SqliteTx>>> = names
+        .iter()
+        .map(|n| view_projection(Arc::new(Seqs(n.clone()))))
+        .collect();
+    st.store.setup(&views).await.unwrap();
+    let mut runs = Vec::new();
+    for stream in ["a", "b"] {
+        let s = sid(stream);
+        st.journal
+            .append(
+                &[AppendRequest::new(
+                    s.clone(),
+                    ExpectedVersion::Any,
+                    (0..4).map(add).collect(),
+                )],
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap();
+        runs.push(
+            st.journal
+                .read_stream(&s, outbox_core::Seq::FIRST, 4)
+                .await
+                .unwrap(),
+        );
+    }
+    let runs: Vec<&[Event]> = runs.iter().map(Vec::as_slice).collect();
+    let outcomes = st.store.apply_runs(&runs, &views).await.unwrap();
+    assert_eq!(outcomes.len(), 2);
+    for n in &names {
+        let check = st.store.verify_view_digest(n).await.unwrap();
+        assert!(check.matches(), "{n}: {:?}", check.mismatch());
+        assert_eq!(
+            check.scanned.documents(),
+            4,
+            "{n}: k1..k4, written by both streams"
+        );
+        assert_eq!(st.store.checkpoint(n, &sid("a")).await.unwrap(), 4);
+    }
+}
