@@ -385,6 +385,25 @@ mod tests {
         }
     }
 
+    /// The queue summary (the heartbeat's gauges, every few seconds) counts
+    /// without sorting the backlog: the processing, failed and dead rows by
+    /// their partial indexes, the total with one b-tree walk.
+    #[tokio::test]
+    async fn the_queue_summary_counts_without_sorting_the_backlog() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal.db");
+        let journal = crate::SqliteJournal::open(&path, SqliteOptions::default())
+            .await
+            .expect("journal");
+        journal.close().await;
+        let conn = connect(&path, &SqliteOptions::default(), Access::Read).expect("connect");
+        let plan = plan(&conn, outbox_sql::journal::SUMMARY_COUNTS);
+        for index in ["outbox_processing", "outbox_failed", "outbox_dead"] {
+            assert!(plan.contains(index), "{index} unused: {plan}");
+        }
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+    }
+
     /// A write job sent while a group runs joins that group's transaction:
     /// one commit (one frame for the one page both jobs change), not two.
     #[tokio::test]
