@@ -309,6 +309,14 @@ mod tests {
         Ok(conn.execute_batch("ROLLBACK TO outbox_job").is_ok())
     }
 
+    /// Whether it runs in a savepoint, probed before it bumps (rolling back
+    /// to the savepoint then undoes nothing), then the bump.
+    fn probed_bump(conn: &Connection) -> Result<bool> {
+        let savepoint = in_savepoint(conn)?;
+        bump(conn)?;
+        Ok(savepoint)
+    }
+
     /// Three jobs sharing a group, one of them failing before it writes:
     /// no job runs in a savepoint, none runs twice, and the failed one is
     /// the only one that fails.
@@ -327,11 +335,7 @@ mod tests {
                     in_savepoint(conn)?;
                     Err::<(), _>(Error::invalid("a conflict found before writing"))
                 })?;
-                let last = queue(&sender, |conn| {
-                    let savepoint = in_savepoint(conn)?;
-                    bump(conn)?;
-                    Ok(savepoint)
-                })?;
+                let last = queue(&sender, probed_bump)?;
                 assert!(!savepoint, "the first job ran in a savepoint");
                 Ok((conflict, last))
             })
@@ -371,13 +375,7 @@ mod tests {
                             .map_err(|e| engine_error("inserting", e))?;
                         Err::<(), _>(Error::invalid("failed after writing"))
                     })?;
-                    // Probed before it writes: rolling back to the savepoint
-                    // undoes nothing then.
-                    let last = queue(&sender, |conn| {
-                        let savepoint = in_savepoint(conn)?;
-                        bump(conn)?;
-                        Ok(savepoint)
-                    })?;
+                    let last = queue(&sender, probed_bump)?;
                     *queued.lock().expect("lock") = Some((failed, last));
                 }
                 Ok(())

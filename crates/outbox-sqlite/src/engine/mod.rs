@@ -360,17 +360,22 @@ mod tests {
         rows.join("; ")
     }
 
+    /// A reader engine connection to a new, migrated journal in `dir`.
+    async fn new_journal_reader(dir: &Path) -> Connection {
+        let path = dir.join("journal.db");
+        let journal = crate::SqliteJournal::open(&path, SqliteOptions::default())
+            .await
+            .expect("journal");
+        journal.close().await;
+        connect(&path, &SqliteOptions::default(), Access::Read).expect("connect")
+    }
+
     /// With plans that ignore bound values, the partial indexes of failed
     /// and dead rows still serve `list` by status (its status is a literal).
     #[tokio::test]
     async fn listing_failed_or_dead_rows_walks_their_partial_index() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("journal.db");
-        let journal = crate::SqliteJournal::open(&path, SqliteOptions::default())
-            .await
-            .expect("journal");
-        journal.close().await;
-        let conn = connect(&path, &SqliteOptions::default(), Access::Read).expect("connect");
+        let conn = new_journal_reader(dir.path()).await;
         let dialect = outbox_sql::Dialect::sqlite(crate::db::now_ms!());
         for (status, index) in [
             (outbox_core::OutboxStatus::Failed, "outbox_failed"),
@@ -391,12 +396,7 @@ mod tests {
     #[tokio::test]
     async fn the_queue_summary_counts_without_sorting_the_backlog() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("journal.db");
-        let journal = crate::SqliteJournal::open(&path, SqliteOptions::default())
-            .await
-            .expect("journal");
-        journal.close().await;
-        let conn = connect(&path, &SqliteOptions::default(), Access::Read).expect("connect");
+        let conn = new_journal_reader(dir.path()).await;
         let plan = plan(&conn, outbox_sql::journal::SUMMARY_COUNTS);
         for index in ["outbox_processing", "outbox_failed", "outbox_dead"] {
             assert!(plan.contains(index), "{index} unused: {plan}");
