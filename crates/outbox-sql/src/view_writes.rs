@@ -206,8 +206,7 @@ impl ViewWrites {
     pub async fn flush_digests(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
         let digests = self.take_digests();
         for st in digests.statements(dialect) {
-            tx.execute("recording a running digest", &st.sql, &st.args)
-                .await?;
+            tx.execute(st.what, &st.sql, &st.args).await?;
         }
         Ok(())
     }

@@ -140,6 +140,16 @@ pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
     }
 }
 
+/// A permanent storage error of the adapter's own making (no driver error
+/// behind it).
+pub(crate) fn internal(message: impl Into<String>) -> Error {
+    Error::Storage {
+        message: message.into(),
+        temporary: false,
+        source: None,
+    }
+}
+
 /// Maps a migration failure (see [`outbox_sql::migrate_error!`]).
 pub(crate) fn migrate_error(context: impl fmt::Display, e: sqlx::migrate::MigrateError) -> Error {
     outbox_sql::migrate_error!(context, e)

@@ -1,12 +1,14 @@
-//! The shared cold-path statements ([`outbox_sql`]) on SQLite: a
-//! [`Conn`] over the driver and the [`Database`] of an open file.
+//! The driver side of the shared statements ([`outbox_sql`]) on SQLite: a
+//! [`Conn`] over the driver, the [`Database`] of an open file, and
+//! [`execute_all`], several statements sent as one command (the apply's
+//! writes).
 
 use outbox_core::Result;
 use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteConnection, TypeInfo, ValueRef};
 
-use crate::db::{Db, storage};
+use crate::db::{Db, internal, storage};
 
 outbox_sql::driver_io!(SqliteConnection);
 
@@ -103,14 +105,6 @@ pub(crate) async fn execute_all(
         )));
     }
     Ok(changed)
-}
-
-fn internal(message: String) -> outbox_core::Error {
-    outbox_core::Error::Storage {
-        message,
-        temporary: false,
-        source: None,
-    }
 }
 
 /// Appends the statement's text to `sql` with every `?N` outside quotes

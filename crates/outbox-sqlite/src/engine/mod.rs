@@ -37,6 +37,7 @@ use group::{Job, WriteJob};
 pub(crate) use session::{JournalEngine, Session};
 pub(crate) use values::{engine_error, to_row};
 
+use crate::db::internal;
 use crate::{SqliteOptions, Synchronous};
 
 /// How many times `BEGIN IMMEDIATE` is retried after SQLite's own busy
@@ -53,14 +54,6 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             .unwrap_or_else(|| "a panic".into());
         Err(internal(format!("the sqlite engine caught a panic: {why}")))
     })
-}
-
-fn internal(message: impl Into<String>) -> Error {
-    Error::Storage {
-        message: message.into(),
-        temporary: false,
-        source: None,
-    }
 }
 
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
