@@ -38,6 +38,8 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [-
 workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres, partitions
 outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
 drains with the outbox only (no raw side, no table), for a profiler
+outbox-bench --profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS
+the same on Postgres (OUTBOX_TEST_DATABASE_URL), 100 streams
 outbox-bench --profile-concurrent EVENTS ROUNDS
 the same for the 64 concurrent appenders
 outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
@@ -153,6 +155,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(workloads::drain::PROFILE_FLAG) {
         argv.next();
         return workloads::drain::profile(argv);
+    }
+    if argv.peek().map(String::as_str) == Some(pg::PROFILE_FLAG) {
+        argv.next();
+        return pg::profile(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_FLAG) {
         argv.next();

@@ -86,7 +86,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
                 (shape == Shape::Sweeps).then_some((defaults.sweep_rows as i64, defaults.streams_per_pass));
             let (mut o, mut r) = (Vec::new(), Vec::new());
             for round in 0..ROUNDS {
-                o.push(drain_round(url, per_stream, batch, shape).await?);
+                o.push(drain_round(url, per_stream, batch, shape, || Ok(())).await?);
                 r.push(
                     raw::drain_round(url, &schema("raw"), STREAMS, per_stream, batch as i64, sweep).await?,
                 );
@@ -146,7 +146,32 @@ async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
     Ok(rate)
 }
 
-async fn drain_round(url: &str, per_stream: u64, batch: usize, shape: Shape) -> Result<f64> {
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-pg-drain";
+
+/// `--profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS`: outbox
+/// drain rounds on Postgres (`OUTBOX_TEST_DATABASE_URL`) over 100 streams
+/// and nothing else, sampled (as `--profile-drain`) only while draining.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .context("--profile-pg-drain needs OUTBOX_TEST_DATABASE_URL")?;
+    let mut number = |what: &str| crate::workloads::profile_number(PROFILE_FLAG, &mut args, what);
+    let (per_stream, batch) = (number("PER_STREAM")?, number("BATCH")?);
+    let shape = Shape::parse(PROFILE_FLAG, args.next().as_deref())?;
+    let rounds = crate::workloads::profile_number(PROFILE_FLAG, &mut args, "ROUNDS")?;
+    crate::workloads::profile_rounds(rounds, |_tmp, gate| {
+        let url = url.clone();
+        async move { drain_round(&url, per_stream, batch as usize, shape, gate).await }
+    })
+}
+
+async fn drain_round(
+    url: &str,
+    per_stream: u64,
+    batch: usize,
+    shape: Shape,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
     let schema = schema("outbox");
     let seen = Arc::new(Seen::default());
     let mut config = fixture::worker_config(batch);
@@ -156,6 +181,7 @@ async fn drain_round(url: &str, per_stream: u64, batch: usize, shape: Shape) -> 
     let rt = open(url, &schema, config, seen.clone()).await?;
     let heads = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
     let total = STREAMS * per_stream;
+    gate()?;
     let t = Instant::now();
     let running = rt.start().await?;
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;

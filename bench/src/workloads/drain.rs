@@ -23,6 +23,17 @@ pub(crate) enum Shape {
     Sweeps,
 }
 
+impl Shape {
+    /// A `--profile-*` mode's shape argument.
+    pub(crate) fn parse(flag: &str, arg: Option<&str>) -> Result<Self> {
+        match arg {
+            Some("sweeps") => Ok(Shape::Sweeps),
+            Some("per-stream") => Ok(Shape::PerStream),
+            other => anyhow::bail!("{flag}: the shape is sweeps or per-stream, not {other:?}"),
+        }
+    }
+}
+
 pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     let events = ctx.sizes.events;
     let shapes = [(100, events / 100), (ctx.sizes.many_streams, 2)];
@@ -75,11 +86,7 @@ pub(crate) const PROFILE_FLAG: &str = "--profile-drain";
 pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
     let mut number = |what: &str| super::profile_number(PROFILE_FLAG, &mut args, what);
     let (streams, per_stream, batch) = (number("STREAMS")?, number("PER_STREAM")?, number("BATCH")?);
-    let shape = match args.next().as_deref() {
-        Some("sweeps") => Shape::Sweeps,
-        Some("per-stream") => Shape::PerStream,
-        other => anyhow::bail!("{PROFILE_FLAG}: the shape is sweeps or per-stream, not {other:?}"),
-    };
+    let shape = Shape::parse(PROFILE_FLAG, args.next().as_deref())?;
     let rounds = super::profile_number(PROFILE_FLAG, &mut args, "ROUNDS")?;
     super::profile_rounds(rounds, |tmp, gate| async move {
         outbox_round(&tmp, streams, per_stream, batch as usize, shape, gate).await

@@ -32,7 +32,11 @@ fn profiler(what: &str) -> anyhow::Result<()> {
 }
 
 /// The next argument of a `--profile-*` mode (`flag`), as a number.
-fn profile_number(flag: &str, args: &mut impl Iterator<Item = String>, what: &str) -> anyhow::Result<u64> {
+pub(crate) fn profile_number(
+    flag: &str,
+    args: &mut impl Iterator<Item = String>,
+    what: &str,
+) -> anyhow::Result<u64> {
     let v = args
         .next()
         .ok_or_else(|| anyhow::anyhow!("{flag}: missing {what}"))?;
@@ -43,7 +47,7 @@ fn profile_number(flag: &str, args: &mut impl Iterator<Item = String>, what: &st
 /// Runs `rounds` outbox rounds of a `--profile-*` mode and nothing else:
 /// `round` gets the temp root and the gate that starts the profiler (called
 /// when the timed part starts); the profiler stops when the round returns.
-fn profile_rounds<F, Fut>(rounds: u64, mut round: F) -> anyhow::Result<()>
+pub(crate) fn profile_rounds<F, Fut>(rounds: u64, mut round: F) -> anyhow::Result<()>
 where
     F: FnMut(std::path::PathBuf, fn() -> anyhow::Result<()>) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<f64>>,

@@ -17,7 +17,7 @@ use outbox_core::{
     SweepLimits, Timestamp, WakeSource, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
-use sqlx::{Connection, PgConnection, Postgres, Transaction};
+use sqlx::{Connection, PgConnection, Postgres, Row as _, Transaction};
 
 use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
@@ -897,13 +897,6 @@ pub const DUE_STREAMS: &str = concat!(
     ") ORDER BY h.due_at, h.stream LIMIT $1"
 );
 
-/// Streams `$1` claimed in a partition have no stream lease: their heads are
-/// held out of the due index until `$2` (the claim's lease expiry), so the
-/// holder's next claim does not take a run in flight again, and a takeover
-/// after the holder died finds it due. The pass's end puts them back.
-pub const HOLD_HEADS: &str = "UPDATE outbox_heads h SET due_at = x.e FROM unnest($1::text[], $2::bigint[]) AS x(s, e) \
-     WHERE h.stream = x.s AND h.due_at IS NOT NULL";
-
 /// [`outbox_sql::partitions::PARTITION_LEASE_CHECK`] on this clock, share-locking the row.
 pub const PARTITION_LEASE_CHECK: &str = concat!(
     "SELECT 1 FROM outbox_partition_leases WHERE partition_no = $1 AND owner = $2 AND epoch = $3 \
@@ -912,27 +905,76 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
     " FOR SHARE"
 );
 
-/// Share-locks owner `$1`'s unexpired partition leases (a takeover waits
-/// for the claim's commit) and reads, for each (a lateral index range of
-/// `outbox_heads_by_partition`), up to `$3` streams with a due head whose
-/// stream lease is free, expired or `$1`'s; all of them oldest due first, at
-/// most `$3`, each with its partition's epoch and the claim's hold (now +
-/// `$2` ms).
-pub const CLAIM_PARTITIONED_DUE: &str = concat!(
+/// The whole partitioned claim in one statement (no transaction around
+/// it, one round trip): share-locks owner `$1`'s unexpired partition leases
+/// (a takeover waits for this statement's commit); takes, oldest due first,
+/// up to `$3` streams with a due head in them whose stream lease is free,
+/// expired or `$1`'s (a lateral range of `outbox_heads_by_partition` per
+/// partition); claims each one's head run as [`CLAIM`] does (its first `$4`
+/// rows, kept while contiguous, not dead and due), at most `$5` rows in
+/// all, in due order; and holds the claimed streams' heads out of the due
+/// index until now + `$2` ms. Rows are read only for the streams the budget
+/// can reach, judged by each stream's rows at most (its version less its
+/// head, capped at `$4`), so a sweep reads about `$5` rows, not `$3` × `$4`;
+/// where a run is shorter than that bound (a row in flight, not due or
+/// dead) the claim may take fewer than `$5` rows, never more. Such streams have no stream lease: the hold
+/// keeps the holder's next claim off a run in flight, a takeover after the
+/// holder died finds it due, and the pass's end puts the head back.
+///
+/// Returns the claimed rows (the columns of `decode_row`), each with its
+/// partition, the partition lease's epoch, the hold's end and its place in
+/// the claim (`$6` is the message a reclaimed row records).
+pub const CLAIM_PARTITIONED: &str = concat!(
     "WITH held AS (SELECT partition_no, epoch FROM outbox_partition_leases WHERE owner = $1 AND expires_at > ",
     jnow!(),
-    " FOR SHARE) \
-     SELECT held.partition_no, held.epoch, ",
-    jnow!(),
-    " + $2, d.stream FROM held \
-     LEFT JOIN LATERAL (SELECT h.stream, h.due_at FROM outbox_heads h \
-          LEFT JOIN stream_leases l ON l.stream = h.stream \
-          WHERE h.partition_no = held.partition_no AND h.due_at IS NOT NULL AND h.due_at <= ",
+    " FOR SHARE), \
+     due AS (SELECT held.partition_no, held.epoch, d.stream, d.due_at, d.head_seq FROM held \
+          JOIN LATERAL (SELECT h.stream, h.due_at, h.head_seq FROM outbox_heads h \
+               LEFT JOIN stream_leases l ON l.stream = h.stream \
+               WHERE h.partition_no = held.partition_no AND h.due_at IS NOT NULL AND h.due_at <= ",
     jnow!(),
     " AND (l.owner IS NULL OR l.owner = $1 OR l.expires_at <= ",
     jnow!(),
     ") ORDER BY h.due_at, h.stream LIMIT $3) d ON true \
-     ORDER BY d.due_at NULLS LAST, d.stream LIMIT $3"
+          ORDER BY d.due_at, d.stream LIMIT $3), \
+     sized AS (SELECT due.*, \
+                least($4, (SELECT s.head FROM streams s WHERE s.stream = due.stream) - due.head_seq + 1) AS most \
+          FROM due), \
+     picked AS (SELECT * FROM (SELECT sized.*, \
+                (sum(most) OVER (ORDER BY due_at, stream ROWS UNBOUNDED PRECEDING) - most)::bigint AS before \
+                FROM sized) z \
+          WHERE before < $5), \
+     head AS (SELECT picked.partition_no, picked.epoch, picked.stream, picked.due_at, o.seq, o.status, \
+                o.next_attempt_at, row_number() OVER w AS n, first_value(o.seq) OVER w AS first_seq, \
+                first_value(o.status) OVER w AS first_status \
+          FROM picked JOIN LATERAL (SELECT seq, status, next_attempt_at FROM outbox \
+               WHERE stream = picked.stream ORDER BY seq LIMIT least(picked.most, $5 - picked.before)) o ON true \
+          WINDOW w AS (PARTITION BY picked.stream ORDER BY o.seq)), \
+     run AS (SELECT partition_no, epoch, stream, due_at, seq, \
+                bool_and(ok) OVER (PARTITION BY stream ORDER BY seq) AS keep FROM (\
+               SELECT *, status <> 'dead' AND next_attempt_at <= ",
+    jnow!(),
+    " AND seq = first_seq + n - 1 \
+                 AND (n = 1 OR (status <> 'processing' AND first_status <> 'processing')) AS ok FROM head) x), \
+     budget AS (SELECT partition_no, epoch, stream, seq, \
+                count(*) OVER (ORDER BY due_at, stream, seq) AS place FROM run WHERE keep), \
+     claimed AS (UPDATE outbox o SET status = 'processing', updated_at = ",
+    jnow!(),
+    ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
+          last_error = CASE WHEN o.status = 'processing' THEN $6 ELSE o.last_error END, \
+          first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
+    jnow!(),
+    ") ELSE o.first_failed_at END \
+        FROM budget b WHERE b.place <= $5 AND o.stream = b.stream AND o.seq = b.seq \
+        RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
+                  o.last_error, o.updated_at, o.first_failed_at, b.partition_no::bigint, b.epoch, b.place), \
+     hold AS (SELECT ",
+    jnow!(),
+    " + $2 AS until), \
+     held_heads AS (UPDATE outbox_heads h SET due_at = (SELECT until FROM hold) FROM picked \
+          WHERE h.stream = picked.stream AND h.due_at IS NOT NULL \
+            AND EXISTS (SELECT 1 FROM claimed c WHERE c.stream = picked.stream)) \
+     SELECT claimed.*, hold.until FROM claimed, hold"
 );
 
 /// The head run: the stream's first `$2` rows in seq order (a primary-key
@@ -987,10 +1029,9 @@ impl PartitionStore for PgJournal {
         outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
     }
 
-    /// One transaction: one statement share-locks the owner's partition
-    /// leases (a takeover waits until the claim commits) and reads the due
-    /// streams of each; then one claim per stream and one statement holding
-    /// the claimed streams' heads.
+    /// One statement ([`CLAIM_PARTITIONED`]): the owner's partition leases
+    /// share-locked, the due streams in them, their runs and the holds on
+    /// their heads, committed as one.
     async fn claim_partitioned(
         &self,
         owner: &WorkerId,
@@ -999,54 +1040,49 @@ impl PartitionStore for PgJournal {
     ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
         validate_ttl(ttl)?;
         let limits = limits.validated()?;
-        self.write("claiming in partitions", async |tx| {
-            let due: Vec<(i32, i64, i64, Option<String>)> = sqlx::query_as(CLAIM_PARTITIONED_DUE)
-                .bind(owner.as_str())
-                .bind(duration_millis(ttl))
-                .bind(limits.streams as i64)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| storage("claiming in partitions", e))?;
-            let mut taken = Vec::new();
-            let mut rows = 0;
-            for (partition, epoch, expires_at, stream) in due {
-                let Some(stream) = stream else { continue };
-                if rows >= limits.rows {
-                    break;
-                }
-                let partition = u16::try_from(partition)
-                    .map(Partition::new)
-                    .map_err(|e| journal_undecodable("partition", e))?;
-                let lease = Lease::in_partition(
-                    StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?,
-                    owner,
-                    partition,
-                    outbox_sql::partitions::lease_epoch(epoch)?,
-                    Timestamp::from_millis(expires_at),
-                );
-                let run = claim_run_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
-                if run.is_empty() {
-                    continue;
-                }
-                rows += run.len();
-                taken.push((lease, run));
+        let err = |e| storage(self.db.context("claiming in partitions"), e);
+        let rows = sqlx::query(CLAIM_PARTITIONED)
+            .bind(owner.as_str())
+            .bind(duration_millis(ttl))
+            .bind(limits.streams as i64)
+            .bind(limits.per_stream as i64)
+            .bind(limits.rows as i64)
+            .bind(outbox_core::UNFINISHED_ATTEMPT)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(err)?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let place: i64 = r.try_get(11).map_err(|e| journal_undecodable("claim", e))?;
+            claimed.push((place, decode_row(r)?, r));
+        }
+        // In due order, each stream's run in seq order (the claim's places).
+        claimed.sort_by_key(|(place, _, _)| *place);
+        let mut taken: Vec<(Lease, Vec<OutboxRow>)> = Vec::new();
+        for (_, row, r) in claimed {
+            if let Some((lease, run)) = taken.last_mut()
+                && lease.stream == row.stream
+            {
+                run.push(row);
+                continue;
             }
-            if !taken.is_empty() {
-                // Held out of the due index while in flight (see HOLD_HEADS).
-                let (streams, until): (Vec<&str>, Vec<i64>) = taken
-                    .iter()
-                    .map(|(l, _)| (l.stream.as_str(), l.expires_at.as_millis()))
-                    .unzip();
-                sqlx::query(HOLD_HEADS)
-                    .bind(&streams)
-                    .bind(&until)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| storage("claiming in partitions", e))?;
-            }
-            Ok(taken)
-        })
-        .await
+            let bad = |e| journal_undecodable("claim", e);
+            let partition: i64 = r.try_get(9).map_err(bad)?;
+            let epoch: i64 = r.try_get(10).map_err(bad)?;
+            let until: i64 = r.try_get(12).map_err(bad)?;
+            let partition = u16::try_from(partition)
+                .map(Partition::new)
+                .map_err(|e| journal_undecodable("partition", e))?;
+            let lease = Lease::in_partition(
+                row.stream.clone(),
+                owner,
+                partition,
+                outbox_sql::partitions::lease_epoch(epoch)?,
+                Timestamp::from_millis(until),
+            );
+            taken.push((lease, vec![row]));
+        }
+        Ok(taken)
     }
 
     async fn partitions(&self) -> Result<Vec<PartitionStatus>> {

@@ -176,8 +176,9 @@ async fn explain(
     rows.into_iter().map(|(l,)| l).collect::<Vec<_>>().join("\n")
 }
 
-/// `due_streams`, `claim` and `complete` seek indexes on a large outbox:
-/// no sequential scan of `outbox` (or of `outbox_heads`) in their plans.
+/// `due_streams`, `claim`, `complete` and the partitioned claim seek
+/// indexes on a large outbox: no sequential scan of `outbox` (or of
+/// `outbox_heads`) in their plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_use_indexes_on_a_large_outbox() {
     let Some(url) = test_database_url() else { return };
@@ -202,7 +203,11 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     .execute(pool)
     .await
     .expect("fill heads");
-    for t in ["outbox", "outbox_heads", "stream_leases"] {
+    sqlx::query("INSERT INTO streams (stream, head) SELECT 's' || st, 10 FROM generate_series(1, 20000) st")
+        .execute(pool)
+        .await
+        .expect("fill streams");
+    for t in ["outbox", "outbox_heads", "stream_leases", "streams"] {
         sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {t}")))
             .execute(pool)
             .await
@@ -223,6 +228,37 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     assert!(
         due.contains("outbox_heads_by_due"),
         "due_streams walks the due index:\n{due}"
+    );
+    // The partitioned claim (one statement) on the same data, with every
+    // head in partition 0 and that partition held: a range of the
+    // due index and primary-key seeks, no scan of either table.
+    sqlx::query("INSERT INTO outbox_partition_leases (partition_no, owner, epoch, expires_at) VALUES (0, 'w', 1, 9000000000000)")
+        .execute(pool)
+        .await
+        .expect("hold partition 0");
+    let partitioned = explain(pool, statements::CLAIM_PARTITIONED, |q| {
+        q.bind("w")
+            .bind(15_000i64)
+            .bind(64i64)
+            .bind(64i64)
+            .bind(512i64)
+            .bind("x")
+    })
+    .await;
+    sqlx::query("DELETE FROM outbox_partition_leases")
+        .execute(pool)
+        .await
+        .expect("free partition 0");
+    println!("claim_partitioned:\n{partitioned}\n");
+    for table in ["outbox ", "outbox_heads ", "streams "] {
+        assert!(
+            !partitioned.contains(&format!("Seq Scan on {table}")),
+            "claim_partitioned scans {table}:\n{partitioned}"
+        );
+    }
+    assert!(
+        partitioned.contains("Index Scan using outbox_heads_by_") && partitioned.contains("outbox_pkey"),
+        "claim_partitioned walks a due index and the rows' keys:\n{partitioned}"
     );
 
     // And the results are right on that data: the 20 due streams, oldest first.
