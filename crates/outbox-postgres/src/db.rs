@@ -201,9 +201,12 @@ impl Db {
     pub(crate) fn pool(connect: PgConnectOptions, options: &PgOptions) -> Result<Db> {
         options.validate()?;
         let shown = format!("{} schema {}", redacted(&connect), options.schema);
-        let connect = connect
+        let mut connect = connect
             .options([("search_path", options.schema.as_str())])
             .application_name("outbox");
+        if options.generic_plans {
+            connect = connect.options([("plan_cache_mode", "force_generic_plan")]);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .min_connections(0)

@@ -559,6 +559,32 @@ async fn sharing_store_uses_the_journal_schema() {
     assert_eq!(n, 1, "the projection's documents are in the shared schema");
 }
 
+/// The pool's connections plan each statement once (generic plans) unless
+/// the options say otherwise, and keep the schema as their search path
+/// either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_use_generic_plans_unless_turned_off() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("plans");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    for (generic, want) in [(true, "force_generic_plan"), (false, "auto")] {
+        let j = PgJournal::connect(&url, options(&s).with_generic_plans(generic))
+            .await
+            .expect("connect journal");
+        let mode: String = sqlx::query_scalar("SELECT current_setting('plan_cache_mode')")
+            .fetch_one(j.pool())
+            .await
+            .unwrap();
+        assert_eq!(mode, want, "generic_plans = {generic}");
+        let path: String = sqlx::query_scalar("SELECT current_setting('search_path')")
+            .fetch_one(j.pool())
+            .await
+            .unwrap();
+        assert_eq!(path, s, "generic_plans = {generic}");
+        j.close().await;
+    }
+}
+
 /// `admit_run` across processes: many stores (each its own pool, as separate
 /// processes) admit a run for one projection at the same moment; exactly one
 /// succeeds and every other is `InvalidState` naming the winner. Also when
