@@ -909,8 +909,7 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
 /// it, one round trip): share-locks owner `$1`'s unexpired partition leases
 /// (a takeover waits for this statement's commit); takes, oldest due first,
 /// up to `$3` streams with a due head in them whose stream lease is free,
-/// expired or `$1`'s (a lateral range of `outbox_heads_by_partition` per
-/// partition); claims each one's head run as [`CLAIM`] does (its first `$4`
+/// expired or `$1`'s; claims each one's head run as [`CLAIM`] does (its first `$4`
 /// rows, kept while contiguous, not dead and due), at most `$5` rows in
 /// all, in due order; and holds the claimed streams' heads out of the due
 /// index until now + `$2` ms. Rows are read only for the streams the budget
@@ -921,6 +920,15 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
 /// keeps the holder's next claim off a run in flight, a takeover after the
 /// holder died finds it due, and the pass's end puts the head back.
 ///
+/// The due streams come from the first 4 × `$3` heads of the global due
+/// index when `$3` of them lie in held partitions (they are then the oldest
+/// due there: any older one would be among them), which is the usual case
+/// for a worker holding a quarter of the partitions or more; otherwise from
+/// a lateral range of `outbox_heads_by_partition` per held partition,
+/// merged. Either way the heads read are bounded by `$3` (4 × `$3`, plus
+/// `$3` per held partition on the fallback), whatever the backlog in
+/// partitions others hold.
+///
 /// Returns the claimed rows (the columns of `decode_row`), each with its
 /// partition, the partition lease's epoch, the hold's end and its place in
 /// the claim (`$6` is the message a reclaimed row records).
@@ -928,7 +936,16 @@ pub const CLAIM_PARTITIONED: &str = concat!(
     "WITH held AS (SELECT partition_no, epoch FROM outbox_partition_leases WHERE owner = $1 AND expires_at > ",
     jnow!(),
     " FOR SHARE), \
-     due AS (SELECT held.partition_no, held.epoch, d.stream, d.due_at, d.head_seq FROM held \
+     early AS (SELECT h.stream, h.due_at, h.head_seq, h.partition_no FROM outbox_heads h \
+          WHERE h.due_at IS NOT NULL AND h.due_at <= ",
+    jnow!(),
+    " ORDER BY h.due_at, h.stream LIMIT 4 * $3), \
+     fast AS (SELECT held.partition_no, held.epoch, e.stream, e.due_at, e.head_seq FROM early e \
+          JOIN held ON held.partition_no = e.partition_no LEFT JOIN stream_leases l ON l.stream = e.stream \
+          WHERE l.owner IS NULL OR l.owner = $1 OR l.expires_at <= ",
+    jnow!(),
+    "), \
+     slow AS (SELECT held.partition_no, held.epoch, d.stream, d.due_at, d.head_seq FROM held \
           JOIN LATERAL (SELECT h.stream, h.due_at, h.head_seq FROM outbox_heads h \
                LEFT JOIN stream_leases l ON l.stream = h.stream \
                WHERE h.partition_no = held.partition_no AND h.due_at IS NOT NULL AND h.due_at <= ",
@@ -936,7 +953,10 @@ pub const CLAIM_PARTITIONED: &str = concat!(
     " AND (l.owner IS NULL OR l.owner = $1 OR l.expires_at <= ",
     jnow!(),
     ") ORDER BY h.due_at, h.stream LIMIT $3) d ON true \
-          ORDER BY d.due_at, d.stream LIMIT $3), \
+          WHERE (SELECT count(*) FROM fast) < $3), \
+     due AS (SELECT * FROM (SELECT * FROM fast WHERE (SELECT count(*) FROM fast) >= $3 \
+                            UNION ALL SELECT * FROM slow) u \
+          ORDER BY due_at, stream LIMIT $3), \
      sized AS (SELECT due.*, \
                 least($4, (SELECT s.head FROM streams s WHERE s.stream = due.stream) - due.head_seq + 1) AS most \
           FROM due), \
