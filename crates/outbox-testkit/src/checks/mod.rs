@@ -136,6 +136,7 @@ macro_rules! for_each_check {
             partition_held_by_another_waits_for_release_or_expiry,
             partition_sync_rejects_unknown_partitions,
             partitioned_claim_takes_only_held_partitions,
+            partitioned_claim_takes_the_oldest_due_streams_of_held_partitions,
             partitioned_claim_is_fenced_by_the_partition_epoch,
             partitioned_pass_ends_without_releasing_the_partition,
             stream_and_partition_leases_exclude_each_other,

@@ -197,6 +197,42 @@ pub async fn partitioned_claim_takes_only_held_partitions<H: Harness>(h: &H) {
     );
 }
 
+/// `claim_partitioned` takes the oldest due streams of the held partitions,
+/// in due order, also when older due streams of other partitions come
+/// first in the journal (an adapter that looks at the oldest heads overall
+/// first must look further when too few of them are its own).
+pub async fn partitioned_claim_takes_the_oldest_due_streams_of_held_partitions<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    for i in 0..6 {
+        enqueue(j, stream_in(j, &format!("a{i}-"), p(3)).as_str(), 1).await;
+    }
+    let mine: Vec<StreamId> = (0..3).map(|i| stream_in(j, &format!("b{i}-"), p(4))).collect();
+    for s in &mine {
+        enqueue(j, s.as_str(), 1).await;
+    }
+    j.sync_partitions(&a, &[p(4)], TTL).await.unwrap();
+    let limits = |streams| SweepLimits {
+        streams,
+        per_stream: 1,
+        rows: 10,
+    };
+    let streams = |taken: Vec<(outbox_core::Lease, Vec<outbox_core::OutboxRow>)>| {
+        taken.into_iter().map(|(l, _)| l.stream).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        streams(j.claim_partitioned(&a, TTL, limits(2)).await.unwrap()),
+        mine[..2],
+        "the two oldest due streams of p04"
+    );
+    assert_eq!(
+        streams(j.claim_partitioned(&a, TTL, limits(3)).await.unwrap()),
+        mine[2..],
+        "then the third, behind six older streams of p03"
+    );
+}
+
 /// A partitioned claim's lease is current only while its partition's lease
 /// is: after a takeover the old holder's `claim`, `fail`, `abandon` and
 /// `renew` are `LeaseLost`, and the new holder's claim takes the unfinished
