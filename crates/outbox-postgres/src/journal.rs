@@ -874,6 +874,25 @@ pub const APPEND_WRITE: &str = concat!(
 pub const LOCK_STREAMS: &str =
     "SELECT stream, head FROM streams WHERE stream = ANY($1) ORDER BY stream FOR NO KEY UPDATE";
 
+/// The `SET` list of a claim's `UPDATE outbox o`: marks the row processing;
+/// a row found processing already (its claimer stopped before finishing
+/// it) counts an attempt and records the message bound at `$err`.
+macro_rules! mark_processing {
+    ($err:literal) => {
+        concat!(
+            "status = 'processing', updated_at = ",
+            jnow!(),
+            ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
+             last_error = CASE WHEN o.status = 'processing' THEN ",
+            $err,
+            " ELSE o.last_error END, \
+             first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
+            jnow!(),
+            ") ELSE o.first_failed_at END"
+        )
+    };
+}
+
 /// Checks (and share-locks) a lease: stream, owner, epoch.
 pub const LEASE_CHECK: &str = concat!(
     "SELECT 1 FROM stream_leases WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
@@ -978,14 +997,9 @@ pub const CLAIM_PARTITIONED: &str = concat!(
                  AND (n = 1 OR (status <> 'processing' AND first_status <> 'processing')) AS ok FROM head) x), \
      budget AS (SELECT partition_no, epoch, stream, seq, \
                 count(*) OVER (ORDER BY due_at, stream, seq) AS place FROM run WHERE keep), \
-     claimed AS (UPDATE outbox o SET status = 'processing', updated_at = ",
-    jnow!(),
-    ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
-          last_error = CASE WHEN o.status = 'processing' THEN $6 ELSE o.last_error END, \
-          first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
-    jnow!(),
-    ") ELSE o.first_failed_at END \
-        FROM budget b WHERE b.place <= $5 AND o.stream = b.stream AND o.seq = b.seq \
+     claimed AS (UPDATE outbox o SET ",
+    mark_processing!("$6"),
+    " FROM budget b WHERE b.place <= $5 AND o.stream = b.stream AND o.seq = b.seq \
         RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
                   o.last_error, o.updated_at, o.first_failed_at, b.partition_no::bigint, b.epoch, b.place), \
      hold AS (SELECT ",
@@ -1010,14 +1024,9 @@ pub const CLAIM: &str = concat!(
                 AND first_value(status) OVER (ORDER BY seq) <> 'processing')) AS ok \
          FROM (SELECT seq, status, next_attempt_at FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
        ) x) \
-     UPDATE outbox o SET status = 'processing', updated_at = ",
-    jnow!(),
-    ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
-       last_error = CASE WHEN o.status = 'processing' THEN $3 ELSE o.last_error END, \
-       first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
-    jnow!(),
-    ") ELSE o.first_failed_at END \
-     FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
+     UPDATE outbox o SET ",
+    mark_processing!("$3"),
+    " FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
      RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
                o.last_error, o.updated_at, o.first_failed_at"
 );
