@@ -85,6 +85,19 @@ pub(crate) struct Seen {
     pub(crate) at: Option<Mutex<HashMap<(String, u64), SystemTime>>>,
 }
 
+impl Seen {
+    /// Recording when each of `total` events is applied. The map is sized
+    /// up front: growing it rehashes every entry inside the applier, a
+    /// pause of milliseconds in the worker's task that the lag would
+    /// count against the outbox.
+    pub(crate) fn recording(total: u64) -> Seen {
+        Seen {
+            at: Some(Mutex::new(HashMap::with_capacity(total as usize))),
+            ..Seen::default()
+        }
+    }
+}
+
 /// The document the projection upserts per event, keyed by stream.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Doc {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result};
@@ -146,16 +146,13 @@ async fn one_run(
     gate: impl FnOnce() -> Result<()>,
 ) -> Result<(Vec<f64>, f64)> {
     let dir = fixture::tempdir(tmp)?;
-    let seen = Arc::new(Seen {
-        at: Some(Mutex::new(HashMap::new())),
-        ..Seen::default()
-    });
+    let total = (rate * seconds as f64) as u64;
+    let seen = Arc::new(Seen::recording(total));
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
     let running = rt.start().await?;
     gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let total = (rate * seconds as f64) as u64;
     let (scheduled, heads, sent_rate) = offer(&rt, &streams, rate, total, per_call).await?;
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;
@@ -318,10 +315,7 @@ pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
     let total: u64 = args.next().context("TOTAL")?.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
-        let seen = Arc::new(Seen {
-            at: Some(Mutex::new(HashMap::new())),
-            ..Seen::default()
-        });
+        let seen = Arc::new(Seen::recording(total));
         // No poll to speak of: only the wake source can start a pass.
         let config = Config::apply_worker()
             .with_repair_on_start(false)
