@@ -9,6 +9,10 @@
 //! worker), those sleeps were the tail of the append-to-applied lag. This
 //! handler pauses 50 µs and grows the pause by half each try up to 2 ms,
 //! until the connection's busy timeout has passed since the first try.
+//! A writer engine's waits are marked on the database's turn file
+//! ([`super::turn`]); a marked wait keeps its first pauses at most
+//! [`WHILE_MARKED`], since the holder pauses for it before its next
+//! transaction.
 
 use std::cell::Cell;
 use std::thread;
@@ -18,6 +22,13 @@ use std::time::{Duration, Instant};
 const FIRST: Duration = Duration::from_micros(50);
 /// The longest pause between two tries.
 const LONGEST: Duration = Duration::from_millis(2);
+/// The longest pause of a wait marked on the turn file: well within the
+/// holder's pause for waiters ([`super::turn::LONGEST_YIELD`]).
+const WHILE_MARKED: Duration = Duration::from_micros(100);
+/// How many tries of a marked wait keep their pauses that short (about
+/// 5 ms): past them the holder is in a long transaction, and the pauses
+/// grow as unmarked ones do instead of polling the lock for its length.
+const MARKED_TRIES: i32 = 50;
 
 thread_local! {
     /// This engine thread's busy timeout, and when the current wait began.
@@ -52,7 +63,12 @@ pub(crate) fn handler(n: i32) -> bool {
     if now.duration_since(started) >= timeout {
         return false;
     }
-    thread::sleep(pause(n));
+    let pause = if super::turn::waiting() && n < MARKED_TRIES {
+        pause(n).min(WHILE_MARKED)
+    } else {
+        pause(n)
+    };
+    thread::sleep(pause);
     true
 }
 

@@ -21,6 +21,7 @@
 mod busy;
 mod group;
 mod session;
+mod turn;
 mod values;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -139,6 +140,7 @@ impl Engine {
         let (sender, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = oneshot::channel();
         let shown = path.display().to_string();
+        let db = path.to_owned();
         thread::Builder::new()
             .name(match access {
                 Access::Write => "outbox-sqlite-writer".into(),
@@ -146,6 +148,9 @@ impl Engine {
             })
             .spawn(move || {
                 busy::set_timeout(busy_timeout);
+                if access == Access::Write {
+                    turn::take_part(&db);
+                }
                 Worker { conn, path: shown }.serve(receiver);
                 let _ = stopped_tx.send(());
             })
@@ -258,8 +263,19 @@ impl Worker {
     }
 
     /// `BEGIN IMMEDIATE`, retried a few times when SQLite's busy timeout
-    /// expires first (another connection holds the write lock).
+    /// expires first (another connection holds the write lock); a writer
+    /// lets writers of other processes that wait for the lock go first
+    /// ([`turn`]).
     fn begin(&self, begin: &str) -> Result<()> {
+        // Writers in other processes that wait for the write lock go first.
+        turn::let_waiters_in();
+        let begun = self.try_begin(begin);
+        turn::waited();
+        begun
+    }
+
+    /// The tries of [`Worker::begin`].
+    fn try_begin(&self, begin: &str) -> Result<()> {
         let mut attempt = 0;
         loop {
             match self.conn.prepare_cached(begin).and_then(|mut st| st.execute([])) {
