@@ -44,6 +44,8 @@ outbox-bench --profile-concurrent EVENTS ROUNDS
 the same for the 64 concurrent appenders
 outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
 the same for the in-process lag run (prints p50, p99, max)
+outbox-bench --profile-lag-across RATE PER_CALL SECONDS ROUNDS
+the lag run with the worker in a child process
 
 (postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
@@ -162,7 +164,11 @@ fn main() -> Result<()> {
     }
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_FLAG) {
         argv.next();
-        return workloads::lag::profile(argv);
+        return workloads::lag::profile(argv, false);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_ACROSS_FLAG) {
+        argv.next();
+        return workloads::lag::profile(argv, true);
     }
     if argv.peek().map(String::as_str) == Some(workloads::concurrent::PROFILE_FLAG) {
         argv.next();

@@ -72,7 +72,7 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
     let (mut p50, mut p99, mut max, mut achieved) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let (mut lags, sent_rate) = if across {
-            across_processes(ctx, rate, per_call).await?
+            across_processes(&ctx.tmp, ctx.sizes.lag_seconds, rate, per_call).await?
         } else {
             one_run(&ctx.tmp, ctx.sizes.lag_seconds, rate, per_call, || Ok(())).await?
         };
@@ -111,20 +111,30 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
 /// The flag of [`profile`].
 pub(crate) const PROFILE_FLAG: &str = "--profile-lag";
 
+/// The flag of [`profile`] with the worker in a child process.
+pub(crate) const PROFILE_ACROSS_FLAG: &str = "--profile-lag-across";
+
 /// `--profile-lag RATE PER_CALL SECONDS ROUNDS`: in-process open-loop runs
 /// at RATE ev/s, PER_CALL events per call, and nothing else (sampled, as
 /// `--profile-drain`, only while appending and draining); prints each
-/// round's lag percentiles.
-pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
-    let mut number = |what: &str| super::profile_number(PROFILE_FLAG, &mut args, what);
+/// round's lag percentiles. With `across` (`--profile-lag-across`), the
+/// worker runs in a child process and this one only appends (the
+/// profiler's gate is not used: the child is a process of its own).
+pub(crate) fn profile(mut args: impl Iterator<Item = String>, across: bool) -> Result<()> {
+    let flag = if across { PROFILE_ACROSS_FLAG } else { PROFILE_FLAG };
+    let mut number = |what: &str| super::profile_number(flag, &mut args, what);
     let (rate, per_call, seconds) = (number("RATE")?, number("PER_CALL")?, number("SECONDS")?);
     let rounds = number("ROUNDS")?;
     anyhow::ensure!(
         rate > 0 && per_call > 0 && seconds > 0,
-        "{PROFILE_FLAG}: every number must be positive"
+        "{flag}: every number must be positive"
     );
     super::profile_rounds(rounds, |tmp, gate| async move {
-        let (mut lags, sent) = one_run(&tmp, seconds, rate as f64, per_call, gate).await?;
+        let (mut lags, sent) = if across {
+            across_processes(&tmp, seconds, rate as f64, per_call).await?
+        } else {
+            one_run(&tmp, seconds, rate as f64, per_call, gate).await?
+        };
         lags.sort_by(f64::total_cmp);
         eprintln!(
             "   p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
@@ -270,11 +280,16 @@ pub(crate) const CHILD_FLAG: &str = "--lag-child";
 
 /// Lags in ms with the worker in a child process (`--lag-child DIR TOTAL`)
 /// and this process appending through a producer-only runtime.
-async fn across_processes(ctx: &Ctx, rate: f64, per_call: u64) -> Result<(Vec<f64>, f64)> {
-    let dir = fixture::tempdir(&ctx.tmp)?;
+async fn across_processes(
+    tmp: &std::path::Path,
+    seconds: u64,
+    rate: f64,
+    per_call: u64,
+) -> Result<(Vec<f64>, f64)> {
+    let dir = fixture::tempdir(tmp)?;
     // Creates both files before the child opens them.
     let rt = fixture::open(dir.path(), Config::producer_only(), Arc::new(Seen::default())).await?;
-    let total = (rate * ctx.sizes.lag_seconds as f64) as u64;
+    let total = (rate * seconds as f64) as u64;
     let mut child = Command::new(std::env::current_exe()?)
         .arg(CHILD_FLAG)
         .arg(dir.path())
