@@ -269,12 +269,10 @@ mod tests {
     /// A write engine on a new database with `t (k, v)` holding `(1, 0)`.
     fn engine(dir: &Path) -> (Arc<Engine>, std::path::PathBuf) {
         let path = dir.join("group.db");
-        Connection::open(&path)
-            .and_then(|c| {
-                c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
-                c.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);")
-            })
-            .expect("create");
+        crate::engine::new_wal_db(
+            &path,
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);",
+        );
         let engine = Engine::start(&path, &SqliteOptions::default(), Access::Write).expect("engine");
         (Arc::new(engine), path)
     }

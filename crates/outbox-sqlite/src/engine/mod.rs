@@ -341,6 +341,17 @@ impl Worker {
     }
 }
 
+/// A new WAL-mode database at `path` made by `schema` (the engine's tests).
+#[cfg(test)]
+fn new_wal_db(path: &Path, schema: &str) {
+    Connection::open(path)
+        .and_then(|c| {
+            c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+            c.execute_batch(schema)
+        })
+        .expect("create");
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -419,15 +430,11 @@ mod tests {
     async fn a_write_queued_while_a_group_runs_shares_its_commit() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal.db");
-        Connection::open(&path)
-            .and_then(|c| {
-                c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
-                c.execute_batch(
-                    "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);
-                     PRAGMA wal_checkpoint(TRUNCATE);",
-                )
-            })
-            .expect("create");
+        new_wal_db(
+            &path,
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        );
         let engine =
             Arc::new(Engine::start(&path, &SqliteOptions::default(), Access::Write).expect("engine"));
         let bump = |conn: &Connection| {

@@ -177,12 +177,7 @@ mod tests {
     /// A WAL database with one table, `t`.
     fn new_db(dir: &Path) -> PathBuf {
         let path = dir.join("turns.db");
-        Connection::open(&path)
-            .and_then(|c| {
-                c.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
-                c.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY)")
-            })
-            .expect("create");
+        crate::engine::new_wal_db(&path, "CREATE TABLE t (k INTEGER PRIMARY KEY)");
         path
     }
 
