@@ -37,6 +37,11 @@ pub(super) const LONGEST_YIELD: Duration = Duration::from_micros(500);
 /// How often a pausing writer looks again.
 const LOOK_AGAIN: Duration = Duration::from_micros(25);
 
+/// How often a writer looks for a turn file that was not there: a writer
+/// of a database only its process writes tries at most this often (one
+/// failed `open`), not before every transaction.
+const LOOK_FOR_FILE: Duration = Duration::from_millis(1);
+
 /// The turn file of the database at `db`.
 pub(crate) fn path_of(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
@@ -49,6 +54,8 @@ struct Turn {
     path: PathBuf,
     /// The turn file, once it exists.
     file: Option<File>,
+    /// When the file was last looked for and not found.
+    missing_at: Option<Instant>,
     /// Whether this thread holds its shared lock (it is waiting).
     held: bool,
 }
@@ -64,20 +71,25 @@ pub(super) fn take_part(db: &Path) {
         *m.borrow_mut() = Some(Turn {
             path: path_of(db),
             file: None,
+            missing_at: None,
             held: false,
         })
     });
 }
 
 impl Turn {
-    /// The turn file: opened, or made (mode 0600) when `create`.
+    /// The turn file: opened, or made (mode 0600) when `create`. Without
+    /// `create`, a file found missing is looked for again only after
+    /// [`LOOK_FOR_FILE`].
     fn file(&mut self, create: bool) -> Option<&File> {
-        if self.file.is_none() {
+        let recently_missing = self.missing_at.is_some_and(|t| t.elapsed() < LOOK_FOR_FILE);
+        if self.file.is_none() && (create || !recently_missing) {
             let mut options = OpenOptions::new();
             options.read(true).write(true).create(create).truncate(false);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
             self.file = options.open(&self.path).ok();
+            self.missing_at = self.file.is_none().then(Instant::now);
         }
         self.file.as_ref()
     }
@@ -249,6 +261,8 @@ mod tests {
             .truncate(false)
             .open(path_of(&path))
             .expect("turn file");
+        // Anew: a file found missing is looked for again only a while later.
+        take_part(&path);
         assert!(!let_waiters_in(), "nobody waits");
         waiter.lock_shared().expect("a marked wait");
         assert!(let_waiters_in(), "a marked waiter goes first");
