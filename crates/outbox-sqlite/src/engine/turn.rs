@@ -96,17 +96,18 @@ impl Turn {
 
     /// Whether another writer waits (holds its shared lock on the file).
     fn someone_waits(&mut self) -> bool {
-        let Some(file) = self.file(false) else {
-            return false;
-        };
-        match file.try_lock() {
-            Ok(()) => {
-                let _ = file.unlock();
-                false
-            }
-            Err(TryLockError::WouldBlock) => true,
-            Err(TryLockError::Error(_)) => false,
-        }
+        self.file(false)
+            .is_some_and(|f| locked_by_another(f).unwrap_or(false))
+    }
+}
+
+/// Whether another open file holds a lock on the turn file `file` (probed
+/// with an exclusive lock that is let go at once).
+fn locked_by_another(file: &File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => file.unlock().map(|()| false),
+        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::Error(e)) => Err(e),
     }
 }
 
@@ -166,12 +167,7 @@ pub(super) fn waited() {
 /// any engine (tests).
 #[cfg(test)]
 pub(super) fn waiter_on(db: &Path) -> std::io::Result<bool> {
-    let file = OpenOptions::new().read(true).write(true).open(path_of(db))?;
-    Ok(match file.try_lock() {
-        Ok(()) => false,
-        Err(TryLockError::WouldBlock) => true,
-        Err(TryLockError::Error(e)) => return Err(e),
-    })
+    locked_by_another(&OpenOptions::new().read(true).write(true).open(path_of(db))?)
 }
 
 #[cfg(test)]
