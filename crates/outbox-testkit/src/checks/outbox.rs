@@ -1357,6 +1357,35 @@ pub async fn complete_and_release_all_ends_several_passes<H: Harness>(h: &H) {
     assert!(r.is_ok(), "x's lease is still current: {r:?}");
 }
 
+/// `complete_and_release_all` with plain ends (a completion, no abandon):
+/// each stream's head moves to its first row left, due by that row, or goes
+/// with its last row, as `complete` leaves it.
+pub async fn complete_and_release_all_moves_the_heads_of_completed_streams<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = enqueue(j, "a", 3).await;
+    let b = enqueue(j, "b", 2).await;
+    let mut ends = Vec::new();
+    for stream in [&a, &b] {
+        let (lease, run) = take_and_claim(j, stream, "w", 2).await;
+        assert_eq!(seqs_of(&run), [1, 2], "{stream}: set-up claim");
+        ends.push(StreamEnd {
+            lease,
+            through: Some(seq(2)),
+            abandon: false,
+        });
+    }
+    let done = j.complete_and_release_all(&ends).await.expect("ends");
+    assert_eq!(done, 4);
+    assert_eq!(
+        due(j).await,
+        std::slice::from_ref(&a),
+        "a is due by its row 3; b, with no row left, is not due"
+    );
+    let (_, run) = take_and_claim(j, &a, "x", 10).await;
+    assert_eq!(seqs_of(&run), [3], "a's head is its first row left");
+}
+
 /// `requeue`: a dead row becomes pending, attempt count 0, error cleared, due now.
 pub async fn requeue_revives_dead_row<H: Harness>(h: &H) {
     let f = h.open().await;

@@ -311,6 +311,43 @@ pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h
     assert_eq!(next.len(), 1, "the holder claims the rest at once");
 }
 
+/// A partitioned pass that ends with a plain completion (no abandon)
+/// ends the hold on the stream's head: the holder claims the rest at once.
+pub async fn partitioned_plain_end_lets_the_rest_be_claimed_at_once<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let a = owner("a");
+    let s = stream_in(j, "s", p(1));
+    enqueue(j, s.as_str(), 3).await;
+    j.sync_partitions(&a, &[p(1)], TTL).await.unwrap();
+    let two = SweepLimits {
+        per_stream: 2,
+        ..LIMITS
+    };
+    let (lease, rows) = j.claim_partitioned(&a, TTL, two).await.unwrap().remove(0);
+    assert_eq!(rows.len(), 2);
+    let done = j
+        .complete_and_release_all(&[StreamEnd {
+            lease,
+            through: Some(seq(2)),
+            abandon: false,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(done, 2);
+    let next = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    assert_eq!(
+        next.iter()
+            .map(|(l, r)| (
+                l.stream.clone(),
+                r.iter().map(|r| r.seq.get()).collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>(),
+        [(s, vec![3])],
+        "the holder claims the rest at once"
+    );
+}
+
 /// Stream leases and partition leases exclude each other: `acquire`
 /// refuses a stream whose partition another owner holds, `due_streams`
 /// omits it, and a partitioned claim skips a stream another owner leased.
