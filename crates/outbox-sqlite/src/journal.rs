@@ -75,6 +75,32 @@ fn refresh_head(conn: &Connection, stream: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// [`refresh_head`] for several streams in two statements (none when
+/// `streams` is empty): each head recomputed from the stream's first row
+/// (a primary-key seek each), then the heads of streams left without rows
+/// removed.
+fn refresh_heads(conn: &Connection, streams: &[&str]) -> rusqlite::Result<()> {
+    if streams.is_empty() {
+        return Ok(());
+    }
+    let streams = serde_json::Value::from(streams.to_vec()).to_string();
+    conn.prepare_cached(
+        "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+         SELECT o.stream, o.seq, CASE WHEN o.status = 'dead' THEN NULL ELSE o.next_attempt_at END, o.partition_no \
+         FROM json_each(?1) AS j JOIN outbox AS o ON o.stream = j.value \
+         WHERE o.seq = (SELECT min(seq) FROM outbox WHERE stream = j.value) \
+         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+         partition_no = excluded.partition_no",
+    )?
+    .execute([&streams])?;
+    conn.prepare_cached(
+        "DELETE FROM outbox_heads WHERE stream IN (SELECT value FROM json_each(?1)) \
+         AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = outbox_heads.stream)",
+    )?
+    .execute([&streams])?;
+    Ok(())
+}
+
 /// Whether `lease` is the stream's current, unexpired lease (SQLite's
 /// clock), or for a partitioned claim's lease, its partition's.
 fn lease_valid(conn: &Connection, lease: &Lease) -> rusqlite::Result<bool> {
@@ -229,6 +255,26 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
     Ok(rows)
 }
 
+/// The SET list that marks claimed rows `processing`, given the
+/// parameters of the store's now and of the unfinished-attempt message: a
+/// row found `processing` (its claimer stopped without an end) counts an
+/// attempt.
+macro_rules! mark_processing {
+    ($now:literal, $unfinished:literal) => {
+        concat!(
+            "status = 'processing', updated_at = ",
+            $now,
+            ", attempt_count = attempt_count + (status = 'processing'), \
+             last_error = CASE WHEN status = 'processing' THEN ",
+            $unfinished,
+            " ELSE last_error END, \
+             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ",
+            $now,
+            ") ELSE first_failed_at END"
+        )
+    };
+}
+
 /// The claim under a lease this transaction just acquired (so it is valid).
 ///
 /// One read and one write: the head run's rows are read whole (with the
@@ -237,61 +283,16 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
 /// that statement wrote.
 fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
     let err = ctx("claiming outbox rows");
-    let processing = OutboxStatus::Processing.as_str();
-    // The head run: the first `max` rows in seq order (a primary-key
-    // range seek), cut at the first hole, dead row or row not yet due.
-    let mut run: Vec<StoredOutboxRow> = Vec::new();
-    let mut now = 0;
-    {
-        let mut st = conn
-            .prepare_cached(concat!(
-                "SELECT ",
-                outbox_sql::outbox_row_columns!(),
-                ", ",
-                now_ms!(),
-                " FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?2"
-            ))
-            .map_err(&err)?;
-        let mut rows = st
-            .query(params![lease.stream.as_str(), max as i64])
-            .map_err(&err)?;
-        while let Some(r) = rows.next().map_err(&err)? {
-            // What cuts the run first; the rest of a row only once it is in.
-            let (seq, status, next_attempt_at): (i64, String, i64) = (
-                r.get(1).map_err(&err)?,
-                r.get(3).map_err(&err)?,
-                r.get(5).map_err(&err)?,
-            );
-            now = r.get(9).map_err(&err)?;
-            let contiguous = run
-                .first()
-                .is_none_or(|first| seq == first.seq + run.len() as i64);
-            if !contiguous || status == OutboxStatus::Dead.as_str() || next_attempt_at > now {
-                break;
-            }
-            // An unfinished row is claimed alone (as the head) or not at all.
-            let unfinished = status == processing;
-            if unfinished && !run.is_empty() {
-                break;
-            }
-            run.push(stored_row(r).map_err(|e| journal_undecodable("outbox row", e))?);
-            if unfinished {
-                break;
-            }
-        }
-    }
+    let (run, now) = read_run(conn, &lease.stream, max)?;
     let (Some(first), Some(last)) = (run.first(), run.last()) else {
         return Ok(Vec::new());
     };
     let marked = conn
-        .prepare_cached(
-            "UPDATE outbox SET status = 'processing', updated_at = ?4, \
-             attempt_count = attempt_count + (status = 'processing'), \
-             last_error = CASE WHEN status = 'processing' THEN ?5 ELSE last_error END, \
-             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ?4) \
-             ELSE first_failed_at END \
-             WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3",
-        )
+        .prepare_cached(concat!(
+            "UPDATE outbox SET ",
+            mark_processing!("?4", "?5"),
+            " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3"
+        ))
         .and_then(|mut st| {
             st.execute(params![
                 lease.stream.as_str(),
@@ -302,17 +303,72 @@ fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxR
             ])
         })
         .map_err(&err)?;
-    if marked != run.len() {
+    check_marked(marked, run.len())?;
+    claimed_rows(run, now)
+}
+
+/// A stream's head run as [`claim_run`] takes it, not yet marked: the
+/// first `max` rows in seq order (a primary-key range seek), cut at the
+/// first hole, dead row or row not yet due; an unfinished (`processing`)
+/// row only alone, as the head. Returns the run and the store's now.
+fn read_run(conn: &Connection, stream: &StreamId, max: usize) -> Result<(Vec<StoredOutboxRow>, i64)> {
+    let err = ctx("claiming outbox rows");
+    let processing = OutboxStatus::Processing.as_str();
+    let mut run: Vec<StoredOutboxRow> = Vec::new();
+    let mut now = 0;
+    let mut st = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            outbox_sql::outbox_row_columns!(),
+            ", ",
+            now_ms!(),
+            " FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?2"
+        ))
+        .map_err(&err)?;
+    let mut rows = st.query(params![stream.as_str(), max as i64]).map_err(&err)?;
+    while let Some(r) = rows.next().map_err(&err)? {
+        // What cuts the run first; the rest of a row only once it is in.
+        let (seq, status, next_attempt_at): (i64, String, i64) = (
+            r.get(1).map_err(&err)?,
+            r.get(3).map_err(&err)?,
+            r.get(5).map_err(&err)?,
+        );
+        now = r.get(9).map_err(&err)?;
+        let contiguous = run
+            .first()
+            .is_none_or(|first| seq == first.seq + run.len() as i64);
+        if !contiguous || status == OutboxStatus::Dead.as_str() || next_attempt_at > now {
+            break;
+        }
+        // An unfinished row is claimed alone (as the head) or not at all.
+        let unfinished = status == processing;
+        if unfinished && !run.is_empty() {
+            break;
+        }
+        run.push(stored_row(r).map_err(|e| journal_undecodable("outbox row", e))?);
+        if unfinished {
+            break;
+        }
+    }
+    Ok((run, now))
+}
+
+/// Fails (temporarily) when a claim's update marked other than the rows
+/// it read.
+fn check_marked(marked: usize, read: usize) -> Result<()> {
+    if marked != read {
         return Err(Error::Storage {
-            message: format!(
-                "claiming outbox rows of {}: marked {marked} rows of a run of {}",
-                lease.stream,
-                run.len()
-            ),
+            message: format!("claiming outbox rows: marked {marked} rows of runs of {read}"),
             temporary: true,
             source: None,
         });
     }
+    Ok(())
+}
+
+/// The rows of a run as its claim left them (see `mark_processing!`).
+fn claimed_rows(run: Vec<StoredOutboxRow>, now: i64) -> Result<Vec<OutboxRow>> {
+    let processing = OutboxStatus::Processing.as_str();
     run.into_iter()
         .map(|mut row| {
             if row.status == processing {
@@ -344,14 +400,20 @@ fn stored_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredOutboxRow> {
 }
 
 fn complete_body(conn: &Connection, stream: &str, through: i64) -> Result<u64> {
-    let err = ctx("completing outbox rows");
+    let done = delete_through(conn, stream, through)?;
+    if done > 0 {
+        refresh_head(conn, stream).map_err(ctx("completing outbox rows"))?;
+    }
+    Ok(done)
+}
+
+/// Deletes the stream's rows through `through` (the head is left to the
+/// caller); how many.
+fn delete_through(conn: &Connection, stream: &str, through: i64) -> Result<u64> {
     let done = conn
         .prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2")
         .and_then(|mut st| st.execute(params![stream, through]))
-        .map_err(&err)?;
-    if done > 0 {
-        refresh_head(conn, stream).map_err(&err)?;
-    }
+        .map_err(ctx("completing outbox rows"))?;
     Ok(done as u64)
 }
 
@@ -881,10 +943,27 @@ impl OutboxQueue for SqliteJournal {
         self.engine
             .writer
             .write(move |conn| {
-                let mut done = 0;
+                // The plain ends (a completion, no abandon) delete their
+                // rows one by one and have their heads recomputed together.
+                let (mut done, mut completed) = (0, Vec::new());
                 for end in &ends {
-                    done += end_body(conn, &sql, &end.lease, end.through, end.abandon)?;
+                    let Some(through) = end.through.filter(|_| !end.abandon) else {
+                        done += end_body(conn, &sql, &end.lease, end.through, end.abandon)?;
+                        continue;
+                    };
+                    let n = delete_through(conn, end.lease.stream.as_str(), through.as_i64())?;
+                    if n > 0 {
+                        completed.push(end.lease.stream.as_str());
+                    }
+                    // See `end_body`: a recomputed head ends a partitioned hold.
+                    if end.lease.partition.is_none() || n == 0 {
+                        release_body(conn, &sql, &end.lease)?;
+                    }
+                    done += n;
                 }
+                completed.sort_unstable();
+                completed.dedup();
+                refresh_heads(conn, &completed).map_err(ctx("completing outbox rows"))?;
                 Ok(done)
             })
             .await
@@ -1055,30 +1134,62 @@ fn claim_partitioned_body(
     }
     due.sort();
     due.truncate(limits.streams);
-    let mut taken = Vec::new();
-    let mut rows = 0;
+    // Each due stream's run, read one by one within the rows budget, then
+    // marked and held all at once (two statements, not two per stream),
+    // with the store's now of the last read as the claim's time.
+    let mut runs: Vec<(Lease, Vec<StoredOutboxRow>)> = Vec::new();
+    let (mut rows, mut at) = (0, 0);
     for (_, stream, i) in due {
         if rows >= limits.rows {
             break;
         }
         let (partition, epoch, now) = held[i];
         let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
-        let lease = Lease::in_partition(
-            stream,
-            owner,
-            partition,
-            epoch,
-            Timestamp::from_millis(now.saturating_add(ttl)),
-        );
-        let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
+        let (run, read_at) = read_run(conn, &stream, limits.per_stream.min(limits.rows - rows))?;
         if run.is_empty() {
             continue;
         }
-        hold_head(conn, &lease).map_err(&err)?;
+        at = read_at;
         rows += run.len();
-        taken.push((lease, run));
+        let until = Timestamp::from_millis(now.saturating_add(ttl));
+        runs.push((Lease::in_partition(stream, owner, partition, epoch, until), run));
     }
-    Ok(taken)
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let spans = serde_json::Value::Array(
+        runs.iter()
+            .map(|(lease, run)| {
+                serde_json::json!([lease.stream.as_str(), run[0].seq, run[run.len() - 1].seq])
+            })
+            .collect(),
+    )
+    .to_string();
+    let marked = conn
+        .prepare_cached(concat!(
+            "UPDATE outbox SET ",
+            mark_processing!("?2", "?3"),
+            " FROM json_each(?1) AS j WHERE outbox.stream = j.value ->> 0 \
+             AND outbox.seq BETWEEN j.value ->> 1 AND j.value ->> 2"
+        ))
+        .and_then(|mut st| st.execute(params![spans, at, UNFINISHED_ATTEMPT]))
+        .map_err(&err)?;
+    check_marked(marked, rows)?;
+    let holds = serde_json::Value::Array(
+        runs.iter()
+            .map(|(lease, _)| serde_json::json!([lease.stream.as_str(), lease.expires_at.as_millis()]))
+            .collect(),
+    )
+    .to_string();
+    conn.prepare_cached(
+        "UPDATE outbox_heads SET due_at = j.value ->> 1 FROM json_each(?1) AS j \
+         WHERE outbox_heads.stream = j.value ->> 0 AND outbox_heads.due_at IS NOT NULL",
+    )
+    .and_then(|mut st| st.execute(params![holds]))
+    .map_err(&err)?;
+    runs.into_iter()
+        .map(|(lease, run)| Ok((lease, claimed_rows(run, at)?)))
+        .collect()
 }
 
 /// A stream claimed in a partition has no stream lease; its head is held
