@@ -4,11 +4,11 @@
 
 use outbox_core::{
     Error, LeaseStore, OutboxInspector, OutboxQueue, Partition, PartitionStore, RetryPolicy, StreamEnd,
-    StreamId, SweepLimits, UNFINISHED_ATTEMPT,
+    StreamId, SweepLimits, UNFINISHED_ATTEMPT, WorkerId,
 };
 
 use super::support::{TTL, enqueue, ms, now, owner, secs, seq};
-use crate::{Harness, sid};
+use crate::{Fixture, Harness, sid};
 
 const LIMITS: SweepLimits = SweepLimits {
     streams: 64,
@@ -276,15 +276,22 @@ pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &
     );
 }
 
+/// A journal with stream `s` of three rows in partition 1, which owner
+/// `a` holds.
+async fn held_stream<H: Harness>(h: &H) -> (Fixture<H>, WorkerId, StreamId) {
+    let f = h.open().await;
+    let a = owner("a");
+    let s = stream_in(&f.journal, "s", p(1));
+    enqueue(&f.journal, s.as_str(), 3).await;
+    f.journal.sync_partitions(&a, &[p(1)], TTL).await.unwrap();
+    (f, a, s)
+}
+
 /// Ending a partitioned pass completes its rows and leaves the partition
 /// held: `release` of such a lease releases nothing and returns `false`.
 pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h: &H) {
-    let f = h.open().await;
+    let (f, a, _) = held_stream(h).await;
     let j = &f.journal;
-    let a = owner("a");
-    let s = stream_in(j, "s", p(1));
-    enqueue(j, s.as_str(), 3).await;
-    j.sync_partitions(&a, &[p(1)], TTL).await.unwrap();
     let (lease, rows) = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().remove(0);
     assert_eq!(rows.len(), 3);
     let done = j
@@ -314,12 +321,8 @@ pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h
 /// A partitioned pass that ends with a plain completion (no abandon)
 /// ends the hold on the stream's head: the holder claims the rest at once.
 pub async fn partitioned_plain_end_lets_the_rest_be_claimed_at_once<H: Harness>(h: &H) {
-    let f = h.open().await;
+    let (f, a, s) = held_stream(h).await;
     let j = &f.journal;
-    let a = owner("a");
-    let s = stream_in(j, "s", p(1));
-    enqueue(j, s.as_str(), 3).await;
-    j.sync_partitions(&a, &[p(1)], TTL).await.unwrap();
     let two = SweepLimits {
         per_stream: 2,
         ..LIMITS
