@@ -52,18 +52,29 @@ fn ctx(what: &'static str) -> impl Fn(rusqlite::Error) -> Error {
     move |e| engine_error(what, e)
 }
 
+/// The upsert of `outbox_heads` entries from the outbox rows that
+/// `$first_rows` (a `FROM … WHERE …` naming each stream's first row)
+/// selects: a dead head is not due, any other is due by its row.
+macro_rules! upsert_heads {
+    ($first_rows:literal) => {
+        concat!(
+            "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+             SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no ",
+            $first_rows,
+            " ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+             partition_no = excluded.partition_no"
+        )
+    };
+}
+
 /// Recomputes the stream's `outbox_heads` entry from its first outbox row
 /// (or removes it when the stream has none). Two index seeks; the second
 /// statement only when the stream has no row left.
 fn refresh_head(conn: &Connection, stream: &str) -> rusqlite::Result<()> {
     let kept = conn
-        .prepare_cached(
-            "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
-         SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
-         FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1 \
-         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
-         partition_no = excluded.partition_no",
-        )?
+        .prepare_cached(upsert_heads!(
+            "FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1"
+        ))?
         .execute([stream])?;
     if kept > 0 {
         return Ok(());
@@ -84,14 +95,10 @@ fn refresh_heads(conn: &Connection, streams: &[&str]) -> rusqlite::Result<()> {
         return Ok(());
     }
     let streams = serde_json::Value::from(streams.to_vec()).to_string();
-    conn.prepare_cached(
-        "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
-         SELECT o.stream, o.seq, CASE WHEN o.status = 'dead' THEN NULL ELSE o.next_attempt_at END, o.partition_no \
-         FROM json_each(?1) AS j JOIN outbox AS o ON o.stream = j.value \
-         WHERE o.seq = (SELECT min(seq) FROM outbox WHERE stream = j.value) \
-         ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
-         partition_no = excluded.partition_no",
-    )?
+    conn.prepare_cached(upsert_heads!(
+        "FROM json_each(?1) AS j JOIN outbox AS o ON o.stream = j.value \
+         WHERE o.seq = (SELECT min(seq) FROM outbox WHERE stream = j.value)"
+    ))?
     .execute([&streams])?;
     conn.prepare_cached(
         "DELETE FROM outbox_heads WHERE stream IN (SELECT value FROM json_each(?1)) \
