@@ -14,11 +14,15 @@
 //! undo ([`group`]); every caller gets its own result, and none gets `Ok`
 //! before the commit that makes its writes durable.
 //!
+//! **Checkpoints** run on a thread of their own ([`checkpoint`]), not
+//! inside the writer's commits.
+//!
 //! **Sessions** ([`Session`]) hand the thread to one caller for a
 //! statement-by-statement transaction: the shared cold-path statements of
 //! `outbox_sql` run that way. Dropping a session rolls it back.
 
 mod busy;
+mod checkpoint;
 mod group;
 mod session;
 mod turn;
@@ -136,6 +140,10 @@ impl Engine {
     /// Opens a connection and starts its thread.
     pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
         let conn = connect(path, options, access)?;
+        let checkpointer = match access {
+            Access::Write => Some(checkpoint::Checkpointer::start(path, options, &conn)?),
+            Access::Read => None,
+        };
         let busy_timeout = options.busy_timeout;
         let (sender, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = oneshot::channel();
@@ -151,7 +159,11 @@ impl Engine {
                 if access == Access::Write {
                     turn::take_part(&db);
                 }
-                Worker { conn, path: shown }.serve(receiver);
+                let worker = Worker { conn, path: shown };
+                match checkpointer {
+                    Some(c) => c.serve(|| worker.serve(receiver)),
+                    None => worker.serve(receiver),
+                }
                 let _ = stopped_tx.send(());
             })
             .map_err(|e| internal(format!("starting the sqlite engine thread: {e}")))?;

@@ -1,0 +1,319 @@
+//! Checkpoints off the writer thread.
+//!
+//! SQLite checkpoints a WAL database from the connection that commits:
+//! after a commit that leaves the WAL at 1000 frames or more, the
+//! committing call copies the WAL's pages into the database file and syncs
+//! it before it returns. For a journal engine that is twice a loss:
+//! - The writer thread, which every append, claim and end waits for, pays
+//!   for the copy and its `fsync` before it takes the next job.
+//! - The WAL starts again from its first frame only when no reader still
+//!   uses it, and under steady reads (a worker's, another process's) it
+//!   rarely gets the chance. So the WAL stays above 1000 frames, and *every*
+//!   commit checkpoints. Across processes at half load that was a quarter
+//!   of the appender's writer thread (perf), time every append queued
+//!   behind.
+//!
+//! So a writer engine's connection replaces SQLite's automatic checkpoint
+//! with a WAL hook ([`hook`]): it counts the frames written since the last
+//! checkpoint and, once there are [`FRAMES`] of them, wakes a checkpointer
+//! thread of the engine's own, with a connection of its own ([`pass`]).
+//! Its `PASSIVE` checkpoint waits for no reader and no writer, and both go
+//! on meanwhile; then a `RESTART` checkpoint that never waits starts the
+//! WAL again when nothing uses it. A checkpoint starts only after
+//! [`FRAMES`] new frames however often the WAL could not start again, so
+//! hot pages are copied once per checkpoint rather than once per commit.
+//!
+//! The state is the writer thread's own (a thread-local): SQLite calls the
+//! hook with no context of ours.
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::thread::{self, JoinHandle};
+
+use outbox_core::Result;
+use rusqlite::Connection;
+use rusqlite::hooks::Wal;
+
+use super::{Access, connect, values::engine_error};
+use crate::SqliteOptions;
+use crate::db::internal;
+
+/// How many frames the WAL takes between two checkpoints: SQLite's own
+/// automatic checkpoint threshold (`PRAGMA wal_autocheckpoint`), counted
+/// from the last checkpoint instead of from the WAL's first frame.
+pub(super) const FRAMES: i64 = 1000;
+
+thread_local! {
+    /// The checkpointer the commits of this (writer) thread wake.
+    static WAKES: RefCell<Option<Wakes>> = const { RefCell::new(None) };
+}
+
+/// A writer thread's side: what it tells its checkpointer.
+struct Wakes {
+    /// The WAL's frame count when the last checkpoint looked at it.
+    looked_at: Arc<AtomicI64>,
+    /// A pending wake-up (capacity one: wake-ups while one is pending are
+    /// the same wake-up).
+    wake: SyncSender<()>,
+}
+
+/// Whether a WAL of `frames` frames is due a checkpoint, the last one
+/// having looked at `looked_at` frames. A WAL that started again from its
+/// first frame (fewer frames than then) counts from there.
+fn due(frames: i64, looked_at: i64) -> bool {
+    let new = if frames < looked_at {
+        frames
+    } else {
+        frames - looked_at
+    };
+    new >= FRAMES
+}
+
+/// The WAL hook of a writer engine's connection: called after each commit
+/// with the WAL's frame count.
+fn hook(_: &Wal, frames: c_int) -> rusqlite::Result<()> {
+    WAKES.with_borrow(|wakes| {
+        if let Some(w) = wakes
+            && due(i64::from(frames), w.looked_at.load(Ordering::Relaxed))
+        {
+            match w.wake.try_send(()) {
+                Ok(()) | Err(TrySendError::Full(())) => {}
+                Err(TrySendError::Disconnected(())) => {
+                    tracing::warn!("the sqlite checkpointer stopped; the WAL is no longer checkpointed");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A writer engine's checkpointer: its thread and what the writer thread
+/// needs to wake it.
+pub(super) struct Checkpointer {
+    wakes: Wakes,
+    thread: JoinHandle<()>,
+}
+
+impl Checkpointer {
+    /// Takes over the checkpoints of `writer`, a connection to the database
+    /// at `path`: opens a connection of its own and starts its thread. The
+    /// writer's commits wake it once the writer's thread runs
+    /// [`Checkpointer::serve`].
+    pub(super) fn start(path: &Path, options: &SqliteOptions, writer: &Connection) -> Result<Checkpointer> {
+        let conn = connect(path, options, Access::Write)?;
+        let looked_at = Arc::new(AtomicI64::new(0));
+        let (wake, woken) = mpsc::sync_channel(1);
+        let shown = path.display().to_string();
+        let seen = Arc::clone(&looked_at);
+        let thread = thread::Builder::new()
+            .name("outbox-sqlite-checkpointer".into())
+            .spawn(move || {
+                // Never waits for a lock: a checkpoint that finds one taken
+                // does what it can and the next pass tries again.
+                super::busy::set_timeout(std::time::Duration::ZERO);
+                run(&conn, &woken, &seen, &shown)
+            })
+            .map_err(|e| internal(format!("starting the sqlite checkpointer thread: {e}")))?;
+        // Replaces SQLite's automatic checkpoint on this connection.
+        writer.wal_hook(Some(hook));
+        Ok(Checkpointer {
+            wakes: Wakes { looked_at, wake },
+            thread,
+        })
+    }
+
+    /// Runs `serve` (the writer thread's work) with its commits waking the
+    /// checkpointer, then stops the checkpointer and waits for it: its
+    /// connection is closed when this returns.
+    pub(super) fn serve<T>(self, serve: impl FnOnce() -> T) -> T {
+        let Checkpointer { wakes, thread } = self;
+        WAKES.set(Some(wakes));
+        let out = serve();
+        // Dropping the sender ends the checkpointer's loop.
+        drop(WAKES.take());
+        if thread.join().is_err() {
+            tracing::warn!("the sqlite checkpointer panicked");
+        }
+        out
+    }
+}
+
+/// The checkpointer thread: a checkpoint pass per wake-up, until the
+/// writer thread is done.
+fn run(conn: &Connection, woken: &Receiver<()>, looked_at: &AtomicI64, path: &str) {
+    while woken.recv().is_ok() {
+        match pass(conn) {
+            Ok(Pass { frames, restarted }) => {
+                looked_at.store(if restarted { 0 } else { frames }, Ordering::Relaxed);
+                tracing::trace!(path, frames, restarted, "checkpointed the WAL");
+            }
+            Err(e) => {
+                let e = engine_error(format_args!("checkpointing {path}"), e);
+                tracing::warn!(error = %e, "checkpoint failed; the next one retries");
+            }
+        }
+    }
+}
+
+/// What one checkpoint pass did.
+struct Pass {
+    /// The WAL's frames when it looked (-1 when another connection was
+    /// checkpointing).
+    frames: i64,
+    /// Whether the WAL starts again from its first frame.
+    restarted: bool,
+}
+
+/// `PRAGMA wal_checkpoint(mode)`: whether a lock kept it from finishing,
+/// the WAL's frames and how many of them are in the database file (both -1
+/// when it could not start).
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64, i64)> {
+    conn.prepare_cached(&format!("PRAGMA wal_checkpoint({mode})"))?
+        .query_row([], |r| Ok((r.get::<_, i64>(0)? != 0, r.get(1)?, r.get(2)?)))
+}
+
+/// One pass. A `PASSIVE` checkpoint copies the frames while writers and
+/// readers go on. If it copied them all, a `RESTART` checkpoint copies the
+/// few committed meanwhile and starts the WAL again from its first frame,
+/// unless a writer holds the lock or a reader still uses the WAL: it never
+/// waits (its busy timeout is zero), and the next pass tries again. It does
+/// hold the write lock while it copies those few frames: that is the only
+/// time a checkpoint stops the writers. Without it the WAL would never start
+/// again, since the writers add frames while the passive checkpoint runs.
+fn pass(conn: &Connection) -> rusqlite::Result<Pass> {
+    let (busy, frames, copied) = checkpoint(conn, "PASSIVE")?;
+    if busy || frames <= 0 || copied < frames {
+        return Ok(Pass {
+            frames,
+            restarted: false,
+        });
+    }
+    let (busy, frames, _) = checkpoint(conn, "RESTART")?;
+    Ok(Pass {
+        frames,
+        restarted: !busy,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::engine::{Engine, new_wal_db};
+
+    #[test]
+    fn a_checkpoint_is_due_every_thousand_new_frames() {
+        assert!(!due(999, 0));
+        assert!(due(1000, 0));
+        // A WAL that never starts again still checkpoints per new frames,
+        // not on every commit past 1000.
+        assert!(!due(5_500, 5_000));
+        assert!(due(6_000, 5_000));
+        // One that started again counts from its first frame.
+        assert!(!due(10, 5_000));
+        assert!(due(1_200, 5_000));
+    }
+
+    /// A pass copies the WAL and starts it again, unless a reader still
+    /// uses it: then it copies what it can and leaves the WAL as it is.
+    #[test]
+    fn a_pass_starts_the_wal_again_only_when_no_reader_uses_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        new_wal_db(
+            &path,
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL); PRAGMA wal_checkpoint(TRUNCATE);",
+        );
+        let writer = connect(&path, &SqliteOptions::default(), Access::Write).expect("writer");
+        writer
+            .execute_batch("PRAGMA wal_autocheckpoint = 0;")
+            .expect("no automatic checkpoints");
+        let checkpointer = connect(&path, &SqliteOptions::default(), Access::Write).expect("checkpointer");
+        super::super::busy::set_timeout(std::time::Duration::ZERO);
+        let insert = |k: i64| {
+            writer
+                .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
+                .expect("insert");
+        };
+        insert(1);
+        // A reader inside a read transaction on the WAL as it is now.
+        let reader = connect(&path, &SqliteOptions::default(), Access::Read).expect("reader");
+        reader.execute_batch("BEGIN").expect("begin");
+        let seen: i64 = reader
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .expect("read");
+        assert_eq!(seen, 1);
+        insert(2);
+        let held = pass(&checkpointer).expect("pass");
+        assert!(held.frames > 0 && !held.restarted, "restarted under a reader");
+        reader.execute_batch("COMMIT").expect("end the read");
+        let free = pass(&checkpointer).expect("pass");
+        assert!(free.restarted, "did not restart with no reader");
+        // The next commit writes from the WAL's first frame.
+        insert(3);
+        let (_, frames, _) = checkpoint(&checkpointer, "PASSIVE").expect("look");
+        assert!(
+            frames < held.frames,
+            "the WAL went on from frame {} to {frames}",
+            held.frames
+        );
+    }
+
+    /// A writer engine's commits leave the checkpoints to its checkpointer:
+    /// its own connection does not checkpoint, and once the WAL holds a
+    /// thousand frames the checkpointer copies them; closing the engine
+    /// closes the checkpointer's connection too.
+    #[tokio::test]
+    async fn the_checkpointer_copies_the_writers_frames_and_the_writer_does_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        new_wal_db(
+            &path,
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL); PRAGMA wal_checkpoint(TRUNCATE);",
+        );
+        let engine =
+            Arc::new(Engine::start(&path, &SqliteOptions::default(), Access::Write).expect("engine"));
+        let automatic: i64 = engine
+            .read(|conn| {
+                conn.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+                    .map_err(|e| engine_error("reading wal_autocheckpoint", e))
+            })
+            .await
+            .expect("read");
+        assert_eq!(automatic, 0, "the writer's connection checkpoints by itself");
+        // About 1,300 pages of 4 KiB, in 13 commits.
+        for k in 0..13 {
+            engine
+                .write(move |conn| {
+                    conn.execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(400000))", [k])
+                        .map(drop)
+                        .map_err(|e| engine_error("inserting", e))
+                })
+                .await
+                .expect("write");
+        }
+        // Only a checkpoint writes the database file before the close, so
+        // its size shows the pages copied. Not a timing assertion: the
+        // checkpointer runs on its own thread, and the deadline only
+        // bounds a hung test.
+        let copied = || std::fs::metadata(&path).expect("database file").len();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while copied() < 1_000 * 4_096 {
+            assert!(Instant::now() < deadline, "the checkpointer never checkpointed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        engine.close().await;
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        assert!(
+            !Path::new(&wal).exists(),
+            "closing left the WAL behind: a connection is still open"
+        );
+    }
+}
