@@ -63,7 +63,11 @@ pub(crate) fn handler(n: i32) -> bool {
     if now.duration_since(started) >= timeout {
         return false;
     }
-    let pause = if super::turn::waiting() && n < MARKED_TRIES {
+    let pause = if super::checkpoint::restarting() {
+        // This engine's own checkpointer, for a few frames: no other
+        // process's writer to mark the wait for.
+        pause(n).min(WHILE_MARKED)
+    } else if super::turn::waiting() && n < MARKED_TRIES {
         pause(n).min(WHILE_MARKED)
     } else {
         pause(n)

@@ -30,7 +30,7 @@ use std::cell::RefCell;
 use std::ffi::c_int;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::{self, JoinHandle};
 
@@ -59,6 +59,17 @@ struct Wakes {
     /// A pending wake-up (capacity one: wake-ups while one is pending are
     /// the same wake-up).
     wake: SyncSender<()>,
+    /// Set while the checkpointer's `RESTART` checkpoint holds the write
+    /// lock (see [`restarting`]).
+    restarting: Arc<AtomicBool>,
+}
+
+/// Whether this writer thread's own checkpointer holds the write lock (its
+/// `RESTART` step, a few frames' copy): the busy handler then waits for
+/// it without marking the turn file, which is for writers of other
+/// processes (`super::turn`). A database one process writes never gets one.
+pub(super) fn restarting() -> bool {
+    WAKES.with_borrow(|w| w.as_ref().is_some_and(|w| w.restarting.load(Ordering::Acquire)))
 }
 
 /// Whether a WAL of `frames` frames is due a checkpoint, the last one
@@ -109,19 +120,25 @@ impl Checkpointer {
         let (wake, woken) = mpsc::sync_channel(1);
         let shown = path.display().to_string();
         let seen = Arc::clone(&looked_at);
+        let restarting = Arc::new(AtomicBool::new(false));
+        let holding = Arc::clone(&restarting);
         let thread = thread::Builder::new()
             .name("outbox-sqlite-checkpointer".into())
             .spawn(move || {
                 // Never waits for a lock: a checkpoint that finds one taken
                 // does what it can and the next pass tries again.
                 super::busy::set_timeout(std::time::Duration::ZERO);
-                run(&conn, &woken, &seen, &shown)
+                run(&conn, &woken, &seen, &holding, &shown)
             })
             .map_err(|e| internal(format!("starting the sqlite checkpointer thread: {e}")))?;
         // Replaces SQLite's automatic checkpoint on this connection.
         writer.wal_hook(Some(hook));
         Ok(Checkpointer {
-            wakes: Wakes { looked_at, wake },
+            wakes: Wakes {
+                looked_at,
+                wake,
+                restarting,
+            },
             thread,
         })
     }
@@ -144,9 +161,9 @@ impl Checkpointer {
 
 /// The checkpointer thread: a checkpoint pass per wake-up, until the
 /// writer thread is done.
-fn run(conn: &Connection, woken: &Receiver<()>, looked_at: &AtomicI64, path: &str) {
+fn run(conn: &Connection, woken: &Receiver<()>, looked_at: &AtomicI64, restarting: &AtomicBool, path: &str) {
     while woken.recv().is_ok() {
-        match pass(conn) {
+        match pass(conn, restarting) {
             Ok(Pass { frames, restarted }) => {
                 looked_at.store(if restarted { 0 } else { frames }, Ordering::Relaxed);
                 tracing::trace!(path, frames, restarted, "checkpointed the WAL");
@@ -184,7 +201,7 @@ fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64, i64
 /// hold the write lock while it copies those few frames: that is the only
 /// time a checkpoint stops the writers. Without it the WAL would never start
 /// again, since the writers add frames while the passive checkpoint runs.
-fn pass(conn: &Connection) -> rusqlite::Result<Pass> {
+fn pass(conn: &Connection, restarting: &AtomicBool) -> rusqlite::Result<Pass> {
     let (busy, frames, copied) = checkpoint(conn, "PASSIVE")?;
     if busy || frames <= 0 || copied < frames {
         return Ok(Pass {
@@ -192,7 +209,10 @@ fn pass(conn: &Connection) -> rusqlite::Result<Pass> {
             restarted: false,
         });
     }
-    let (busy, frames, _) = checkpoint(conn, "RESTART")?;
+    restarting.store(true, Ordering::Release);
+    let restart = checkpoint(conn, "RESTART");
+    restarting.store(false, Ordering::Release);
+    let (busy, frames, _) = restart?;
     Ok(Pass {
         frames,
         restarted: !busy,
@@ -250,10 +270,10 @@ mod tests {
             .expect("read");
         assert_eq!(seen, 1);
         insert(2);
-        let held = pass(&checkpointer).expect("pass");
+        let held = pass(&checkpointer, &AtomicBool::new(false)).expect("pass");
         assert!(held.frames > 0 && !held.restarted, "restarted under a reader");
         reader.execute_batch("COMMIT").expect("end the read");
-        let free = pass(&checkpointer).expect("pass");
+        let free = pass(&checkpointer, &AtomicBool::new(false)).expect("pass");
         assert!(free.restarted, "did not restart with no reader");
         // The next commit writes from the WAL's first frame.
         insert(3);
@@ -263,6 +283,41 @@ mod tests {
             "the WAL went on from frame {} to {frames}",
             held.frames
         );
+    }
+
+    /// The writer's busy handler, while this engine's own checkpointer
+    /// holds the write lock for its `RESTART` step, waits without marking
+    /// the turn file: a database one process writes never gets one. A wait
+    /// for anything else still marks it.
+    #[test]
+    fn waiting_for_its_own_checkpointer_leaves_no_turn_file() {
+        use crate::engine::{busy, turn};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        new_wal_db(&path, "CREATE TABLE t (k INTEGER PRIMARY KEY)");
+        // This test's thread plays the writer engine's.
+        turn::take_part(&path);
+        busy::set_timeout(Duration::from_secs(5));
+        let restarting = Arc::new(AtomicBool::new(true));
+        let (wake, _woken) = mpsc::sync_channel(1);
+        WAKES.set(Some(Wakes {
+            looked_at: Arc::new(AtomicI64::new(0)),
+            wake,
+            restarting: Arc::clone(&restarting),
+        }));
+        assert!(busy::handler(0), "gave up at once");
+        assert!(
+            !turn::path_of(&path).exists(),
+            "waiting for its own checkpointer made a turn file"
+        );
+        restarting.store(false, Ordering::Release);
+        assert!(busy::handler(1), "gave up at once");
+        assert!(
+            turn::path_of(&path).exists(),
+            "a wait for another writer is not marked"
+        );
+        turn::waited();
+        drop(WAKES.take());
     }
 
     /// A writer engine's commits leave the checkpoints to its checkpointer:
