@@ -855,7 +855,7 @@ impl OutboxQueue for SqliteJournal {
         let lease = lease.clone();
         self.engine
             .writer
-            .write(move |conn| claim_body(conn, &lease, max))
+            .write_relaxed(move |conn| claim_body(conn, &lease, max))
             .await
     }
 
@@ -863,7 +863,7 @@ impl OutboxQueue for SqliteJournal {
         let stream = stream.clone();
         self.engine
             .writer
-            .write(move |conn| complete_body(conn, stream.as_str(), through.as_i64()))
+            .write_relaxed(move |conn| complete_body(conn, stream.as_str(), through.as_i64()))
             .await
     }
 
@@ -884,7 +884,7 @@ impl OutboxQueue for SqliteJournal {
         );
         self.engine
             .writer
-            .write(move |conn| {
+            .write_relaxed(move |conn| {
                 let Some(lease) = acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl))? else {
                     return Ok(None);
                 };
@@ -899,7 +899,7 @@ impl OutboxQueue for SqliteJournal {
         let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
         self.engine
             .writer
-            .write(move |conn| end_body(conn, &sql, &lease, through, abandon))
+            .write_relaxed(move |conn| end_body(conn, &sql, &lease, through, abandon))
             .await
     }
 
@@ -919,7 +919,7 @@ impl OutboxQueue for SqliteJournal {
         );
         self.engine
             .writer
-            .write(move |conn| {
+            .write_relaxed(move |conn| {
                 let mut taken = Vec::new();
                 let mut rows = 0;
                 for stream in due_body(conn, limits.streams)? {
@@ -949,7 +949,7 @@ impl OutboxQueue for SqliteJournal {
         let (ends, sql) = (ends.to_vec(), Arc::clone(&self.engine.leases.release));
         self.engine
             .writer
-            .write(move |conn| {
+            .write_relaxed(move |conn| {
                 // The plain ends (a completion, no abandon) delete their
                 // rows one by one and have their heads recomputed together.
                 let (mut done, mut completed) = (0, Vec::new());
@@ -987,7 +987,7 @@ impl OutboxQueue for SqliteJournal {
         let lease = lease.clone();
         self.engine
             .writer
-            .write(move |conn| {
+            .write_relaxed(move |conn| {
                 let done = complete_body(conn, lease.stream.as_str(), through.as_i64())?;
                 Ok((done, unless_lease_lost(claim_body(conn, &lease, max))?))
             })
@@ -1012,7 +1012,7 @@ impl OutboxQueue for SqliteJournal {
         let lease = lease.clone();
         self.engine
             .writer
-            .write(move |conn| abandon_body(conn, &lease))
+            .write_relaxed(move |conn| abandon_body(conn, &lease))
             .await
     }
 }
@@ -1027,7 +1027,7 @@ impl LeaseStore for SqliteJournal {
         );
         self.engine
             .writer
-            .write(move |conn| acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl)))
+            .write_relaxed(move |conn| acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl)))
             .await
     }
 
@@ -1042,7 +1042,7 @@ impl LeaseStore for SqliteJournal {
         );
         self.engine
             .writer
-            .write(move |conn| {
+            .write_relaxed(move |conn| {
                 let key: rusqlite::types::Value = match lease.partition {
                     Some(p) => i64::from(p.get()).into(),
                     None => lease.stream.as_str().to_owned().into(),
@@ -1082,7 +1082,7 @@ impl LeaseStore for SqliteJournal {
         let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
         self.engine
             .writer
-            .write(move |conn| release_body(conn, &sql, &lease))
+            .write_relaxed(move |conn| release_body(conn, &sql, &lease))
             .await
     }
 }
@@ -1236,7 +1236,7 @@ impl PartitionStore for SqliteJournal {
         let owner = owner.clone();
         self.engine
             .writer
-            .write(move |conn| claim_partitioned_body(conn, &owner, duration_millis(ttl), limits))
+            .write_relaxed(move |conn| claim_partitioned_body(conn, &owner, duration_millis(ttl), limits))
             .await
     }
 

@@ -10,9 +10,14 @@ use outbox_core::{Error, Result};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Synchronous {
-    /// `FULL` (the default): the WAL is fsynced at every commit. A committed
-    /// append, claim, completion or apply survives a process crash *and* a
-    /// power loss or OS crash.
+    /// `FULL` (the default): the WAL is fsynced at every commit that carries
+    /// data. A committed append, failure record or apply survives a process
+    /// crash *and* a power loss or OS crash. The workers' lease bookkeeping
+    /// (claims, completions, releases) commits without waiting for the disk
+    /// unless it shares a commit with an append: it survives a process
+    /// crash, and a power loss can undo only bookkeeping, which the
+    /// projection checkpoints make safe to redo (rows come back and are
+    /// skipped as already applied).
     #[default]
     Full,
     /// `NORMAL`: the WAL is fsynced only at checkpoints. A process crash loses

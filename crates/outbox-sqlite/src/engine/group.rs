@@ -13,6 +13,18 @@
 //! savepoint per job that copying, not the jobs' own statements, was the
 //! largest cost of a group of small appends beyond its WAL writes.
 //!
+//! **Bookkeeping commits do not wait for the disk.** A job is durable (an
+//! append, a failure's record: its commit waits for the WAL's fsync when
+//! the database is `synchronous = FULL`) or relaxed (the leases, claims
+//! and completions of the workers, which the projection checkpoints make
+//! safe to redo: ADR 0026). A group whose jobs are all relaxed commits at
+//! `NORMAL`: it survives the process dying, and a power loss can undo it
+//! only together with every commit after it, none of them durable. The
+//! level is set before `BEGIN` (SQLite refuses to change it inside a
+//! transaction), from the jobs queued then; a relaxed group takes no
+//! durable job later (it waits for the next group), a durable group takes
+//! any job.
+//!
 //! A job's body may therefore run twice (`FnMut`); its first run's writes
 //! are then gone, and only the last run's result is replied. Bodies hold
 //! only SQL and their own locals, so a second run is a clean one.
@@ -35,6 +47,8 @@ pub(super) trait WriteJob: Send {
     fn run(&mut self, conn: &Connection) -> bool;
     /// Whether its last run succeeded.
     fn succeeded(&self) -> bool;
+    /// Whether its commit must wait for the disk (see the module docs).
+    fn durable(&self) -> bool;
     /// Replies: the body's result, or the commit's error if the body
     /// succeeded but its transaction did not commit.
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
@@ -68,14 +82,25 @@ pub(super) struct Job<T, F> {
     body: F,
     out: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
+    durable: bool,
 }
 
 impl<T, F> Job<T, F> {
+    /// A durable job (see the module docs).
     pub(super) fn new(body: F, reply: oneshot::Sender<Result<T>>) -> Self {
         Job {
             body,
             out: None,
             reply,
+            durable: true,
+        }
+    }
+
+    /// A relaxed job (see the module docs).
+    pub(super) fn relaxed(body: F, reply: oneshot::Sender<Result<T>>) -> Self {
+        Job {
+            durable: false,
+            ..Job::new(body, reply)
         }
     }
 }
@@ -94,6 +119,10 @@ where
 
     fn succeeded(&self) -> bool {
         matches!(self.out, Some(Ok(_)))
+    }
+
+    fn durable(&self) -> bool {
+        self.durable
     }
 
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
@@ -127,15 +156,18 @@ impl Group {
 impl Worker {
     /// Takes the write jobs already queued behind the ones taken so far
     /// (`taken` of them), up to [`MAX_GROUP`] in all; the first message that
-    /// is not a write job is kept in `next` and ends the taking.
+    /// is not a write job (or, for a `relaxed` group, a durable one) is kept
+    /// in `next` and ends the taking.
     fn take_queued(
         receiver: &mpsc::Receiver<Msg>,
         next: &mut Option<Msg>,
         taken: usize,
+        relaxed: bool,
     ) -> Vec<Box<dyn WriteJob>> {
         let mut more = Vec::new();
         while next.is_none() && taken + more.len() < MAX_GROUP {
             match receiver.try_recv() {
+                Ok(Msg::Write(j)) if relaxed && j.durable() => *next = Some(Msg::Write(j)),
                 Ok(Msg::Write(j)) => more.push(j),
                 Ok(other) => *next = Some(other),
                 Err(_) => break,
@@ -155,8 +187,12 @@ impl Worker {
         next: &mut Option<Msg>,
     ) {
         let mut pending = vec![first];
-        pending.extend(Self::take_queued(receiver, next, 1));
-        if let Err(e) = self.begin("BEGIN IMMEDIATE") {
+        pending.extend(Self::take_queued(receiver, next, 1, false));
+        let relaxed = pending.iter().all(|j| !j.durable());
+        if let Err(e) = self
+            .sync_for(relaxed)
+            .and_then(|()| self.begin("BEGIN IMMEDIATE"))
+        {
             let f = Failure::from_error(&e);
             pending.into_iter().for_each(|j| j.finish(Err(&f)));
             return;
@@ -180,7 +216,7 @@ impl Worker {
             if !group.any_ok() || self.conn.is_autocommit() {
                 break;
             }
-            pending = Self::take_queued(receiver, next, group.ran.len());
+            pending = Self::take_queued(receiver, next, group.ran.len(), relaxed);
             if pending.is_empty() {
                 break;
             }
@@ -293,6 +329,29 @@ mod tests {
         Ok(rx)
     }
 
+    /// [`queue`] for a relaxed job.
+    fn queue_relaxed<T: Send + 'static>(
+        engine: &Engine,
+        body: impl FnMut(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<Reply<T>> {
+        let (reply, rx) = oneshot::channel();
+        engine.send(Msg::Write(Box::new(Job::relaxed(body, reply))))?;
+        Ok(rx)
+    }
+
+    /// The connection's `synchronous` level where the body runs (0 OFF,
+    /// 1 NORMAL, 2 FULL): the level its transaction commits at.
+    fn level(conn: &Connection) -> Result<i64> {
+        conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .map_err(|e| engine_error("reading the level", e))
+    }
+
+    /// Bumps, then says the level it runs at.
+    fn leveled_bump(conn: &Connection) -> Result<i64> {
+        bump(conn)?;
+        level(conn)
+    }
+
     /// What the table holds once the engine is closed.
     fn rows(path: &Path) -> Vec<(i64, i64)> {
         let conn = Connection::open(path).expect("open");
@@ -397,5 +456,84 @@ mod tests {
             [(1, 2)],
             "both bumps committed, the failed insert did not"
         );
+    }
+
+    /// On a `FULL` database a relaxed job commits at `NORMAL` and a durable
+    /// one at `FULL`, in either order, and a session after a relaxed job is
+    /// back at `FULL`.
+    #[tokio::test]
+    async fn relaxed_jobs_commit_at_normal_and_durable_ones_at_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let mut seen = Vec::new();
+        for relaxed in [true, false, true, true, false] {
+            seen.push(if relaxed {
+                engine.write_relaxed(leveled_bump).await
+            } else {
+                engine.write(leveled_bump).await
+            });
+        }
+        let session = engine.session("BEGIN IMMEDIATE").await.expect("session");
+        let in_session = session.run(level).await.expect("session level");
+        drop(session);
+        engine.close().await;
+        let seen: Vec<i64> = seen.into_iter().collect::<Result<_>>().expect("jobs");
+        assert_eq!(
+            seen,
+            [1, 2, 1, 1, 2],
+            "levels of relaxed, durable, relaxed, relaxed, durable"
+        );
+        assert_eq!(in_session, 2, "a session after a relaxed job");
+        assert_eq!(rows(&path), [(1, 5)], "every job committed");
+    }
+
+    /// A durable job queued while a relaxed group runs does not join it:
+    /// it commits on its own, at `FULL`, after the relaxed group. A relaxed
+    /// job queued while a durable group runs joins it and shares its
+    /// `FULL` commit.
+    #[tokio::test]
+    async fn only_relaxed_jobs_share_a_relaxed_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let sender = Arc::clone(&engine);
+        let (first, durable, relaxed) = engine
+            .write_relaxed(move |conn| {
+                let first = leveled_bump(conn)?;
+                let durable = queue(&sender, leveled_bump)?;
+                let relaxed = queue_relaxed(&sender, leveled_bump)?;
+                Ok((first, durable, relaxed))
+            })
+            .await
+            .expect("relaxed job");
+        let durable = durable.await.expect("reply").expect("durable job");
+        let relaxed = relaxed.await.expect("reply").expect("relaxed job behind it");
+        engine.close().await;
+        assert_eq!(first, 1, "the relaxed group's level");
+        assert_eq!(durable, 2, "the durable job joined the relaxed group");
+        assert_eq!(
+            relaxed, 2,
+            "the relaxed job behind the durable one did not share its commit"
+        );
+        assert_eq!(rows(&path), [(1, 3)], "every job committed");
+    }
+
+    /// A database opened at `NORMAL` or `OFF` runs every job at its own
+    /// level: a relaxed job never raises `OFF`, a durable one never `NORMAL`.
+    #[tokio::test]
+    async fn below_full_every_job_commits_at_the_databases_level() {
+        for (synchronous, want) in [(crate::Synchronous::Normal, 1), (crate::Synchronous::Off, 0)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("group.db");
+            crate::engine::new_wal_db(
+                &path,
+                "CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO t VALUES (1, 0);",
+            );
+            let options = SqliteOptions::default().with_synchronous(synchronous);
+            let engine = Engine::start(&path, &options, Access::Write).expect("engine");
+            let relaxed = engine.write_relaxed(leveled_bump).await.expect("relaxed job");
+            let durable = engine.write(leveled_bump).await.expect("durable job");
+            engine.close().await;
+            assert_eq!((relaxed, durable), (want, want), "{synchronous:?}");
+        }
     }
 }

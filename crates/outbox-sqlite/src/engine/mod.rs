@@ -14,6 +14,10 @@
 //! undo ([`group`]); every caller gets its own result, and none gets `Ok`
 //! before the commit that makes its writes durable.
 //!
+//! **Durable and relaxed writes.** An append's commit waits for the disk
+//! (at `synchronous = FULL`); a worker's lease bookkeeping does not
+//! ([`Engine::write_relaxed`], ADR 0026).
+//!
 //! **Checkpoints** run on a thread of their own ([`checkpoint`]), not
 //! inside the writer's commits.
 //!
@@ -28,6 +32,7 @@ mod session;
 mod turn;
 mod values;
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, mpsc};
@@ -144,7 +149,7 @@ impl Engine {
             Access::Write => Some(checkpoint::Checkpointer::start(path, options, &conn)?),
             Access::Read => None,
         };
-        let busy_timeout = options.busy_timeout;
+        let (busy_timeout, synchronous) = (options.busy_timeout, options.synchronous);
         let (sender, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = oneshot::channel();
         let shown = path.display().to_string();
@@ -159,7 +164,12 @@ impl Engine {
                 if access == Access::Write {
                     turn::take_part(&db);
                 }
-                let worker = Worker { conn, path: shown };
+                let worker = Worker {
+                    conn,
+                    path: shown,
+                    full: synchronous == Synchronous::Full,
+                    relaxed: Cell::new(false),
+                };
                 match checkpointer {
                     Some(c) => c.serve(|| worker.serve(receiver)),
                     None => worker.serve(receiver),
@@ -204,6 +214,22 @@ impl Engine {
         rx.await.map_err(|_| self.gone())?
     }
 
+    /// [`Engine::write`] for lease bookkeeping that the projection
+    /// checkpoints make safe to redo (claims, completions, releases): on a
+    /// `synchronous = FULL` database its commit does not wait for the disk
+    /// when no durable write shares it. It survives the process dying; a
+    /// power loss can undo it, with every commit after it, before the next
+    /// durable commit or checkpoint (ADR 0026).
+    pub(crate) async fn write_relaxed<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        self.send(Msg::Write(Box::new(Job::relaxed(body, reply))))?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
     /// Runs `body` on the connection outside any transaction (each
     /// statement is its own read).
     pub(crate) async fn read<T, F>(&self, body: F) -> Result<T>
@@ -243,6 +269,11 @@ impl Engine {
 struct Worker {
     conn: Connection,
     path: String,
+    /// Whether the database is `synchronous = FULL`: only then do relaxed
+    /// writes commit at a lower level.
+    full: bool,
+    /// Whether the connection is at `NORMAL` for relaxed writes now.
+    relaxed: Cell<bool>,
 }
 
 impl Worker {
@@ -272,6 +303,23 @@ impl Worker {
             .and_then(|mut st| st.execute([]))
             .map(drop)
             .map_err(|e| engine_error(format_args!("{sql} on {}", self.path), e))
+    }
+
+    /// Sets the connection's `synchronous` level for the next transaction:
+    /// `NORMAL` for a `relaxed` one on a `FULL` database, the database's
+    /// own level otherwise. Only between transactions (SQLite refuses it
+    /// inside one), and only when it changes.
+    fn sync_for(&self, relaxed: bool) -> Result<()> {
+        let relaxed = relaxed && self.full;
+        if self.relaxed.get() != relaxed {
+            self.exec(if relaxed {
+                "PRAGMA synchronous = NORMAL"
+            } else {
+                "PRAGMA synchronous = FULL"
+            })?;
+            self.relaxed.set(relaxed);
+        }
+        Ok(())
     }
 
     /// `BEGIN IMMEDIATE`, retried a few times when SQLite's busy timeout
@@ -319,9 +367,12 @@ impl Worker {
 
     /// Serves one session until it commits or its owner drops it.
     fn session(&self, begin: &'static str, steps: &mpsc::Receiver<Step>, ready: oneshot::Sender<Result<()>>) {
-        if !begin.is_empty()
-            && let Err(e) = self.begin(begin)
-        {
+        // Sessions (the cold-path statements) are always durable.
+        let durable = self.sync_for(false);
+        if let Err(e) = durable.and_then(|()| match begin {
+            "" => Ok(()),
+            begin => self.begin(begin),
+        }) {
             let _ = ready.send(Err(e));
             return;
         }
