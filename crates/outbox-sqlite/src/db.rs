@@ -375,7 +375,9 @@ impl Db {
             .busy_timeout(options.busy_timeout)
             .synchronous(options.synchronous.to_sqlx())
             .foreign_keys(true)
-            .statement_cache_capacity(256);
+            .statement_cache_capacity(256)
+            // As the engine's writers (see `engine::WAL_SIZE_LIMIT`).
+            .pragma("journal_size_limit", crate::engine::WAL_SIZE_LIMIT.to_string());
 
         // The single writer: one connection, kept open for the store's life.
         let writer = SqlitePoolOptions::new()
@@ -616,6 +618,27 @@ mod temp_store_tests {
             assert_eq!(got, want, "{which}");
         }
         drop((writer, reader));
+        db.close().await;
+    }
+
+    /// The `sqlx` writer truncates a grown WAL as the engine's writers do.
+    #[tokio::test]
+    async fn the_writer_bounds_the_wal_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(
+            &dir.path().join("p.db"),
+            &SqliteOptions::default(),
+            Role::Projection,
+        )
+        .await
+        .expect("open");
+        let mut writer = db.writer.acquire().await.expect("writer");
+        let got: i64 = sqlx::query_scalar("PRAGMA journal_size_limit")
+            .fetch_one(&mut *writer)
+            .await
+            .expect("journal_size_limit");
+        assert_eq!(got, crate::engine::WAL_SIZE_LIMIT);
+        drop(writer);
         db.close().await;
     }
 }

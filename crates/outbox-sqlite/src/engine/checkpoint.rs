@@ -285,6 +285,52 @@ mod tests {
         );
     }
 
+    /// A writer connection truncates a WAL that grew past
+    /// [`WAL_SIZE_LIMIT`](super::super::WAL_SIZE_LIMIT) at its first commit
+    /// after a pass started the WAL again (shown here with a small limit;
+    /// the writers' own limit is checked too).
+    #[test]
+    fn the_first_commit_after_a_restart_truncates_a_grown_wal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("wal.db");
+        new_wal_db(
+            &path,
+            "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL); PRAGMA wal_checkpoint(TRUNCATE);",
+        );
+        let writer = connect(&path, &SqliteOptions::default(), Access::Write).expect("writer");
+        let limit: i64 = writer
+            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
+            .expect("limit");
+        assert_eq!(limit, super::super::WAL_SIZE_LIMIT, "the writers' limit");
+        const SMALL: u64 = 64 * 1024;
+        writer
+            .query_row(&format!("PRAGMA journal_size_limit = {SMALL}"), [], |_| Ok(()))
+            .expect("small limit");
+        writer
+            .execute_batch("PRAGMA wal_autocheckpoint = 0;")
+            .expect("no automatic checkpoints");
+        let checkpointer = connect(&path, &SqliteOptions::default(), Access::Write).expect("checkpointer");
+        super::super::busy::set_timeout(std::time::Duration::ZERO);
+        let wal = dir.path().join("wal.db-wal");
+        let wal_size = || std::fs::metadata(&wal).expect("wal").len();
+        writer
+            .execute("INSERT INTO t (k, v) VALUES (1, zeroblob(400000))", [])
+            .expect("large insert");
+        let grown = wal_size();
+        assert!(grown > SMALL, "the WAL did not grow: {grown} bytes");
+        assert!(
+            pass(&checkpointer, &AtomicBool::new(false))
+                .expect("pass")
+                .restarted
+        );
+        assert_eq!(wal_size(), grown, "a pass alone truncated the WAL");
+        writer
+            .execute("INSERT INTO t (k, v) VALUES (2, x'00')", [])
+            .expect("small insert");
+        let after = wal_size();
+        assert!(after <= SMALL, "the WAL kept {after} of {grown} bytes");
+    }
+
     /// The writer's busy handler, while this engine's own checkpointer
     /// holds the write lock for its `RESTART` step, waits without marking
     /// the turn file: a database one process writes never gets one. A wait

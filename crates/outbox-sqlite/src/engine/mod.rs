@@ -100,6 +100,14 @@ pub(crate) struct Engine {
     path: PathBuf,
 }
 
+/// The size a writer truncates a WAL file back to when the WAL starts
+/// again from its first frame (`PRAGMA journal_size_limit`): a WAL that
+/// grew while a reader held it (a long backup, a burst) does not keep its
+/// largest size on disk until the last connection closes. Well above the
+/// WAL's size between two checkpoints under load (5,000 to 13,000 frames of
+/// 4 KiB), so steady writing does not shrink and regrow the file.
+pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
 /// Opens a connection to an existing, migrated database file.
 fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
     let flags = match access {
@@ -138,6 +146,15 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
         "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = {temp_store};"
     ))
     .map_err(open)?;
+    if access == Access::Write {
+        // A pragma that sets a value also returns it: read, not executed.
+        conn.query_row(
+            &format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"),
+            [],
+            |_| Ok(()),
+        )
+        .map_err(open)?;
+    }
     Ok(conn)
 }
 
