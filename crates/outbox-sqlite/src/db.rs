@@ -592,14 +592,15 @@ mod migrate_tests {
 }
 
 #[cfg(test)]
-mod temp_store_tests {
+mod pragma_tests {
     use super::*;
 
     /// The `sqlx` writer keeps savepoint and statement journals in memory
     /// (an apply's guard journals every page the batch changes); readers
     /// keep the default, so a digest's sort of a whole table spills to disk.
+    /// The writer truncates a grown WAL as the engine's writers do.
     #[tokio::test]
-    async fn only_the_writer_keeps_temp_storage_in_memory() {
+    async fn the_sqlx_connections_set_their_pragmas() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(
             &dir.path().join("p.db"),
@@ -610,35 +611,23 @@ mod temp_store_tests {
         .expect("open");
         let mut writer = db.writer.acquire().await.expect("writer");
         let mut reader = db.read().await.expect("reader");
-        for (conn, want, which) in [(&mut *writer, 2, "writer"), (&mut *reader, 0, "reader")] {
+        for (conn, temp_store, which) in [(&mut *writer, 2, "writer"), (&mut *reader, 0, "reader")] {
             let got: i64 = sqlx::query_scalar("PRAGMA temp_store")
                 .fetch_one(conn)
                 .await
                 .expect("temp_store");
-            assert_eq!(got, want, "{which}");
+            assert_eq!(got, temp_store, "{which}'s temp_store");
         }
-        drop((writer, reader));
-        db.close().await;
-    }
-
-    /// The `sqlx` writer truncates a grown WAL as the engine's writers do.
-    #[tokio::test]
-    async fn the_writer_bounds_the_wal_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(
-            &dir.path().join("p.db"),
-            &SqliteOptions::default(),
-            Role::Projection,
-        )
-        .await
-        .expect("open");
-        let mut writer = db.writer.acquire().await.expect("writer");
-        let got: i64 = sqlx::query_scalar("PRAGMA journal_size_limit")
+        let limit: i64 = sqlx::query_scalar("PRAGMA journal_size_limit")
             .fetch_one(&mut *writer)
             .await
             .expect("journal_size_limit");
-        assert_eq!(got, crate::engine::WAL_SIZE_LIMIT);
-        drop(writer);
+        assert_eq!(
+            limit,
+            crate::engine::WAL_SIZE_LIMIT,
+            "the writer's journal_size_limit"
+        );
+        drop((writer, reader));
         db.close().await;
     }
 }

@@ -240,12 +240,11 @@ mod tests {
         assert!(due(1_200, 5_000));
     }
 
-    /// A pass copies the WAL and starts it again, unless a reader still
-    /// uses it: then it copies what it can and leaves the WAL as it is.
-    #[test]
-    fn a_pass_starts_the_wal_again_only_when_no_reader_uses_it() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("wal.db");
+    /// A new database `t (k, v)` in `dir`, with a writer connection that
+    /// makes no automatic checkpoints and a checkpointer's connection that
+    /// never waits (this thread's busy timeout is zero).
+    fn writer_and_checkpointer(dir: &Path) -> (std::path::PathBuf, Connection, Connection) {
+        let path = dir.join("wal.db");
         new_wal_db(
             &path,
             "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL); PRAGMA wal_checkpoint(TRUNCATE);",
@@ -256,6 +255,15 @@ mod tests {
             .expect("no automatic checkpoints");
         let checkpointer = connect(&path, &SqliteOptions::default(), Access::Write).expect("checkpointer");
         super::super::busy::set_timeout(std::time::Duration::ZERO);
+        (path, writer, checkpointer)
+    }
+
+    /// A pass copies the WAL and starts it again, unless a reader still
+    /// uses it: then it copies what it can and leaves the WAL as it is.
+    #[test]
+    fn a_pass_starts_the_wal_again_only_when_no_reader_uses_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, writer, checkpointer) = writer_and_checkpointer(dir.path());
         let insert = |k: i64| {
             writer
                 .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
@@ -292,12 +300,7 @@ mod tests {
     #[test]
     fn the_first_commit_after_a_restart_truncates_a_grown_wal() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("wal.db");
-        new_wal_db(
-            &path,
-            "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL); PRAGMA wal_checkpoint(TRUNCATE);",
-        );
-        let writer = connect(&path, &SqliteOptions::default(), Access::Write).expect("writer");
+        let (_, writer, checkpointer) = writer_and_checkpointer(dir.path());
         let limit: i64 = writer
             .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
             .expect("limit");
@@ -306,11 +309,6 @@ mod tests {
         writer
             .query_row(&format!("PRAGMA journal_size_limit = {SMALL}"), [], |_| Ok(()))
             .expect("small limit");
-        writer
-            .execute_batch("PRAGMA wal_autocheckpoint = 0;")
-            .expect("no automatic checkpoints");
-        let checkpointer = connect(&path, &SqliteOptions::default(), Access::Write).expect("checkpointer");
-        super::super::busy::set_timeout(std::time::Duration::ZERO);
         let wal = dir.path().join("wal.db-wal");
         let wal_size = || std::fs::metadata(&wal).expect("wal").len();
         writer

@@ -85,22 +85,20 @@ pub(super) struct Job<T, F> {
     durable: bool,
 }
 
+/// Whether a job's commit waits for the disk (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Commit {
+    Durable,
+    Relaxed,
+}
+
 impl<T, F> Job<T, F> {
-    /// A durable job (see the module docs).
-    pub(super) fn new(body: F, reply: oneshot::Sender<Result<T>>) -> Self {
+    pub(super) fn new(body: F, reply: oneshot::Sender<Result<T>>, commit: Commit) -> Self {
         Job {
             body,
             out: None,
             reply,
-            durable: true,
-        }
-    }
-
-    /// A relaxed job (see the module docs).
-    pub(super) fn relaxed(body: F, reply: oneshot::Sender<Result<T>>) -> Self {
-        Job {
-            durable: false,
-            ..Job::new(body, reply)
+            durable: commit == Commit::Durable,
         }
     }
 }
@@ -324,19 +322,7 @@ mod tests {
         engine: &Engine,
         body: impl FnMut(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<Reply<T>> {
-        let (reply, rx) = oneshot::channel();
-        engine.send(Msg::Write(Box::new(Job::new(body, reply))))?;
-        Ok(rx)
-    }
-
-    /// [`queue`] for a relaxed job.
-    fn queue_relaxed<T: Send + 'static>(
-        engine: &Engine,
-        body: impl FnMut(&Connection) -> Result<T> + Send + 'static,
-    ) -> Result<Reply<T>> {
-        let (reply, rx) = oneshot::channel();
-        engine.send(Msg::Write(Box::new(Job::relaxed(body, reply))))?;
-        Ok(rx)
+        engine.submit(body, Commit::Durable)
     }
 
     /// The connection's `synchronous` level where the body runs (0 OFF,
@@ -500,7 +486,7 @@ mod tests {
             .write_relaxed(move |conn| {
                 let first = leveled_bump(conn)?;
                 let durable = queue(&sender, leveled_bump)?;
-                let relaxed = queue_relaxed(&sender, leveled_bump)?;
+                let relaxed = sender.submit(leveled_bump, Commit::Relaxed)?;
                 Ok((first, durable, relaxed))
             })
             .await

@@ -43,7 +43,7 @@ use outbox_core::{Error, Result};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use group::{Job, WriteJob};
+use group::{Commit, Job, WriteJob};
 pub(crate) use session::{JournalEngine, Session};
 pub(crate) use values::{engine_error, to_row};
 
@@ -226,9 +226,9 @@ impl Engine {
         T: Send + 'static,
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
-        let (reply, rx) = oneshot::channel();
-        self.send(Msg::Write(Box::new(Job::new(body, reply))))?;
-        rx.await.map_err(|_| self.gone())?
+        self.submit(body, Commit::Durable)?
+            .await
+            .map_err(|_| self.gone())?
     }
 
     /// [`Engine::write`] for lease bookkeeping that the projection
@@ -242,9 +242,20 @@ impl Engine {
         T: Send + 'static,
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
+        self.submit(body, Commit::Relaxed)?
+            .await
+            .map_err(|_| self.gone())?
+    }
+
+    /// Queues `body` as a write job; its result comes on the receiver.
+    fn submit<T, F>(&self, body: F, commit: Commit) -> Result<oneshot::Receiver<Result<T>>>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection) -> Result<T> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
-        self.send(Msg::Write(Box::new(Job::relaxed(body, reply))))?;
-        rx.await.map_err(|_| self.gone())?
+        self.send(Msg::Write(Box::new(Job::new(body, reply, commit))))?;
+        Ok(rx)
     }
 
     /// Runs `body` on the connection outside any transaction (each
@@ -526,9 +537,7 @@ mod tests {
         let second = engine
             .write(move |conn| {
                 bump(conn)?;
-                let (reply, rx) = oneshot::channel();
-                sender.send(Msg::Write(Box::new(Job::new(bump, reply))))?;
-                Ok(rx)
+                sender.submit(bump, Commit::Durable)
             })
             .await
             .expect("first job");
