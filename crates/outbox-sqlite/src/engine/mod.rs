@@ -103,9 +103,10 @@ pub(crate) struct Engine {
 /// The size a writer truncates a WAL file back to when the WAL starts
 /// again from its first frame (`PRAGMA journal_size_limit`): a WAL that
 /// grew while a reader held it (a long backup, a burst) does not keep its
-/// largest size on disk until the last connection closes. Well above the
-/// WAL's size between two checkpoints under load (5,000 to 13,000 frames of
-/// 4 KiB), so steady writing does not shrink and regrow the file.
+/// largest size on disk until the last connection closes. Well above what
+/// the WAL reaches between two restarts under steady load (16,384 frames of
+/// 4 KiB; the checkpointer wakes every 1,000), so steady writing does not
+/// shrink and regrow the file.
 pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// Opens a connection to an existing, migrated database file.
