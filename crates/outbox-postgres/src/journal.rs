@@ -672,7 +672,17 @@ impl OutboxQueue for PgJournal {
     /// One transaction: every pass's completion, abandon and release.
     async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
+        let streams: Vec<&str> = ends.iter().map(|e| e.lease.stream.as_str()).collect();
         self.write("completing and releasing", async |tx| {
+            // The streams' version rows first, all in stream order as an
+            // append locks them: ending them one by one in the sweep's
+            // order could deadlock with an append (each `end_in` takes its
+            // stream's lock again, already held).
+            sqlx::query(LOCK_STREAMS)
+                .bind(&streams)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| storage("completing and releasing", e))?;
             let mut done = 0;
             for end in ends {
                 done += end_in(tx, &release, &end.lease, end.through, end.abandon).await?;

@@ -980,3 +980,68 @@ async fn concurrent_applies_of_one_view_document_lose_no_update() {
         .unwrap();
     assert_eq!(n, Some(2), "one update was lost");
 }
+
+/// A sweep's end locks its streams' version rows in stream order, as an
+/// append does: an append holding stream `a` (and about to take `b`) and
+/// an end of `b` then `a` wait for each other in turn instead of
+/// deadlocking. Before, the end locked `b`, then waited for `a`, and the
+/// append's lock on `b` closed the cycle (seen as "deadlock detected" in
+/// the lag benchmark's appends).
+#[tokio::test]
+async fn a_sweeps_end_locks_its_streams_in_the_order_appends_do() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("order");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    j.append(
+        &[request("a", &[1]), request("b", &[1])],
+        AppendOptions::default(),
+    )
+    .await
+    .unwrap();
+    let owner = WorkerId::new("w").unwrap();
+    let ttl = Duration::from_secs(60);
+    let mut ends = Vec::new();
+    for stream in ["b", "a"] {
+        let (lease, rows) = j
+            .acquire_and_claim(&sid(stream), &owner, ttl, 10)
+            .await
+            .unwrap()
+            .expect("claimed");
+        ends.push(outbox_core::StreamEnd {
+            lease,
+            through: Some(rows[0].seq),
+            abandon: false,
+        });
+    }
+    // An append in progress: it holds `a`'s version row.
+    let pool = admin_pool(&url).await;
+    let mut append = pool.begin().await.unwrap();
+    let lock =
+        |stream: &str| format!("SELECT 1 FROM \"{s}\".streams WHERE stream = '{stream}' FOR NO KEY UPDATE");
+    sqlx::query(sqlx::AssertSqlSafe(lock("a")))
+        .execute(&mut *append)
+        .await
+        .unwrap();
+    let ender = j.clone();
+    let end = tokio::spawn(async move { ender.complete_and_release_all(&ends).await });
+    // Until the end waits for a row lock (for `a`, held above).
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let b = sqlx::query(sqlx::AssertSqlSafe(lock("b")))
+        .execute(&mut *append)
+        .await;
+    assert!(b.is_ok(), "the append's lock on b: {b:?}");
+    append.commit().await.unwrap();
+    assert_eq!(end.await.unwrap().unwrap(), 2, "both streams completed");
+}
