@@ -154,6 +154,10 @@ fn main() -> Result<()> {
         argv.next();
         return workloads::lag::child(argv);
     }
+    if argv.peek().map(String::as_str) == Some(pg::lag::CHILD_FLAG) {
+        argv.next();
+        return pg::lag::child(argv);
+    }
     if argv.peek().map(String::as_str) == Some(workloads::drain::PROFILE_FLAG) {
         argv.next();
         return workloads::drain::profile(argv);

@@ -6,6 +6,7 @@
 //! throwaway one when it is not set); each round uses fresh schemas,
 //! dropped afterwards.
 
+pub(crate) mod lag;
 mod raw;
 
 use std::sync::Arc;
@@ -38,16 +39,25 @@ pub(crate) fn schema(kind: &str) -> String {
     )
 }
 
-pub(crate) async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen>) -> Result<PgRt> {
+/// A runtime on `schema` with the bench projection; with the journal's
+/// LISTEN/NOTIFY wake source when `woken`.
+pub(crate) async fn open(
+    url: &str,
+    schema: &str,
+    config: Config,
+    seen: Arc<Seen>,
+    woken: bool,
+) -> Result<PgRt> {
     let journal = PgJournal::connect(url, PgOptions::default().with_schema(schema))
         .await
         .context("connecting the journal")?;
     let store = PgProjectionStore::sharing(&journal).await?;
-    fixture::builder(journal, store, seen)?
-        .config(config)
-        .build()
-        .await
-        .map_err(Into::into)
+    let wake = woken.then(|| journal.wake_source());
+    let mut builder = fixture::builder(journal, store, seen)?;
+    if let Some(w) = wake {
+        builder = builder.wake_source(w);
+    }
+    builder.config(config).build().await.map_err(Into::into)
 }
 
 pub(crate) async fn drop_schema(url: &str, schema: &str) -> Result<()> {
@@ -55,6 +65,8 @@ pub(crate) async fn drop_schema(url: &str, schema: &str) -> Result<()> {
 }
 
 pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
+    // The rates half load is taken from (see `lag::run`).
+    let (mut append_100, mut drain_64) = (0.0, 0.0);
     for per_txn in [1u64, 100] {
         let (mut o, mut r) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
@@ -66,6 +78,9 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
                 o[round],
                 r[round]
             );
+        }
+        if per_txn == 100 {
+            append_100 = crate::report::median(&o);
         }
         ctx.rows.push(Row::pair(
             format!(
@@ -98,6 +113,9 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
                     r[round]
                 );
             }
+            if shape == Shape::Sweeps && batch == 64 {
+                drain_64 = crate::report::median(&o);
+            }
             ctx.rows.push(Row::pair(
                 format!(
                     "PG drain, batch {batch} ({STREAMS} streams x {per_stream} events), {}",
@@ -110,12 +128,19 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
             ));
         }
     }
-    Ok(())
+    lag::run(ctx, url, drain_64, append_100).await
 }
 
 async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
     let schema = schema("outbox");
-    let rt = open(url, &schema, Config::producer_only(), Seen::default().into()).await?;
+    let rt = open(
+        url,
+        &schema,
+        Config::producer_only(),
+        Seen::default().into(),
+        false,
+    )
+    .await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
     let mut heads = vec![0u64; STREAMS as usize];
     let total = ctx.sizes.events;
@@ -178,7 +203,7 @@ async fn drain_round(
     if shape == Shape::PerStream {
         config = config.with_sweep_rows(0);
     }
-    let rt = open(url, &schema, config, seen.clone()).await?;
+    let rt = open(url, &schema, config, seen.clone(), false).await?;
     let heads = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
     let total = STREAMS * per_stream;
     gate()?;

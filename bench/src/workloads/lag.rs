@@ -12,14 +12,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result};
 use outbox_core::{AppendRequest, ExpectedVersion};
-use outbox_runtime::Config;
+use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 
 use super::ROUNDS;
 use crate::Ctx;
 use crate::fixture::{self, Seen, stream, stream_name};
 use crate::report::{Better, Row, percentile};
 
-const STREAMS: u64 = 100;
+pub(crate) const STREAMS: u64 = 100;
 const DEFAULT_RATE: f64 = 1000.0;
 
 /// Fixed rates also measured, in and across processes: where the lag
@@ -30,7 +30,7 @@ const FIXED_RATES: [f64; 3] = [10_000.0, 2_000.0, 200.0];
 /// events go several to a call (`append_batch`, distinct streams), since
 /// single-event appends alone peak well below that rate on this
 /// machine kind. Each event's lag still runs from its own scheduled time.
-const MAX_CALLS_PER_SECOND: f64 = 2_000.0;
+pub(crate) const MAX_CALLS_PER_SECOND: f64 = 2_000.0;
 
 pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
     let half = half_load(ctx);
@@ -69,13 +69,42 @@ fn half_load(ctx: &Ctx) -> f64 {
 }
 
 async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Result<()> {
+    let (tmp, seconds) = (ctx.tmp.clone(), ctx.sizes.lag_seconds);
+    let how = if across {
+        "worker in another process, data_version wake-up"
+    } else {
+        "wake-on-append"
+    };
+    measure(ctx, &format!("W3 lag {{}}, {how}"), rate, per_call, || {
+        let tmp = tmp.clone();
+        async move {
+            if across {
+                across_processes(&tmp, seconds, rate, per_call).await
+            } else {
+                one_run(&tmp, seconds, rate, per_call, || Ok(())).await
+            }
+        }
+    })
+    .await
+}
+
+/// Runs [`ROUNDS`] rounds of `round` (each giving its lags in ms and the
+/// rate its appends achieved) at `rate`, prints each, and adds the p50,
+/// p99 and max rows, named by `name` with `{}` standing for the figure.
+pub(crate) async fn measure<F, Fut>(
+    ctx: &mut Ctx,
+    name: &str,
+    rate: f64,
+    per_call: u64,
+    mut round: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<f64>, f64)>>,
+{
     let (mut p50, mut p99, mut max, mut achieved) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
-        let (mut lags, sent_rate) = if across {
-            across_processes(&ctx.tmp, ctx.sizes.lag_seconds, rate, per_call).await?
-        } else {
-            one_run(&ctx.tmp, ctx.sizes.lag_seconds, rate, per_call, || Ok(())).await?
-        };
+    for n in 0..ROUNDS {
+        let (mut lags, sent_rate) = round().await?;
         lags.sort_by(f64::total_cmp);
         p50.push(percentile(&lags, 50.0));
         p99.push(percentile(&lags, 99.0));
@@ -83,11 +112,11 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
         achieved.push(sent_rate);
         eprintln!(
             "   round {}: {} events offered at {rate} ev/s, {per_call} per call (appended at {sent_rate:.0} ev/s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            round + 1,
+            n + 1,
             lags.len(),
-            p50[round],
-            p99[round],
-            max[round]
+            p50[n],
+            p99[n],
+            max[n]
         );
     }
     let note = format!(
@@ -95,15 +124,9 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
         crate::report::median(&achieved),
         ctx.sizes.lag_seconds
     );
-    let how = if across {
-        "worker in another process, data_version wake-up"
-    } else {
-        "wake-on-append"
-    };
     for (what, v) in [("p50", p50), ("p99", p99), ("max", max)] {
-        ctx.rows.push(
-            Row::single(format!("W3 lag {what}, {how}"), "ms", Better::Lower, v).with_note(note.clone()),
-        );
+        ctx.rows
+            .push(Row::single(name.replace("{}", what), "ms", Better::Lower, v).with_note(note.clone()));
     }
     Ok(())
 }
@@ -160,13 +183,27 @@ async fn one_run(
     let seen = Arc::new(Seen::recording(total));
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
+    in_process(&rt, &seen, rate, total, per_call, gate).await
+}
+
+/// The open-loop run of [`one_run`] on any backend: `rt` has the apply
+/// worker and records into `seen`; returns the lags in ms and the rate the
+/// appends achieved.
+pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    seen: &Seen,
+    rate: f64,
+    total: u64,
+    per_call: u64,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<(Vec<f64>, f64)> {
     let running = rt.start().await?;
     gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let (scheduled, heads, sent_rate) = offer(&rt, &streams, rate, total, per_call).await?;
-    fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
+    let (scheduled, heads, sent_rate) = offer(rt, &streams, rate, total, per_call).await?;
+    fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;
-    fixture::verify(&rt, &seen, "l", &heads).await?;
+    fixture::verify(rt, seen, "l", &heads).await?;
     let at = seen
         .at
         .as_ref()
@@ -189,8 +226,8 @@ async fn one_run(
 /// whole milliseconds, on workers the outbox's own tasks keep busy, and
 /// calls started 0.8 ms after their schedule at the median (1.8 ms at p99,
 /// at half load), lateness of the load generator that the lag counted.
-async fn offer(
-    rt: &fixture::Rt,
+pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
     streams: &[outbox_core::StreamId],
     rate: f64,
     total: u64,
@@ -232,11 +269,14 @@ async fn offer(
     Ok((scheduled, heads, total as f64 / t0.elapsed().as_secs_f64()))
 }
 
+/// How many times a call of [`offer`] is made again after a temporary error.
+const TEMPORARY_RETRIES: u32 = 5;
+
 /// One call of [`offer`]: `calls` (stream index, stream, scheduled time)
 /// in one `append_batch`, event numbers from `first`; returns each
 /// event's stream index, seq and scheduled time.
-async fn append_call(
-    rt: fixture::Rt,
+async fn append_call<J: JournalBackend, P: ProjectionBackend>(
+    rt: Outbox<J, P>,
     first: u64,
     calls: Vec<(usize, outbox_core::StreamId, SystemTime)>,
 ) -> Result<Vec<(usize, u64, SystemTime)>> {
@@ -245,7 +285,19 @@ async fn append_call(
         let e = fixture::new_event(&rt, first + k as u64)?;
         batch.push(AppendRequest::new(stream.clone(), ExpectedVersion::Any, vec![e]));
     }
-    let appended = rt.append_batch(batch).await?;
+    // A temporary error (on Postgres, a deadlock between appends creating
+    // the same new streams) committed nothing: the call is made again, as
+    // an application would, and its events' lag includes the retry.
+    let mut tries = 0;
+    let appended = loop {
+        match rt.append_batch(batch.clone()).await {
+            Err(e) if e.is_temporary() && tries < TEMPORARY_RETRIES => {
+                tries += 1;
+                eprintln!("   append retried after a temporary error: {e}");
+            }
+            result => break result?,
+        }
+    };
     anyhow::ensure!(
         appended.appended.len() == calls.len(),
         "appended {} of {}",
@@ -260,7 +312,7 @@ async fn append_call(
 }
 
 /// Each scheduled append's lag in ms, to when `at` says it was applied.
-fn lags(
+pub(crate) fn lags(
     scheduled: Vec<(String, u64, SystemTime)>,
     at: &HashMap<(String, u64), SystemTime>,
 ) -> Result<Vec<f64>> {
@@ -290,10 +342,27 @@ async fn across_processes(
     // Creates both files before the child opens them.
     let rt = fixture::open(dir.path(), Config::producer_only(), Arc::new(Seen::default())).await?;
     let total = (rate * seconds as f64) as u64;
+    let args = [
+        CHILD_FLAG.into(),
+        dir.path().as_os_str().to_owned(),
+        total.to_string().into(),
+    ];
+    with_child(&rt, &args, rate, total, per_call).await
+}
+
+/// Starts this binary with `args` as the worker's process, waits for its
+/// `ready`, appends `total` events through `rt` (producer-only) at `rate`
+/// and returns each event's lag in ms, from the times the child reports,
+/// and the rate the appends achieved.
+pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    args: &[std::ffi::OsString],
+    rate: f64,
+    total: u64,
+    per_call: u64,
+) -> Result<(Vec<f64>, f64)> {
     let mut child = Command::new(std::env::current_exe()?)
-        .arg(CHILD_FLAG)
-        .arg(dir.path())
-        .arg(total.to_string())
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the lag child")?;
@@ -306,7 +375,7 @@ async fn across_processes(
     anyhow::ensure!(ready.0.trim() == "ready", "lag child: {:?}", ready.0);
     let mut out = ready.1;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let (scheduled, _heads, sent_rate) = offer(&rt, &streams, rate, total, per_call).await?;
+    let (scheduled, _heads, sent_rate) = offer(rt, &streams, rate, total, per_call).await?;
     let applied: Vec<(String, u64, u64)> = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -322,50 +391,64 @@ async fn across_processes(
 }
 
 /// The child: opens the files in DIR with the apply worker and the
-/// journal's wake source, says `ready`, waits until TOTAL events are
-/// applied, checks them with the oracle and prints when each was applied
-/// as JSON `[[stream, seq, unix_ns], ...]`.
+/// journal's wake source and serves as [`serve_child`] says.
 pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
     let dir = std::path::PathBuf::from(args.next().context("DIR")?);
     let total: u64 = args.next().context("TOTAL")?.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let seen = Arc::new(Seen::recording(total));
-        // No poll to speak of: only the wake source can start a pass.
-        let config = Config::apply_worker()
-            .with_repair_on_start(false)
-            .with_poll_interval(Duration::from_secs(60));
-        let rt = fixture::open_with(&dir, config, seen.clone(), true).await?;
-        let running = rt.start().await?;
-        println!("ready");
-        fixture::wait_drained(&rt, &seen, total, Duration::from_secs(120)).await?;
-        running.shutdown().await;
-        let per_stream = seen
-            .per_stream
-            .lock()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?
-            .clone();
-        let heads: Vec<u64> = (0..STREAMS)
-            .map(|s| per_stream.get(&stream_name("l", s)).copied().unwrap_or(0))
-            .collect();
-        fixture::verify(&rt, &seen, "l", &heads).await?;
-        let at = seen
-            .at
-            .as_ref()
-            .context("recording")?
-            .lock()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?;
-        let rows: Vec<(String, u64, u64)> = at
-            .iter()
-            .map(|((s, q), t)| {
-                let ns = t
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos() as u64;
-                (s.clone(), *q, ns)
-            })
-            .collect();
-        println!("{}", serde_json::to_string(&rows)?);
-        Ok(())
+        let rt = fixture::open_with(&dir, child_config(), seen.clone(), true).await?;
+        serve_child(&rt, &seen, total).await
     })
+}
+
+/// The worker configuration of a lag child: no poll to speak of, so only
+/// the wake source can start a pass.
+pub(crate) fn child_config() -> Config {
+    Config::apply_worker()
+        .with_repair_on_start(false)
+        .with_poll_interval(Duration::from_secs(60))
+}
+
+/// A lag child's work once its runtime `rt` is open (recording into
+/// `seen`): starts the worker, says `ready`, waits until TOTAL events are
+/// applied, checks them with the oracle and prints when each was applied as
+/// JSON `[[stream, seq, unix_ns], ...]`.
+pub(crate) async fn serve_child<J: JournalBackend, P: ProjectionBackend>(
+    rt: &Outbox<J, P>,
+    seen: &Seen,
+    total: u64,
+) -> Result<()> {
+    let running = rt.start().await?;
+    println!("ready");
+    fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
+    running.shutdown().await;
+    let per_stream = seen
+        .per_stream
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    let heads: Vec<u64> = (0..STREAMS)
+        .map(|s| per_stream.get(&stream_name("l", s)).copied().unwrap_or(0))
+        .collect();
+    fixture::verify(rt, seen, "l", &heads).await?;
+    let at = seen
+        .at
+        .as_ref()
+        .context("recording")?
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let rows: Vec<(String, u64, u64)> = at
+        .iter()
+        .map(|((s, q), t)| {
+            let ns = t
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos() as u64;
+            (s.clone(), *q, ns)
+        })
+        .collect();
+    println!("{}", serde_json::to_string(&rows)?);
+    Ok(())
 }

@@ -140,7 +140,7 @@ async fn pg_round(url: &str, workers: usize, per_stream: u64, leasing: bool) -> 
     let seen = Arc::new(Seen::default());
     let mut rts = Vec::new();
     for i in 0..workers {
-        rts.push(crate::pg::open(url, &schema, config(i, leasing)?, seen.clone()).await?);
+        rts.push(crate::pg::open(url, &schema, config(i, leasing)?, seen.clone(), false).await?);
     }
     let rate = drain(&rts, &seen, per_stream).await;
     for rt in &rts {
