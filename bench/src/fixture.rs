@@ -96,6 +96,16 @@ impl Seen {
             ..Seen::default()
         }
     }
+
+    /// When each event was applied, by (stream, seq); only a recording
+    /// `Seen` keeps them.
+    pub(crate) fn applied_at(&self) -> Result<std::sync::MutexGuard<'_, HashMap<(String, u64), SystemTime>>> {
+        self.at
+            .as_ref()
+            .context("not recording")?
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))
+    }
 }
 
 /// The document the projection upserts per event, keyed by stream.

@@ -204,12 +204,7 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;
     fixture::verify(rt, seen, "l", &heads).await?;
-    let at = seen
-        .at
-        .as_ref()
-        .context("recording")?
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let at = seen.applied_at()?;
     Ok((lags(scheduled, &at)?, sent_rate))
 }
 
@@ -433,12 +428,7 @@ pub(crate) async fn serve_child<J: JournalBackend, P: ProjectionBackend>(
         .map(|s| per_stream.get(&stream_name("l", s)).copied().unwrap_or(0))
         .collect();
     fixture::verify(rt, seen, "l", &heads).await?;
-    let at = seen
-        .at
-        .as_ref()
-        .context("recording")?
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let at = seen.applied_at()?;
     let rows: Vec<(String, u64, u64)> = at
         .iter()
         .map(|((s, q), t)| {
