@@ -1023,13 +1023,20 @@ async fn a_sweeps_end_locks_its_streams_in_the_order_appends_do() {
         .execute(&mut *append)
         .await
         .unwrap();
+    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut *append)
+        .await
+        .unwrap();
     let ender = j.clone();
     let end = tokio::spawn(async move { ender.complete_and_release_all(&ends).await });
-    // Until the end waits for a row lock (for `a`, held above).
+    // Until the end waits for this transaction (for `a`'s row, held above):
+    // nothing else waits on it, whatever other tests run meanwhile.
     loop {
         let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
+             AND transactionid::text = $1",
         )
+        .bind(&xid)
         .fetch_one(&pool)
         .await
         .unwrap();

@@ -82,7 +82,7 @@ pub(super) struct Job<T, F> {
     body: F,
     out: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
-    durable: bool,
+    commit: Commit,
 }
 
 /// Whether a job's commit waits for the disk (see the module docs).
@@ -98,7 +98,7 @@ impl<T, F> Job<T, F> {
             body,
             out: None,
             reply,
-            durable: commit == Commit::Durable,
+            commit,
         }
     }
 }
@@ -120,7 +120,7 @@ where
     }
 
     fn durable(&self) -> bool {
-        self.durable
+        self.commit == Commit::Durable
     }
 
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
