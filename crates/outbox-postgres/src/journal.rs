@@ -586,6 +586,49 @@ async fn end_in(
     Ok(done)
 }
 
+/// The plain ends `ends` (each with a completion, no abandon, streams
+/// distinct and locked): their rows deleted and heads recomputed, the
+/// stream leases released, in one statement ([`COMPLETE_ALL`]); then a
+/// partitioned claim that completed nothing has its lease's hold ended by
+/// the per-stream release (which recomputes the head while the partition
+/// lease is current). Returns the rows deleted.
+async fn complete_all(tx: &mut PgConnection, release: &str, ends: &[&StreamEnd]) -> Result<u64> {
+    if ends.is_empty() {
+        return Ok(0);
+    }
+    let err = |e| storage("completing and releasing", e);
+    let (streams, through): (Vec<&str>, Vec<i64>) = ends
+        .iter()
+        .map(|e| (e.lease.stream.as_str(), e.through.map_or(0, Seq::as_i64)))
+        .unzip();
+    let (mut owners, mut epochs, mut leased) = (Vec::new(), Vec::new(), Vec::new());
+    for e in ends.iter().filter(|e| e.lease.partition.is_none()) {
+        leased.push(e.lease.stream.as_str());
+        owners.push(e.lease.owner.as_str());
+        epochs.push(seq_i64(e.lease.epoch));
+    }
+    let counts: Vec<(String, i64)> = sqlx::query_as(COMPLETE_ALL)
+        .bind(&streams)
+        .bind(&through)
+        .bind(&leased)
+        .bind(&owners)
+        .bind(&epochs)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
+    let counts: HashMap<&str, i64> = counts.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    let mut done = 0;
+    for e in ends {
+        let n = counts.get(e.lease.stream.as_str()).copied().unwrap_or(0);
+        done += u64::try_from(n).unwrap_or(0);
+        // See `end_in`: a recomputed head ends a partitioned hold.
+        if e.lease.partition.is_some() && n == 0 {
+            release_in(tx, release, &e.lease).await?;
+        }
+    }
+    Ok(done)
+}
+
 impl OutboxQueue for PgJournal {
     async fn due_streams(&self, limit: usize) -> Result<Vec<StreamId>> {
         let limit = validate_limit(limit, MAX_PAGE)?;
@@ -669,22 +712,34 @@ impl OutboxQueue for PgJournal {
         .await
     }
 
-    /// One transaction: every pass's completion, abandon and release.
+    /// One transaction: every pass's completion, abandon and release. The
+    /// plain ends (a completion, no abandon) take one statement together
+    /// ([`COMPLETE_ALL`]), whatever their number; the others end one by one.
     async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
-        let streams: Vec<&str> = ends.iter().map(|e| e.lease.stream.as_str()).collect();
+        let mut streams: Vec<&str> = ends.iter().map(|e| e.lease.stream.as_str()).collect();
+        streams.sort_unstable();
+        streams.dedup();
+        // One statement takes each stream once: a stream ended twice in
+        // one call (never by a sweep) ends one by one.
+        let (plain, single): (Vec<&StreamEnd>, Vec<&StreamEnd>) = if streams.len() == ends.len() {
+            ends.iter().partition(|e| e.through.is_some() && !e.abandon)
+        } else {
+            (Vec::new(), ends.iter().collect())
+        };
         self.write("completing and releasing", async |tx| {
             // The streams' version rows first, all in stream order as an
             // append locks them: ending them one by one in the sweep's
             // order could deadlock with an append (each `end_in` takes its
-            // stream's lock again, already held).
+            // stream's lock again, already held). The statements after it
+            // see every append committed before the lock was granted.
             sqlx::query(LOCK_STREAMS)
                 .bind(&streams)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| storage("completing and releasing", e))?;
-            let mut done = 0;
-            for end in ends {
+            let mut done = complete_all(tx, &release, &plain).await?;
+            for end in single {
                 done += end_in(tx, &release, &end.lease, end.through, end.abandon).await?;
             }
             Ok(done)
@@ -1053,6 +1108,32 @@ pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AN
      gone AS (DELETE FROM outbox_heads WHERE stream = $1 AND EXISTS (SELECT 1 FROM del) \
               AND NOT EXISTS (SELECT 1 FROM first)) \
      SELECT count(*) FROM del";
+
+/// [`COMPLETE`] for many streams at once (`$1` with `$2`, the last seq
+/// completed of each; streams distinct and locked), and the release of the
+/// stream leases `$3` (owners `$4`, epochs `$5`) where still current.
+/// Returns each stream of `$1` with the rows deleted from it.
+pub const COMPLETE_ALL: &str = concat!(
+    "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(s, t)), \
+     del AS (DELETE FROM outbox o USING u WHERE o.stream = u.s AND o.seq <= u.t RETURNING o.stream), \
+     n AS (SELECT stream, count(*) AS c FROM del GROUP BY stream), \
+     first AS (SELECT f.* FROM u JOIN n ON n.stream = u.s CROSS JOIN LATERAL \
+               (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
+                partition_no FROM outbox WHERE stream = u.s AND seq > u.t ORDER BY seq LIMIT 1) f), \
+     up AS (INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
+            SELECT stream, seq, due, partition_no FROM first \
+            ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
+            partition_no = excluded.partition_no), \
+     gone AS (DELETE FROM outbox_heads h USING n WHERE h.stream = n.stream \
+              AND NOT EXISTS (SELECT 1 FROM first WHERE first.stream = n.stream)), \
+     rel AS (UPDATE stream_leases l SET owner = NULL, expires_at = ",
+    jnow!(),
+    " FROM unnest($3::text[], $4::text[], $5::bigint[]) AS r(s, o, e) \
+             WHERE l.stream = r.s AND l.owner = r.o AND l.epoch = r.e AND l.expires_at > ",
+    jnow!(),
+    ") \
+     SELECT stream, c FROM n"
+);
 
 impl PartitionStore for PgJournal {
     fn partitioning(&self) -> &Partitioning {
