@@ -220,8 +220,7 @@ impl ApplyTx for PgTx {
         moves: &[CheckpointMove<'_>],
         through: u64,
     ) -> Result<u64> {
-        // Postgres writes documents at once (row locks), so this is empty;
-        // kept so no dialect can move a checkpoint past pending writes.
+        // The batch's document writes first (write-behind, ADR 0019).
         self.flush_views().await?;
         let names: Vec<&str> = moves.iter().map(|m| m.projection.as_str()).collect();
         let to: Vec<i64> = moves

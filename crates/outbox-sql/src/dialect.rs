@@ -10,6 +10,8 @@ pub struct Dialect {
     lock_stream: Option<&'static str>,
     lock_admission: Option<&'static str>,
     refresh_head: &'static [&'static str],
+    json_rows: &'static str,
+    lock_documents: Option<&'static str>,
 }
 
 impl Dialect {
@@ -21,6 +23,8 @@ impl Dialect {
             now: now.into(),
             lock_stream: None,
             lock_admission: None,
+            json_rows: "json_each($1)",
+            lock_documents: None,
             refresh_head: &[
                 "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
                  SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
@@ -44,6 +48,14 @@ impl Dialect {
             lock_admission: Some(
                 "SELECT pg_advisory_xact_lock(hashtextextended('outbox.admit_run.' || current_schema() || '.' || $1, 0))",
             ),
+            json_rows: "json_array_elements($1::json)",
+            // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
+            // the order given.
+            lock_documents: Some(
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || chr(31) || (j.value ->> 0) \
+                 || chr(31) || (j.value ->> 1) || chr(31) || (j.value ->> 2), 0)) \
+                 FROM json_array_elements($1::json) WITH ORDINALITY AS j(value, n) ORDER BY j.n",
+            ),
             refresh_head: &[
                 "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
                                 partition_no FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
@@ -56,11 +68,14 @@ impl Dialect {
         }
     }
 
-    /// Renders a statement: `{now}` becomes the clock expression and, on
+    /// Renders a statement: `{now}` becomes the clock expression, `{rows}`
+    /// the rows (`value` column) of the JSON array bound at `$1`, and, on
     /// SQLite, `$N` becomes `?N` (SQLite numbers `$N` parameters by first
     /// appearance, not by N).
     pub fn sql(&self, template: &str) -> String {
-        let text = template.replace("{now}", &self.now);
+        let text = template
+            .replace("{now}", &self.now)
+            .replace("{rows}", self.json_rows);
         if !self.numbered_question_marks {
             return text;
         }
@@ -84,6 +99,13 @@ impl Dialect {
     /// than being serialized by the database (SQLite's `BEGIN IMMEDIATE`).
     pub fn locks_rows(&self) -> bool {
         self.lock_stream.is_some()
+    }
+
+    /// The statement locking the view documents whose `[projection, table,
+    /// key]` rows are the JSON array `$1`, in that order, where writers run
+    /// concurrently.
+    pub fn lock_documents(&self) -> Option<&'static str> {
+        self.lock_documents
     }
 
     /// The statement locking a stream (`$1`) before its outbox rows change,

@@ -228,78 +228,6 @@ pub async fn view_get(
     .transpose()
 }
 
-/// [`ViewStorage::view_put`](outbox_core::spi::ViewStorage::view_put) where
-/// writers run concurrently ([`Dialect::locks_rows`]): the document is
-/// written at once and the hash of the one it replaced is returned, exact
-/// for the running digest. `known` is the hash of the database's version
-/// when this transaction holds the key's lock (it read or wrote it before);
-/// otherwise the key is locked first and the old version read in the same
-/// statement as the upsert. Either way the upsert says whether it inserted:
-/// a document deleted meanwhile by an unlocked delete or clear (which
-/// subtracted it themselves) replaces nothing.
-pub async fn view_put(
-    dialect: &Dialect,
-    tx: &mut (dyn Conn + '_),
-    projection: &ProjectionName,
-    table: &str,
-    key: &str,
-    value: &str,
-    known: Option<Option<DocumentHash>>,
-) -> Result<Option<DocumentHash>> {
-    let what = "writing a view document";
-    let args = [
-        Arg::Text(projection.as_str()),
-        Arg::Text(table),
-        Arg::Text(key),
-        Arg::Text(value),
-    ];
-    const UPSERT: &str = "INSERT INTO outbox_views (projection, tbl, key, value) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value";
-    let (inserted, old) = match known {
-        Some(old) => {
-            let row = tx
-                .fetch_optional(what, &dialect.sql(&format!("{UPSERT} RETURNING xmax = 0")), &args)
-                .await?;
-            (row.map(|r| r.bool(0)).transpose()?.unwrap_or(true), old)
-        }
-        None => {
-            tx.fetch(what, &dialect.sql(LOCK_DOCUMENT), &args[..3]).await?;
-            let row = tx
-                .fetch_optional(
-                    what,
-                    &dialect.sql(&format!(
-                        "WITH old AS (SELECT value FROM outbox_views WHERE projection = $1 AND tbl = $2 AND key = $3), \
-                         up AS ({UPSERT} RETURNING xmax = 0 AS inserted) \
-                         SELECT (SELECT inserted FROM up), (SELECT value FROM old)"
-                    )),
-                    &args,
-                )
-                .await?;
-            match row {
-                Some(r) => (
-                    r.bool(0)?,
-                    r.opt_text(1)?.map(|v| DocumentHash::of(table, key, &v)),
-                ),
-                None => (true, None),
-            }
-        }
-    };
-    if inserted {
-        return Ok(None);
-    }
-    if old.is_none() {
-        return Err(Error::Storage {
-            message: format!(
-                "view document {table}/{key} of projection `{projection}` was inserted behind its lock \
-                 (a writer outside the view API?); the running digest cannot be kept, nothing was committed"
-            ),
-            temporary: false,
-            source: None,
-        });
-    }
-    Ok(old)
-}
-
 /// [`ViewStorage::view_delete`](outbox_core::spi::ViewStorage::view_delete):
 /// returns the hash of the document it deleted (`None`: there was none),
 /// as the delete found it.
@@ -592,15 +520,6 @@ macro_rules! impl_projection_ports {
                 key: &str,
                 value: &str,
             ) -> ::outbox_core::Result<()> {
-                let d = self.dialect();
-                if d.locks_rows() {
-                    let known = self.views.known(projection, table, key);
-                    let old =
-                        $crate::projection::view_put(&d, self, projection, table, key, value, known).await?;
-                    self.views
-                        .wrote(projection, table, key, old, Some(value), true);
-                    return Ok(());
-                }
                 if self.views.put(projection, table, key, value) {
                     self.flush_views().await?;
                 }

@@ -1,4 +1,5 @@
-//! Write-behind view documents for a single-writer database.
+//! Write-behind view documents: a batch's puts and deletes reach the
+//! database together, right before its checkpoints move.
 //!
 //! On SQLite an apply transaction is the only writer of its file, so the
 //! document writes of a whole batch can wait in memory and reach the
@@ -6,8 +7,11 @@
 //! before the checkpoints move in the same transaction. Reads see the
 //! pending writes first, so an applier reads its own writes as before; scans
 //! and clears write the pending ones out first. Where writers run
-//! concurrently (Postgres, [`Dialect::locks_rows`]) nothing is deferred: a
-//! document's row lock must be taken when it is written.
+//! concurrently (Postgres, [`Dialect::locks_rows`]) the puts wait too: the
+//! flush first locks every document it writes whose key this transaction
+//! has not locked yet (one statement, in key order), then reads them (the
+//! digest's old hashes, under the locks) and writes them, so a batch costs
+//! three round trips instead of two per document.
 //!
 //! It also keeps the transaction's share of every projection's running
 //! digest (ADR 0019): the hash of each document as the database holds it
@@ -236,12 +240,32 @@ impl ViewWrites {
 
     /// Writes the pending documents out: one statement for every put, one
     /// for every delete, after one reading the documents they replace whose
-    /// hash is not known yet (for the running digests). Empty afterwards,
-    /// also on an error (the transaction is then rolled back by its owner).
+    /// hash is not known yet (for the running digests; where writers run
+    /// concurrently, after one locking them). Empty afterwards, also on an
+    /// error (the transaction is then rolled back by its owner).
+    ///
+    /// Where writers run concurrently, deletes and clears take no document
+    /// lock (ADR 0019): a put whose document such a writer deleted after it
+    /// was read inserts it anew, and replaced nothing; the upsert says which
+    /// it inserted, and their replaced documents go back into the digest
+    /// change (the deleter took them out).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
         let writes = self.prepare_flush(dialect, tx).await?;
-        for st in writes.statements(dialect) {
-            tx.execute(st.what, &st.sql, &st.args).await?;
+        for (i, st) in writes.statements(dialect).into_iter().enumerate() {
+            if i > 0 || writes.puts.is_none() || !dialect.locks_rows() {
+                tx.execute(st.what, &st.sql, &st.args).await?;
+                continue;
+            }
+            let sql = format!("{} RETURNING projection, tbl, key, xmax = 0", st.sql);
+            for r in tx.fetch(st.what, &sql, &st.args).await? {
+                if !r.bool(3)? {
+                    continue;
+                }
+                let s = (r.text(0)?, r.text(1)?, r.text(2)?);
+                if let Some(old) = writes.replaced.get(&s) {
+                    self.changes.entry(s.0).or_default().0.replace(None, Some(old));
+                }
+            }
         }
         Ok(())
     }
@@ -265,14 +289,21 @@ impl ViewWrites {
             .map(|(p, t, k)| serde_json::json!([p, t, k]))
             .collect();
         if !unknown.is_empty() {
+            let unknown = serde_json::Value::Array(unknown).to_string();
+            if let Some(lock) = dialect.lock_documents() {
+                // A statement of its own: the read after it sees what the
+                // writers it waited for committed.
+                tx.fetch("locking view documents", lock, &[Arg::Text(&unknown)])
+                    .await?;
+            }
             let rows = tx
                 .fetch(
                     "reading the view documents a batch replaces",
                     &dialect.sql(
                         "SELECT projection, tbl, key, value FROM outbox_views WHERE (projection, tbl, key) IN \
-                         (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each($1))",
+                         (SELECT value ->> 0, value ->> 1, value ->> 2 FROM {rows})",
                     ),
-                    &[Arg::Text(&serde_json::Value::Array(unknown).to_string())],
+                    &[Arg::Text(&unknown)],
                 )
                 .await?;
             let mut found = HashMap::with_capacity(rows.len());
@@ -287,8 +318,12 @@ impl ViewWrites {
                 }
             }
         }
+        let mut replaced = HashMap::new();
         for (s, v) in &pending {
             let old = self.base.get(s).copied().flatten();
+            if let (Some(h), Some(_), true) = (old, v, dialect.locks_rows()) {
+                replaced.insert(s.clone(), h);
+            }
             self.record(s.clone(), old, v.as_deref(), true);
         }
         let mut puts = Vec::new();
@@ -305,6 +340,7 @@ impl ViewWrites {
         Ok(DocumentWrites {
             puts: json(puts),
             deletes: json(deletes),
+            replaced,
         })
     }
 }
@@ -327,6 +363,9 @@ pub struct Statement<'a> {
 pub struct DocumentWrites {
     puts: Option<String>,
     deletes: Option<String>,
+    /// Where writers run concurrently: the hash of the document each put
+    /// replaces, where there is one (see [`ViewWrites::flush`]).
+    replaced: HashMap<Slot, DocumentHash>,
 }
 
 impl DocumentWrites {
@@ -338,7 +377,7 @@ impl DocumentWrites {
                 what: "writing view documents",
                 sql: dialect.sql(
                     "INSERT INTO outbox_views (projection, tbl, key, value) \
-                     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each($1) WHERE true \
+                     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM {rows} WHERE true \
                      ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value",
                 ),
                 args: vec![Arg::Text(rows)],
@@ -349,7 +388,7 @@ impl DocumentWrites {
                 what: "deleting view documents",
                 sql: dialect.sql(
                     "DELETE FROM outbox_views WHERE (projection, tbl, key) IN \
-                     (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each($1))",
+                     (SELECT value ->> 0, value ->> 1, value ->> 2 FROM {rows})",
                 ),
                 args: vec![Arg::Text(rows)],
             });
