@@ -46,6 +46,9 @@ outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
 the same for the in-process lag run (prints p50, p99, max)
 outbox-bench --profile-lag-across RATE PER_CALL SECONDS ROUNDS
 the lag run with the worker in a child process
+outbox-bench --profile-pg-lag RATE PER_CALL SECONDS ROUNDS
+outbox-bench --profile-pg-lag-across RATE PER_CALL SECONDS ROUNDS
+the same two on Postgres (OUTBOX_TEST_DATABASE_URL)
 
 (postgres and the Postgres half of partitions run when OUTBOX_TEST_DATABASE_URL names a server; cargo xtask bench starts one)";
 
@@ -173,6 +176,14 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_ACROSS_FLAG) {
         argv.next();
         return workloads::lag::profile(argv, true);
+    }
+    if argv.peek().map(String::as_str) == Some(pg::lag::PROFILE_FLAG) {
+        argv.next();
+        return pg::lag::profile(argv, false);
+    }
+    if argv.peek().map(String::as_str) == Some(pg::lag::PROFILE_ACROSS_FLAG) {
+        argv.next();
+        return pg::lag::profile(argv, true);
     }
     if argv.peek().map(String::as_str) == Some(workloads::concurrent::PROFILE_FLAG) {
         argv.next();

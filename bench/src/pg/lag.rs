@@ -60,6 +60,53 @@ async fn across(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(Vec<
     out
 }
 
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-pg-lag";
+
+/// The flag of [`profile`] with the worker in a child process.
+pub(crate) const PROFILE_ACROSS_FLAG: &str = "--profile-pg-lag-across";
+
+/// `--profile-pg-lag[-across] RATE PER_CALL SECONDS ROUNDS`: the lag
+/// rounds of [`run`] on Postgres (`OUTBOX_TEST_DATABASE_URL`) at RATE
+/// ev/s, PER_CALL events per call, and nothing else; prints each round's
+/// lag percentiles. Not gated for a profiler: a round's set-up and
+/// tear-down are short next to its SECONDS.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>, in_child: bool) -> Result<()> {
+    let flag = if in_child {
+        PROFILE_ACROSS_FLAG
+    } else {
+        PROFILE_FLAG
+    };
+    let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .with_context(|| format!("{flag} needs OUTBOX_TEST_DATABASE_URL"))?;
+    let mut number = |what: &str| crate::workloads::profile_number(flag, &mut args, what);
+    let (rate, per_call, seconds) = (number("RATE")?, number("PER_CALL")?, number("SECONDS")?);
+    let rounds = number("ROUNDS")?;
+    anyhow::ensure!(
+        rate > 0 && per_call > 0 && seconds > 0,
+        "{flag}: every number must be positive"
+    );
+    let total = rate * seconds;
+    crate::workloads::profile_rounds(rounds, |_tmp, _gate| {
+        let url = url.clone();
+        async move {
+            let (mut lags, sent) = if in_child {
+                across(&url, rate as f64, total, per_call).await?
+            } else {
+                in_process(&url, rate as f64, total, per_call).await?
+            };
+            lags.sort_by(f64::total_cmp);
+            eprintln!(
+                "   p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                crate::report::percentile(&lags, 50.0),
+                crate::report::percentile(&lags, 99.0),
+                lags.last().copied().unwrap_or_default()
+            );
+            Ok(sent)
+        }
+    })
+}
+
 /// The child (`--pg-lag-child URL SCHEMA TOTAL`): the apply worker on
 /// SCHEMA, woken by the journal's LISTEN/NOTIFY wake source.
 pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
