@@ -906,6 +906,13 @@ async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
 /// stream versions, in one statement over arrays, and notifies channel
 /// `$12` (when given and `$9`). `$13` holds the partition of each stream of
 /// `$10`.
+///
+/// A head row is inserted only for a stream that has none in the
+/// statement's snapshot. Every writer that inserts or deletes head rows
+/// holds the stream's lock, as the append does (taken in an earlier
+/// statement), so a head seen is a head that stays; a head row a claim is
+/// holding (an uncommitted `UPDATE`) is then not made to wait for, as an
+/// `ON CONFLICT` check would.
 pub const APPEND_WRITE: &str = concat!(
     "WITH e AS (\
            INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
@@ -926,7 +933,8 @@ pub const APPEND_WRITE: &str = concat!(
          hd AS (\
            INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
            SELECT e.stream, min(e.seq), min(e.recorded_at), min(x.pn) FROM e JOIN x ON x.s = e.stream \
-           WHERE $9 GROUP BY e.stream \
+           WHERE $9 AND NOT EXISTS (SELECT 1 FROM outbox_heads h WHERE h.stream = e.stream) \
+           GROUP BY e.stream \
            ON CONFLICT (stream) DO NOTHING), \
          st AS (\
            UPDATE streams SET head = x.h FROM unnest($10::text[], $11::bigint[]) AS x(s, h) \

@@ -1052,3 +1052,62 @@ async fn a_sweeps_end_locks_its_streams_in_the_order_appends_do() {
     append.commit().await.unwrap();
     assert_eq!(end.await.unwrap().unwrap(), 2, "both streams completed");
 }
+
+/// A claim in partitions holds its streams' head rows (an `UPDATE` of their
+/// due time) until it commits; an append to one of those streams must not
+/// wait for it: its head row exists, so there is nothing to insert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_does_not_wait_for_a_claim_holding_its_streams_head() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("hold");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    j.append(&[request("h", &[1])], AppendOptions::default())
+        .await
+        .unwrap();
+    // The claim's hold, uncommitted.
+    let pool = admin_pool(&url).await;
+    let mut claim = pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE \"{s}\".outbox_heads SET due_at = due_at + 60000 WHERE stream = 'h'"
+    )))
+    .execute(&mut *claim)
+    .await
+    .unwrap();
+    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut *claim)
+        .await
+        .unwrap();
+    let appender = j.clone();
+    let append = tokio::spawn(async move {
+        appender
+            .append(&[request("h", &[2])], AppendOptions::default())
+            .await
+    });
+    // Either the append returns, or it waits for the claim's transaction
+    // (nothing else can: the transaction is this test's own).
+    let waited = loop {
+        if append.is_finished() {
+            break false;
+        }
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
+             AND transactionid::text = $1",
+        )
+        .bind(&xid)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    claim.rollback().await.unwrap();
+    let appended = append.await.unwrap().expect("the append");
+    assert!(
+        !waited,
+        "the append waited for the claim holding the stream's head"
+    );
+    assert_eq!(appended[0].first_seq.get(), 2);
+}
