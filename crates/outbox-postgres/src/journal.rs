@@ -1078,9 +1078,9 @@ pub const CLAIM_PARTITIONED: &str = concat!(
      hold AS (SELECT ",
     jnow!(),
     " + $2 AS until), \
-     held_heads AS (UPDATE outbox_heads h SET due_at = (SELECT until FROM hold) FROM picked \
-          WHERE h.stream = picked.stream AND h.due_at IS NOT NULL \
-            AND EXISTS (SELECT 1 FROM claimed c WHERE c.stream = picked.stream)) \
+     held_heads AS (UPDATE outbox_heads h SET due_at = (SELECT until FROM hold) \
+          FROM (SELECT DISTINCT stream FROM claimed) c \
+          WHERE h.stream = c.stream AND h.due_at IS NOT NULL) \
      SELECT claimed.*, hold.until FROM claimed, hold"
 );
 
