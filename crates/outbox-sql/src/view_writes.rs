@@ -85,6 +85,20 @@ const RECORD_DIGEST: &str = "INSERT INTO outbox_view_digests AS d \
      last_seq = COALESCE(excluded.last_seq, d.last_seq), \
      updated_at = excluded.updated_at";
 
+/// [`ViewWrites::flush_locked`]'s write: the documents of the `[projection,
+/// table, key]` rows `$1` as they are (`old` rows, with their value), and
+/// the upsert of the `[projection, table, key, value]` rows `$2` (a row per
+/// document, `inserted` or `updated`).
+const LOCKED_UPSERT: &str = "WITH old AS (SELECT v.projection, v.tbl, v.key, v.value FROM outbox_views v \
+     WHERE (v.projection, v.tbl, v.key) IN (SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2 \
+     FROM json_array_elements($1::json) j)), \
+     up AS (INSERT INTO outbox_views (projection, tbl, key, value) \
+     SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3 FROM json_array_elements($2::json) j \
+     WHERE true ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value \
+     RETURNING projection, tbl, key, xmax = 0 AS inserted) \
+     SELECT 'old', projection, tbl, key, value FROM old \
+     UNION ALL SELECT CASE WHEN inserted THEN 'inserted' ELSE 'updated' END, projection, tbl, key, NULL FROM up";
+
 fn slot(projection: &ProjectionName, table: &str, key: &str) -> Slot {
     (projection.as_str().to_owned(), table.to_owned(), key.to_owned())
 }
@@ -240,32 +254,93 @@ impl ViewWrites {
 
     /// Writes the pending documents out: one statement for every put, one
     /// for every delete, after one reading the documents they replace whose
-    /// hash is not known yet (for the running digests; where writers run
-    /// concurrently, after one locking them). Empty afterwards, also on an
-    /// error (the transaction is then rolled back by its owner).
-    ///
-    /// Where writers run concurrently, deletes and clears take no document
-    /// lock (ADR 0019): a put whose document such a writer deleted after it
-    /// was read inserts it anew, and replaced nothing; the upsert says which
-    /// it inserted, and their replaced documents go back into the digest
-    /// change (the deleter took them out).
+    /// hash is not known yet (for the running digests). Where writers run
+    /// concurrently, see [`ViewWrites::flush_locked`]. Empty afterwards, also
+    /// on an error (the transaction is then rolled back by its owner).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
+        if let Some(lock) = dialect.lock_documents() {
+            return self.flush_locked(dialect, lock, tx).await;
+        }
         let writes = self.prepare_flush(dialect, tx).await?;
-        for (i, st) in writes.statements(dialect).into_iter().enumerate() {
-            if i > 0 || writes.puts.is_none() || !dialect.locks_rows() {
+        for st in writes.statements(dialect) {
+            tx.execute(st.what, &st.sql, &st.args).await?;
+        }
+        Ok(())
+    }
+
+    /// [`flush`](Self::flush) where writers run concurrently: the keys
+    /// this transaction has not locked yet are locked first (one statement,
+    /// in key order; `lock`); then one statement reads the documents they
+    /// hold (its snapshot comes after the locks, so it sees what the
+    /// writers waited for committed) and upserts every put, returning
+    /// which it inserted; then the deletes. Two round trips for a batch
+    /// of puts, as one put took before they were deferred.
+    ///
+    /// Deletes and clears take no document lock (ADR 0019): a put whose
+    /// document such a writer deleted after this transaction read it
+    /// inserts it anew and replaces nothing, so the digest change takes
+    /// nothing out for it (the deleter did).
+    async fn flush_locked(&mut self, dialect: &Dialect, lock: &str, tx: &mut (dyn Conn + '_)) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let json = |rows: Vec<serde_json::Value>| serde_json::Value::Array(rows).to_string();
+        let unknown = json(
+            pending
+                .keys()
+                .filter(|s| !self.base.contains_key(*s))
+                .map(|(p, t, k)| serde_json::json!([p, t, k]))
+                .collect(),
+        );
+        let (mut puts, mut deletes) = (Vec::new(), Vec::new());
+        for ((p, t, k), v) in &pending {
+            match v {
+                Some(v) => puts.push(serde_json::json!([p, t, k, v])),
+                None => deletes.push(serde_json::json!([p, t, k])),
+            }
+        }
+        if unknown != "[]" {
+            tx.fetch("locking view documents", lock, &[Arg::Text(&unknown)])
+                .await?;
+        }
+        let rows = tx
+            .fetch(
+                "writing view documents",
+                &dialect.sql(LOCKED_UPSERT),
+                &[Arg::Text(&unknown), Arg::Text(&json(puts))],
+            )
+            .await?;
+        let (mut found, mut inserted) = (HashMap::new(), std::collections::HashSet::new());
+        for r in &rows {
+            let (kind, s) = (r.text(0)?, (r.text(1)?, r.text(2)?, r.text(3)?));
+            match kind.as_str() {
+                "old" => {
+                    let v = r.opt_text(4)?.unwrap_or_default();
+                    found.insert(s.clone(), DocumentHash::of(&s.1, &s.2, &v));
+                }
+                "inserted" => {
+                    inserted.insert(s);
+                }
+                _ => {}
+            }
+        }
+        if !deletes.is_empty() {
+            let writes = DocumentWrites {
+                puts: None,
+                deletes: Some(json(deletes)),
+            };
+            for st in writes.statements(dialect) {
                 tx.execute(st.what, &st.sql, &st.args).await?;
-                continue;
             }
-            let sql = format!("{} RETURNING projection, tbl, key, xmax = 0", st.sql);
-            for r in tx.fetch(st.what, &sql, &st.args).await? {
-                if !r.bool(3)? {
-                    continue;
-                }
-                let s = (r.text(0)?, r.text(1)?, r.text(2)?);
-                if let Some(old) = writes.replaced.get(&s) {
-                    self.changes.entry(s.0).or_default().0.replace(None, Some(old));
-                }
-            }
+        }
+        for (s, v) in pending {
+            let old = match self.base.get(&s) {
+                Some(known) => *known,
+                None => found.get(&s).copied(),
+            };
+            let old = if inserted.contains(&s) { None } else { old };
+            self.record(s, old, v.as_deref(), true);
         }
         Ok(())
     }
@@ -290,12 +365,6 @@ impl ViewWrites {
             .collect();
         if !unknown.is_empty() {
             let unknown = serde_json::Value::Array(unknown).to_string();
-            if let Some(lock) = dialect.lock_documents() {
-                // A statement of its own: the read after it sees what the
-                // writers it waited for committed.
-                tx.fetch("locking view documents", lock, &[Arg::Text(&unknown)])
-                    .await?;
-            }
             let rows = tx
                 .fetch(
                     "reading the view documents a batch replaces",
@@ -318,12 +387,8 @@ impl ViewWrites {
                 }
             }
         }
-        let mut replaced = HashMap::new();
         for (s, v) in &pending {
             let old = self.base.get(s).copied().flatten();
-            if let (Some(h), Some(_), true) = (old, v, dialect.locks_rows()) {
-                replaced.insert(s.clone(), h);
-            }
             self.record(s.clone(), old, v.as_deref(), true);
         }
         let mut puts = Vec::new();
@@ -340,7 +405,6 @@ impl ViewWrites {
         Ok(DocumentWrites {
             puts: json(puts),
             deletes: json(deletes),
-            replaced,
         })
     }
 }
@@ -363,9 +427,6 @@ pub struct Statement<'a> {
 pub struct DocumentWrites {
     puts: Option<String>,
     deletes: Option<String>,
-    /// Where writers run concurrently: the hash of the document each put
-    /// replaces, where there is one (see [`ViewWrites::flush`]).
-    replaced: HashMap<Slot, DocumentHash>,
 }
 
 impl DocumentWrites {
