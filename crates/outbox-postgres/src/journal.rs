@@ -587,11 +587,15 @@ async fn end_in(
 }
 
 /// The plain ends `ends` (each with a completion, no abandon, streams
-/// distinct and locked): their rows deleted and heads recomputed, the
-/// stream leases released, in one statement ([`COMPLETE_ALL`]); then a
-/// partitioned claim that completed nothing has its lease's hold ended by
-/// the per-stream release (which recomputes the head while the partition
-/// lease is current). Returns the rows deleted.
+/// distinct and locked): their rows deleted and heads recomputed in one
+/// statement ([`COMPLETE_ALL`]); then, one by one in the order given, the
+/// releases `end_in` would make: every stream lease, and a partitioned
+/// claim's lease that completed nothing (its hold ended by recomputing the
+/// head while the partition lease is current). The stream leases are
+/// released in the sweep's order, as its claim acquired them: one
+/// statement releasing them all updates their rows in no set order and
+/// deadlocks with other workers' sweeps acquiring them. Returns the rows
+/// deleted.
 async fn complete_all(tx: &mut PgConnection, release: &str, ends: &[&StreamEnd]) -> Result<u64> {
     if ends.is_empty() {
         return Ok(0);
@@ -601,18 +605,10 @@ async fn complete_all(tx: &mut PgConnection, release: &str, ends: &[&StreamEnd])
         .iter()
         .map(|e| (e.lease.stream.as_str(), e.through.map_or(0, Seq::as_i64)))
         .unzip();
-    let (mut owners, mut epochs, mut leased) = (Vec::new(), Vec::new(), Vec::new());
-    for e in ends.iter().filter(|e| e.lease.partition.is_none()) {
-        leased.push(e.lease.stream.as_str());
-        owners.push(e.lease.owner.as_str());
-        epochs.push(seq_i64(e.lease.epoch));
-    }
     let counts: Vec<(String, i64)> = sqlx::query_as(COMPLETE_ALL)
         .bind(&streams)
         .bind(&through)
-        .bind(&leased)
-        .bind(&owners)
-        .bind(&epochs)
+        .bind(vec![0i64; streams.len()])
         .fetch_all(&mut *tx)
         .await
         .map_err(err)?;
@@ -622,7 +618,7 @@ async fn complete_all(tx: &mut PgConnection, release: &str, ends: &[&StreamEnd])
         let n = counts.get(e.lease.stream.as_str()).copied().unwrap_or(0);
         done += u64::try_from(n).unwrap_or(0);
         // See `end_in`: a recomputed head ends a partitioned hold.
-        if e.lease.partition.is_some() && n == 0 {
+        if e.lease.partition.is_none() || n == 0 {
             release_in(tx, release, &e.lease).await?;
         }
     }
@@ -1118,12 +1114,17 @@ pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AN
      SELECT count(*) FROM del";
 
 /// [`COMPLETE`] for many streams at once (`$1` with `$2`, the last seq
-/// completed of each; streams distinct and locked), and the release of the
-/// stream leases `$3` (owners `$4`, epochs `$5`) where still current.
-/// Returns each stream of `$1` with the rows deleted from it.
-pub const COMPLETE_ALL: &str = concat!(
-    "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(s, t)), \
-     del AS (DELETE FROM outbox o USING u WHERE o.stream = u.s AND o.seq <= u.t RETURNING o.stream), \
+/// completed of each; streams distinct and locked). Returns each stream of
+/// `$1` that had rows deleted, with how many.
+///
+/// `$3` is a lower bound per stream, 0 for every one (nothing is kept
+/// below it): a range with both ends unknown is estimated at a few rows,
+/// so even a generic plan seeks each stream's range in the primary key.
+/// With `seq <= t` alone the planner expects a third of each stream's rows
+/// and deletes through a hash join over the whole outbox, once per end.
+pub const COMPLETE_ALL: &str = "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(s, t, f)), \
+     del AS (DELETE FROM outbox o USING u WHERE o.stream = u.s AND o.seq BETWEEN u.f AND u.t \
+             RETURNING o.stream), \
      n AS (SELECT stream, count(*) AS c FROM del GROUP BY stream), \
      first AS (SELECT f.* FROM u JOIN n ON n.stream = u.s CROSS JOIN LATERAL \
                (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
@@ -1132,16 +1133,9 @@ pub const COMPLETE_ALL: &str = concat!(
             SELECT stream, seq, due, partition_no FROM first \
             ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, due_at = excluded.due_at, \
             partition_no = excluded.partition_no), \
-     gone AS (DELETE FROM outbox_heads h USING n WHERE h.stream = n.stream \
-              AND NOT EXISTS (SELECT 1 FROM first WHERE first.stream = n.stream)), \
-     rel AS (UPDATE stream_leases l SET owner = NULL, expires_at = ",
-    jnow!(),
-    " FROM unnest($3::text[], $4::text[], $5::bigint[]) AS r(s, o, e) \
-             WHERE l.stream = r.s AND l.owner = r.o AND l.epoch = r.e AND l.expires_at > ",
-    jnow!(),
-    ") \
-     SELECT stream, c FROM n"
-);
+     gone AS (DELETE FROM outbox_heads h USING n WHERE h.stream = ANY($1::text[]) AND h.stream = n.stream \
+              AND NOT EXISTS (SELECT 1 FROM first WHERE first.stream = n.stream)) \
+     SELECT stream, c FROM n";
 
 impl PartitionStore for PgJournal {
     fn partitioning(&self) -> &Partitioning {
