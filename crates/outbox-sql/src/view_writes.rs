@@ -10,8 +10,9 @@
 //! concurrently (Postgres, [`Dialect::locks_rows`]) the puts wait too: the
 //! flush first locks every document it writes whose key this transaction
 //! has not locked yet (one statement, in key order), then reads them (the
-//! digest's old hashes, under the locks) and writes them, so a batch costs
-//! three round trips instead of two per document.
+//! digest's old hashes, under the locks) and writes them in one more, so a
+//! batch costs two round trips, as one document did when each was written
+//! at once.
 //!
 //! It also keeps the transaction's share of every projection's running
 //! digest (ADR 0019): the hash of each document as the database holds it
