@@ -28,6 +28,27 @@ fn request(stream: &str, values: &[i64]) -> AppendRequest {
     )
 }
 
+/// The id of the transaction open on `tx` (assigned now).
+async fn xact_id(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> String {
+    sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut **tx)
+        .await
+        .unwrap()
+}
+
+/// Whether a session waits for transaction `xid` (a lock it holds).
+async fn waited_for(pool: &PgPool, xid: &str) -> bool {
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
+         AND transactionid::text = $1",
+    )
+    .bind(xid)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    waiting > 0
+}
+
 async fn admin_pool(url: &str) -> PgPool {
     PgPool::connect(url).await.expect("admin pool")
 }
@@ -1078,24 +1099,13 @@ async fn a_sweeps_end_locks_its_streams_in_the_order_appends_do() {
         .execute(&mut *append)
         .await
         .unwrap();
-    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
-        .fetch_one(&mut *append)
-        .await
-        .unwrap();
+    let xid = xact_id(&mut append).await;
     let ender = j.clone();
     let end = tokio::spawn(async move { ender.complete_and_release_all(&ends).await });
     // Until the end waits for this transaction (for `a`'s row, held above):
     // nothing else waits on it, whatever other tests run meanwhile.
     loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
-             AND transactionid::text = $1",
-        )
-        .bind(&xid)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
+        if waited_for(&pool, &xid).await {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1129,10 +1139,7 @@ async fn an_append_does_not_wait_for_a_claim_holding_its_streams_head() {
     .execute(&mut *claim)
     .await
     .unwrap();
-    let xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
-        .fetch_one(&mut *claim)
-        .await
-        .unwrap();
+    let xid = xact_id(&mut claim).await;
     let appender = j.clone();
     let append = tokio::spawn(async move {
         appender
@@ -1145,15 +1152,7 @@ async fn an_append_does_not_wait_for_a_claim_holding_its_streams_head() {
         if append.is_finished() {
             break false;
         }
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' \
-             AND transactionid::text = $1",
-        )
-        .bind(&xid)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
+        if waited_for(&pool, &xid).await {
             break true;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
