@@ -256,7 +256,7 @@ impl ViewWrites {
     /// Writes the pending documents out: one statement for every put, one
     /// for every delete, after one reading the documents they replace whose
     /// hash is not known yet (for the running digests). Where writers run
-    /// concurrently, see [`ViewWrites::flush_locked`]. Empty afterwards, also
+    /// concurrently, see `flush_locked`. Empty afterwards, also
     /// on an error (the transaction is then rolled back by its owner).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
         if let Some(lock) = dialect.lock_documents() {
