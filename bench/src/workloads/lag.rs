@@ -200,21 +200,61 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     let running = rt.start().await?;
     gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let (scheduled, heads, sent_rate) = offer(rt, &streams, rate, total, per_call).await?;
+    let offered = offer(rt, &streams, rate, total, per_call).await?;
     fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
     running.shutdown().await;
-    fixture::verify(rt, seen, "l", &heads).await?;
+    fixture::verify(rt, seen, "l", &offered.heads).await?;
     let at = seen.applied_at()?;
-    Ok((lags(scheduled, &at)?, sent_rate))
+    print_split(&offered, &at);
+    Ok((lags(offered.scheduled, &at)?, offered.rate))
+}
+
+/// Prints (stderr) the p50 and p99 of the time from each event's scheduled
+/// time to its call's acknowledgement (the appender's part of the lag), and
+/// from there to its apply.
+fn print_split(offered: &Offered, at: &HashMap<(String, u64), SystemTime>) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut to_ack: Vec<f64> = Vec::with_capacity(offered.acked.len());
+    let mut to_apply: Vec<f64> = Vec::with_capacity(offered.acked.len());
+    for ((s, seq, sent), ack) in offered.scheduled.iter().zip(&offered.acked) {
+        to_ack.push(ms(ack.duration_since(*sent).unwrap_or_default()));
+        if let Some(applied) = at.get(&(s.clone(), *seq)) {
+            to_apply.push(ms(applied.duration_since(*ack).unwrap_or_default()));
+        }
+    }
+    for (what, mut v) in [
+        ("scheduled to acknowledged", to_ack),
+        ("acknowledged to applied", to_apply),
+    ] {
+        v.sort_by(f64::total_cmp);
+        if let Some(max) = v.last() {
+            eprintln!(
+                "   {what}: p50 {:.2} ms, p99 {:.2} ms, max {max:.2} ms",
+                percentile(&v, 50.0),
+                percentile(&v, 99.0)
+            );
+        }
+    }
+}
+
+/// What [`offer`] appended.
+pub(crate) struct Offered {
+    /// Each event's stream, seq and scheduled wall time.
+    pub(crate) scheduled: Vec<(String, u64, SystemTime)>,
+    /// When each event's call was acknowledged (as `scheduled`).
+    pub(crate) acked: Vec<SystemTime>,
+    /// Each stream's head.
+    pub(crate) heads: Vec<u64>,
+    /// The rate the appends achieved: events over the time to the last
+    /// acknowledgement.
+    pub(crate) rate: f64,
 }
 
 /// Appends `total` events round-robin over `streams` at `rate`, open
 /// loop, `per_call` events to distinct streams per `append_batch`: each
 /// call starts at the scheduled time of its last event as a task of its
 /// own, so calls whose predecessors are still committing run concurrently
-/// (and share commits) instead of falling behind the schedule. Returns each
-/// event's (stream, seq, scheduled wall time), the heads and the rate the
-/// appends achieved (total over the time to the last acknowledgement).
+/// (and share commits) instead of falling behind the schedule.
 ///
 /// The calls are paced from a thread of their own with the OS's sleep
 /// (tens of microseconds late), not with tokio's timer: that fires on
@@ -227,7 +267,7 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
     rate: f64,
     total: u64,
     per_call: u64,
-) -> Result<(Vec<(String, u64, SystemTime)>, Vec<u64>, f64)> {
+) -> Result<Offered> {
     let interval = Duration::from_secs_f64(1.0 / rate);
     let (t0, wall0) = (
         Instant::now() + Duration::from_millis(50),
@@ -255,13 +295,21 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
     .await?;
     let mut heads = vec![0u64; streams.len()];
     let mut scheduled = Vec::with_capacity(total as usize);
+    let mut acked = Vec::with_capacity(total as usize);
     for task in tasks {
-        for (s, seq, at) in task.await?? {
+        let (events, ack) = task.await??;
+        for (s, seq, at) in events {
             heads[s] = heads[s].max(seq);
             scheduled.push((stream_name("l", s as u64), seq, at));
+            acked.push(ack);
         }
     }
-    Ok((scheduled, heads, total as f64 / t0.elapsed().as_secs_f64()))
+    Ok(Offered {
+        scheduled,
+        acked,
+        heads,
+        rate: total as f64 / t0.elapsed().as_secs_f64(),
+    })
 }
 
 /// How many times a call of [`offer`] is made again after a temporary error.
@@ -269,12 +317,14 @@ const TEMPORARY_RETRIES: u32 = 5;
 
 /// One call of [`offer`]: `calls` (stream index, stream, scheduled time)
 /// in one `append_batch`, event numbers from `first`; returns each
-/// event's stream index, seq and scheduled time.
+/// event's stream index, seq and scheduled time, and when the call was
+/// acknowledged.
+#[allow(clippy::type_complexity)]
 async fn append_call<J: JournalBackend, P: ProjectionBackend>(
     rt: Outbox<J, P>,
     first: u64,
     calls: Vec<(usize, outbox_core::StreamId, SystemTime)>,
-) -> Result<Vec<(usize, u64, SystemTime)>> {
+) -> Result<(Vec<(usize, u64, SystemTime)>, SystemTime)> {
     let mut batch = Vec::with_capacity(calls.len());
     for (k, (_, stream, _)) in calls.iter().enumerate() {
         let e = fixture::new_event(&rt, first + k as u64)?;
@@ -299,11 +349,15 @@ async fn append_call<J: JournalBackend, P: ProjectionBackend>(
         appended.appended.len(),
         calls.len()
     );
-    Ok(calls
-        .into_iter()
-        .zip(&appended.appended)
-        .map(|((s, _, at), a)| (s, a.last_seq.get(), at))
-        .collect())
+    let ack = SystemTime::now();
+    Ok((
+        calls
+            .into_iter()
+            .zip(&appended.appended)
+            .map(|((s, _, at), a)| (s, a.last_seq.get(), at))
+            .collect(),
+        ack,
+    ))
 }
 
 /// Each scheduled append's lag in ms, to when `at` says it was applied.
@@ -370,7 +424,7 @@ pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
     anyhow::ensure!(ready.0.trim() == "ready", "lag child: {:?}", ready.0);
     let mut out = ready.1;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
-    let (scheduled, _heads, sent_rate) = offer(rt, &streams, rate, total, per_call).await?;
+    let offered = offer(rt, &streams, rate, total, per_call).await?;
     let applied: Vec<(String, u64, u64)> = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
         out.read_line(&mut line)?;
@@ -382,7 +436,8 @@ pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
         .into_iter()
         .map(|(s, q, ns)| ((s, q), SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)))
         .collect();
-    Ok((lags(scheduled, &at)?, sent_rate))
+    print_split(&offered, &at);
+    Ok((lags(offered.scheduled, &at)?, offered.rate))
 }
 
 /// The child: opens the files in DIR with the apply worker and the

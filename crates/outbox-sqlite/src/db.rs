@@ -376,7 +376,9 @@ impl Db {
             .synchronous(options.synchronous.to_sqlx())
             .foreign_keys(true)
             .statement_cache_capacity(256)
-            // As the engine's writers (see `engine::WAL_SIZE_LIMIT`).
+            // Commits truncate a grown WAL file back to this size (see
+            // `engine::WAL_SIZE_LIMIT`; an engine's writer leaves that to its
+            // checkpointer).
             .pragma("journal_size_limit", crate::engine::WAL_SIZE_LIMIT.to_string());
 
         // The single writer: one connection, kept open for the store's life.
@@ -598,7 +600,7 @@ mod pragma_tests {
     /// The `sqlx` writer keeps savepoint and statement journals in memory
     /// (an apply's guard journals every page the batch changes); readers
     /// keep the default, so a digest's sort of a whole table spills to disk.
-    /// The writer truncates a grown WAL as the engine's writers do.
+    /// The writer truncates a grown WAL back to `engine::WAL_SIZE_LIMIT`.
     #[tokio::test]
     async fn the_sqlx_connections_set_their_pragmas() {
         let dir = tempfile::tempdir().expect("tempdir");

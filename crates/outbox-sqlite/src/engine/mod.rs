@@ -100,13 +100,14 @@ pub(crate) struct Engine {
     path: PathBuf,
 }
 
-/// The size a writer truncates a WAL file back to when the WAL starts
-/// again from its first frame (`PRAGMA journal_size_limit`): a WAL that
-/// grew while a reader held it (a long backup, a burst) does not keep its
-/// largest size on disk until the last connection closes. Well above what
-/// the WAL reaches between two restarts under steady load (16,384 frames of
-/// 4 KiB; the checkpointer wakes every 1,000), so steady writing does not
-/// shrink and regrow the file.
+/// The largest WAL file kept once writing goes quiet: a WAL that grew
+/// while a reader held it (a long backup, a burst) does not keep its
+/// largest size on disk until the last connection closes. An engine's
+/// writer never truncates the file itself (`journal_size_limit = -1`); its
+/// checkpointer does, once the writer is quiet (`checkpoint`). The
+/// `sqlx` connections, which write the journal only on cold paths and are
+/// the projection file's only writers, truncate at this size as SQLite
+/// does (`journal_size_limit`).
 pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// Opens a connection to an existing, migrated database file.
@@ -148,13 +149,11 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
     ))
     .map_err(open)?;
     if access == Access::Write {
-        // A pragma that sets a value also returns it: read, not executed.
-        conn.query_row(
-            &format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"),
-            [],
-            |_| Ok(()),
-        )
-        .map_err(open)?;
+        // Commits never truncate the WAL file: the checkpointer shrinks it
+        // once the writer is quiet (see `WAL_SIZE_LIMIT`). A pragma that
+        // sets a value also returns it: read, not executed.
+        conn.query_row("PRAGMA journal_size_limit = -1", [], |_| Ok(()))
+            .map_err(open)?;
     }
     Ok(conn)
 }
