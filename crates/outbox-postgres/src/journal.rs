@@ -415,12 +415,35 @@ impl PgJournal {
         self.db.notify.then_some(self.db.channel.as_str())
     }
 
+    /// `f` in a transaction whose commit waits for the disk: appends and
+    /// failure records.
     async fn write<T>(
         &self,
         what: &'static str,
         f: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
     ) -> Result<T> {
-        let mut tx = self.db.begin().await?;
+        let tx = self.db.begin().await?;
+        self.run_in(tx, what, f).await
+    }
+
+    /// `f` in a transaction whose commit does not wait for the disk: the
+    /// workers' claims, completions and releases, which the projection
+    /// checkpoints make safe to lose and redo (ADR 0027).
+    async fn write_relaxed<T>(
+        &self,
+        what: &'static str,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
+        let tx = self.db.begin_relaxed().await?;
+        self.run_in(tx, what, f).await
+    }
+
+    async fn run_in<T>(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        what: &'static str,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T>,
+    ) -> Result<T> {
         let out = f(&mut tx).await?;
         tx.commit().await.map_err(|e| storage(self.db.context(what), e))?;
         Ok(out)
@@ -640,7 +663,7 @@ impl OutboxQueue for PgJournal {
 
     async fn claim(&self, lease: &Lease, max: usize) -> Result<Vec<OutboxRow>> {
         let max = validate_limit(max, MAX_PAGE)?;
-        self.write("claiming outbox rows", async |tx| claim_in(tx, lease, max).await)
+        self.write_relaxed("claiming outbox rows", async |tx| claim_in(tx, lease, max).await)
             .await
     }
 
@@ -655,7 +678,7 @@ impl OutboxQueue for PgJournal {
         validate_ttl(ttl)?;
         let max = validate_limit(max, MAX_PAGE)?;
         let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
-        self.write("acquiring a lease and claiming", async |tx| {
+        self.write_relaxed("acquiring a lease and claiming", async |tx| {
             let Some(lease) = acquire_in(tx, &acquire, stream, owner, ttl).await? else {
                 return Ok(None);
             };
@@ -679,7 +702,7 @@ impl OutboxQueue for PgJournal {
         let limits = limits.validated()?;
         let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
-        self.write("sweeping due streams", async |tx| {
+        self.write_relaxed("sweeping due streams", async |tx| {
             let due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
                 .bind(limits.streams as i64)
                 .fetch_all(&mut *tx)
@@ -723,7 +746,7 @@ impl OutboxQueue for PgJournal {
         } else {
             (Vec::new(), ends.iter().collect())
         };
-        self.write("completing and releasing", async |tx| {
+        self.write_relaxed("completing and releasing", async |tx| {
             // The streams' version rows first, all in stream order as an
             // append locks them: ending them one by one in the sweep's
             // order could deadlock with an append (each `end_in` takes its
@@ -746,7 +769,7 @@ impl OutboxQueue for PgJournal {
     /// One transaction: the completion, the abandon and the release.
     async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
-        self.write("completing and releasing", async |tx| {
+        self.write_relaxed("completing and releasing", async |tx| {
             end_in(tx, &release, lease, through, abandon).await
         })
         .await
@@ -760,7 +783,7 @@ impl OutboxQueue for PgJournal {
         max: usize,
     ) -> Result<(u64, Vec<OutboxRow>)> {
         let max = validate_limit(max, MAX_PAGE)?;
-        self.write("completing and claiming", async |tx| {
+        self.write_relaxed("completing and claiming", async |tx| {
             let done = complete_in(tx, &lease.stream, through).await?;
             Ok((done, unless_lease_lost(claim_in(tx, lease, max).await)?))
         })
@@ -768,7 +791,7 @@ impl OutboxQueue for PgJournal {
     }
 
     async fn complete(&self, stream: &StreamId, through: Seq) -> Result<u64> {
-        self.write("completing outbox rows", async |tx| {
+        self.write_relaxed("completing outbox rows", async |tx| {
             complete_in(tx, stream, through).await
         })
         .await
@@ -823,7 +846,7 @@ impl OutboxQueue for PgJournal {
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
-        self.write("abandoning outbox rows", async |tx| abandon_in(tx, lease).await)
+        self.write_relaxed("abandoning outbox rows", async |tx| abandon_in(tx, lease).await)
             .await
     }
 }

@@ -1165,3 +1165,74 @@ async fn an_append_does_not_wait_for_a_claim_holding_its_streams_head() {
     );
     assert_eq!(appended[0].first_seq.get(), 2);
 }
+
+/// The workers' bookkeeping commits without waiting for the WAL flush;
+/// appends and failure records wait for it (ADR 0027). A statement trigger
+/// on the outbox records the setting each writing transaction ran under.
+#[tokio::test]
+async fn only_the_workers_bookkeeping_commits_without_waiting_for_the_disk() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("sync");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    let pool = admin_pool(&url).await;
+    for ddl in [
+        format!("CREATE TABLE \"{s}\".seen_commits (n serial, op text, sync text)"),
+        format!(
+            "CREATE FUNCTION \"{s}\".note_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             INSERT INTO \"{s}\".seen_commits (op, sync) VALUES (TG_OP, current_setting('synchronous_commit')); \
+             RETURN NULL; END $$"
+        ),
+        format!(
+            "CREATE TRIGGER note_commit AFTER INSERT OR UPDATE OR DELETE ON \"{s}\".outbox \
+             FOR EACH STATEMENT EXECUTE FUNCTION \"{s}\".note_commit()"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(ddl))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let seen = || async {
+        let rows: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT op, sync FROM \"{s}\".seen_commits ORDER BY n"
+        )))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM \"{s}\".seen_commits")))
+            .execute(&pool)
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|(op, sync)| format!("{op} {sync}"))
+            .collect::<Vec<_>>()
+    };
+
+    j.append(&[request("a", &[1, 2])], AppendOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(seen().await, ["INSERT on"], "the append");
+    let owner = WorkerId::new("w").unwrap();
+    let ttl = Duration::from_secs(60);
+    let (lease, rows) = j
+        .acquire_and_claim(&sid("a"), &owner, ttl, 1)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(seen().await, ["UPDATE off"], "the claim");
+    j.complete_and_release(&lease, Some(rows[0].seq), false)
+        .await
+        .unwrap();
+    assert_eq!(seen().await, ["DELETE off"], "the completion");
+    let (lease, rows) = j
+        .acquire_and_claim(&sid("a"), &owner, ttl, 1)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(seen().await, ["UPDATE off"], "the second claim");
+    j.fail(&lease, rows[0].seq, "boom", &outbox_core::RetryPolicy::default())
+        .await
+        .unwrap();
+    assert_eq!(seen().await, ["UPDATE on"], "the failure's record");
+}
