@@ -287,13 +287,11 @@ impl ViewWrites {
         }
         let pending = std::mem::take(&mut self.pending);
         let json = |rows: Vec<serde_json::Value>| serde_json::Value::Array(rows).to_string();
-        let unknown = json(
-            pending
-                .keys()
-                .filter(|s| !self.base.contains_key(*s))
-                .map(|(p, t, k)| serde_json::json!([p, t, k]))
-                .collect(),
-        );
+        let unknown: Vec<serde_json::Value> = pending
+            .keys()
+            .filter(|s| !self.base.contains_key(*s))
+            .map(|(p, t, k)| serde_json::json!([p, t, k]))
+            .collect();
         let (mut puts, mut deletes) = (Vec::new(), Vec::new());
         for ((p, t, k), v) in &pending {
             match v {
@@ -301,7 +299,9 @@ impl ViewWrites {
                 None => deletes.push(serde_json::json!([p, t, k])),
             }
         }
-        if unknown != "[]" {
+        let any_unknown = !unknown.is_empty();
+        let unknown = json(unknown);
+        if any_unknown {
             tx.fetch("locking view documents", lock, &[Arg::Text(&unknown)])
                 .await?;
         }
