@@ -365,6 +365,30 @@ mod tests {
         (path, writer, checkpointer)
     }
 
+    /// The size of the WAL file of `wal.db` in `dir`.
+    fn wal_size(dir: &Path) -> u64 {
+        std::fs::metadata(dir.join("wal.db-wal")).expect("wal").len()
+    }
+
+    /// Grows the WAL of `wal.db` in `dir` by a 400 kB row `k`; its size after.
+    fn grow(writer: &Connection, dir: &Path, k: i64) -> u64 {
+        writer
+            .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(400000))", [k])
+            .expect("large insert");
+        wal_size(dir)
+    }
+
+    /// A reader inside a read transaction on the WAL as it is now, and the
+    /// rows of `t` it sees.
+    fn reading(path: &Path) -> (Connection, i64) {
+        let reader = connect(path, &SqliteOptions::default(), Access::Read).expect("reader");
+        reader.execute_batch("BEGIN").expect("begin");
+        let seen = reader
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .expect("read");
+        (reader, seen)
+    }
+
     /// A pass copies the WAL and starts it again, unless a reader still
     /// uses it: then it copies what it can and leaves the WAL as it is.
     #[test]
@@ -377,12 +401,7 @@ mod tests {
                 .expect("insert");
         };
         insert(1);
-        // A reader inside a read transaction on the WAL as it is now.
-        let reader = connect(&path, &SqliteOptions::default(), Access::Read).expect("reader");
-        reader.execute_batch("BEGIN").expect("begin");
-        let seen: i64 = reader
-            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-            .expect("read");
+        let (reader, seen) = reading(&path);
         assert_eq!(seen, 1);
         insert(2);
         let held = pass(&checkpointer, &AtomicBool::new(false)).expect("pass");
@@ -411,12 +430,7 @@ mod tests {
             .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
             .expect("limit");
         assert_eq!(limit, -1, "the writer's connection truncates the WAL");
-        let wal = dir.path().join("wal.db-wal");
-        let wal_size = || std::fs::metadata(&wal).expect("wal").len();
-        writer
-            .execute("INSERT INTO t (k, v) VALUES (1, zeroblob(400000))", [])
-            .expect("large insert");
-        let grown = wal_size();
+        let grown = grow(&writer, dir.path(), 1);
         assert!(
             pass(&checkpointer, &AtomicBool::new(false))
                 .expect("pass")
@@ -425,7 +439,7 @@ mod tests {
         writer
             .execute("INSERT INTO t (k, v) VALUES (2, x'00')", [])
             .expect("small insert");
-        assert_eq!(wal_size(), grown, "the commit truncated the WAL");
+        assert_eq!(wal_size(dir.path()), grown, "the commit truncated the WAL");
     }
 
     /// A WAL file larger than the limit is truncated to nothing, unless a
@@ -436,7 +450,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (path, writer, checkpointer) = writer_and_checkpointer(dir.path());
         let wal = dir.path().join("wal.db-wal");
-        let wal_size = || std::fs::metadata(&wal).expect("wal").len();
         let restarting = AtomicBool::new(false);
         writer
             .execute("INSERT INTO t (k, v) VALUES (1, x'00')", [])
@@ -445,28 +458,21 @@ mod tests {
             shrink(&checkpointer, &restarting, &wal, SMALL).expect("shrink"),
             Shrunk::Small
         );
-        writer
-            .execute("INSERT INTO t (k, v) VALUES (2, zeroblob(400000))", [])
-            .expect("large insert");
-        let grown = wal_size();
+        let grown = grow(&writer, dir.path(), 2);
         assert!(grown > SMALL, "the WAL did not grow: {grown} bytes");
-        let reader = connect(&path, &SqliteOptions::default(), Access::Read).expect("reader");
-        reader.execute_batch("BEGIN").expect("begin");
-        let seen: i64 = reader
-            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-            .expect("read");
+        let (reader, seen) = reading(&path);
         assert_eq!(seen, 2);
         assert_eq!(
             shrink(&checkpointer, &restarting, &wal, SMALL).expect("shrink"),
             Shrunk::Busy
         );
-        assert_eq!(wal_size(), grown, "truncated under a reader");
+        assert_eq!(wal_size(dir.path()), grown, "truncated under a reader");
         reader.execute_batch("COMMIT").expect("end the read");
         assert_eq!(
             shrink(&checkpointer, &restarting, &wal, SMALL).expect("shrink"),
             Shrunk::Truncated
         );
-        assert_eq!(wal_size(), 0);
+        assert_eq!(wal_size(dir.path()), 0);
         assert!(!restarting.load(Ordering::Acquire), "left the writer waiting");
         let rows: i64 = writer
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
@@ -481,16 +487,11 @@ mod tests {
     fn a_quiet_checkpointer_shrinks_a_grown_wal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_, writer, checkpointer) = writer_and_checkpointer(dir.path());
-        let wal = dir.path().join("wal.db-wal");
-        let wal_size = || std::fs::metadata(&wal).expect("wal").len();
-        writer
-            .execute("INSERT INTO t (k, v) VALUES (1, zeroblob(400000))", [])
-            .expect("large insert");
-        let grown = wal_size();
+        let grown = grow(&writer, dir.path(), 1);
         let (wake, woken) = mpsc::sync_channel(1);
         let seen = Arc::new(AtomicI64::new(0));
         let shrinking = Shrinking {
-            wal: wal.clone(),
+            wal: dir.path().join("wal.db-wal"),
             quiet: Duration::ZERO,
             limit: grown / 2,
         };
@@ -499,13 +500,13 @@ mod tests {
             run(&checkpointer, &woken, &seen, &AtomicBool::new(false), &shrinking);
         });
         wake.send(()).expect("wake");
-        while wal_size() > grown / 2 {
+        while wal_size(dir.path()) > grown / 2 {
             assert!(!thread.is_finished(), "the checkpointer stopped");
             thread::sleep(Duration::from_millis(1));
         }
         drop(wake);
         thread.join().expect("the checkpointer panicked");
-        assert_eq!(wal_size(), 0);
+        assert_eq!(wal_size(dir.path()), 0);
     }
 
     /// The writer's busy handler, while this engine's own checkpointer
