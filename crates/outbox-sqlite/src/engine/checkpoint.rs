@@ -185,9 +185,7 @@ impl Checkpointer {
 
 /// The WAL file of the database at `db`.
 fn wal_of(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-wal");
-    PathBuf::from(name)
+    super::beside(db, "-wal")
 }
 
 /// When and what a checkpointer shrinks.
@@ -617,10 +615,8 @@ mod tests {
                 .expect("write");
         }
         engine.close().await;
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
         assert!(
-            !Path::new(&wal).exists(),
+            !wal_of(&path).exists(),
             "closing left the WAL behind: a connection is still open"
         );
         let rows: i64 = Connection::open(&path)

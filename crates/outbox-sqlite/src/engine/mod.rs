@@ -110,6 +110,14 @@ pub(crate) struct Engine {
 /// does (`journal_size_limit`).
 pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
+/// The file SQLite (or this engine) keeps beside the database at `db`:
+/// its name with `suffix` appended (`-wal`, `-turn`).
+pub(super) fn beside(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// Opens a connection to an existing, migrated database file.
 fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
     let flags = match access {

@@ -44,9 +44,7 @@ const LOOK_FOR_FILE: Duration = Duration::from_millis(1);
 
 /// The turn file of the database at `db`.
 pub(crate) fn path_of(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-turn");
-    PathBuf::from(name)
+    super::beside(db, "-turn")
 }
 
 /// A writer engine thread's part in the turns.
