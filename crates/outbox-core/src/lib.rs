@@ -30,7 +30,7 @@ pub use generation::{
 };
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, SinkName, StreamId, WorkerId};
 pub use outbox::{
-    FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
+    ClaimedRun, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
     OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
 };
 pub use partition::{

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, EventType, Result, Seq, StreamId, Timestamp, WorkerId};
+use crate::{Error, Event, EventType, Result, Seq, StreamId, Timestamp, WorkerId};
 
 /// The state of an outbox row. Completed rows are deleted, so there is no "done".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -299,6 +299,37 @@ pub struct StreamEnd {
     pub through: Option<Seq>,
     /// Whether claimed rows may still be `processing`.
     pub abandon: bool,
+}
+
+/// A run a sweep leased and claimed, with its events when the claim read
+/// them in its own transaction
+/// ([`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due),
+/// [`PartitionStore::claim_and_load_partitioned`](crate::PartitionStore::claim_and_load_partitioned)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimedRun {
+    /// The stream's lease.
+    pub lease: Lease,
+    /// The claimed rows, in seq order (never empty).
+    pub rows: Vec<OutboxRow>,
+    /// What the journal holds for `rows`, as
+    /// [`EventJournal::read_runs`](crate::EventJournal::read_runs) returns
+    /// it for the run, or `None` when the claim did not read it (the
+    /// caller does).
+    pub events: Option<Vec<Event>>,
+}
+
+impl ClaimedRun {
+    /// Claimed runs whose events are left to the caller to read.
+    pub fn unloaded(taken: Vec<(Lease, Vec<OutboxRow>)>) -> Vec<ClaimedRun> {
+        taken
+            .into_iter()
+            .map(|(lease, rows)| ClaimedRun {
+                lease,
+                rows,
+                events: None,
+            })
+            .collect()
+    }
 }
 
 /// The shortest lease accepted.

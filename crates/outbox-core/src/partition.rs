@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::{Error, Lease, OutboxRow, Result, StreamId, SweepLimits, Timestamp, WorkerId};
+use crate::{ClaimedRun, Error, Lease, OutboxRow, Result, StreamId, SweepLimits, Timestamp, WorkerId};
 
 /// The partition count of a journal opened without one on first use.
 ///
@@ -405,6 +405,10 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 ///   claims do not take it again before its pass ends, and a takeover
 ///   after its holder died finds it due. `claim` under such a lease holds
 ///   the stream likewise.
+/// - `claim_and_load_partitioned` takes what `claim_partitioned` takes; a
+///   run's `events`, when `Some`, are what
+///   [`EventJournal::read_runs`](crate::EventJournal::read_runs) returns
+///   for its rows, read in the claim's transaction.
 /// - A lease with `partition` set is current while its partition's lease
 ///   has the same owner and epoch and has not expired. `claim`, `fail`,
 ///   `abandon` and `renew` of [`OutboxQueue`](crate::OutboxQueue) and
@@ -437,6 +441,23 @@ pub trait PartitionStore: Send + Sync {
         ttl: Duration,
         limits: SweepLimits,
     ) -> impl Future<Output = Result<Vec<(Lease, Vec<OutboxRow>)>>> + Send;
+
+    /// [`claim_partitioned`](PartitionStore::claim_partitioned), with each
+    /// run's events read in the same transaction where the adapter can
+    /// (see [`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due)).
+    /// The default reads none.
+    fn claim_and_load_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> impl Future<Output = Result<Vec<ClaimedRun>>> + Send {
+        async move {
+            self.claim_partitioned(owner, ttl, limits)
+                .await
+                .map(ClaimedRun::unloaded)
+        }
+    }
 
     /// Every partition's lease and rows.
     fn partitions(&self) -> impl Future<Output = Result<Vec<PartitionStatus>>> + Send;

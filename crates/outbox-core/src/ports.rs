@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use crate::spi::ApplyTx;
 use crate::{
-    AppendOptions, AppendRequest, Appended, ApplyOutcome, Digest, Event, FailureOutcome, Lease, OutboxRow,
-    OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamEnd, StreamId,
-    StreamVersion, SweepLimits, Watermark, WorkerId,
+    AppendOptions, AppendRequest, Appended, ApplyOutcome, ClaimedRun, Digest, Event, FailureOutcome, Lease,
+    OutboxRow, OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamEnd,
+    StreamId, StreamVersion, SweepLimits, Watermark, WorkerId,
 };
 
 /// The most rows any single listing or bulk operation returns.
@@ -199,6 +199,11 @@ pub trait EventJournal: Send + Sync {
 /// - On an error nothing stays leased by this call: what it had taken is
 ///   abandoned and released (or, in one transaction, never committed).
 ///
+/// `acquire_and_load_due`:
+/// - Takes what `acquire_and_claim_due` takes. A run's `events`, when
+///   `Some`, are what `read_runs` returns for its rows, read in the claim's
+///   transaction.
+///
 /// `complete_and_release_all` (likewise):
 /// - `complete_and_release` for each [`StreamEnd`](crate::StreamEnd), in
 ///   one transaction where the adapter can; returns the rows completed in all.
@@ -333,6 +338,26 @@ pub trait OutboxQueue: Send + Sync {
                     Err(e)
                 }
             }
+        }
+    }
+
+    /// [`acquire_and_claim_due`](OutboxQueue::acquire_and_claim_due), with
+    /// each run's events read in the same transaction where the adapter
+    /// can: the worker then needs no read of its own before it applies.
+    /// The default reads none (every run's `events` is `None`).
+    fn acquire_and_load_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> impl Future<Output = Result<Vec<ClaimedRun>>> + Send
+    where
+        Self: LeaseStore,
+    {
+        async move {
+            self.acquire_and_claim_due(owner, ttl, limits)
+                .await
+                .map(ClaimedRun::unloaded)
         }
     }
 

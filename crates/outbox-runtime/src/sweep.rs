@@ -1,7 +1,8 @@
 //! Sweeps: one pass over many due streams in three commits (ADR 0016).
 //!
 //! A sweep leases due streams and claims the head run of each in one
-//! journal commit ([`OutboxQueue::acquire_and_claim_due`](outbox_core::OutboxQueue::acquire_and_claim_due)), applies every
+//! journal commit, which on SQLite also reads the runs' events
+//! ([`OutboxQueue::acquire_and_load_due`](outbox_core::OutboxQueue::acquire_and_load_due)), applies every
 //! run in one projection transaction ([`ProjectionStore::apply_runs`](outbox_core::ProjectionStore::apply_runs)) and
 //! completes and releases them in one more journal commit
 //! ([`OutboxQueue::complete_and_release_all`](outbox_core::OutboxQueue::complete_and_release_all)). Only runs of fresh rows go
@@ -16,7 +17,9 @@
 use std::collections::HashSet;
 
 use outbox_core::spi::all_applied;
-use outbox_core::{ApplyOutcome, Error, Event, Lease, OutboxRow, Result, Seq, StreamEnd, SweepLimits};
+use outbox_core::{
+    ApplyOutcome, ClaimedRun, Error, Event, Lease, OutboxRow, Result, Seq, StreamEnd, SweepLimits,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
@@ -88,16 +91,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             if cancel.is_cancelled() {
                 // Claimed ahead but not to be applied: give it back.
-                self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
-                    .await;
+                self.give_up(next.into_iter().map(|r| r.lease), Vec::new()).await;
                 break;
             }
             if claimed_at.elapsed() > self.claim_ttl() / 3 {
                 // The sweep before took long (streams drained on their
                 // own): give back what waited and take a fresh claim, so
                 // no lease of this sweep is near its expiry.
-                self.give_up(next.into_iter().map(|(lease, _)| lease), Vec::new())
-                    .await;
+                self.give_up(next.into_iter().map(|r| r.lease), Vec::new()).await;
                 next = self
                     .end_then_claim(kind, std::mem::take(ending), true, report)
                     .await?;
@@ -106,7 +107,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             let taken = std::mem::take(&mut next);
-            for (lease, _) in &taken {
+            for ClaimedRun { lease, .. } in &taken {
                 if seen.insert(lease.stream.clone()) {
                     report.due_streams += 1;
                     report.leased += 1;
@@ -119,7 +120,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 otel.kind = "internal",
                 messaging.system = "outbox",
                 messaging.operation.type = "process",
-                messaging.batch.message_count = taken.iter().map(|(_, rows)| rows.len()).sum::<usize>(),
+                messaging.batch.message_count = taken.iter().map(|r| r.rows.len()).sum::<usize>(),
             );
             let ahead = round < config.batches_per_stream && !cancel.is_cancelled();
             let mut done = TickReport::default();
@@ -165,7 +166,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 (None, Err(e)) => return Err(e),
                 (Some(stop), claimed) => {
                     if let Ok(claimed) = claimed {
-                        self.give_up(claimed.into_iter().map(|(lease, _)| lease), Vec::new())
+                        self.give_up(claimed.into_iter().map(|r| r.lease), Vec::new())
                             .await;
                     }
                     return match stop {
@@ -191,7 +192,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         ends: Vec<StreamEnd>,
         claim: bool,
         report: &mut TickReport,
-    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+    ) -> Result<Vec<ClaimedRun>> {
         let end = async {
             if ends.is_empty() {
                 return None;
@@ -225,8 +226,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         claimed
     }
 
-    /// Leases due streams and claims their runs: the start of a sweep.
-    async fn claim_sweep(&self) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+    /// Leases due streams and claims their runs, with their events where
+    /// the journal reads them in the same transaction: the start of a sweep.
+    async fn claim_sweep(&self) -> Result<Vec<ClaimedRun>> {
         let inner = &self.inner;
         let config = &inner.config;
         let limits = match config.sweep_rows {
@@ -246,20 +248,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let ttl = self.partition_ttl();
             let taken = inner
                 .journal
-                .claim_partitioned(&inner.worker_id, ttl, limits)
-                .within(config.store_deadline(), "claim_partitioned")
+                .claim_and_load_partitioned(&inner.worker_id, ttl, limits)
+                .within(config.store_deadline(), "claim_and_load_partitioned")
                 .await?;
             (taken, ttl)
         } else {
             let taken = inner
                 .journal
-                .acquire_and_claim_due(&inner.worker_id, config.lease_ttl, limits)
-                .within(config.store_deadline(), "acquire_and_claim_due")
+                .acquire_and_load_due(&inner.worker_id, config.lease_ttl, limits)
+                .within(config.store_deadline(), "acquire_and_load_due")
                 .await?;
             (taken, config.lease_ttl)
         };
-        if let Some((lease, _)) = taken.first() {
-            inner.metrics.lag.saw_lease(lease, ttl);
+        if let Some(run) = taken.first() {
+            inner.metrics.lag.saw_lease(&run.lease, ttl);
         }
         Ok(taken)
     }
@@ -272,62 +274,31 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn sweep(
         &self,
         kind: WorkerKind,
-        taken: Vec<(Lease, Vec<OutboxRow>)>,
+        taken: Vec<ClaimedRun>,
         report: &mut TickReport,
         cancel: &CancellationToken,
     ) -> Result<Vec<StreamEnd>> {
         let inner = &self.inner;
-        let deadline = inner.config.store_deadline();
-        report.claimed += taken.iter().map(|(_, rows)| rows.len() as u64).sum::<u64>();
+        report.claimed += taken.iter().map(|r| r.rows.len() as u64).sum::<u64>();
         Metrics::add(&inner.metrics.claims, taken.len() as u64);
         crate::failpoint::failpoint("after_claim");
         // Runs of fresh rows go together; the rest are drained one by one.
-        let (mut together, mut alone): (Vec<Taken>, Vec<(Lease, Vec<OutboxRow>)>) = (Vec::new(), Vec::new());
-        for (lease, rows) in taken {
-            if rows.iter().all(|r| r.attempt_count == 0) {
-                together.push(Taken {
-                    lease,
-                    rows,
-                    events: Vec::new(),
-                    failed: None,
-                });
+        let (mut fresh, mut alone): (Vec<ClaimedRun>, Vec<(Lease, Vec<OutboxRow>)>) =
+            (Vec::new(), Vec::new());
+        for run in taken {
+            if run.rows.iter().all(|r| r.attempt_count == 0) {
+                fresh.push(run);
             } else {
-                alone.push((lease, rows));
+                alone.push((run.lease, run.rows));
             }
         }
-        // Every run's events in one read; a run the journal cannot serve
-        // whole is found again and recorded by the stream's own pass.
-        let wanted: Vec<_> = together
-            .iter()
-            .map(|t| (t.lease.stream.clone(), t.rows[0].seq, t.rows.len()))
-            .collect();
-        let read = match inner
-            .journal
-            .read_runs(&wanted)
-            .within(deadline, "read_runs")
-            .await
-        {
-            Ok(read) if read.len() == together.len() => read,
-            Err(e) if e.is_temporary() => {
-                self.give_up(together.into_iter().map(|t| t.lease), alone).await;
+        let mut together = match self.load_fresh(fresh, &mut alone).await {
+            Ok(together) => together,
+            Err(e) => {
+                self.give_up(std::iter::empty(), alone).await;
                 return Err(e);
             }
-            _ => {
-                alone.extend(together.drain(..).map(|t| (t.lease, t.rows)));
-                Vec::new()
-            }
         };
-        let mut loaded = Vec::with_capacity(read.len());
-        for (mut t, events) in together.into_iter().zip(read) {
-            match complete_run(&t.lease.stream, &t.rows, events) {
-                Ok(events) => {
-                    t.events = events;
-                    loaded.push(t);
-                }
-                Err(_) => alone.push((t.lease, t.rows)),
-            }
-        }
-        let mut together = loaded;
         if let Err(e) = self.apply_together(kind, &mut together, &mut alone, report).await {
             self.give_up(together.into_iter().map(|t| t.lease), alone).await;
             return Err(e);
@@ -369,6 +340,59 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// The events of the fresh runs of a sweep: those the claim read, and
+    /// the others in one read. A run the journal cannot serve whole moves to
+    /// `alone`, whose own pass finds the fault again and records it. A
+    /// temporary error moves every run to `alone` and is returned.
+    async fn load_fresh(
+        &self,
+        fresh: Vec<ClaimedRun>,
+        alone: &mut Vec<(Lease, Vec<OutboxRow>)>,
+    ) -> Result<Vec<Taken>> {
+        let wanted: Vec<_> = fresh
+            .iter()
+            .filter(|r| r.events.is_none())
+            .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
+            .collect();
+        let read = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            match self
+                .inner
+                .journal
+                .read_runs(&wanted)
+                .within(self.inner.config.store_deadline(), "read_runs")
+                .await
+            {
+                Ok(read) if read.len() == wanted.len() => read,
+                Err(e) if e.is_temporary() => {
+                    alone.extend(fresh.into_iter().map(|r| (r.lease, r.rows)));
+                    return Err(e);
+                }
+                // Every unread run goes alone.
+                _ => Vec::new(),
+            }
+        };
+        let mut read = read.into_iter();
+        let mut together = Vec::with_capacity(fresh.len());
+        for ClaimedRun { lease, rows, events } in fresh {
+            let Some(events) = events.or_else(|| read.next()) else {
+                alone.push((lease, rows));
+                continue;
+            };
+            match complete_run(&lease.stream, &rows, events) {
+                Ok(events) => together.push(Taken {
+                    lease,
+                    rows,
+                    events,
+                    failed: None,
+                }),
+                Err(_) => alone.push((lease, rows)),
+            }
+        }
+        Ok(together)
     }
 
     /// Applies the runs in `together` in one projection transaction (or

@@ -507,3 +507,52 @@ async fn start_with_no_retry_budget_fails_fast_with_one_line() {
         .await
         .unwrap();
 }
+
+/// A sweep whose claim read every run but one (an event that no longer
+/// decodes) applies the others together and leaves the broken stream to
+/// its own pass, which records the fault on it: nothing else is held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_applies_the_runs_its_claim_read_and_sends_an_undecodable_one_alone() {
+    let f = files();
+    let (p, _faults) = oracle();
+    let rt = open(&f, Config::apply_worker(), &p).await;
+    let (bad, good) = (sid("bad"), sid("good"));
+    rt.append(&bad, ExpectedVersion::NoStream, vec![add(1), add(2)])
+        .await
+        .unwrap();
+    rt.append(&good, ExpectedVersion::NoStream, vec![add(5), add(5)])
+        .await
+        .unwrap();
+    let mut tx = rt.journal().begin().await.unwrap();
+    outbox_sqlite::sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let report = rt.tick().await.unwrap();
+    assert_eq!(
+        (report.completed, report.failed),
+        (2, 1),
+        "good's run applied, the fault recorded on bad: {report:?}"
+    );
+    for n in 1..=2 {
+        let row = rt.journal().row(&good, Seq::new(n).unwrap()).await.unwrap();
+        assert_eq!(row, None, "good/{n} is completed");
+    }
+    let head = rt
+        .journal()
+        .row(&bad, Seq::FIRST)
+        .await
+        .unwrap()
+        .expect("bad/1 stays");
+    assert_eq!(head.status, OutboxStatus::Failed);
+    assert!(
+        head.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("corrupt event bad/2")),
+        "the failure names the event: {head:?}"
+    );
+    let state = read_state(rt.store(), "oracle").await.expect("oracle state");
+    let want = BTreeMap::from([("good".to_string(), Expected { through: 2, sum: 10 })]);
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+}

@@ -9,10 +9,10 @@ use outbox_core::spi::{
     validate_limit, validate_ttl,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus,
-    PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd, StreamId,
-    StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
+    AppendOptions, AppendRequest, Appended, ClaimedRun, Error, Event, EventJournal, FailureDecision,
+    FailureOutcome, Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition,
+    PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq,
+    StreamEnd, StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
@@ -910,37 +910,25 @@ impl OutboxQueue for SqliteJournal {
         ttl: Duration,
         limits: SweepLimits,
     ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
-        validate_ttl(ttl)?;
-        let limits = limits.validated()?;
-        let (owner, acquire, release) = (
-            owner.clone(),
-            Arc::clone(&self.engine.leases.acquire),
-            Arc::clone(&self.engine.leases.release),
-        );
+        let sweep = self.sweep(owner, ttl, limits)?;
         self.engine
             .writer
-            .write_relaxed(move |conn| {
-                let mut taken = Vec::new();
-                let mut rows = 0;
-                for stream in due_body(conn, limits.streams)? {
-                    if rows >= limits.rows {
-                        break;
-                    }
-                    let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
-                    let Some(lease) = acquire_body(conn, &acquire, &stream, &owner, duration_millis(ttl))?
-                    else {
-                        continue;
-                    };
-                    let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
-                    if run.is_empty() {
-                        release_body(conn, &release, &lease)?;
-                        continue;
-                    }
-                    rows += run.len();
-                    taken.push((lease, run));
-                }
-                Ok(taken)
-            })
+            .write_relaxed(move |conn| sweep.claim(conn))
+            .await
+    }
+
+    /// The same transaction, which also reads the runs' events: the
+    /// writer's pages are warm, and the worker saves a read of its own.
+    async fn acquire_and_load_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<ClaimedRun>> {
+        let sweep = self.sweep(owner, ttl, limits)?;
+        self.engine
+            .writer
+            .write_relaxed(move |conn| Ok(load_runs(conn, sweep.claim(conn)?)))
             .await
     }
 
@@ -1090,6 +1078,68 @@ impl LeaseStore for SqliteJournal {
 outbox_sql::impl_journal_ports!(SqliteJournal, engine);
 outbox_sql::impl_sink_store!(SqliteJournal, engine);
 
+/// A sweep's claim, checked and ready to run in the writer's transaction
+/// ([`OutboxQueue::acquire_and_claim_due`]).
+struct DueSweep {
+    owner: WorkerId,
+    ttl: i64,
+    limits: SweepLimits,
+    acquire: Arc<str>,
+    release: Arc<str>,
+}
+
+impl SqliteJournal {
+    /// Checks a sweep's arguments.
+    fn sweep(&self, owner: &WorkerId, ttl: Duration, limits: SweepLimits) -> Result<DueSweep> {
+        validate_ttl(ttl)?;
+        Ok(DueSweep {
+            owner: owner.clone(),
+            ttl: duration_millis(ttl),
+            limits: limits.validated()?,
+            acquire: Arc::clone(&self.engine.leases.acquire),
+            release: Arc::clone(&self.engine.leases.release),
+        })
+    }
+}
+
+impl DueSweep {
+    /// Leases the due streams and claims their runs, within the limits.
+    fn claim(&self, conn: &Connection) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        let (limits, mut taken, mut rows) = (self.limits, Vec::new(), 0);
+        for stream in due_body(conn, limits.streams)? {
+            if rows >= limits.rows {
+                break;
+            }
+            let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
+            let Some(lease) = acquire_body(conn, &self.acquire, &stream, &self.owner, self.ttl)? else {
+                continue;
+            };
+            let run = claim_run(conn, &lease, limits.per_stream.min(limits.rows - rows))?;
+            if run.is_empty() {
+                release_body(conn, &self.release, &lease)?;
+                continue;
+            }
+            rows += run.len();
+            taken.push((lease, run));
+        }
+        Ok(taken)
+    }
+}
+
+/// Reads the events of claimed runs on the claim's connection. A run whose
+/// events do not decode is left unread: the worker's own read finds the
+/// fault and records it on the stream, where failing the claim would stop
+/// every stream.
+fn load_runs(conn: &Connection, taken: Vec<(Lease, Vec<OutboxRow>)>) -> Vec<ClaimedRun> {
+    taken
+        .into_iter()
+        .map(|(lease, rows)| {
+            let events = read_events(conn, &lease.stream, rows[0].seq.as_i64(), rows.len() as i64).ok();
+            ClaimedRun { lease, rows, events }
+        })
+        .collect()
+}
+
 /// One partitioned claim, inside the engine's transaction: reads the owner's
 /// partition leases, then each partition's oldest due heads (an index range
 /// each), merges them oldest due first, claims their runs and holds their
@@ -1237,6 +1287,26 @@ impl PartitionStore for SqliteJournal {
         self.engine
             .writer
             .write_relaxed(move |conn| claim_partitioned_body(conn, &owner, duration_millis(ttl), limits))
+            .await
+    }
+
+    /// The same transaction, which also reads the runs' events (see
+    /// `acquire_and_load_due`).
+    async fn claim_and_load_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<ClaimedRun>> {
+        validate_ttl(ttl)?;
+        let limits = limits.validated()?;
+        let owner = owner.clone();
+        self.engine
+            .writer
+            .write_relaxed(move |conn| {
+                let taken = claim_partitioned_body(conn, &owner, duration_millis(ttl), limits)?;
+                Ok(load_runs(conn, taken))
+            })
             .await
     }
 

@@ -5,9 +5,12 @@ mod common;
 use std::sync::Arc;
 
 use common::test_options;
+use std::time::Duration;
+
 use outbox_core::{
-    AppendOptions, AppendRequest, BoxError, DigestBuilder, EventJournal, ExpectedVersion, Projection,
-    ProjectionName, ProjectionStore, Seq,
+    AppendOptions, AppendRequest, BoxError, ClaimedRun, DigestBuilder, EventJournal, ExpectedVersion,
+    OutboxQueue, Partition, PartitionStore, Projection, ProjectionName, ProjectionStore, Seq, SweepLimits,
+    WorkerId,
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::sqlx;
@@ -235,4 +238,86 @@ async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
     }
     append().await.expect("a later append works");
     assert_eq!(journal.stream_version(&sid("s")).await.unwrap(), 2);
+}
+
+/// A journal with runs of two events on `good` and on `bad`, whose second
+/// event no longer decodes (its stored payload hash is one byte).
+async fn journal_with_an_undecodable_run(dir: &std::path::Path) -> SqliteJournal {
+    let journal = SqliteJournal::open(dir.join("j.db"), test_options())
+        .await
+        .unwrap();
+    for s in ["good", "bad"] {
+        journal
+            .append(
+                &[AppendRequest::new(
+                    sid(s),
+                    ExpectedVersion::Any,
+                    vec![add(1), add(2)],
+                )],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .unwrap();
+    }
+    let mut tx = journal.begin().await.unwrap();
+    sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    journal
+}
+
+/// Checks what a loading claim returned from [`journal_with_an_undecodable_run`].
+async fn assert_good_loaded_bad_left_unread(journal: &SqliteJournal, loaded: &[ClaimedRun]) {
+    let run = |name: &str| {
+        loaded
+            .iter()
+            .find(|r| r.lease.stream == sid(name))
+            .unwrap_or_else(|| panic!("{name} was claimed: {loaded:?}"))
+    };
+    let good = journal.read_stream(&sid("good"), Seq::FIRST, 10).await.unwrap();
+    assert_eq!(good.len(), 2);
+    assert_eq!(
+        run("good").events.as_ref(),
+        Some(&good),
+        "the claim read good's run"
+    );
+    assert_eq!(run("bad").rows.len(), 2, "bad's run is claimed all the same");
+    assert_eq!(
+        run("bad").events,
+        None,
+        "bad's run is left to the worker's own read, which records the fault"
+    );
+}
+
+/// SQLite's sweep claims read the runs' events in the claim's own
+/// transaction; a run whose events do not decode comes back unread instead
+/// of failing the claim (which would stop every stream).
+#[tokio::test]
+async fn sweep_claims_read_their_runs_and_leave_undecodable_ones_unread() {
+    let limits = SweepLimits {
+        streams: 10,
+        per_stream: 10,
+        rows: 100,
+    };
+    let ttl = Duration::from_secs(30);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal_with_an_undecodable_run(dir.path()).await;
+    let loaded = journal
+        .acquire_and_load_due(&WorkerId::new("w").unwrap(), ttl, limits)
+        .await
+        .unwrap();
+    assert_good_loaded_bad_left_unread(&journal, &loaded).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let journal = journal_with_an_undecodable_run(dir.path()).await;
+    let owner = WorkerId::new("w").unwrap();
+    let all: Vec<Partition> = Partition::all(journal.partitioning().count()).collect();
+    journal.sync_partitions(&owner, &all, ttl).await.unwrap();
+    let loaded = journal
+        .claim_and_load_partitioned(&owner, ttl, limits)
+        .await
+        .unwrap();
+    assert_good_loaded_bad_left_unread(&journal, &loaded).await;
 }

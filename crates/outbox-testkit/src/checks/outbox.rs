@@ -1075,6 +1075,78 @@ pub async fn acquire_and_claim_due_takes_oldest_due_streams_within_the_limits<H:
     );
 }
 
+/// `acquire_and_load_due`: takes exactly what `acquire_and_claim_due`
+/// takes from the same journal (streams, runs cut by the limits, leases),
+/// and a run's events, where the claim read them, are what `read_runs`
+/// returns for the run.
+pub async fn acquire_and_load_due_takes_what_a_sweep_takes_with_the_runs_events<H: Harness>(h: &H) {
+    let (plain, loading) = (h.open().await, h.open().await);
+    for f in [&plain, &loading] {
+        enqueue(&f.journal, "c", 3).await;
+        h.advance(&f.ctx, ms(10)).await;
+        enqueue(&f.journal, "a", 4).await;
+        h.advance(&f.ctx, ms(10)).await;
+        enqueue(&f.journal, "b", 2).await;
+    }
+    let l = limits(2, 3, 5);
+    let taken = sweep(&plain.journal, "w", l).await;
+    let loaded = loading
+        .journal
+        .acquire_and_load_due(&owner("w"), TTL, l)
+        .await
+        .unwrap_or_else(|e| panic!("acquire_and_load_due with {l:?} failed: {e}"));
+    let as_taken: Vec<(Lease, Vec<OutboxRow>)> =
+        loaded.iter().map(|r| (r.lease.clone(), r.rows.clone())).collect();
+    assert_eq!(
+        swept(&as_taken),
+        [("c".to_owned(), vec![1, 2, 3]), ("a".to_owned(), vec![1, 2])],
+        "the oldest due streams, within the limits, as `acquire_and_claim_due` takes them"
+    );
+    assert_eq!(swept(&as_taken), swept(&taken));
+    for (run, (lease, rows)) in loaded.iter().zip(&taken) {
+        let stream = &run.lease.stream;
+        assert_eq!(
+            (&run.lease.owner, run.lease.epoch, run.lease.partition),
+            (&lease.owner, lease.epoch, lease.partition),
+            "{stream}: the same lease"
+        );
+        assert_eq!(
+            f_statuses(&run.rows),
+            f_statuses(rows),
+            "{stream}: the same rows, claimed"
+        );
+        assert_eq!(
+            loading.journal.lease(stream).await.unwrap().as_ref(),
+            Some(&run.lease),
+            "{stream}: the returned lease is current"
+        );
+        if let Some(events) = &run.events {
+            let read = loading
+                .journal
+                .read_runs(&[(stream.clone(), run.rows[0].seq, run.rows.len())])
+                .await
+                .unwrap();
+            assert_eq!(
+                std::slice::from_ref(events),
+                read.as_slice(),
+                "{stream}: the loaded events are the run's"
+            );
+        }
+    }
+    assert_eq!(
+        due(&loading.journal).await,
+        [sid("b")],
+        "only the stream not taken is due"
+    );
+}
+
+/// Each row's `(seq, status, attempt_count)`.
+fn f_statuses(rows: &[OutboxRow]) -> Vec<(u64, OutboxStatus, u32)> {
+    rows.iter()
+        .map(|r| (r.seq.get(), r.status, r.attempt_count))
+        .collect()
+}
+
 /// `acquire_and_claim_due`: a stream whose lease another owner holds is
 /// skipped and left as it was; never a stream whose head is dead or failed
 /// and not yet due (not even leased for a moment: its epoch does not move);

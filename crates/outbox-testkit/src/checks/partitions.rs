@@ -3,8 +3,8 @@
 //! stream and partition leases, the partition report.
 
 use outbox_core::{
-    Error, LeaseStore, OutboxInspector, OutboxQueue, Partition, PartitionStore, RetryPolicy, StreamEnd,
-    StreamId, SweepLimits, UNFINISHED_ATTEMPT, WorkerId,
+    Error, EventJournal, Lease, LeaseStore, OutboxInspector, OutboxQueue, OutboxRow, Partition,
+    PartitionStore, RetryPolicy, StreamEnd, StreamId, SweepLimits, UNFINISHED_ATTEMPT, WorkerId,
 };
 
 use super::support::{TTL, enqueue, ms, now, owner, secs, seq};
@@ -195,6 +195,68 @@ pub async fn partitioned_claim_takes_only_held_partitions<H: Harness>(h: &H) {
         [3, 2],
         "at most 2 streams, 3 rows each, 5 in all"
     );
+}
+
+/// `claim_and_load_partitioned`: takes what `claim_partitioned` takes from
+/// the same journal, and a run's events, where the claim read them, are
+/// what `read_runs` returns for the run.
+pub async fn partitioned_claim_and_load_takes_what_the_claim_takes_with_the_runs_events<H: Harness>(h: &H) {
+    let a = owner("a");
+    let (plain, loading) = (h.open().await, h.open().await);
+    for f in [&plain, &loading] {
+        let j = &f.journal;
+        for i in 0..3 {
+            enqueue(j, stream_in(j, &format!("x{i}-"), p(7)).as_str(), 4).await;
+        }
+        enqueue(j, stream_in(j, "y", p(8)).as_str(), 2).await;
+        j.sync_partitions(&a, &[p(7)], TTL).await.unwrap();
+    }
+    let limits = SweepLimits {
+        streams: 2,
+        per_stream: 3,
+        rows: 5,
+    };
+    let taken = plain.journal.claim_partitioned(&a, TTL, limits).await.unwrap();
+    let loaded = loading
+        .journal
+        .claim_and_load_partitioned(&a, TTL, limits)
+        .await
+        .unwrap();
+    let runs = |taken: Vec<(Lease, Vec<OutboxRow>)>| {
+        taken
+            .into_iter()
+            .map(|(l, rows)| {
+                (
+                    l.stream,
+                    l.partition,
+                    l.epoch,
+                    rows.iter().map(|r| (r.seq, r.status)).collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let as_taken = loaded.iter().map(|r| (r.lease.clone(), r.rows.clone())).collect();
+    assert_eq!(runs(as_taken), runs(taken), "the same streams, leases and runs");
+    assert_eq!(
+        loaded.iter().map(|r| r.rows.len()).collect::<Vec<_>>(),
+        [3, 2],
+        "at most 2 streams, 3 rows each, 5 in all"
+    );
+    for run in &loaded {
+        if let Some(events) = &run.events {
+            let read = loading
+                .journal
+                .read_runs(&[(run.lease.stream.clone(), run.rows[0].seq, run.rows.len())])
+                .await
+                .unwrap();
+            assert_eq!(
+                std::slice::from_ref(events),
+                read.as_slice(),
+                "{}: the loaded events are the run's",
+                run.lease.stream
+            );
+        }
+    }
 }
 
 /// `claim_partitioned` takes the oldest due streams of the held partitions,
