@@ -917,8 +917,9 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
-    /// The same transaction, which also reads the runs' events: the
-    /// writer's pages are warm, and the worker saves a read of its own.
+    /// The same transaction; the runs' events are read right after its
+    /// commit on the same connection, whose pages are warm, without the
+    /// write lock. The worker saves a read of its own.
     async fn acquire_and_load_due(
         &self,
         owner: &WorkerId,
@@ -928,7 +929,10 @@ impl OutboxQueue for SqliteJournal {
         let sweep = self.sweep(owner, ttl, limits)?;
         self.engine
             .writer
-            .write_relaxed(move |conn| Ok(load_runs(conn, sweep.claim(conn)?)))
+            .write_relaxed_then(
+                move |conn| Ok(ClaimedRun::unloaded(sweep.claim(conn)?)),
+                |conn, runs: &mut Vec<ClaimedRun>| load_runs(conn, runs),
+            )
             .await
     }
 
@@ -1126,18 +1130,20 @@ impl DueSweep {
     }
 }
 
-/// Reads the events of claimed runs on the claim's connection. A run whose
-/// events do not decode is left unread: the worker's own read finds the
-/// fault and records it on the stream, where failing the claim would stop
-/// every stream.
-fn load_runs(conn: &Connection, taken: Vec<(Lease, Vec<OutboxRow>)>) -> Vec<ClaimedRun> {
-    taken
-        .into_iter()
-        .map(|(lease, rows)| {
-            let events = read_events(conn, &lease.stream, rows[0].seq.as_i64(), rows.len() as i64).ok();
-            ClaimedRun { lease, rows, events }
-        })
-        .collect()
+/// Reads the events of claimed runs, after the claim committed, in one
+/// read transaction. A run whose events do not decode (or cannot be read)
+/// is left unread: the worker's own read finds the fault and records it on
+/// the stream, where failing the claim would stop every stream.
+fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
+    if runs.is_empty() || conn.execute_batch("BEGIN").is_err() {
+        return;
+    }
+    for run in runs.iter_mut() {
+        let (first, n) = (run.rows[0].seq.as_i64(), run.rows.len() as i64);
+        run.events = read_events(conn, &run.lease.stream, first, n).ok();
+    }
+    // A read transaction: ending it cannot lose anything.
+    let _ = conn.execute_batch("COMMIT");
 }
 
 /// One partitioned claim, inside the engine's transaction: reads the owner's
@@ -1290,8 +1296,8 @@ impl PartitionStore for SqliteJournal {
             .await
     }
 
-    /// The same transaction, which also reads the runs' events (see
-    /// `acquire_and_load_due`).
+    /// The same transaction; the runs' events are read right after it
+    /// (see `acquire_and_load_due`).
     async fn claim_and_load_partitioned(
         &self,
         owner: &WorkerId,
@@ -1303,10 +1309,13 @@ impl PartitionStore for SqliteJournal {
         let owner = owner.clone();
         self.engine
             .writer
-            .write_relaxed(move |conn| {
-                let taken = claim_partitioned_body(conn, &owner, duration_millis(ttl), limits)?;
-                Ok(load_runs(conn, taken))
-            })
+            .write_relaxed_then(
+                move |conn| {
+                    claim_partitioned_body(conn, &owner, duration_millis(ttl), limits)
+                        .map(ClaimedRun::unloaded)
+                },
+                |conn, runs: &mut Vec<ClaimedRun>| load_runs(conn, runs),
+            )
             .await
     }
 

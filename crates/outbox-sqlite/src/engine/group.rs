@@ -28,6 +28,13 @@
 //! A job's body may therefore run twice (`FnMut`); its first run's writes
 //! are then gone, and only the last run's result is replied. Bodies hold
 //! only SQL and their own locals, so a second run is a clean one.
+//!
+//! **Reads that need no write lock come after the commit.** A job may
+//! carry a step that completes its result by reading (a sweep's claim reads
+//! its runs' events). It runs once the group has committed and the other
+//! jobs have their replies, on the same connection, whose pages the group
+//! just used, but outside the write transaction: writers of other processes
+//! do not wait for it.
 
 use std::sync::mpsc;
 
@@ -49,10 +56,17 @@ pub(super) trait WriteJob: Send {
     fn succeeded(&self) -> bool;
     /// Whether its commit must wait for the disk (see the module docs).
     fn durable(&self) -> bool;
+    /// Whether it has a step to run after the commit (see the module docs).
+    fn settles(&self) -> bool;
+    /// Runs the step after the commit on its result, if it succeeded.
+    fn settle(&mut self, conn: &Connection);
     /// Replies: the body's result, or the commit's error if the body
     /// succeeded but its transaction did not commit.
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
 }
+
+/// A step that completes a job's result after the commit.
+pub(super) type After<T> = Box<dyn FnOnce(&Connection, &mut T) + Send>;
 
 /// Why a group did not commit, handed to each of its jobs.
 pub(super) struct Failure {
@@ -83,6 +97,7 @@ pub(super) struct Job<T, F> {
     out: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
     commit: Commit,
+    after: Option<After<T>>,
 }
 
 /// Whether a job's commit waits for the disk (see the module docs).
@@ -99,6 +114,15 @@ impl<T, F> Job<T, F> {
             out: None,
             reply,
             commit,
+            after: None,
+        }
+    }
+
+    /// The job with `after` run on its result once it committed.
+    pub(super) fn then(self, after: After<T>) -> Self {
+        Job {
+            after: Some(after),
+            ..self
         }
     }
 }
@@ -121,6 +145,22 @@ where
 
     fn durable(&self) -> bool {
         self.commit == Commit::Durable
+    }
+
+    fn settles(&self) -> bool {
+        self.after.is_some()
+    }
+
+    fn settle(&mut self, conn: &Connection) {
+        if let (Some(after), Some(Ok(out))) = (self.after.take(), self.out.as_mut()) {
+            // A panic in the step is the body's error, as one in the body is.
+            if let Err(e) = guarded(|| {
+                after(conn, out);
+                Ok(())
+            }) {
+                self.out = Some(Err(e));
+            }
+        }
     }
 
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>) {
@@ -226,7 +266,14 @@ impl Worker {
             self.exec("ROLLBACK")
         };
         match commit {
-            Ok(()) => group.ran.into_iter().for_each(|j| j.finish(Ok(()))),
+            Ok(()) => {
+                let (mut settling, done): (Vec<_>, Vec<_>) = group.ran.into_iter().partition(|j| j.settles());
+                done.into_iter().for_each(|j| j.finish(Ok(())));
+                for j in &mut settling {
+                    j.settle(&self.conn);
+                }
+                settling.into_iter().for_each(|j| j.finish(Ok(())));
+            }
             Err(e) => {
                 self.rollback();
                 let f = Failure::from_error(&e);
@@ -325,6 +372,20 @@ mod tests {
         engine.submit(body, Commit::Durable)
     }
 
+    /// Queues `body`, with `after` to run past the commit, behind the job
+    /// that calls it.
+    fn queue_then<T: Send + 'static>(
+        engine: &Engine,
+        body: impl FnMut(&Connection) -> Result<T> + Send + 'static,
+        after: After<T>,
+    ) -> Result<Reply<T>> {
+        let (reply, rx) = oneshot::channel();
+        engine.send(Msg::Write(Box::new(
+            Job::new(body, reply, Commit::Relaxed).then(after),
+        )))?;
+        Ok(rx)
+    }
+
     /// The connection's `synchronous` level where the body runs (0 OFF,
     /// 1 NORMAL, 2 FULL): the level its transaction commits at.
     fn level(conn: &Connection) -> Result<i64> {
@@ -358,6 +419,66 @@ mod tests {
         let savepoint = in_savepoint(conn)?;
         bump(conn)?;
         Ok(savepoint)
+    }
+
+    /// A job's after-commit step runs once its group committed and the
+    /// other jobs of the group have their replies, outside the write
+    /// transaction, and completes the result replied; a panic in it is the
+    /// job's error.
+    #[tokio::test]
+    async fn a_jobs_after_step_runs_past_the_commit_and_completes_its_result() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let sender = Arc::clone(&engine);
+        let (settled, panicked) = engine
+            .write(move |conn| {
+                bump(conn)?;
+                let plain: Arc<std::sync::Mutex<Option<Reply<()>>>> = Arc::default();
+                let seen = Arc::clone(&plain);
+                let step: After<Vec<String>> = Box::new(move |conn, out| {
+                    out.push(format!("outside the transaction: {}", conn.is_autocommit()));
+                    let v: i64 = conn
+                        .query_row("SELECT v FROM t WHERE k = 1", [], |r| r.get(0))
+                        .expect("read");
+                    out.push(format!("v = {v}"));
+                    let replied = seen
+                        .lock()
+                        .expect("lock")
+                        .as_mut()
+                        .map(|rx| rx.try_recv().is_ok());
+                    out.push(format!("the plain job had its reply: {replied:?}"));
+                });
+                let settled = queue_then(
+                    &sender,
+                    |conn| {
+                        bump(conn)?;
+                        Ok(vec!["body".to_owned()])
+                    },
+                    step,
+                )?;
+                *plain.lock().expect("lock") = Some(queue(&sender, bump)?);
+                let panics: After<i32> = Box::new(|_, _| panic!("a step that panics"));
+                let panicked = queue_then(&sender, |_| Ok(1), panics)?;
+                Ok((settled, panicked))
+            })
+            .await
+            .expect("first job");
+        assert_eq!(
+            settled.await.expect("reply").expect("the settled job"),
+            [
+                "body",
+                "outside the transaction: true",
+                "v = 3",
+                "the plain job had its reply: Some(true)"
+            ]
+        );
+        let panicked = panicked.await.expect("reply");
+        assert!(
+            matches!(&panicked, Err(e) if e.to_string().contains("a step that panics")),
+            "{panicked:?}"
+        );
+        engine.close().await;
+        assert_eq!(rows(&path), [(1, 3)], "the three bumps committed");
     }
 
     /// Three jobs sharing a group, one of them failing before it writes:

@@ -255,6 +255,22 @@ impl Engine {
             .map_err(|_| self.gone())?
     }
 
+    /// [`Engine::write_relaxed`] whose result `after` completes once the
+    /// job's group has committed, outside the write transaction, on the
+    /// same connection (reads that need not hold the write lock; see
+    /// [`group`]). A result `after` panics on is an error.
+    pub(crate) async fn write_relaxed_then<T, F, A>(&self, body: F, after: A) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection) -> Result<T> + Send + 'static,
+        A: FnOnce(&Connection, &mut T) + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::new(body, reply, Commit::Relaxed).then(Box::new(after));
+        self.send(Msg::Write(Box::new(job)))?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
     /// Queues `body` as a write job; its result comes on the receiver.
     fn submit<T, F>(&self, body: F, commit: Commit) -> Result<oneshot::Receiver<Result<T>>>
     where
