@@ -263,7 +263,42 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if let Some(run) = taken.first() {
             inner.metrics.lag.saw_lease(&run.lease, ttl);
         }
+        let mut taken = taken;
+        self.read_ahead(&mut taken).await;
         Ok(taken)
+    }
+
+    /// Reads the events of the fresh runs the claim did not read, while
+    /// the sweep before still applies (the claim is made ahead): the sweep
+    /// then starts with them. A read that fails is left to the sweep's own
+    /// ([`Outbox::load_fresh`]), which handles its errors.
+    async fn read_ahead(&self, taken: &mut [ClaimedRun]) {
+        let mut unread: Vec<&mut ClaimedRun> = taken
+            .iter_mut()
+            .filter(|r| r.events.is_none() && fresh(r))
+            .collect();
+        if unread.is_empty() {
+            return;
+        }
+        let wanted: Vec<_> = unread
+            .iter()
+            .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
+            .collect();
+        match self
+            .inner
+            .journal
+            .read_runs(&wanted)
+            .within(self.inner.config.store_deadline(), "read_runs")
+            .await
+        {
+            Ok(read) if read.len() == unread.len() => {
+                for (run, events) in unread.iter_mut().zip(read) {
+                    run.events = Some(events);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => debug!(error = %e, "reading a sweep's runs ahead failed; the sweep reads them"),
+        }
     }
 
     /// Applies (or verifies) the runs `taken` together where it can and
@@ -286,7 +321,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let (mut fresh, mut alone): (Vec<ClaimedRun>, Vec<(Lease, Vec<OutboxRow>)>) =
             (Vec::new(), Vec::new());
         for run in taken {
-            if run.rows.iter().all(|r| r.attempt_count == 0) {
+            if self::fresh(&run) {
                 fresh.push(run);
             } else {
                 alone.push((run.lease, run.rows));
@@ -532,6 +567,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             debug!(error = %e, "abandoning a sweep failed; its leases will expire");
         }
     }
+}
+
+/// Whether a claimed run is of fresh rows only (never tried): those go
+/// together.
+fn fresh(run: &ClaimedRun) -> bool {
+    run.rows.iter().all(|r| r.attempt_count == 0)
 }
 
 /// Adds the counts of one sweep to the pass's report (streams are counted
