@@ -280,17 +280,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if unread.is_empty() {
             return;
         }
-        let wanted: Vec<_> = unread
-            .iter()
-            .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
-            .collect();
-        match self
-            .inner
-            .journal
-            .read_runs(&wanted)
-            .within(self.inner.config.store_deadline(), "read_runs")
-            .await
-        {
+        match self.read_events_of(unread.iter().map(|r| &**r)).await {
             Ok(read) if read.len() == unread.len() => {
                 for (run, events) in unread.iter_mut().zip(read) {
                     run.events = Some(events);
@@ -386,22 +376,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         fresh: Vec<ClaimedRun>,
         alone: &mut Vec<(Lease, Vec<OutboxRow>)>,
     ) -> Result<Vec<Taken>> {
-        let wanted: Vec<_> = fresh
-            .iter()
-            .filter(|r| r.events.is_none())
-            .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
-            .collect();
-        let read = if wanted.is_empty() {
+        let unread = fresh.iter().filter(|r| r.events.is_none()).count();
+        let read = if unread == 0 {
             Vec::new()
         } else {
             match self
-                .inner
-                .journal
-                .read_runs(&wanted)
-                .within(self.inner.config.store_deadline(), "read_runs")
+                .read_events_of(fresh.iter().filter(|r| r.events.is_none()))
                 .await
             {
-                Ok(read) if read.len() == wanted.len() => read,
+                Ok(read) if read.len() == unread => read,
                 Err(e) if e.is_temporary() => {
                     alone.extend(fresh.into_iter().map(|r| (r.lease, r.rows)));
                     return Err(e);
@@ -428,6 +411,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         Ok(together)
+    }
+
+    /// One read of the events of `runs` (each its claimed rows' seqs).
+    async fn read_events_of<'a>(
+        &self,
+        runs: impl Iterator<Item = &'a ClaimedRun>,
+    ) -> Result<Vec<Vec<Event>>> {
+        let wanted: Vec<_> = runs
+            .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
+            .collect();
+        self.inner
+            .journal
+            .read_runs(&wanted)
+            .within(self.inner.config.store_deadline(), "read_runs")
+            .await
     }
 
     /// Applies the runs in `together` in one projection transaction (or
