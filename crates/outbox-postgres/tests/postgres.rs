@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::{DropSchemas, journal, options, projections, test_database_url, unique_schema};
 use outbox_core::{
     AppendOptions, AppendRequest, ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal,
-    ExpectedVersion, LeaseStore, OutboxQueue, Projection, ProjectionName, ProjectionStore, WakeSource,
-    WatermarkStore, WorkerId,
+    ExpectedVersion, LeaseStore, OutboxQueue, Partition, PartitionStore, Projection, ProjectionName,
+    ProjectionStore, StreamEnd, SweepLimits, WakeSource, WatermarkStore, WorkerId,
 };
 use outbox_postgres::sqlx::postgres::PgListener;
 use outbox_postgres::sqlx::{self, PgPool};
@@ -1235,4 +1235,61 @@ async fn only_the_workers_bookkeeping_commits_without_waiting_for_the_disk() {
         .await
         .unwrap();
     assert_eq!(seen().await, ["UPDATE on"], "the failure's record");
+}
+
+/// A partitioned sweep's end that completes nothing (its rows were
+/// deleted behind the journal's back, the head left held) still ends the
+/// stream's hold: the row behind is claimed at once, not when the
+/// claim's hold expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_end_that_completes_nothing_ends_the_hold() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("held");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    let owner = WorkerId::new("w").unwrap();
+    let ttl = Duration::from_secs(60);
+    j.append(&[request("s", &[1, 2, 3])], AppendOptions::enqueue())
+        .await
+        .unwrap();
+    let all: Vec<Partition> = Partition::all(j.partitioning().count()).collect();
+    j.sync_partitions(&owner, &all, ttl).await.unwrap();
+    let limits = SweepLimits {
+        streams: 1,
+        per_stream: 2,
+        rows: 2,
+    };
+    let mut taken = j.claim_partitioned(&owner, ttl, limits).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let (lease, rows) = taken.remove(0);
+    assert_eq!(rows.len(), 2);
+    sqlx::query("DELETE FROM outbox WHERE stream = 's' AND seq <= 2")
+        .execute(j.pool())
+        .await
+        .unwrap();
+    assert!(
+        j.claim_partitioned(&owner, ttl, limits).await.unwrap().is_empty(),
+        "the claim holds the stream until its lease expires"
+    );
+    let end = StreamEnd {
+        lease,
+        through: Some(rows[1].seq),
+        abandon: false,
+    };
+    assert_eq!(
+        j.complete_and_release_all(&[end]).await.unwrap(),
+        0,
+        "nothing left to complete"
+    );
+    let next = j.claim_partitioned(&owner, ttl, limits).await.unwrap();
+    assert_eq!(
+        next.iter()
+            .map(|(l, rows)| (
+                l.stream.to_string(),
+                rows.iter().map(|r| r.seq.get()).collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>(),
+        [("s".to_owned(), vec![3])],
+        "the end recomputed the head: the row behind is claimed at once"
+    );
 }
