@@ -11,7 +11,22 @@ pub struct Dialect {
     lock_admission: Option<&'static str>,
     refresh_head: &'static [&'static str],
     json_rows: &'static str,
-    lock_documents: Option<&'static str>,
+    locked_documents: Option<LockedDocuments>,
+}
+
+/// How view documents are written where writers run concurrently
+/// (Postgres): [`ViewWrites::flush`](crate::view_writes::ViewWrites::flush)
+/// locks the keys, then reads and upserts them in one statement.
+#[derive(Clone, Copy, Debug)]
+pub struct LockedDocuments {
+    /// Locks the documents whose `[projection, table, key]` rows are the
+    /// JSON array `$1`, in that order.
+    pub lock: &'static str,
+    /// Returns the documents of the `[projection, table, key]` rows `$1` as
+    /// they are (`old` rows, with their value), and upserts the
+    /// `[projection, table, key, value]` rows `$2` (a row per document,
+    /// `inserted` or `updated`).
+    pub upsert: &'static str,
 }
 
 impl Dialect {
@@ -24,7 +39,7 @@ impl Dialect {
             lock_stream: None,
             lock_admission: None,
             json_rows: "json_each($1)",
-            lock_documents: None,
+            locked_documents: None,
             refresh_head: &[
                 "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
                  SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
@@ -51,11 +66,22 @@ impl Dialect {
             json_rows: "json_array_elements($1::json)",
             // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
             // the order given.
-            lock_documents: Some(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || chr(31) || (j.value ->> 0) \
-                 || chr(31) || (j.value ->> 1) || chr(31) || (j.value ->> 2), 0)) \
-                 FROM json_array_elements($1::json) WITH ORDINALITY AS j(value, n) ORDER BY j.n",
-            ),
+            locked_documents: Some(LockedDocuments {
+                lock: "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || chr(31) || (j.value ->> 0) \
+                       || chr(31) || (j.value ->> 1) || chr(31) || (j.value ->> 2), 0)) \
+                       FROM json_array_elements($1::json) WITH ORDINALITY AS j(value, n) ORDER BY j.n",
+                upsert: "WITH old AS (SELECT v.projection, v.tbl, v.key, v.value FROM outbox_views v \
+                         WHERE (v.projection, v.tbl, v.key) IN (SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2 \
+                         FROM json_array_elements($1::json) j)), \
+                         up AS (INSERT INTO outbox_views (projection, tbl, key, value) \
+                         SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3 \
+                         FROM json_array_elements($2::json) j \
+                         WHERE true ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value \
+                         RETURNING projection, tbl, key, xmax = 0 AS inserted) \
+                         SELECT 'old', projection, tbl, key, value FROM old \
+                         UNION ALL SELECT CASE WHEN inserted THEN 'inserted' ELSE 'updated' END, \
+                         projection, tbl, key, NULL FROM up",
+            }),
             refresh_head: &[
                 "WITH first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
                                 partition_no FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1), \
@@ -101,11 +127,10 @@ impl Dialect {
         self.lock_stream.is_some()
     }
 
-    /// The statement locking the view documents whose `[projection, table,
-    /// key]` rows are the JSON array `$1`, in that order, where writers run
+    /// How view documents are locked and written where writers run
     /// concurrently.
-    pub fn lock_documents(&self) -> Option<&'static str> {
-        self.lock_documents
+    pub fn locked_documents(&self) -> Option<LockedDocuments> {
+        self.locked_documents
     }
 
     /// The statement locking a stream (`$1`) before its outbox rows change,

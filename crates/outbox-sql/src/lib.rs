@@ -13,7 +13,7 @@ mod value;
 mod view_writes;
 
 pub use conn::{Conn, Database, Tx};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, LockedDocuments};
 pub use plumbing::{Role, digest_row, digest_rows};
 pub use value::{Arg, Row, Value};
 pub use view_writes::{DigestWrites, DocumentWrites, Statement, ViewWrites};

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use outbox_core::{DocumentHash, ProjectionName, Result, RunningDigest, Seq, StreamId};
 
-use crate::{Arg, Conn, Dialect};
+use crate::{Arg, Conn, Dialect, LockedDocuments};
 
 type Slot = (String, String, String);
 
@@ -85,20 +85,6 @@ const RECORD_DIGEST: &str = "INSERT INTO outbox_view_digests AS d \
      last_stream = COALESCE(excluded.last_stream, d.last_stream), \
      last_seq = COALESCE(excluded.last_seq, d.last_seq), \
      updated_at = excluded.updated_at";
-
-/// [`ViewWrites::flush_locked`]'s write: the documents of the `[projection,
-/// table, key]` rows `$1` as they are (`old` rows, with their value), and
-/// the upsert of the `[projection, table, key, value]` rows `$2` (a row per
-/// document, `inserted` or `updated`).
-const LOCKED_UPSERT: &str = "WITH old AS (SELECT v.projection, v.tbl, v.key, v.value FROM outbox_views v \
-     WHERE (v.projection, v.tbl, v.key) IN (SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2 \
-     FROM json_array_elements($1::json) j)), \
-     up AS (INSERT INTO outbox_views (projection, tbl, key, value) \
-     SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3 FROM json_array_elements($2::json) j \
-     WHERE true ON CONFLICT (projection, tbl, key) DO UPDATE SET value = excluded.value \
-     RETURNING projection, tbl, key, xmax = 0 AS inserted) \
-     SELECT 'old', projection, tbl, key, value FROM old \
-     UNION ALL SELECT CASE WHEN inserted THEN 'inserted' ELSE 'updated' END, projection, tbl, key, NULL FROM up";
 
 fn slot(projection: &ProjectionName, table: &str, key: &str) -> Slot {
     (projection.as_str().to_owned(), table.to_owned(), key.to_owned())
@@ -259,8 +245,8 @@ impl ViewWrites {
     /// concurrently, see `flush_locked`. Empty afterwards, also
     /// on an error (the transaction is then rolled back by its owner).
     pub async fn flush(&mut self, dialect: &Dialect, tx: &mut (dyn Conn + '_)) -> Result<()> {
-        if let Some(lock) = dialect.lock_documents() {
-            return self.flush_locked(dialect, lock, tx).await;
+        if let Some(locked) = dialect.locked_documents() {
+            return self.flush_locked(dialect, locked, tx).await;
         }
         let writes = self.prepare_flush(dialect, tx).await?;
         for st in writes.statements(dialect) {
@@ -270,18 +256,24 @@ impl ViewWrites {
     }
 
     /// [`flush`](Self::flush) where writers run concurrently: the keys
-    /// this transaction has not locked yet are locked first (one statement,
-    /// in key order; `lock`); then one statement reads the documents they
-    /// hold (its snapshot comes after the locks, so it sees what the
-    /// writers waited for committed) and upserts every put, returning
-    /// which it inserted; then the deletes. Two round trips for a batch
+    /// this transaction has not locked yet are locked first (one
+    /// statement, in key order: `locked.lock`); then one statement
+    /// (`locked.upsert`) reads the documents they hold (its snapshot comes
+    /// after the locks, so it sees what the writers waited for committed)
+    /// and upserts every put, returning which it inserted; then the
+    /// deletes. Two round trips for a batch
     /// of puts, as one put took before they were deferred.
     ///
     /// Deletes and clears take no document lock (ADR 0019): a put whose
     /// document such a writer deleted after this transaction read it
     /// inserts it anew and replaces nothing, so the digest change takes
     /// nothing out for it (the deleter did).
-    async fn flush_locked(&mut self, dialect: &Dialect, lock: &str, tx: &mut (dyn Conn + '_)) -> Result<()> {
+    async fn flush_locked(
+        &mut self,
+        dialect: &Dialect,
+        locked: LockedDocuments,
+        tx: &mut (dyn Conn + '_),
+    ) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -302,13 +294,13 @@ impl ViewWrites {
         let any_unknown = !unknown.is_empty();
         let unknown = json(unknown);
         if any_unknown {
-            tx.fetch("locking view documents", lock, &[Arg::Text(&unknown)])
+            tx.fetch("locking view documents", locked.lock, &[Arg::Text(&unknown)])
                 .await?;
         }
         let rows = tx
             .fetch(
                 "writing view documents",
-                &dialect.sql(LOCKED_UPSERT),
+                &dialect.sql(locked.upsert),
                 &[Arg::Text(&unknown), Arg::Text(&json(puts))],
             )
             .await?;
