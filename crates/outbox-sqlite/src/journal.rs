@@ -918,8 +918,9 @@ impl OutboxQueue for SqliteJournal {
     }
 
     /// The same transaction; the runs' events are read right after its
-    /// commit on the same connection, whose pages are warm, without the
-    /// write lock. The worker saves a read of its own.
+    /// commit, on the writer's thread (no handoff) and its read-only
+    /// connection, without the write lock. The worker saves a read of its
+    /// own.
     async fn acquire_and_load_due(
         &self,
         owner: &WorkerId,
@@ -1142,8 +1143,11 @@ fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
         let (first, n) = (run.rows[0].seq.as_i64(), run.rows.len() as i64);
         run.events = read_events(conn, &run.lease.stream, first, n).ok();
     }
-    // A read transaction: ending it cannot lose anything.
-    let _ = conn.execute_batch("COMMIT");
+    // A read transaction: ending it cannot lose anything. The connection
+    // starts its next read with an empty cache anyway (the writer commits
+    // in between): its pages are freed now, so a large backlog's event
+    // pages do not stay in the worker's memory.
+    let _ = conn.execute_batch("COMMIT; PRAGMA shrink_memory;");
 }
 
 /// One partitioned claim, inside the engine's transaction: reads the owner's

@@ -32,9 +32,12 @@
 //! **Reads that need no write lock come after the commit.** A job may
 //! carry a step that completes its result by reading (a sweep's claim reads
 //! its runs' events). It runs once the group has committed and the other
-//! jobs have their replies, on the same connection, whose pages the group
-//! just used, but outside the write transaction: writers of other processes
-//! do not wait for it.
+//! jobs have their replies, on the same thread (no handoff) but on the
+//! writer's read-only connection: writers of other processes do not wait
+//! for it, and the pages it reads do not crowd the writer's page cache.
+//! (Read on the writer's own connection, a large backlog's event pages
+//! took its cache and the worker's memory grew from 16 to 26 MiB at 10^6
+//! pending rows.)
 
 use std::sync::mpsc;
 
@@ -269,8 +272,9 @@ impl Worker {
             Ok(()) => {
                 let (mut settling, done): (Vec<_>, Vec<_>) = group.ran.into_iter().partition(|j| j.settles());
                 done.into_iter().for_each(|j| j.finish(Ok(())));
+                let reader = self.loader.as_ref().unwrap_or(&self.conn);
                 for j in &mut settling {
-                    j.settle(&self.conn);
+                    j.settle(reader);
                 }
                 settling.into_iter().for_each(|j| j.finish(Ok(())));
             }
@@ -423,8 +427,8 @@ mod tests {
 
     /// A job's after-commit step runs once its group committed and the
     /// other jobs of the group have their replies, outside the write
-    /// transaction, and completes the result replied; a panic in it is the
-    /// job's error.
+    /// transaction (it sees the commit), and completes the result replied;
+    /// a panic in it is the job's error.
     #[tokio::test]
     async fn a_jobs_after_step_runs_past_the_commit_and_completes_its_result() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -170,6 +170,12 @@ impl Engine {
     /// Opens a connection and starts its thread.
     pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
         let conn = connect(path, options, access)?;
+        // A writer's jobs read after their commits on a read-only
+        // connection of their own (see `group`).
+        let loader = match access {
+            Access::Write => Some(connect(path, options, Access::Read)?),
+            Access::Read => None,
+        };
         let checkpointer = match access {
             Access::Write => Some(checkpoint::Checkpointer::start(path, options, &conn)?),
             Access::Read => None,
@@ -191,6 +197,7 @@ impl Engine {
                 }
                 let worker = Worker {
                     conn,
+                    loader,
                     path: shown,
                     full: synchronous == Synchronous::Full,
                     relaxed: Cell::new(false),
@@ -257,8 +264,8 @@ impl Engine {
 
     /// [`Engine::write_relaxed`] whose result `after` completes once the
     /// job's group has committed, outside the write transaction, on the
-    /// same connection (reads that need not hold the write lock; see
-    /// [`group`]). A result `after` panics on is an error.
+    /// writer thread's read-only connection (reads that need not hold the
+    /// write lock; see [`group`]). A result `after` panics on is an error.
     pub(crate) async fn write_relaxed_then<T, F, A>(&self, body: F, after: A) -> Result<T>
     where
         T: Send + 'static,
@@ -320,6 +327,9 @@ impl Engine {
 /// The thread's side.
 struct Worker {
     conn: Connection,
+    /// A writer's read-only connection for the reads its jobs make after
+    /// their commits: their pages do not crowd the writer's cache.
+    loader: Option<Connection>,
     path: String,
     /// Whether the database is `synchronous = FULL`: only then do relaxed
     /// writes commit at a lower level.
