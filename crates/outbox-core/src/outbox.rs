@@ -302,7 +302,7 @@ pub struct StreamEnd {
 }
 
 /// A run a sweep leased and claimed, with its events when the claim read
-/// them in its own transaction
+/// them
 /// ([`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due),
 /// [`PartitionStore::claim_and_load_partitioned`](crate::PartitionStore::claim_and_load_partitioned)).
 #[derive(Clone, Debug, PartialEq)]

@@ -408,7 +408,8 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 /// - `claim_and_load_partitioned` takes what `claim_partitioned` takes; a
 ///   run's `events`, when `Some`, are what
 ///   [`EventJournal::read_runs`](crate::EventJournal::read_runs) returns
-///   for its rows, read in the claim's transaction.
+///   for its rows (read with the claim or right after its commit); an
+///   adapter may leave any run unread (`None`).
 /// - A lease with `partition` set is current while its partition's lease
 ///   has the same owner and epoch and has not expired. `claim`, `fail`,
 ///   `abandon` and `renew` of [`OutboxQueue`](crate::OutboxQueue) and
@@ -443,7 +444,7 @@ pub trait PartitionStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<(Lease, Vec<OutboxRow>)>>> + Send;
 
     /// [`claim_partitioned`](PartitionStore::claim_partitioned), with each
-    /// run's events read in the same transaction where the adapter can
+    /// run's events read by the same call where the adapter can
     /// (see [`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due)).
     /// The default reads none.
     fn claim_and_load_partitioned(

@@ -201,8 +201,9 @@ pub trait EventJournal: Send + Sync {
 ///
 /// `acquire_and_load_due`:
 /// - Takes what `acquire_and_claim_due` takes. A run's `events`, when
-///   `Some`, are what `read_runs` returns for its rows, read in the claim's
-///   transaction.
+///   `Some`, are what `read_runs` returns for its rows (read with the
+///   claim or right after its commit: events never change once appended).
+///   An adapter may leave any run unread (`None`); the worker reads it.
 ///
 /// `complete_and_release_all` (likewise):
 /// - `complete_and_release` for each [`StreamEnd`](crate::StreamEnd), in
@@ -342,8 +343,8 @@ pub trait OutboxQueue: Send + Sync {
     }
 
     /// [`acquire_and_claim_due`](OutboxQueue::acquire_and_claim_due), with
-    /// each run's events read in the same transaction where the adapter
-    /// can: the worker then needs no read of its own before it applies.
+    /// each run's events read by the same call where the adapter can: the
+    /// worker then needs no read of its own before it applies.
     /// The default reads none (every run's `events` is `None`).
     fn acquire_and_load_due(
         &self,

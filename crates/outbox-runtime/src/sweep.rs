@@ -227,7 +227,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Leases due streams and claims their runs, with their events where
-    /// the journal reads them in the same transaction: the start of a sweep.
+    /// the journal reads them with the claim: the start of a sweep.
     async fn claim_sweep(&self) -> Result<Vec<ClaimedRun>> {
         let inner = &self.inner;
         let config = &inner.config;

@@ -582,7 +582,10 @@ pub(crate) fn stream_span(stream: &StreamId, worker: &WorkerId, rows: Option<usi
     span
 }
 
-/// `events`, read for the claimed `rows`, if the journal had every one.
+/// `events`, read for the claimed `rows`, if the journal had every one and
+/// they are those rows' events (the stream's, at the rows' seqs, in
+/// order): the rows are completed through the last event applied, so an
+/// event paired with another row must never be applied.
 pub(crate) fn complete_run(stream: &StreamId, rows: &[OutboxRow], events: Vec<Event>) -> Result<Vec<Event>> {
     if events.len() != rows.len() {
         let missing = rows[0].seq.get() + events.len() as u64;
@@ -592,5 +595,85 @@ pub(crate) fn complete_run(stream: &StreamId, rows: &[OutboxRow], events: Vec<Ev
             reason: "the outbox points at an event the journal does not have".into(),
         });
     }
+    if let Some((row, event)) = rows
+        .iter()
+        .zip(&events)
+        .find(|(row, event)| event.stream != *stream || event.seq != row.seq)
+    {
+        return Err(Error::Corrupt {
+            stream: stream.clone(),
+            seq: row.seq,
+            reason: format!(
+                "the events read do not match the claimed rows: event {} of stream {} came for this row",
+                event.seq, event.stream
+            ),
+        });
+    }
     Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::{EventType, Intent, Metadata, OutboxStatus, PayloadHash, Seq, Timestamp};
+
+    use super::*;
+
+    fn event(stream: &str, seq: u64) -> Event {
+        Event {
+            global_position: seq,
+            stream: StreamId::new(stream).unwrap(),
+            seq: Seq::new(seq).unwrap(),
+            event_type: EventType::new("t").unwrap(),
+            intent: Intent::Apply,
+            payload: Vec::new(),
+            payload_hash: PayloadHash::of(&[]),
+            metadata: Metadata {
+                recorded_at: Timestamp::from_millis(0),
+                correlation_id: None,
+                causation_id: None,
+            },
+        }
+    }
+
+    fn row(stream: &str, seq: u64) -> OutboxRow {
+        OutboxRow {
+            stream: StreamId::new(stream).unwrap(),
+            seq: Seq::new(seq).unwrap(),
+            event_type: EventType::new("t").unwrap(),
+            status: OutboxStatus::Processing,
+            attempt_count: 0,
+            next_attempt_at: Timestamp::from_millis(0),
+            last_error: None,
+            updated_at: Timestamp::from_millis(0),
+            first_failed_at: None,
+        }
+    }
+
+    /// A run's events must be its rows' events: a short read is the
+    /// journal's corruption, and events of another stream or seq (a pairing
+    /// mistake) are refused rather than applied and completed.
+    #[test]
+    fn a_run_takes_only_its_rows_events() {
+        let s = StreamId::new("s").unwrap();
+        let rows = [row("s", 3), row("s", 4)];
+        let good = complete_run(&s, &rows, vec![event("s", 3), event("s", 4)]).unwrap();
+        assert_eq!(good.iter().map(|e| e.seq.get()).collect::<Vec<_>>(), [3, 4]);
+
+        let short = complete_run(&s, &rows, vec![event("s", 3)]).unwrap_err();
+        assert!(
+            matches!(short, Error::Corrupt { seq, .. } if seq.get() == 4),
+            "{short}"
+        );
+
+        for wrong in [
+            vec![event("s", 4), event("s", 5)],
+            vec![event("t", 3), event("t", 4)],
+        ] {
+            let e = complete_run(&s, &rows, wrong).unwrap_err();
+            assert!(
+                matches!(&e, Error::Corrupt { seq, reason, .. } if seq.get() == 3 && reason.contains("do not match")),
+                "{e}"
+            );
+        }
+    }
 }

@@ -917,10 +917,10 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
-    /// The same transaction; the runs' events are read right after its
+    /// The same claim; the fresh runs' events are read right after its
     /// commit, on the writer's thread (no handoff) and its read-only
     /// connection, without the write lock. The worker saves a read of its
-    /// own.
+    /// own; a retried run, which the worker sends alone, is left unread.
     async fn acquire_and_load_due(
         &self,
         owner: &WorkerId,
@@ -1132,22 +1132,41 @@ impl DueSweep {
 }
 
 /// Reads the events of claimed runs, after the claim committed, in one
-/// read transaction. A run whose events do not decode (or cannot be read)
-/// is left unread: the worker's own read finds the fault and records it on
-/// the stream, where failing the claim would stop every stream.
+/// read transaction. Only fresh runs are read (no row failed before): the
+/// worker sends a retried run alone and reads it there. A run whose events
+/// do not decode (or cannot be read) is left unread: the worker's own read
+/// finds the fault and records it on the stream, where failing the claim
+/// would stop every stream.
+///
+/// Nothing here fails the claim, which has committed. A read transaction
+/// left open on `conn` (a step that panicked half way) is rolled back
+/// first, so one bad read cannot pin an old snapshot (and the WAL) or
+/// leave every later claim unread.
 fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
-    if runs.is_empty() || conn.execute_batch("BEGIN").is_err() {
+    let fresh = |run: &ClaimedRun| run.rows.iter().all(|r| r.attempt_count == 0);
+    if !runs.iter().any(|r| !r.rows.is_empty() && fresh(r)) {
         return;
     }
-    for run in runs.iter_mut() {
-        let (first, n) = (run.rows[0].seq.as_i64(), run.rows.len() as i64);
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    if let Err(e) = conn.execute_batch("BEGIN") {
+        tracing::debug!(error = %e, "reading claimed runs could not begin; the worker reads them");
+        return;
+    }
+    for run in runs.iter_mut().filter(|r| fresh(r)) {
+        let Some(first) = run.rows.first() else { continue };
+        let (first, n) = (first.seq.as_i64(), run.rows.len() as i64);
         run.events = read_events(conn, &run.lease.stream, first, n).ok();
     }
     // A read transaction: ending it cannot lose anything. The connection
     // starts its next read with an empty cache anyway (the writer commits
     // in between): its pages are freed now, so a large backlog's event
     // pages do not stay in the worker's memory.
-    let _ = conn.execute_batch("COMMIT; PRAGMA shrink_memory;");
+    if conn.execute_batch("COMMIT").is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let _ = conn.execute_batch("PRAGMA shrink_memory");
 }
 
 /// One partitioned claim, inside the engine's transaction: reads the owner's
@@ -1300,8 +1319,8 @@ impl PartitionStore for SqliteJournal {
             .await
     }
 
-    /// The same transaction; the runs' events are read right after it
-    /// (see `acquire_and_load_due`).
+    /// The same claim; the fresh runs' events are read right after its
+    /// commit (see `acquire_and_load_due`).
     async fn claim_and_load_partitioned(
         &self,
         owner: &WorkerId,
@@ -1325,5 +1344,64 @@ impl PartitionStore for SqliteJournal {
 
     async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
         outbox_sql::partitions::partitions(&*self.engine, self.partitioning.count()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::{EventType, ExpectedVersion, Intent, NewEvent};
+
+    /// A read transaction left open on the connection that loads claimed
+    /// runs (a step that panicked half way through) is ended first: it
+    /// neither keeps its old snapshot, which predates the claimed events,
+    /// nor stops every later claim from being read.
+    #[tokio::test]
+    async fn loading_runs_ends_a_read_transaction_left_open_before_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("j.db");
+        let journal = SqliteJournal::open(&path, SqliteOptions::default())
+            .await
+            .expect("open");
+        let conn = Connection::open(&path).expect("connection");
+        conn.execute_batch("BEGIN").expect("begin");
+        let before: i64 = conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .expect("a read that takes the snapshot");
+        assert_eq!(before, 0);
+
+        let stream = StreamId::new("s").expect("stream");
+        let event = || NewEvent::new(EventType::new("e").expect("type"), Intent::Apply, b"{}".to_vec());
+        journal
+            .append(
+                &[AppendRequest::new(
+                    stream.clone(),
+                    ExpectedVersion::Any,
+                    vec![event(), event()],
+                )],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .expect("append");
+        let limits = SweepLimits {
+            streams: 10,
+            per_stream: 10,
+            rows: 100,
+        };
+        let owner = WorkerId::new("w").expect("owner");
+        let claimed = journal
+            .acquire_and_claim_due(&owner, Duration::from_secs(30), limits)
+            .await
+            .expect("claim");
+        let mut runs = ClaimedRun::unloaded(claimed);
+        load_runs(&conn, &mut runs);
+
+        assert!(conn.is_autocommit(), "the loader's transaction is over");
+        assert_eq!(runs.len(), 1);
+        assert_eq!(
+            runs[0].events.as_ref().map(Vec::len),
+            Some(2),
+            "the run is read past the stale transaction"
+        );
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use outbox_core::{
     AppendOptions, AppendRequest, BoxError, ClaimedRun, DigestBuilder, EventJournal, ExpectedVersion,
-    OutboxQueue, Partition, PartitionStore, Projection, ProjectionName, ProjectionStore, Seq, SweepLimits,
-    WorkerId,
+    OutboxQueue, Partition, PartitionStore, Projection, ProjectionName, ProjectionStore, RetryPolicy, Seq,
+    SweepLimits, WorkerId,
 };
 use outbox_sqlite::SqliteTx;
 use outbox_sqlite::sqlx;
@@ -291,8 +291,8 @@ async fn assert_good_loaded_bad_left_unread(journal: &SqliteJournal, loaded: &[C
     );
 }
 
-/// SQLite's sweep claims read the runs' events in the claim's own
-/// transaction; a run whose events do not decode comes back unread instead
+/// SQLite's sweep claims read the runs' events once the claim has
+/// committed; a run whose events do not decode comes back unread instead
 /// of failing the claim (which would stop every stream).
 #[tokio::test]
 async fn sweep_claims_read_their_runs_and_leave_undecodable_ones_unread() {
@@ -320,4 +320,65 @@ async fn sweep_claims_read_their_runs_and_leave_undecodable_ones_unread() {
         .await
         .unwrap();
     assert_good_loaded_bad_left_unread(&journal, &loaded).await;
+}
+
+/// A sweep claim reads only fresh runs: a run with a row that failed before
+/// goes alone in the worker, which reads it there, so reading it on the
+/// journal's writer thread would be work thrown away.
+#[tokio::test]
+async fn sweep_claims_leave_retried_runs_unread() {
+    let limits = SweepLimits {
+        streams: 10,
+        per_stream: 10,
+        rows: 100,
+    };
+    let (ttl, owner) = (Duration::from_secs(30), WorkerId::new("w").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let journal = SqliteJournal::open(dir.path().join("j.db"), test_options())
+        .await
+        .unwrap();
+    for s in ["fresh", "retried"] {
+        journal
+            .append(
+                &[AppendRequest::new(
+                    sid(s),
+                    ExpectedVersion::Any,
+                    vec![add(1), add(2)],
+                )],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .unwrap();
+    }
+    let first = journal.acquire_and_load_due(&owner, ttl, limits).await.unwrap();
+    assert_eq!(first.len(), 2, "both streams are claimed: {first:?}");
+    let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 10).unwrap();
+    for run in &first {
+        if run.lease.stream == sid("retried") {
+            journal
+                .fail(&run.lease, Seq::FIRST, "boom", &policy)
+                .await
+                .unwrap();
+        }
+        journal.abandon(&run.lease).await.unwrap();
+    }
+    journal
+        .advance_clock_for_tests(Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let second = journal.acquire_and_load_due(&owner, ttl, limits).await.unwrap();
+    let run = |name: &str| {
+        second
+            .iter()
+            .find(|r| r.lease.stream == sid(name))
+            .unwrap_or_else(|| panic!("{name} was claimed again: {second:?}"))
+    };
+    assert_eq!(run("retried").rows[0].attempt_count, 1);
+    assert_eq!(run("retried").events, None, "a retried run is left to the worker");
+    assert_eq!(
+        run("fresh").events.as_ref().map(Vec::len),
+        Some(2),
+        "a fresh run is read as before"
+    );
 }

@@ -37,7 +37,10 @@
 //! for it, and the pages it reads do not crowd the writer's page cache.
 //! (Read on the writer's own connection, a large backlog's event pages
 //! took its cache and the worker's memory grew from 16 to 26 MiB at 10^6
-//! pending rows.)
+//! pending rows.) This process's next group does wait for it, so a step
+//! reads only what its caller would otherwise read at once. The job has
+//! committed before its step runs: a panic in the step leaves the result
+//! as the step left it, never an error.
 
 use std::sync::mpsc;
 
@@ -68,7 +71,9 @@ pub(super) trait WriteJob: Send {
     fn finish(self: Box<Self>, commit: std::result::Result<(), &Failure>);
 }
 
-/// A step that completes a job's result after the commit.
+/// A step that completes a job's result after the commit. It only adds to
+/// a result that is whole without it: a panic in it leaves the result as
+/// the step left it (and is logged), since the job has committed.
 pub(super) type After<T> = Box<dyn FnOnce(&Connection, &mut T) + Send>;
 
 /// Why a group did not commit, handed to each of its jobs.
@@ -156,12 +161,14 @@ where
 
     fn settle(&mut self, conn: &Connection) {
         if let (Some(after), Some(Ok(out))) = (self.after.take(), self.out.as_mut()) {
-            // A panic in the step is the body's error, as one in the body is.
+            // The job has committed: a panic in its step cannot make it an
+            // error (the caller would take it for nothing done). The
+            // result stands as the step left it.
             if let Err(e) = guarded(|| {
                 after(conn, out);
                 Ok(())
             }) {
-                self.out = Some(Err(e));
+                tracing::warn!(error = %e, "a write's after-commit step panicked; its result stands without it");
             }
         }
     }
@@ -428,7 +435,8 @@ mod tests {
     /// A job's after-commit step runs once its group committed and the
     /// other jobs of the group have their replies, outside the write
     /// transaction (it sees the commit), and completes the result replied;
-    /// a panic in it is the job's error.
+    /// a panic in it leaves the committed job's result as the step left
+    /// it, not an error.
     #[tokio::test]
     async fn a_jobs_after_step_runs_past_the_commit_and_completes_its_result() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -461,8 +469,11 @@ mod tests {
                     step,
                 )?;
                 *plain.lock().expect("lock") = Some(queue(&sender, bump)?);
-                let panics: After<i32> = Box::new(|_, _| panic!("a step that panics"));
-                let panicked = queue_then(&sender, |_| Ok(1), panics)?;
+                let panics: After<Vec<i32>> = Box::new(|_, out| {
+                    out.push(2);
+                    panic!("a step that panics")
+                });
+                let panicked = queue_then(&sender, |_| Ok(vec![1]), panics)?;
                 Ok((settled, panicked))
             })
             .await
@@ -476,13 +487,57 @@ mod tests {
                 "the plain job had its reply: Some(true)"
             ]
         );
-        let panicked = panicked.await.expect("reply");
-        assert!(
-            matches!(&panicked, Err(e) if e.to_string().contains("a step that panics")),
-            "{panicked:?}"
+        assert_eq!(
+            panicked.await.expect("reply").expect("a committed job"),
+            [1, 2],
+            "the result as the panicking step left it"
         );
         engine.close().await;
         assert_eq!(rows(&path), [(1, 3)], "the three bumps committed");
+    }
+
+    /// A job whose body fails, or whose group does not commit, replies
+    /// its error and its after-commit step never runs.
+    #[tokio::test]
+    async fn a_failed_jobs_after_step_never_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (engine, path) = engine(dir.path());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let step = |ran: &Arc<AtomicUsize>| -> After<()> {
+            let ran = Arc::clone(ran);
+            Box::new(move |_, _| {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let failing = queue_then(
+            &engine,
+            |conn| {
+                bump(conn)?;
+                Err(engine_error("a body", rusqlite::Error::InvalidQuery))
+            },
+            step(&ran),
+        )
+        .expect("queued");
+        assert!(failing.await.expect("reply").is_err(), "the body's error");
+        // A body that ends the group's transaction itself: the group's
+        // COMMIT fails, and so does every job of it.
+        let uncommitted = queue_then(
+            &engine,
+            |conn| {
+                bump(conn)?;
+                conn.execute_batch("ROLLBACK")
+                    .map_err(|e| engine_error("rolling back", e))
+            },
+            step(&ran),
+        )
+        .expect("queued");
+        assert!(
+            uncommitted.await.expect("reply").is_err(),
+            "the failed commit's error"
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "no step ran");
+        engine.close().await;
+        assert_eq!(rows(&path), [(1, 0)], "nothing committed");
     }
 
     /// Three jobs sharing a group, one of them failing before it writes:

@@ -265,7 +265,8 @@ impl Engine {
     /// [`Engine::write_relaxed`] whose result `after` completes once the
     /// job's group has committed, outside the write transaction, on the
     /// writer thread's read-only connection (reads that need not hold the
-    /// write lock; see [`group`]). A result `after` panics on is an error.
+    /// write lock; see [`group`]). `after` only adds to a whole result: if
+    /// it panics, the committed result comes back as it left it.
     pub(crate) async fn write_relaxed_then<T, F, A>(&self, body: F, after: A) -> Result<T>
     where
         T: Send + 'static,
