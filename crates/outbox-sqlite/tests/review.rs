@@ -243,10 +243,22 @@ async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
 /// A journal with runs of two events on `good` and on `bad`, whose second
 /// event no longer decodes (its stored payload hash is one byte).
 async fn journal_with_an_undecodable_run(dir: &std::path::Path) -> SqliteJournal {
+    let journal = journal_with_two_events_in(dir, ["good", "bad"]).await;
+    let mut tx = journal.begin().await.unwrap();
+    sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    journal
+}
+
+/// A journal in `dir` with two events appended to each of `streams`.
+async fn journal_with_two_events_in(dir: &std::path::Path, streams: [&str; 2]) -> SqliteJournal {
     let journal = SqliteJournal::open(dir.join("j.db"), test_options())
         .await
         .unwrap();
-    for s in ["good", "bad"] {
+    for s in streams {
         journal
             .append(
                 &[AppendRequest::new(
@@ -259,12 +271,6 @@ async fn journal_with_an_undecodable_run(dir: &std::path::Path) -> SqliteJournal
             .await
             .unwrap();
     }
-    let mut tx = journal.begin().await.unwrap();
-    sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
     journal
 }
 
@@ -334,22 +340,7 @@ async fn sweep_claims_leave_retried_runs_unread() {
     };
     let (ttl, owner) = (Duration::from_secs(30), WorkerId::new("w").unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let journal = SqliteJournal::open(dir.path().join("j.db"), test_options())
-        .await
-        .unwrap();
-    for s in ["fresh", "retried"] {
-        journal
-            .append(
-                &[AppendRequest::new(
-                    sid(s),
-                    ExpectedVersion::Any,
-                    vec![add(1), add(2)],
-                )],
-                AppendOptions::enqueue(),
-            )
-            .await
-            .unwrap();
-    }
+    let journal = journal_with_two_events_in(dir.path(), ["fresh", "retried"]).await;
     let first = journal.acquire_and_load_due(&owner, ttl, limits).await.unwrap();
     assert_eq!(first.len(), 2, "both streams are claimed: {first:?}");
     let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 10).unwrap();
