@@ -10,10 +10,11 @@ use outbox_core::spi::{
 };
 use outbox_core::{ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes};
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Clock, DeadLetters, Error, Event, EventJournal, FailureDecision,
-    FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata, OutboxInspector,
-    OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy, Seq, StreamId,
-    StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo, WorkerRegistry,
+    AppendOptions, AppendRequest, Appended, ClaimedRun, Clock, DeadLetters, Error, Event, EventJournal,
+    FailureDecision, FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata,
+    OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy,
+    Seq, StreamId, StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo,
+    WorkerRegistry,
 };
 use outbox_core::{
     Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, SweepLimits,
@@ -132,6 +133,33 @@ impl MemoryJournal {
 
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// Claimed runs with the events of the fresh ones (no row failed
+    /// before), as the SQLite journal's claims return them: a retried run
+    /// goes alone in the worker, which reads it there, and a run with an
+    /// event that does not verify is left unread, for the worker's own read
+    /// to record.
+    fn loaded(&self, runs: Vec<(Lease, Vec<OutboxRow>)>) -> Vec<ClaimedRun> {
+        let st = self.lock();
+        let mut runs = ClaimedRun::unloaded(runs);
+        for run in &mut runs {
+            let (Some(first), true) = (run.rows.first(), run.rows.iter().all(|r| r.attempt_count == 0))
+            else {
+                continue;
+            };
+            let events = st
+                .streams
+                .get(&run.lease.stream)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let start = usize::try_from(first.seq.get() - 1)
+                .unwrap_or(usize::MAX)
+                .min(events.len());
+            let read: Vec<Event> = events[start..].iter().take(run.rows.len()).cloned().collect();
+            run.events = read.iter().all(|e| e.verify().is_ok()).then_some(read);
+        }
+        runs
     }
 }
 
@@ -450,6 +478,17 @@ impl OutboxQueue for MemoryJournal {
         };
         st.refresh_head(&lease.stream);
         Ok(outcome)
+    }
+
+    /// The claim, then the fresh runs' events (see [`MemoryJournal::loaded`]).
+    async fn acquire_and_load_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<ClaimedRun>> {
+        let runs = self.acquire_and_claim_due(owner, ttl, limits).await?;
+        Ok(self.loaded(runs))
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
@@ -958,6 +997,17 @@ impl PartitionStore for MemoryJournal {
             taken.push((lease, run));
         }
         Ok(taken)
+    }
+
+    /// The claim, then the fresh runs' events (see [`MemoryJournal::loaded`]).
+    async fn claim_and_load_partitioned(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<ClaimedRun>> {
+        let runs = self.claim_partitioned(owner, ttl, limits).await?;
+        Ok(self.loaded(runs))
     }
 
     async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
