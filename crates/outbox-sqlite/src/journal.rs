@@ -1131,12 +1131,22 @@ impl DueSweep {
     }
 }
 
+/// The payload bytes a claim reads on the writer's thread before it leaves
+/// the remaining runs to the worker (see [`load_runs`]): a sweep of the
+/// default 512 rows of 500-byte events is read whole.
+const LOAD_BUDGET: usize = 256 * 1024;
+
 /// Reads the events of claimed runs, after the claim committed, in one
 /// read transaction. Only fresh runs are read (no row failed before): the
 /// worker sends a retried run alone and reads it there. A run whose events
 /// do not decode (or cannot be read) is left unread: the worker's own read
 /// finds the fault and records it on the stream, where failing the claim
 /// would stop every stream.
+///
+/// The read runs on the writer's thread, where this process's next writes
+/// wait for it: once the runs read hold [`LOAD_BUDGET`] bytes of payload,
+/// the rest are left unread, for the worker to read ahead on the journal's
+/// read connection instead (large events cannot hold the appends up).
 ///
 /// Nothing here fails the claim, which has committed. A read transaction
 /// left open on `conn` (a step that panicked half way) is rolled back
@@ -1154,10 +1164,20 @@ fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
         tracing::debug!(error = %e, "reading claimed runs could not begin; the worker reads them");
         return;
     }
+    let mut bytes = 0;
     for run in runs.iter_mut().filter(|r| fresh(r)) {
+        if bytes >= LOAD_BUDGET {
+            break;
+        }
         let Some(first) = run.rows.first() else { continue };
         let (first, n) = (first.seq.as_i64(), run.rows.len() as i64);
         run.events = read_events(conn, &run.lease.stream, first, n).ok();
+        bytes += run
+            .events
+            .iter()
+            .flatten()
+            .map(|e| e.payload.len())
+            .sum::<usize>();
     }
     // A read transaction: ending it cannot lose anything. The connection
     // starts its next read with an empty cache anyway (the writer commits
@@ -1402,6 +1422,48 @@ mod tests {
             runs[0].events.as_ref().map(Vec::len),
             Some(2),
             "the run is read past the stale transaction"
+        );
+    }
+
+    /// A claim reads runs on the writer's thread only until they hold
+    /// `LOAD_BUDGET` bytes of payload; the rest come back unread, for the
+    /// worker to read ahead off that thread.
+    #[tokio::test]
+    async fn a_claim_reads_runs_up_to_its_byte_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = SqliteJournal::open(dir.path().join("j.db"), SqliteOptions::default())
+            .await
+            .expect("open");
+        let big = || {
+            let payload = vec![b'x'; LOAD_BUDGET * 3 / 4];
+            NewEvent::new(EventType::new("e").expect("type"), Intent::Apply, payload)
+        };
+        for s in ["a", "b", "c"] {
+            let stream = StreamId::new(s).expect("stream");
+            journal
+                .append(
+                    &[AppendRequest::new(stream, ExpectedVersion::Any, vec![big()])],
+                    AppendOptions::enqueue(),
+                )
+                .await
+                .expect("append");
+        }
+        let limits = SweepLimits {
+            streams: 10,
+            per_stream: 10,
+            rows: 100,
+        };
+        let owner = WorkerId::new("w").expect("owner");
+        let runs = journal
+            .acquire_and_load_due(&owner, Duration::from_secs(30), limits)
+            .await
+            .expect("claim");
+        assert_eq!(runs.len(), 3, "every stream is claimed");
+        let read: Vec<bool> = runs.iter().map(|r| r.events.is_some()).collect();
+        assert_eq!(
+            read,
+            [true, true, false],
+            "two runs reach the budget; the third is left to the worker"
         );
     }
 }
