@@ -480,7 +480,8 @@ impl OutboxQueue for MemoryJournal {
         Ok(outcome)
     }
 
-    /// The claim, then the fresh runs' events (see [`MemoryJournal::loaded`]).
+    /// The claim, then the events of its fresh runs whose events verify, as
+    /// the SQLite journal reads them.
     async fn acquire_and_load_due(
         &self,
         owner: &WorkerId,
@@ -999,7 +1000,8 @@ impl PartitionStore for MemoryJournal {
         Ok(taken)
     }
 
-    /// The claim, then the fresh runs' events (see [`MemoryJournal::loaded`]).
+    /// The claim, then the events of its fresh runs whose events verify, as
+    /// the SQLite journal reads them.
     async fn claim_and_load_partitioned(
         &self,
         owner: &WorkerId,

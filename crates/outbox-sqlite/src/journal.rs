@@ -1372,6 +1372,34 @@ mod tests {
     use super::*;
     use outbox_core::{EventType, ExpectedVersion, Intent, NewEvent};
 
+    const LIMITS: SweepLimits = SweepLimits {
+        streams: 10,
+        per_stream: 10,
+        rows: 100,
+    };
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn owner() -> WorkerId {
+        WorkerId::new("w").expect("owner")
+    }
+
+    /// Appends `n` events carrying `payload` to `stream`.
+    async fn append(journal: &SqliteJournal, stream: &str, n: usize, payload: &[u8]) {
+        let event = || {
+            NewEvent::new(
+                EventType::new("e").expect("type"),
+                Intent::Apply,
+                payload.to_vec(),
+            )
+        };
+        let stream = StreamId::new(stream).expect("stream");
+        let request = AppendRequest::new(stream, ExpectedVersion::Any, (0..n).map(|_| event()).collect());
+        journal
+            .append(&[request], AppendOptions::enqueue())
+            .await
+            .expect("append");
+    }
+
     /// A read transaction left open on the connection that loads claimed
     /// runs (a step that panicked half way through) is ended first: it
     /// neither keeps its old snapshot, which predates the claimed events,
@@ -1390,27 +1418,9 @@ mod tests {
             .expect("a read that takes the snapshot");
         assert_eq!(before, 0);
 
-        let stream = StreamId::new("s").expect("stream");
-        let event = || NewEvent::new(EventType::new("e").expect("type"), Intent::Apply, b"{}".to_vec());
-        journal
-            .append(
-                &[AppendRequest::new(
-                    stream.clone(),
-                    ExpectedVersion::Any,
-                    vec![event(), event()],
-                )],
-                AppendOptions::enqueue(),
-            )
-            .await
-            .expect("append");
-        let limits = SweepLimits {
-            streams: 10,
-            per_stream: 10,
-            rows: 100,
-        };
-        let owner = WorkerId::new("w").expect("owner");
+        append(&journal, "s", 2, b"{}").await;
         let claimed = journal
-            .acquire_and_claim_due(&owner, Duration::from_secs(30), limits)
+            .acquire_and_claim_due(&owner(), TTL, LIMITS)
             .await
             .expect("claim");
         let mut runs = ClaimedRun::unloaded(claimed);
@@ -1434,28 +1444,12 @@ mod tests {
         let journal = SqliteJournal::open(dir.path().join("j.db"), SqliteOptions::default())
             .await
             .expect("open");
-        let big = || {
-            let payload = vec![b'x'; LOAD_BUDGET * 3 / 4];
-            NewEvent::new(EventType::new("e").expect("type"), Intent::Apply, payload)
-        };
+        let big = vec![b'x'; LOAD_BUDGET * 3 / 4];
         for s in ["a", "b", "c"] {
-            let stream = StreamId::new(s).expect("stream");
-            journal
-                .append(
-                    &[AppendRequest::new(stream, ExpectedVersion::Any, vec![big()])],
-                    AppendOptions::enqueue(),
-                )
-                .await
-                .expect("append");
+            append(&journal, s, 1, &big).await;
         }
-        let limits = SweepLimits {
-            streams: 10,
-            per_stream: 10,
-            rows: 100,
-        };
-        let owner = WorkerId::new("w").expect("owner");
         let runs = journal
-            .acquire_and_load_due(&owner, Duration::from_secs(30), limits)
+            .acquire_and_load_due(&owner(), TTL, LIMITS)
             .await
             .expect("claim");
         assert_eq!(runs.len(), 3, "every stream is claimed");
