@@ -1153,12 +1153,12 @@ const LOAD_BUDGET: usize = 256 * 1024;
 /// first, so one bad read cannot pin an old snapshot (and the WAL) or
 /// leave every later claim unread.
 fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
     let fresh = |run: &ClaimedRun| run.rows.iter().all(|r| r.attempt_count == 0);
     if !runs.iter().any(|r| !r.rows.is_empty() && fresh(r)) {
         return;
-    }
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
     }
     if let Err(e) = conn.execute_batch("BEGIN") {
         tracing::debug!(error = %e, "reading claimed runs could not begin; the worker reads them");
