@@ -661,6 +661,40 @@ async fn connections_use_generic_plans_unless_turned_off() {
     }
 }
 
+/// The dialect's one-row aggregate on Postgres: every row's columns come
+/// back exactly (quotes, backslashes, control characters, non-ASCII,
+/// `NULL`), and no rows give an empty array, as on SQLite.
+#[tokio::test]
+async fn json_group_gives_back_every_row_exactly() {
+    let Some(url) = test_database_url() else { return };
+    let pool = admin_pool(&url).await;
+    let dialect = outbox_sql::Dialect::postgres("0");
+    let texts = [
+        Some("{\"a\":\"q\\\"uote\"}".to_owned()),
+        Some("tab\tnewline\ncontrol\u{1}back\\slash ü €".to_owned()),
+        None,
+    ];
+    for (filter, want) in [("k >= -1", 3), ("k > 5", 0)] {
+        let sql = format!(
+            "SELECT {} FROM (SELECT k, v FROM unnest($1::bigint[], $2::text[]) AS t(k, v) WHERE {filter}) t",
+            dialect.json_group("k, v")
+        );
+        let text: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(vec![-1i64, 0, 1])
+            .bind(texts.to_vec())
+            .fetch_one(&pool)
+            .await
+            .expect("aggregate");
+        let mut rows: Vec<(i64, Option<String>)> = outbox_sql::decode_json("testing", &text).expect("decode");
+        rows.sort();
+        assert_eq!(rows.len(), want, "{text}");
+        for (i, (k, v)) in rows.iter().enumerate() {
+            assert_eq!((*k, v), (i as i64 - 1, &texts[i]), "{text}");
+        }
+    }
+    pool.close().await;
+}
+
 /// `admit_run` across processes: many stores (each its own pool, as separate
 /// processes) admit a run for one projection at the same moment; exactly one
 /// succeeds and every other is `InvalidState` naming the winner. Also when

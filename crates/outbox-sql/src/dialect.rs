@@ -11,6 +11,8 @@ pub struct Dialect {
     lock_admission: Option<&'static str>,
     refresh_head: &'static [&'static str],
     json_rows: &'static str,
+    /// The aggregate of one JSON array per row, `{}` standing for the columns.
+    json_group: &'static str,
     locked_documents: Option<LockedDocuments>,
 }
 
@@ -39,6 +41,7 @@ impl Dialect {
             lock_stream: None,
             lock_admission: None,
             json_rows: "json_each($1)",
+            json_group: "json_group_array(json_array({}))",
             locked_documents: None,
             refresh_head: &[
                 "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
@@ -64,6 +67,7 @@ impl Dialect {
                 "SELECT pg_advisory_xact_lock(hashtextextended('outbox.admit_run.' || current_schema() || '.' || $1, 0))",
             ),
             json_rows: "json_array_elements($1::json)",
+            json_group: "COALESCE(json_agg(json_build_array({})), '[]')::text",
             // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
             // the order given.
             locked_documents: Some(LockedDocuments {
@@ -92,6 +96,14 @@ impl Dialect {
                  DELETE FROM outbox_heads WHERE stream = $1 AND NOT EXISTS (SELECT 1 FROM first)",
             ],
         }
+    }
+
+    /// The select-list item that returns every row of a query as one JSON
+    /// text: an array with one `[column, ...]` array per row (`[]` for
+    /// none), of the comma-separated `columns`. Decode it with
+    /// [`decode_json`](crate::decode_json).
+    pub fn json_group(&self, columns: &str) -> String {
+        self.json_group.replace("{}", columns)
     }
 
     /// Renders a statement: `{now}` becomes the clock expression, `{rows}`

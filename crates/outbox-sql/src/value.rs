@@ -106,6 +106,18 @@ impl Row {
     }
 }
 
+/// Decodes a JSON text a statement built from its rows (see
+/// [`Dialect::json_group`](crate::Dialect::json_group)) into `T` (for
+/// instance a `Vec` of tuples, one per row); `what` names the statement
+/// in the error.
+pub fn decode_json<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| Error::Storage {
+        message: format!("{what}: the rows read back are not the JSON expected: {e}"),
+        temporary: false,
+        source: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -358,19 +358,26 @@ impl ViewWrites {
             .collect();
         if !unknown.is_empty() {
             let unknown = serde_json::Value::Array(unknown).to_string();
+            let what = "reading the view documents a batch replaces";
+            // One row holding them all: a driver that hands rows over one by
+            // one (SQLite's) then makes one handoff, not one per document.
             let rows = tx
                 .fetch(
-                    "reading the view documents a batch replaces",
-                    &dialect.sql(
-                        "SELECT projection, tbl, key, value FROM outbox_views WHERE (projection, tbl, key) IN \
-                         (SELECT value ->> 0, value ->> 1, value ->> 2 FROM {rows})",
-                    ),
+                    what,
+                    &dialect.sql(&format!(
+                        "SELECT {} FROM outbox_views WHERE (projection, tbl, key) IN \
+                         (SELECT value ->> 0, value ->> 1, value ->> 2 FROM {{rows}})",
+                        dialect.json_group("projection, tbl, key, value")
+                    )),
                     &[Arg::Text(&unknown)],
                 )
                 .await?;
-            let mut found = HashMap::with_capacity(rows.len());
-            for r in &rows {
-                let (p, t, k, v) = (r.text(0)?, r.text(1)?, r.text(2)?, r.text(3)?);
+            let documents: Vec<(String, String, String, String)> = match rows.first() {
+                Some(r) => crate::decode_json(what, &r.text(0)?)?,
+                None => Vec::new(),
+            };
+            let mut found = HashMap::with_capacity(documents.len());
+            for (p, t, k, v) in documents {
                 let h = DocumentHash::of(&t, &k, &v);
                 found.insert((p, t, k), h);
             }

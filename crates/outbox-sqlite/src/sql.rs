@@ -229,6 +229,55 @@ mod tests {
         assert_eq!(rows, want);
     }
 
+    /// The dialect's one-row aggregate gives back every row's columns
+    /// exactly (the apply reads checkpoints and replaced documents so):
+    /// text with quotes, backslashes, control characters and non-ASCII,
+    /// integers, `NULL`, and no rows at all.
+    #[tokio::test]
+    async fn json_group_gives_back_every_row_exactly() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        sqlx::raw_sql("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+            .execute(&mut conn)
+            .await
+            .expect("create");
+        let texts = [
+            Some("{\"a\":\"q\\\"uote\"}".to_owned()),
+            Some("tab\tnewline\ncontrol\u{1}back\\slash ü €".to_owned()),
+            None,
+        ];
+        for (k, v) in texts.iter().enumerate() {
+            sqlx::query("INSERT INTO t VALUES (?1, ?2)")
+                .bind(k as i64 - 1)
+                .bind(v.as_deref())
+                .execute(&mut conn)
+                .await
+                .expect("insert");
+        }
+        let dialect = outbox_sql::Dialect::sqlite("0");
+        for (filter, want) in [("k >= -1", 3), ("k > 5", 0)] {
+            let sql = format!("SELECT {} FROM t WHERE {filter}", dialect.json_group("k, v"));
+            let text: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&mut conn)
+                .await
+                .expect("aggregate");
+            let mut rows: Vec<(i64, Option<String>)> =
+                outbox_sql::decode_json("testing", &text).expect("decode");
+            rows.sort();
+            assert_eq!(rows.len(), want, "{text}");
+            for (i, (k, v)) in rows.iter().enumerate() {
+                assert_eq!((*k, v), (i as i64 - 1, &texts[i]), "{text}");
+            }
+        }
+        let err = outbox_sql::decode_json::<Vec<(i64, String)>>("reading things", "[[1, null]]")
+            .expect_err("a NULL is not text");
+        assert!(
+            err.to_string().contains("reading things: the rows read back"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn placeholders_outside_quotes_take_one_argument_each() {
         let st = Statement {

@@ -134,13 +134,18 @@ impl ApplyTx for SqliteTx {
                     .map(move |p| serde_json::json!([p.as_str(), s.as_str()]))
             })
             .collect();
-        let found: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT projection, stream, last_applied FROM outbox_checkpoints              WHERE (projection, stream) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
+        // One row holding every checkpoint found: `sqlx` hands rows over
+        // from its thread one by one, each a wake-up of this task.
+        let what = "reading checkpoints";
+        let found: String = sqlx::query_scalar(
+            "SELECT json_group_array(json_array(projection, stream, last_applied)) FROM outbox_checkpoints \
+             WHERE (projection, stream) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
         )
         .bind(serde_json::Value::Array(pairs).to_string())
-        .fetch_all(self.conn())
+        .fetch_one(self.conn())
         .await
-        .map_err(|e| storage("reading checkpoints", e))?;
+        .map_err(|e| storage(what, e))?;
+        let found: Vec<(String, String, i64)> = outbox_sql::decode_json(what, &found)?;
         let found: HashMap<(&str, &str), i64> = found
             .iter()
             .map(|(p, s, cp)| ((p.as_str(), s.as_str()), *cp))
