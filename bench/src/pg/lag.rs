@@ -34,7 +34,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str, drain_64: f64, append_100: f64
 /// One in-process round on a fresh schema.
 async fn in_process(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(Vec<f64>, f64)> {
     let schema = schema("lag");
-    let seen = Arc::new(Seen::recording(total));
+    let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = open(url, &schema, config, seen.clone(), false).await?;
     let out = lag::in_process(&rt, &seen, rate, total, per_call, || Ok(())).await;
@@ -115,7 +115,7 @@ pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
     let total: u64 = args.next().context("TOTAL")?.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
-        let seen = Arc::new(Seen::recording(total));
+        let seen = Arc::new(Seen::recording());
         let rt = open(&url, &schema, lag::child_config(), seen.clone(), true).await?;
         let out = lag::serve_child(&rt, &seen, total).await;
         rt.journal().close().await;

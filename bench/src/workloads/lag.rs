@@ -180,7 +180,7 @@ async fn one_run(
 ) -> Result<(Vec<f64>, f64)> {
     let dir = fixture::tempdir(tmp)?;
     let total = (rate * seconds as f64) as u64;
-    let seen = Arc::new(Seen::recording(total));
+    let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
     in_process(&rt, &seen, rate, total, per_call, gate).await
@@ -447,7 +447,7 @@ pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
     let total: u64 = args.next().context("TOTAL")?.parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
-        let seen = Arc::new(Seen::recording(total));
+        let seen = Arc::new(Seen::recording());
         let rt = fixture::open_with(&dir, child_config(), seen.clone(), true).await?;
         serve_child(&rt, &seen, total).await
     })
