@@ -106,6 +106,18 @@ impl Row {
     }
 }
 
+/// The JSON text of `rows` (for instance a slice of tuples of `&str` and
+/// integers, each a JSON array) to bind as one parameter and expand with
+/// the dialect's `{rows}`: serialized from borrowed values, without
+/// building a `serde_json::Value` per row first.
+pub fn json_text<T: serde::Serialize + ?Sized>(rows: &T) -> Result<String> {
+    serde_json::to_string(rows).map_err(|e| Error::Storage {
+        message: format!("encoding statement rows as JSON: {e}"),
+        temporary: false,
+        source: None,
+    })
+}
+
 /// Decodes a JSON text a statement built from its rows (see
 /// [`Dialect::json_group`](crate::Dialect::json_group)) into `T` (for
 /// instance a `Vec` of tuples, one per row); `what` names the statement

@@ -278,30 +278,30 @@ impl ViewWrites {
             return Ok(());
         }
         let pending = std::mem::take(&mut self.pending);
-        let json = |rows: Vec<serde_json::Value>| serde_json::Value::Array(rows).to_string();
-        let unknown: Vec<serde_json::Value> = pending
+        let unknown: Vec<(&str, &str, &str)> = pending
             .keys()
             .filter(|s| !self.base.contains_key(*s))
-            .map(|(p, t, k)| serde_json::json!([p, t, k]))
+            .map(|(p, t, k)| (p.as_str(), t.as_str(), k.as_str()))
             .collect();
         let (mut puts, mut deletes) = (Vec::new(), Vec::new());
         for ((p, t, k), v) in &pending {
             match v {
-                Some(v) => puts.push(serde_json::json!([p, t, k, v])),
-                None => deletes.push(serde_json::json!([p, t, k])),
+                Some(v) => puts.push((p.as_str(), t.as_str(), k.as_str(), v.as_str())),
+                None => deletes.push((p.as_str(), t.as_str(), k.as_str())),
             }
         }
         let any_unknown = !unknown.is_empty();
-        let unknown = json(unknown);
+        let unknown = crate::json_text(&unknown)?;
         if any_unknown {
             tx.fetch("locking view documents", locked.lock, &[Arg::Text(&unknown)])
                 .await?;
         }
+        let puts = crate::json_text(&puts)?;
         let rows = tx
             .fetch(
                 "writing view documents",
                 &dialect.sql(locked.upsert),
-                &[Arg::Text(&unknown), Arg::Text(&json(puts))],
+                &[Arg::Text(&unknown), Arg::Text(&puts)],
             )
             .await?;
         let (mut found, mut inserted) = (HashMap::new(), std::collections::HashSet::new());
@@ -321,7 +321,7 @@ impl ViewWrites {
         if !deletes.is_empty() {
             let writes = DocumentWrites {
                 puts: None,
-                deletes: Some(json(deletes)),
+                deletes: Some(crate::json_text(&deletes)?),
             };
             for st in writes.statements(dialect) {
                 tx.execute(st.what, &st.sql, &st.args).await?;
@@ -351,13 +351,13 @@ impl ViewWrites {
             return Ok(DocumentWrites::default());
         }
         let pending = std::mem::take(&mut self.pending);
-        let unknown: Vec<serde_json::Value> = pending
+        let unknown: Vec<(&str, &str, &str)> = pending
             .keys()
             .filter(|s| !self.base.contains_key(*s))
-            .map(|(p, t, k)| serde_json::json!([p, t, k]))
+            .map(|(p, t, k)| (p.as_str(), t.as_str(), k.as_str()))
             .collect();
         if !unknown.is_empty() {
-            let unknown = serde_json::Value::Array(unknown).to_string();
+            let unknown = crate::json_text(&unknown)?;
             let what = "reading the view documents a batch replaces";
             // One row holding them all: a driver that hands rows over one by
             // one (SQLite's) then makes one handoff, not one per document.
@@ -393,18 +393,17 @@ impl ViewWrites {
         }
         let mut puts = Vec::new();
         let mut deletes = Vec::new();
-        for ((p, t, k), v) in pending {
+        for ((p, t, k), v) in &pending {
             match v {
-                Some(v) => puts.push(serde_json::json!([p, t, k, v])),
-                None => deletes.push(serde_json::json!([p, t, k])),
+                Some(v) => puts.push((p.as_str(), t.as_str(), k.as_str(), v.as_str())),
+                None => deletes.push((p.as_str(), t.as_str(), k.as_str())),
             }
         }
-        let json = |rows: Vec<serde_json::Value>| {
-            (!rows.is_empty()).then(|| serde_json::Value::Array(rows).to_string())
-        };
         Ok(DocumentWrites {
-            puts: json(puts),
-            deletes: json(deletes),
+            puts: (!puts.is_empty()).then(|| crate::json_text(&puts)).transpose()?,
+            deletes: (!deletes.is_empty())
+                .then(|| crate::json_text(&deletes))
+                .transpose()?,
         })
     }
 }

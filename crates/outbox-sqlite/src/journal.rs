@@ -1263,14 +1263,11 @@ fn claim_partitioned_body(
     if runs.is_empty() {
         return Ok(Vec::new());
     }
-    let spans = serde_json::Value::Array(
-        runs.iter()
-            .map(|(lease, run)| {
-                serde_json::json!([lease.stream.as_str(), run[0].seq, run[run.len() - 1].seq])
-            })
-            .collect(),
-    )
-    .to_string();
+    let spans: Vec<(&str, i64, i64)> = runs
+        .iter()
+        .map(|(lease, run)| (lease.stream.as_str(), run[0].seq, run[run.len() - 1].seq))
+        .collect();
+    let spans = outbox_sql::json_text(&spans)?;
     let marked = conn
         .prepare_cached(concat!(
             "UPDATE outbox SET ",
@@ -1281,12 +1278,11 @@ fn claim_partitioned_body(
         .and_then(|mut st| st.execute(params![spans, at, UNFINISHED_ATTEMPT]))
         .map_err(&err)?;
     check_marked(marked, rows)?;
-    let holds = serde_json::Value::Array(
-        runs.iter()
-            .map(|(lease, _)| serde_json::json!([lease.stream.as_str(), lease.expires_at.as_millis()]))
-            .collect(),
-    )
-    .to_string();
+    let holds: Vec<(&str, i64)> = runs
+        .iter()
+        .map(|(lease, _)| (lease.stream.as_str(), lease.expires_at.as_millis()))
+        .collect();
+    let holds = outbox_sql::json_text(&holds)?;
     conn.prepare_cached(
         "UPDATE outbox_heads SET due_at = j.value ->> 1 FROM json_each(?1) AS j \
          WHERE outbox_heads.stream = j.value ->> 0 AND outbox_heads.due_at IS NOT NULL",

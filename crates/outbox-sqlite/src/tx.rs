@@ -126,13 +126,9 @@ impl ApplyTx for SqliteTx {
         streams: &[&StreamId],
         projections: &[&ProjectionName],
     ) -> Result<Vec<Vec<u64>>> {
-        let pairs: Vec<serde_json::Value> = streams
+        let pairs: Vec<(&str, &str)> = streams
             .iter()
-            .flat_map(|s| {
-                projections
-                    .iter()
-                    .map(move |p| serde_json::json!([p.as_str(), s.as_str()]))
-            })
+            .flat_map(|s| projections.iter().map(move |p| (p.as_str(), s.as_str())))
             .collect();
         // One row holding every checkpoint found: `sqlx` hands rows over
         // from its thread one by one, each a wake-up of this task.
@@ -141,7 +137,7 @@ impl ApplyTx for SqliteTx {
             "SELECT json_group_array(json_array(projection, stream, last_applied)) FROM outbox_checkpoints \
              WHERE (projection, stream) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
         )
-        .bind(serde_json::Value::Array(pairs).to_string())
+        .bind(outbox_sql::json_text(&pairs)?)
         .fetch_one(self.conn())
         .await
         .map_err(|e| storage(what, e))?;
@@ -180,32 +176,36 @@ impl ApplyTx for SqliteTx {
         self.views = views;
         let documents = documents?;
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let moves: Vec<serde_json::Value> = advances
+        let moves: Vec<(&str, &str, i64, i64, &str, i64)> = advances
             .iter()
             .flat_map(|a| {
                 a.moves.iter().map(|m| {
                     let (fence, epoch) = self.generations.fence(m.projection);
-                    serde_json::json!([
+                    (
                         m.projection.as_str(),
                         a.stream.as_str(),
                         int(m.from),
                         int(m.to),
                         fence.as_str(),
-                        int(epoch)
-                    ])
+                        int(epoch),
+                    )
                 })
             })
             .collect();
         // Streams whose checkpoints moved have their watermarks raised by the
         // checkpoints' trigger (projection migration 0007).
-        let marks: Vec<serde_json::Value> = advances
+        let marks: Vec<(&str, i64)> = advances
             .iter()
             .filter(|a| a.moves.is_empty())
-            .map(|a| serde_json::json!([a.stream.as_str(), int(a.through)]))
+            .map(|a| (a.stream.as_str(), int(a.through)))
             .collect();
         let (moves, marks) = (
-            (!moves.is_empty()).then(|| serde_json::Value::Array(moves).to_string()),
-            (!marks.is_empty()).then(|| serde_json::Value::Array(marks).to_string()),
+            (!moves.is_empty())
+                .then(|| outbox_sql::json_text(&moves))
+                .transpose()?,
+            (!marks.is_empty())
+                .then(|| outbox_sql::json_text(&marks))
+                .transpose()?,
         );
         let mut statements = documents.statements(&dialect);
         let checkpoints = statements.len();
