@@ -15,7 +15,7 @@ mod view_writes;
 pub use conn::{Conn, Database, Tx};
 pub use dialect::{Dialect, LockedDocuments};
 pub use plumbing::{Role, digest_row, digest_rows};
-pub use value::{Arg, Row, Value, decode_json, json_text};
+pub use value::{Arg, Row, Value, decode_json, json_text, json_text_unless_empty};
 pub use view_writes::{DigestWrites, DocumentWrites, Statement, ViewWrites};
 
 /// Implements the cold-path journal ports (`DeadLetters`, `OutboxInspector`,

@@ -118,6 +118,12 @@ pub fn json_text<T: serde::Serialize + ?Sized>(rows: &T) -> Result<String> {
     })
 }
 
+/// [`json_text`] of `rows`, or `None` when there are none (the statement
+/// that would take them is then not sent).
+pub fn json_text_unless_empty<T: serde::Serialize>(rows: &[T]) -> Result<Option<String>> {
+    (!rows.is_empty()).then(|| json_text(rows)).transpose()
+}
+
 /// Decodes a JSON text a statement built from its rows (see
 /// [`Dialect::json_group`](crate::Dialect::json_group)) into `T` (for
 /// instance a `Vec` of tuples, one per row); `what` names the statement

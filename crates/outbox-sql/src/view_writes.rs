@@ -400,10 +400,8 @@ impl ViewWrites {
             }
         }
         Ok(DocumentWrites {
-            puts: (!puts.is_empty()).then(|| crate::json_text(&puts)).transpose()?,
-            deletes: (!deletes.is_empty())
-                .then(|| crate::json_text(&deletes))
-                .transpose()?,
+            puts: crate::json_text_unless_empty(&puts)?,
+            deletes: crate::json_text_unless_empty(&deletes)?,
         })
     }
 }

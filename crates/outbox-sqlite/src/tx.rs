@@ -200,12 +200,8 @@ impl ApplyTx for SqliteTx {
             .map(|a| (a.stream.as_str(), int(a.through)))
             .collect();
         let (moves, marks) = (
-            (!moves.is_empty())
-                .then(|| outbox_sql::json_text(&moves))
-                .transpose()?,
-            (!marks.is_empty())
-                .then(|| outbox_sql::json_text(&marks))
-                .transpose()?,
+            outbox_sql::json_text_unless_empty(&moves)?,
+            outbox_sql::json_text_unless_empty(&marks)?,
         );
         let mut statements = documents.statements(&dialect);
         let checkpoints = statements.len();
