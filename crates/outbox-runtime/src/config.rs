@@ -40,7 +40,7 @@ env_vars! {
     OUTBOX_POLL_INTERVAL_MS = "2000", "how long an idle worker waits before polling again (appends in the same process wake it at once)";
     OUTBOX_BATCH_SIZE = "64", "rows claimed and applied per projection transaction";
     OUTBOX_LEASE_TTL_MS = "30000", "stream lease duration; renewed at a third of it";
-    OUTBOX_STORE_DEADLINE_MS = "<a third of the lease TTL>", "how long one store call of the runtime may take before it is abandoned as a temporary error (its transaction rolls back); must be below `OUTBOX_LEASE_TTL_MS`";
+    OUTBOX_STORE_DEADLINE_MS = "<a third of the lease TTL>", "how long one store call of the runtime may take before it is abandoned as a temporary error (its transaction rolls back); must be below `OUTBOX_LEASE_TTL_MS` and, with partition leasing, below three heartbeat intervals (at least 1 s), where the default is a third of that when it is shorter";
     OUTBOX_RETRY_BASE_MS = "1000", "delay after the first failure; doubles per failure";
     OUTBOX_RETRY_CAP_MS = "300000", "the longest retry delay (5 min)";
     OUTBOX_DEAD_LETTER_THRESHOLD = "8", "consecutive failures that park a row as dead";
@@ -231,12 +231,21 @@ impl Config {
     }
 
     /// The deadline of each store call the runtime makes: the configured
-    /// one, or a third of the lease TTL. A call that takes longer is dropped
-    /// (its transaction rolls back) and reported as a temporary
-    /// [`Error::Storage`], so a hung connection cannot hold a worker past its
-    /// lease.
+    /// one, or a third of the lease TTL. Under partition leasing, when that
+    /// is not below the partition lease TTL (three heartbeat intervals, at
+    /// least 1 s: a short heartbeat), the default is a third of that TTL
+    /// instead, so a shorter `OUTBOX_HEARTBEAT_INTERVAL_MS` alone is never
+    /// refused. A call that takes longer is dropped (its transaction rolls
+    /// back) and reported as a temporary [`Error::Storage`], so a hung
+    /// connection cannot hold a worker past its lease.
     pub fn store_deadline(&self) -> Duration {
-        self.store_deadline.unwrap_or(self.lease_ttl / 3)
+        self.store_deadline.unwrap_or_else(|| {
+            let partition_ttl = crate::running::heartbeat_ttl(self.heartbeat_interval);
+            match self.lease_ttl / 3 {
+                d if self.leasing && d >= partition_ttl => partition_ttl / 3,
+                d => d,
+            }
+        })
     }
 
     /// Sets the worker id.
@@ -315,15 +324,15 @@ impl Config {
         // partition lease TTL (three heartbeats): a store call must end well
         // within it, or a slow pass's streams fall due again.
         let partition_ttl = crate::running::heartbeat_ttl(self.heartbeat_interval);
+        // (Only a configured deadline can fail this: the default fits.)
         if self.leasing && self.store_deadline() >= partition_ttl {
             return Err(Error::Config(format!(
-                "with partition leasing ({}) the store deadline ({:?}, {}, by default a third of {}) must be below \
+                "with partition leasing ({}) the store deadline ({:?}, {}) must be below \
                  the partition lease ttl ({partition_ttl:?}: three heartbeat intervals, {}, at least 1 s); \
                  raise the heartbeat interval or lower the store deadline",
                 Self::OUTBOX_LEASING,
                 self.store_deadline(),
                 Self::OUTBOX_STORE_DEADLINE_MS,
-                Self::OUTBOX_LEASE_TTL_MS,
                 Self::OUTBOX_HEARTBEAT_INTERVAL_MS
             )));
         }
@@ -562,6 +571,42 @@ mod tests {
             format!("{:?}", env(&documented).unwrap()),
             format!("{:?}", Config::default())
         );
+    }
+
+    #[test]
+    fn a_short_heartbeat_alone_gets_a_store_deadline_that_fits_it() {
+        // The default stays a third of the lease TTL wherever that fits.
+        let c = env(&[]).unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_secs(10));
+        let c = env(&[("OUTBOX_HEARTBEAT_INTERVAL_MS", "4000")]).unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_secs(10));
+        // A 1 s heartbeat: partition leases of 3 s, so a 1 s deadline.
+        let c = env(&[("OUTBOX_HEARTBEAT_INTERVAL_MS", "1000")]).unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_secs(1));
+        // 100 ms: the partition lease TTL's floor of 1 s.
+        let c = env(&[("OUTBOX_HEARTBEAT_INTERVAL_MS", "100")]).unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_secs(1) / 3);
+        // Without partition leasing the heartbeat bounds nothing.
+        let c = env(&[
+            ("OUTBOX_HEARTBEAT_INTERVAL_MS", "100"),
+            ("OUTBOX_LEASING", "false"),
+        ])
+        .unwrap();
+        assert_eq!(c.store_deadline(), Duration::from_secs(10));
+        // A configured deadline that does not fit is still refused.
+        let msg = env(&[
+            ("OUTBOX_HEARTBEAT_INTERVAL_MS", "1000"),
+            ("OUTBOX_STORE_DEADLINE_MS", "5000"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains(
+                "the store deadline (5s, OUTBOX_STORE_DEADLINE_MS) must be below the partition lease ttl (3s"
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "one line: {msg}");
     }
 
     #[test]
