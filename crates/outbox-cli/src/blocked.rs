@@ -107,17 +107,17 @@ fn blocked(row: &OutboxRow, as_of: Timestamp, version: u64) -> BlockedStream {
 }
 
 /// Prints the blocked streams as text.
-pub fn print_blocked(r: &BlockedReport) {
-    println!("blocked streams at {}", r.as_of);
+pub fn print_blocked(r: &BlockedReport) -> anyhow::Result<()> {
+    outln!("blocked streams at {}", r.as_of)?;
     if r.streams.is_empty() {
-        println!("  none: no stream's head row is failed or dead");
+        outln!("  none: no stream's head row is failed or dead")?;
     }
     for b in &r.streams {
         let next = b
             .next_attempt_at
             .as_deref()
             .map_or("never (requeue it)".to_string(), str::to_string);
-        println!(
+        outln!(
             "  {}/{} {} {}: attempts {}, failing for {} (since {}), next attempt {}, {} row(s) waiting behind",
             b.stream,
             b.seq,
@@ -128,12 +128,13 @@ pub fn print_blocked(r: &BlockedReport) {
             b.first_failure_at,
             next,
             b.waiting_behind
-        );
+        )?;
         if let Some(e) = &b.last_error {
-            println!("    last error: {e}");
+            outln!("    last error: {e}")?;
         }
     }
     if !r.complete {
-        println!("  (listing stopped at --limit; more rows of a status exist)");
+        outln!("  (listing stopped at --limit; more rows of a status exist)")?;
     }
+    Ok(())
 }

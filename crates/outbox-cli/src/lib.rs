@@ -1,6 +1,17 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+/// `println!` that returns an error instead of panicking when stdout is
+/// closed (`outbox report | head -1`) or full: see [`output::line`].
+macro_rules! outln {
+    () => {
+        $crate::output::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
 mod app;
 mod backend;
 pub mod blocked;
@@ -210,6 +221,12 @@ where
     };
     match runtime.block_on(body) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.downcast_ref::<output::StdoutFailed>()
+                .is_some_and(output::StdoutFailed::reader_gone) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let line = format!("{e:#}").replace('\n', " ");
             eprintln!("{bin}: error: {line}");

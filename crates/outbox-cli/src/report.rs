@@ -203,14 +203,18 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
 }
 
 /// Prints a report as text.
-pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
-    println!("outbox report at {}", r.as_of);
-    println!(
+pub fn print_report(r: &Report, status: Option<OutboxStatus>) -> anyhow::Result<()> {
+    outln!("outbox report at {}", r.as_of)?;
+    outln!(
         "  rows: {} pending, {} processing, {} failed, {} dead ({} in all)",
-        r.pending, r.processing, r.failed, r.dead, r.total
-    );
+        r.pending,
+        r.processing,
+        r.failed,
+        r.dead,
+        r.total
+    )?;
     match &r.oldest_retry_eligible {
-        Some(row) => println!(
+        Some(row) => outln!(
             "  oldest retry-eligible: {}/{} {} ({}, attempts {}, due {}) - lag {}",
             row.stream,
             row.seq,
@@ -219,45 +223,51 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
             row.attempt_count,
             row.next_attempt_at,
             human_ms(r.oldest_due_age_ms)
-        ),
-        None => println!("  oldest retry-eligible: none (lag 0)"),
+        )?,
+        None => outln!("  oldest retry-eligible: none (lag 0)")?,
     }
     if r.dead > 0 {
-        println!(
+        outln!(
             "  dead letters: {} (fix the cause, then `outbox requeue-dead --limit N`)",
             r.dead
-        );
+        )?;
     }
     if !r.rows.is_empty() {
         let which = status.map_or("rows".to_string(), |s| format!("{s} rows"));
-        println!("  {which} (first {}):", r.rows.len());
+        outln!("  {which} (first {}):", r.rows.len())?;
         for row in &r.rows {
             let err = row
                 .last_error
                 .as_deref()
                 .map(|e| format!(" - {e}"))
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "    {}/{} {} {} attempts={} next={}{}",
-                row.stream, row.seq, row.event_type, row.status, row.attempt_count, row.next_attempt_at, err
-            );
+                row.stream,
+                row.seq,
+                row.event_type,
+                row.status,
+                row.attempt_count,
+                row.next_attempt_at,
+                err
+            )?;
         }
     }
     if let Some(d) = &r.digests {
-        println!("  digests:");
+        outln!("  digests:")?;
         for (name, hex) in &d.projections {
-            println!("    {name:<18} {hex}");
+            outln!("    {name:<18} {hex}")?;
         }
-        println!("    {:<18} {}", "(store)", d.store);
+        outln!("    {:<18} {}", "(store)", d.store)?;
     }
     if !r.running_digests.is_empty() {
-        println!("  running digests (kept by every apply; `outbox verify` recomputes them):");
+        outln!("  running digests (kept by every apply; `outbox verify` recomputes them):")?;
         for d in &r.running_digests {
             let name = d.projection.as_str();
             let Some(digest) = d.digest else {
-                println!(
+                outln!(
                     "    {name:<18} untracked: documents predate running digests (rebuild the projection)"
-                );
+                )?;
                 continue;
             };
             let last = d
@@ -266,16 +276,20 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
                 .map(|(s, q)| format!(" as of {s}/{q}"))
                 .unwrap_or_default();
             let at = d.updated_at.map(|t| format!(" at {t}")).unwrap_or_default();
-            println!("    {name:<18} {digest} {} documents{last}{at}", d.documents);
+            outln!("    {name:<18} {digest} {} documents{last}{at}", d.documents)?;
         }
     }
     if !r.workers.is_empty() {
-        println!("  workers:");
+        outln!("  workers:")?;
         for w in &r.workers {
-            println!(
+            outln!(
                 "    {} {} pid {} on {}, last beat {}",
-                w.id, w.mode, w.pid, w.host, w.last_beat
-            );
+                w.id,
+                w.mode,
+                w.pid,
+                w.host,
+                w.last_beat
+            )?;
         }
     }
     if let Some(lag) = &r.lag {
@@ -287,23 +301,25 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
                 lag.streams_scanned
             )
         };
-        println!("  projection lag (checkpoints behind the journal, over {scope}):");
+        outln!("  projection lag (checkpoints behind the journal, over {scope}):")?;
         for p in &lag.projections {
             if p.streams_behind == 0 {
-                println!("    {:<18} up to date", p.projection);
+                outln!("    {:<18} up to date", p.projection)?;
             } else {
-                println!(
+                outln!(
                     "    {:<18} BEHIND: {} stream(s), {} event(s) (`outbox gaps` lists them, `outbox gaps --repair` catches up)",
-                    p.projection, p.streams_behind, p.events_behind
-                );
+                    p.projection,
+                    p.streams_behind,
+                    p.events_behind
+                )?;
             }
         }
         if lag.watermarks_behind > 0 {
-            println!("    watermarks behind on {} stream(s)", lag.watermarks_behind);
+            outln!("    watermarks behind on {} stream(s)", lag.watermarks_behind)?;
         }
     }
     for run in &r.active_runs {
-        println!(
+        outln!(
             "  active run {}: {} {} ({}, {} processed{})",
             run.id,
             run.kind,
@@ -313,6 +329,7 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) {
             run.position
                 .map(|p| format!(", at position {p}"))
                 .unwrap_or_default()
-        );
+        )?;
     }
+    Ok(())
 }

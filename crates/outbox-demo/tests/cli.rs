@@ -618,6 +618,50 @@ fn report_of_a_healthy_outbox() {
     assert!(r["digests"].is_null());
 }
 
+/// A command whose stdout reader is gone (`outbox report | head -1`) stops
+/// quietly with exit 0; one whose stdout is full fails with one line. Neither
+/// panics. The pipe's read end is closed before the command starts, so its
+/// first write fails whatever the timing.
+#[test]
+fn output_to_a_closed_pipe_or_a_full_disk_is_no_panic() {
+    let site = demo_site();
+    for args in [&["report"][..], &["report", "--json"], &["workers"], &["leases"]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let before = site.snapshot();
+        let out = site
+            .command(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run outbox");
+        let r = Run::from(args, out);
+        assert_eq!(r.code, Some(0), "closed pipe; {}", r.explain());
+        assert!(r.stderr.is_empty(), "nothing on stderr; {}", r.explain());
+        assert_same_files(&before, &site.snapshot(), &r.args);
+
+        let full = fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let out = site
+            .command(args)
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run outbox");
+        let r = Run::from(args, out);
+        assert_eq!(r.code, Some(1), "full disk; {}", r.explain());
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line; {}", r.explain());
+        assert!(
+            lines[0].contains("cannot write to standard output") && !lines[0].contains("panicked"),
+            "{}",
+            r.explain()
+        );
+    }
+}
+
 #[test]
 fn report_shows_running_digests_and_verify_recomputes_them() {
     let site = demo_site();

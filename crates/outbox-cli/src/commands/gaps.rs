@@ -17,17 +17,17 @@ pub(super) async fn gaps<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Ga
             return json(&lags);
         }
         if lags.is_empty() {
-            println!("no gaps: every projection has applied every stream through its journal version");
+            outln!("no gaps: every projection has applied every stream through its journal version")?;
         }
         for l in &lags {
             let behind: Vec<String> = l.behind.iter().map(|(p, cp)| format!("{p} at {cp}")).collect();
-            println!(
+            outln!(
                 "{}: version {}, watermark {}, behind: {}",
                 l.stream,
                 l.version,
                 l.watermark,
                 behind.join(", ")
-            );
+            )?;
         }
         return Ok(());
     }
@@ -36,12 +36,15 @@ pub(super) async fn gaps<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Ga
     if a.json {
         json(&report)?;
     } else {
-        println!(
+        outln!(
             "repaired {} of {} stream(s): {} event(s) applied ({} watermark(s) were behind)",
-            report.streams_repaired, report.streams_scanned, report.events_applied, report.watermark_behind
-        );
+            report.streams_repaired,
+            report.streams_scanned,
+            report.events_applied,
+            report.watermark_behind
+        )?;
         for f in &report.failures {
-            println!("  could not repair {}: {}", f.stream, f.error);
+            outln!("  could not repair {}: {}", f.stream, f.error)?;
         }
     }
     if let Some(f) = report.failures.first() {

@@ -49,15 +49,15 @@ pub(super) async fn generations<J: CliJournal, P: CliStore>(
         return json(&listed);
     }
     if listed.is_empty() {
-        println!("no projection has a second generation (`outbox rebuild --blue-green` builds one)");
+        outln!("no projection has a second generation (`outbox rebuild --blue-green` builds one)")?;
     }
     for l in &listed {
-        print_listed(l);
+        print_listed(l)?;
     }
     Ok(())
 }
 
-fn print_listed(l: &Listed) {
+fn print_listed(l: &Listed) -> anyhow::Result<()> {
     match &l.record {
         Some(r) => {
             let building = match (r.building, r.building_version) {
@@ -67,12 +67,16 @@ fn print_listed(l: &Listed) {
                 ),
                 _ => String::new(),
             };
-            println!(
+            outln!(
                 "{}: live g{} (version {}), epoch {}{building}, updated {}",
-                l.projection, r.live, r.live_version, r.epoch, r.updated_at
-            );
+                l.projection,
+                r.live,
+                r.live_version,
+                r.epoch,
+                r.updated_at
+            )?;
         }
-        None => println!("{}: live g1 (no generation record)", l.projection),
+        None => outln!("{}: live g1 (no generation record)", l.projection)?,
     }
     let live = l.record.as_ref().map_or(1, |r| r.live);
     let building = l.record.as_ref().and_then(|r| r.building);
@@ -88,11 +92,18 @@ fn print_listed(l: &Listed) {
             .digest
             .digest
             .map_or_else(|| "untracked".to_owned(), |d| d.to_string());
-        println!(
+        outln!(
             "  g{:<4} {:<8} {:<24} streams {:<8} events {:<10} documents {:<8} running digest {}",
-            g.generation, role, g.storage, g.streams, g.events, g.digest.documents, digest
-        );
+            g.generation,
+            role,
+            g.storage,
+            g.streams,
+            g.events,
+            g.digest.documents,
+            digest
+        )?;
     }
+    Ok(())
 }
 
 async fn drop_generation<J: CliJournal, P: CliStore>(
@@ -126,7 +137,7 @@ async fn drop_generation<J: CliJournal, P: CliStore>(
             documents,
         });
     }
-    println!("dropped generation {generation} of {name}: {documents} document(s) deleted");
+    outln!("dropped generation {generation} of {name}: {documents} document(s) deleted")?;
     Ok(())
 }
 
@@ -141,13 +152,13 @@ pub(super) async fn rebuild_blue_green<J: CliJournal, P: CliStore>(
     print_swap(&swap, as_json)
 }
 
-fn print_build(b: &GenerationBuild) {
+fn print_build(b: &GenerationBuild) -> anyhow::Result<()> {
     let resumed = if b.from_position > 0 {
         format!(" (resumed at position {})", b.from_position)
     } else {
         String::new()
     };
-    println!(
+    outln!(
         "{}: generation {} ({}) built by version {} through position {}{resumed}: {} event(s) applied{}",
         b.projection,
         b.generation,
@@ -160,22 +171,29 @@ fn print_build(b: &GenerationBuild) {
         } else {
             ""
         }
-    );
+    )?;
+    Ok(())
 }
 
 fn print_swap(s: &Swap, as_json: bool) -> Result<()> {
     if as_json {
         return json(s);
     }
-    print_build(&s.build);
+    print_build(&s.build)?;
     if s.build.cancelled {
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: generation {} is live (was {}), epoch {}; {} swap attempt(s), {} event(s) caught up between them; \
          generation {} is kept until `outbox generations drop`",
-        s.build.projection, s.to, s.from, s.epoch, s.rounds, s.caught_up, s.from
-    );
+        s.build.projection,
+        s.to,
+        s.from,
+        s.epoch,
+        s.rounds,
+        s.caught_up,
+        s.from
+    )?;
     Ok(())
 }
 
@@ -188,7 +206,7 @@ pub(super) async fn shadow<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
             if a.json {
                 return json(&build);
             }
-            print_build(&build);
+            print_build(&build)?;
             Ok(())
         }
         ShadowAction::Diff { projection, limit } => {
@@ -198,7 +216,7 @@ pub(super) async fn shadow<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
             if a.json {
                 json(&diff)?;
             } else {
-                print_diff(&diff);
+                print_diff(&diff)?;
             }
             match diff.differing.first() {
                 None => Ok(()),
@@ -216,8 +234,8 @@ pub(super) async fn shadow<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     }
 }
 
-fn print_diff(d: &ShadowDiff) {
-    println!(
+fn print_diff(d: &ShadowDiff) -> anyhow::Result<()> {
+    outln!(
         "{}: live code version {} vs candidate version {}: {} stream(s) compared, {} differ{}",
         d.projection,
         d.live_version,
@@ -229,10 +247,10 @@ fn print_diff(d: &ShadowDiff) {
         } else {
             ""
         }
-    );
+    )?;
     for s in &d.differing {
         let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(absent)".into());
-        println!(
+        outln!(
             "  {}: {} event(s), {} document(s) differ; first {}/{}: live {} candidate {}{}",
             s.stream,
             s.events,
@@ -242,10 +260,10 @@ fn print_diff(d: &ShadowDiff) {
             show(&s.live),
             show(&s.candidate),
             s.error.as_ref().map(|e| format!("; {e}")).unwrap_or_default()
-        );
+        )?;
     }
     for g in &d.generations {
-        println!(
+        outln!(
             "  generation {} ({}): streams {} events {} documents {} running digest {}",
             g.generation,
             g.storage,
@@ -255,8 +273,9 @@ fn print_diff(d: &ShadowDiff) {
             g.digest
                 .digest
                 .map_or_else(|| "untracked".into(), |x| x.to_string())
-        );
+        )?;
     }
+    Ok(())
 }
 
 pub(super) async fn promote<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &PromoteArgs) -> Result<()> {

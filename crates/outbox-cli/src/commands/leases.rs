@@ -22,13 +22,13 @@ pub(super) async fn leases<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         return json(&entries);
     }
     if entries.is_empty() {
-        println!("no stream leases held");
+        outln!("no stream leases held")?;
     }
     for e in &entries {
-        println!("{}", line(e));
+        outln!("{}", line(e))?;
     }
     if a.stream.is_none() && entries.len() as u64 == a.limit {
-        println!("(listing stopped at --limit {})", a.limit);
+        outln!("(listing stopped at --limit {})", a.limit)?;
     }
     Ok(())
 }
@@ -87,12 +87,12 @@ async fn break_lease<J: CliJournal, P: CliStore>(
         }
         return json(&Broken { broken: &lease });
     }
-    println!(
+    outln!(
         "broke the lease of stream {} held by {} (epoch {}); its next holder gets epoch {}",
         lease.stream,
         lease.owner,
         lease.epoch,
         lease.epoch + 1
-    );
+    )?;
     Ok(())
 }

@@ -19,7 +19,7 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         if a.json {
             return json(&r);
         }
-        crate::blocked::print_blocked(&r);
+        crate::blocked::print_blocked(&r)?;
         return Ok(());
     }
     let projections: Vec<_> = ctx.app.views.iter().map(|v| view_projection(v.clone())).collect();
@@ -43,7 +43,7 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     if a.json {
         json(&r)
     } else {
-        print_report(&r, a.status);
+        print_report(&r, a.status)?;
         Ok(())
     }
 }
@@ -55,10 +55,12 @@ pub(super) async fn requeue<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
     if a.json {
         json(&row)
     } else {
-        println!(
+        outln!(
             "requeued {}/{} ({}): pending, attempts 0, due now",
-            row.stream, row.seq, row.event_type
-        );
+            row.stream,
+            row.seq,
+            row.event_type
+        )?;
         Ok(())
     }
 }
@@ -70,10 +72,14 @@ pub(super) async fn retry<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &R
     if a.json {
         json(&row)
     } else {
-        println!(
+        outln!(
             "retrying {}/{} ({}): pending, attempts {} kept, due {}",
-            row.stream, row.seq, row.event_type, row.attempt_count, row.next_attempt_at
-        );
+            row.stream,
+            row.seq,
+            row.event_type,
+            row.attempt_count,
+            row.next_attempt_at
+        )?;
         Ok(())
     }
 }
@@ -91,7 +97,7 @@ pub(super) async fn row<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Row
     if a.json {
         return json(&row);
     }
-    println!(
+    outln!(
         "{}/{} {} {}: attempts {}, next attempt {}, updated {}",
         row.stream,
         row.seq,
@@ -100,9 +106,9 @@ pub(super) async fn row<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Row
         row.attempt_count,
         row.next_attempt_at,
         row.updated_at
-    );
+    )?;
     if let Some(e) = &row.last_error {
-        println!("  last error: {e}");
+        outln!("  last error: {e}")?;
     }
     Ok(())
 }
@@ -115,9 +121,9 @@ pub(super) async fn requeue_dead<J: CliJournal, P: CliStore>(
     if a.json {
         json(&rows)
     } else {
-        println!("requeued {} dead row(s)", rows.len());
+        outln!("requeued {} dead row(s)", rows.len())?;
         for r in &rows {
-            println!("  {}/{} {}", r.stream, r.seq, r.event_type);
+            outln!("  {}/{} {}", r.stream, r.seq, r.event_type)?;
         }
         Ok(())
     }
@@ -128,7 +134,7 @@ pub(super) async fn workers<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
     if a.json {
         json(&workers)
     } else {
-        print_workers(&workers);
+        print_workers(&workers)?;
         Ok(())
     }
 }
@@ -149,25 +155,32 @@ pub(super) async fn migrate<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
     if a.json {
         json(&out)
     } else {
-        println!("journal    {} (migrated)", out.journal);
-        println!("projection {} (migrated)", out.projection);
+        outln!("journal    {} (migrated)", out.journal)?;
+        outln!("projection {} (migrated)", out.projection)?;
         if !out.projections.is_empty() {
-            println!("projections: {}", out.projections.join(", "));
+            outln!("projections: {}", out.projections.join(", "))?;
         }
         Ok(())
     }
 }
 
-fn print_workers(workers: &[WorkerInfo]) {
+fn print_workers(workers: &[WorkerInfo]) -> anyhow::Result<()> {
     if workers.is_empty() {
-        println!("no live workers registered");
+        outln!("no live workers registered")?;
     }
     for w in workers {
-        println!(
+        outln!(
             "{}  {}  host {} pid {}  started {}  last beat {}  expires {}",
-            w.id, w.mode, w.host, w.pid, w.started_at, w.last_beat, w.expires_at
-        );
+            w.id,
+            w.mode,
+            w.host,
+            w.pid,
+            w.started_at,
+            w.last_beat,
+            w.expires_at
+        )?;
     }
+    Ok(())
 }
 
 /// `outbox verify`: each view projection's recorded running digest against
@@ -193,17 +206,17 @@ pub(super) async fn verify<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     if a.json {
         json(&checks)?;
     } else if checks.is_empty() {
-        println!("no view projection to verify (none in this binary, none with a running digest)");
+        outln!("no view projection to verify (none in this binary, none with a running digest)")?;
     } else {
         for c in &checks {
             match c.mismatch() {
-                None => println!(
+                None => outln!(
                     "{:<18} ok  {} ({} documents)",
                     c.recorded.projection.as_str(),
                     c.scanned,
                     c.scanned.documents()
-                ),
-                Some(line) => println!("{:<18} DIFFERS: {line}", c.recorded.projection.as_str()),
+                )?,
+                Some(line) => outln!("{:<18} DIFFERS: {line}", c.recorded.projection.as_str())?,
             }
         }
     }

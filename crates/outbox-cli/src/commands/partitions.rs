@@ -44,17 +44,20 @@ pub(super) async fn partitions<J: CliJournal, P: CliStore>(
         return json(&report);
     }
     if let Some(PartitionsAction::Resize { count, .. }) = &a.resize {
-        println!(
+        outln!(
             "the journal is divided into {count} partitions by {}",
             report.partitioner
-        );
+        )?;
     }
-    println!(
+    outln!(
         "{} partitions by {}; {} held; as of {}",
-        report.count, report.partitioner, report.held, as_of
-    );
+        report.count,
+        report.partitioner,
+        report.held,
+        as_of
+    )?;
     for p in &list {
-        println!("{}", line(p, as_of));
+        outln!("{}", line(p, as_of))?;
     }
     Ok(())
 }

@@ -34,10 +34,12 @@ pub(super) async fn replay<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         if a.json {
             return crate::output::json(&report);
         }
-        println!(
+        outln!(
             "republished {} event(s) to sink {sink} from global position {from} through {} ({} passed over by its policy)",
-            report.published, report.position, report.passed_over
-        );
+            report.published,
+            report.position,
+            report.passed_over
+        )?;
         return Ok(());
     }
     let options = ReplayOptions::new().with_complete_rows(a.complete_rows);
@@ -84,7 +86,7 @@ fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
         return json(&runs);
     }
     if runs.is_empty() {
-        println!("no runs");
+        outln!("no runs")?;
     }
     for r in runs {
         let last = match (&r.last_stream, r.last_seq) {
@@ -109,10 +111,20 @@ fn print_runs(runs: &[RunRecord], as_json: bool) -> Result<()> {
         } else {
             ""
         };
-        println!(
+        outln!(
             "run {:>4}  {:<9} {:<18} {:<9} processed {}{}{}{}{}  owner {} updated {}",
-            r.id, r.kind, r.projection, r.state, r.processed, until, last, err, cancel, r.owner, r.updated_at
-        );
+            r.id,
+            r.kind,
+            r.projection,
+            r.state,
+            r.processed,
+            until,
+            last,
+            err,
+            cancel,
+            r.owner,
+            r.updated_at
+        )?;
     }
     Ok(())
 }

@@ -29,12 +29,12 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         if a.json {
             return json(&state);
         }
-        println!(
+        outln!(
             "requeued stream {} for sink {}: due now from seq {} (attempts reset)",
             state.stream,
             state.sink,
             state.seq + 1
-        );
+        )?;
         return Ok(());
     }
     let all = ctx.journal.sinks().await?;
@@ -62,16 +62,20 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         });
     }
     if all.is_empty() {
-        println!("no sink has delivered anything yet");
+        outln!("no sink has delivered anything yet")?;
     }
     for s in &all {
-        println!(
+        outln!(
             "{}  streams {}  failing {}  dead {}  scanned through {}",
-            s.sink, s.streams, s.failed, s.dead, s.position
-        );
+            s.sink,
+            s.streams,
+            s.failed,
+            s.dead,
+            s.position
+        )?;
     }
     for f in failing.iter().flatten() {
-        println!(
+        outln!(
             "  {} {}  at seq {}  attempts {}  next attempt {}  {}",
             f.status,
             f.stream,
@@ -79,7 +83,7 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
             f.attempt_count,
             f.next_attempt_at,
             f.last_error.as_deref().unwrap_or("")
-        );
+        )?;
     }
     Ok(())
 }

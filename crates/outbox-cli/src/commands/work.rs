@@ -22,7 +22,7 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
         biased;
         () = cancel.cancelled() => {
             if !a.quiet && !a.json {
-                println!("stopped while waiting for the database; no worker was started");
+                outln!("stopped while waiting for the database; no worker was started")?;
             }
             return Ok(());
         }
@@ -34,7 +34,7 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
         if a.json {
             json_line(&tick)?;
         } else if !a.quiet {
-            println!(
+            outln!(
                 "{} pass: {} due stream(s), {} claimed, {} completed, {} failed, {} dead-lettered, {} contended",
                 rt.mode(),
                 tick.due_streams,
@@ -43,7 +43,7 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
                 tick.failed,
                 tick.dead_lettered,
                 tick.contended
-            );
+            )?;
         }
         return Ok(());
     }
@@ -53,10 +53,11 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     {
         running.shutdown().await;
         if !a.quiet && !a.json {
-            println!(
+            outln!(
                 "stopped during start-up repair: {} stream(s) caught up, {} event(s) applied; no worker was started",
-                r.streams_repaired, r.events_applied
-            );
+                r.streams_repaired,
+                r.events_applied
+            )?;
         }
         return Ok(());
     }
@@ -64,37 +65,25 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
         && !(a.quiet || a.json)
         && r.streams_repaired > 0
     {
-        println!(
+        outln!(
             "start-up repair: {} stream(s) caught up, {} event(s) applied",
-            r.streams_repaired, r.events_applied
-        );
+            r.streams_repaired,
+            r.events_applied
+        )?;
     }
     if !a.quiet && !a.json {
-        println!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id());
+        outln!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id())?;
     }
+    // A status line that cannot be written (stdout closed or full) stops
+    // the worker gracefully, as Ctrl-C does, and the command reports it.
     let status = async {
-        let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
-        every.tick().await;
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                _ = every.tick() => {
-                    let m = rt.metrics();
-                    if a.json {
-                        json_line(&m)?;
-                    } else if !a.quiet {
-                        let g = m.gauges.clone().unwrap_or_default();
-                        println!(
-                            "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
-                            m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
-                            human_ms(g.oldest_due_age_ms)
-                        );
-                    }
-                }
-            }
+        let lines = status_lines(&rt, a, &cancel).await;
+        if lines.is_err() {
+            cancel.cancel();
         }
-        anyhow::Ok(())
+        lines
     };
+
     #[cfg(feature = "serve")]
     let result = match a.metrics_addr {
         Some(addr) => {
@@ -106,7 +95,7 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
                     if a.quiet || a.json {
                         eprintln!("{line}");
                     } else {
-                        println!("{line}");
+                        outln!("{line}")?;
                     }
                     let (s, m) = tokio::join!(status, server);
                     s.and(m)
@@ -121,7 +110,36 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     running.shutdown().await;
     result?;
     if !a.quiet && !a.json {
-        println!("stopped: leases released, nothing left processing");
+        outln!("stopped: leases released, nothing left processing")?;
     }
     Ok(())
+}
+
+/// Prints the worker's status every `--report-ms` (a JSON line with
+/// `--json`, nothing with `--quiet`) until `cancel`.
+async fn status_lines<J: CliJournal, P: CliStore>(
+    rt: &outbox_runtime::Outbox<J, P>,
+    a: &WorkArgs,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<()> {
+    let mut every = tokio::time::interval(Duration::from_millis(a.report_ms));
+    every.tick().await;
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            _ = every.tick() => {
+                let m = rt.metrics();
+                if a.json {
+                    json_line(&m)?;
+                } else if !a.quiet {
+                    let g = m.gauges.clone().unwrap_or_default();
+                    outln!(
+                        "applied {} | duplicates {} | failed {} | dead {} | queue: {} pending, {} failed, {} dead | lag {}",
+                        m.applied, m.duplicates, m.failed, m.dead_lettered, g.pending, g.failed, g.dead,
+                        human_ms(g.oldest_due_age_ms)
+                    )?;
+                }
+            }
+        }
+    }
 }

@@ -114,7 +114,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .with_state(monitor);
     let listener = bind(a.addr).await?;
     let local = listener.local_addr()?;
-    println!(
+    outln!(
         "serving the {} monitor on http://{local}/ ({})",
         ctx.app.name(),
         if read_only {
@@ -122,7 +122,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         } else {
             "actions need OUTBOX_SERVE_TOKEN"
         }
-    );
+    )?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
     run_server(listener, router, cancel).await
 }
