@@ -277,10 +277,12 @@ impl Config {
 
     /// Checks the values; [`Outbox::builder`](crate::Outbox::builder) calls this.
     pub fn validate(&self) -> Result<()> {
-        let in_range = |name: &str, v: Duration, lo: Duration, hi: Duration| {
+        // Each bound names the variable that sets it (a builder's value is
+        // the same setting).
+        let in_range = |name: &str, var: &str, v: Duration, lo: Duration, hi: Duration| {
             if v < lo || v > hi {
                 Err(Error::Config(format!(
-                    "{name} must be between {lo:?} and {hi:?}, got {v:?}"
+                    "{var}: {name} must be between {lo:?} and {hi:?}, got {v:?}"
                 )))
             } else {
                 Ok(())
@@ -288,12 +290,14 @@ impl Config {
         };
         in_range(
             "poll interval",
+            Self::OUTBOX_POLL_INTERVAL_MS,
             self.poll_interval,
             Duration::from_millis(1),
             Duration::from_secs(3600),
         )?;
         in_range(
             "lease ttl",
+            Self::OUTBOX_LEASE_TTL_MS,
             self.lease_ttl,
             Duration::from_millis(100),
             Duration::from_secs(3600),
@@ -301,6 +305,7 @@ impl Config {
         if let Some(d) = self.store_deadline {
             in_range(
                 "store deadline",
+                Self::OUTBOX_STORE_DEADLINE_MS,
                 d,
                 Duration::from_millis(10),
                 Duration::from_secs(3600),
@@ -316,6 +321,7 @@ impl Config {
         }
         in_range(
             "heartbeat interval",
+            Self::OUTBOX_HEARTBEAT_INTERVAL_MS,
             self.heartbeat_interval,
             Duration::from_millis(10),
             Duration::from_secs(3600),
@@ -338,42 +344,55 @@ impl Config {
         }
         in_range(
             "run ttl",
+            Self::OUTBOX_RUN_TTL_MS,
             self.run_ttl,
             Duration::from_secs(1),
             Duration::from_secs(24 * 3600),
         )?;
         in_range(
             "start retry",
+            Self::OUTBOX_START_RETRY_MS,
             self.start_retry,
             Duration::ZERO,
             Duration::from_secs(24 * 3600),
         )?;
         in_range(
             "registry retention",
+            Self::OUTBOX_REGISTRY_RETENTION_MS,
             self.registry_retention,
             Duration::ZERO,
             Duration::from_secs(365 * 24 * 3600),
         )?;
         in_range(
             "run retention",
+            Self::OUTBOX_RUN_RETENTION_MS,
             self.run_retention,
             Duration::ZERO,
             Duration::from_secs(10 * 365 * 24 * 3600),
         )?;
-        for (name, v) in [
-            ("batch size", self.batch_size),
-            ("streams per pass", self.streams_per_pass),
-            ("batches per stream", self.batches_per_stream),
+        for (name, var, v) in [
+            ("batch size", Self::OUTBOX_BATCH_SIZE, self.batch_size),
+            (
+                "streams per pass",
+                Self::OUTBOX_STREAMS_PER_PASS,
+                self.streams_per_pass,
+            ),
+            (
+                "batches per stream",
+                Self::OUTBOX_BATCHES_PER_STREAM,
+                self.batches_per_stream,
+            ),
         ] {
             if v == 0 || v > 10_000 {
                 return Err(Error::Config(format!(
-                    "{name} must be between 1 and 10000, got {v}"
+                    "{var}: {name} must be between 1 and 10000, got {v}"
                 )));
             }
         }
         if self.sweep_rows > 10_000 {
             return Err(Error::Config(format!(
-                "sweep rows must be between 0 and 10000, got {}",
+                "{}: sweep rows must be between 0 and 10000, got {}",
+                Self::OUTBOX_SWEEP_ROWS,
                 self.sweep_rows
             )));
         }
@@ -427,31 +446,14 @@ impl Config {
         if let Some(v) = number(Self::OUTBOX_BATCH_SIZE)? {
             c.batch_size = usize::try_from(v).unwrap_or(usize::MAX);
         }
-        // A count in 1..=10000, checked here so the error names the variable.
-        let count = |k: &str, what: &str| -> Result<Option<usize>> {
-            match number(k)? {
-                Some(v @ 1..=10_000) => Ok(Some(usize::try_from(v).unwrap_or(usize::MAX))),
-                Some(v) => Err(Error::Config(format!(
-                    "{k}: {what} must be between 1 and 10000, got {v}"
-                ))),
-                None => Ok(None),
-            }
-        };
-        if let Some(v) = count(Self::OUTBOX_STREAMS_PER_PASS, "streams per pass")? {
-            c.streams_per_pass = v;
+        if let Some(v) = number(Self::OUTBOX_STREAMS_PER_PASS)? {
+            c.streams_per_pass = usize::try_from(v).unwrap_or(usize::MAX);
         }
-        if let Some(v) = count(Self::OUTBOX_BATCHES_PER_STREAM, "batches per stream")? {
-            c.batches_per_stream = v;
+        if let Some(v) = number(Self::OUTBOX_BATCHES_PER_STREAM)? {
+            c.batches_per_stream = usize::try_from(v).unwrap_or(usize::MAX);
         }
-        match number(Self::OUTBOX_SWEEP_ROWS)? {
-            Some(v @ 0..=10_000) => c.sweep_rows = usize::try_from(v).unwrap_or(usize::MAX),
-            Some(v) => {
-                return Err(Error::Config(format!(
-                    "{}: sweep rows must be between 0 and 10000, got {v}",
-                    Self::OUTBOX_SWEEP_ROWS
-                )));
-            }
-            None => {}
+        if let Some(v) = number(Self::OUTBOX_SWEEP_ROWS)? {
+            c.sweep_rows = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = ms(Self::OUTBOX_LEASE_TTL_MS)? {
             c.lease_ttl = v;
@@ -461,13 +463,6 @@ impl Config {
         }
         if let Some(v) = ms(Self::OUTBOX_RUN_TTL_MS)? {
             c.run_ttl = v;
-            Config::default().with_run_ttl(v).validate().map_err(|e| {
-                Error::Config(format!(
-                    "{}: {}",
-                    Self::OUTBOX_RUN_TTL_MS,
-                    e.to_string().trim_start_matches("configuration error: ")
-                ))
-            })?;
         }
         if let Some(v) = ms(Self::OUTBOX_START_RETRY_MS)? {
             c.start_retry = v;
@@ -507,12 +502,8 @@ impl Config {
                     .map_err(|e| Error::Config(format!("{}={v:?}: {e}", Self::OUTBOX_WORKER_ID)))?,
             );
         }
-        c.validate().map_err(|e| {
-            Error::Config(format!(
-                "{} (check the OUTBOX_* variables)",
-                e.to_string().trim_start_matches("configuration error: ")
-            ))
-        })?;
+        // Every message of `validate` names the variables it is about.
+        c.validate()?;
         Ok(c)
     }
 }
@@ -677,9 +668,34 @@ mod tests {
             (
                 "OUTBOX_BATCH_SIZE",
                 "0",
-                "batch size must be between 1 and 10000, got 0",
+                "OUTBOX_BATCH_SIZE: batch size must be between 1 and 10000, got 0",
             ),
             ("OUTBOX_POLL_INTERVAL_MS", "-5", "OUTBOX_POLL_INTERVAL_MS=\"-5\""),
+            (
+                "OUTBOX_POLL_INTERVAL_MS",
+                "0",
+                "OUTBOX_POLL_INTERVAL_MS: poll interval must be between 1ms",
+            ),
+            (
+                "OUTBOX_LEASE_TTL_MS",
+                "50",
+                "OUTBOX_LEASE_TTL_MS: lease ttl must be between 100ms",
+            ),
+            (
+                "OUTBOX_HEARTBEAT_INTERVAL_MS",
+                "5",
+                "OUTBOX_HEARTBEAT_INTERVAL_MS: heartbeat interval must be between 10ms",
+            ),
+            (
+                "OUTBOX_START_RETRY_MS",
+                "86400001",
+                "OUTBOX_START_RETRY_MS: start retry must be between",
+            ),
+            (
+                "OUTBOX_REGISTRY_RETENTION_MS",
+                "31536000001",
+                "OUTBOX_REGISTRY_RETENTION_MS: registry retention must be between",
+            ),
             (
                 "OUTBOX_DEAD_LETTER_THRESHOLD",
                 "0",
@@ -725,7 +741,7 @@ mod tests {
             (
                 "OUTBOX_STORE_DEADLINE_MS",
                 "5",
-                "store deadline must be between 10ms and 3600s, got 5ms",
+                "OUTBOX_STORE_DEADLINE_MS: store deadline must be between 10ms and 3600s, got 5ms",
             ),
         ] {
             let msg = env(&[(k, v)]).unwrap_err().to_string();
