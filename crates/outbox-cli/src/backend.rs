@@ -155,12 +155,38 @@ pub(crate) async fn open_sqlite(
             journal_path.display()
         )));
     }
+    // A journal this call creates is removed again if the projection
+    // database then cannot be opened: a refused command changes nothing.
+    let journal_is_new = access == Access::Create && !journal_path.try_exists().unwrap_or(true);
     let journal = SqliteJournal::open(&journal_path, opts.clone()).await?;
     match SqliteProjectionStore::open(&projection_path, opts).await {
         Ok(store) => Ok((journal, store)),
         Err(e) => {
             journal.close().await;
+            if journal_is_new {
+                remove_new_database(&journal_path);
+            }
             Err(e)
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+/// Removes a SQLite database this process just created, with the files
+/// SQLite and the engine keep beside it. Best effort: the command fails
+/// with its own error either way.
+fn remove_new_database(path: &std::path::Path) {
+    let mut files = vec![path.to_path_buf()];
+    for suffix in ["-wal", "-shm", "-journal", "-turn"] {
+        let mut beside = path.as_os_str().to_owned();
+        beside.push(suffix);
+        files.push(PathBuf::from(beside));
+    }
+    for f in files {
+        if let Err(e) = std::fs::remove_file(&f)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(file = %f.display(), error = %e, "could not remove a database file this command created");
         }
     }
 }

@@ -493,6 +493,41 @@ fn migrate_creates_private_databases_and_reports_them() {
     assert_eq!(j["projections"], serde_json::json!(PROJECTIONS));
 }
 
+/// A `migrate` whose projection database cannot be made leaves no journal
+/// behind either: a journal it created is removed again (a leftover one
+/// would keep this attempt's partition count and refuse the next).
+#[test]
+fn a_refused_migrate_creates_no_journal() {
+    let site = Site::new();
+    let missing_dir = site.dir.join("no-such-dir").join("p.db");
+    let not_sqlite = site.dir.join("notes.txt");
+    fs::write(&not_sqlite, "not a database").unwrap();
+    let a_dir = site.dir.join("a-dir");
+    fs::create_dir(&a_dir).unwrap();
+    for (projection, code, mention) in [
+        (missing_dir.display().to_string(), 2, "does not exist"),
+        (not_sqlite.display().to_string(), 2, "notes.txt"),
+        (a_dir.display().to_string(), 2, "a-dir"),
+    ] {
+        let url = format!("sqlite://{projection}");
+        site.refused(&["migrate"], &[("OUTBOX_PROJECTION_URL", &url)], code, &[mention]);
+        assert!(
+            !site.journal.exists(),
+            "{projection}: the journal was left behind"
+        );
+    }
+    // An existing journal stays, migrated or not.
+    site.ok(&["migrate"]);
+    let before = fs::read(&site.journal).unwrap();
+    let url = format!("sqlite://{}", missing_dir.display());
+    site.run_env(&["migrate"], &[("OUTBOX_PROJECTION_URL", &url)]);
+    assert_eq!(
+        fs::read(&site.journal).unwrap(),
+        before,
+        "the existing journal changed"
+    );
+}
+
 #[test]
 fn commands_close_their_databases_before_exiting() {
     // The last connection's close checkpoints the WAL and removes the
