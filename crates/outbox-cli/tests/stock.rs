@@ -217,6 +217,27 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     );
     assert!(report["lag"].is_null(), "no projections, no lag: {report}");
 
+    // The application's projection is known from the store; a typo is not.
+    let checks = ok_json(&site, &["verify", "--projection", "parcels", "--json"]);
+    assert_eq!(checks[0]["recorded"]["projection"], "parcels", "{checks}");
+    let listed = ok_json(&site, &["generations", "--projection", "parcels", "--json"]);
+    assert_eq!(listed[0]["projection"], "parcels", "{listed}");
+    for args in [
+        &["verify", "--projection", "parcel"][..],
+        &["generations", "--projection", "parcel"],
+    ] {
+        let out = outbox(&site, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "`outbox {}`: {stderr}",
+            args.join(" ")
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("projection `parcel`"), "{stderr}");
+    }
+
     assert_eq!(
         projection_files(&site.projection),
         before,

@@ -1678,6 +1678,25 @@ fn unknown_projection_names_are_refused() {
             &["projection `nope`", "campaign_summary, roster, character_tally"],
         );
     }
+    // `verify` and `generations` list projections the store knows too, so
+    // a typo is not an "ok" for a projection that does not exist.
+    site.refused(
+        &["verify", "--projection", "nope"],
+        &[],
+        3,
+        &["projection `nope`", "campaign_summary, character_tally, roster"],
+    );
+    site.refused(
+        &["generations", "--projection", "nope"],
+        &[],
+        3,
+        &["projection `nope`"],
+    );
+    assert!(site.ok(&["verify", "--projection", "roster"]).contains("roster"));
+    assert!(
+        site.ok(&["generations", "--projection", "roster"])
+            .contains("roster: live g1")
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -28,7 +28,26 @@ pub(super) async fn generations<J: CliJournal, P: CliStore>(
         return drop_generation(ctx, action, a.json).await;
     }
     let names: Vec<ProjectionName> = match &a.projection {
-        Some(p) => vec![ProjectionName::new(p.as_str())?],
+        Some(p) => {
+            let name = ProjectionName::new(p.as_str())?;
+            let registered = ctx
+                .app
+                .views
+                .iter()
+                .chain(&ctx.app.candidates)
+                .any(|v| v.name() == &name);
+            // Any name lists as an empty live g1: one with no record, no
+            // checkpoint and no document is not there.
+            let stored = ctx.store.stored_generations(&name).await?;
+            let empty = stored.iter().all(|g| g.streams == 0 && g.digest.documents == 0);
+            if !registered && empty && ctx.store.generation(&name).await?.is_none() {
+                return Err(Error::NotFound(format!(
+                    "projection `{name}`: not registered in this binary, and the projection database holds no generation, checkpoint or document of it"
+                ))
+                .into());
+            }
+            vec![name]
+        }
         None => ctx
             .store
             .generations()

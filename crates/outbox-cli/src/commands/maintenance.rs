@@ -188,17 +188,26 @@ fn print_workers(workers: &[WorkerInfo]) -> anyhow::Result<()> {
 /// line per projection; a difference is an error (exit 4) naming the first
 /// projection that differs, after every projection was checked.
 pub(super) async fn verify<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &VerifyArgs) -> Result<()> {
+    // The view projections there are: this binary's, and those with a
+    // running digest in the store (the stock binary registers none).
+    let mut known: Vec<ProjectionName> = ctx.app.views.iter().map(|v| v.name().clone()).collect();
+    known.extend(ctx.store.view_digests().await?.into_iter().map(|d| d.projection));
+    known.sort();
+    known.dedup();
     let mut names: Vec<ProjectionName> = Vec::new();
     if a.projections.is_empty() {
-        names.extend(ctx.app.views.iter().map(|v| v.name().clone()));
-        names.extend(ctx.store.view_digests().await?.into_iter().map(|d| d.projection));
+        names.clone_from(&known);
     } else {
         for p in &a.projections {
-            names.push(ProjectionName::new(p.as_str())?);
+            let name = ProjectionName::new(p.as_str())?;
+            if !known.contains(&name) {
+                return Err(unknown_view(&name, &known).into());
+            }
+            names.push(name);
         }
+        names.sort();
+        names.dedup();
     }
-    names.sort();
-    names.dedup();
     let mut checks = Vec::with_capacity(names.len());
     for p in &names {
         checks.push(ctx.store.verify_view_digest(p).await?);
@@ -231,4 +240,18 @@ pub(super) async fn verify<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         ))
         .into()),
     }
+}
+
+/// A `--projection` that names no view projection: neither this binary's
+/// nor one with a running digest in the projection database.
+fn unknown_view(name: &ProjectionName, known: &[ProjectionName]) -> Error {
+    let known: Vec<&str> = known.iter().map(ProjectionName::as_str).collect();
+    Error::NotFound(format!(
+        "projection `{name}`: not registered in this binary and no running digest in the projection database (known: {})",
+        if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        }
+    ))
 }
