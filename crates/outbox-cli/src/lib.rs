@@ -80,7 +80,21 @@ fn usage_error_line(bin: &str, e: &clap::Error) -> String {
     if first.is_empty() {
         return format!("invalid command line (see `{bin} --help`)");
     }
-    format!("{first} (see `{bin} --help`)")
+    format!(
+        "{first}{} (see `{bin} --help`)",
+        missing_feature(first, cfg!(feature = "serve"))
+    )
+}
+
+/// Why a command or flag the docs name is unknown to this build: `serve`
+/// and `work --metrics-addr` exist only with the `serve` feature.
+fn missing_feature(clap_error: &str, has_serve: bool) -> &'static str {
+    let serve_only = clap_error.contains("subcommand 'serve'") || clap_error.contains("'--metrics-addr'");
+    if serve_only && !has_serve {
+        ": this build has no web monitor or metrics endpoint (build it with the `serve` feature of outbox-cli)"
+    } else {
+        ""
+    }
 }
 
 /// Parses a command line of `C` (a clap parser) under the binary name `bin`.
@@ -268,4 +282,21 @@ pub fn run_cli(app: App, cli: Cli) -> ExitCode {
         "warn",
         async move { execute(&app, cli).await },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::missing_feature;
+
+    #[test]
+    fn a_serve_only_command_or_flag_names_the_feature_it_needs() {
+        for e in [
+            "unrecognized subcommand 'serve'",
+            "unexpected argument '--metrics-addr' found",
+        ] {
+            assert!(missing_feature(e, false).contains("`serve` feature"), "{e}");
+            assert_eq!(missing_feature(e, true), "", "{e}");
+        }
+        assert_eq!(missing_feature("unexpected argument '--nope' found", false), "");
+    }
 }
