@@ -242,11 +242,28 @@ where
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("{bin}: error: {line}");
+            eprintln!("{bin}: error: {}", error_line(&e));
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// An error and its causes as one line, each cause once: a layer that
+/// already quotes its source (a storage error naming SQLite's message) is
+/// not followed by that source again.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// The whole `main` of an application's `outbox` binary: parses the process
@@ -287,6 +304,33 @@ pub fn run_cli(app: App, cli: Cli) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::missing_feature;
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        #[derive(Debug)]
+        struct Quoting(std::io::Error);
+        impl std::fmt::Display for Quoting {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "reading the journal: {}", self.0)
+            }
+        }
+        impl std::error::Error for Quoting {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = || std::io::Error::other("database disk image is malformed");
+        let e = anyhow::Error::new(Quoting(io())).context("opening /tmp/j.db");
+        assert_eq!(
+            super::error_line(&e),
+            "opening /tmp/j.db: reading the journal: database disk image is malformed"
+        );
+        let e = anyhow::Error::new(io()).context("opening /tmp/j.db");
+        assert_eq!(
+            super::error_line(&e),
+            "opening /tmp/j.db: database disk image is malformed"
+        );
+    }
 
     #[test]
     fn a_serve_only_command_or_flag_names_the_feature_it_needs() {

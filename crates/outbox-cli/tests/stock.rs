@@ -351,3 +351,50 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
     let report = ok_json(&site, &["report", "--json"]);
     assert_eq!(report["dead"], 1, "{report}");
 }
+
+/// A journal path that names another application's SQLite file (a typo at
+/// 3 a.m.) is refused as holding no outbox tables, pointing at the path
+/// before `migrate`, and the file is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_another_application_is_refused_as_holding_no_outbox() {
+    let site = application().await;
+    let foreign = site.journal.with_file_name("users.db");
+    {
+        let opts = outbox_sqlite::sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&foreign)
+            .create_if_missing(true);
+        let mut conn =
+            <outbox_sqlite::sqlx::SqliteConnection as outbox_sqlite::sqlx::Connection>::connect_with(&opts)
+                .await
+                .unwrap();
+        outbox_sqlite::sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let _ = outbox_sqlite::sqlx::Connection::close(conn).await;
+    }
+    let before = std::fs::read(&foreign).unwrap();
+    let mut cmd = Command::new(BIN);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OUTBOX_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .arg("--journal")
+        .arg(format!("sqlite://{}", foreign.display()))
+        .arg("--projection-db")
+        .arg(format!("sqlite://{}", site.projection.display()))
+        .arg("report")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run outbox");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("users.db holds no outbox tables") && stderr.contains("check the path"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), before, "the file changed");
+}

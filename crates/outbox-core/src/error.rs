@@ -106,9 +106,7 @@ pub enum Error {
     /// opened without migrating (an operator's inspection must not upgrade
     /// an application's database behind its back). Nothing was changed; run
     /// `migrate` with this build, or use a build of the database's version.
-    #[error(
-        "schema version {found} of {database} is older than this build's ({supported}); run `migrate` to upgrade it"
-    )]
+    #[error("{}", schema_too_old(.database, *.found, *.supported))]
     SchemaTooOld {
         /// Which database.
         database: String,
@@ -131,6 +129,20 @@ pub enum Error {
     },
 }
 
+/// [`Error::SchemaTooOld`]'s message. Version 0 is a database with none of
+/// the outbox's tables: most often a mistyped path (another application's
+/// file), so the message says so before it offers `migrate`.
+fn schema_too_old(database: &str, found: i64, supported: i64) -> String {
+    if found == 0 {
+        format!(
+            "{database} holds no outbox tables (schema version 0): check the path; `migrate` creates them (version {supported}), beside any tables of its own"
+        )
+    } else {
+        format!(
+            "schema version {found} of {database} is older than this build's ({supported}); run `migrate` to upgrade it"
+        )
+    }
+}
 impl Error {
     /// Whether retrying the same call, unchanged, can succeed.
     ///
