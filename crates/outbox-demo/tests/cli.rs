@@ -738,8 +738,8 @@ fn report_shows_running_digests_and_verify_recomputes_them() {
         );
     }
 
-    let out = site.ok(&["verify", "--projection", "nobody"]);
-    assert!(out.contains("nobody") && out.contains("(0 documents)"), "{out}");
+    // A projection nothing knows is not found, not an empty "ok".
+    site.refused(&["verify", "--projection", "nobody"], &[], 3, &["projection `nobody`"]);
     let long = "p".repeat(300);
     let bad = site.run(&["verify", "--projection", &long]);
     assert_eq!(bad.code, Some(2), "{}", bad.explain());
