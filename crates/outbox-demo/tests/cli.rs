@@ -739,7 +739,12 @@ fn report_shows_running_digests_and_verify_recomputes_them() {
     }
 
     // A projection nothing knows is not found, not an empty "ok".
-    site.refused(&["verify", "--projection", "nobody"], &[], 3, &["projection `nobody`"]);
+    site.refused(
+        &["verify", "--projection", "nobody"],
+        &[],
+        3,
+        &["projection `nobody`"],
+    );
     let long = "p".repeat(300);
     let bad = site.run(&["verify", "--projection", &long]);
     assert_eq!(bad.code, Some(2), "{}", bad.explain());
