@@ -55,6 +55,18 @@ impl TickReport {
     pub fn made_progress(&self) -> bool {
         self.completed + self.failed + self.dead_lettered > 0
     }
+
+    /// Adds another pass's counts to these.
+    fn add(&mut self, other: &TickReport) {
+        self.due_streams += other.due_streams;
+        self.leased += other.leased;
+        self.contended += other.contended;
+        self.claimed += other.claimed;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.dead_lettered += other.dead_lettered;
+        self.storage_errors += other.storage_errors;
+    }
 }
 
 /// How draining one stream in a pass ended.
@@ -78,6 +90,26 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             WorkerKind::Apply
         };
         self.tick_as(kind, &CancellationToken::new()).await
+    }
+
+    /// Worker passes ([`tick`](Self::tick)) until one changes nothing; what
+    /// they did, added up. Every row due when it is called (or falling due
+    /// meanwhile) ends applied, failed with a retry, or dead-lettered: a
+    /// failed row's retry is not waited for, so a failing projection cannot
+    /// keep it running (its rows stay in [`summary`](outbox_core::OutboxInspector::summary)
+    /// as `failed`). Rows another worker holds are left to it.
+    ///
+    /// For tests (append, `drain`, assert the views) and one-shot jobs; a
+    /// service runs the worker with [`start`](Self::start) instead.
+    pub async fn drain(&self) -> Result<TickReport> {
+        let mut total = TickReport::default();
+        loop {
+            let pass = self.tick().await?;
+            total.add(&pass);
+            if !pass.made_progress() {
+                return Ok(total);
+            }
+        }
     }
 
     /// One pass: up to `streams_per_pass` streams, each drained for up to

@@ -1152,3 +1152,39 @@ async fn a_row_that_keeps_killing_its_worker_is_dead_lettered_without_another_ap
     let m = rt.metrics();
     assert_eq!(m.dead_lettered, 1);
 }
+
+/// `drain` applies everything due and returns, also when a projection
+/// fails: the failed row's retry is not waited for (a loop on
+/// `summary().total() == 0` would never end here).
+#[tokio::test(start_paused = true)]
+async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
+    let e = env();
+    let poison = sid("poison");
+    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(worker_config().with_repair_on_start(false))
+        .event_types(oracle_registry())
+        .projection(e.oracle.clone())
+        .view(Panicky {
+            name: outbox_core::ProjectionName::new("panicky").unwrap(),
+            stream: poison.clone(),
+        })
+        .build()
+        .await
+        .unwrap();
+    append_values(&rt, &sid("a"), &[1, 2, 3]).await;
+    append_values(&rt, &sid("b"), &[4]).await;
+    append_values(&rt, &poison, &[5, 6]).await;
+    let report = rt.drain().await.unwrap();
+    assert_eq!(report.completed, 4, "{report:?}");
+    assert_eq!(report.failed, 1, "the poison head failed once: {report:?}");
+    let summary = rt.journal().summary().await.unwrap();
+    assert_eq!((summary.failed, summary.pending), (1, 1), "{summary:?}");
+    check_history(
+        &state(&e).await,
+        &expect(&[("a", 3, 6), ("b", 1, 4), ("poison", 0, 0)]),
+        &BTreeMap::new(),
+    )
+    .expect("the healthy streams are applied");
+    // Nothing is due until the retry: a second drain does nothing.
+    assert!(!rt.drain().await.unwrap().made_progress());
+}
