@@ -275,8 +275,10 @@ impl Config {
         })
     }
 
-    /// Checks the values; [`Outbox::builder`](crate::Outbox::builder) calls this.
+    /// Checks the values, the mode flags among them (a worker without the
+    /// outbox is refused here, not first at build); [`Outbox::builder`](crate::Outbox::builder) calls this.
     pub fn validate(&self) -> Result<()> {
+        outbox_core::select_mode(self.flags)?;
         // Each bound names the variable that sets it (a builder's value is
         // the same setting).
         let in_range = |name: &str, var: &str, v: Duration, lo: Duration, hi: Duration| {
@@ -598,6 +600,18 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains('\n'), "one line: {msg}");
+    }
+
+    #[test]
+    fn inconsistent_mode_flags_are_refused_when_read() {
+        let msg = env(&[("OUTBOX_WORKER_ENABLED", "true")]).unwrap_err().to_string();
+        assert!(
+            msg.contains("OUTBOX_WORKER_ENABLED is set but OUTBOX_ENABLED is not"),
+            "{msg}"
+        );
+        let msg = env(&[("OUTBOX_INLINE_APPLY", "false")]).unwrap_err().to_string();
+        assert!(msg.contains("OUTBOX_INLINE_APPLY is false"), "{msg}");
+        env(&[("OUTBOX_ENABLED", "true"), ("OUTBOX_WORKER_ENABLED", "true")]).unwrap();
     }
 
     #[test]

@@ -1077,8 +1077,14 @@ async fn producer_only_is_reached_from_the_environment() {
     .unwrap();
     let e = env();
     assert_eq!(runtime(&e, c).await.mode(), Mode::ProducerOnly);
-    // Inline apply off with the outbox off would apply and record nothing.
-    let c = Config::from_lookup(|k| (k == "OUTBOX_INLINE_APPLY").then(|| "false".into())).unwrap();
+    // Inline apply off with the outbox off would apply and record nothing:
+    // refused as the environment is read, and by the builder.
+    let err = Config::from_lookup(|k| (k == "OUTBOX_INLINE_APPLY").then(|| "false".into())).unwrap_err();
+    assert!(err.to_string().contains("OUTBOX_INLINE_APPLY is false"), "{err}");
+    let c = Config::default().with_flags(outbox_core::ModeFlags {
+        inline_apply: false,
+        ..Config::default().flags
+    });
     let e = env();
     let err = Outbox::builder(e.journal.clone(), e.store.clone())
         .config(c)
