@@ -132,8 +132,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 self.sweep(kind, taken, &mut done, cancel).instrument(span),
                 self.end_then_claim(kind, previous, ahead, &mut ended)
             );
-            add_counts(report, &done);
-            add_counts(report, &ended);
+            report.add(&done);
+            report.add(&ended);
             let failed = match swept {
                 Ok(ends) => {
                     *ending = ends;
@@ -571,17 +571,4 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 /// together.
 fn fresh(run: &ClaimedRun) -> bool {
     run.rows.iter().all(|r| r.attempt_count == 0)
-}
-
-/// Adds the counts of one sweep to the pass's report (streams are counted
-/// by the pass itself).
-fn add_counts(report: &mut TickReport, sweep: &TickReport) {
-    report.contended += sweep.contended;
-    report.claimed += sweep.claimed;
-    report.completed += sweep.completed;
-    report.failed += sweep.failed;
-    report.dead_lettered += sweep.dead_lettered;
-    report.storage_errors += sweep.storage_errors;
-    report.due_streams += sweep.due_streams;
-    report.leased += sweep.leased;
 }

@@ -56,8 +56,8 @@ impl TickReport {
         self.completed + self.failed + self.dead_lettered > 0
     }
 
-    /// Adds another pass's counts to these.
-    fn add(&mut self, other: &TickReport) {
+    /// Adds another pass's (or sweep's) counts to these.
+    pub(crate) fn add(&mut self, other: &TickReport) {
         self.due_streams += other.due_streams;
         self.leased += other.leased;
         self.contended += other.contended;
