@@ -107,6 +107,12 @@ async fn application() -> Site {
 }
 
 fn outbox(site: &Site, args: &[&str]) -> Output {
+    outbox_on(&site.journal, &site.projection, args)
+}
+
+/// `outbox` on these two files, with no OUTBOX_* variable of the test's
+/// environment.
+fn outbox_on(journal: &Path, projection: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("OUTBOX_") {
@@ -114,9 +120,9 @@ fn outbox(site: &Site, args: &[&str]) -> Output {
         }
     }
     cmd.arg("--journal")
-        .arg(format!("sqlite://{}", site.journal.display()))
+        .arg(format!("sqlite://{}", journal.display()))
         .arg("--projection-db")
-        .arg(format!("sqlite://{}", site.projection.display()))
+        .arg(format!("sqlite://{}", projection.display()))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -374,21 +380,7 @@ async fn a_database_of_another_application_is_refused_as_holding_no_outbox() {
         let _ = outbox_sqlite::sqlx::Connection::close(conn).await;
     }
     let before = std::fs::read(&foreign).unwrap();
-    let mut cmd = Command::new(BIN);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("OUTBOX_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .arg("--journal")
-        .arg(format!("sqlite://{}", foreign.display()))
-        .arg("--projection-db")
-        .arg(format!("sqlite://{}", site.projection.display()))
-        .arg("report")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run outbox");
+    let out = outbox_on(&foreign, &site.projection, &["report"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");

@@ -132,6 +132,18 @@ impl Site {
         self.run_env(args, &[])
     }
 
+    /// Runs a command with its stdout going to `stdout` (its `Run` has
+    /// an empty stdout).
+    fn run_to(&self, args: &[&str], stdout: impl Into<Stdio>) -> Run {
+        let out = self
+            .command(args)
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run outbox");
+        Run::from(args, out)
+    }
+
     /// Runs a command that must succeed; returns its stdout.
     fn ok(&self, args: &[&str]) -> String {
         self.ok_env(args, &[])
@@ -664,13 +676,7 @@ fn output_to_a_closed_pipe_or_a_full_disk_is_no_panic() {
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
         let before = site.snapshot();
-        let out = site
-            .command(args)
-            .stdout(writer)
-            .stderr(Stdio::piped())
-            .output()
-            .expect("run outbox");
-        let r = Run::from(args, out);
+        let r = site.run_to(args, writer);
         assert_eq!(r.code, Some(0), "closed pipe; {}", r.explain());
         assert!(r.stderr.is_empty(), "nothing on stderr; {}", r.explain());
         assert_same_files(&before, &site.snapshot(), &r.args);
@@ -679,13 +685,7 @@ fn output_to_a_closed_pipe_or_a_full_disk_is_no_panic() {
             .write(true)
             .open("/dev/full")
             .expect("/dev/full");
-        let out = site
-            .command(args)
-            .stdout(full)
-            .stderr(Stdio::piped())
-            .output()
-            .expect("run outbox");
-        let r = Run::from(args, out);
+        let r = site.run_to(args, full);
         assert_eq!(r.code, Some(1), "full disk; {}", r.explain());
         let lines: Vec<&str> = r.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "one line; {}", r.explain());

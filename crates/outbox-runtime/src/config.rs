@@ -239,13 +239,16 @@ impl Config {
     /// back) and reported as a temporary [`Error::Storage`], so a hung
     /// connection cannot hold a worker past its lease.
     pub fn store_deadline(&self) -> Duration {
-        self.store_deadline.unwrap_or_else(|| {
-            let partition_ttl = crate::running::heartbeat_ttl(self.heartbeat_interval);
-            match self.lease_ttl / 3 {
-                d if self.leasing && d >= partition_ttl => partition_ttl / 3,
-                d => d,
-            }
+        self.store_deadline.unwrap_or_else(|| match self.lease_ttl / 3 {
+            d if self.leasing && d >= self.partition_ttl() => self.partition_ttl() / 3,
+            d => d,
         })
+    }
+
+    /// How long a partition lease lasts (and holds the streams a claim
+    /// took in it): three heartbeat intervals, at least 1 s.
+    fn partition_ttl(&self) -> Duration {
+        crate::running::heartbeat_ttl(self.heartbeat_interval)
     }
 
     /// Sets the worker id.
@@ -331,7 +334,7 @@ impl Config {
         // Under partition leasing a claim holds its streams for the
         // partition lease TTL (three heartbeats): a store call must end well
         // within it, or a slow pass's streams fall due again.
-        let partition_ttl = crate::running::heartbeat_ttl(self.heartbeat_interval);
+        let partition_ttl = self.partition_ttl();
         // (Only a configured deadline can fail this: the default fits.)
         if self.leasing && self.store_deadline() >= partition_ttl {
             return Err(Error::Config(format!(

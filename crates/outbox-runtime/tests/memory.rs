@@ -735,13 +735,10 @@ impl outbox_core::ViewProjection for Panicky {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_threshold() {
-    let e = env();
-    let poison = sid("poison");
-    let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap();
-    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
-        .config(worker_config().with_retry(policy))
+/// The oracle beside a [`Panicky`] view that panics on `poison`.
+async fn runtime_panicking_on(e: &Env, config: Config, poison: &StreamId) -> Rt {
+    Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(config)
         .event_types(oracle_registry())
         .projection(e.oracle.clone())
         .view(Panicky {
@@ -750,7 +747,15 @@ async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_thr
         })
         .build()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_threshold() {
+    let e = env();
+    let poison = sid("poison");
+    let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap();
+    let rt = runtime_panicking_on(&e, worker_config().with_retry(policy), &poison).await;
     append_values(&rt, &poison, &[1, 2]).await;
     append_values(&rt, &sid("healthy"), &[5, 6]).await;
     for _ in 0..3 {
@@ -1166,17 +1171,7 @@ async fn a_row_that_keeps_killing_its_worker_is_dead_lettered_without_another_ap
 async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
     let e = env();
     let poison = sid("poison");
-    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
-        .config(worker_config().with_repair_on_start(false))
-        .event_types(oracle_registry())
-        .projection(e.oracle.clone())
-        .view(Panicky {
-            name: outbox_core::ProjectionName::new("panicky").unwrap(),
-            stream: poison.clone(),
-        })
-        .build()
-        .await
-        .unwrap();
+    let rt = runtime_panicking_on(&e, worker_config().with_repair_on_start(false), &poison).await;
     append_values(&rt, &sid("a"), &[1, 2, 3]).await;
     append_values(&rt, &sid("b"), &[4]).await;
     append_values(&rt, &poison, &[5, 6]).await;
