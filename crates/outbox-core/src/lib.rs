@@ -30,8 +30,8 @@ pub use generation::{
 };
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, SinkName, StreamId, WorkerId};
 pub use outbox::{
-    ClaimedRun, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL, OutboxRow, OutboxStatus,
-    OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
+    ClaimedRun, ENDED_WITHOUT_RESULT, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL,
+    OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
 };
 pub use partition::{
     Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions,

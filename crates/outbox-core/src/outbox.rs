@@ -86,16 +86,49 @@ pub struct OutboxRow {
     /// When the row first failed (a recorded failure or an unfinished
     /// attempt); kept through its retries, cleared by a requeue.
     pub first_failed_at: Option<Timestamp>,
+    /// Whether the row is applied alone: a claim that held it ended without
+    /// a result (its worker crashed, was killed or stalled) before anything
+    /// showed which row was at fault, so it is claimed by itself from then
+    /// on, and an attempt of its own that ends without a result is charged
+    /// to it (ADR 0029). Kept until the row is completed or requeued.
+    pub alone: bool,
+}
+
+impl OutboxRow {
+    /// Whether the row has never been tried: not failed, not unfinished,
+    /// not to be applied alone. Only fresh rows are applied together with
+    /// other streams' rows.
+    pub fn is_fresh(&self) -> bool {
+        self.attempt_count == 0 && !self.alone && self.last_error.is_none()
+    }
+
+    /// Whether the claim that returned this row found an attempt of its own
+    /// unfinished (begun with
+    /// [`OutboxQueue::begin_attempt`](crate::OutboxQueue::begin_attempt),
+    /// then never completed, failed or abandoned): the claimer records that
+    /// attempt with [`OutboxQueue::fail`](crate::OutboxQueue::fail) before it
+    /// applies the row again (ADR 0029).
+    pub fn ended_unfinished(&self) -> bool {
+        self.alone && self.last_error.as_deref() == Some(UNFINISHED_ATTEMPT)
+    }
 }
 
 /// The longest failure message stored; longer ones are cut at a char boundary.
 pub const MAX_ERROR_LEN: usize = 2048;
 
-/// The error a claim records on a row it finds still `processing`: the
-/// worker that claimed it before stopped without completing, failing or
-/// abandoning it (see [`OutboxQueue`](crate::OutboxQueue), `claim`).
+/// The error a claim records on an [`alone`](OutboxRow::alone) row it finds
+/// still `processing` after an attempt of its own began
+/// ([`OutboxQueue::begin_attempt`](crate::OutboxQueue::begin_attempt)): the
+/// worker stopped without completing, failing or abandoning it (see
+/// [`OutboxQueue`](crate::OutboxQueue), `claim`). The claimer then records
+/// the attempt with [`ENDED_WITHOUT_RESULT`] as its message.
 pub const UNFINISHED_ATTEMPT: &str =
     "a worker claimed this row and stopped before finishing it (crashed, killed or stalled past its lease)";
+
+/// The failure a worker records for an attempt that ended without a result
+/// (see [`UNFINISHED_ATTEMPT`]): distinct from it, so a claim of the failed
+/// row does not read as unfinished again.
+pub const ENDED_WITHOUT_RESULT: &str = "the apply ended without a result: its worker crashed, was killed or stalled past its lease while applying this row alone";
 
 /// `message` cut to at most [`MAX_ERROR_LEN`] bytes at a char boundary.
 pub fn truncate_error(message: &str) -> &str {

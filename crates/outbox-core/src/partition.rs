@@ -405,6 +405,9 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 ///   claims do not take it again before its pass ends, and a takeover
 ///   after its holder died finds it due. `claim` under such a lease holds
 ///   the stream likewise.
+/// - A head applied alone (`alone`, or found `processing`) is claimed as
+///   [`OutboxQueue::claim`](crate::OutboxQueue::claim) claims it: by
+///   itself, a run of one row (ADR 0029).
 /// - `claim_and_load_partitioned` takes what `claim_partitioned` takes; a
 ///   run's `events`, when `Some`, are what
 ///   [`EventJournal::read_runs`](crate::EventJournal::read_runs) returns

@@ -151,16 +151,25 @@ pub trait EventJournal: Send + Sync {
 /// - Marks `processing` and returns the head and the rows right behind it
 ///   (contiguous seqs, at most `max`) that are due, in seq order. Returns an
 ///   empty vector if the head is dead or not due (or there are no rows).
-/// - Re-claiming rows already `processing` (after a takeover) is allowed,
-///   and counts as an attempt: the claimer before stopped without
-///   completing, failing or abandoning them (a crash, a kill, a stall past
-///   its lease). A `processing` head is claimed **alone**, its
-///   `attempt_count` incremented and its `last_error` set to
-///   [`UNFINISHED_ATTEMPT`](crate::UNFINISHED_ATTEMPT); a `processing` row
-///   behind a head that is not ends the run before it. So a row whose apply
-///   kills its worker is isolated and its attempts add up to the
-///   dead-letter threshold (the worker parks a claimed row whose count
-///   already reached it instead of applying it again).
+/// - Re-claiming rows already `processing` (after a takeover) is allowed:
+///   the claimer before stopped without completing, failing or abandoning
+///   them (a crash, a kill, a stall past its lease). Such a head, and any
+///   [`alone`](crate::OutboxRow::alone) head, is claimed **by itself** (a
+///   run of one row); a row behind the head that is `processing` or `alone`
+///   ends the run before it. A `processing` head becomes `alone` for good
+///   (until completed or requeued). Blame goes only where it is known
+///   (ADR 0029):
+///   - no attempt is counted for a head whose claim shared it with other
+///     rows or whose apply never began: nobody can tell which row ended it;
+///   - a head whose attempt of its own began (`begin_attempt`) and never
+///     ended is reported: its `last_error` becomes
+///     [`UNFINISHED_ATTEMPT`](crate::UNFINISHED_ATTEMPT) (and
+///     `first_failed_at` is set if unset), its `attempt_count` is left
+///     alone, and the claimer records the attempt with `fail`
+///     ([`OutboxRow::ended_unfinished`](crate::OutboxRow::ended_unfinished)),
+///     so it counts exactly once and dead-letters at the threshold like any
+///     failure.
+/// - A claim also clears a `begin_attempt` mark it finds on a row.
 /// - Of two claimers presenting different leases, at most one succeeds.
 ///
 /// `complete`:
@@ -217,6 +226,15 @@ pub trait EventJournal: Send + Sync {
 ///   [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)); when `policy` decides
 ///   dead-letter the row becomes `dead`, else `failed` and due at
 ///   `now + policy.delay(attempt)` by the store's clock.
+///
+/// `begin_attempt`:
+/// - Requires the current lease (else `LeaseLost`) and a `processing`,
+///   `alone` row at `seq` (else `NotFound` or `InvalidState`); marks that an
+///   attempt of its own begins now: if the row is still `processing` when
+///   a later claim takes it, that claim reports the attempt (see `claim`).
+///   Nothing else changes. A worker calls it right before it applies a row
+///   that is `alone`, and applies nothing else until that row's attempt
+///   ends.
 ///
 /// `abandon`:
 /// - Requires the current lease; turns the stream's `processing` rows back to
@@ -387,6 +405,9 @@ pub trait OutboxQueue: Send + Sync {
         error: &str,
         policy: &RetryPolicy,
     ) -> impl Future<Output = Result<FailureOutcome>> + Send;
+
+    /// Marks the start of an attempt of an `alone` row's own.
+    fn begin_attempt(&self, lease: &Lease, seq: Seq) -> impl Future<Output = Result<()>> + Send;
 
     /// Returns the lease's processing rows to pending.
     fn abandon(&self, lease: &Lease) -> impl Future<Output = Result<u64>> + Send;

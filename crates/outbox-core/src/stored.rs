@@ -154,6 +154,8 @@ pub struct StoredOutboxRow {
     pub updated_at: i64,
     /// `first_failed_at`: milliseconds since the Unix epoch.
     pub first_failed_at: Option<i64>,
+    /// `alone`: whether the row is applied alone (a stored mark above 0).
+    pub alone: bool,
 }
 
 impl StoredOutboxRow {
@@ -175,6 +177,7 @@ impl StoredOutboxRow {
             last_error: self.last_error,
             updated_at: Timestamp::from_millis(self.updated_at),
             first_failed_at: self.first_failed_at.map(Timestamp::from_millis),
+            alone: self.alone,
         })
     }
 }
@@ -524,6 +527,7 @@ mod tests {
             last_error: Some("boom".into()),
             updated_at: 4_000,
             first_failed_at: Some(3_000),
+            alone: false,
         }
     }
 

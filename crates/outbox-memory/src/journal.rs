@@ -41,6 +41,9 @@ pub(crate) struct State {
     global: Vec<(StreamId, usize)>,
     next_global: u64,
     outbox: BTreeMap<(StreamId, Seq), OutboxRow>,
+    /// Rows whose attempt of their own began (`begin_attempt`), until a
+    /// claim or a completion clears the mark (ADR 0029).
+    attempts_begun: BTreeSet<(StreamId, Seq)>,
     /// stream -> (head seq, due time or None when the head is dead)
     heads: HashMap<StreamId, (Seq, Option<Timestamp>)>,
     /// (due time, stream) for every head that is not dead: the "index".
@@ -144,8 +147,7 @@ impl MemoryJournal {
         let st = self.lock();
         let mut runs = ClaimedRun::unloaded(runs);
         for run in &mut runs {
-            let (Some(first), true) = (run.rows.first(), run.rows.iter().all(|r| r.attempt_count == 0))
-            else {
+            let (Some(first), true) = (run.rows.first(), run.rows.iter().all(OutboxRow::is_fresh)) else {
                 continue;
             };
             let events = st
@@ -227,7 +229,9 @@ impl State {
         }
     }
 
-    /// The claim of the lease's stream's head run (the lease checked by the caller).
+    /// The claim of the lease's stream's head run (the lease checked by the
+    /// caller). A head applied alone (`alone`, or found `processing`) is
+    /// claimed by itself (ADR 0029).
     fn claim_run(&mut self, lease: &Lease, max: usize, now: Timestamp) -> Vec<OutboxRow> {
         let mut seqs = Vec::new();
         let mut expect: Option<u64> = None;
@@ -236,23 +240,30 @@ impl State {
             if !contiguous || row.status == OutboxStatus::Dead || row.next_attempt_at > now {
                 break;
             }
-            // An unfinished row is claimed alone (as the head) or not at all.
-            if !seqs.is_empty() && row.status == OutboxStatus::Processing {
+            // A row applied alone is claimed by itself (as the head) or not at all.
+            let by_itself = row.alone || row.status == OutboxStatus::Processing;
+            if by_itself && !seqs.is_empty() {
                 break;
             }
             seqs.push(*seq);
             expect = Some(seq.get() + 1);
-            if row.status == OutboxStatus::Processing {
+            if by_itself {
                 break;
             }
         }
         let mut out = Vec::with_capacity(seqs.len());
         for seq in seqs {
-            if let Some(row) = self.outbox.get_mut(&(lease.stream.clone(), seq)) {
+            let key = (lease.stream.clone(), seq);
+            let began = self.attempts_begun.remove(&key);
+            if let Some(row) = self.outbox.get_mut(&key) {
                 if row.status == OutboxStatus::Processing {
-                    row.attempt_count = row.attempt_count.saturating_add(1);
-                    row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
-                    row.first_failed_at.get_or_insert(now);
+                    if began {
+                        // An attempt of its own ended without a result: the
+                        // claimer records it (`fail`).
+                        row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                        row.first_failed_at.get_or_insert(now);
+                    }
+                    row.alone = true;
                 }
                 row.status = OutboxStatus::Processing;
                 row.updated_at = now;
@@ -326,6 +337,7 @@ impl EventJournal for MemoryJournal {
                             last_error: None,
                             updated_at: now,
                             first_failed_at: None,
+                            alone: false,
                         },
                     );
                 }
@@ -440,6 +452,7 @@ impl OutboxQueue for MemoryJournal {
             .collect();
         for seq in &doomed {
             st.outbox.remove(&(stream.clone(), *seq));
+            st.attempts_begun.remove(&(stream.clone(), *seq));
         }
         st.refresh_head(stream);
         Ok(doomed.len() as u64)
@@ -490,6 +503,21 @@ impl OutboxQueue for MemoryJournal {
     ) -> Result<Vec<ClaimedRun>> {
         let runs = self.acquire_and_claim_due(owner, ttl, limits).await?;
         Ok(self.loaded(runs))
+    }
+
+    async fn begin_attempt(&self, lease: &Lease, seq: Seq) -> Result<()> {
+        let now = self.now();
+        let mut st = self.lock();
+        st.check_lease(lease, now)?;
+        let row = st.processing_row(lease, seq)?;
+        if !row.alone {
+            return Err(Error::InvalidState(format!(
+                "outbox row {}/{seq} is not applied alone",
+                lease.stream
+            )));
+        }
+        st.attempts_begun.insert((lease.stream.clone(), seq));
+        Ok(())
     }
 
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
@@ -693,6 +721,7 @@ fn revive(row: &mut OutboxRow, now: Timestamp) {
     row.attempt_count = 0;
     row.last_error = None;
     row.first_failed_at = None;
+    row.alone = false;
     row.next_attempt_at = now;
     row.updated_at = now;
 }

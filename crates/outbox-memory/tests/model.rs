@@ -64,6 +64,8 @@ struct MRow {
     status: OutboxStatus,
     attempts: u32,
     next_at: i64,
+    /// Applied alone (ADR 0029): found unfinished by a claim once.
+    alone: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -173,6 +175,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 status: OutboxStatus::Pending,
                                 attempts: 0,
                                 next_at: m.now,
+                                alone: false,
                             },
                         );
                     }
@@ -244,20 +247,23 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     {
                         break;
                     }
-                    // An unfinished (processing) row is claimed alone, as the head.
-                    if idx > 0 && r.status == OutboxStatus::Processing {
+                    // A row applied alone (or unfinished) is claimed by
+                    // itself, as the head.
+                    let by_itself = r.alone || r.status == OutboxStatus::Processing;
+                    if idx > 0 && by_itself {
                         break;
                     }
                     want.push(*q);
-                    if r.status == OutboxStatus::Processing {
+                    if by_itself {
                         break;
                     }
                 }
                 for q in &want {
                     let row = m.rows.get_mut(&(stream, *q)).unwrap();
                     if row.status == OutboxStatus::Processing {
-                        // Claimed again unfinished: one more attempt.
-                        row.attempts += 1;
+                        // Claimed again unfinished: alone from now on; the
+                        // claim itself counts no attempt.
+                        row.alone = true;
                     }
                     row.status = OutboxStatus::Processing;
                 }
@@ -324,6 +330,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             status: OutboxStatus::Pending,
                             attempts: 0,
                             next_at: now,
+                            alone: false,
                         };
                         prop_assert!(r.is_ok(), "op {}", i);
                     }
@@ -355,6 +362,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                                 status: OutboxStatus::Pending,
                                 attempts: 0,
                                 next_at: now,
+                                alone: false,
                             },
                         );
                         (format!("s{s}"), q)
@@ -389,8 +397,8 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 .unwrap()
                 .expect("row exists");
             prop_assert_eq!(
-                (row.status, row.attempt_count),
-                (r.status, r.attempts),
+                (row.status, row.attempt_count, row.alone),
+                (r.status, r.attempts, r.alone),
                 "after op {}: row s{}/{}",
                 i,
                 s,

@@ -366,6 +366,8 @@ async fn raw_worker(pool: &PgPool, who: &str, batch: usize) {
             let mut seqs: Vec<i64> = sqlx::query(statements::CLAIM)
                 .bind(&s)
                 .bind(batch as i64)
+                .bind(outbox_core::UNFINISHED_ATTEMPT)
+                .bind(true)
                 .fetch_all(&mut *tx)
                 .await
                 .unwrap()

@@ -845,6 +845,15 @@ impl OutboxQueue for PgJournal {
         .await
     }
 
+    /// Lease bookkeeping: committed without waiting for the WAL flush
+    /// (ADR 0027), like the claim it follows.
+    async fn begin_attempt(&self, lease: &Lease, seq: Seq) -> Result<()> {
+        self.write_relaxed("beginning an attempt", async |tx| {
+            begin_attempt_in(tx, lease, seq).await
+        })
+        .await
+    }
+
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
         self.write_relaxed("abandoning outbox rows", async |tx| abandon_in(tx, lease).await)
             .await
@@ -899,6 +908,32 @@ async fn complete_in(tx: &mut PgConnection, stream: &StreamId, through: Seq) -> 
 }
 
 /// The abandon, inside a transaction: the lease must be current.
+/// Marks the start of an attempt of an `alone` row's own (ADR 0029).
+async fn begin_attempt_in(tx: &mut PgConnection, lease: &Lease, seq: Seq) -> Result<()> {
+    let err = |e| storage("beginning an attempt", e);
+    lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
+    if !lease_valid(tx, lease).await.map_err(err)? {
+        return Err(lease.lost());
+    }
+    let marked = sqlx::query(
+        "UPDATE outbox SET alone = 2 WHERE stream = $1 AND seq = $2 AND status = 'processing' AND alone > 0",
+    )
+    .bind(lease.stream.as_str())
+    .bind(seq.as_i64())
+    .execute(&mut *tx)
+    .await
+    .map_err(err)?
+    .rows_affected();
+    if marked == 0 {
+        processing_row(tx, lease, seq).await?;
+        return Err(Error::InvalidState(format!(
+            "outbox row {}/{seq} is not applied alone",
+            lease.stream
+        )));
+    }
+    Ok(())
+}
+
 async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
     let err = |e| storage("abandoning outbox rows", e);
     lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
@@ -974,11 +1009,11 @@ macro_rules! mark_processing {
         concat!(
             "status = 'processing', updated_at = ",
             jnow!(),
-            ", attempt_count = o.attempt_count + CASE WHEN o.status = 'processing' THEN 1 ELSE 0 END, \
-             last_error = CASE WHEN o.status = 'processing' THEN ",
+            ", alone = CASE WHEN o.alone > 0 OR o.status = 'processing' THEN 1 ELSE 0 END, \
+             last_error = CASE WHEN o.status = 'processing' AND o.alone = 2 THEN ",
             $err,
             " ELSE o.last_error END, \
-             first_failed_at = CASE WHEN o.status = 'processing' THEN COALESCE(o.first_failed_at, ",
+             first_failed_at = CASE WHEN o.status = 'processing' AND o.alone = 2 THEN COALESCE(o.first_failed_at, ",
             jnow!(),
             ") ELSE o.first_failed_at END"
         )
@@ -1042,7 +1077,9 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
 ///
 /// Returns the claimed rows (the columns of `decode_row`), each with its
 /// partition, the partition lease's epoch, the hold's end and its place in
-/// the claim (`$6` is the message a reclaimed row records).
+/// the claim (`$6` is the message a row whose own attempt began and never
+/// ended records). A head applied alone (`alone`, or `processing`) is
+/// claimed by itself, a run of one row (ADR 0029).
 pub const CLAIM_PARTITIONED: &str = concat!(
     "WITH held AS (SELECT partition_no, epoch FROM outbox_partition_leases WHERE owner = $1 AND expires_at > ",
     jnow!(),
@@ -1076,9 +1113,9 @@ pub const CLAIM_PARTITIONED: &str = concat!(
                 FROM sized) z \
           WHERE before < $5), \
      head AS (SELECT picked.partition_no, picked.epoch, picked.stream, picked.due_at, o.seq, o.status, \
-                o.next_attempt_at, row_number() OVER w AS n, first_value(o.seq) OVER w AS first_seq, \
-                first_value(o.status) OVER w AS first_status \
-          FROM picked JOIN LATERAL (SELECT seq, status, next_attempt_at FROM outbox \
+                o.next_attempt_at, o.alone, row_number() OVER w AS n, first_value(o.seq) OVER w AS first_seq, \
+                (first_value(o.status) OVER w = 'processing' OR first_value(o.alone) OVER w > 0) AS by_itself \
+          FROM picked JOIN LATERAL (SELECT seq, status, next_attempt_at, alone FROM outbox \
                WHERE stream = picked.stream ORDER BY seq LIMIT least(picked.most, $5 - picked.before)) o ON true \
           WINDOW w AS (PARTITION BY picked.stream ORDER BY o.seq)), \
      run AS (SELECT partition_no, epoch, stream, due_at, seq, \
@@ -1086,14 +1123,14 @@ pub const CLAIM_PARTITIONED: &str = concat!(
                SELECT *, status <> 'dead' AND next_attempt_at <= ",
     jnow!(),
     " AND seq = first_seq + n - 1 \
-                 AND (n = 1 OR (status <> 'processing' AND first_status <> 'processing')) AS ok FROM head) x), \
+                 AND (n = 1 OR (NOT by_itself AND status <> 'processing' AND alone = 0)) AS ok FROM head) x), \
      budget AS (SELECT partition_no, epoch, stream, seq, \
                 count(*) OVER (ORDER BY due_at, stream, seq) AS place FROM run WHERE keep), \
      claimed AS (UPDATE outbox o SET ",
     mark_processing!("$6"),
     " FROM budget b WHERE b.place <= $5 AND o.stream = b.stream AND o.seq = b.seq \
         RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
-                  o.last_error, o.updated_at, o.first_failed_at, b.partition_no::bigint, b.epoch, b.place), \
+                  o.last_error, o.updated_at, o.first_failed_at, o.alone, b.partition_no::bigint, b.epoch, b.place), \
      hold AS (SELECT ",
     jnow!(),
     " + $2 AS until), \
@@ -1105,22 +1142,26 @@ pub const CLAIM_PARTITIONED: &str = concat!(
 
 /// The head run: the stream's first `$2` rows in seq order (a primary-key
 /// range seek), kept while contiguous, not dead and due; marked processing
-/// in the same statement.
+/// in the same statement. A head applied alone (`alone`, or `processing`)
+/// is claimed by itself; a row applied alone behind the head ends the run
+/// (`$3` is the message a row whose own attempt began and never ended
+/// records, ADR 0029).
 pub const CLAIM: &str = concat!(
     "WITH run AS (\
        SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
          SELECT seq, status <> 'dead' AND next_attempt_at <= ",
     jnow!(),
     " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 \
-           AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' \
-                AND first_value(status) OVER (ORDER BY seq) <> 'processing')) AS ok \
-         FROM (SELECT seq, status, next_attempt_at FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
+           AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' AND alone = 0 \
+                AND first_value(status) OVER (ORDER BY seq) <> 'processing' \
+                AND first_value(alone) OVER (ORDER BY seq) = 0)) AS ok \
+         FROM (SELECT seq, status, next_attempt_at, alone FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
        ) x) \
      UPDATE outbox o SET ",
     mark_processing!("$3"),
     " FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \
      RETURNING o.stream, o.seq, o.event_type, o.status, o.attempt_count, o.next_attempt_at, \
-               o.last_error, o.updated_at, o.first_failed_at"
+               o.last_error, o.updated_at, o.first_failed_at, o.alone"
 );
 
 /// Deletes the stream's rows through `$2` and recomputes its head from the
@@ -1198,7 +1239,7 @@ impl PartitionStore for PgJournal {
             .map_err(err)?;
         let mut claimed = Vec::with_capacity(rows.len());
         for r in &rows {
-            let place: i64 = r.try_get(11).map_err(|e| journal_undecodable("claim", e))?;
+            let place: i64 = r.try_get(12).map_err(|e| journal_undecodable("claim", e))?;
             claimed.push((place, decode_row(r)?, r));
         }
         // In due order, each stream's run in seq order (the claim's places).
@@ -1212,9 +1253,9 @@ impl PartitionStore for PgJournal {
                 continue;
             }
             let bad = |e| journal_undecodable("claim", e);
-            let partition: i64 = r.try_get(9).map_err(bad)?;
-            let epoch: i64 = r.try_get(10).map_err(bad)?;
-            let until: i64 = r.try_get(12).map_err(bad)?;
+            let partition: i64 = r.try_get(10).map_err(bad)?;
+            let epoch: i64 = r.try_get(11).map_err(bad)?;
+            let until: i64 = r.try_get(13).map_err(bad)?;
             let partition = u16::try_from(partition)
                 .map(Partition::new)
                 .map_err(|e| journal_undecodable("partition", e))?;

@@ -290,7 +290,10 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     }
 
     let due = explain(pool, statements::DUE_STREAMS, |q| q.bind(64i64)).await;
-    let claim = explain(pool, statements::CLAIM, |q| q.bind("s500").bind(64i64).bind("x")).await;
+    let claim = explain(pool, statements::CLAIM, |q| {
+        q.bind("s500").bind(64i64).bind("x").bind(true)
+    })
+    .await;
     let complete = explain(pool, statements::COMPLETE, |q| q.bind("s500").bind(3i64)).await;
     for (what, plan) in [("due_streams", &due), ("claim", &claim), ("complete", &complete)] {
         println!("{what}:\n{plan}\n");
@@ -319,6 +322,7 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
             .bind(64i64)
             .bind(512i64)
             .bind("x")
+            .bind(true)
     })
     .await;
     sqlx::query("DELETE FROM outbox_partition_leases")
@@ -548,7 +552,7 @@ async fn newer_schema_is_refused_unchanged() {
     };
     let before = tables(j.pool().clone()).await;
     match PgJournal::connect(&url, options(&s)).await {
-        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 5)),
+        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 6)),
         other => panic!("a newer schema is SchemaTooNew, got {other:?}"),
     }
     assert_eq!(tables(j.pool().clone()).await, before, "nothing created");

@@ -10,7 +10,10 @@
 //! worker treats it like any other infrastructure trouble: the stream's pass
 //! stops, its claimed rows are abandoned and its lease released (each of
 //! those bounded too, else left to expire), nothing is counted against a
-//! row, and a later pass retries.
+//! row, and a later pass retries. An *apply* past its deadline (a projection
+//! that hangs, [`stalled`]) ends like a crash instead: its rows stay
+//! `processing` for the next claim to isolate, and an attempt of a row
+//! applied alone is charged to it (ADR 0029).
 //!
 //! **Exactly-once is unaffected.** Dropping a store future drops its
 //! transaction before commit, and an uncommitted transaction rolls back
@@ -53,6 +56,17 @@ pub(crate) trait Within<T>: Future<Output = Result<T>> + Sized {
 
 impl<T, F: Future<Output = Result<T>>> Within<T> for F {}
 
+/// Whether `error` is a store call that did not finish within its deadline
+/// ([`Within::within`]). When the call was an apply, the attempt is ended
+/// like a crash would end it: its rows stay `processing` for the next claim
+/// to isolate, and an attempt of a row applied alone is charged to it
+/// (ADR 0029), so a projection that hangs on one event dead-letters it
+/// instead of retrying it forever.
+pub(crate) fn stalled(error: &Error) -> bool {
+    error.is_temporary()
+        && std::error::Error::source(error).is_some_and(|s| s.is::<tokio::time::error::Elapsed>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +80,16 @@ mod tests {
         assert!(err.is_temporary(), "{err:?}");
         let msg = err.to_string();
         assert!(msg.contains("`claim`") && msg.contains("2s"), "{msg}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_call_past_its_deadline_is_stalled() {
+        let hung = std::future::pending::<Result<()>>();
+        assert!(stalled(
+            &hung.within(Duration::from_secs(1), "apply").await.unwrap_err()
+        ));
+        let other = Error::temporary("connection reset", std::io::Error::other("reset"));
+        assert!(!stalled(&other), "another temporary error is no stall");
     }
 
     #[tokio::test(start_paused = true)]

@@ -94,6 +94,11 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     /// The sinks (ADR 0023) and the wake-up of their delivery loops.
     pub(crate) sinks: Vec<Arc<dyn Sink>>,
     pub(crate) sink_wake: Notify,
+    /// Held for writing while the worker applies a row alone (its attempt
+    /// marked with `begin_attempt`) and for reading while a sink publishes:
+    /// an abort of this process during a marked attempt is that row's doing,
+    /// not a sink's (ADR 0029).
+    pub(crate) alone_gate: tokio::sync::RwLock<()>,
 }
 
 /// A projection as registered, in order.
@@ -275,6 +280,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 partitions: crate::partitions::PartitionState::default(),
                 sinks: self.sinks,
                 sink_wake: Notify::new(),
+                alone_gate: tokio::sync::RwLock::new(()),
             }),
         })
     }

@@ -270,6 +270,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 messaging.batch.message_count = accepted.len(),
             );
             let limit = config.lease_ttl;
+            // Not while the worker applies a row alone (ADR 0029).
+            let _gate = self.inner.alone_gate.read().await;
             match CatchUnwind::new(tokio::time::timeout(limit, sink.publish(&accepted)))
                 .instrument(span)
                 .await
@@ -374,6 +376,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             for (stream, run) in runs {
+                let _gate = self.inner.alone_gate.read().await;
                 let publish = async { Ok::<_, Error>(sink.publish(&run).await) };
                 let published = CatchUnwind::new(publish.within(config.lease_ttl, "publish"))
                     .await

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::deadline::Within;
+use crate::deadline::{Within, stalled};
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::worker::{TickReport, WorkerKind, complete_run};
@@ -325,7 +325,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         };
         if let Err(e) = self.apply_together(kind, &mut together, &mut alone, report).await {
-            self.give_up(together.into_iter().map(|t| t.lease), alone).await;
+            if stalled(&e) {
+                // An apply past its deadline ends like a crash: its rows
+                // stay `processing`, for the next claim to isolate (ADR 0029).
+                self.release_as_stalled(together.into_iter().map(|t| t.lease), alone)
+                    .await;
+            } else {
+                self.give_up(together.into_iter().map(|t| t.lease), alone).await;
+            }
             return Err(e);
         }
         if kind == WorkerKind::Apply {
@@ -547,12 +554,32 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// rows back to pending, leases released, in one commit (best effort:
     /// otherwise the leases expire).
     async fn give_up(&self, leases: impl Iterator<Item = Lease>, alone: Vec<(Lease, Vec<OutboxRow>)>) {
+        self.end_unapplied(leases, alone, true).await;
+    }
+
+    /// Ends every pass of a sweep whose apply stalled past its deadline:
+    /// leases released, claimed rows left `processing` as a crash would
+    /// leave them (see [`stalled`]).
+    async fn release_as_stalled(
+        &self,
+        leases: impl Iterator<Item = Lease>,
+        alone: Vec<(Lease, Vec<OutboxRow>)>,
+    ) {
+        self.end_unapplied(leases, alone, false).await;
+    }
+
+    async fn end_unapplied(
+        &self,
+        leases: impl Iterator<Item = Lease>,
+        alone: Vec<(Lease, Vec<OutboxRow>)>,
+        abandon: bool,
+    ) {
         let ends: Vec<StreamEnd> = leases
             .chain(alone.into_iter().map(|(lease, _)| lease))
             .map(|lease| StreamEnd {
                 lease,
                 through: None,
-                abandon: true,
+                abandon,
             })
             .collect();
         if let Err(e) = self
@@ -567,8 +594,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 }
 
-/// Whether a claimed run is of fresh rows only (never tried): those go
-/// together.
+/// Whether a claimed run is of fresh rows only (never tried, not applied
+/// alone): those go together.
 fn fresh(run: &ClaimedRun) -> bool {
-    run.rows.iter().all(|r| r.attempt_count == 0)
+    run.rows.iter().all(OutboxRow::is_fresh)
 }

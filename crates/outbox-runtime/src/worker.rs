@@ -4,15 +4,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{
-    Error, Event, FailureDecision, FailureOutcome, Lease, OutboxRow, Result, Seq, StreamId,
-    UNFINISHED_ATTEMPT, WorkerId,
+    ENDED_WITHOUT_RESULT, Error, Event, FailureOutcome, Lease, OutboxRow, Result, Seq, StreamId, WorkerId,
 };
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::deadline::Within;
+use crate::deadline::{Within, stalled};
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
@@ -260,10 +259,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // leave nothing stuck in `processing` (skipped when every claimed
         // row was completed) and free the stream for the next worker. Best
         // effort: if it fails, the lease expires and the rows are due again
-        // (already applied rows are then skipped by the checkpoints).
+        // (already applied rows are then skipped by the checkpoints). An
+        // apply past its deadline leaves its rows `processing`, as a crash
+        // would: the next claim isolates them (ADR 0029).
+        let abandon = match &result {
+            Err(e) => !stalled(e),
+            Ok(_) => dirty,
+        };
         match inner
             .journal
-            .complete_and_release(&lease, through, dirty || result.is_err())
+            .complete_and_release(&lease, through, abandon)
             .within(inner.config.store_deadline(), "complete_and_release")
             .await
         {
@@ -308,35 +313,43 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         crate::failpoint::failpoint("after_claim");
         *dirty = true;
-        let recovery = first.last_error.as_deref() == Some(UNFINISHED_ATTEMPT);
+        // A row applied alone (a suspect, or one whose own attempt ended
+        // without a result) is recovery, not budget.
+        let recovery = first.alone;
         if recovery {
             Metrics::add(&inner.metrics.lease_takeovers, 1);
         }
         let more = more || recovery;
         let stream = &lease.stream;
-        // A row whose attempts already reached the dead-letter threshold
-        // can only have got there by claims of an unfinished row (a failure
-        // at the threshold parks it): its apply keeps killing or stalling
-        // its worker. Park it instead of applying it again, unless every
-        // projection already applied it (the attempts then ended after the
-        // apply, before the completion: the apply below skips it).
-        if first.attempt_count > 0
-            && matches!(
-                inner.config.retry.decide(first.attempt_count),
-                FailureDecision::DeadLetter
-            )
+        // The claim found this row's own attempt unfinished (its apply
+        // killed or stalled its worker): that attempt is recorded like any
+        // failure (backoff, then dead at the threshold) before the row is
+        // applied again, unless every projection had applied it (the
+        // attempt then ended after the apply, before the completion: the
+        // apply below skips it). ADR 0029.
+        if first.ended_unfinished()
             && !(kind == WorkerKind::Apply && self.applied_everywhere(&first.stream, first.seq).await?)
         {
             report.claimed += rows.len() as u64;
-            let message = format!(
-                "parked without another apply: {} attempts ended without a result; last: {}",
-                first.attempt_count,
-                first.last_error.as_deref().unwrap_or(UNFINISHED_ATTEMPT)
-            );
-            self.record_failure_message(lease, first, &message, report)
+            self.record_failure_message(lease, first, ENDED_WITHOUT_RESULT, report)
                 .await?;
             return Ok((StreamPass::Blocked, None, recovery));
         }
+        // A row applied alone (its run is that row): the attempt of its own
+        // is marked before it begins, so that if it ends without a result
+        // the next claim charges it, and nothing else of this process
+        // applies or publishes until it ends (ADR 0029).
+        let _alone = if recovery && kind == WorkerKind::Apply {
+            let gate = inner.alone_gate.write().await;
+            inner
+                .journal
+                .begin_attempt(lease, first.seq)
+                .within(inner.config.store_deadline(), "begin_attempt")
+                .await?;
+            Some(gate)
+        } else {
+            None
+        };
         report.claimed += rows.len() as u64;
         Metrics::add(&inner.metrics.claims, 1);
         let span = info_span!(
@@ -678,6 +691,7 @@ mod tests {
             last_error: None,
             updated_at: Timestamp::from_millis(0),
             first_failed_at: None,
+            alone: false,
         }
     }
 

@@ -77,8 +77,10 @@ async fn runtime(
 
 /// The hang is bounded by the deadline (a third of the lease TTL by
 /// default), reported as a temporary storage error that counts nothing
-/// against the row, the lease is released, the half-done apply rolled back,
-/// and the next pass applies every event exactly once.
+/// against the rows (they were applied together: nobody can tell which one
+/// hung), the lease is released, the half-done apply rolled back, the rows
+/// are left `processing` as a crash leaves them (ADR 0029), and the next
+/// pass applies every event exactly once, each row alone.
 #[tokio::test(start_paused = true)]
 async fn a_hung_store_call_times_out_before_the_lease_and_the_row_is_applied_once_later() {
     let lease_ttl = Duration::from_secs(3);
@@ -117,7 +119,8 @@ async fn a_hung_store_call_times_out_before_the_lease_and_the_row_is_applied_onc
     );
     assert_eq!(rt.metrics().storage_errors, 1);
 
-    // Nothing is counted against the row; the lease is gone; the rows are due.
+    // Nothing is counted against the rows; the lease is gone; the rows are
+    // left as a crash would leave them, due for the next claim to isolate.
     for seq in 1..=3 {
         let row = rt
             .journal()
@@ -127,7 +130,7 @@ async fn a_hung_store_call_times_out_before_the_lease_and_the_row_is_applied_onc
             .expect("the row is still queued");
         assert_eq!(
             (row.status, row.attempt_count, row.last_error),
-            (OutboxStatus::Pending, 0, None),
+            (OutboxStatus::Processing, 0, None),
             "row {seq}"
         );
     }

@@ -20,7 +20,8 @@ use crate::{Arg, Conn, Database, Row};
 #[macro_export]
 macro_rules! outbox_row_columns {
     () => {
-        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at, first_failed_at"
+        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at, first_failed_at, \
+         alone"
     };
 }
 
@@ -94,6 +95,7 @@ pub fn decode_row(r: &Row) -> Result<OutboxRow> {
         last_error: r.opt_text(6).map_err(bad)?,
         updated_at: r.int(7).map_err(bad)?,
         first_failed_at: r.opt_int(8).map_err(bad)?,
+        alone: r.int(9).map_err(bad)? != 0,
     }
     .into_row()
 }
@@ -690,7 +692,7 @@ async fn revive(
     seq: i64,
 ) -> Result<Option<Row>> {
     let sql = format!(
-        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, first_failed_at = NULL, \
+        "UPDATE outbox SET status = 'pending', attempt_count = 0, last_error = NULL, first_failed_at = NULL, alone = 0, \
          next_attempt_at = {{now}}, updated_at = {{now}} \
          WHERE stream = $1 AND seq = $2 AND status = 'dead' RETURNING {ROW_COLUMNS}"
     );

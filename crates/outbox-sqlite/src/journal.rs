@@ -263,19 +263,22 @@ fn claim_body(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<Outbox
 }
 
 /// The SET list that marks claimed rows `processing`, given the
-/// parameters of the store's now and of the unfinished-attempt message: a
-/// row found `processing` (its claimer stopped without an end) counts an
-/// attempt.
+/// parameters of the store's now and of the unfinished-attempt message. A
+/// row found `processing` (its claimer stopped without an end) is applied
+/// alone from now on (`alone` 1); if an attempt of its own had begun
+/// (`alone` 2, set by `begin_attempt`), its `last_error` says so, for the
+/// claimer to record (ADR 0029). No attempt is counted here, and the
+/// begun mark is cleared.
 macro_rules! mark_processing {
     ($now:literal, $unfinished:literal) => {
         concat!(
             "status = 'processing', updated_at = ",
             $now,
-            ", attempt_count = attempt_count + (status = 'processing'), \
-             last_error = CASE WHEN status = 'processing' THEN ",
+            ", alone = (alone > 0 OR status = 'processing'), \
+             last_error = CASE WHEN status = 'processing' AND alone = 2 THEN ",
             $unfinished,
             " ELSE last_error END, \
-             first_failed_at = CASE WHEN status = 'processing' THEN COALESCE(first_failed_at, ",
+             first_failed_at = CASE WHEN status = 'processing' AND alone = 2 THEN COALESCE(first_failed_at, ",
             $now,
             ") ELSE first_failed_at END"
         )
@@ -303,8 +306,8 @@ fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxR
         .and_then(|mut st| {
             st.execute(params![
                 lease.stream.as_str(),
-                first.seq,
-                last.seq,
+                first.0.seq,
+                last.0.seq,
                 now,
                 UNFINISHED_ATTEMPT
             ])
@@ -316,12 +319,14 @@ fn claim_run(conn: &Connection, lease: &Lease, max: usize) -> Result<Vec<OutboxR
 
 /// A stream's head run as [`claim_run`] takes it, not yet marked: the
 /// first `max` rows in seq order (a primary-key range seek), cut at the
-/// first hole, dead row or row not yet due; an unfinished (`processing`)
-/// row only alone, as the head. Returns the run and the store's now.
-fn read_run(conn: &Connection, stream: &StreamId, max: usize) -> Result<(Vec<StoredOutboxRow>, i64)> {
+/// first hole, dead row or row not yet due. A row applied alone (`alone`,
+/// or unfinished: `processing`) is taken only as the head, by itself.
+/// Returns the run (its `alone` column as stored: 0, 1, or 2 once an
+/// attempt of its own began) and the store's now.
+fn read_run(conn: &Connection, stream: &StreamId, max: usize) -> Result<(Vec<(StoredOutboxRow, i64)>, i64)> {
     let err = ctx("claiming outbox rows");
     let processing = OutboxStatus::Processing.as_str();
-    let mut run: Vec<StoredOutboxRow> = Vec::new();
+    let mut run: Vec<(StoredOutboxRow, i64)> = Vec::new();
     let mut now = 0;
     let mut st = conn
         .prepare_cached(concat!(
@@ -335,25 +340,29 @@ fn read_run(conn: &Connection, stream: &StreamId, max: usize) -> Result<(Vec<Sto
     let mut rows = st.query(params![stream.as_str(), max as i64]).map_err(&err)?;
     while let Some(r) = rows.next().map_err(&err)? {
         // What cuts the run first; the rest of a row only once it is in.
-        let (seq, status, next_attempt_at): (i64, String, i64) = (
+        let (seq, status, next_attempt_at, alone): (i64, String, i64, i64) = (
             r.get(1).map_err(&err)?,
             r.get(3).map_err(&err)?,
             r.get(5).map_err(&err)?,
+            r.get(9).map_err(&err)?,
         );
-        now = r.get(9).map_err(&err)?;
+        now = r.get(10).map_err(&err)?;
         let contiguous = run
             .first()
-            .is_none_or(|first| seq == first.seq + run.len() as i64);
+            .is_none_or(|(first, _)| seq == first.seq + run.len() as i64);
         if !contiguous || status == OutboxStatus::Dead.as_str() || next_attempt_at > now {
             break;
         }
-        // An unfinished row is claimed alone (as the head) or not at all.
-        let unfinished = status == processing;
-        if unfinished && !run.is_empty() {
+        // A row applied alone is claimed by itself (as the head) or not at all.
+        let by_itself = alone > 0 || status == processing;
+        if by_itself && !run.is_empty() {
             break;
         }
-        run.push(stored_row(r).map_err(|e| journal_undecodable("outbox row", e))?);
-        if unfinished {
+        run.push((
+            stored_row(r).map_err(|e| journal_undecodable("outbox row", e))?,
+            alone,
+        ));
+        if by_itself {
             break;
         }
     }
@@ -374,14 +383,16 @@ fn check_marked(marked: usize, read: usize) -> Result<()> {
 }
 
 /// The rows of a run as its claim left them (see `mark_processing!`).
-fn claimed_rows(run: Vec<StoredOutboxRow>, now: i64) -> Result<Vec<OutboxRow>> {
+fn claimed_rows(run: Vec<(StoredOutboxRow, i64)>, now: i64) -> Result<Vec<OutboxRow>> {
     let processing = OutboxStatus::Processing.as_str();
     run.into_iter()
-        .map(|mut row| {
+        .map(|(mut row, alone)| {
             if row.status == processing {
-                row.attempt_count = row.attempt_count.saturating_add(1);
-                row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
-                row.first_failed_at = Some(row.first_failed_at.unwrap_or(now));
+                if alone == 2 {
+                    row.last_error = Some(UNFINISHED_ATTEMPT.to_owned());
+                    row.first_failed_at = Some(row.first_failed_at.unwrap_or(now));
+                }
+                row.alone = true;
             }
             row.status = processing.to_owned();
             row.updated_at = now;
@@ -403,6 +414,7 @@ fn stored_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredOutboxRow> {
         last_error: r.get(6)?,
         updated_at: r.get(7)?,
         first_failed_at: r.get(8)?,
+        alone: r.get::<_, i64>(9)? > 0,
     })
 }
 
@@ -491,6 +503,28 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
         refresh_head(conn, lease.stream.as_str()).map_err(&err)?;
     }
     Ok(n as u64)
+}
+
+/// Marks the start of an attempt of an `alone` row's own (ADR 0029).
+fn begin_attempt_body(conn: &Connection, lease: &Lease, seq: Seq) -> Result<()> {
+    let err = ctx("beginning an attempt");
+    if !lease_valid(conn, lease).map_err(&err)? {
+        return Err(lease.lost());
+    }
+    let marked = conn
+        .prepare_cached(
+            "UPDATE outbox SET alone = 2 WHERE stream = ?1 AND seq = ?2 AND status = 'processing' AND alone > 0",
+        )
+        .and_then(|mut st| st.execute(params![lease.stream.as_str(), seq.as_i64()]))
+        .map_err(&err)?;
+    if marked == 0 {
+        processing_row(conn, lease, seq)?;
+        return Err(Error::InvalidState(format!(
+            "outbox row {}/{seq} is not applied alone",
+            lease.stream
+        )));
+    }
+    Ok(())
 }
 
 /// Takes or extends `stream`'s lease (the shared `ACQUIRE` statement).
@@ -1001,6 +1035,16 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
+    /// Lease bookkeeping: the mark survives this process's crash without
+    /// waiting for the disk (ADR 0026).
+    async fn begin_attempt(&self, lease: &Lease, seq: Seq) -> Result<()> {
+        let lease = lease.clone();
+        self.engine
+            .writer
+            .write_relaxed(move |conn| begin_attempt_body(conn, &lease, seq))
+            .await
+    }
+
     async fn abandon(&self, lease: &Lease) -> Result<u64> {
         let lease = lease.clone();
         self.engine
@@ -1156,7 +1200,7 @@ fn load_runs(conn: &Connection, runs: &mut [ClaimedRun]) {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    let fresh = |run: &ClaimedRun| run.rows.iter().all(|r| r.attempt_count == 0);
+    let fresh = |run: &ClaimedRun| run.rows.iter().all(OutboxRow::is_fresh);
     if !runs.iter().any(|r| !r.rows.is_empty() && fresh(r)) {
         return;
     }
@@ -1243,7 +1287,7 @@ fn claim_partitioned_body(
     // Each due stream's run, read one by one within the rows budget, then
     // marked and held all at once (two statements, not two per stream),
     // with the store's now of the last read as the claim's time.
-    let mut runs: Vec<(Lease, Vec<StoredOutboxRow>)> = Vec::new();
+    let mut runs: Vec<(Lease, Vec<(StoredOutboxRow, i64)>)> = Vec::new();
     let (mut rows, mut at) = (0, 0);
     for (_, stream, i) in due {
         if rows >= limits.rows {
@@ -1265,7 +1309,7 @@ fn claim_partitioned_body(
     }
     let spans: Vec<(&str, i64, i64)> = runs
         .iter()
-        .map(|(lease, run)| (lease.stream.as_str(), run[0].seq, run[run.len() - 1].seq))
+        .map(|(lease, run)| (lease.stream.as_str(), run[0].0.seq, run[run.len() - 1].0.seq))
         .collect();
     let spans = outbox_sql::json_text(&spans)?;
     let marked = conn

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use outbox_core::spi::truncate_error;
 use outbox_core::{
-    AppendOptions, DeadLetters, Error, EventJournal, ExpectedVersion, FailureOutcome, Lease, LeaseStore,
-    MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, RetryPolicy, Seq,
-    StreamEnd, StreamId, SweepLimits, UNFINISHED_ATTEMPT,
+    AppendOptions, DeadLetters, ENDED_WITHOUT_RESULT, Error, EventJournal, ExpectedVersion, FailureOutcome,
+    Lease, LeaseStore, MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary,
+    RetryPolicy, Seq, StreamEnd, StreamId, SweepLimits,
 };
 
 use super::support::{
@@ -269,12 +270,15 @@ pub async fn claim_is_empty_without_rows<H: Harness>(h: &H) {
 
 /// `claim`: after the holder's lease expired, a new owner (higher epoch)
 /// re-claims the rows still `processing`, one at a time from the head, each
-/// counted as an attempt; the old holder is refused.
+/// alone from then on; none is charged an attempt, since the run they were
+/// claimed in held several rows and nobody can tell which ended it
+/// (ADR 0029). The old holder is refused.
 pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 3).await;
     let (a, first) = take_and_claim(&f.journal, &s, "a", 2).await;
     assert_eq!(seqs_of(&first), [1, 2]);
+    assert!(!first[0].alone, "a fresh run is not applied alone");
     h.advance(&f.ctx, TTL + secs(1)).await;
     let (b, second) = take_and_claim(&f.journal, &s, "b", 10).await;
     assert_eq!(b.epoch, a.epoch + 1, "the takeover has the next epoch");
@@ -283,11 +287,13 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
         (
             second[0].status,
             second[0].attempt_count,
-            second[0].last_error.as_deref()
+            second[0].last_error.as_deref(),
+            second[0].alone
         ),
-        (OutboxStatus::Processing, 1, Some(UNFINISHED_ATTEMPT)),
-        "and counted as an attempt"
+        (OutboxStatus::Processing, 0, None, true),
+        "applied alone from now on, and not counted as an attempt"
     );
+    assert!(!second[0].ended_unfinished());
     let r = f.journal.claim(&a, 10).await;
     assert!(
         matches!(r, Err(Error::LeaseLost { .. })),
@@ -315,40 +321,150 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
     f.journal.complete(&s, seq(1)).await.unwrap();
     let next = f.journal.claim(&b, 10).await.unwrap();
     assert_eq!(seqs_of(&next), [2], "the next unfinished row, alone too");
-    assert_eq!(next[0].attempt_count, 1);
+    assert_eq!((next[0].attempt_count, next[0].alone), (0, true));
     f.journal.complete(&s, seq(2)).await.unwrap();
     let last = f.journal.claim(&b, 10).await.unwrap();
     assert_eq!(
-        (seqs_of(&last), last[0].attempt_count, last[0].last_error.clone()),
-        (vec![3], 0, None),
-        "a row nobody claimed before is not counted"
+        (
+            seqs_of(&last),
+            last[0].attempt_count,
+            last[0].last_error.clone(),
+            last[0].alone
+        ),
+        (vec![3], 0, None, false),
+        "a row nobody claimed before is fresh"
     );
 }
 
-/// `claim`: a row that keeps being claimed and never finished (its apply
-/// kills the worker each time) adds up one attempt per claim; a `processing`
-/// row behind a head that is not ends the run before it.
+/// `claim`, `begin_attempt` and `fail`: an attempt is charged only to a
+/// row whose attempt of its own began. A row whose apply keeps killing its
+/// worker is first a suspect (the claim it shared charged nobody), is then
+/// claimed by itself, and each attempt of its own that began and never
+/// ended is reported by the next claim and recorded by the claimer's
+/// `fail`, once: it is dead at exactly the threshold, with `attempt_count`
+/// equal to it. An alone row claimed and never begun is not charged; the
+/// row behind is never charged.
 pub async fn unfinished_claims_add_up_to_attempts<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 2).await;
-    for round in 0..4u32 {
-        let (_lease, claimed) = take_and_claim(&f.journal, &s, &format!("w{round}"), 10).await;
-        let want: &[u64] = if round == 0 { &[1, 2] } else { &[1] };
-        assert_eq!(seqs_of(&claimed), want, "round {round}");
-        assert_eq!(
-            claimed[0].attempt_count, round,
-            "one attempt per unfinished claim"
+    let policy = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 3).unwrap();
+    // A shared claim of both rows; the worker dies.
+    let (_, claimed) = take_and_claim(&f.journal, &s, "w0", 10).await;
+    assert_eq!(seqs_of(&claimed), [1, 2]);
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    // The suspect, alone and uncharged; claimed and dropped before its
+    // attempt began: still nobody's failure.
+    let (_, claimed) = take_and_claim(&f.journal, &s, "w1", 10).await;
+    assert_eq!(seqs_of(&claimed), [1]);
+    assert_eq!((claimed[0].attempt_count, claimed[0].alone), (0, true));
+    assert!(!claimed[0].ended_unfinished(), "a suspect's first claim alone");
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w2", 10).await;
+    assert_eq!(seqs_of(&claimed), [1]);
+    assert!(!claimed[0].ended_unfinished(), "its attempt had not begun");
+    // Now its attempt begins, and its worker dies.
+    f.journal.begin_attempt(&lease, seq(1)).await.unwrap();
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let mut last = None;
+    for round in 1..=3u32 {
+        let who = format!("r{round}");
+        let (lease, claimed) = take_and_claim(&f.journal, &s, &who, 10).await;
+        assert_eq!(seqs_of(&claimed), [1], "round {round}: the head alone");
+        assert!(
+            claimed[0].ended_unfinished(),
+            "round {round}: the attempt of its own before is reported"
         );
-        // The worker dies: no complete, fail, abandon or release.
-        h.advance(&f.ctx, TTL + secs(1)).await;
+        assert_eq!(
+            claimed[0].attempt_count,
+            round - 1,
+            "round {round}: the claim counts nothing itself"
+        );
+        let outcome = f
+            .journal
+            .fail(&lease, seq(1), ENDED_WITHOUT_RESULT, &policy)
+            .await
+            .unwrap();
+        last = Some(outcome);
+        if round < 3 {
+            assert!(matches!(outcome, FailureOutcome::Retry { attempt, .. } if attempt == round));
+            f.journal.release(&lease).await.unwrap();
+            h.advance(&f.ctx, secs(1)).await;
+            // Claimed again (failed and due): not reported unfinished, since
+            // the failure was recorded; it begins and its worker dies once more.
+            let (again_lease, again) = take_and_claim(&f.journal, &s, &format!("{who}b"), 10).await;
+            assert_eq!(seqs_of(&again), [1]);
+            assert!(!again[0].ended_unfinished(), "round {round}: recorded already");
+            assert_eq!(again[0].attempt_count, round);
+            f.journal.begin_attempt(&again_lease, seq(1)).await.unwrap();
+            h.advance(&f.ctx, TTL + secs(1)).await;
+        }
     }
+    assert_eq!(last, Some(FailureOutcome::Dead { attempt: 3 }));
     let row1 = row(&f.journal, &s, 1).await;
-    assert_eq!(row1.attempt_count, 3, "three claims found it unfinished");
+    assert_eq!(
+        (row1.status, row1.attempt_count),
+        (OutboxStatus::Dead, 3),
+        "dead at exactly the threshold of its own attempts"
+    );
     let row2 = row(&f.journal, &s, 2).await;
     assert_eq!(
-        (row2.status, row2.attempt_count),
-        (OutboxStatus::Processing, 0),
-        "the row behind was not claimed again while the head was unfinished"
+        (
+            row2.status,
+            row2.attempt_count,
+            row2.last_error.as_deref(),
+            row2.alone
+        ),
+        (OutboxStatus::Processing, 0, None, false),
+        "the row behind was never claimed again nor charged"
+    );
+    let back = f.journal.requeue(&s, seq(1)).await.unwrap();
+    assert_eq!(
+        (back.attempt_count, back.alone, back.last_error.as_deref()),
+        (0, false, None),
+        "a requeue starts the row afresh"
+    );
+}
+
+/// `begin_attempt`: needs the current lease (`LeaseLost`), a row that
+/// exists (`NotFound`), is `processing` and is applied alone
+/// (`InvalidState`); nothing changes when it is refused. A mark followed by
+/// a recorded end (`fail`, `abandon`, `complete`) reports nothing later.
+pub async fn begin_attempt_marks_only_a_row_applied_alone_under_the_current_lease<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let s = enqueue(j, "s", 2).await;
+    let (lease, _) = take_and_claim(j, &s, "a", 10).await;
+    let before = rows(j).await;
+    for (what, n) in [("fresh", 1), ("fresh behind", 2)] {
+        let r = j.begin_attempt(&lease, seq(n)).await;
+        assert!(matches!(r, Err(Error::InvalidState(_))), "{what}: {r:?}");
+    }
+    let r = j.begin_attempt(&lease, seq(9)).await;
+    assert!(matches!(r, Err(Error::NotFound(_))), "missing row: {r:?}");
+    assert_eq!(rows(j).await, before, "refused marks change nothing");
+    // The worker dies; the suspect is claimed alone by the next holder.
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let (b, claimed) = take_and_claim(j, &s, "b", 10).await;
+    assert!(claimed[0].alone);
+    let r = j.begin_attempt(&lease, seq(1)).await;
+    assert!(
+        matches!(r, Err(Error::LeaseLost { .. })),
+        "the old holder's mark: {r:?}"
+    );
+    j.begin_attempt(&b, seq(1))
+        .await
+        .expect("the holder marks its alone row");
+    // A recorded end: the row is abandoned (a temporary error), then claimed
+    // again: nothing is reported.
+    j.abandon(&b).await.unwrap();
+    let again = j.claim(&b, 10).await.unwrap();
+    assert_eq!(seqs_of(&again), [1]);
+    assert!(!again[0].ended_unfinished(), "an abandoned attempt is no failure");
+    assert_eq!(again[0].attempt_count, 0);
+    let r = j.begin_attempt(&b, seq(2)).await;
+    assert!(
+        matches!(r, Err(Error::InvalidState(_))),
+        "a processing row not alone: {r:?}"
     );
 }
 
@@ -1288,8 +1404,8 @@ pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<
 
 /// `acquire_and_claim_due`: after a takeover (the holder's lease expired,
 /// store clock) a stream whose head is still `processing` is due again and
-/// its unfinished head is claimed alone, counted as an attempt, as `claim`
-/// does; the old holder's lease is lost.
+/// its unfinished head is claimed alone, uncharged (it was claimed beside
+/// other rows), as `claim` does; the old holder's lease is lost.
 pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>(h: &H) {
     use OutboxStatus::Processing;
     let f = h.open().await;
@@ -1316,9 +1432,14 @@ pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>
         "the takeover has the next epoch"
     );
     assert_eq!(
-        (run[0].status, run[0].attempt_count, run[0].last_error.as_deref()),
-        (Processing, 1, Some(UNFINISHED_ATTEMPT)),
-        "the unfinished head is counted as an attempt"
+        (
+            run[0].status,
+            run[0].attempt_count,
+            run[0].last_error.as_deref(),
+            run[0].alone
+        ),
+        (Processing, 0, None, true),
+        "the unfinished head is applied alone, uncharged"
     );
     assert_eq!(
         statuses(&f.journal, &s).await,
@@ -1334,6 +1455,51 @@ pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>
         matches!(r, Err(Error::LeaseLost { .. })),
         "the old holder's lease is lost: {r:?}"
     );
+}
+
+/// `acquire_and_claim_due` after a sweep's worker died: every stream it
+/// held is taken again, each suspect head claimed by itself (a run of one
+/// row, applied alone) beside fresh streams, and none is charged an
+/// attempt: nobody can tell which stream's row ended the sweep.
+pub async fn sweeps_take_suspects_by_themselves_and_charge_none<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let (s, t) = (
+        enqueue(&f.journal, "s", 3).await,
+        enqueue(&f.journal, "t", 3).await,
+    );
+    let first = sweep(&f.journal, "a", limits(10, 10, 100)).await;
+    assert_eq!(swept(&first).len(), 2, "one sweep over both streams");
+    // The sweep's worker dies: both heads are suspects, neither is charged.
+    h.advance(&f.ctx, TTL + secs(1)).await;
+    let u = enqueue(&f.journal, "u", 2).await;
+    let second = sweep(&f.journal, "b", limits(10, 10, 100)).await;
+    let mut got = swept(&second);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("s".to_owned(), vec![1]),
+            ("t".to_owned(), vec![1]),
+            ("u".to_owned(), vec![1, 2])
+        ],
+        "each suspect by itself, the fresh stream whole"
+    );
+    for (lease, run) in &second {
+        let alone = lease.stream != u;
+        assert_eq!(
+            (run[0].attempt_count, run[0].alone, run[0].last_error.as_deref()),
+            (0, alone, None),
+            "{}: uncharged",
+            lease.stream
+        );
+    }
+    for (stream, n) in [(&s, 2), (&t, 2)] {
+        assert_eq!(
+            row(&f.journal, stream, n).await.attempt_count,
+            0,
+            "{stream}: the row behind is not charged either"
+        );
+    }
 }
 
 /// `complete_and_release_all`: `complete_and_release` for each end (through
@@ -1532,12 +1698,19 @@ pub async fn first_failure_is_kept_through_retries_and_cleared_by_requeue<H: Har
     let u = enqueue(j, "u", 1).await;
     take_and_claim(j, &u, "crashes", 1).await;
     h.advance(&f.ctx, TTL + secs(1)).await;
+    let (lease, suspect) = take_and_claim(j, &u, "crashes alone", 1).await;
+    assert_eq!(
+        suspect[0].first_failed_at, None,
+        "a claim that ended before anything showed the row at fault is nobody's failure"
+    );
+    j.begin_attempt(&lease, seq(1)).await.unwrap();
+    h.advance(&f.ctx, TTL + secs(1)).await;
     let before = now(j).await;
     let (_lease, claimed) = take_and_claim(j, &u, "next", 1).await;
     let after = now(j).await;
     let at = claimed[0]
         .first_failed_at
-        .expect("an unfinished attempt is a failure");
+        .expect("an unfinished attempt of its own is a failure");
     assert!(before <= at && at <= after, "{at} in [{before}, {after}]");
     assert_eq!(row(j, &u, 1).await.first_failed_at, Some(at));
 }

@@ -298,7 +298,8 @@ pub async fn partitioned_claim_takes_the_oldest_due_streams_of_held_partitions<H
 /// A partitioned claim's lease is current only while its partition's lease
 /// is: after a takeover the old holder's `claim`, `fail`, `abandon` and
 /// `renew` are `LeaseLost`, and the new holder's claim takes the unfinished
-/// row over (attempt counted).
+/// row over alone (no attempt counted: the run it was claimed in held two
+/// rows, so nobody can tell which one ended it).
 pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
@@ -332,10 +333,28 @@ pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &
     assert_eq!(again.len(), 1);
     let head = &again[0].1[0];
     assert_eq!(
-        (head.seq.get(), head.attempt_count, head.last_error.as_deref()),
-        (1, 1, Some(UNFINISHED_ATTEMPT)),
-        "the unfinished row is taken over alone, its attempt counted"
+        (
+            head.seq.get(),
+            head.attempt_count,
+            head.last_error.as_deref(),
+            head.alone
+        ),
+        (1, 0, None, true),
+        "the unfinished row is taken over alone, uncharged"
     );
+    // Its own attempt begins and ends without a result: the next holder's
+    // claim says so, for it to record.
+    j.begin_attempt(&again[0].0, seq(1)).await.unwrap();
+    h.advance(&f.ctx, TTL + ms(1)).await;
+    j.sync_partitions(&a, &[p(2)], TTL).await.unwrap();
+    let third = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap();
+    let head = &third[0].1[0];
+    assert_eq!(
+        (head.seq.get(), head.attempt_count, head.last_error.as_deref()),
+        (1, 0, Some(UNFINISHED_ATTEMPT)),
+        "an attempt of its own is reported, not counted, by the claim"
+    );
+    assert!(head.ended_unfinished());
 }
 
 /// A journal with stream `s` of three rows in partition 1, which owner
