@@ -227,6 +227,16 @@ pub trait EventJournal: Send + Sync {
 ///   dead-letter the row becomes `dead`, else `failed` and due at
 ///   `now + policy.delay(attempt)` by the store's clock.
 ///
+/// `enqueue_catch_up`:
+/// - When the stream has events and no outbox row, inserts one `pending`
+///   row for its last event (due now by the store's clock, in the stream's
+///   partition, not `alone`) and makes it the stream's head, and returns
+///   `true`; otherwise (the stream has rows, or no events) changes nothing
+///   and returns `false`. Start-up repair hands a stream whose projections
+///   are behind to the worker this way, so that catching it up is an
+///   attempt of that row: counted, retried and dead-lettered like any
+///   other (ADR 0029).
+///
 /// `begin_attempt`:
 /// - Requires the current lease (else `LeaseLost`) and a `processing`,
 ///   `alone` row at `seq` (else `NotFound` or `InvalidState`); marks that an
@@ -406,6 +416,9 @@ pub trait OutboxQueue: Send + Sync {
         policy: &RetryPolicy,
     ) -> impl Future<Output = Result<FailureOutcome>> + Send;
 
+    /// Puts a row at the last event of a stream that has none.
+    fn enqueue_catch_up(&self, stream: &StreamId) -> impl Future<Output = Result<bool>> + Send;
+
     /// Marks the start of an attempt of an `alone` row's own.
     fn begin_attempt(&self, lease: &Lease, seq: Seq) -> impl Future<Output = Result<()>> + Send;
 
@@ -451,6 +464,8 @@ pub trait DeadLetters: Send + Sync {
 ///
 /// # Contract
 /// - `row` returns one row or `None`.
+/// - `head` returns the stream's head (its outstanding row with the lowest
+///   seq, whatever its status) or `None` when the stream has no row.
 /// - `summary` counts rows by status and names the pending-or-failed row with
 ///   the earliest `next_attempt_at`, all in one snapshot, with the store's
 ///   `now` as `as_of`.
@@ -464,6 +479,9 @@ pub trait DeadLetters: Send + Sync {
 pub trait OutboxInspector: Send + Sync {
     /// One row.
     fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send;
+
+    /// The stream's head row, if it has rows.
+    fn head(&self, stream: &StreamId) -> impl Future<Output = Result<Option<OutboxRow>>> + Send;
 
     /// Counts by status and the oldest retry-eligible row.
     fn summary(&self) -> impl Future<Output = Result<OutboxSummary>> + Send;

@@ -505,6 +505,32 @@ impl OutboxQueue for MemoryJournal {
         Ok(self.loaded(runs))
     }
 
+    async fn enqueue_catch_up(&self, stream: &StreamId) -> Result<bool> {
+        let now = self.now();
+        let mut st = self.lock();
+        if st.stream_rows(stream).next().is_some() {
+            return Ok(false);
+        }
+        let Some(last) = st.streams.get(stream).and_then(|events| events.last()) else {
+            return Ok(false);
+        };
+        let row = OutboxRow {
+            stream: stream.clone(),
+            seq: last.seq,
+            event_type: last.event_type.clone(),
+            status: OutboxStatus::Pending,
+            attempt_count: 0,
+            next_attempt_at: now,
+            last_error: None,
+            updated_at: now,
+            first_failed_at: None,
+            alone: false,
+        };
+        st.outbox.insert((stream.clone(), row.seq), row);
+        st.refresh_head(stream);
+        Ok(true)
+    }
+
     async fn begin_attempt(&self, lease: &Lease, seq: Seq) -> Result<()> {
         let now = self.now();
         let mut st = self.lock();
@@ -613,6 +639,10 @@ impl DeadLetters for MemoryJournal {
 impl OutboxInspector for MemoryJournal {
     async fn row(&self, stream: &StreamId, seq: Seq) -> Result<Option<OutboxRow>> {
         Ok(self.lock().outbox.get(&(stream.clone(), seq)).cloned())
+    }
+
+    async fn head(&self, stream: &StreamId) -> Result<Option<OutboxRow>> {
+        Ok(self.lock().stream_rows(stream).next().map(|(_, r)| r.clone()))
     }
 
     async fn summary(&self) -> Result<OutboxSummary> {

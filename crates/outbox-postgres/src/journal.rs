@@ -845,6 +845,36 @@ impl OutboxQueue for PgJournal {
         .await
     }
 
+    async fn enqueue_catch_up(&self, stream: &StreamId) -> Result<bool> {
+        let partition = i32::from(self.partitioning.of(stream).get());
+        self.write("enqueueing a catch-up row", async |tx| {
+            let err = |e| storage("enqueueing a catch-up row", e);
+            lock_stream(tx, stream.as_str()).await.map_err(err)?;
+            let inserted = sqlx::query(concat!(
+                "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, \
+                 last_error, updated_at, partition_no) \
+                 SELECT e.stream, e.seq, e.event_type, 'pending', 0, ",
+                jnow!(),
+                ", NULL, ",
+                jnow!(),
+                ", $2 FROM streams s JOIN events e ON e.stream = s.stream AND e.seq = s.head \
+                 WHERE s.stream = $1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = $1)"
+            ))
+            .bind(stream.as_str())
+            .bind(partition)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?
+            .rows_affected();
+            if inserted == 0 {
+                return Ok(false);
+            }
+            refresh_head(tx, stream.as_str()).await.map_err(err)?;
+            Ok(true)
+        })
+        .await
+    }
+
     /// Lease bookkeeping: committed without waiting for the WAL flush
     /// (ADR 0027), like the claim it follows.
     async fn begin_attempt(&self, lease: &Lease, seq: Seq) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{Result, Seq, StreamId, StreamLag, StreamVersion};
+use outbox_core::{OutboxStatus, Result, Seq, StreamId, StreamLag, StreamVersion};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -16,6 +16,17 @@ use crate::replay::ReplayOptions;
 /// Streams read per page from the journal and the watermarks.
 const PAGE: usize = 500;
 
+/// What repair does with a stream behind the journal.
+#[derive(Clone, Copy)]
+enum Repair {
+    /// Hands it to the live worker of this process (start-up repair of an
+    /// apply worker).
+    HandOver,
+    /// Applies the missing events, short of a dead or failed head;
+    /// `complete_rows` then deletes the rows every projection is past.
+    Apply { complete_rows: bool },
+}
+
 /// What gap repair did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RepairReport {
@@ -25,6 +36,14 @@ pub struct RepairReport {
     pub streams_repaired: u64,
     /// Events newly applied.
     pub events_applied: u64,
+    /// Streams behind the journal left to the worker, which catches them up
+    /// under the outbox's protocol (start-up repair of an apply worker):
+    /// those that had outbox rows, and those given a catch-up row
+    /// ([`OutboxQueue::enqueue_catch_up`](outbox_core::OutboxQueue::enqueue_catch_up)).
+    pub handed_to_worker: u64,
+    /// Streams repair stopped short of a dead or failed head row, which
+    /// only the worker (after its retry, or a requeue) may apply.
+    pub stopped_at_head: u64,
     /// Streams whose watermark was behind the journal's version.
     pub watermark_behind: u64,
     /// The lags found (at most the first 100), before repair.
@@ -139,21 +158,33 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RepairReport> {
-        self.repair(options.complete_rows() && self.inner.mode.enqueues(), cancel)
-            .await
+        let complete_rows = options.complete_rows() && self.inner.mode.enqueues();
+        self.repair(Repair::Apply { complete_rows }, cancel).await
     }
 
     /// Start-up repair ([`Outbox::start`]): completes rows when the mode
     /// makes this runtime the one that drains them (the apply worker, or
     /// inline apply that deletes its rows), since its projection store is
     /// then the live one.
+    ///
+    /// An apply worker's start-up repair applies nothing itself: it hands
+    /// every stream behind the journal to the worker (ADR 0029), so a
+    /// catch-up that kills the process is an attempt of a row, counted and
+    /// dead-lettered like any other, and `start` is not held for a backlog
+    /// the worker drains anyway.
     pub(crate) async fn start_up_repair(&self, cancel: &CancellationToken) -> Result<RepairReport> {
         let mode = self.inner.mode;
-        self.repair(mode.runs_apply_worker() || mode.inline_deletes_rows(), cancel)
-            .await
+        let how = if mode.runs_apply_worker() {
+            Repair::HandOver
+        } else {
+            Repair::Apply {
+                complete_rows: mode.inline_deletes_rows(),
+            }
+        };
+        self.repair(how, cancel).await
     }
 
-    async fn repair(&self, complete_rows: bool, cancel: &CancellationToken) -> Result<RepairReport> {
+    async fn repair(&self, how: Repair, cancel: &CancellationToken) -> Result<RepairReport> {
         let inner = &self.inner;
         let mut report = RepairReport::default();
         let mut after: Option<StreamId> = None;
@@ -182,12 +213,41 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                 }
                 let lowest = lag.as_ref().map_or(v.version, StreamLag::lowest_checkpoint);
-                if lowest < v.version {
+                if lowest >= v.version {
+                    continue;
+                }
+                let complete_rows = match how {
+                    Repair::HandOver => {
+                        // The worker catches the stream up from its head row
+                        // (a gap below it is part of that row's attempt); a
+                        // stream without rows gets one at its last event.
+                        inner
+                            .journal
+                            .enqueue_catch_up(stream)
+                            .within(inner.config.store_deadline(), "enqueue_catch_up")
+                            .await?;
+                        report.handed_to_worker += 1;
+                        continue;
+                    }
+                    Repair::Apply { complete_rows } => complete_rows,
+                };
+                // Never at or past a dead or failed head: that event is the
+                // worker's to retry (or an operator's to requeue).
+                let mut until = v.version;
+                if inner.mode.enqueues()
+                    && let Some(head) = inner
+                        .journal
+                        .head(stream)
+                        .within(inner.config.store_deadline(), "head")
+                        .await?
+                    && matches!(head.status, OutboxStatus::Dead | OutboxStatus::Failed)
+                {
+                    until = head.seq.get() - 1;
+                    report.stopped_at_head += 1;
+                }
+                if lowest < until {
                     report.streams_repaired += 1;
-                    match self
-                        .catch_up(stream, lowest + 1, v.version, &inner.projections)
-                        .await
-                    {
+                    match self.catch_up(stream, lowest + 1, until, &inner.projections).await {
                         Ok(n) => report.events_applied += n,
                         Err(e) => {
                             report.failures.push(InlineFailure {
@@ -198,8 +258,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         }
                     }
                 }
-                // Every projection is now at the version: the stream's rows are stale hints.
-                if complete_rows && let Ok(through) = Seq::new(v.version) {
+                // Every projection is now at `until`: the stream's rows
+                // through it are stale hints.
+                if complete_rows && let Ok(through) = Seq::new(until) {
                     let n = inner
                         .journal
                         .complete(stream, through)

@@ -36,6 +36,18 @@ pub use sinks::DeliveryReport;
 pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
 
+/// Whether a process with this id exists on this host, as far as this
+/// host can tell: on Linux, whether `/proc/<pid>` exists; elsewhere it is
+/// assumed to (a worker id is then taken over only once its registry entry
+/// expires). A pid reused by another process reads as alive: the safe side.
+pub(crate) fn process_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true
+    }
+}
+
 /// This machine's host name as the runtime registers it (worker ids, the
 /// worker registry), without I/O beyond reading `/etc/hostname` once.
 pub fn host_name() -> String {

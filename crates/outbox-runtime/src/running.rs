@@ -278,17 +278,48 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// One registry heartbeat for this process.
     pub(crate) async fn beat(&self) -> Result<()> {
         let ttl = heartbeat_ttl(self.config().heartbeat_interval);
-        self.journal()
-            .heartbeat(
-                self.worker_id(),
-                &crate::host_name(),
-                std::process::id(),
-                self.mode(),
-                ttl,
-            )
-            .within(self.config().store_deadline(), "heartbeat")
-            .await
-            .map(|_| ())
+        let host = crate::host_name();
+        let beat = async || {
+            self.journal()
+                .heartbeat(self.worker_id(), &host, std::process::id(), self.mode(), ttl)
+                .within(self.config().store_deadline(), "heartbeat")
+                .await
+                .map(|_| ())
+        };
+        match beat().await {
+            Err(Error::InvalidState(refused)) => {
+                // The id's entry is unexpired and names another process. If
+                // that process is gone from this very host (a supervisor
+                // restarting a killed worker under a fixed id), its entry
+                // is stale: take the id over at once instead of waiting for
+                // the entry to expire.
+                let workers = self
+                    .journal()
+                    .workers()
+                    .within(self.config().store_deadline(), "workers")
+                    .await?;
+                let stale = workers.iter().find(|w| {
+                    &w.id == self.worker_id()
+                        && w.host == host
+                        && w.pid != std::process::id()
+                        && !crate::process_alive(w.pid)
+                });
+                let Some(stale) = stale else {
+                    return Err(Error::InvalidState(refused));
+                };
+                info!(
+                    worker = %self.worker_id(),
+                    pid = stale.pid,
+                    "taking the worker id over from a process of this host that no longer exists"
+                );
+                self.journal()
+                    .deregister(self.worker_id())
+                    .within(self.config().store_deadline(), "deregister")
+                    .await?;
+                beat().await
+            }
+            other => other,
+        }
     }
 
     /// Adds what this runtime applied, failed and dead-lettered since the

@@ -994,8 +994,11 @@ async fn start_up_repair_stops_when_cancelled_and_nothing_is_started() {
         append_values(&appender, &sid(&format!("s{i:02}")), &[1, 2, 3]).await;
     }
     let token = tokio_util::sync::CancellationToken::new();
+    // Outbox with inline apply (no worker): its start-up repair applies
+    // (an apply worker's hands the streams to its worker instead).
+    let inline = Config::default().with_flags(flags(true, false, false));
     let rt = Outbox::builder(e.journal.clone(), e.store.clone())
-        .config(worker_config())
+        .config(inline)
         .event_types(oracle_registry())
         .view(CancelOnApply {
             name: outbox_core::ProjectionName::new("cancels").unwrap(),

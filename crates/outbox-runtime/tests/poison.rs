@@ -74,13 +74,13 @@ fn env() -> Env {
     }
 }
 
-fn config(sweeps: bool, leasing: bool) -> Config {
+fn config(sweeps: bool, leasing: bool, repair: bool) -> Config {
     Config::apply_worker()
         .with_poll_interval(Duration::from_millis(200))
         .with_retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(2), THRESHOLD).unwrap())
         .with_sweep_rows(if sweeps { 512 } else { 0 })
         .with_leasing(leasing)
-        .with_repair_on_start(false)
+        .with_repair_on_start(repair)
 }
 
 async fn runtime(e: &Env, config: Config) -> Rt {
@@ -162,13 +162,21 @@ async fn check_isolated(e: &Env, rt: &Rt, what: &str) {
 /// restarts it: the first crash (the poison claimed beside other streams'
 /// rows) charges nobody; each crash after it is the poison's own, and the
 /// poison is dead once they reach the threshold. Every configuration of
-/// sweeps and partition leasing.
+/// sweeps, partition leasing and start-up repair: a restart's start-up
+/// repair neither crash-loops on the poison nor applies it once dead.
 #[tokio::test(start_paused = true)]
 async fn a_process_killing_poison_is_dead_after_exactly_its_own_attempts_and_harms_no_other_stream() {
-    for (sweeps, leasing) in [(true, true), (true, false), (false, true), (false, false)] {
-        let what = format!("sweeps {sweeps}, leasing {leasing}");
+    for (sweeps, leasing, repair) in [
+        (true, true, true),
+        (true, true, false),
+        (true, false, true),
+        (false, true, false),
+        (false, false, true),
+        (false, false, false),
+    ] {
+        let what = format!("sweeps {sweeps}, leasing {leasing}, start-up repair {repair}");
         let e = env();
-        let first = runtime(&e, config(sweeps, leasing)).await;
+        let first = runtime(&e, config(sweeps, leasing, repair)).await;
         append_all(&first).await;
         let mut crashes = 0u32;
         let mut rt = first;
@@ -186,7 +194,7 @@ async fn a_process_killing_poison_is_dead_after_exactly_its_own_attempts_and_har
             crashes += 1;
             // The supervisor restarts the process after its leases expired.
             tokio::time::advance(Duration::from_secs(61)).await;
-            rt = runtime(&e, config(sweeps, leasing)).await;
+            rt = runtime(&e, config(sweeps, leasing, repair)).await;
         }
         eprintln!("{what}: {crashes} crashes until the poison was dead");
         check_isolated(&e, &rt, &what).await;
@@ -206,7 +214,7 @@ async fn a_hanging_poison_is_dead_after_exactly_its_own_attempts_and_harms_no_ot
     for (sweeps, leasing) in [(true, true), (false, false)] {
         let what = format!("sweeps {sweeps}, leasing {leasing}");
         let e = env();
-        let rt = runtime(&e, config(sweeps, leasing)).await;
+        let rt = runtime(&e, config(sweeps, leasing, true)).await;
         append_all(&rt).await;
         let running = rt.start().await.unwrap();
         for _ in 0..200 {
@@ -220,4 +228,106 @@ async fn a_hanging_poison_is_dead_after_exactly_its_own_attempts_and_harms_no_ot
         running.shutdown().await;
         check_isolated(&e, &rt, &what).await;
     }
+}
+
+/// Gap repair run by hand (`outbox gaps --repair`) honours the outbox too:
+/// it catches the poisoned stream up to the event before its dead head and
+/// stops there; the dead row is not applied.
+#[tokio::test(start_paused = true)]
+async fn gap_repair_stops_short_of_a_dead_head() {
+    let e = env();
+    let rt = runtime(&e, config(true, true, false)).await;
+    append_all(&rt).await;
+    // The poison dead-letters (hanging past the deadline each time).
+    let running = rt.start().await.unwrap();
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if poison_row(&rt).await.status == OutboxStatus::Dead {
+            break;
+        }
+    }
+    running.shutdown().await;
+    // A fresh projection store: every stream is behind it.
+    let store = MemoryProjectionStore::with_clock(Arc::new(TokioClock::default()));
+    let scratch = Env {
+        journal: e.journal.clone(),
+        store: store.clone(),
+        oracle: OracleProjection::new("oracle").shared(),
+        started: Arc::new(Notify::new()),
+    };
+    let by_hand = runtime(&scratch, config(true, true, false)).await;
+    let applying = scratch.started.notified();
+    tokio::pin!(applying);
+    applying.as_mut().enable();
+    let report = by_hand.repair_gaps().await.unwrap();
+    assert_eq!(report.stopped_at_head, 1, "{report:?}");
+    assert!(
+        futures_poll_once(applying.as_mut()).await.is_none(),
+        "the dead poison was not applied"
+    );
+    check_isolated(&scratch, &by_hand, "repair by hand").await;
+}
+
+/// Whether `f` is ready at once.
+async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = f => Some(out),
+        () = std::future::ready(()) => None,
+    }
+}
+
+/// A supervisor restarting a killed worker under a fixed id: the id's
+/// registry entry names a process of this host that no longer exists, so
+/// the new process takes the id over at once. An entry naming a live
+/// process (this test's own) or another host still refuses the id.
+#[tokio::test(start_paused = true)]
+async fn a_worker_id_held_by_a_dead_process_of_this_host_is_taken_over_at_once() {
+    use outbox_core::{Mode, WorkerId, WorkerRegistry};
+    let e = env();
+    let id = WorkerId::new("fixed").unwrap();
+    let host = outbox_runtime::host_name();
+    let fixed = || config(true, true, false).with_worker_id(id.clone());
+    // No process has pid u32::MAX - 1 (Linux caps pids far below).
+    let dead_pid = u32::MAX - 1;
+    let ttl = Duration::from_secs(60);
+    e.journal
+        .heartbeat(&id, &host, dead_pid, Mode::OutboxApplyOnly, ttl)
+        .await
+        .unwrap();
+    let rt = runtime(&e, fixed()).await;
+    let running = rt
+        .start()
+        .await
+        .expect("a dead holder's id is taken over at once");
+    let holder = e.journal.workers().await.unwrap();
+    assert_eq!(
+        holder.iter().map(|w| (w.id.as_str(), w.pid)).collect::<Vec<_>>(),
+        [("fixed", std::process::id())],
+        "the id is this process's now"
+    );
+    running.shutdown().await;
+    // A live holder: pid 1 exists on every Linux host.
+    e.journal
+        .heartbeat(&id, &host, 1, Mode::OutboxApplyOnly, ttl)
+        .await
+        .unwrap();
+    let refused = runtime(&e, fixed()).await.start().await;
+    assert!(
+        matches!(refused, Err(outbox_core::Error::InvalidState(_))),
+        "a live holder keeps its id: {:?}",
+        refused.err()
+    );
+    e.journal.deregister(&id).await.unwrap();
+    // Another host's process cannot be checked from here.
+    e.journal
+        .heartbeat(&id, "another-host", dead_pid, Mode::OutboxApplyOnly, ttl)
+        .await
+        .unwrap();
+    let refused = runtime(&e, fixed()).await.start().await;
+    assert!(
+        matches!(refused, Err(outbox_core::Error::InvalidState(_))),
+        "another host's holder keeps its id until its entry expires: {:?}",
+        refused.err()
+    );
 }

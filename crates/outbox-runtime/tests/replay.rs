@@ -576,8 +576,9 @@ async fn start_up_repair_of_a_live_runtime_still_completes_rows() {
     assert_eq!(rows(&journal).await, [], "inline mode");
     running.shutdown().await;
 
-    // The apply worker: every stream's lease is held by someone else, so
-    // only the start-up repair (which needs no lease) can delete the rows.
+    // The apply worker: start-up repair applies nothing itself (ADR 0029).
+    // Every stream's lease is held by someone else: the rows wait for the
+    // holder's lease to expire, and the worker then applies them.
     let (journal, store, p) = undrained(3).await;
     let zombie = WorkerId::new("zombie").unwrap();
     for i in 0..3 {
@@ -587,10 +588,28 @@ async fn start_up_repair_of_a_live_runtime_still_completes_rows() {
             .unwrap()
             .unwrap();
     }
-    let rt = build(&journal, &store, std::slice::from_ref(&p), Config::apply_worker()).await;
+    let rt = build(
+        &journal,
+        &store,
+        std::slice::from_ref(&p),
+        Config::apply_worker().with_leasing(false),
+    )
+    .await;
     let running = rt.start().await.unwrap();
-    assert_eq!(running.repair_report().unwrap().events_applied, 9);
-    assert_eq!(rows(&journal).await, [], "apply worker mode");
+    let report = running.repair_report().unwrap().clone();
+    assert_eq!(
+        (report.events_applied, report.handed_to_worker),
+        (0, 3),
+        "handed to the worker: {report:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(rows(&journal).await.len(), 9, "the zombie's leases hold the rows");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        rows(&journal).await,
+        [],
+        "the worker applied them once the leases expired"
+    );
     running.shutdown().await;
 }
 

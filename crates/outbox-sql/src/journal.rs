@@ -593,6 +593,21 @@ pub async fn row(db: &(impl Database + ?Sized), stream: &StreamId, seq: Seq) -> 
     row.as_ref().map(decode_row).transpose()
 }
 
+/// [`OutboxInspector::head`](outbox_core::OutboxInspector::head): a
+/// primary-key seek.
+pub async fn head(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<Option<OutboxRow>> {
+    let sql = format!("SELECT {ROW_COLUMNS} FROM outbox WHERE stream = $1 ORDER BY seq LIMIT 1");
+    let mut conn = db.read().await?;
+    let row = conn
+        .fetch_optional(
+            "reading an outbox head",
+            &db.dialect().sql(&sql),
+            &[Arg::Text(stream.as_str())],
+        )
+        .await?;
+    row.as_ref().map(decode_row).transpose()
+}
+
 /// The queue summary's counts: every row, then the processing, failed and
 /// dead ones (pending is the rest). No `GROUP BY status`: on a large
 /// backlog that sorted every row (SQLite has no index led by the status,

@@ -58,6 +58,13 @@ macro_rules! impl_journal_ports {
                 $crate::journal::row(&*self.$db, stream, seq).await
             }
 
+            async fn head(
+                &self,
+                stream: &::outbox_core::StreamId,
+            ) -> ::outbox_core::Result<Option<::outbox_core::OutboxRow>> {
+                $crate::journal::head(&*self.$db, stream).await
+            }
+
             async fn summary(&self) -> ::outbox_core::Result<::outbox_core::OutboxSummary> {
                 $crate::journal::summary(&*self.$db).await
             }

@@ -505,6 +505,29 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
     Ok(n as u64)
 }
 
+/// A row at the last event of a stream that has no row (see
+/// `OutboxQueue::enqueue_catch_up`): one insert of the event's row when
+/// the stream has none, then its head.
+fn enqueue_catch_up_body(conn: &Connection, stream: &str, partition: i64) -> Result<bool> {
+    let err = ctx("enqueueing a catch-up row");
+    let now = db_now(conn).map_err(&err)?;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, \
+             updated_at, partition_no) \
+             SELECT e.stream, e.seq, e.event_type, 'pending', 0, ?2, NULL, ?2, ?3 FROM streams s \
+             JOIN events e ON e.stream = s.stream AND e.seq = s.head \
+             WHERE s.stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)",
+        )
+        .and_then(|mut st| st.execute(params![stream, now, partition]))
+        .map_err(&err)?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    refresh_head(conn, stream).map_err(&err)?;
+    Ok(true)
+}
+
 /// Marks the start of an attempt of an `alone` row's own (ADR 0029).
 fn begin_attempt_body(conn: &Connection, lease: &Lease, seq: Seq) -> Result<()> {
     let err = ctx("beginning an attempt");
@@ -1032,6 +1055,15 @@ impl OutboxQueue for SqliteJournal {
         self.engine
             .writer
             .write(move |conn| fail_body(conn, &lease, seq, &error, &policy))
+            .await
+    }
+
+    async fn enqueue_catch_up(&self, stream: &StreamId) -> Result<bool> {
+        let partition = i64::from(self.partitioning.of(stream).get());
+        let stream = stream.as_str().to_owned();
+        self.engine
+            .writer
+            .write(move |conn| enqueue_catch_up_body(conn, &stream, partition))
             .await
     }
 
