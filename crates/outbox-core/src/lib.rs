@@ -51,7 +51,7 @@ pub use projection::{
 pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
 pub use sink::{
-    EventTypeFilter, Published, Sink, SinkStatus, SinkStore, SinkStream, SinkSummary, message_id,
+    EventTypeFilter, FeedPage, Published, Sink, SinkStatus, SinkStore, SinkStream, SinkSummary, message_id,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{

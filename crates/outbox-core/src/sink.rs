@@ -202,6 +202,19 @@ pub struct SinkSummary {
     pub position: u64,
 }
 
+/// A page of the journal in the order its events became visible
+/// ([`SinkStore::read_feed`]): what the sinks scan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FeedPage {
+    /// The events read, each with its feed key: every event read by a
+    /// cursor `c` has a key above `c`, and a cursor at or above an event's
+    /// key has read it.
+    pub events: Vec<(u64, Event)>,
+    /// The cursor to continue from: every event with a key at or below it
+    /// has been read, by this page or before it. Never below `after`.
+    pub next: u64,
+}
+
 /// The journal database's record of sink deliveries: per (sink, stream)
 /// checkpoints with their failures, and per (sink, partition) scan cursors.
 ///
@@ -233,7 +246,23 @@ pub struct SinkSummary {
 ///   partition; `advance_sink_cursor(sink, partition, from, to)` is a
 ///   compare-and-set like `advance_sink` (absent counts as 0).
 /// - `sinks()` summarises every sink with stored state, by name.
+/// - `read_feed(after, limit)` reads the journal in the order its events
+///   became visible to readers (ADR 0030), from the feed cursor `after` (0:
+///   the beginning): every event whose key is above `after` and at or below
+///   the page's `next`, in key order (about `limit` events: more when one
+///   transaction's events straddle the limit, which a page never splits).
+///   **An event that commits after a page was read has a key above that
+///   page's `next`, whatever its global position**: a reader that moves its
+///   cursor to `next` loses nothing to commit order. Where positions are
+///   taken in commit order (SQLite, memory) the key is the global position;
+///   on Postgres, where a position is taken before its transaction commits,
+///   it is the transaction id, and `next` stays below every transaction
+///   still open (so one long-open transaction holds back the events that
+///   commit after it, never loses them).
 pub trait SinkStore: Send + Sync {
+    /// The journal from feed cursor `after`, in the order it became visible.
+    fn read_feed(&self, after: u64, limit: usize) -> impl Future<Output = Result<FeedPage>> + Send;
+
     /// The states of `streams` for `sink`.
     fn sink_states(
         &self,

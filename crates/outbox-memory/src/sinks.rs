@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use outbox_core::spi::{duration_millis, truncate_error, validate_advance, validate_failing, validate_limit};
 use outbox_core::{
-    Error, FailureDecision, FailureOutcome, MAX_PAGE, Partition, Result, RetryPolicy, Seq, SinkName,
-    SinkStatus, SinkStore, SinkStream, SinkSummary, StreamId, Timestamp,
+    Error, EventJournal, FailureDecision, FailureOutcome, FeedPage, MAX_PAGE, Partition, Result, RetryPolicy,
+    Seq, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamId, Timestamp,
 };
 
 use crate::MemoryJournal;
@@ -20,6 +20,17 @@ pub(crate) struct SinkState {
 }
 
 impl SinkStore for MemoryJournal {
+    /// Positions are taken under the journal's one lock, in commit order:
+    /// the feed key is the global position.
+    async fn read_feed(&self, after: u64, limit: usize) -> Result<FeedPage> {
+        let events = self.read_global(after, limit).await?;
+        let next = events.last().map_or(after, |e| e.global_position);
+        Ok(FeedPage {
+            events: events.into_iter().map(|e| (e.global_position, e)).collect(),
+            next,
+        })
+    }
+
     async fn sink_states(&self, sink: &SinkName, streams: &[StreamId]) -> Result<Vec<SinkStream>> {
         let st = self.lock();
         Ok(streams

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{ManualClock, Seq, StreamId};
+use outbox_core::{AppendOptions, AppendRequest, EventJournal, ManualClock, Seq, StreamId};
 use outbox_memory::{MemoryJournal, MemoryProjectionStore};
-use outbox_testkit::{Fixture, Harness};
+use outbox_testkit::{Fixture, Harness, HeldAppend};
 
 #[derive(Default)]
 struct MemoryHarness;
@@ -46,6 +46,18 @@ impl Harness for MemoryHarness {
 
     async fn advance(&self, ctx: &Ctx, d: Duration) {
         ctx.clock.advance(d);
+    }
+
+    /// One lock takes positions and commits together: the append happens
+    /// at commit.
+    async fn hold_append(&self, ctx: &Ctx, batch: Vec<AppendRequest>) -> HeldAppend {
+        let journal = ctx.journal.clone();
+        HeldAppend::new(async move || {
+            journal
+                .append(&batch, AppendOptions::enqueue())
+                .await
+                .expect("the held append commits");
+        })
     }
 
     async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {

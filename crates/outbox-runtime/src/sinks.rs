@@ -148,19 +148,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .collect();
         let start = cursors.values().copied().min().unwrap_or(0);
         let page = config.sweep_rows.max(config.batch_size);
-        let events = self
+        // In the order the events became visible, not by global position:
+        // an event that commits after a later position was read comes in a
+        // later page (ADR 0030).
+        let feed = self
             .journal()
-            .read_global(start, page)
-            .within(deadline, "read_global")
+            .read_feed(start, page)
+            .within(deadline, "read_feed")
             .await?;
-        let Some(last) = events.last().map(|e| e.global_position) else {
+        let last = feed.next;
+        if last <= start {
             return Ok(report);
-        };
+        }
         // Each stream's new events of this page, in seq order.
         let mut runs: BTreeMap<StreamId, (Partition, Vec<Event>)> = BTreeMap::new();
-        for e in events {
+        for (key, e) in feed.events {
             let p = self.journal().partitioning().of(&e.stream);
-            if cursors.get(&p).is_some_and(|c| e.global_position > *c) {
+            if cursors.get(&p).is_some_and(|c| key > *c) {
                 runs.entry(e.stream.clone())
                     .or_insert_with(|| (p, Vec::new()))
                     .1
@@ -177,9 +181,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if state.status != SinkStatus::Ok {
                 continue; // its retry catches it up
             }
-            let new: Vec<Event> = events.into_iter().filter(|e| e.seq.get() > state.seq).collect();
+            // A page is in visibility order; a stream's later event may
+            // come first in it (its transaction began earlier).
+            let mut new: Vec<Event> = events.into_iter().filter(|e| e.seq.get() > state.seq).collect();
+            new.sort_by_key(|e| e.seq);
             let Some(first) = new.first() else { continue };
-            if first.seq.get() != state.seq + 1 {
+            // Delivered as read only when contiguous from the checkpoint
+            // (an event of the stream may be in a later page); otherwise
+            // read from the journal in seq order.
+            let contiguous = new
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.seq.get() == state.seq + 1 + i as u64);
+            if first.seq.get() != state.seq + 1 || !contiguous {
                 let through = new.last().map(|e| e.seq.get());
                 self.catch_up_sink(sink, &stream, state.seq, through, &mut report)
                     .await?;

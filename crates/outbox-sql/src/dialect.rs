@@ -14,6 +14,22 @@ pub struct Dialect {
     /// The aggregate of one JSON array per row, `{}` standing for the columns.
     json_group: &'static str,
     locked_documents: Option<LockedDocuments>,
+    feed: Option<Feed>,
+}
+
+/// How the journal is read in the order its events became visible, where
+/// that is not the order of their global positions (Postgres takes a
+/// position before its transaction commits; ADR 0030). Keys are
+/// transaction ids (`events.txid`).
+#[derive(Clone, Copy, Debug)]
+pub struct Feed {
+    /// Returns the horizon (the oldest transaction id still open, or the
+    /// next one) and the key of the `$2`-th event above key `$1` below the
+    /// horizon (`NULL` when there are fewer), both as integers.
+    pub bound: &'static str,
+    /// The events with a key above `$1` and at or below `$2`, in key order,
+    /// each with its key as a last column.
+    pub page: &'static str,
 }
 
 /// How view documents are written where writers run concurrently
@@ -43,6 +59,7 @@ impl Dialect {
             json_rows: "json_each($1)",
             json_group: "json_group_array(json_array({}))",
             locked_documents: None,
+            feed: None,
             refresh_head: &[
                 "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
                  SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END, partition_no \
@@ -68,6 +85,19 @@ impl Dialect {
             ),
             json_rows: "json_array_elements($1::json)",
             json_group: "COALESCE(json_agg(json_build_array({})), '[]')::text",
+            feed: Some(Feed {
+                bound: "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
+                        (SELECT e.txid::text::bigint FROM events e \
+                         WHERE e.txid > ($1::bigint)::text::xid8 \
+                         AND e.txid < pg_snapshot_xmin(pg_current_snapshot()) \
+                         ORDER BY e.txid, e.global_position OFFSET $2 - 1 LIMIT 1)",
+                page: concat!(
+                    "SELECT ",
+                    crate::event_columns!(),
+                    ", txid::text::bigint FROM events WHERE txid > ($1::bigint)::text::xid8 \
+                     AND txid <= ($2::bigint)::text::xid8 ORDER BY txid, global_position"
+                ),
+            }),
             // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
             // the order given.
             locked_documents: Some(LockedDocuments {
@@ -137,6 +167,13 @@ impl Dialect {
     /// than being serialized by the database (SQLite's `BEGIN IMMEDIATE`).
     pub fn locks_rows(&self) -> bool {
         self.lock_stream.is_some()
+    }
+
+    /// How the journal is read in visibility order, where that is not the
+    /// order of global positions (`None`: positions are taken in commit
+    /// order, as on SQLite's one writer).
+    pub fn feed(&self) -> Option<Feed> {
+        self.feed
     }
 
     /// How view documents are locked and written where writers run

@@ -7,8 +7,8 @@ use outbox_core::spi::{
     duration_millis, journal_undecodable, truncate_error, validate_advance, validate_failing, validate_limit,
 };
 use outbox_core::{
-    Error, FailureDecision, FailureOutcome, MAX_PAGE, Partition, Result, RetryPolicy, Seq, SinkName,
-    SinkStatus, SinkStream, SinkSummary, StreamId, Timestamp,
+    Error, EventJournal, FailureDecision, FailureOutcome, FeedPage, MAX_PAGE, Partition, Result, RetryPolicy,
+    Seq, SinkName, SinkStatus, SinkStream, SinkSummary, StreamId, Timestamp,
 };
 
 use crate::{Arg, Database, Row};
@@ -391,12 +391,83 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
     Ok(out.into_values().collect())
 }
 
+/// [`SinkStore::read_feed`](outbox_core::SinkStore::read_feed). Where the
+/// dialect takes global positions in commit order, the feed is
+/// `read_global` and its keys are positions. Otherwise (Postgres) the keys
+/// are transaction ids: the page ends below the oldest transaction still
+/// open, so what commits later has a key above the page's `next`; and it
+/// never splits one transaction's events, so `next` can be that
+/// transaction's id (ADR 0030).
+pub async fn read_feed<J: EventJournal + ?Sized>(
+    journal: &J,
+    db: &(impl Database + ?Sized),
+    after: u64,
+    limit: usize,
+) -> Result<FeedPage> {
+    let limit = validate_limit(limit, MAX_PAGE)?;
+    let Some(feed) = db.dialect().feed() else {
+        let events = journal.read_global(after, limit).await?;
+        let next = events.last().map_or(after, |e| e.global_position);
+        return Ok(FeedPage {
+            events: events.into_iter().map(|e| (e.global_position, e)).collect(),
+            next,
+        });
+    };
+    let what = "reading the journal in visibility order";
+    let mut conn = db.read().await?;
+    let bound = conn
+        .fetch_optional(
+            what,
+            &db.dialect().sql(feed.bound),
+            &[Arg::Int(int(after)), Arg::Int(int(limit as u64))],
+        )
+        .await?
+        .ok_or_else(|| {
+            Error::storage(
+                format!("{what}: no horizon"),
+                "the bound statement returned no row",
+            )
+        })?;
+    let key = |v: i64| u64::try_from(v).map_err(|e| journal_undecodable("feed key", e));
+    let horizon = key(bound.int(0)?)?;
+    let upper = match bound.opt_int(1)? {
+        Some(cut) => key(cut)?,
+        None => horizon.saturating_sub(1),
+    };
+    if upper <= after {
+        return Ok(FeedPage {
+            events: Vec::new(),
+            next: after,
+        });
+    }
+    let rows = conn
+        .fetch(
+            what,
+            &db.dialect().sql(feed.page),
+            &[Arg::Int(int(after)), Arg::Int(int(upper))],
+        )
+        .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for r in &rows {
+        events.push((key(r.int(10)?)?, crate::journal::decode_any_event(r)?));
+    }
+    Ok(FeedPage { events, next: upper })
+}
+
 /// Implements [`SinkStore`](outbox_core::SinkStore) for an adapter type
 /// whose `$db` field implements [`Database`], by delegating to this module.
 #[macro_export]
 macro_rules! impl_sink_store {
     ($ty:ty, $db:ident) => {
         impl ::outbox_core::SinkStore for $ty {
+            async fn read_feed(
+                &self,
+                after: u64,
+                limit: usize,
+            ) -> ::outbox_core::Result<::outbox_core::FeedPage> {
+                $crate::sinks::read_feed(self, &*self.$db, after, limit).await
+            }
+
             async fn sink_states(
                 &self,
                 sink: &::outbox_core::SinkName,

@@ -1,12 +1,13 @@
 //! What an adapter provides to run the conformance suite.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue,
-    PartitionStore, Projection, ProjectionStore, RunStore, Seq, SinkStore, StreamId, ViewStore,
+    AppendRequest, DeadLetters, EventJournal, GenerationStore, LeaseAdmin, LeaseStore, OutboxInspector,
+    OutboxQueue, PartitionStore, Projection, ProjectionStore, RunStore, Seq, SinkStore, StreamId, ViewStore,
     WatermarkStore, WorkerRegistry,
 };
 
@@ -52,6 +53,19 @@ pub trait Harness: Send + Sync + Sized + 'static {
     /// database clock (the stored times stay as they are).
     fn advance(&self, ctx: &Self::Context, d: Duration) -> impl Future<Output = ()> + Send;
 
+    /// Appends `batch` (outbox rows on) in a transaction of its own that
+    /// takes its global positions now and commits only when the returned
+    /// [`HeldAppend`] is committed, as an application's transaction around
+    /// an append would (Postgres: `begin` and `append_in`). Where no other
+    /// append can run while one is open (SQLite's one writer), the harness
+    /// appends at commit instead: positions then follow commit order by
+    /// construction, which is what the commit-order checks rely on there.
+    fn hold_append(
+        &self,
+        ctx: &Self::Context,
+        batch: Vec<AppendRequest>,
+    ) -> impl Future<Output = HeldAppend> + Send;
+
     /// Damages the stored payload of event `seq` of `stream` behind the store's
     /// back (flips one byte, leaving the stored hash as it was), as disk or
     /// operator damage would. Panics if there is no such event.
@@ -61,6 +75,24 @@ pub trait Harness: Send + Sync + Sized + 'static {
         stream: &StreamId,
         seq: Seq,
     ) -> impl Future<Output = ()> + Send;
+}
+
+/// An append whose transaction is open ([`Harness::hold_append`]).
+pub struct HeldAppend(Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>);
+
+impl HeldAppend {
+    /// An append that `commit` completes.
+    pub fn new<F>(commit: impl FnOnce() -> F + Send + 'static) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        HeldAppend(Box::new(move || Box::pin(commit())))
+    }
+
+    /// Commits the append (panics when it cannot).
+    pub async fn commit(self) {
+        (self.0)().await;
+    }
 }
 
 /// Stores opened by [`Harness::open`].

@@ -9,7 +9,7 @@ pub mod pg;
 mod util;
 
 pub use drain::{DrainStats, drain};
-pub use harness::{Fixture, Harness, TxOf, one};
+pub use harness::{Fixture, Harness, HeldAppend, TxOf, one};
 pub use oracle::{
     Expected, Faults, OracleProjection, OracleState, OracleStream, add, audit, check_history,
     oracle_registry, read_state, value_of,

@@ -107,6 +107,9 @@ pub(super) async fn row<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Row
         row.next_attempt_at,
         row.updated_at
     )?;
+    if row.alone {
+        outln!("  applied alone: a claim that held it ended without a result (ADR 0029)")?;
+    }
     if let Some(e) = &row.last_error {
         outln!("  last error: {e}")?;
     }

@@ -10,10 +10,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use outbox_core::{Seq, StreamId};
+use outbox_core::{AppendOptions, AppendRequest, Seq, StreamId};
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
-use outbox_testkit::{Fixture, Harness};
+use outbox_testkit::{Fixture, Harness, HeldAppend};
 
 pub use outbox_testkit::pg::test_database_url;
 
@@ -178,6 +178,22 @@ impl Harness for PgHarness {
             .advance_clock_for_tests(d)
             .await
             .expect("advance projection clock");
+    }
+
+    /// A real open transaction: its events take their positions now and
+    /// are visible only once it commits. On a journal instance of its own,
+    /// so that many held appends do not exhaust the fixture's pool.
+    async fn hold_append(&self, ctx: &Ctx, batch: Vec<AppendRequest>) -> HeldAppend {
+        let journal = self.reopen_journal(ctx).await;
+        let mut tx = journal.begin().await.expect("begin");
+        journal
+            .append_in(&mut tx, &batch, AppendOptions::enqueue())
+            .await
+            .expect("append in the open transaction");
+        HeldAppend::new(async move || {
+            tx.commit().await.expect("the held append commits");
+            drop(journal);
+        })
     }
 
     async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use outbox_core::{Seq, StreamId};
+use outbox_core::{AppendOptions, AppendRequest, EventJournal, Seq, StreamId};
 use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, Synchronous};
-use outbox_testkit::{Fixture, Harness};
+use outbox_testkit::{Fixture, Harness, HeldAppend};
 
 /// Options for tests: NORMAL sync keeps the suite quick (durability across
 /// power loss is not what the suite checks; crash tests reopen the files).
@@ -76,6 +76,18 @@ impl Harness for SqliteHarness {
             .advance_clock_for_tests(d)
             .await
             .expect("advance projection clock");
+    }
+
+    /// SQLite's one writer lets no other append through while a
+    /// transaction holds its write lock: the append happens at commit.
+    async fn hold_append(&self, ctx: &Ctx, batch: Vec<AppendRequest>) -> HeldAppend {
+        let journal = ctx.journal.clone();
+        HeldAppend::new(async move || {
+            journal
+                .append(&batch, AppendOptions::enqueue())
+                .await
+                .expect("the held append commits");
+        })
     }
 
     async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {

@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use outbox_core::{
-    Error, FailureOutcome, Partition, PartitionStore, RetryPolicy, SinkName, SinkStatus, SinkStore, StreamId,
+    Error, ExpectedVersion, FailureOutcome, Partition, PartitionStore, RetryPolicy, SinkName, SinkStatus,
+    SinkStore, StreamId,
 };
 
-use super::support::{ms, now, seq};
+use super::support::{adds, append, ms, now, req, seq};
 use crate::{Harness, sid};
 
 fn sink(name: &str) -> SinkName {
@@ -185,4 +186,110 @@ pub async fn sink_cursors_advance_by_compare_and_set<H: Harness>(h: &H) {
         ),
         (bus, 2, 1, 0, 30)
     );
+}
+
+/// Every event a feed reader gets, by `stream:seq`, reading pages from
+/// `cursor` until a page brings nothing new.
+async fn read_all<J: SinkStore>(j: &J, cursor: &mut u64, seen: &mut Vec<String>) {
+    loop {
+        let page = j.read_feed(*cursor, 3).await.expect("read_feed");
+        assert!(page.next >= *cursor, "a page's next is never below after");
+        for (key, e) in &page.events {
+            assert!(*key > *cursor && *key <= page.next, "keys lie in (after, next]");
+            seen.push(format!("{}:{}", e.stream, e.seq));
+        }
+        if page.next == *cursor {
+            return;
+        }
+        *cursor = page.next;
+    }
+}
+
+/// Reads until every event of `want` was seen. A feed may hold events
+/// back while other transactions are open (on Postgres, any writing
+/// transaction of the server, other tests' included): that delays them,
+/// it never loses them. The bound only turns a lost event into a failure
+/// instead of a hang.
+async fn read_until<J: SinkStore>(j: &J, cursor: &mut u64, seen: &mut Vec<String>, want: &[String]) {
+    for _ in 0..3_000 {
+        read_all(j, cursor, seen).await;
+        if want.iter().all(|w| seen.contains(w)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("events never read: want {want:?}, read {seen:?}");
+}
+
+/// `read_feed`: an event whose transaction took its global position before
+/// a later event committed, and commits after a reader read what was
+/// visible, comes in a later page: commit order is not position order
+/// (ADR 0030). The reproduction: `quiet` takes position 1 in an
+/// open transaction, `busy` commits at position 2, a reader reads (it may
+/// or may not get `busy:1` yet: an open transaction may hold the feed
+/// back), then `quiet` commits: the reader gets both, each once.
+pub async fn read_feed_sees_an_event_that_commits_after_a_later_one_was_read<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (quiet, busy) = (sid("quiet"), sid("busy"));
+    let held = h
+        .hold_append(&f.ctx, vec![req(&quiet, ExpectedVersion::Any, adds(&[1]))])
+        .await;
+    append(j, &busy, adds(&[2])).await;
+    let (mut cursor, mut seen) = (0, Vec::new());
+    read_all(j, &mut cursor, &mut seen).await;
+    assert!(
+        seen.is_empty() || seen == ["busy:1"],
+        "only committed events are read: {seen:?}"
+    );
+    held.commit().await;
+    let want = ["busy:1".to_owned(), "quiet:1".to_owned()];
+    read_until(j, &mut cursor, &mut seen, &want).await;
+    let mut got = seen.clone();
+    got.sort();
+    assert_eq!(got, want, "the late commit is read, and each event once");
+    let again = j.read_feed(cursor, 10).await.unwrap();
+    assert!(again.events.is_empty(), "nothing more: {:?}", again.events.len());
+}
+
+/// `read_feed` with many transactions open at once on many quiet streams,
+/// committing in an order unrelated to their positions, between busy
+/// appends and reads: the reader ends with every event, each once.
+pub async fn read_feed_loses_nothing_to_many_late_commits<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (mut cursor, mut seen) = (0, Vec::new());
+    let mut held = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..8 {
+        let quiet = sid(&format!("quiet-{i}"));
+        held.push(
+            h.hold_append(&f.ctx, vec![req(&quiet, ExpectedVersion::Any, adds(&[1, 2]))])
+                .await,
+        );
+        want.extend([format!("{quiet}:1"), format!("{quiet}:2")]);
+        let busy = sid(&format!("busy-{i}"));
+        append(j, &busy, adds(&[i])).await;
+        want.push(format!("{busy}:1"));
+        read_all(j, &mut cursor, &mut seen).await;
+    }
+    // Commit in an order unrelated to the positions taken: 3, 7, 0, 5, 1, ...
+    let mut order: Vec<usize> = (0..held.len()).map(|i| (i * 3 + 3) % held.len()).collect();
+    order.dedup();
+    let mut slots: Vec<Option<crate::HeldAppend>> = held.into_iter().map(Some).collect();
+    for i in order.into_iter().chain(0..slots.len()) {
+        if let Some(a) = slots[i].take() {
+            a.commit().await;
+            append(j, &sid(&format!("after-{i}")), adds(&[1])).await;
+            want.push(format!("after-{i}:1"));
+            read_all(j, &mut cursor, &mut seen).await;
+        }
+    }
+    want.sort();
+    read_until(j, &mut cursor, &mut seen, &want).await;
+    let mut got = seen.clone();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), seen.len(), "no event read twice: {seen:?}");
+    assert_eq!(got, want, "every committed event read");
 }
