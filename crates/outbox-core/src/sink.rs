@@ -197,8 +197,9 @@ pub struct SinkSummary {
     pub failed: u64,
     /// Streams dead-lettered.
     pub dead: u64,
-    /// The lowest journal position scanned through among its stored
-    /// per-partition cursors (0 when none is stored).
+    /// The lowest feed cursor among its stored per-partition cursors (0 when
+    /// none is stored): a global position on SQLite and memory, a
+    /// transaction id on Postgres ([`SinkStore::read_feed`]).
     pub position: u64,
 }
 
@@ -242,8 +243,8 @@ pub struct FeedPage {
 /// - `requeue_sink(sink, stream)` makes a `failed` or `dead` stream
 ///   `failed`, attempt count 0, due now; `NotFound` when it has no state,
 ///   `InvalidState` when it is `ok`.
-/// - `sink_cursors(sink)` lists the stored (partition, position) cursors by
-///   partition; `advance_sink_cursor(sink, partition, from, to)` is a
+/// - `sink_cursors(sink)` lists the stored (partition, feed cursor) cursors
+///   by partition (see `read_feed`); `advance_sink_cursor(sink, partition, from, to)` is a
 ///   compare-and-set like `advance_sink` (absent counts as 0).
 /// - `sinks()` summarises every sink with stored state, by name.
 /// - `read_feed(after, limit)` reads the journal in the order its events
