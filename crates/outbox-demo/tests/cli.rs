@@ -1861,11 +1861,12 @@ fn work_drains_the_backlog_and_stops_cleanly_on_sigterm() {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     let out = fs::read_to_string(log.path()).unwrap();
     assert_eq!(status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    // The backlog is older than the worker: start-up gap repair applies it
-    // (and completes its rows) before the loop starts.
+    // The backlog is older than the worker: start-up gap repair finds it
+    // and leaves it to the worker, which applies it under the outbox's
+    // protocol (ADR 0029).
     let first = out.lines().next().unwrap_or_default();
     assert!(
-        first.starts_with("start-up repair: 12 stream(s) caught up, 84 event(s) applied"),
+        first.starts_with("start-up repair: 12 stream(s) behind the journal left to the worker"),
         "{out}"
     );
     assert!(

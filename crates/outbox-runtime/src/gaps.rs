@@ -220,12 +220,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     Repair::HandOver => {
                         // The worker catches the stream up from its head row
                         // (a gap below it is part of that row's attempt); a
-                        // stream without rows gets one at its last event.
-                        inner
+                        // stream without rows gets one at its last event
+                        // (a read first: a backlog's streams all have rows,
+                        // and a read costs less than a write that finds so).
+                        let head = inner
                             .journal
-                            .enqueue_catch_up(stream)
-                            .within(inner.config.store_deadline(), "enqueue_catch_up")
+                            .head(stream)
+                            .within(inner.config.store_deadline(), "head")
                             .await?;
+                        if head.is_none() {
+                            inner
+                                .journal
+                                .enqueue_catch_up(stream)
+                                .within(inner.config.store_deadline(), "enqueue_catch_up")
+                                .await?;
+                        }
                         report.handed_to_worker += 1;
                         continue;
                     }

@@ -63,13 +63,20 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     }
     if let Some(r) = running.repair_report()
         && !(a.quiet || a.json)
-        && r.streams_repaired > 0
     {
-        outln!(
-            "start-up repair: {} stream(s) caught up, {} event(s) applied",
-            r.streams_repaired,
-            r.events_applied
-        )?;
+        if r.streams_repaired > 0 {
+            outln!(
+                "start-up repair: {} stream(s) caught up, {} event(s) applied",
+                r.streams_repaired,
+                r.events_applied
+            )?;
+        }
+        if r.handed_to_worker > 0 {
+            outln!(
+                "start-up repair: {} stream(s) behind the journal left to the worker",
+                r.handed_to_worker
+            )?;
+        }
     }
     if !a.quiet && !a.json {
         outln!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id())?;
