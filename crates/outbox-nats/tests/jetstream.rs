@@ -31,6 +31,9 @@ async fn messages(sink: &NatsSink, name: &str) -> Vec<String> {
         .expect("the stream exists");
     let info = stream.get_info().await.expect("stream info");
     let mut out = Vec::new();
+    if info.state.messages == 0 {
+        return out;
+    }
     for seq in info.state.first_sequence..=info.state.last_sequence {
         let m = stream.get_raw_message(seq).await.expect("a stored message");
         let id = m
@@ -216,4 +219,101 @@ async fn journal_events(journal: &MemoryJournal, s: &StreamId) -> Vec<outbox_cor
         .read_stream(s, outbox_core::Seq::FIRST, 100)
         .await
         .unwrap()
+}
+
+/// The lost-message reproduction on Postgres with the JetStream sink
+/// (ADR 0030): `quiet:1` takes its global position in a transaction left
+/// open, `busy:1` commits after it and a delivery pass runs, then `quiet:1`
+/// commits. Both reach JetStream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_committed_after_a_later_one_was_published_reaches_jetstream_on_postgres() {
+    use outbox_core::{AppendOptions, AppendRequest};
+    use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+    let Some(url) = test_nats_url() else { return };
+    let Some(pg) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
+    let run = format!(
+        "late_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    let sink = NatsSink::connect(
+        SinkName::new("late").unwrap(),
+        &url,
+        NatsSinkOptions::default().with_subjects(Subjects::Fixed(format!("{run}.events"))),
+    )
+    .await
+    .expect("connect");
+    let stream_name = run.to_uppercase();
+    sink.ensure_stream(&stream_name, vec![format!("{run}.>")], Duration::from_secs(120))
+        .await
+        .expect("stream");
+    let options = |schema: &str| PgOptions::default().with_schema(schema).with_max_connections(4);
+    let journal = PgJournal::connect(&pg, options(&format!("{run}_j")))
+        .await
+        .expect("journal");
+    let store = PgProjectionStore::connect(&pg, options(&format!("{run}_p")))
+        .await
+        .expect("projections");
+    let rt = Outbox::builder(journal.clone(), store)
+        .config(
+            Config::apply_worker()
+                .with_leasing(false)
+                .with_repair_on_start(false),
+        )
+        .event_types(oracle_registry())
+        .projection(OracleProjection::new("oracle").shared())
+        .sink(sink.clone())
+        .build()
+        .await
+        .expect("runtime");
+    let mut t1 = journal.begin().await.unwrap();
+    journal
+        .append_in(
+            &mut t1,
+            &[AppendRequest::new(
+                sid("quiet"),
+                ExpectedVersion::Any,
+                vec![add(1)],
+            )],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    rt.append(&sid("busy"), ExpectedVersion::Any, vec![add(2)])
+        .await
+        .unwrap();
+    rt.deliver().await.unwrap();
+    t1.commit().await.unwrap();
+    let want = ["busy:1".to_owned(), "quiet:1".to_owned()];
+    // Other tests' transactions on the server may hold the scan back a
+    // moment; they never make it skip anything.
+    let mut got = Vec::new();
+    for _ in 0..3_000 {
+        rt.deliver().await.unwrap();
+        got = messages(&sink, &stream_name).await;
+        got.sort();
+        if got == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(got, want, "both events published, each once");
+    journal.close().await;
+    // The test's schemas, test-generated names only.
+    if let Ok(mut conn) =
+        <outbox_postgres::sqlx::PgConnection as outbox_postgres::sqlx::Connection>::connect(&pg).await
+    {
+        for s in [format!("{run}_j"), format!("{run}_p")] {
+            let _ = outbox_postgres::sqlx::query(outbox_postgres::sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {s} CASCADE"
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
 }
