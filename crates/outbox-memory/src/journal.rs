@@ -11,10 +11,10 @@ use outbox_core::spi::{
 use outbox_core::{ActivityCounts, ActivitySeries, MINUTE_MS, MinuteActivity, validate_activity_minutes};
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ClaimedRun, Clock, DeadLetters, Error, Event, EventJournal,
-    FailureDecision, FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE, Metadata,
-    OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result, RetryPolicy,
-    Seq, StreamId, StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo,
-    WorkerRegistry,
+    EventType, FailureDecision, FailureOutcome, Lease, LeaseAdmin, LeaseEntry, LeaseStore, MAX_PAGE,
+    Metadata, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary, PayloadHash, Result,
+    RetryPolicy, Seq, StreamId, StreamVersion, SystemClock, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
+    WorkerInfo, WorkerRegistry,
 };
 use outbox_core::{
     Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, SweepLimits,
@@ -288,6 +288,22 @@ impl State {
     }
 }
 
+/// A new row: pending, due `now`, never tried.
+fn pending_row(stream: &StreamId, seq: Seq, event_type: &EventType, now: Timestamp) -> OutboxRow {
+    OutboxRow {
+        stream: stream.clone(),
+        seq,
+        event_type: event_type.clone(),
+        status: OutboxStatus::Pending,
+        attempt_count: 0,
+        next_attempt_at: now,
+        last_error: None,
+        updated_at: now,
+        first_failed_at: None,
+        alone: false,
+    }
+}
+
 fn sorted_rows<'a>(rows: impl Iterator<Item = &'a OutboxRow>) -> Vec<&'a OutboxRow> {
     let mut v: Vec<&OutboxRow> = rows.collect();
     v.sort_by(|a, b| (a.next_attempt_at, &a.stream, a.seq).cmp(&(b.next_attempt_at, &b.stream, b.seq)));
@@ -327,18 +343,7 @@ impl EventJournal for MemoryJournal {
                 if options.enqueues() {
                     st.outbox.insert(
                         (req.stream.clone(), seq),
-                        OutboxRow {
-                            stream: req.stream.clone(),
-                            seq,
-                            event_type: new.event_type.clone(),
-                            status: OutboxStatus::Pending,
-                            attempt_count: 0,
-                            next_attempt_at: now,
-                            last_error: None,
-                            updated_at: now,
-                            first_failed_at: None,
-                            alone: false,
-                        },
+                        pending_row(&req.stream, seq, &new.event_type, now),
                     );
                 }
                 st.streams.entry(req.stream.clone()).or_default().push(event);
@@ -514,18 +519,7 @@ impl OutboxQueue for MemoryJournal {
         let Some(last) = st.streams.get(stream).and_then(|events| events.last()) else {
             return Ok(false);
         };
-        let row = OutboxRow {
-            stream: stream.clone(),
-            seq: last.seq,
-            event_type: last.event_type.clone(),
-            status: OutboxStatus::Pending,
-            attempt_count: 0,
-            next_attempt_at: now,
-            last_error: None,
-            updated_at: now,
-            first_failed_at: None,
-            alone: false,
-        };
+        let row = pending_row(stream, last.seq, &last.event_type, now);
         st.outbox.insert((stream.clone(), row.seq), row);
         st.refresh_head(stream);
         Ok(true)
