@@ -201,6 +201,11 @@ pub struct SinkSummary {
     /// none is stored): a global position on SQLite and memory, a
     /// transaction id on Postgres ([`SinkStore::read_feed`]).
     pub position: u64,
+    /// Committed events the feed holds back because a transaction that
+    /// began writing before them is still open (Postgres; counted up to
+    /// 10,000; always 0 where positions follow commit order). They are
+    /// delivered once it ends (ADR 0030).
+    pub held_back: u64,
 }
 
 /// A page of the journal in the order its events became visible
@@ -246,7 +251,8 @@ pub struct FeedPage {
 /// - `sink_cursors(sink)` lists the stored (partition, feed cursor) cursors
 ///   by partition (see `read_feed`); `advance_sink_cursor(sink, partition, from, to)` is a
 ///   compare-and-set like `advance_sink` (absent counts as 0).
-/// - `sinks()` summarises every sink with stored state, by name.
+/// - `sinks()` summarises every sink with stored state, by name, each with
+///   the events `read_feed` holds back now (see [`SinkSummary::held_back`]).
 /// - `read_feed(after, limit)` reads the journal in the order its events
 ///   became visible to readers (ADR 0030), from the feed cursor `after` (0:
 ///   the beginning): every event whose key is above `after` and at or below

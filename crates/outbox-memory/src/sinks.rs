@@ -215,6 +215,8 @@ impl SinkStore for MemoryJournal {
             failed: 0,
             dead: 0,
             position: 0,
+            // Positions follow commit order: nothing is ever held back.
+            held_back: 0,
         };
         for ((sink, _), (_, state)) in &st.sinks.streams {
             let e = out.entry(sink.clone()).or_insert_with(|| blank(sink));

@@ -450,6 +450,13 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
         .await
         .unwrap();
     rt.deliver().await.unwrap();
+    // `busy:1` committed after `quiet`'s transaction began writing: the
+    // scan holds it back, and says so.
+    let summary = outbox_core::SinkStore::sinks(&journal).await.unwrap();
+    assert!(
+        !summary.is_empty() && summary.iter().all(|s| s.held_back >= 1),
+        "the held-back event is reported: {summary:?}"
+    );
     t1.commit().await.unwrap();
     let want = ["busy:1".to_owned(), "quiet:1".to_owned()];
     // Other tests' transactions on the server may hold the scan back a

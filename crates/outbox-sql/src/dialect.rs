@@ -30,6 +30,9 @@ pub struct Feed {
     /// The events with a key above `$1` and at or below `$2`, in key order,
     /// each with its key as a last column.
     pub page: &'static str,
+    /// How many committed events lie at or above the horizon (held back
+    /// by an open transaction), counted up to 10,000.
+    pub held_back: &'static str,
 }
 
 /// How view documents are written where writers run concurrently
@@ -97,6 +100,8 @@ impl Dialect {
                     ", txid::text::bigint FROM events WHERE txid > ($1::bigint)::text::xid8 \
                      AND txid <= ($2::bigint)::text::xid8 ORDER BY txid, global_position"
                 ),
+                held_back: "SELECT count(*) FROM (SELECT 1 FROM events \
+                            WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) LIMIT 10000) h",
             }),
             // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
             // the order given.

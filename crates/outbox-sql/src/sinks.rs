@@ -359,9 +359,17 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
             &[],
         )
         .await?;
+    let held_back = match db.dialect().feed() {
+        Some(feed) => tx
+            .fetch_optional(what, feed.held_back, &[])
+            .await?
+            .map_or(Ok(0), |r| r.int(0))?,
+        None => 0,
+    };
     tx.commit(what).await?;
     let mut out: std::collections::BTreeMap<String, SinkSummary> = std::collections::BTreeMap::new();
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    let held_back = n(held_back);
     for r in &states {
         let name = r.text(0)?;
         let sink = SinkName::new(name.clone()).map_err(|e| journal_undecodable("sink state", e))?;
@@ -373,6 +381,7 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
                 failed: n(r.opt_int(2)?.unwrap_or(0)),
                 dead: n(r.opt_int(3)?.unwrap_or(0)),
                 position: 0,
+                held_back,
             },
         );
     }
@@ -385,6 +394,7 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
             failed: 0,
             dead: 0,
             position: 0,
+            held_back,
         });
         entry.position = n(r.int(1)?);
     }
