@@ -228,11 +228,12 @@ pub trait EventJournal: Send + Sync {
 ///   `now + policy.delay(attempt)` by the store's clock.
 ///
 /// `enqueue_catch_up`:
-/// - When the stream has events and no outbox row, inserts one `pending`
-///   row for its last event (due now by the store's clock, in the stream's
-///   partition, not `alone`) and makes it the stream's head, and returns
-///   `true`; otherwise (the stream has rows, or no events) changes nothing
-///   and returns `false`. Start-up repair hands a stream whose projections
+/// - When the stream has events and no outbox row for its last event,
+///   inserts one `pending` row for it (due now by the store's clock, in the
+///   stream's partition, not `alone`; the stream's head when it has no other
+///   row) and returns `true`; otherwise (that row exists, or the stream has
+///   no events) changes nothing and returns `false`. Rows below it stay as
+///   they are; a claim's run stops at the hole before it. Start-up repair hands a stream whose projections
 ///   are behind to the worker this way, so that catching it up is an
 ///   attempt of that row: counted, retried and dead-lettered like any
 ///   other (ADR 0029).
@@ -416,7 +417,7 @@ pub trait OutboxQueue: Send + Sync {
         policy: &RetryPolicy,
     ) -> impl Future<Output = Result<FailureOutcome>> + Send;
 
-    /// Puts a row at the last event of a stream that has none.
+    /// Puts a row at a stream's last event when it has none there.
     fn enqueue_catch_up(&self, stream: &StreamId) -> impl Future<Output = Result<bool>> + Send;
 
     /// Marks the start of an attempt of an `alone` row's own.

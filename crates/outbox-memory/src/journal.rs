@@ -513,12 +513,12 @@ impl OutboxQueue for MemoryJournal {
     async fn enqueue_catch_up(&self, stream: &StreamId) -> Result<bool> {
         let now = self.now();
         let mut st = self.lock();
-        if st.stream_rows(stream).next().is_some() {
-            return Ok(false);
-        }
         let Some(last) = st.streams.get(stream).and_then(|events| events.last()) else {
             return Ok(false);
         };
+        if st.outbox.contains_key(&(stream.clone(), last.seq)) {
+            return Ok(false);
+        }
         let row = pending_row(stream, last.seq, &last.event_type, now);
         st.outbox.insert((stream.clone(), row.seq), row);
         st.refresh_head(stream);

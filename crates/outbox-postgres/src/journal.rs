@@ -858,7 +858,7 @@ impl OutboxQueue for PgJournal {
                 ", NULL, ",
                 jnow!(),
                 ", $2 FROM streams s JOIN events e ON e.stream = s.stream AND e.seq = s.head \
-                 WHERE s.stream = $1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = $1)"
+                 WHERE s.stream = $1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = $1 AND seq = s.head)"
             ))
             .bind(stream.as_str())
             .bind(partition)
@@ -937,7 +937,6 @@ async fn complete_in(tx: &mut PgConnection, stream: &StreamId, through: Seq) -> 
     Ok(u64::try_from(done).unwrap_or(0))
 }
 
-/// The abandon, inside a transaction: the lease must be current.
 /// Marks the start of an attempt of an `alone` row's own (ADR 0029).
 async fn begin_attempt_in(tx: &mut PgConnection, lease: &Lease, seq: Seq) -> Result<()> {
     let err = |e| storage("beginning an attempt", e);
@@ -964,6 +963,7 @@ async fn begin_attempt_in(tx: &mut PgConnection, lease: &Lease, seq: Seq) -> Res
     Ok(())
 }
 
+/// The abandon, inside a transaction: the lease must be current.
 async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
     let err = |e| storage("abandoning outbox rows", e);
     lock_stream(tx, lease.stream.as_str()).await.map_err(err)?;
@@ -1033,7 +1033,9 @@ pub const LOCK_STREAMS: &str =
 
 /// The `SET` list of a claim's `UPDATE outbox o`: marks the row processing;
 /// a row found processing already (its claimer stopped before finishing
-/// it) counts an attempt and records the message bound at `$err`.
+/// it) is applied alone from now on (`alone` 1), and if an attempt of its
+/// own had begun (`alone` 2) it records the message bound at `$err` for the
+/// claimer to count (ADR 0029). No attempt is counted here.
 macro_rules! mark_processing {
     ($err:literal) => {
         concat!(

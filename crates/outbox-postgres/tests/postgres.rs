@@ -1331,3 +1331,13 @@ async fn a_partitioned_end_that_completes_nothing_ends_the_hold() {
         "the end recomputed the head: the row behind is claimed at once"
     );
 }
+
+/// Migration 0006 rewrites the message of attempts the old claims counted
+/// to the message of a recorded one: both must be the constants' texts.
+#[test]
+fn the_alone_migration_names_the_unfinished_and_the_recorded_messages() {
+    let sql = include_str!("../migrations/journal/0006_alone.sql");
+    for text in [outbox_core::UNFINISHED_ATTEMPT, outbox_core::ENDED_WITHOUT_RESULT] {
+        assert!(sql.contains(&format!("'{text}'")), "0006 lacks {text:?}");
+    }
+}

@@ -52,19 +52,43 @@ pub(crate) trait Within<T>: Future<Output = Result<T>> + Sized {
             )),
         }
     }
+
+    /// [`within`](Self::within) for a worker's projection apply: past the
+    /// deadline the error is also [`stalled`].
+    async fn within_apply(self, deadline: Duration, call: &'static str) -> Result<T> {
+        match tokio::time::timeout(deadline, self).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::temporary(
+                format_args!("store call `{call}` did not finish within the store deadline of {deadline:?}"),
+                ApplyStalled,
+            )),
+        }
+    }
 }
 
 impl<T, F: Future<Output = Result<T>>> Within<T> for F {}
 
-/// Whether `error` is a store call that did not finish within its deadline
-/// ([`Within::within`]). When the call was an apply, the attempt is ended
-/// like a crash would end it: its rows stay `processing` for the next claim
-/// to isolate, and an attempt of a row applied alone is charged to it
+/// The source of a worker's apply that passed its deadline.
+#[derive(Debug)]
+struct ApplyStalled;
+
+impl std::fmt::Display for ApplyStalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the projection apply did not finish in time")
+    }
+}
+
+impl std::error::Error for ApplyStalled {}
+
+/// Whether `error` is a worker's projection apply that did not finish
+/// within its deadline ([`Within::within_apply`]): the attempt is ended as
+/// a crash would end it. Its rows stay `processing` for the next claim to
+/// isolate, and an attempt of a row applied alone is charged to it
 /// (ADR 0029), so a projection that hangs on one event dead-letters it
-/// instead of retrying it forever.
+/// instead of retrying it forever. Every other call past its deadline is
+/// a plain temporary error.
 pub(crate) fn stalled(error: &Error) -> bool {
-    error.is_temporary()
-        && std::error::Error::source(error).is_some_and(|s| s.is::<tokio::time::error::Elapsed>())
+    error.is_temporary() && std::error::Error::source(error).is_some_and(|s| s.is::<ApplyStalled>())
 }
 
 #[cfg(test)]
@@ -83,11 +107,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn only_a_call_past_its_deadline_is_stalled() {
+    async fn only_an_apply_past_its_deadline_is_stalled() {
         let hung = std::future::pending::<Result<()>>();
         assert!(stalled(
-            &hung.within(Duration::from_secs(1), "apply").await.unwrap_err()
+            &hung
+                .within_apply(Duration::from_secs(1), "apply")
+                .await
+                .unwrap_err()
         ));
+        let read = std::future::pending::<Result<()>>();
+        assert!(
+            !stalled(
+                &read
+                    .within(Duration::from_secs(1), "read_stream")
+                    .await
+                    .unwrap_err()
+            ),
+            "another call past its deadline is no stall"
+        );
         let other = Error::temporary("connection reset", std::io::Error::other("reset"));
         assert!(!stalled(&other), "another temporary error is no stall");
     }

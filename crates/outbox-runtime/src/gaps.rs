@@ -37,9 +37,10 @@ pub struct RepairReport {
     /// Events newly applied.
     pub events_applied: u64,
     /// Streams behind the journal left to the worker, which catches them up
-    /// under the outbox's protocol (start-up repair of an apply worker):
-    /// those that had outbox rows, and those given a catch-up row
+    /// under the outbox's protocol (start-up repair of an apply worker),
+    /// each with a row at its last event: the one it had, or a catch-up row
     /// ([`OutboxQueue::enqueue_catch_up`](outbox_core::OutboxQueue::enqueue_catch_up)).
+    /// A stream behind a dead head among them waits for its requeue.
     pub handed_to_worker: u64,
     /// Streams repair stopped short of a dead or failed head row, which
     /// only the worker (after its retry, or a requeue) may apply.
@@ -218,21 +219,24 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 let complete_rows = match how {
                     Repair::HandOver => {
-                        // The worker catches the stream up from its head row
-                        // (a gap below it is part of that row's attempt); a
-                        // stream without rows gets one at its last event
-                        // (a read first: a backlog's streams all have rows,
-                        // and a read costs less than a write that finds so).
-                        let head = inner
+                        // The worker catches the stream up through a row at
+                        // its last event (a gap below a row is part of that
+                        // row's attempt): one is put there when missing (a
+                        // read first: a backlog's streams have it, and a read
+                        // costs less than a write that finds so).
+                        let deadline = inner.config.store_deadline();
+                        let tip = Seq::new(v.version)?;
+                        if inner
                             .journal
-                            .head(stream)
-                            .within(inner.config.store_deadline(), "head")
-                            .await?;
-                        if head.is_none() {
+                            .row(stream, tip)
+                            .within(deadline, "row")
+                            .await?
+                            .is_none()
+                        {
                             inner
                                 .journal
                                 .enqueue_catch_up(stream)
-                                .within(inner.config.store_deadline(), "enqueue_catch_up")
+                                .within(deadline, "enqueue_catch_up")
                                 .await?;
                         }
                         report.handed_to_worker += 1;

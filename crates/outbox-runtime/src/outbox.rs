@@ -506,7 +506,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         match inner
             .store
             .apply(stream, events, &inner.projections)
-            .within(inner.config.store_deadline(), "apply")
+            .within_apply(inner.config.store_deadline(), "apply")
             .await?
         {
             ApplyOutcome::Applied(r) => {
@@ -521,7 +521,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 match inner
                     .store
                     .apply(stream, events, &inner.projections)
-                    .within(inner.config.store_deadline(), "apply")
+                    .within_apply(inner.config.store_deadline(), "apply")
                     .await?
                 {
                     ApplyOutcome::Applied(r) => {
@@ -569,7 +569,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             match inner
                 .store
                 .apply(stream, &events, projections)
-                .within(inner.config.store_deadline(), "apply")
+                .within_apply(inner.config.store_deadline(), "apply")
                 .await?
             {
                 ApplyOutcome::Applied(r) => {

@@ -40,7 +40,8 @@ pub struct DeliveryReport {
     pub failed: u64,
     /// Streams dead-lettered for the sink.
     pub dead_lettered: u64,
-    /// The journal position the pass scanned through (0: nothing new).
+    /// The feed cursor the pass scanned through (0: nothing new): a global
+    /// position on SQLite and memory, a transaction id on Postgres (ADR 0030).
     pub position: u64,
 }
 
@@ -157,7 +158,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .within(deadline, "read_feed")
             .await?;
         let last = feed.next;
-        if last <= start {
+        // Nothing new: the cursors stay (moving them over an empty range
+        // would be a write per pass, and on Postgres each write takes a
+        // transaction id that moves the horizon: a pass that never idles).
+        if last <= start || feed.events.is_empty() {
             return Ok(report);
         }
         // Each stream's new events of this page, in seq order.

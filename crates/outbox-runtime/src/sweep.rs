@@ -479,7 +479,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let result = inner
                 .store
                 .apply_runs(&runs, &inner.projections)
-                .within(inner.config.store_deadline(), "apply_runs")
+                .within_apply(inner.config.store_deadline(), "apply_runs")
                 .await;
             match result {
                 Ok(outcomes) if all_applied(&outcomes, runs.len()) => {

@@ -341,11 +341,34 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // applies or publishes until it ends (ADR 0029).
         let _alone = if recovery && kind == WorkerKind::Apply {
             let gate = inner.alone_gate.write().await;
+            // The gate may have waited for a publish: the lease is renewed
+            // before the attempt begins, so it cannot expire under an
+            // attempt that has barely started (another worker would then
+            // take the row and charge it while this one still applies).
+            let ttl = match lease.partition {
+                Some(_) => self.partition_ttl(),
+                None => inner.config.lease_ttl,
+            };
             inner
+                .journal
+                .renew(lease, ttl)
+                .within(inner.config.store_deadline(), "renew")
+                .await?;
+            match inner
                 .journal
                 .begin_attempt(lease, first.seq)
                 .within(inner.config.store_deadline(), "begin_attempt")
-                .await?;
+                .await
+            {
+                Ok(()) => {}
+                // The row is no longer this claim's (completed by a repair
+                // with `--complete-rows`, requeued): nothing to apply here.
+                Err(Error::NotFound(_) | Error::InvalidState(_)) => {
+                    report.claimed += rows.len() as u64;
+                    return Ok((StreamPass::Drained, None, recovery));
+                }
+                Err(e) => return Err(e),
+            }
             Some(gate)
         } else {
             None

@@ -281,6 +281,7 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Ou
 /// registry entry names a process of this host that no longer exists, so
 /// the new process takes the id over at once. An entry naming a live
 /// process (this test's own) or another host still refuses the id.
+#[cfg(target_os = "linux")]
 #[tokio::test(start_paused = true)]
 async fn a_worker_id_held_by_a_dead_process_of_this_host_is_taken_over_at_once() {
     use outbox_core::{Mode, WorkerId, WorkerRegistry};

@@ -433,6 +433,17 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
         .build()
         .await
         .unwrap();
+    // A first event, delivered: the sink has stored state to report on.
+    rt.append(&sid("warm"), ExpectedVersion::Any, vec![add(3)])
+        .await
+        .unwrap();
+    for _ in 0..3_000 {
+        rt.deliver().await.unwrap();
+        if !sink.got.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut t1 = journal.begin().await.unwrap();
     journal
         .append_in(
@@ -458,7 +469,7 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
         "the held-back event is reported: {summary:?}"
     );
     t1.commit().await.unwrap();
-    let want = ["busy:1".to_owned(), "quiet:1".to_owned()];
+    let want = ["busy:1".to_owned(), "quiet:1".to_owned(), "warm:1".to_owned()];
     // Other tests' transactions on the server may hold the scan back a
     // moment; they never make it skip anything.
     for _ in 0..3_000 {

@@ -505,9 +505,8 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
     Ok(n as u64)
 }
 
-/// A row at the last event of a stream that has no row (see
-/// `OutboxQueue::enqueue_catch_up`): one insert of the event's row when
-/// the stream has none, then its head.
+/// A row at the last event of a stream that has none there (see
+/// `OutboxQueue::enqueue_catch_up`): one insert, then the stream's head.
 fn enqueue_catch_up_body(conn: &Connection, stream: &str, partition: i64) -> Result<bool> {
     let err = ctx("enqueueing a catch-up row");
     let now = db_now(conn).map_err(&err)?;
@@ -517,7 +516,7 @@ fn enqueue_catch_up_body(conn: &Connection, stream: &str, partition: i64) -> Res
              updated_at, partition_no) \
              SELECT e.stream, e.seq, e.event_type, 'pending', 0, ?2, NULL, ?2, ?3 FROM streams s \
              JOIN events e ON e.stream = s.stream AND e.seq = s.head \
-             WHERE s.stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)",
+             WHERE s.stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1 AND seq = s.head)",
         )
         .and_then(|mut st| st.execute(params![stream, now, partition]))
         .map_err(&err)?;

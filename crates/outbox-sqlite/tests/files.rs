@@ -408,3 +408,13 @@ async fn without_create_if_missing_a_missing_or_empty_file_is_not_found_and_left
         .collect();
     assert_eq!(names.len(), 1, "no -wal or -shm files either: {names:?}");
 }
+
+/// Migration 0008 rewrites the message of attempts the old claims counted
+/// to the message of a recorded one: both must be the constants' texts.
+#[test]
+fn the_alone_migration_names_the_unfinished_and_the_recorded_messages() {
+    let sql = include_str!("../migrations/journal/0008_alone.sql");
+    for text in [outbox_core::UNFINISHED_ATTEMPT, outbox_core::ENDED_WITHOUT_RESULT] {
+        assert!(sql.contains(&format!("'{text}'")), "0008 lacks {text:?}");
+    }
+}

@@ -112,6 +112,7 @@ macro_rules! for_each_check {
             acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing,
             acquire_and_claim_due_reclaims_an_unfinished_head_alone,
             sweeps_take_suspects_by_themselves_and_charge_none,
+            enqueue_catch_up_puts_a_row_at_a_last_event_without_one,
             complete_and_release_all_ends_several_passes,
             complete_and_release_all_moves_the_heads_of_completed_streams,
             requeue_revives_dead_row,

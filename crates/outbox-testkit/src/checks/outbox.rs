@@ -1968,3 +1968,56 @@ pub async fn row_returns_none_when_missing<H: Harness>(h: &H) {
     assert_eq!(f.journal.row(&s, seq(2)).await.unwrap(), None);
     assert_eq!(f.journal.row(&sid("nope"), seq(1)).await.unwrap(), None);
 }
+
+/// `head` and `enqueue_catch_up`: a stream's head is its lowest row, `None`
+/// without rows. A catch-up row goes only where the stream's last event has
+/// none: after every row was completed (it becomes the head, pending, due,
+/// fresh), or behind rows that stop short of the last event (a claim's run
+/// stops at the hole before it); never twice, never for a stream without
+/// events.
+pub async fn enqueue_catch_up_puts_a_row_at_a_last_event_without_one<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    assert!(j.head(&sid("none")).await.unwrap().is_none());
+    assert!(
+        !j.enqueue_catch_up(&sid("none")).await.unwrap(),
+        "no events, no row"
+    );
+    let s = enqueue(j, "s", 3).await;
+    assert_eq!(j.head(&s).await.unwrap().map(|r| r.seq.get()), Some(1));
+    assert!(!j.enqueue_catch_up(&s).await.unwrap(), "its last event has a row");
+    j.complete(&s, seq(3)).await.unwrap();
+    assert!(j.head(&s).await.unwrap().is_none(), "every row completed");
+    assert!(j.enqueue_catch_up(&s).await.unwrap());
+    let head = j.head(&s).await.unwrap().expect("the catch-up row");
+    assert_eq!(
+        (
+            head.seq.get(),
+            head.status,
+            head.attempt_count,
+            head.alone,
+            head.last_error
+        ),
+        (3, OutboxStatus::Pending, 0, false, None),
+        "a fresh pending row at the last event"
+    );
+    assert!(is_due(j, &s).await, "due at once");
+    assert!(!j.enqueue_catch_up(&s).await.unwrap(), "never twice");
+    // Rows that stop short of the last event (appended without the outbox).
+    let t = enqueue(j, "t", 2).await;
+    j.append(
+        &[req(&t, ExpectedVersion::Exact(2), adds(&[8, 9]))],
+        AppendOptions::journal_only(),
+    )
+    .await
+    .unwrap();
+    assert!(j.enqueue_catch_up(&t).await.unwrap(), "the last event had no row");
+    let seqs: Vec<u64> = statuses(j, &t).await.into_iter().map(|(n, _)| n).collect();
+    assert_eq!(seqs, [1, 2, 4], "rows 1 and 2, and the catch-up row at 4");
+    let (_, run) = take_and_claim(j, &t, "w", 10).await;
+    assert_eq!(
+        seqs_of(&run),
+        [1, 2],
+        "a run stops at the hole before the catch-up row"
+    );
+}
