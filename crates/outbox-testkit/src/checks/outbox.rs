@@ -466,6 +466,25 @@ pub async fn begin_attempt_marks_only_a_row_applied_alone_under_the_current_leas
         matches!(r, Err(Error::InvalidState(_))),
         "a processing row not alone: {r:?}"
     );
+    // A recorded failure: claimed again once due, nothing more is reported.
+    j.begin_attempt(&b, seq(1)).await.unwrap();
+    let policy = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 5).unwrap();
+    j.fail(&b, seq(1), "boom", &policy).await.unwrap();
+    j.release(&b).await.unwrap();
+    h.advance(&f.ctx, secs(1)).await;
+    let (c, after_fail) = take_and_claim(j, &s, "c", 10).await;
+    assert_eq!(seqs_of(&after_fail), [1]);
+    assert!(
+        !after_fail[0].ended_unfinished(),
+        "a recorded failure is not reported again"
+    );
+    assert_eq!(after_fail[0].attempt_count, 1, "counted once, by fail");
+    // A completion: the row is gone with its mark.
+    j.begin_attempt(&c, seq(1)).await.unwrap();
+    j.complete(&s, seq(1)).await.unwrap();
+    let next = j.claim(&c, 10).await.unwrap();
+    assert_eq!(seqs_of(&next), [2], "the row behind, as a suspect");
+    assert!(!next[0].ended_unfinished());
 }
 
 /// `claim`: of two claimers presenting different leases, at most one
