@@ -229,11 +229,16 @@ pub struct FeedPage {
 ///   [`SinkStream::new`]: seq 0, `ok`.
 /// - `sink_states(sink, streams)` returns one state per stream given, in
 ///   the order given.
-/// - `advance_sink(sink, stream, from, to)` is a compare-and-set: when the
-///   stored seq is `from` (0 for none) it becomes `to`, the status `ok`, the
-///   attempt count 0 and the error cleared, and the call returns `true`;
-///   otherwise nothing changes and it returns `false`. `to <= from` is
-///   `InvalidInput`. The partition of the stream is recorded with it.
+/// - `advance_sink(sink, stream, from, to, more)` is a compare-and-set: when
+///   the stored seq is `from` (0 for none) it becomes `to` and the call
+///   returns `true`; otherwise nothing changes and it returns `false`.
+///   Without `more` the status becomes `ok`, the attempt count 0 and the
+///   error cleared. With `more` (a catch-up that has more of the stream to
+///   deliver) the stream becomes `failed` and due now, its attempt count
+///   and error kept: if the deliverer stops before the end, the stream is
+///   still retried from its checkpoint, even when the scan cursors have
+///   passed its events. `to <= from` is `InvalidInput`. The partition of the
+///   stream is recorded with it.
 /// - `fail_sink(sink, stream, seq, error, policy)` records a failure of
 ///   event `seq`, which must be the one after the stored seq (else
 ///   `InvalidState`, nothing changes): the attempt count grows by one, the
@@ -277,7 +282,8 @@ pub trait SinkStore: Send + Sync {
         streams: &[StreamId],
     ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send;
 
-    /// Moves the checkpoint from `from` to `to` (compare-and-set).
+    /// Moves the checkpoint from `from` to `to` (compare-and-set), the
+    /// stream due again at once when it has `more` to deliver.
     fn advance_sink(
         &self,
         sink: &SinkName,
@@ -285,6 +291,7 @@ pub trait SinkStore: Send + Sync {
         partition: Partition,
         from: u64,
         to: Seq,
+        more: bool,
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Records a failure to publish `seq`.

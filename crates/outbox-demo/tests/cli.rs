@@ -1208,7 +1208,7 @@ fn sinks_are_listed_and_requeued_and_a_replay_names_an_unknown_sink() {
         let (a, b) = (sid("campaign-a"), sid("campaign-b"));
         let (pa, pb) = (j.partitioning().of(&a), j.partitioning().of(&b));
         assert!(
-            j.advance_sink(&bus, &a, pa, 0, Seq::new(3).unwrap())
+            j.advance_sink(&bus, &a, pa, 0, Seq::new(3).unwrap(), false)
                 .await
                 .unwrap()
         );

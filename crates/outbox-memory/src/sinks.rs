@@ -51,6 +51,7 @@ impl SinkStore for MemoryJournal {
         partition: Partition,
         from: u64,
         to: Seq,
+        more: bool,
     ) -> Result<bool> {
         validate_advance(from, to)?;
         let now = self.now();
@@ -60,14 +61,26 @@ impl SinkStore for MemoryJournal {
         if current != from {
             return Ok(false);
         }
-        let state = SinkStream {
-            seq: to.get(),
-            status: SinkStatus::Ok,
-            attempt_count: 0,
-            last_error: None,
-            updated_at: now,
-            next_attempt_at: st.sinks.streams.get(&key).map_or(now, |(_, s)| s.next_attempt_at),
-            ..SinkStream::new(sink, stream)
+        let before = st.sinks.streams.get(&key).map(|(_, s)| s.clone());
+        let state = if more {
+            // Due again at once, its failure record kept.
+            SinkStream {
+                seq: to.get(),
+                status: SinkStatus::Failed,
+                updated_at: now,
+                next_attempt_at: now,
+                ..before.unwrap_or_else(|| SinkStream::new(sink, stream))
+            }
+        } else {
+            SinkStream {
+                seq: to.get(),
+                status: SinkStatus::Ok,
+                attempt_count: 0,
+                last_error: None,
+                updated_at: now,
+                next_attempt_at: before.map_or(now, |s| s.next_attempt_at),
+                ..SinkStream::new(sink, stream)
+            }
         };
         st.sinks.streams.insert(key, (partition, state));
         Ok(true)

@@ -202,7 +202,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 self.catch_up_sink(sink, &stream, state.seq, through, &mut report)
                     .await?;
             } else {
-                self.deliver_run(sink, &stream, partition, state.seq, &new, &mut report)
+                self.deliver_run(sink, &stream, partition, state.seq, &new, false, &mut report)
                     .await?;
             }
         }
@@ -237,19 +237,27 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if through.is_some_and(|t| checkpoint >= t) {
                 return Ok(());
             }
+            // One event more than a batch: whether more follows this batch
+            // (a batch of the largest size reads one less).
+            let batch = config.batch_size.min(outbox_core::MAX_PAGE - 1);
             let mut events = self
                 .journal()
-                .read_stream(stream, Seq::new(checkpoint + 1)?, config.batch_size)
+                .read_stream(stream, Seq::new(checkpoint + 1)?, batch + 1)
                 .within(config.store_deadline(), "read_stream")
                 .await?;
             if let Some(t) = through {
                 events.retain(|e| e.seq.get() <= t);
             }
+            let more = events.len() > batch;
+            events.truncate(batch);
             let Some(last) = events.last().map(|e| e.seq.get()) else {
                 return Ok(());
             };
+            // While more follows, the stream stays due: a deliverer that
+            // stops half way leaves it to the retries, never `ok` behind
+            // scan cursors that have passed its events.
             match self
-                .deliver_run(sink, stream, partition, checkpoint, &events, report)
+                .deliver_run(sink, stream, partition, checkpoint, &events, more, report)
                 .await?
             {
                 RunEnd::Done => checkpoint = last,
@@ -260,7 +268,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Hands `events` (the run of `stream` right after `checkpoint`) to the
     /// sink and moves the checkpoint over what was acknowledged or passed
-    /// over; records a failure of the first event not acknowledged.
+    /// over; records a failure of the first event not acknowledged. With
+    /// `more` (a catch-up with more of the stream to come), the stream
+    /// stays due while its checkpoint moves.
+    #[allow(clippy::too_many_arguments)]
     async fn deliver_run(
         &self,
         sink: &Arc<dyn Sink>,
@@ -268,6 +279,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         partition: Partition,
         checkpoint: u64,
         events: &[Event],
+        more: bool,
         report: &mut DeliveryReport,
     ) -> Result<RunEnd> {
         let config = self.config();
@@ -321,7 +333,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if done_through > checkpoint {
             let moved = self
                 .journal()
-                .advance_sink(name, stream, partition, checkpoint, Seq::new(done_through)?)
+                .advance_sink(name, stream, partition, checkpoint, Seq::new(done_through)?, more)
                 .within(deadline, "advance_sink")
                 .await?;
             if !moved {

@@ -302,3 +302,69 @@ async fn a_retry_catches_a_long_stream_up_to_its_end_without_new_appends() {
     assert_eq!(bus.of("long"), ids("long", 1..=30), "in order, once each");
     running.shutdown().await;
 }
+
+/// A retry's catch-up that stops half way (its process killed between two
+/// batches) leaves the stream due, not `ok` behind scan cursors that have
+/// passed its events: the next pass delivers the rest. Found by the crash
+/// harness's sink rounds: the stream used to stay `ok` at the checkpoint
+/// of the last batch, every cursor past its events, and never got the rest
+/// until its next append.
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_stopped_half_way_leaves_its_stream_due() {
+    let j = journal();
+    let bus = Recorder::new("bus", EventTypeFilter::all());
+    let rt = runtime_with(
+        &j,
+        std::slice::from_ref(&bus),
+        OracleProjection::new("oracle"),
+        config().with_batch_size(2),
+    )
+    .await;
+    let s = sid("s");
+    bus.fail("s", 1, 1);
+    rt.append(&s, ExpectedVersion::Any, (1..=5).map(add).collect())
+        .await
+        .unwrap();
+    rt.deliver().await.unwrap();
+    let state = j
+        .sink_states(bus.name(), std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (state.status, state.seq),
+        (SinkStatus::Failed, 0),
+        "the first publish failed"
+    );
+    // The retry's first batch, as the catch-up moves it while more of the
+    // stream follows; then its process dies.
+    let p = outbox_core::PartitionStore::partitioning(rt.journal()).of(&s);
+    assert!(
+        j.advance_sink(bus.name(), &s, p, 0, outbox_core::Seq::new(2).unwrap(), true)
+            .await
+            .unwrap()
+    );
+    let state = j
+        .sink_states(bus.name(), std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (state.status, state.seq),
+        (SinkStatus::Failed, 2),
+        "still due while more follows"
+    );
+    assert_eq!(
+        j.due_sink_streams(bus.name(), &[p], 10).await.unwrap().len(),
+        1,
+        "due at once"
+    );
+    rt.deliver().await.unwrap();
+    assert_eq!(bus.of("s"), ids("s", 3..=5), "the rest is delivered");
+    let state = j
+        .sink_states(bus.name(), std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((state.status, state.seq), (SinkStatus::Ok, 5));
+}

@@ -69,18 +69,35 @@ pub async fn advance_sink(
     partition: Partition,
     from: u64,
     to: Seq,
+    more: bool,
 ) -> Result<bool> {
     validate_advance(from, to)?;
     let what = "advancing a sink checkpoint";
-    let sql = if from == 0 {
-        "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
-         next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
-         ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'ok', attempt_count = 0, \
-         last_error = NULL, updated_at = excluded.updated_at, partition_no = excluded.partition_no \
-         WHERE outbox_sink_streams.seq = $4"
-    } else {
-        "UPDATE outbox_sink_streams SET seq = $5, status = 'ok', attempt_count = 0, last_error = NULL, \
-         updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+    // With `more`, the stream stays due (status `failed`, due now, its
+    // failure record kept) until the catch-up reaches its end.
+    let sql = match (from == 0, more) {
+        (true, false) => {
+            "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+             next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
+             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'ok', attempt_count = 0, \
+             last_error = NULL, updated_at = excluded.updated_at, partition_no = excluded.partition_no \
+             WHERE outbox_sink_streams.seq = $4"
+        }
+        (true, true) => {
+            "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+             next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'failed', 0, {now}, NULL, {now}) \
+             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'failed', \
+             next_attempt_at = excluded.next_attempt_at, updated_at = excluded.updated_at, \
+             partition_no = excluded.partition_no WHERE outbox_sink_streams.seq = $4"
+        }
+        (false, false) => {
+            "UPDATE outbox_sink_streams SET seq = $5, status = 'ok', attempt_count = 0, last_error = NULL, \
+             updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+        }
+        (false, true) => {
+            "UPDATE outbox_sink_streams SET seq = $5, status = 'failed', next_attempt_at = {now}, \
+             updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+        }
     };
     let mut tx = db.begin().await?;
     let n = tx
@@ -493,8 +510,9 @@ macro_rules! impl_sink_store {
                 partition: ::outbox_core::Partition,
                 from: u64,
                 to: ::outbox_core::Seq,
+                more: bool,
             ) -> ::outbox_core::Result<bool> {
-                $crate::sinks::advance_sink(&*self.$db, sink, stream, partition, from, to).await
+                $crate::sinks::advance_sink(&*self.$db, sink, stream, partition, from, to, more).await
             }
 
             async fn fail_sink(

@@ -36,13 +36,13 @@ pub async fn sink_checkpoint_advances_by_compare_and_set<H: Harness>(h: &H) {
         [(b.clone(), 0, SinkStatus::Ok), (a.clone(), 0, SinkStatus::Ok)],
         "unknown streams read as seq 0, ok, in the order asked"
     );
-    assert!(j.advance_sink(&bus, &a, pa, 0, seq(3)).await.unwrap());
+    assert!(j.advance_sink(&bus, &a, pa, 0, seq(3), false).await.unwrap());
     assert!(
-        !j.advance_sink(&bus, &a, pa, 0, seq(5)).await.unwrap(),
+        !j.advance_sink(&bus, &a, pa, 0, seq(5), false).await.unwrap(),
         "stale from"
     );
-    assert!(j.advance_sink(&bus, &a, pa, 3, seq(5)).await.unwrap());
-    let err = j.advance_sink(&bus, &a, pa, 5, seq(5)).await.unwrap_err();
+    assert!(j.advance_sink(&bus, &a, pa, 3, seq(5), false).await.unwrap());
+    let err = j.advance_sink(&bus, &a, pa, 5, seq(5), false).await.unwrap_err();
     assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
     assert_eq!(
         j.sink_states(&bus, std::slice::from_ref(&a)).await.unwrap()[0].seq,
@@ -66,7 +66,7 @@ pub async fn sink_failures_back_off_dead_letter_and_requeue<H: Harness>(h: &H) {
     let s = sid("s");
     let p = partition_of(j, &s);
     let policy = RetryPolicy::new(Duration::from_secs(10), Duration::from_secs(60), 3).unwrap();
-    assert!(j.advance_sink(&bus, &s, p, 0, seq(5)).await.unwrap());
+    assert!(j.advance_sink(&bus, &s, p, 0, seq(5), false).await.unwrap());
     let err = j
         .fail_sink(&bus, &s, p, seq(7), "boom", &policy)
         .await
@@ -134,7 +134,7 @@ pub async fn sink_failures_back_off_dead_letter_and_requeue<H: Harness>(h: &H) {
         1,
         "due at once"
     );
-    assert!(j.advance_sink(&bus, &s, p, 5, seq(6)).await.unwrap());
+    assert!(j.advance_sink(&bus, &s, p, 5, seq(6), false).await.unwrap());
     let ok = &j.sink_states(&bus, std::slice::from_ref(&s)).await.unwrap()[0];
     assert_eq!(
         (ok.seq, ok.status, ok.attempt_count, ok.last_error.clone()),
@@ -169,7 +169,7 @@ pub async fn sink_cursors_advance_by_compare_and_set<H: Harness>(h: &H) {
     assert_eq!(j.sink_cursors(&bus).await.unwrap(), [(p0, 30), (p1, 40)]);
     let s = sid("s");
     let ps = partition_of(j, &s);
-    j.advance_sink(&bus, &s, ps, 0, seq(2)).await.unwrap();
+    j.advance_sink(&bus, &s, ps, 0, seq(2), false).await.unwrap();
     let policy = RetryPolicy::default();
     j.fail_sink(&bus, &sid("t"), partition_of(j, &sid("t")), seq(1), "x", &policy)
         .await
@@ -292,4 +292,57 @@ pub async fn read_feed_loses_nothing_to_many_late_commits<H: Harness>(h: &H) {
     got.dedup();
     assert_eq!(got.len(), seen.len(), "no event read twice: {seen:?}");
     assert_eq!(got, want, "every committed event read");
+}
+
+/// `advance_sink` with `more`: the stream stays (or becomes) `failed` and
+/// due now, its attempt count and error kept; the next advance without
+/// `more` makes it `ok` again.
+pub async fn advance_sink_with_more_keeps_the_stream_due<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let bus = sink("bus");
+    let s = sid("s");
+    let p = partition_of(j, &s);
+    assert!(j.advance_sink(&bus, &s, p, 0, seq(2), true).await.unwrap());
+    let state = j
+        .sink_states(&bus, std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (state.seq, state.status, state.attempt_count),
+        (2, SinkStatus::Failed, 0)
+    );
+    let due = j.due_sink_streams(&bus, &[p], 10).await.unwrap();
+    assert_eq!(due.len(), 1, "due at once");
+    j.fail_sink(&bus, &s, p, seq(3), "bus down", &RetryPolicy::default())
+        .await
+        .unwrap();
+    h.advance(&f.ctx, Duration::from_secs(5)).await;
+    assert!(j.advance_sink(&bus, &s, p, 2, seq(4), true).await.unwrap());
+    let state = j
+        .sink_states(&bus, std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (
+            state.seq,
+            state.status,
+            state.attempt_count,
+            state.last_error.as_deref()
+        ),
+        (4, SinkStatus::Failed, 1, Some("bus down")),
+        "the failure record is kept while more follows"
+    );
+    assert!(j.advance_sink(&bus, &s, p, 4, seq(5), false).await.unwrap());
+    let state = j
+        .sink_states(&bus, std::slice::from_ref(&s))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (state.seq, state.status, state.attempt_count, state.last_error),
+        (5, SinkStatus::Ok, 0, None)
+    );
 }
