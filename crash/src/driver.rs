@@ -17,14 +17,23 @@ use crate::{Args, Place, Rng, parse_u64};
 const LEASE_TTL_MS: u64 = 1500;
 /// How long the clean drain may take before the round fails (liveness only:
 /// the check itself never depends on timing).
-const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// How long the fault phase may take before the round fails (liveness).
 const FAULT_PHASE_LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Backend {
+pub(crate) enum Backend {
     Sqlite,
     Postgres,
+}
+
+impl Backend {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
 }
 
 /// One round's schedule, all drawn from its seed.
@@ -107,13 +116,43 @@ fn mix(seed: u64, round: u64) -> u64 {
     Rng(seed ^ round.wrapping_mul(0xa076_1d64_78bd_642f)).next_u64()
 }
 
+/// What every run of the driver needs, from its arguments.
+pub(crate) struct Setup {
+    pub(crate) backend: Backend,
+    /// The one round to run (`--round-seed`), or none.
+    pub(crate) single: Option<u64>,
+    pub(crate) rounds: u64,
+    pub(crate) seed: u64,
+    /// The Postgres server's URL.
+    pub(crate) url: Option<String>,
+    /// This program, run again as the victims.
+    pub(crate) exe: PathBuf,
+    pub(crate) rt: tokio::runtime::Runtime,
+    /// `--keep-going`: run every round, failed or not, and report them all.
+    pub(crate) keep_going: bool,
+}
+
+impl Setup {
+    /// The seed of round `round`.
+    pub(crate) fn round_seed(&self, round: u64) -> u64 {
+        self.single.unwrap_or_else(|| mix(self.seed, round))
+    }
+}
+
 pub(crate) fn run(args: &Args) -> Result<u8> {
+    let setup = setup(args)?;
+    if args.has("--poison") {
+        return crate::poison::run(&setup);
+    }
+    run_faults(args, &setup)
+}
+
+fn setup(args: &Args) -> Result<Setup> {
     let backend = match args.req("--backend")? {
         "sqlite" => Backend::Sqlite,
         "postgres" => Backend::Postgres,
         other => bail!("unknown backend {other:?} (sqlite | postgres)"),
     };
-    let streams = args.num("--streams", 6)?.max(1);
     let single = args.get("--round-seed").map(parse_u64).transpose()?;
     let rounds = if single.is_some() {
         1
@@ -136,25 +175,48 @@ pub(crate) fn run(args: &Args) -> Result<u8> {
         ),
         Backend::Sqlite => None,
     };
-    let exe = std::env::current_exe()?;
+    Ok(Setup {
+        backend,
+        single,
+        rounds,
+        seed,
+        url,
+        exe: std::env::current_exe()?,
+        rt: tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?,
+        keep_going: args.has("--keep-going"),
+    })
+}
+
+/// The rounds of faults (kills and crash points).
+fn run_faults(args: &Args, setup: &Setup) -> Result<u8> {
+    let Setup {
+        backend,
+        single,
+        rounds,
+        seed,
+        ref url,
+        ref exe,
+        ref rt,
+        keep_going,
+    } = *setup;
+    let streams = args.num("--streams", 6)?.max(1);
     match single {
         Some(s) => println!("crash: backend {backend:?}, one round, round seed {s:#x}"),
         None => println!(
             "crash: backend {backend:?}, {rounds} rounds, seed {seed} (rerun: --seed {seed}), {streams} streams"
         ),
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
     let started = Instant::now();
     let mut by_fault: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_outcome: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut failed = None;
+    let mut failed = Vec::new();
     for round in 0..rounds {
-        let round_seed = single.unwrap_or_else(|| mix(seed, round));
+        let round_seed = setup.round_seed(round);
         let t = Instant::now();
-        let r = one_round(&rt, &exe, backend, url.as_deref(), streams, round_seed);
+        let r = one_round(rt, exe, backend, url.as_deref(), streams, round_seed);
         let secs = t.elapsed().as_secs_f64();
         let (faults, outcome, detail) = match r {
             Ok(r) => r,
@@ -169,8 +231,10 @@ pub(crate) fn run(args: &Args) -> Result<u8> {
             faults.join("+")
         );
         if outcome != "ok" {
-            failed = Some((round, round_seed));
-            break;
+            failed.push((round, round_seed));
+            if !keep_going {
+                break;
+            }
         }
     }
     println!(
@@ -186,40 +250,41 @@ pub(crate) fn run(args: &Args) -> Result<u8> {
     for (o, n) in &by_outcome {
         println!("| {o} | {n} |");
     }
-    if let Some((round, round_seed)) = failed {
+    Ok(report_failed(&failed, seed, backend, ""))
+}
+
+/// Prints the failed rounds, each with the command that reruns it, and
+/// returns the exit code.
+pub(crate) fn report_failed(failed: &[(u64, u64)], seed: u64, backend: Backend, flags: &str) -> u8 {
+    for (round, round_seed) in failed {
         println!(
-            "\nFAILED: round {round} of seed {seed}; rerun the round with `cargo xtask crash --backend {} --round-seed {round_seed:#x}`",
-            match backend {
-                Backend::Sqlite => "sqlite",
-                Backend::Postgres => "postgres",
-            }
+            "\nFAILED: round {round} of seed {seed}; rerun the round with `cargo xtask crash --backend {}{flags} --round-seed {round_seed:#x}`",
+            backend.name()
         );
-        return Ok(1);
     }
-    Ok(0)
+    u8::from(!failed.is_empty())
 }
 
 /// A round's databases: a temporary directory (the SQLite files, the ack
 /// logs and the victims' output) and, on Postgres, three schemas, dropped
 /// when the round passes.
-struct RoundDir {
-    dir: tempfile::TempDir,
-    place: Place,
-    schemas: Vec<String>,
+pub(crate) struct RoundDir {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) place: Place,
+    pub(crate) schemas: Vec<String>,
 }
 
 type RoundResult = (Vec<String>, &'static str, String);
 
-fn one_round(
+/// A round's fresh databases, with the stores created: the oracle, and the
+/// poison rounds' extra view when `poison`.
+pub(crate) fn new_round(
     rt: &tokio::runtime::Runtime,
-    exe: &Path,
     backend: Backend,
     url: Option<&str>,
-    streams: u64,
     seed: u64,
-) -> Result<RoundResult> {
-    let mut rng = Rng(seed);
-    let plan = plan(&mut rng);
+    poison: bool,
+) -> Result<RoundDir> {
     let dir = tempfile::Builder::new().prefix("outbox-crash-").tempdir()?;
     let round = match backend {
         Backend::Sqlite => RoundDir {
@@ -250,18 +315,38 @@ fn one_round(
     // Create the stores once, before several processes race to.
     rt.block_on(async {
         with_stores!(&round.place, |j, p, _wake| {
-            outbox_runtime::Outbox::builder(j, p)
+            let mut builder = outbox_runtime::Outbox::builder(j, p)
                 .config(Config::producer_only())
                 .event_types(outbox_testkit::oracle_registry())
-                .view(outbox_testkit::OracleProjection::new("oracle"))
-                .build()
-                .await
-                .map(drop)
-                .context("create the stores")
+                .view(outbox_testkit::OracleProjection::new("oracle"));
+            if poison {
+                builder = builder.view(crate::victim::PoisonView::parse("none")?);
+            }
+            builder.build().await.map(drop).context("create the stores")
         })
     })?;
+    Ok(round)
+}
+
+fn one_round(
+    rt: &tokio::runtime::Runtime,
+    exe: &Path,
+    backend: Backend,
+    url: Option<&str>,
+    streams: u64,
+    seed: u64,
+) -> Result<RoundResult> {
+    let mut rng = Rng(seed);
+    let plan = plan(&mut rng);
+    let round = new_round(rt, backend, url, seed, false)?;
     let result = faults_drain_check(rt, exe, &round, &plan, streams, &mut rng);
-    let ok = matches!(&result, Ok((_, "ok", _)));
+    finish_round(rt, round, matches!(&result, Ok((_, "ok", _))));
+    result
+}
+
+/// Drops a passed round's schemas (its directory goes with it), or keeps a
+/// failed round for inspection and says where.
+pub(crate) fn finish_round(rt: &tokio::runtime::Runtime, round: RoundDir, ok: bool) {
     if ok {
         drop_schemas(rt, &round);
     } else {
@@ -276,7 +361,6 @@ fn one_round(
             }
         );
     }
-    result
 }
 
 fn drop_schemas(rt: &tokio::runtime::Runtime, round: &RoundDir) {
@@ -298,15 +382,24 @@ fn drop_schemas(rt: &tokio::runtime::Runtime, round: &RoundDir) {
     });
 }
 
-struct Victim {
-    role: Role,
-    child: Child,
-    status: Option<ExitStatus>,
-    stopped: bool,
+pub(crate) struct Victim {
+    pub(crate) role: Role,
+    pub(crate) child: Child,
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) stopped: bool,
 }
 
 impl Victim {
-    fn alive(&mut self) -> bool {
+    pub(crate) fn new(role: Role, child: Child) -> Victim {
+        Victim {
+            role,
+            child,
+            status: None,
+            stopped: false,
+        }
+    }
+
+    pub(crate) fn alive(&mut self) -> bool {
         if self.status.is_none()
             && let Ok(Some(s)) = self.child.try_wait()
         {
@@ -341,6 +434,28 @@ fn spawn(
     crash_at: Option<String>,
     repair: bool,
 ) -> Result<Child> {
+    command(
+        exe, round, role, name, seed, streams, appends, batch_size, crash_at, repair,
+    )?
+    .spawn()
+    .context("spawn a victim")
+}
+
+/// A victim's command, its output going to `<name>.log` in the round's
+/// directory: the caller may add arguments and variables before it spawns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn command(
+    exe: &Path,
+    round: &RoundDir,
+    role: Role,
+    name: &str,
+    seed: u64,
+    streams: u64,
+    appends: u64,
+    batch_size: u64,
+    crash_at: Option<String>,
+    repair: bool,
+) -> Result<Command> {
     let out = File::create(round.dir.path().join(format!("{name}.log")))?;
     let (worker, inline) = role.flags();
     let mut c = Command::new(exe);
@@ -376,10 +491,10 @@ fn spawn(
     if let Some(at) = crash_at {
         c.env("OUTBOX_CRASH_AT", at);
     }
-    c.spawn().context("spawn a victim")
+    Ok(c)
 }
 
-fn ack_log(round: &RoundDir, name: &str) -> PathBuf {
+pub(crate) fn ack_log(round: &RoundDir, name: &str) -> PathBuf {
     round.dir.path().join(format!("{name}.acks"))
 }
 
@@ -409,12 +524,7 @@ fn faults_drain_check(
             crash_at,
             true,
         )?;
-        victims.push(Victim {
-            role,
-            child,
-            status: None,
-            stopped: false,
-        });
+        victims.push(Victim::new(role, child));
     }
     let start = Instant::now();
     let mut faults: Vec<String> = Vec::new();
@@ -572,7 +682,7 @@ fn acks_done(round: &RoundDir, i: usize, _plan: &Plan) -> bool {
     ack_log(round, &format!("v{i}")).with_extension("done").exists()
 }
 
-fn kill_all(victims: &mut [Victim]) {
+pub(crate) fn kill_all(victims: &mut [Victim]) {
     for v in victims.iter_mut() {
         if v.alive() {
             let _ = v.child.kill();

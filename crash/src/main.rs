@@ -10,15 +10,24 @@ use anyhow::{Context, Result, bail};
 use outbox_postgres::PgOptions;
 
 const USAGE: &str = "usage:
-  outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N]
+  outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N] [--keep-going]
       the driver: N rounds (default 20) of fresh databases, 2-3 victims, faults,
       a clean drain and the exactly-once check; --seed picks every round's
       seed (default: from the clock, always printed); --round-seed runs the
-      one round a failure printed. Postgres: OUTBOX_TEST_DATABASE_URL.
+      one round a failure printed; --keep-going runs every round and lists
+      the failed ones at the end (default: stop at the first).
+      Postgres: OUTBOX_TEST_DATABASE_URL.
+  outbox-crash run --backend sqlite|postgres --poison [--rounds N] [--seed S] [--round-seed S] [--keep-going]
+      poison rounds: one or two events abort the worker that applies them, a
+      supervisor restarts it; each poison must be dead after exactly the
+      dead-letter threshold of attempts, nothing else charged, every other
+      stream applied; then the fix, a requeue, a drain and the exactly-once check
   outbox-crash check --backend sqlite|postgres <place> --streams N --dir DIR
       the check alone, on a round that failed and was kept (DIR holds its ack logs)
-  outbox-crash victim --backend sqlite|postgres <place> --role R --seed S --streams N --appends N --ack-log PATH
-      one process: R is producer | inline | worker | both | drain; <place> is
+  outbox-crash victim --backend sqlite|postgres <place> --role R --seed S --streams N --appends N --ack-log PATH [--poison LIST]
+      one process: R is producer | inline | worker | both | drain; --poison
+      runs the `poison` view beside the oracle, which aborts the process when
+      it applies an event of LIST (stream:seq,...; `none`: never); <place> is
       --journal PATH --projections PATH (sqlite) or --url URL --journal-schema S
       --projection-schema S (postgres); the runtime's configuration (mode flags,
       lease TTL, worker id) comes from the OUTBOX_* variables the driver sets
@@ -66,6 +75,11 @@ impl Args {
             .position(|a| a == key)
             .and_then(|i| self.0.get(i + 1))
             .map(String::as_str)
+    }
+
+    /// Whether the flag `key` (one without a value) is given.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|a| a == key)
     }
 
     pub(crate) fn req(&self, key: &str) -> Result<&str> {
@@ -257,4 +271,5 @@ pub(crate) fn stream_names(n: u64) -> Vec<String> {
 mod blue_green;
 mod check;
 mod driver;
+mod poison;
 mod victim;
