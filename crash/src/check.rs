@@ -46,9 +46,9 @@ pub(crate) fn main(args: &crate::Args) -> Result<u8> {
 /// One acknowledged append of one stream, from a victim's ack log.
 #[derive(Clone, Debug)]
 pub(crate) struct Ack {
-    stream: String,
-    first: u64,
-    last: u64,
+    pub(crate) stream: String,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
     values: Vec<i64>,
 }
 

@@ -81,6 +81,9 @@ struct Plan {
     ack_log: Option<std::path::PathBuf>,
     /// A poison round's view: `None` outside one.
     poison: Option<PoisonView>,
+    /// A sink round's NATS server (`--nats URL`): the victims that work
+    /// publish to it beside the oracle, and the drain waits for the sink.
+    nats: Option<String>,
 }
 
 /// The name of the poison rounds' extra view.
@@ -146,6 +149,7 @@ pub(crate) fn main(args: &Args) -> Result<u8> {
         appends: args.num("--appends", 0)?,
         ack_log: args.get("--ack-log").map(Into::into),
         poison: args.get("--poison").map(PoisonView::parse).transpose()?,
+        nats: args.get("--nats").map(str::to_owned),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -170,6 +174,11 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
     }
     if plan.role.works() {
         builder = builder.wake_source(wake);
+        // Only a worker runs sink loops (ADR 0023): registering the sink in
+        // a producer would do nothing.
+        if let Some(url) = &plan.nats {
+            builder = builder.sink(crate::sinks::victim_sink(url)?);
+        }
     }
     let outbox = builder.build().await.context("build the runtime")?;
     if plan.role == Role::Drain {
@@ -208,6 +217,9 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        if plan.nats.is_some() {
+            drain_sink(&outbox, plan.streams).await;
+        }
         if let Some(r) = running {
             r.shutdown().await;
         }
@@ -224,6 +236,32 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
         std::future::pending::<()>().await;
     }
     Ok(0)
+}
+
+/// A sink round's drain, once the outbox is empty: waits until the sink's
+/// checkpoint of every stream is at the stream's version. A (sink, stream)
+/// that the round's faults dead-lettered (the bus down for longer than the
+/// retries last) is requeued, as an operator would with `outbox sinks
+/// requeue`; the driver reports how many (`sink requeued N`). The driver
+/// bounds the whole drain.
+async fn drain_sink<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>, streams: u64) {
+    let mut requeued = 0;
+    loop {
+        match crate::sinks::caught_up(outbox.journal(), streams).await {
+            Ok((true, _)) => break,
+            Ok((false, dead)) => {
+                for s in dead {
+                    match crate::sinks::requeue(outbox.journal(), &s).await {
+                        Ok(()) => requeued += 1,
+                        Err(e) => eprintln!("drain: requeue {s}: {e:#}"),
+                    }
+                }
+            }
+            Err(e) => eprintln!("drain: sink states: {e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("sink requeued {requeued}");
 }
 
 /// One append of a producer's schedule: (stream index, values) per stream,
