@@ -1,12 +1,14 @@
 //! The exactly-once check after a round: the journal against the ack logs,
 //! the oracle projection against the journal, the outbox empty, and a
-//! rebuild's digest against the live one.
+//! rebuild's digest against the live one. A poison round is checked twice:
+//! [`isolated`] once its poisons are dead (only they were charged, only
+//! their streams stopped), then [`check`] after the fix drained them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use outbox_core::{Seq, StreamId};
+use outbox_core::{OutboxInspector, OutboxRow, OutboxStatus, Seq, StreamId};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_testkit::{Expected, OracleProjection, check_history, oracle_registry, read_state, value_of};
 use tokio_util::sync::CancellationToken;
@@ -44,9 +46,9 @@ pub(crate) fn main(args: &crate::Args) -> Result<u8> {
 /// One acknowledged append of one stream, from a victim's ack log.
 #[derive(Clone, Debug)]
 pub(crate) struct Ack {
-    stream: String,
-    first: u64,
-    last: u64,
+    pub(crate) stream: String,
+    pub(crate) first: u64,
+    pub(crate) last: u64,
     values: Vec<i64>,
 }
 
@@ -152,7 +154,40 @@ async fn live<J: JournalBackend, P: ProjectionBackend>(
     if summary.total() != 0 {
         problems.push(format!("the outbox is not empty after the drain: {summary:?}"));
     }
-    // What the journal holds: every event, appended and acknowledged or not.
+    let contents = contents(&outbox, streams, &mut problems).await?;
+    let acked = check_acks(&contents, acks, &mut problems);
+    // Every event in the journal applied exactly once, in order.
+    let expected: BTreeMap<String, Expected> = contents
+        .iter()
+        .map(|(s, v)| {
+            (
+                s.clone(),
+                Expected {
+                    through: v.len() as u64,
+                    sum: v.iter().sum(),
+                },
+            )
+        })
+        .collect();
+    let state = read_state(outbox.store(), "oracle").await?;
+    if let Err(e) = check_history(&state, &expected, &BTreeMap::new()) {
+        problems.push(format!("history:\n{e}"));
+    }
+    let digest = outbox.store().digest(&*outbox.projection("oracle")?).await?;
+    if !problems.is_empty() {
+        return Ok(Err(problems.join("\n")));
+    }
+    let events = contents.values().map(|v| v.len() as u64).sum();
+    Ok(Ok((Verdict { events, acked }, expected, digest.0)))
+}
+
+/// What the journal holds: every event's value, by stream (appended and
+/// acknowledged or not). A seq out of place is a problem.
+async fn contents<J: JournalBackend, P: ProjectionBackend>(
+    outbox: &Outbox<J, P>,
+    streams: u64,
+    problems: &mut Vec<String>,
+) -> Result<BTreeMap<String, Vec<i64>>> {
     let mut contents: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for name in stream_names(streams) {
         let stream = StreamId::new(name.as_str())?;
@@ -181,7 +216,12 @@ async fn live<J: JournalBackend, P: ProjectionBackend>(
             contents.insert(name, values);
         }
     }
-    // Every acknowledged append is there, with its values.
+    Ok(contents)
+}
+
+/// Every acknowledged append is in the journal, with its values; returns
+/// the number of acknowledged events.
+fn check_acks(contents: &BTreeMap<String, Vec<i64>>, acks: &[Ack], problems: &mut Vec<String>) -> u64 {
     let mut acked = 0;
     for a in acks {
         acked += a.values.len() as u64;
@@ -194,29 +234,124 @@ async fn live<J: JournalBackend, P: ProjectionBackend>(
             ));
         }
     }
-    // Every event in the journal applied exactly once, in order.
-    let expected: BTreeMap<String, Expected> = contents
-        .iter()
-        .map(|(s, v)| {
-            (
-                s.clone(),
-                Expected {
-                    through: v.len() as u64,
-                    sum: v.iter().sum(),
-                },
-            )
-        })
-        .collect();
+    acked
+}
+
+/// What [`isolated`] saw.
+#[derive(Clone, Debug)]
+pub(crate) struct Isolation {
+    /// Events in the journal.
+    pub(crate) events: u64,
+    /// Rows left waiting behind the dead poisons.
+    pub(crate) behind: u64,
+    /// Attempts charged to the poisons (their `attempt_count`s).
+    pub(crate) charged: u64,
+}
+
+/// A poison round's first check, once its poisons are dead (every row left
+/// is dead or waits behind a dead row). Exact, whatever the timing:
+/// - each poison's row is `dead` with `attempt_count == threshold`;
+/// - no other row is dead, failed or charged: the only other rows are those
+///   behind a poison in its stream, `pending` with no attempt and no error;
+/// - every acknowledged append is in the journal;
+/// - the oracle applied every other stream whole and each poisoned stream
+///   through the event before its poison, exactly once, in order.
+pub(crate) async fn isolated(
+    place: &Place,
+    streams: u64,
+    acks: &[Ack],
+    poisons: &[(String, u64)],
+    threshold: u32,
+) -> Result<Result<Isolation, String>> {
+    with_stores!(place, |j, p, _wake| isolated_in(
+        j, p, streams, acks, poisons, threshold
+    )
+    .await)
+}
+
+async fn isolated_in<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    store: P,
+    streams: u64,
+    acks: &[Ack],
+    poisons: &[(String, u64)],
+    threshold: u32,
+) -> Result<Result<Isolation, String>> {
+    let outbox = &oracle_runtime(journal, store).await?;
+    let mut problems = Vec::new();
+    let rows = all_rows(outbox.journal()).await?;
+    let poison_at = |stream: &str| poisons.iter().find(|(s, _)| s == stream).map(|(_, q)| *q);
+    let mut charged = 0;
+    let mut behind = 0;
+    for (stream, seq) in poisons {
+        match rows
+            .iter()
+            .find(|r| r.stream.as_str() == stream && r.seq.get() == *seq)
+        {
+            Some(r) if r.status == OutboxStatus::Dead && r.attempt_count == threshold => {
+                charged += u64::from(r.attempt_count);
+            }
+            Some(r) => problems.push(format!(
+                "poison {stream}/{seq}: {:?} after {} attempts, want dead after exactly {threshold}: {r:?}",
+                r.status, r.attempt_count
+            )),
+            None => problems.push(format!(
+                "poison {stream}/{seq}: no outbox row (applied, or never appended)"
+            )),
+        }
+    }
+    for r in &rows {
+        let poison = poison_at(r.stream.as_str());
+        if poison == Some(r.seq.get()) {
+            continue;
+        }
+        let waits = poison.is_some_and(|p| r.seq.get() > p)
+            && r.status == OutboxStatus::Pending
+            && r.attempt_count == 0
+            && r.last_error.is_none();
+        if waits {
+            behind += 1;
+        } else {
+            problems.push(format!("bystander row charged, dead or left: {r:?}"));
+        }
+    }
+    let contents = contents(outbox, streams, &mut problems).await?;
+    check_acks(&contents, acks, &mut problems);
+    let mut expected = BTreeMap::new();
+    for (s, v) in &contents {
+        let through = match poison_at(s) {
+            Some(p) if p as usize <= v.len() => p - 1,
+            Some(p) => {
+                problems.push(format!("poison {s}/{p}: the journal has only {} events", v.len()));
+                v.len() as u64
+            }
+            None => v.len() as u64,
+        };
+        let sum = v[..through as usize].iter().sum();
+        expected.insert(s.clone(), Expected { through, sum });
+    }
     let state = read_state(outbox.store(), "oracle").await?;
     if let Err(e) = check_history(&state, &expected, &BTreeMap::new()) {
-        problems.push(format!("history:\n{e}"));
+        problems.push(format!(
+            "history (poisoned streams through the event before the poison):\n{e}"
+        ));
     }
-    let digest = outbox.store().digest(&*outbox.projection("oracle")?).await?;
     if !problems.is_empty() {
         return Ok(Err(problems.join("\n")));
     }
-    let events = contents.values().map(|v| v.len() as u64).sum();
-    Ok(Ok((Verdict { events, acked }, expected, digest.0)))
+    Ok(Ok(Isolation {
+        events: contents.values().map(|v| v.len() as u64).sum(),
+        behind,
+        charged,
+    }))
+}
+
+/// Every row of the outbox (a round's outbox is small).
+pub(crate) async fn all_rows(inspector: &impl OutboxInspector) -> Result<Vec<OutboxRow>> {
+    const ALL: usize = 1_000_000;
+    let rows = inspector.list(None, ALL).await?;
+    anyhow::ensure!(rows.len() < ALL, "more than {ALL} outbox rows");
+    Ok(rows)
 }
 
 /// A full rebuild of the oracle from the journal into the scratch store:

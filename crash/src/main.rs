@@ -10,17 +10,36 @@ use anyhow::{Context, Result, bail};
 use outbox_postgres::PgOptions;
 
 const USAGE: &str = "usage:
-  outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N]
+  outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N] [--keep-going]
       the driver: N rounds (default 20) of fresh databases, 2-3 victims, faults,
       a clean drain and the exactly-once check; --seed picks every round's
       seed (default: from the clock, always printed); --round-seed runs the
-      one round a failure printed. Postgres: OUTBOX_TEST_DATABASE_URL.
+      one round a failure printed; --keep-going runs every round and lists
+      the failed ones at the end (default: stop at the first).
+      Postgres: OUTBOX_TEST_DATABASE_URL.
+  outbox-crash run --backend sqlite|postgres --poison [--rounds N] [--seed S] [--round-seed S] [--keep-going]
+      poison rounds: one or two events abort the worker that applies them, a
+      supervisor restarts it; each poison must be dead after exactly the
+      dead-letter threshold of attempts, nothing else charged, every other
+      stream applied; then the fix, a requeue, a drain and the exactly-once check
+  outbox-crash run --backend sqlite|postgres --sinks [--rounds N] [--seed S] [--round-seed S] [--keep-going]
+      sink rounds: the rounds above, with a JetStream sink (outbox-nats) in every
+      worker victim and the drain, publishing to a nats-server of the round's own
+      that is SIGKILLed and restarted mid-round (on Postgres, a cluster of the
+      run's own, stopped -m immediate and restarted in some rounds); then the
+      check of the bus: every event at least once, each stream's first copies
+      in seq order, the sink's checkpoints at the streams' versions; duplicates
+      counted. nats-server: OUTBOX_TEST_NATS_SERVER, PATH or /usr/sbin
   outbox-crash check --backend sqlite|postgres <place> --streams N --dir DIR
       the check alone, on a round that failed and was kept (DIR holds its ack logs)
-  outbox-crash victim --backend sqlite|postgres <place> --role R --seed S --streams N --appends N --ack-log PATH
-      one process: R is producer | inline | worker | both | drain; <place> is
+  outbox-crash victim --backend sqlite|postgres <place> --role R --seed S --streams N --appends N --ack-log PATH [--poison LIST] [--nats URL]
+      one process: R is producer | inline | worker | both | drain; --poison
+      runs the `poison` view beside the oracle, which aborts the process when
+      it applies an event of LIST (stream:seq,...; `none`: never); <place> is
       --journal PATH --projections PATH (sqlite) or --url URL --journal-schema S
-      --projection-schema S (postgres); the runtime's configuration (mode flags,
+      --projection-schema S (postgres); --nats registers the crash rounds' JetStream
+      sink (a worker, and the drain, which also waits until the sink has every
+      event, requeuing a dead-lettered stream); the runtime's configuration (mode flags,
       lease TTL, worker id) comes from the OUTBOX_* variables the driver sets
   outbox-crash blue-green [--kills N] [--seed S]
       kills a blue/green rebuild N times (default 24) at the generation failpoints
@@ -66,6 +85,11 @@ impl Args {
             .position(|a| a == key)
             .and_then(|i| self.0.get(i + 1))
             .map(String::as_str)
+    }
+
+    /// Whether the flag `key` (one without a value) is given.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|a| a == key)
     }
 
     pub(crate) fn req(&self, key: &str) -> Result<&str> {
@@ -173,6 +197,10 @@ impl Place {
     }
 }
 
+/// How long opening the Postgres stores keeps retrying while the server is
+/// unavailable (a liveness bound only).
+pub(crate) const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub(crate) fn pg_options(schema: &str) -> PgOptions {
     PgOptions::default()
         .with_schema(schema)
@@ -207,12 +235,23 @@ macro_rules! with_stores {
                 journal,
                 projections,
             } => {
-                let $j = outbox_postgres::PgJournal::connect(url, $crate::pg_options(journal))
+                // As `outbox work` does: a sink round may restart the
+                // server while a victim connects (or migrates).
+                let never = tokio_util::sync::CancellationToken::new();
+                let $j =
+                    outbox_runtime::retry_while_unavailable($crate::CONNECT_RETRY, &never, "connect", || {
+                        outbox_postgres::PgJournal::connect(url, $crate::pg_options(journal))
+                    })
                     .await
-                    .context("connect the postgres journal")?;
-                let $p = outbox_postgres::PgProjectionStore::connect(url, $crate::pg_options(projections))
+                    .context("connect the postgres journal")?
+                    .context("cancelled")?;
+                let $p =
+                    outbox_runtime::retry_while_unavailable($crate::CONNECT_RETRY, &never, "connect", || {
+                        outbox_postgres::PgProjectionStore::connect(url, $crate::pg_options(projections))
+                    })
                     .await
-                    .context("connect the postgres projection store")?;
+                    .context("connect the postgres projection store")?
+                    .context("cancelled")?;
                 let $wake = $j.wake_source();
                 let (jc, pc) = ($j.clone(), $p.clone());
                 let r = $body;
@@ -257,4 +296,6 @@ pub(crate) fn stream_names(n: u64) -> Vec<String> {
 mod blue_green;
 mod check;
 mod driver;
+mod poison;
+mod sinks;
 mod victim;

@@ -1,13 +1,18 @@
 //! `outbox-crash victim`: one process that appends oracle events, runs the
 //! apply worker, or both, until it is killed (or finishes its appends), and
-//! the final clean drain (`--role drain`).
+//! the final clean drain (`--role drain`). In a poison round (`--poison`)
+//! it also runs the `poison` view, which aborts the process when it applies
+//! one of the round's poison events.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use outbox_core::{AppendRequest, ExpectedVersion, StreamId, WakeSource};
+use outbox_core::{
+    AppendRequest, BoxError, Event, ExpectedVersion, ProjectionName, StreamId, ViewProjection, ViewTx,
+    WakeSource, async_trait,
+};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_testkit::{OracleProjection, add, oracle_registry};
 
@@ -74,6 +79,65 @@ struct Plan {
     streams: u64,
     appends: u64,
     ack_log: Option<std::path::PathBuf>,
+    /// A poison round's view: `None` outside one.
+    poison: Option<PoisonView>,
+    /// A sink round's NATS server (`--nats URL`): the victims that work
+    /// publish to it beside the oracle, and the drain waits for the sink.
+    nats: Option<String>,
+}
+
+/// The name of the poison rounds' extra view.
+pub(crate) const POISON_VIEW: &str = "poison";
+
+/// The poison rounds' extra view, beside the oracle: it writes nothing and
+/// calls `std::process::abort()` when it applies one of its poison events
+/// (stream, seq), as an apply that kills its process. The projection store
+/// applies every view of a run in one transaction, so the oracle never
+/// commits a poison event either. With no poison events it is "the fix
+/// deployed": the same view, harmless.
+pub(crate) struct PoisonView {
+    name: ProjectionName,
+    poisons: Vec<(String, u64)>,
+}
+
+impl PoisonView {
+    /// `--poison c03:2,c07:4`, or `--poison none` (the fixed code).
+    pub(crate) fn parse(list: &str) -> Result<PoisonView> {
+        let mut poisons = Vec::new();
+        if list != "none" {
+            for item in list.split(',') {
+                let (stream, seq) = item
+                    .split_once(':')
+                    .with_context(|| format!("poison {item:?} is not stream:seq"))?;
+                poisons.push((stream.to_owned(), crate::parse_u64(seq)?));
+            }
+        }
+        Ok(PoisonView {
+            name: ProjectionName::new(POISON_VIEW)?,
+            poisons,
+        })
+    }
+}
+
+#[async_trait]
+impl ViewProjection for PoisonView {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, _view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+        let hit = self
+            .poisons
+            .iter()
+            .any(|(s, q)| event.stream.as_str() == s && event.seq.get() == *q);
+        if hit {
+            // The driver attributes the crash to this poison by this line
+            // (stderr is unbuffered: the line is in the log before the abort).
+            eprintln!("poison {}/{}: abort", event.stream, event.seq);
+            std::process::abort();
+        }
+        Ok(())
+    }
 }
 
 pub(crate) fn main(args: &Args) -> Result<u8> {
@@ -84,27 +148,37 @@ pub(crate) fn main(args: &Args) -> Result<u8> {
         streams: args.num("--streams", 6)?.max(1),
         appends: args.num("--appends", 0)?,
         ack_log: args.get("--ack-log").map(Into::into),
+        poison: args.get("--poison").map(PoisonView::parse).transpose()?,
+        nats: args.get("--nats").map(str::to_owned),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move { with_stores!(&place, |j, p, wake| run(j, p, wake, &plan).await) })
+    rt.block_on(async move { with_stores!(&place, |j, p, wake| run(j, p, wake, plan).await) })
 }
 
 async fn run<J: JournalBackend, P: ProjectionBackend>(
     journal: J,
     store: P,
     wake: Arc<dyn WakeSource>,
-    plan: &Plan,
+    mut plan: Plan,
 ) -> Result<u8> {
     let config = Config::from_env().context("configuration")?;
     let mut builder = Outbox::builder(journal, store)
         .config(config)
         .event_types(oracle_registry())
         .view(OracleProjection::new("oracle"));
+    if let Some(poison) = plan.poison.take() {
+        builder = builder.view(poison);
+    }
     if plan.role.works() {
         builder = builder.wake_source(wake);
+        // Only a worker runs sink loops (ADR 0023): registering the sink in
+        // a producer would do nothing.
+        if let Some(url) = &plan.nats {
+            builder = builder.sink(crate::sinks::victim_sink(url)?);
+        }
     }
     let outbox = builder.build().await.context("build the runtime")?;
     if plan.role == Role::Drain {
@@ -143,13 +217,16 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        if plan.nats.is_some() {
+            drain_sink(&outbox, plan.streams).await;
+        }
         if let Some(r) = running {
             r.shutdown().await;
         }
         return Ok(0);
     }
     if plan.role.appends() {
-        produce(&outbox, plan).await?;
+        produce(&outbox, &plan).await?;
         if let Some(log) = &plan.ack_log {
             std::fs::write(log.with_extension("done"), b"")?;
         }
@@ -161,9 +238,74 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
     Ok(0)
 }
 
-/// Appends `plan.appends` batches of oracle events to random streams (one
-/// to three streams a batch, one to four events each, `ExpectedVersion::Any`)
-/// and logs each acknowledged append to the ack log, fsynced, before the next.
+/// A sink round's drain, once the outbox is empty: waits until the sink's
+/// checkpoint of every stream is at the stream's version. A (sink, stream)
+/// that the round's faults dead-lettered (the bus down for longer than the
+/// retries last) is requeued, as an operator would with `outbox sinks
+/// requeue`; the driver reports how many (`sink requeued N`). The driver
+/// bounds the whole drain.
+async fn drain_sink<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>, streams: u64) {
+    let mut requeued = 0;
+    loop {
+        match crate::sinks::caught_up(outbox.journal(), streams).await {
+            Ok((true, _)) => break,
+            Ok((false, dead)) => {
+                for s in dead {
+                    match crate::sinks::requeue(outbox.journal(), &s).await {
+                        Ok(()) => requeued += 1,
+                        Err(e) => eprintln!("drain: requeue {s}: {e:#}"),
+                    }
+                }
+            }
+            Err(e) => eprintln!("drain: sink states: {e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("sink requeued {requeued}");
+}
+
+/// One append of a producer's schedule: (stream index, values) per stream,
+/// then a pause before the next.
+pub(crate) struct Append {
+    pub(crate) picks: Vec<(usize, Vec<i64>)>,
+    pause_ms: u64,
+}
+
+/// A producer's appends, all drawn from its seed: `appends` batches to
+/// random streams (one to three streams a batch, one to four events each,
+/// values -50..=50). The driver of a poison round reads it too, to place
+/// the poison events on seqs the producer will append.
+pub(crate) fn schedule(seed: u64, streams: u64, appends: u64) -> Vec<Append> {
+    let mut rng = Rng(seed);
+    (0..appends)
+        .map(|_| {
+            let k = 1 + rng.below(streams.min(3));
+            let mut picked: Vec<usize> = Vec::new();
+            while (picked.len() as u64) < k {
+                let i = rng.below(streams) as usize;
+                if !picked.contains(&i) {
+                    picked.push(i);
+                }
+            }
+            let picks = picked
+                .into_iter()
+                .map(|i| {
+                    let v: Vec<i64> = (0..1 + rng.below(4))
+                        .map(|_| rng.below(101) as i64 - 50)
+                        .collect();
+                    (i, v)
+                })
+                .collect();
+            Append {
+                picks,
+                pause_ms: rng.below(20),
+            }
+        })
+        .collect()
+}
+
+/// Appends the producer's [`schedule`] with `ExpectedVersion::Any` and logs
+/// each acknowledged append to the ack log, fsynced, before the next.
 async fn produce<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>, plan: &Plan) -> Result<()> {
     let path = plan.ack_log.as_ref().context("--ack-log is required to append")?;
     let mut log = std::fs::OpenOptions::new()
@@ -172,34 +314,20 @@ async fn produce<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>,
         .open(path)
         .with_context(|| format!("open {}", path.display()))?;
     let names = stream_names(plan.streams);
-    let mut rng = Rng(plan.seed);
-    for _ in 0..plan.appends {
-        let k = 1 + rng.below(plan.streams.min(3));
-        let mut picked: Vec<usize> = Vec::new();
-        while (picked.len() as u64) < k {
-            let i = rng.below(plan.streams) as usize;
-            if !picked.contains(&i) {
-                picked.push(i);
-            }
-        }
-        let mut values: Vec<Vec<i64>> = Vec::new();
+    for append in schedule(plan.seed, plan.streams, plan.appends) {
         let mut batch = Vec::new();
-        for &i in &picked {
-            let v: Vec<i64> = (0..1 + rng.below(4))
-                .map(|_| rng.below(101) as i64 - 50)
-                .collect();
-            let stream = StreamId::new(names[i].as_str())?;
+        for (i, v) in &append.picks {
+            let stream = StreamId::new(names[*i].as_str())?;
             batch.push(AppendRequest::new(
                 stream,
                 ExpectedVersion::Any,
                 v.iter().map(|x| add(*x)).collect(),
             ));
-            values.push(v);
         }
         match outbox.append_batch(batch).await {
             Ok(out) => {
                 let mut text = String::new();
-                for (a, v) in out.appended.iter().zip(&values) {
+                for (a, (_, v)) in out.appended.iter().zip(&append.picks) {
                     let v: Vec<String> = v.iter().map(i64::to_string).collect();
                     text.push_str(&format!(
                         "{} {} {} {}\n",
@@ -215,9 +343,8 @@ async fn produce<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>,
             // Not acknowledged: the events may or may not be in the journal.
             Err(e) => eprintln!("append not acknowledged: {e}"),
         }
-        let pause = rng.below(20);
-        if pause > 0 {
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+        if append.pause_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(append.pause_ms)).await;
         }
     }
     Ok(())

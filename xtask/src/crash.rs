@@ -1,19 +1,31 @@
 //! `cargo xtask crash [args]`: builds the crash harness (`outbox-crash`, in
 //! release, with the runtime's `failpoints` feature through its dependency)
 //! and runs its driver, `outbox-crash run [args]`. Postgres rounds get the
-//! server of `OUTBOX_TEST_DATABASE_URL`, or a throwaway one started here.
-//! See docs/crash-testing.md.
+//! server of `OUTBOX_TEST_DATABASE_URL`, or a throwaway one started here;
+//! sink rounds (`--sinks`) get the `nats-server` binary (installed here when
+//! missing) and start servers of their own, and on Postgres a cluster of
+//! their own, which they restart. See docs/crash-testing.md.
 
 use std::env;
 
 use anyhow::Result;
 
-use crate::{cargo, pg, run};
+use crate::{cargo, nats, pg, run};
 
 /// The rounds `cargo xtask ci` runs: a fixed seed, so CI is reproducible.
 pub(crate) const CI_ROUNDS: &[&[&str]] = &[
     &["run", "--backend", "sqlite", "--rounds", "20", "--seed", "12"],
     &["run", "--backend", "postgres", "--rounds", "10", "--seed", "12"],
+    &[
+        "run",
+        "--backend",
+        "sqlite",
+        "--sinks",
+        "--rounds",
+        "6",
+        "--seed",
+        "12",
+    ],
     &["blue-green", "--kills", "24", "--seed", "12"],
 ];
 
@@ -28,14 +40,23 @@ pub(crate) fn crash(args: &[String]) -> Result<()> {
 
 /// Builds the harness once and runs the driver once per argument list,
 /// starting one throwaway Postgres for them if any needs it and
-/// `OUTBOX_TEST_DATABASE_URL` is unset.
+/// `OUTBOX_TEST_DATABASE_URL` is unset, and finding (or installing)
+/// `nats-server` if any runs sink rounds.
 pub(crate) fn crash_runs(runs: &[&[&str]]) -> Result<()> {
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "outbox-crash"]);
     run("cargo build --release -p outbox-crash", build)?;
+    let sinks = |a: &&[&str]| a.contains(&"--sinks");
+    // Sink rounds on Postgres start a cluster of their own (they restart it).
     let wants_pg = runs
         .iter()
+        .filter(|a| !sinks(a))
         .any(|a| a.windows(2).any(|w| w == ["--backend", "postgres"]));
+    let nats_bin = if runs.iter().any(sinks) {
+        Some(nats::binary()?)
+    } else {
+        None
+    };
     let server = if wants_pg && env::var_os("OUTBOX_TEST_DATABASE_URL").is_none_or(|v| v.is_empty()) {
         Some(pg::Server::start()?)
     } else {
@@ -57,6 +78,9 @@ pub(crate) fn crash_runs(runs: &[&[&str]]) -> Result<()> {
         .args(*args);
         if let Some(s) = &server {
             c.env("OUTBOX_TEST_DATABASE_URL", s.url());
+        }
+        if let Some(bin) = &nats_bin {
+            c.env("OUTBOX_TEST_NATS_SERVER", bin);
         }
         run(&format!("outbox-crash {}", args.join(" ")), c)?;
     }

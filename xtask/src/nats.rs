@@ -53,17 +53,22 @@ fn install() -> Result<()> {
     Ok(())
 }
 
+/// The binary, installing the package first when it is missing.
+pub(crate) fn binary() -> Result<PathBuf> {
+    match find() {
+        Some(b) => Ok(b),
+        None => {
+            install()?;
+            find().context("nats-server is still missing after installing it")
+        }
+    }
+}
+
 impl Server {
     /// Installs the package if needed and starts a server with JetStream
     /// on a free loopback port.
     pub(crate) fn start() -> Result<Server> {
-        let bin = match find() {
-            Some(b) => b,
-            None => {
-                install()?;
-                find().context("nats-server is still missing after installing it")?
-            }
-        };
+        let bin = binary()?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .context("finding a free port for nats-server")?
