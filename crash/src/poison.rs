@@ -54,21 +54,30 @@ struct Setting {
     repair: bool,
     /// Concurrent worker processes, each restarted when it dies.
     workers: usize,
+    /// A restarted worker keeps its `OUTBOX_WORKER_ID` (a supervisor with
+    /// configured ids: the new process takes over the dead one's registry
+    /// entry at once, ADR 0029) or gets a new one (the default id).
+    same_id: bool,
 }
 
 fn on(b: bool) -> &'static str {
     if b { "on" } else { "off" }
 }
 
+fn ids(same: bool) -> &'static str {
+    if same { "same" } else { "new" }
+}
+
 impl fmt::Display for Setting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sweeps {} leasing {} repair {} workers {}",
+            "sweeps {} leasing {} repair {} workers {} ids {}",
             on(self.sweeps),
             on(self.leasing),
             on(self.repair),
-            self.workers
+            self.workers,
+            ids(self.same_id)
         )
     }
 }
@@ -117,6 +126,7 @@ fn plan(rng: &mut Rng) -> Plan {
         leasing: rng.chance(1, 2),
         repair: rng.chance(1, 2),
         workers: 1 + rng.below(2) as usize,
+        same_id: rng.chance(1, 2),
     };
     Plan {
         streams,
@@ -185,9 +195,11 @@ pub(crate) fn run(setup: &Setup) -> Result<u8> {
         let secs = t.elapsed().as_secs_f64();
         let poisons: Vec<String> = plan.poisons.iter().map(|(s, q)| format!("{s}/{q}")).collect();
         println!(
-            "round {round} seed {round_seed:#x} poison {} {} outcome {} {} ({secs:.1} s)",
+            "round {round} seed {round_seed:#x} poison {} {} streams {} batch {} outcome {} {} ({secs:.1} s)",
             poisons.join("+"),
             plan.setting,
+            plan.streams,
+            plan.batch_size,
             o.outcome,
             o.detail
         );
@@ -213,9 +225,9 @@ pub(crate) fn run(setup: &Setup) -> Result<u8> {
         setup.seed
     );
     println!(
-        "| sweeps | leasing | repair | workers | rounds | ok | poisons | crashes until dead (min/median/max) | attempts charged | bystanders charged |"
+        "| sweeps | leasing | repair | workers | ids | rounds | ok | poisons | crashes until dead (min/median/max) | attempts charged | bystanders charged |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (s, t) in &by_setting {
         let mut c = t.crashes.clone();
         c.sort_unstable();
@@ -224,11 +236,12 @@ pub(crate) fn run(setup: &Setup) -> Result<u8> {
             _ => "-".into(),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} ({} × {THRESHOLD}) | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({} × {THRESHOLD}) | {} |",
             on(s.sweeps),
             on(s.leasing),
             on(s.repair),
             s.workers,
+            ids(s.same_id),
             t.rounds,
             t.ok,
             c.len(),
@@ -265,6 +278,7 @@ fn spawn(
     seed: u64,
     appends: u64,
     poison: Option<&str>,
+    worker_id: Option<&str>,
 ) -> Result<Child> {
     let s = plan.setting;
     let mut c = command(
@@ -291,6 +305,9 @@ fn spawn(
     if let Some(list) = poison {
         c.args(["--poison", list]);
     }
+    if let Some(id) = worker_id {
+        c.env(Config::OUTBOX_WORKER_ID, id);
+    }
     c.spawn().context("spawn a victim")
 }
 
@@ -303,6 +320,14 @@ struct Slot {
 
 fn worker_name(slot: usize, incarnation: u64) -> String {
     format!("w{slot}-{incarnation}")
+}
+
+/// The worker id a slot keeps across restarts with `same_id` (otherwise
+/// each incarnation's id is its own, from its name).
+fn slot_id(plan: &Plan, slot: usize) -> Option<String> {
+    plan.setting
+        .same_id
+        .then(|| format!("crash-w{slot}-{:x}", plan.producer_seed & 0xffff_ffff))
 }
 
 /// What the poison phase saw.
@@ -328,6 +353,7 @@ fn poison_round(setup: &Setup, round: &RoundDir, plan: &Plan, rng: &mut Rng) -> 
             plan.producer_seed,
             plan.appends,
             None,
+            None,
         )?,
     );
     let mut slots = Vec::new();
@@ -341,6 +367,7 @@ fn poison_round(setup: &Setup, round: &RoundDir, plan: &Plan, rng: &mut Rng) -> 
             rng.next_u64(),
             0,
             Some(&list),
+            slot_id(plan, w).as_deref(),
         )?;
         slots.push(Slot {
             victim: Victim::new(Role::Worker, child),
@@ -468,6 +495,7 @@ fn poison_round(setup: &Setup, round: &RoundDir, plan: &Plan, rng: &mut Rng) -> 
         rng.next_u64(),
         0,
         Some("none"),
+        None,
     )?;
     let status = loop {
         if let Some(s) = drain.try_wait()? {
@@ -499,9 +527,7 @@ fn poison_round(setup: &Setup, round: &RoundDir, plan: &Plan, rng: &mut Rng) -> 
     Ok(Outcome {
         outcome: "ok",
         detail: format!(
-            "streams {} batch {} events {} acked {}; crashes {} ({} restarts), charged {}, {} rows behind; fixed, requeued and drained in {drain_secs:.1} s",
-            plan.streams,
-            plan.batch_size,
+            "events {} acked {}; crashes {} ({} restarts), charged {}, {} rows behind; fixed, requeued and drained in {drain_secs:.1} s",
             isolation.events,
             verdict.acked,
             crashes_text.join("+"),
@@ -585,6 +611,7 @@ async fn supervise<J: JournalBackend>(
                 rng.next_u64(),
                 0,
                 Some(list),
+                slot_id(plan, w).as_deref(),
             )?;
             slot.victim = Victim::new(Role::Worker, child);
         }
