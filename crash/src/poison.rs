@@ -7,8 +7,8 @@
 //! dead-letter threshold of attempts, no other row is ever charged or
 //! dead-lettered, and every other stream is applied whole while the poisons
 //! crash their workers again and again. Then the fix is deployed (the same
-//! view, harmless), the dead rows requeued and drained, and the round must
-//! end exactly once and equal to a rebuild, as every round does.
+//! view, harmless), the dead rows are requeued and drained, and every event
+//! must end applied exactly once, with a rebuild's digest, as in every round.
 //! See docs/crash-testing.md.
 
 use std::collections::BTreeMap;
@@ -36,6 +36,7 @@ const THRESHOLD: u32 = 3;
 /// visible to the supervisor's polls for at least this long even if a
 /// retry then applies it; small beside the lease TTL each crash waits out.
 const RETRY_BASE_MS: u64 = 100;
+/// The longest retry delay (`OUTBOX_RETRY_CAP_MS`).
 const RETRY_CAP_MS: u64 = 200;
 /// How often the supervisor looks at its workers and at the outbox.
 const POLL: Duration = Duration::from_millis(50);

@@ -26,6 +26,18 @@ pub(crate) const CI_ROUNDS: &[&[&str]] = &[
         "--seed",
         "12",
     ],
+    // Poison rounds: each waits out a lease TTL per crash, about 10 s a round
+    // (these five: about 45 s here).
+    &[
+        "run",
+        "--backend",
+        "sqlite",
+        "--poison",
+        "--rounds",
+        "5",
+        "--seed",
+        "12",
+    ],
     &["blue-green", "--kills", "24", "--seed", "12"],
 ];
 

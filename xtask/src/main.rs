@@ -22,7 +22,8 @@ commands:
               denied), the core boundary check, docs, the package check,
               every test (starts a throwaway Postgres when needed), and a
               short crash run (20 SQLite and 10 Postgres rounds, 6 SQLite sink
-              rounds, 24 kills of a blue/green rebuild, fixed seed)
+              rounds, 5 SQLite poison rounds, 24 kills of a blue/green rebuild,
+              fixed seed)
   tidy [--fix]
               check (as text) that every OUTBOX_* variable is defined once and
               is a row of README.md's configuration table (--fix writes the
@@ -40,11 +41,12 @@ commands:
               chromium and chromium-driver when missing, and a nats-server
               with JetStream for the sink tests, installing nats-server when
               missing)
-  crash [--backend sqlite|postgres] [--poison | --sinks] [--rounds N] [--seed S] [--round-seed S]
+  crash [--backend sqlite|postgres] [--poison | --sinks] [--rounds N] [--seed S] [--round-seed S] [--keep-going]
               the crash harness (release, failpoints on): kill -9 and named
-              crash points, then the exactly-once check; --poison: crash-looping
-              poison events; --sinks: a JetStream sink in every worker, the
-              NATS (and Postgres) server killed and restarted, then the
+              crash points, then the exactly-once check; --poison: events that
+              abort the worker applying them, dead after exactly the threshold,
+              nothing else charged; --sinks: a JetStream sink in every worker,
+              the NATS (and Postgres) server killed and restarted, then the
               at-least-once, in-order check of the bus (docs/crash-testing.md)
   crash blue-green [--kills N] [--seed S]
               kills a blue/green rebuild at random points: the live
