@@ -214,10 +214,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                 }
                 let lowest = lag.as_ref().map_or(v.version, StreamLag::lowest_checkpoint);
-                if lowest >= v.version {
-                    continue;
-                }
+                let behind = lowest < v.version;
                 let complete_rows = match how {
+                    Repair::HandOver if !behind => continue,
                     Repair::HandOver => {
                         // The worker catches the stream up through a row at
                         // its last event (a gap below a row is part of that
@@ -244,16 +243,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     Repair::Apply { complete_rows } => complete_rows,
                 };
-                // Never at or past a dead or failed head: that event is the
-                // worker's to retry (or an operator's to requeue).
+                if !behind && !complete_rows {
+                    continue;
+                }
+                // Never at or past a dead or failed head that is still to be
+                // applied: that event is the worker's to retry (or an
+                // operator's to requeue). One every projection is past is a
+                // stale hint, completed below with the rest.
                 let mut until = v.version;
-                if inner.mode.enqueues()
+                if behind
+                    && inner.mode.enqueues()
                     && let Some(head) = inner
                         .journal
                         .head(stream)
                         .within(inner.config.store_deadline(), "head")
                         .await?
                     && matches!(head.status, OutboxStatus::Dead | OutboxStatus::Failed)
+                    && head.seq.get() > lowest
                 {
                     until = head.seq.get() - 1;
                     report.stopped_at_head += 1;

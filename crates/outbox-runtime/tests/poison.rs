@@ -332,3 +332,32 @@ async fn a_worker_id_held_by_a_dead_process_of_this_host_is_taken_over_at_once()
         refused.err()
     );
 }
+
+/// `gaps --repair --complete-rows` still clears a dead row whose event every
+/// projection has applied (a stale hint): stopping short of a dead head only
+/// holds back events still to be applied.
+#[tokio::test(start_paused = true)]
+async fn repair_with_complete_rows_clears_a_dead_row_already_applied() {
+    use outbox_core::{LeaseStore, OutboxQueue, WorkerId};
+    let e = env();
+    let rt = runtime(&e, config(true, true, false)).await;
+    let s = sid("applied");
+    rt.append(&s, ExpectedVersion::Any, vec![add(1)]).await.unwrap();
+    let report = rt.repair_gaps().await.unwrap();
+    assert_eq!(report.events_applied, 1, "applied, its row left: {report:?}");
+    let w = WorkerId::new("w").unwrap();
+    let lease = e.journal.acquire(&s, &w, Duration::from_secs(30)).await.unwrap().unwrap();
+    e.journal.claim(&lease, 1).await.unwrap();
+    let once = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 1).unwrap();
+    e.journal.fail(&lease, Seq::FIRST, "boom", &once).await.unwrap();
+    e.journal.release(&lease).await.unwrap();
+    assert_eq!(rt.journal().summary().await.unwrap().dead, 1);
+    rt.repair_gaps_with(outbox_runtime::ReplayOptions::new().with_complete_rows(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        rt.journal().summary().await.unwrap().total(),
+        0,
+        "the stale dead row is completed"
+    );
+}
