@@ -346,7 +346,12 @@ async fn repair_with_complete_rows_clears_a_dead_row_already_applied() {
     let report = rt.repair_gaps().await.unwrap();
     assert_eq!(report.events_applied, 1, "applied, its row left: {report:?}");
     let w = WorkerId::new("w").unwrap();
-    let lease = e.journal.acquire(&s, &w, Duration::from_secs(30)).await.unwrap().unwrap();
+    let lease = e
+        .journal
+        .acquire(&s, &w, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     e.journal.claim(&lease, 1).await.unwrap();
     let once = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 1).unwrap();
     e.journal.fail(&lease, Seq::FIRST, "boom", &once).await.unwrap();
