@@ -8,6 +8,7 @@
 
 use std::sync::atomic::AtomicU64;
 
+use outbox_core::SinkSummary;
 use outbox_runtime::{Gauges, LagSnapshot, MetricsSnapshot};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
@@ -31,6 +32,8 @@ pub struct Scrape<'a> {
     pub lag: Option<&'a LagReport>,
     /// Live registered workers.
     pub workers: Option<usize>,
+    /// Each sink's delivery state.
+    pub sinks: Option<&'a [SinkSummary]>,
     /// This process's worker counters (`outbox work`).
     pub worker: Option<&'a MetricsSnapshot>,
 }
@@ -152,6 +155,33 @@ pub fn render(s: &Scrape<'_>) -> String {
     }
     if let Some(n) = s.workers {
         gauge(&mut reg, "workers", "Live registered workers", n as u64);
+    }
+    if let Some(sinks) = s.sinks {
+        let streams = Labelled::default();
+        for sink in sinks {
+            for (status, n) in [("failed", sink.failed), ("dead", sink.dead)] {
+                streams
+                    .get_or_create(&vec![
+                        ("sink".to_owned(), sink.sink.as_str().to_owned()),
+                        ("status".to_owned(), status.to_owned()),
+                    ])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        reg.register(
+            "sink_streams",
+            "Streams a sink is retrying (failed) or has dead-lettered (dead)",
+            streams,
+        );
+        gauge(
+            &mut reg,
+            "sink_held_back_events",
+            &format!(
+                "Committed events every sink holds back until an older open transaction ends (counted up to {})",
+                SinkSummary::HELD_BACK_CAP
+            ),
+            sinks.iter().map(|s| s.held_back).max().unwrap_or(0),
+        );
     }
     if let Some(m) = s.worker {
         let w = reg.sub_registry_with_prefix("worker");

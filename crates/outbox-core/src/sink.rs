@@ -203,9 +203,15 @@ pub struct SinkSummary {
     pub position: u64,
     /// Committed events the feed holds back because a transaction that
     /// began writing before them is still open (Postgres; counted up to
-    /// 10,000; always 0 where positions follow commit order). They are
+    /// [`HELD_BACK_CAP`](Self::HELD_BACK_CAP); always 0 where positions follow commit order). They are
     /// delivered once it ends (ADR 0030).
     pub held_back: u64,
+}
+
+impl SinkSummary {
+    /// The most events [`held_back`](Self::held_back) counts: a count at
+    /// this value means "this many or more".
+    pub const HELD_BACK_CAP: u64 = 10_000;
 }
 
 /// A page of the journal in the order its events became visible

@@ -10,8 +10,14 @@
 //! while events are appended; after each change every partition has one
 //! live owner, and nothing is lost or doubled.
 //!
+//! Issue 40: a transaction left open holds back, from every sink, what
+//! commits after it began; `outbox sinks`, the monitor's overview and
+//! `/metrics` say so, and stop saying so once it ends.
+//!
 //! Needs `OUTBOX_TEST_DATABASE_URL` (`cargo xtask test` provides one);
 //! without it the test is skipped with one line saying so (outside CI).
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -746,4 +752,138 @@ async fn partitions_follow_three_then_five_then_two_workers() {
         last.elapsed()
     );
     journal.close().await;
+}
+
+/// A sink that takes everything (what it got is not the point here: the
+/// runtime tests check delivery; this one checks what operators see).
+struct Taker(outbox_core::SinkName);
+
+#[outbox_core::async_trait]
+impl outbox_core::Sink for Taker {
+    fn name(&self) -> &outbox_core::SinkName {
+        &self.0
+    }
+
+    async fn publish(&self, events: &[outbox_core::Event]) -> outbox_core::Published {
+        outbox_core::Published::all(events.len())
+    }
+}
+
+/// The demo binary on `schema`, no inherited `OUTBOX_*` variable.
+fn demo(url: &str, schema: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-demo"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("OUTBOX_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .env("OUTBOX_JOURNAL_URL", url)
+        .env("OUTBOX_PROJECTION_URL", url)
+        .env("OUTBOX_PG_SCHEMA", schema)
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn demo_ok(url: &str, schema: &str, args: &[&str]) -> String {
+    let out = demo(url, schema, args).output().expect("run the demo binary");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_left_open_shows_as_held_back_in_sinks_the_monitor_and_metrics() {
+    let Some(url) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
+    let schema = unique_schema("held");
+    let _drop = DropSchemas {
+        url: url.clone(),
+        schemas: vec![schema.clone()],
+    };
+    demo_ok(&url, &schema, &["migrate"]);
+    let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
+    let journal = PgJournal::connect(&url, options).await.expect("journal");
+    let store = PgProjectionStore::sharing(&journal).await.expect("projections");
+    let types = domain::event_types();
+    let rt = Outbox::builder(journal.clone(), store)
+        .config(
+            Config::apply_worker()
+                .with_leasing(false)
+                .with_repair_on_start(false),
+        )
+        .event_types(types.clone())
+        .sink_arc(Arc::new(Taker(outbox_core::SinkName::new("bus").unwrap())))
+        .build()
+        .await
+        .expect("runtime");
+    let mut rng = Rng(0x40);
+    let (warm, _) = campaign(&types, 0, &mut rng);
+    rt.append(&StreamId::new(name(0)).unwrap(), ExpectedVersion::NoStream, warm)
+        .await
+        .expect("append");
+    rt.deliver().await.expect("deliver");
+    let server = support::Server::spawn(
+        demo(&url, &schema, &["serve", "--addr", "127.0.0.1:0"]),
+        "serving the",
+    );
+    // `quiet` takes its positions in a transaction left open; `busy`
+    // commits after it began and is held back from the sink.
+    let mut open = journal.begin().await.expect("begin");
+    let (quiet, _) = campaign(&types, 1, &mut rng);
+    journal
+        .append_in(
+            &mut open,
+            &[AppendRequest::new(
+                StreamId::new(name(1)).unwrap(),
+                ExpectedVersion::NoStream,
+                quiet,
+            )],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .expect("append in the open transaction");
+    let (busy, _) = campaign(&types, 2, &mut rng);
+    rt.append(&StreamId::new(name(2)).unwrap(), ExpectedVersion::NoStream, busy)
+        .await
+        .expect("append");
+    rt.deliver().await.expect("deliver");
+    let cli = demo_ok(&url, &schema, &["sinks"]);
+    assert!(cli.contains("held back: "), "{cli}");
+    let page = server.get("/").body;
+    assert!(
+        page.contains("<h2>Sinks</h2>") && page.contains("<td>bus</td>"),
+        "{page}"
+    );
+    let held = |page: &str| -> Option<u64> {
+        let at = page.find("id=\"sinks-held-back\" data-events=\"")?;
+        let rest = &page[at + "id=\"sinks-held-back\" data-events=\"".len()..];
+        rest[..rest.find('"')?].parse().ok()
+    };
+    // Every event of `busy` at least; transactions of other tests on the
+    // server may hold back more, never less.
+    assert!(held(&page).is_some_and(|n| n >= EVENTS_PER_CAMPAIGN), "{page}");
+    let metrics = support::parse_metrics(&server.get("/metrics").body);
+    assert!(
+        metrics["outbox_sink_held_back_events"] >= EVENTS_PER_CAMPAIGN as f64,
+        "{metrics:?}"
+    );
+    assert_eq!(
+        metrics[r#"outbox_sink_streams{sink="bus",status="dead"}"#], 0.0,
+        "{metrics:?}"
+    );
+    open.commit().await.expect("commit");
+    // Once it ends, nothing of ours is held back (other tests' transactions
+    // end too: a bounded wait for liveness only).
+    support::eventually("the held-back note clears", || {
+        held(&server.get("/").body).is_none()
+    });
+    assert!(!demo_ok(&url, &schema, &["sinks"]).contains("held back"));
+    assert_eq!(server.stop().code(), Some(0));
+    rt.journal().close().await;
 }

@@ -31,7 +31,7 @@ pub struct Feed {
     /// each with its key as a last column.
     pub page: &'static str,
     /// How many committed events lie at or above the horizon (held back
-    /// by an open transaction), counted up to 10,000.
+    /// by an open transaction), counted up to `$1`.
     pub held_back: &'static str,
 }
 
@@ -101,7 +101,7 @@ impl Dialect {
                      AND txid <= ($2::bigint)::text::xid8 ORDER BY txid, global_position"
                 ),
                 held_back: "SELECT count(*) FROM (SELECT 1 FROM events \
-                            WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) LIMIT 10000) h",
+                            WHERE txid >= pg_snapshot_xmin(pg_current_snapshot()) LIMIT $1) h",
             }),
             // The view documents' keys, as `LOCK_DOCUMENT` locks one, in
             // the order given.

@@ -378,7 +378,11 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
         .await?;
     let held_back = match db.dialect().feed() {
         Some(feed) => tx
-            .fetch_optional(what, feed.held_back, &[])
+            .fetch_optional(
+                what,
+                feed.held_back,
+                &[Arg::Int(SinkSummary::HELD_BACK_CAP as i64)],
+            )
             .await?
             .map_or(Ok(0), |r| r.int(0))?,
         None => 0,

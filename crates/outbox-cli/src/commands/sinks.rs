@@ -78,7 +78,11 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         outln!(
             "held back: {held}{} committed event(s) wait for an older transaction still open on the server; \
              they are delivered once it ends (see the runbook, \"Sinks\")",
-            if held >= 10_000 { "+" } else { "" }
+            if held >= SinkSummary::HELD_BACK_CAP {
+                "+"
+            } else {
+                ""
+            }
         )?;
     }
     for f in failing.iter().flatten() {

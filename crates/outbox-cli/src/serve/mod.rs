@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use outbox_core::{Error, Projection, Seq, view_projection};
+use outbox_core::{Error, Projection, Seq, SinkSummary, view_projection};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -364,6 +364,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             &rows,
         ));
     }
+    b.push_str(&sinks_section(&m.journal.sinks().await?));
     b.push_str("<h2>Workers</h2>");
     let workers = m.journal.workers().await?;
     if workers.is_empty() {
@@ -429,6 +430,51 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
         }
     }
     Ok(b)
+}
+
+/// Each sink's delivery, and the events a long-open transaction holds back
+/// from every sink (ADR 0030): nothing is lost, but nothing committed after
+/// that transaction began is published until it ends.
+fn sinks_section(sinks: &[SinkSummary]) -> String {
+    let mut b = String::from("<h2>Sinks</h2>");
+    if sinks.is_empty() {
+        b.push_str("<p>No sink has delivered anything yet.</p>");
+        return b;
+    }
+    let rows: Vec<Vec<String>> = sinks
+        .iter()
+        .map(|s| {
+            vec![
+                esc(s.sink.as_str()),
+                num(s.streams),
+                format!("<span class=\"failed\">{}</span>", s.failed),
+                format!("<span class=\"dead\">{}</span>", s.dead),
+                num(s.position),
+            ]
+        })
+        .collect();
+    b.push_str(&table(
+        "sinks",
+        &["sink", "streams", "failing", "dead", "scanned through"],
+        &rows,
+    ));
+    // The count is the same for every sink: the feed is the journal's.
+    let held = sinks.iter().map(|s| s.held_back).max().unwrap_or(0);
+    if held > 0 {
+        let _ = write!(
+            b,
+            "<p class=\"failed\" id=\"sinks-held-back\" data-events=\"{held}\">Held back: {}{} \
+             committed event(s) wait for an older transaction still open on the database server; \
+             every sink publishes them once it ends (see the runbook, \"Sinks\").</p>",
+            num(held),
+            if held >= SinkSummary::HELD_BACK_CAP {
+                "+"
+            } else {
+                ""
+            }
+        );
+    }
+    b
 }
 
 async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
@@ -698,13 +744,15 @@ async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
             Some(projection_lag(&m.journal, &m.store, &m.projections, m.lag_streams).await?)
         };
         let workers = m.journal.workers().await?.len();
-        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers))
+        let sinks = m.journal.sinks().await?;
+        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers, sinks))
     };
     match read.await {
-        Ok((g, lag, workers)) => metrics_response(&Scrape {
+        Ok((g, lag, workers, sinks)) => metrics_response(&Scrape {
             gauges: Some(&g),
             lag: lag.as_ref(),
             workers: Some(workers),
+            sinks: Some(&sinks),
             worker: None,
         }),
         Err(e) => fail(&e),

@@ -296,9 +296,16 @@ impl Server {
     /// Starts `args` (a command that prints `... http://ADDR/...` as the
     /// line containing `marker` once it listens) and waits for that line.
     pub fn start(site: &Site, args: &[&str], env: &[(&str, &str)], marker: &str) -> Server {
-        let mut child = site
-            .command(args)
-            .envs(env.iter().copied())
+        let mut cmd = site.command(args);
+        cmd.envs(env.iter().copied());
+        Server::spawn(cmd, marker)
+    }
+
+    /// Starts `cmd` (which prints `... http://ADDR/...` as the line
+    /// containing `marker` once it listens) and waits for that line.
+    pub fn spawn(mut cmd: Command, marker: &str) -> Server {
+        let what = format!("{:?}", cmd.get_args().collect::<Vec<_>>());
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -312,7 +319,7 @@ impl Server {
                 let mut err = String::new();
                 let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
                 let _ = child.wait();
-                panic!("`{}` exited before listening: {err}", args.join(" "));
+                panic!("`{what}` exited before listening: {err}");
             }
             if line.contains(marker) {
                 break;
