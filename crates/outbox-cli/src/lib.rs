@@ -254,7 +254,7 @@ where
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = cause.to_string().replace('\n', " ");
+        let text = output::visible(&cause.to_string().replace('\n', " ")).into_owned();
         if line.contains(&text) {
             continue;
         }

@@ -27,10 +27,13 @@ impl StdoutFailed {
     }
 }
 
-/// Writes one line to stdout (the [`outln!`] macro's body).
+/// Writes one line to stdout (the [`outln!`] macro's body), with every
+/// character that could take over the terminal or hide in plain sight
+/// escaped ([`visible`]): stream ids and error texts come from applications.
 pub(crate) fn line(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    let text = fmt::format(args);
     let mut out = std::io::stdout().lock();
-    out.write_fmt(args)
+    out.write_all(visible(&text).as_bytes())
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush())
         .map_err(|e| StdoutFailed(e).into())
@@ -53,5 +56,63 @@ pub(crate) fn human_ms(ms: u64) -> String {
         1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
         60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
         _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+/// Whether `c` must not reach a terminal or a page as it is: a control
+/// character (C0 but newline and tab, DEL, C1: escape sequences retitle or
+/// clear a terminal), a bidirectional control (reorders what follows it),
+/// a zero-width or invisible character (`campaign-00\u{200B}1` would look
+/// like `campaign-001`) or a line separator.
+pub(crate) fn deceptive(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'
+        | '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
+        | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}' | '\u{e0000}'..='\u{e0fff}')
+}
+
+/// `text` with every [`deceptive`] character written as its code, `\uXXXX`
+/// (the form JSON and JavaScript read back; `\u{XXXXX}` above U+FFFF).
+pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(deceptive) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !deceptive(c) {
+            out.push(c);
+        } else if u32::from(c) <= 0xffff {
+            let _ = fmt::Write::write_fmt(&mut out, format_args!("\\u{:04X}", u32::from(c)));
+        } else {
+            let _ = fmt::Write::write_fmt(&mut out, format_args!("\\u{{{:X}}}", u32::from(c)));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible;
+
+    #[test]
+    fn terminal_controls_and_look_alikes_are_written_as_their_codes() {
+        assert_eq!(
+            visible("plain text, tab\tand\nnewline"),
+            "plain text, tab\tand\nnewline"
+        );
+        assert_eq!(
+            visible("\u{1b}]0;owned\u{7}\u{1b}[2J"),
+            "\\u001B]0;owned\\u0007\\u001B[2J"
+        );
+        assert_eq!(visible("campaign-00\u{200b}1"), "campaign-00\\u200B1");
+        assert_eq!(visible("abc\u{202e}fed"), "abc\\u202Efed");
+        assert_eq!(visible("\u{9b}31m"), "\\u009B31m");
+        assert_eq!(visible("tag\u{e0041}"), "tag\\u{E0041}");
+        assert_eq!(visible("ünïcödé ok, 日本"), "ünïcödé ok, 日本");
+        // A JSON string with an escaped character still parses to the same text.
+        let json = visible("\"a\u{200b}b\"").into_owned();
+        assert_eq!(serde_json::from_str::<String>(&json).unwrap(), "a\u{200b}b");
     }
 }

@@ -108,6 +108,78 @@ fn stream_names_and_errors_are_escaped() {
     assert!(!r.body.contains("<script"), "{r:?}");
 }
 
+/// Look-alike stream ids and terminal escapes in an application's error
+/// text are shown as their codes, in the monitor and in every CLI output;
+/// the monitor's forms still carry the exact id back.
+#[test]
+fn look_alikes_and_control_characters_are_shown_as_their_codes() {
+    let site = Site::migrated();
+    let hidden = "campaign-00\u{200b}1";
+    let reversed = "campaign-\u{202e}xod";
+    site.seed_with_dead(&[(hidden, true), (reversed, true)]);
+    // An application's error text with a terminal escape: retitle the
+    // window and clear the screen.
+    let escape = "bad\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m";
+    support::block_on(async {
+        use outbox_sqlite::sqlx::{self, Connection};
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", site.journal.display()))
+            .await
+            .unwrap();
+        let done = sqlx::query("UPDATE outbox SET last_error = ?1 WHERE stream = ?2 AND status = 'dead'")
+            .bind(escape)
+            .bind(reversed)
+            .execute(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(done.rows_affected(), 1);
+        c.close().await.unwrap();
+    });
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let page = server.get("/blocked").body;
+    // What the page shows: everything but the forms' hidden fields.
+    let mut parts = page.split("<input");
+    let mut shown = parts.next().unwrap_or_default().to_owned();
+    for part in parts {
+        shown.push_str(part.split_once('>').map_or(part, |(_, rest)| rest));
+    }
+    for raw in ['\u{200b}', '\u{202e}', '\u{1b}', '\u{7}', '\u{9b}'] {
+        assert!(!shown.contains(raw), "{raw:?} is shown on the page: {page}");
+    }
+    assert!(page.contains("campaign-00\\u200B1"), "{page}");
+    assert!(page.contains("campaign-\\u202Exod"), "{page}");
+    assert!(
+        page.contains("bad\\u001B]0;owned\\u0007\\u001B[2J\\u009B31m"),
+        "{page}"
+    );
+    // The form sends the stored id back: the requeue finds the row.
+    let r = server.post(
+        "/actions/requeue",
+        "stream=campaign-00%E2%80%8B1&seq=4",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(page.contains("value=\"campaign-00\u{200b}1\""), "{page}");
+    drop(server);
+    for args in [
+        &["row", "--stream", reversed, "--seq", "4"][..],
+        &["report", "--blocked"],
+        &["report", "--blocked", "--json"],
+        &["report"],
+    ] {
+        let out = site.ok(args);
+        for raw in ['\u{200b}', '\u{202e}', '\u{1b}', '\u{7}', '\u{9b}'] {
+            assert!(!out.contains(raw), "{args:?} prints {raw:?}: {out}");
+        }
+    }
+    let row = site.ok(&["row", "--stream", reversed, "--seq", "4"]);
+    assert!(row.contains("campaign-\\u202Exod"), "{row}");
+    assert!(row.contains("bad\\u001B]0;owned\\u0007\\u001B[2J"), "{row}");
+    // JSON output stays JSON and reads back the stored text.
+    let json = site.json(&["report", "--blocked", "--json"]);
+    let streams = json["streams"].as_array().expect("streams");
+    assert!(streams.iter().any(|s| s["stream"] == reversed), "{json}");
+}
+
 #[test]
 fn the_read_only_monitor_refuses_every_action_and_changes_nothing() {
     let site = site_with_dead();

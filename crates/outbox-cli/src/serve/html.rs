@@ -3,8 +3,16 @@
 
 use std::fmt::Write;
 
-/// `s` escaped for HTML text and attribute values.
+/// `s` escaped for HTML text, with every control, bidirectional or
+/// invisible character written as its code (`\u200B`): what an operator
+/// reads is what is stored.
 pub(crate) fn esc(s: &str) -> String {
+    attr(&crate::output::visible(s))
+}
+
+/// `s` escaped for an attribute value whose exact text matters (a form
+/// field the browser sends back): markup escaped, nothing else changed.
+pub(crate) fn attr(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -24,7 +32,8 @@ pub(crate) const STYLE: &str = "\
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222;background:#fafafa}\
 nav a{margin-right:1rem}h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.5rem}\
 table{border-collapse:collapse;margin:.5rem 0;background:#fff}\
-th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;font-size:.9rem;vertical-align:top}\
+th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;font-size:.9rem;vertical-align:top;\
+overflow-wrap:anywhere;max-width:32rem}\
 th{background:#eee}.num{text-align:right;font-variant-numeric:tabular-nums}\
 .dead{color:#a00;font-weight:bold}.failed{color:#b60}.ok{color:#070}\
 .note{color:#555;font-size:.85rem}form.inline{display:inline}\
@@ -74,8 +83,8 @@ pub(crate) fn action_form(action: &str, fields: &[(&str, String)], button: &str)
         let _ = write!(
             out,
             "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
-            esc(k),
-            esc(v)
+            attr(k),
+            attr(v)
         );
     }
     let _ = write!(
