@@ -34,7 +34,10 @@ env_vars! {
     OUTBOX_PG_SCHEMA = "outbox", "the `outbox` command's Postgres schema (`--schema`; both stores)";
     OUTBOX_LOG = "warn", "the `outbox` command's log filter (`--log`)";
     OUTBOX_PARTITIONS = "(the journal's)", "the journal's partition count (`--partitions`, 1 to 1024): a new journal is created with it (16 when unset); a journal stored with another count is refused (`outbox partitions resize` repartitions it)";
-    OUTBOX_SERVE_TOKEN = "(unset)", "the operator token `outbox serve` asks for before an action (requeue, retry, cancel); unset: the pages are read-only. Read from the environment only, never a flag";
+    OUTBOX_SERVE_TOKEN = "(unset)", "the operator token `outbox serve` asks for before an action (requeue, retry, cancel), at least 16 characters and not guessable (`openssl rand -hex 32`); unset: the pages are read-only. Off loopback it also opens the pages. Read from the environment only, never a flag";
+    OUTBOX_SERVE_READ_TOKEN = "(unset)", "a token that opens the pages and `/metrics` of `outbox serve` and `work --metrics-addr` on a non-loopback bind (as Bearer or Basic), but no action; same strength rule. Read from the environment only, never a flag";
+    OUTBOX_SERVE_ALLOWED_HOSTS = "", "the `Host` names the monitor and `--metrics-addr` answer to (`--allowed-hosts`, comma-separated, `*` for any); empty: localhost, 127.0.0.1, ::1 and the bound address";
+    OUTBOX_SERVE_MAX_CONNECTIONS = "256", "connections the monitor and `--metrics-addr` keep open at most (`--max-connections`); more are closed at once";
 }
 
 /// The default of one of [`ENV_VARS`].
@@ -180,6 +183,28 @@ pub struct ServeArgs {
     /// Blocked streams and rows listed at most per page.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,
+    /// The HTTP front door.
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+/// The HTTP front door of `serve` and `work --metrics-addr`.
+#[cfg(feature = "serve")]
+#[derive(Debug, Args)]
+pub struct HttpArgs {
+    /// The `Host` names answered to, comma-separated (`*`: any); by default
+    /// localhost, 127.0.0.1, ::1 and the bound address. Others get 421
+    /// (DNS rebinding).
+    #[arg(long, env = OUTBOX_SERVE_ALLOWED_HOSTS, default_value = default_of(OUTBOX_SERVE_ALLOWED_HOSTS), hide_default_value = true)]
+    pub allowed_hosts: String,
+    /// Connections kept open at most; more are closed at once.
+    #[arg(long, env = OUTBOX_SERVE_MAX_CONNECTIONS, default_value = default_of(OUTBOX_SERVE_MAX_CONNECTIONS),
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_connections: u64,
+    /// Milliseconds a client has to send a request's line and headers
+    /// before its connection is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub head_timeout_ms: u64,
 }
 
 /// `--json`.
@@ -217,10 +242,15 @@ pub struct WorkArgs {
     pub report_ms: u64,
     /// Serve this worker's counters and the queue gauges as Prometheus
     /// `/metrics` on this address (a loopback one unless OUTBOX_SERVE_TOKEN
-    /// is set; the endpoint itself needs no token).
+    /// or OUTBOX_SERVE_READ_TOKEN is set; off loopback a scrape needs one
+    /// of them, as Bearer or Basic).
     #[cfg(feature = "serve")]
     #[arg(long, conflicts_with = "once")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The HTTP front door of `--metrics-addr`.
+    #[cfg(feature = "serve")]
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 /// `outbox report`.
@@ -616,19 +646,32 @@ mod tests {
     fn every_variable_is_read_by_a_flag_with_its_default() {
         let cmd = Cli::command();
         cmd.clone().debug_assert();
-        fn arg_free(cmd: &clap::Command, name: &str) -> bool {
-            !cmd.get_arguments().any(|a| a.get_env() == Some(OsStr::new(name)))
+        /// Every argument of `cmd` and its subcommands.
+        fn all_args(cmd: &clap::Command) -> Vec<clap::Arg> {
+            let mut out: Vec<clap::Arg> = cmd.get_arguments().cloned().collect();
+            for sub in cmd.get_subcommands() {
+                out.extend(all_args(sub));
+            }
+            out
         }
+        let args = all_args(&cmd);
+        let reads = |name: &str| {
+            args.iter()
+                .find(|a| a.get_env() == Some(OsStr::new(name)))
+                .cloned()
+        };
         for (name, default, _) in ENV_VARS {
             // Read from the environment only (a flag would show in `ps`).
-            if *name == OUTBOX_SERVE_TOKEN {
-                assert!(arg_free(&cmd, name), "{name} must not be a flag");
+            if *name == OUTBOX_SERVE_TOKEN || *name == OUTBOX_SERVE_READ_TOKEN {
+                assert!(reads(name).is_none(), "{name} must not be a flag");
                 continue;
             }
-            let arg = cmd
-                .get_arguments()
-                .find(|a| a.get_env() == Some(OsStr::new(name)))
-                .unwrap_or_else(|| panic!("no flag reads {name}"));
+            if !cfg!(feature = "serve")
+                && [OUTBOX_SERVE_ALLOWED_HOSTS, OUTBOX_SERVE_MAX_CONNECTIONS].contains(name)
+            {
+                continue;
+            }
+            let arg = reads(name).unwrap_or_else(|| panic!("no flag reads {name}"));
             // The log filter's default is the application's (`drive`); the
             // partition count's is the journal's own.
             if *name != OUTBOX_LOG && *name != OUTBOX_PARTITIONS {

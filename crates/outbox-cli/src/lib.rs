@@ -135,6 +135,9 @@ fn parse_with<C: clap::Parser>(
     }
 }
 
+/// The log target of the monitor's audit lines.
+const AUDIT_TARGET: &str = "outbox::audit";
+
 /// Runs `body` the way the `outbox` binary runs a command: logging on stderr
 /// filtered by `log` (else `default_log`), a two-thread tokio runtime, and an
 /// error printed as one line `BIN: error: ...` with the [`exit_code`].
@@ -143,7 +146,14 @@ where
     F: Future<Output = anyhow::Result<()>>,
 {
     let wanted = log.unwrap_or(default_log);
-    let filter = match tracing_subscriber::EnvFilter::try_new(wanted) {
+    // The monitor's audit lines (every action, every refusal) are printed
+    // whatever the level, unless the filter names their target itself.
+    let with_audit = if wanted.contains(AUDIT_TARGET) {
+        wanted.to_owned()
+    } else {
+        format!("{wanted},{AUDIT_TARGET}=info")
+    };
+    let filter = match tracing_subscriber::EnvFilter::try_new(&with_audit) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{bin}: error: invalid log filter {wanted:?}: {e}");

@@ -482,12 +482,24 @@ fn a_non_loopback_bind_without_a_token_and_a_short_token_are_refused_at_start_up
             vec![("OUTBOX_SERVE_TOKEN", "short")],
             "at least 16 characters",
         ),
+        (
+            vec!["serve", "--addr", "0.0.0.0:0"],
+            vec![("OUTBOX_SERVE_TOKEN", "xxxxxxxxxxxxxxxx")],
+            "OUTBOX_SERVE_TOKEN looks guessable",
+        ),
+        (
+            vec!["work", "--metrics-addr", "0.0.0.0:0"],
+            vec![("OUTBOX_SERVE_READ_TOKEN", "passwordpassword")],
+            "OUTBOX_SERVE_READ_TOKEN looks guessable",
+        ),
     ] {
         let (code, out, err) = site.run_env(&args, &env);
         assert_eq!(code, Some(2), "{args:?}: {out}{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(says), "{err}");
-        assert!(!err.contains("short"), "the token is never echoed: {err}");
+        for (_, token) in &env {
+            assert!(!err.contains(token), "the token is never echoed: {err}");
+        }
         assert!(out.is_empty());
     }
 }
@@ -673,4 +685,229 @@ fn the_runs_page_shows_run_bounds_cursors_and_generations() {
     assert!(row.contains("<td>g2 (roster@g2)</td>"), "{row}");
     assert!(row.contains("<span class=\"num\">1</span>"), "epoch 1: {row}");
     assert_eq!(server.stop().code(), Some(0));
+}
+
+/// A web page whose DNS name was rebound to 127.0.0.1 reaches the port but
+/// not the monitor: its `Host` is not one the monitor answers to.
+#[test]
+fn a_rebound_host_name_gets_421_and_a_log_line() {
+    let site = site_with_dead();
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let port = server.addr.rsplit(':').next().unwrap().to_owned();
+    for path in ["/", "/blocked", "/metrics"] {
+        let r = support::http(
+            &server.addr,
+            "GET",
+            path,
+            &[("Host", &format!("rebind.attacker.example:{port}"))],
+            b"",
+        );
+        assert_eq!(r.status, 421, "{path}: {r:?}");
+        assert!(!r.body.contains("c-bad"), "{r:?}");
+        assert_eq!(r.body.lines().count(), 1, "{r:?}");
+    }
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let r = support::http(&server.addr, "GET", "/", &[("Host", &host)], b"");
+        assert_eq!(r.status, 200, "{host}: {r:?}");
+    }
+    eventually("the refusal logged", || {
+        server.stderr().contains("rebind.attacker.example")
+    });
+}
+
+/// Off loopback every page and `/metrics` need credentials: the read token
+/// or the operator token, Bearer (any case) or Basic; the read token opens
+/// no action; a 401 carries `WWW-Authenticate`.
+#[test]
+fn a_public_bind_needs_credentials_for_every_read() {
+    const READ: &str = "read-token-9f8e7d6c5b4a3210";
+    let site = site_with_dead();
+    let server = Server::start(
+        &site,
+        &["serve", "--addr", "0.0.0.0:0"],
+        &[("OUTBOX_SERVE_TOKEN", TOKEN), ("OUTBOX_SERVE_READ_TOKEN", READ)],
+        LISTENING,
+    );
+    for path in ["/", "/blocked", "/runs", "/metrics", "/style.css"] {
+        let r = server.get(path);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+        assert!(r.headers["www-authenticate"].starts_with("Basic realm="), "{r:?}");
+        assert!(!r.body.contains("c-bad"), "{r:?}");
+    }
+    let basic = |password: &str| {
+        // base64 of "ops:" + password, written out by hand (no dependency).
+        let text = format!("ops:{password}");
+        let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in text.as_bytes().chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(table[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        format!("Basic {out}")
+    };
+    for auth in [
+        format!("Bearer {READ}"),
+        format!("bearer {TOKEN}"),
+        format!("BEARER {READ}"),
+        basic(READ),
+        basic(TOKEN),
+    ] {
+        for path in ["/", "/metrics"] {
+            let r = support::http(&server.addr, "GET", path, &[("Authorization", &auth)], b"");
+            assert_eq!(r.status, 200, "{auth} {path}: {r:?}");
+        }
+    }
+    // The read token is no operator token.
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c-bad&seq=4",
+        &[("Authorization", &format!("Bearer {READ}"))],
+    );
+    assert_eq!(r.status, 403, "{r:?}");
+    // Basic never carries an action's token (a browser resends it alone).
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c-bad&seq=4",
+        &[("Authorization", &basic(TOKEN))],
+    );
+    assert_eq!(r.status, 401, "{r:?}");
+    assert_eq!(site.counts()[3], 1, "the dead row is still dead");
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c-bad&seq=4",
+        &[("Authorization", &format!("bearer {TOKEN}"))],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+/// Wrong tokens from one address lock it out: the right token then gets
+/// 429 too, and every refusal and action is an audit line naming the
+/// address and, for an action done, the token's id (never the token).
+#[test]
+fn guessing_the_token_locks_the_address_out_and_everything_is_audited() {
+    let site = site_with_dead();
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let auth = format!("Bearer {TOKEN}");
+    let r = server.post(
+        "/actions/retry",
+        "stream=c-bad&seq=5",
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    for i in 0..10 {
+        let r = server.post(
+            "/actions/requeue",
+            &format!("stream=c-bad&seq=4&token=guess-{i:02}-abcdefghijklmnop"),
+            &[],
+        );
+        assert_eq!(r.status, 403, "guess {i}: {r:?}");
+    }
+    let r = server.post(
+        "/actions/requeue",
+        "stream=c-bad&seq=4",
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(site.counts()[3], 1, "nothing requeued");
+    eventually("the audit lines", || {
+        let log = server.stderr();
+        log.matches("refused: wrong operator token").count() == 10
+            && log.contains("refused: too many refused credentials")
+            && log.contains("done: retrying c-bad/5")
+    });
+    let log = server.stderr();
+    assert!(log.contains("127.0.0.1"), "{log}");
+    assert!(
+        !log.contains(TOKEN) && !log.contains("guess-0"),
+        "no token in the log: {log}"
+    );
+    assert_eq!(server.stop().code(), Some(0));
+}
+
+/// Connections are bounded in number, a client that never finishes its
+/// head is cut off, a declared body over the limit is refused before it is
+/// read, and the router's own error answers say what they are in a line.
+#[test]
+fn slow_clients_floods_and_bad_requests_are_bounded() {
+    use std::io::{Read, Write};
+    let site = site_with_dead();
+    let server = Server::start(
+        &site,
+        &[
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--max-connections",
+            "4",
+            "--head-timeout-ms",
+            "600000",
+        ],
+        &with_token(),
+        LISTENING,
+    );
+    // Four idle connections take every slot (no timeout frees them: the
+    // head timeout is ten minutes here)...
+    let idle: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    // ... so a fifth is closed without an answer, at once.
+    let mut fifth = std::net::TcpStream::connect(&server.addr).unwrap();
+    fifth.set_read_timeout(Some(support::PATIENCE)).unwrap();
+    let _ = fifth.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    let mut got = Vec::new();
+    let _ = fifth.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    drop(idle);
+    // The slots come back as the idle clients go.
+    eventually("a slot free again", || {
+        std::panic::catch_unwind(|| server.get("/").status == 200).unwrap_or(false)
+    });
+    eventually("the refusal logged", || {
+        server.stderr().contains("connection refused: --max-connections")
+    });
+    drop(server);
+
+    // A head that never ends is cut off.
+    let server = Server::start(
+        &site,
+        &["serve", "--addr", "127.0.0.1:0", "--head-timeout-ms", "200"],
+        &with_token(),
+        LISTENING,
+    );
+    let mut slow = std::net::TcpStream::connect(&server.addr).unwrap();
+    slow.set_read_timeout(Some(support::PATIENCE)).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        .unwrap();
+    let mut got = Vec::new();
+    let read = slow.read_to_end(&mut got);
+    assert!(read.is_ok(), "the server closes the connection: {read:?}");
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"));
+
+    // 50 MiB declared, nothing sent: refused from the header.
+    let r = support::http(
+        &server.addr,
+        "POST",
+        "/actions/requeue",
+        &[
+            ("Content-Length", "52428800"),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 413, "{r:?}");
+    assert_eq!(r.body.lines().count(), 1, "{r:?}");
+    let r = server.get("/actions/requeue");
+    assert_eq!(r.status, 405, "{r:?}");
+    assert_eq!(r.body.trim(), "method not allowed", "{r:?}");
+    let long = format!("/{}", "a".repeat(5000));
+    let r = server.get(&long);
+    assert_eq!(r.status, 414, "{r:?}");
+    assert_eq!(r.body.lines().count(), 1, "{r:?}");
 }

@@ -194,14 +194,15 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         // A refused bind or a bad token stops before a database is opened.
         #[cfg(feature = "serve")]
         Command::Serve(a) => {
-            crate::serve::check_bind(a.addr, crate::serve::token_from_env()?.as_deref(), "the monitor")?;
+            crate::serve::door(a.addr, &a.http, "the monitor")?;
         }
         #[cfg(feature = "serve")]
         Command::Work(crate::cli::WorkArgs {
             metrics_addr: Some(addr),
+            http,
             ..
         }) => {
-            crate::serve::check_bind(*addr, crate::serve::token_from_env()?.as_deref(), "metrics")?;
+            crate::serve::door(*addr, http, "metrics")?;
         }
         _ => {}
     }

@@ -94,7 +94,9 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
     #[cfg(feature = "serve")]
     let result = match a.metrics_addr {
         Some(addr) => {
-            match crate::serve::worker_metrics(rt.clone(), ctx.journal.clone(), addr, cancel.clone()).await {
+            match crate::serve::worker_metrics(rt.clone(), ctx.journal.clone(), addr, &a.http, cancel.clone())
+                .await
+            {
                 Ok((local, server)) => {
                     // Always printed (also with --quiet or --json: on stderr then),
                     // so a supervisor or a test learns the bound port.

@@ -9,6 +9,7 @@
 //! posts are refused (ADR 0017). Without a token the monitor is read-only.
 
 mod chart;
+mod door;
 mod html;
 
 use std::fmt::Write;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
-use axum::extract::{DefaultBodyLimit, Form, Query, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Form, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -26,13 +27,13 @@ use axum::routing::{get, post};
 use outbox_core::{Error, Projection, Seq, SinkSummary, view_projection};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
-use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
+use self::door::{Door, DoorConfig};
 use self::html::{action_form, esc, page, table};
 use crate::backend::{CliJournal, CliStore};
 use crate::blocked::blocked_streams;
-use crate::cli::{OUTBOX_SERVE_TOKEN, ServeArgs};
+use crate::cli::{HttpArgs, ServeArgs};
 use crate::commands::Ctx;
 use crate::metrics::{CONTENT_TYPE, Scrape, render};
 use crate::output::human_ms;
@@ -42,35 +43,18 @@ use crate::report::{digests, projection_lag};
 pub(crate) const BODY_LIMIT: usize = 8 * 1024;
 /// The minutes the overview's throughput chart covers.
 const CHART_MINUTES: u32 = 60;
-/// The shortest operator token accepted.
-const MIN_TOKEN_LEN: usize = 16;
-
-/// The operator token from `OUTBOX_SERVE_TOKEN`: `None` when unset; an
-/// empty or short one is a configuration error (never echoed).
-pub(crate) fn token_from_env() -> Result<Option<String>, Error> {
-    match std::env::var(OUTBOX_SERVE_TOKEN) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err(Error::Config(format!("{OUTBOX_SERVE_TOKEN} is not valid UTF-8")))
-        }
-        Ok(t) if t.trim().len() < MIN_TOKEN_LEN => Err(Error::Config(format!(
-            "{OUTBOX_SERVE_TOKEN} must be at least {MIN_TOKEN_LEN} characters (value not shown)"
-        ))),
-        Ok(t) => Ok(Some(t.trim().to_owned())),
-    }
-}
-
-/// Refuses a non-loopback `addr` without a token: the monitor's pages name
-/// streams, errors and workers, and an action must never be open to the
-/// network.
-pub(crate) fn check_bind(addr: SocketAddr, token: Option<&str>, what: &str) -> Result<(), Error> {
-    if addr.ip().is_loopback() || token.is_some() {
-        return Ok(());
-    }
-    Err(Error::Config(format!(
-        "refusing to serve {what} on non-loopback address {addr} without {OUTBOX_SERVE_TOKEN} \
-         (set it, or bind 127.0.0.1)"
-    )))
+/// Checks the front door's configuration (tokens, bind, hosts) before
+/// anything is opened: a refused bind or a weak token stops the command.
+pub(crate) fn door(addr: SocketAddr, http: &HttpArgs, what: &str) -> Result<Arc<Door>, Error> {
+    Door::new(&DoorConfig {
+        bound: addr,
+        allowed_hosts: Some(http.allowed_hosts.as_str()),
+        max_connections: usize::try_from(http.max_connections).unwrap_or(usize::MAX),
+        head_timeout: std::time::Duration::from_millis(http.head_timeout_ms),
+        body_limit: BODY_LIMIT,
+        what,
+    })
+    .map(Arc::new)
 }
 
 /// The monitor's shared state.
@@ -79,7 +63,7 @@ struct Monitor<J, P: CliStore> {
     journal: J,
     store: P,
     projections: Vec<Arc<dyn Projection<P::Tx>>>,
-    token: Option<String>,
+    door: Arc<Door>,
     limit: usize,
     lag_streams: usize,
 }
@@ -88,18 +72,17 @@ type St<J, P> = State<Arc<Monitor<J, P>>>;
 
 /// `outbox serve`: runs until SIGTERM or Ctrl-C.
 pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ServeArgs) -> Result<()> {
-    let token = token_from_env()?;
-    check_bind(a.addr, token.as_deref(), "the monitor")?;
+    let door = door(a.addr, &a.http, "the monitor")?;
     let monitor = Arc::new(Monitor {
         app: ctx.app.name().to_owned(),
         journal: ctx.journal.clone(),
         store: ctx.store.clone(),
         projections: ctx.app.views.iter().map(|v| view_projection(v.clone())).collect(),
-        token,
+        door: door.clone(),
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
     });
-    let read_only = monitor.token.is_none();
+    let read_only = monitor.door.action.is_none();
     let router = Router::new()
         .route("/", get(overview::<J, P>))
         .route("/blocked", get(blocked::<J, P>))
@@ -124,7 +107,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         }
     )?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
-    run_server(listener, router, cancel).await
+    run_server(listener, router, door, cancel).await
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
@@ -133,18 +116,72 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
         .map_err(|e| Error::Config(format!("cannot listen on {addr}: {e}")).into())
 }
 
-/// Serves `router` with the security headers and the body limit until `cancel`.
+/// Serves `router` behind the front door (`door.rs`), with the security
+/// headers and the body limit, until `cancel`; then lets the requests in
+/// flight finish (each is bounded by [`Door::connection_deadline`]).
 async fn run_server(
     listener: tokio::net::TcpListener,
     router: Router,
+    door: Arc<Door>,
     cancel: CancellationToken,
 ) -> Result<()> {
     let app = router
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(door.clone(), door::front_door))
         .layer(middleware::from_fn(security_headers));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(door.max_connections));
+    let tracker = tokio_util::task::TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = cancel.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait a moment
+                    // instead of spinning.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            door.note_full(peer);
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(
+            app.clone()
+                .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
+        );
+        let cancel = cancel.clone();
+        let door = door.clone();
+        tracker.spawn(async move {
+            let _slot = slot;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(door.head_timeout)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let deadline = door.connection_deadline();
+            let served = tokio::time::timeout(deadline, async {
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    () = cancel.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.as_mut().await;
+                    }
+                }
+            })
+            .await;
+            if served.is_err() {
+                tracing::warn!(target: "outbox::audit", %peer, "connection closed after {deadline:?}");
+            }
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
     Ok(())
 }
 
@@ -155,9 +192,10 @@ pub(crate) async fn worker_metrics<J: CliJournal, P: CliStore>(
     rt: Outbox<J, P>,
     journal: J,
     addr: SocketAddr,
+    http: &HttpArgs,
     cancel: CancellationToken,
 ) -> Result<(SocketAddr, impl Future<Output = Result<()>>)> {
-    check_bind(addr, token_from_env()?.as_deref(), "metrics")?;
+    let door = door(addr, http, "metrics")?;
     let listener = bind(addr).await?;
     let local = listener.local_addr()?;
     let state = Arc::new((rt, journal));
@@ -181,7 +219,7 @@ pub(crate) async fn worker_metrics<J: CliJournal, P: CliStore>(
         )
         .fallback(not_found)
         .with_state(state);
-    Ok((local, run_server(listener, router, cancel)))
+    Ok((local, run_server(listener, router, door, cancel)))
 }
 
 /// The security headers of every answer. The referrer policy is
@@ -328,7 +366,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             "<p>{} dead row(s) block their streams: see <a href=\"/blocked\">blocked streams</a>.</p>",
             summary.dead
         );
-        if m.token.is_some() {
+        if m.door.action.is_some() {
             b.push_str(&action_form(
                 "/actions/requeue-dead",
                 &[("limit", summary.dead.min(10_000).to_string())],
@@ -336,7 +374,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             ));
         }
     }
-    if m.token.is_none() {
+    if m.door.action.is_none() {
         b.push_str(
             "<p class=\"note\" id=\"read-only\">Read-only: set OUTBOX_SERVE_TOKEN to enable actions.</p>",
         );
@@ -494,7 +532,7 @@ async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
             .streams
             .iter()
             .map(|s| {
-                let action = match (&m.token, s.status) {
+                let action = match (&m.door.action, s.status) {
                     (None, _) => String::new(),
                     (Some(_), outbox_core::OutboxStatus::Dead) => action_form(
                         "/actions/requeue",
@@ -631,7 +669,7 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
                     (Some(s), Some(q)) => format!("{s}/{q}"),
                     _ => String::new(),
                 };
-                let cancel = if r.state.is_active() && !r.cancel_requested && m.token.is_some() {
+                let cancel = if r.state.is_active() && !r.cancel_requested && m.door.action.is_some() {
                     action_form("/actions/cancel-run", &[("id", r.id.to_string())], "Cancel")
                 } else if r.cancel_requested && r.state.is_active() {
                     "cancel requested".into()
@@ -774,24 +812,28 @@ struct ActionForm {
 }
 
 /// Checks an action request: a token is configured, the request is not
-/// cross-origin, the form parsed, and the token matches (in constant time).
-/// `Err` is the refusal; nothing has been read or changed.
+/// cross-origin, the form parsed, the address is not locked out, and the
+/// token matches (in constant time). `Ok` has the form and the token's id;
+/// `Err` is the refusal (logged on the audit target); nothing has been read
+/// or changed.
 fn authorize<J, P: CliStore>(
     m: &Monitor<J, P>,
+    peer: SocketAddr,
+    action: &str,
     headers: &HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
-) -> Result<ActionForm, Refusal> {
-    let Some(expected) = &m.token else {
-        return Err(refuse(
-            StatusCode::FORBIDDEN,
-            "actions are disabled: OUTBOX_SERVE_TOKEN is not set (the monitor is read-only)",
-        ));
-    };
+) -> Result<(ActionForm, String), Refusal> {
+    let refused = |(status, why): (StatusCode, String)| Refusal(status, why);
+    if m.door.action.is_none() {
+        return Err(refused(m.door.check_action(peer, action, None).unwrap_err()));
+    }
     if let Some(why) = cross_origin(headers) {
-        return Err(refuse(
+        return Err(refused(m.door.refused(
+            peer,
+            action,
             StatusCode::FORBIDDEN,
-            format!("cross-origin request refused ({why})"),
-        ));
+            &format!("cross-origin request refused ({why})"),
+        )));
     }
     let form = match form {
         Ok(Form(f)) => f,
@@ -809,25 +851,33 @@ fn authorize<J, P: CliStore>(
         }
         Err(_) => return Err(refuse(StatusCode::BAD_REQUEST, "malformed form body")),
     };
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let given = match (bearer, form.token.as_deref()) {
-        (Some(t), _) => t,
-        (None, Some(t)) if !t.is_empty() => t,
-        _ => {
-            return Err(refuse(
-                StatusCode::UNAUTHORIZED,
-                "this action needs the operator token (form field `token` or `Authorization: Bearer`)",
-            ));
+    let given = door::bearer(headers).or(form.token.as_deref().filter(|t| !t.is_empty()));
+    let token = m.door.check_action(peer, action, given).map_err(refused)?;
+    Ok((form, token))
+}
+
+/// Logs an action's outcome on the audit target (who, what, on what,
+/// result) and answers with it.
+fn finish<J, P: CliStore>(
+    m: &Monitor<J, P>,
+    who: (SocketAddr, &str),
+    action: &str,
+    on: &str,
+    result: Result<String, Error>,
+    back: &str,
+) -> Response {
+    let (peer, token) = who;
+    let on = crate::output::visible(on);
+    match result {
+        Ok(what) => {
+            tracing::info!(target: "outbox::audit", %peer, token, action, on = %on, "done: {}", crate::output::visible(&what));
+            done(m, &what, back)
         }
-    };
-    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-        return Err(refuse(StatusCode::FORBIDDEN, "wrong operator token"));
+        Err(e) => {
+            tracing::warn!(target: "outbox::audit", %peer, token, action, on = %on, "failed: {}", crate::output::visible(&e.to_string()));
+            fail(&e)
+        }
     }
-    Ok(form)
 }
 
 /// Why a request is cross-origin, if it is: an `Origin` other than this
@@ -898,98 +948,105 @@ macro_rules! try_resp {
 
 async fn requeue<J: CliJournal, P: CliStore>(
     State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
-    let f = try_resp!(authorize(&m, &headers, form));
+    let (f, token) = try_resp!(authorize(&m, peer, "requeue", &headers, form));
     let (stream, seq) = try_resp!(stream_seq(&f));
-    match m.journal.requeue(&stream, seq).await {
-        Ok(row) => done(
-            &m,
-            &format!(
-                "requeued {}/{} ({}): pending, attempts 0, due now",
-                row.stream, row.seq, row.event_type
-            ),
-            "/blocked",
-        ),
-        Err(e) => fail(&e),
-    }
+    let result = m.journal.requeue(&stream, seq).await.map(|row| {
+        format!(
+            "requeued {}/{} ({}): pending, attempts 0, due now",
+            row.stream, row.seq, row.event_type
+        )
+    });
+    finish(
+        &m,
+        (peer, &token),
+        "requeue",
+        &format!("{stream}/{seq}"),
+        result,
+        "/blocked",
+    )
 }
 
 async fn retry<J: CliJournal, P: CliStore>(
     State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
-    let f = try_resp!(authorize(&m, &headers, form));
+    let (f, token) = try_resp!(authorize(&m, peer, "retry", &headers, form));
     let (stream, seq) = try_resp!(stream_seq(&f));
-    match m.journal.retry(&stream, seq).await {
-        Ok(row) => done(
-            &m,
-            &format!(
-                "retrying {}/{} ({}): pending, attempts {} kept, due {}",
-                row.stream, row.seq, row.event_type, row.attempt_count, row.next_attempt_at
-            ),
-            "/blocked",
-        ),
-        Err(e) => fail(&e),
-    }
+    let result = m.journal.retry(&stream, seq).await.map(|row| {
+        format!(
+            "retrying {}/{} ({}): pending, attempts {} kept, due {}",
+            row.stream, row.seq, row.event_type, row.attempt_count, row.next_attempt_at
+        )
+    });
+    finish(
+        &m,
+        (peer, &token),
+        "retry",
+        &format!("{stream}/{seq}"),
+        result,
+        "/blocked",
+    )
 }
 
 async fn requeue_dead<J: CliJournal, P: CliStore>(
     State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
-    let f = try_resp!(authorize(&m, &headers, form));
+    let (f, token) = try_resp!(authorize(&m, peer, "requeue-dead", &headers, form));
     let limit = try_resp!(number(&f.limit, "limit"));
     if !(1..=10_000).contains(&limit) {
         return text(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 10000");
     }
-    match m.journal.requeue_dead(limit as usize).await {
-        Ok(rows) => done(&m, &format!("requeued {} dead row(s)", rows.len()), "/"),
-        Err(e) => fail(&e),
-    }
+    let result = m
+        .journal
+        .requeue_dead(limit as usize)
+        .await
+        .map(|rows| format!("requeued {} dead row(s)", rows.len()));
+    finish(
+        &m,
+        (peer, &token),
+        "requeue-dead",
+        &format!("limit {limit}"),
+        result,
+        "/",
+    )
 }
 
 async fn cancel_run<J: CliJournal, P: CliStore>(
     State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
-    let f = try_resp!(authorize(&m, &headers, form));
+    let (f, token) = try_resp!(authorize(&m, peer, "cancel-run", &headers, form));
     let id = try_resp!(number(&f.id, "id"));
-    match m.store.cancel_run(id).await {
-        Ok(run) => done(
-            &m,
-            &format!(
-                "cancel requested for run {} ({} {}): {}",
-                run.id, run.kind, run.projection, run.state
-            ),
-            "/runs",
-        ),
-        Err(e) => fail(&e),
-    }
+    let result = m.store.cancel_run(id).await.map(|run| {
+        format!(
+            "cancel requested for run {} ({} {}): {}",
+            run.id, run.kind, run.projection, run.state
+        )
+    });
+    finish(
+        &m,
+        (peer, &token),
+        "cancel-run",
+        &format!("run {id}"),
+        result,
+        "/runs",
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_non_loopback_bind_needs_a_token() {
-        let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
-        let lo: SocketAddr = "127.0.0.1:9464".parse().unwrap();
-        let lo6: SocketAddr = "[::1]:9464".parse().unwrap();
-        assert!(check_bind(lo, None, "x").is_ok());
-        assert!(check_bind(lo6, None, "x").is_ok());
-        assert!(check_bind(any, Some("t"), "x").is_ok());
-        let e = check_bind(any, None, "the monitor").unwrap_err().to_string();
-        assert!(
-            e.contains("0.0.0.0:9464") && e.contains(OUTBOX_SERVE_TOKEN),
-            "{e}"
-        );
-    }
 
     #[test]
     fn cross_origin_posts_are_recognized() {

@@ -290,6 +290,8 @@ pub struct Server {
     child: Child,
     /// `host:port` it listens on.
     pub addr: String,
+    /// What it wrote to stderr so far.
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Server {
@@ -336,7 +338,22 @@ impl Server {
             let mut sink = String::new();
             let _ = out.read_to_string(&mut sink);
         });
-        Server { child, addr }
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+        let into = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while err.read_line(&mut line).is_ok_and(|n| n > 0) {
+                into.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Server { child, addr, stderr }
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
     }
 
     /// SIGTERM, then the exit status (bounded).
@@ -388,10 +405,16 @@ pub struct Reply {
 pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

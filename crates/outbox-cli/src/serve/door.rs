@@ -1,0 +1,633 @@
+//! The front door of `outbox serve` and `outbox work --metrics-addr`: what
+//! every connection and request passes before a page or an action sees it.
+//!
+//! - **Connections.** At most `--max-connections` at once (more are closed
+//!   on accept, with a log line); one request per connection; the request
+//!   head must arrive within `--head-timeout-ms`, a body larger than the
+//!   limit is refused from its `Content-Length` before it is read, a request
+//!   is answered within [`REQUEST_DEADLINE`], and the whole connection ends
+//!   within both and 5 s more. A client that opens sockets and sends
+//!   nothing, or sends a head or a body byte by byte, holds a slot for
+//!   seconds, not forever.
+//! - **Host allow-list.** The `Host` of every request must be one the
+//!   monitor answers to (`--allowed-hosts`; on a loopback bind, loopback
+//!   names and the bound address by default): a web page whose DNS name was
+//!   rebound to 127.0.0.1 gets 421, not the monitor. Off loopback any name
+//!   is answered by default, since every request needs credentials there
+//!   that a rebound page does not have.
+//! - **Credentials for reads off loopback.** On a non-loopback bind every
+//!   page and `/metrics` needs the read token (`OUTBOX_SERVE_READ_TOKEN`)
+//!   or the operator token, as `Authorization: Bearer` or Basic (any user
+//!   name; what a browser asks for after the `WWW-Authenticate` challenge).
+//!   Actions always need the operator token itself, in the form or as
+//!   Bearer, never Basic: a browser resends Basic credentials on its own.
+//! - **Guessing.** [`MAX_FAILURES`] refused credentials from one address
+//!   within [`LOCKOUT`] lock that address out (429) until [`LOCKOUT`] after
+//!   its last failure.
+//! - **Expensive pages** (`/`, `/blocked`, `/runs`, `/metrics`) run at most
+//!   [`PAGES_AT_ONCE`] at a time; more get 503 with `Retry-After`.
+//! - **Audit.** Every action and every refusal is one log line on the
+//!   `outbox::audit` target: who (address, token id), what, result.
+//! - **One-line bodies** on every error answer the router makes itself
+//!   (405, 413, 414, 431...).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use outbox_core::Error;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::Semaphore;
+
+use crate::cli::{OUTBOX_SERVE_READ_TOKEN, OUTBOX_SERVE_TOKEN};
+
+/// How long a request may take, its body and our answer included.
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+/// The longest request target accepted.
+const MAX_TARGET: usize = 4 * 1024;
+/// The largest request head accepted (the sum of its header lines).
+const MAX_HEADERS: usize = 16 * 1024;
+/// Refused credentials from one address before it is locked out.
+pub(crate) const MAX_FAILURES: usize = 10;
+/// How long refused credentials are remembered, and a lockout lasts.
+pub(crate) const LOCKOUT: Duration = Duration::from_secs(300);
+/// Expensive pages served at once.
+pub(crate) const PAGES_AT_ONCE: usize = 4;
+/// The fewest bits a token must look like it carries (see [`check_strength`]).
+const MIN_TOKEN_BITS: f64 = 64.0;
+/// The shortest token accepted.
+const MIN_TOKEN_LEN: usize = 16;
+
+/// A token from the environment, with the id the audit log names it by
+/// (never the token itself).
+pub(crate) struct Token {
+    secret: String,
+    /// The first 8 hex digits of the token's SHA-256.
+    pub(crate) id: String,
+}
+
+impl Token {
+    fn new(secret: String) -> Token {
+        let digest = Sha256::digest(secret.as_bytes());
+        let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        Token { secret, id }
+    }
+
+    fn matches(&self, given: &str) -> bool {
+        bool::from(given.as_bytes().ct_eq(self.secret.as_bytes()))
+    }
+}
+
+/// Refuses a token that is short or looks guessable: fewer than
+/// [`MIN_TOKEN_LEN`] characters, or fewer than [`MIN_TOKEN_BITS`] by the
+/// character frequencies (`xxxxxxxxxxxxxxxx` carries none;
+/// `openssl rand -hex 32` about 240).
+pub(crate) fn check_strength(token: &str) -> Result<(), String> {
+    let n = token.chars().count();
+    if n < MIN_TOKEN_LEN {
+        return Err(format!("must be at least {MIN_TOKEN_LEN} characters"));
+    }
+    let mut counts: HashMap<char, usize> = HashMap::new();
+    for c in token.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    let per_char: f64 = counts
+        .values()
+        .map(|&k| {
+            let p = k as f64 / n as f64;
+            -p * p.log2()
+        })
+        .sum();
+    if per_char * (n as f64) < MIN_TOKEN_BITS {
+        return Err(
+            "looks guessable (too few different characters); generate one, e.g. `openssl rand -hex 32`"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A token variable: `None` when unset; a short, guessable or non-UTF-8
+/// one is a configuration error (the value is never echoed).
+fn token_var(name: &str) -> Result<Option<Token>, Error> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::Config(format!("{name} is not valid UTF-8"))),
+        Ok(t) => {
+            let t = t.trim().to_owned();
+            check_strength(&t).map_err(|why| Error::Config(format!("{name} {why} (value not shown)")))?;
+            Ok(Some(Token::new(t)))
+        }
+    }
+}
+
+/// The operator token from `OUTBOX_SERVE_TOKEN` (actions).
+pub(crate) fn action_token() -> Result<Option<Token>, Error> {
+    token_var(OUTBOX_SERVE_TOKEN)
+}
+
+/// The hosts a monitor answers to.
+#[derive(Debug)]
+enum Hosts {
+    Any,
+    Only(Vec<String>),
+}
+
+/// The `Host` header's name without its port, lower case.
+fn host_name(h: &str) -> String {
+    let h = h.trim();
+    let name = if let Some(rest) = h.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        match h.rsplit_once(':') {
+            Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+            _ => h,
+        }
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+impl Hosts {
+    /// `list` (comma-separated names, `*` for any), or loopback names and
+    /// `bound`'s address when it names one.
+    fn parse(list: Option<&str>, bound: SocketAddr) -> Result<Hosts, Error> {
+        let Some(list) = list.map(str::trim).filter(|l| !l.is_empty()) else {
+            if !bound.ip().is_loopback() {
+                return Ok(Hosts::Any);
+            }
+            let mut names: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
+            if !bound.ip().is_unspecified() {
+                names.push(bound.ip().to_string());
+            }
+            return Ok(Hosts::Only(names));
+        };
+        if list == "*" {
+            return Ok(Hosts::Any);
+        }
+        let mut names = Vec::new();
+        for item in list.split(',') {
+            let name = host_name(item);
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'))
+            {
+                return Err(Error::Config(format!(
+                    "--allowed-hosts: {item:?} is not a host name or address"
+                )));
+            }
+            names.push(name);
+        }
+        Ok(Hosts::Only(names))
+    }
+
+    fn allows(&self, host: &str) -> bool {
+        match self {
+            Hosts::Any => true,
+            Hosts::Only(names) => {
+                let name = host_name(host);
+                names.contains(&name)
+            }
+        }
+    }
+}
+
+/// How the front door is set up: from the command line and environment.
+pub(crate) struct DoorConfig<'a> {
+    pub(crate) bound: SocketAddr,
+    pub(crate) allowed_hosts: Option<&'a str>,
+    pub(crate) max_connections: usize,
+    pub(crate) head_timeout: Duration,
+    /// The largest request body read.
+    pub(crate) body_limit: usize,
+    /// What the door guards, for messages: "the monitor", "metrics".
+    pub(crate) what: &'a str,
+}
+
+/// The front door's state, shared by every connection.
+pub(crate) struct Door {
+    hosts: Hosts,
+    /// The operator token (actions; reads too).
+    pub(crate) action: Option<Token>,
+    /// Whether reads need credentials (a non-loopback bind).
+    reads_need_credentials: bool,
+    read: Option<Token>,
+    failures: Mutex<HashMap<IpAddr, Vec<Instant>>>,
+    pages: Semaphore,
+    pub(crate) max_connections: usize,
+    pub(crate) head_timeout: Duration,
+    body_limit: usize,
+    /// When the last "connections full" line was logged (one per minute).
+    full_logged: Mutex<Option<Instant>>,
+}
+
+impl Door {
+    /// Reads the tokens and checks the bind: a non-loopback one needs a
+    /// token (every read then needs credentials).
+    pub(crate) fn new(c: &DoorConfig<'_>) -> Result<Door, Error> {
+        let action = action_token()?;
+        let read = token_var(OUTBOX_SERVE_READ_TOKEN)?;
+        let public = !c.bound.ip().is_loopback();
+        if public && action.is_none() && read.is_none() {
+            return Err(Error::Config(format!(
+                "refusing to serve {} on non-loopback address {} without {OUTBOX_SERVE_TOKEN} or \
+                 {OUTBOX_SERVE_READ_TOKEN} (set one, or bind 127.0.0.1)",
+                c.what, c.bound
+            )));
+        }
+        if c.max_connections == 0 {
+            return Err(Error::Config("--max-connections must be at least 1".into()));
+        }
+        Ok(Door {
+            hosts: Hosts::parse(c.allowed_hosts, c.bound)?,
+            action,
+            reads_need_credentials: public,
+            read,
+            failures: Mutex::default(),
+            pages: Semaphore::new(PAGES_AT_ONCE),
+            max_connections: c.max_connections,
+            head_timeout: c.head_timeout,
+            body_limit: c.body_limit,
+            full_logged: Mutex::default(),
+        })
+    }
+
+    /// How long one connection (one request) may stay open at most.
+    pub(crate) fn connection_deadline(&self) -> Duration {
+        self.head_timeout + REQUEST_DEADLINE + Duration::from_secs(5)
+    }
+
+    /// Logs that a connection was closed because every slot was taken (at
+    /// most once a minute).
+    pub(crate) fn note_full(&self, peer: SocketAddr) {
+        let mut last = self.full_logged.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            *last = Some(Instant::now());
+            tracing::warn!(
+                target: "outbox::audit",
+                %peer,
+                max = self.max_connections,
+                "connection refused: --max-connections are open (logged once a minute)"
+            );
+        }
+    }
+
+    /// Whether `ip` is locked out for refused credentials.
+    pub(crate) fn locked_out(&self, ip: IpAddr) -> bool {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(times) = f.get_mut(&ip) else {
+            return false;
+        };
+        times.retain(|t| t.elapsed() < LOCKOUT);
+        if times.is_empty() {
+            f.remove(&ip);
+            return false;
+        }
+        times.len() >= MAX_FAILURES
+    }
+
+    /// Counts refused credentials from `ip`.
+    pub(crate) fn failed(&self, ip: IpAddr) {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: an address past the limit is locked out, and stays so
+        // while its newest failures are recent.
+        if f.len() > 100_000 {
+            f.retain(|_, t| t.last().is_some_and(|t| t.elapsed() < LOCKOUT));
+        }
+        let times = f.entry(ip).or_default();
+        times.push(Instant::now());
+        if times.len() > MAX_FAILURES {
+            times.remove(0);
+        }
+    }
+
+    /// Checks the operator token given for an action: the token id, or the
+    /// refusal (logged, and counted against `peer`).
+    pub(crate) fn check_action(
+        &self,
+        peer: SocketAddr,
+        action: &str,
+        given: Option<&str>,
+    ) -> Result<String, (StatusCode, String)> {
+        let Some(expected) = &self.action else {
+            return Err(self.refused(
+                peer,
+                action,
+                StatusCode::FORBIDDEN,
+                "actions are disabled: OUTBOX_SERVE_TOKEN is not set (the monitor is read-only)",
+            ));
+        };
+        if self.locked_out(peer.ip()) {
+            return Err(self.refused(peer, action, StatusCode::TOO_MANY_REQUESTS, LOCKED_OUT));
+        }
+        match given {
+            None => Err(self.refused(
+                peer,
+                action,
+                StatusCode::UNAUTHORIZED,
+                "this action needs the operator token (form field `token` or `Authorization: Bearer`)",
+            )),
+            Some(t) if expected.matches(t) => Ok(expected.id.clone()),
+            Some(_) => {
+                self.failed(peer.ip());
+                Err(self.refused(peer, action, StatusCode::FORBIDDEN, "wrong operator token"))
+            }
+        }
+    }
+
+    /// Logs a refusal on the audit target and returns it.
+    pub(crate) fn refused(
+        &self,
+        peer: SocketAddr,
+        what: &str,
+        status: StatusCode,
+        why: &str,
+    ) -> (StatusCode, String) {
+        tracing::warn!(target: "outbox::audit", %peer, what, status = status.as_u16(), "refused: {why}");
+        (status, why.to_owned())
+    }
+
+    /// The refusal of a read without valid credentials (only asked for
+    /// off loopback), if it is one.
+    fn refuse_read(&self, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
+        if !self.reads_need_credentials {
+            return None;
+        }
+        if self.locked_out(peer.ip()) {
+            let (s, why) = self.refused(peer, "read", StatusCode::TOO_MANY_REQUESTS, LOCKED_OUT);
+            return Some(line(s, &why));
+        }
+        let given = credentials(headers);
+        let ok = given.as_deref().is_some_and(|g| {
+            self.read.as_ref().is_some_and(|t| t.matches(g))
+                || self.action.as_ref().is_some_and(|t| t.matches(g))
+        });
+        if ok {
+            return None;
+        }
+        if given.is_some() {
+            self.failed(peer.ip());
+        }
+        let (s, why) = self.refused(
+            peer,
+            "read",
+            StatusCode::UNAUTHORIZED,
+            "this monitor needs credentials: the read token or the operator token, as Bearer or Basic",
+        );
+        let mut r = line(s, &why);
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"outbox monitor\", charset=\"UTF-8\""),
+        );
+        Some(r)
+    }
+}
+
+const LOCKED_OUT: &str = "too many refused credentials from this address: try again later";
+
+/// The token of an `Authorization` header: Bearer, or the password of
+/// Basic (schemes in any case).
+fn credentials(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, rest) = value.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.trim().to_owned());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = String::from_utf8(base64_decode(rest.trim())?).ok()?;
+        return decoded.split_once(':').map(|(_, password)| password.to_owned());
+    }
+    None
+}
+
+/// The operator token of an `Authorization: Bearer` header (any case);
+/// Basic is never taken for an action.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
+/// Standard base64 (padding optional); `None` when malformed.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// A one-line plain-text answer.
+pub(crate) fn line(status: StatusCode, msg: &str) -> Response {
+    let mut text = msg.replace('\n', " ");
+    text.push('\n');
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+/// The pages that read much (the lag scan, digests): limited in number.
+fn expensive(path: &str) -> bool {
+    matches!(path, "/" | "/blocked" | "/runs" | "/metrics")
+}
+
+/// The middleware every request passes (see the module documentation).
+pub(crate) async fn front_door(
+    State(door): State<Arc<Door>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.uri().to_string().len() > MAX_TARGET {
+        return line(StatusCode::URI_TOO_LONG, "request target too long");
+    }
+    let head: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if head > MAX_HEADERS {
+        return line(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request headers too large",
+        );
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > door.body_limit as u64) {
+        return line(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("request body too large (limit {} bytes)", door.body_limit),
+        );
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !door.hosts.allows(host) {
+        let shown = crate::output::visible(host).into_owned();
+        let (s, why) = door.refused(
+            peer,
+            "host",
+            StatusCode::MISDIRECTED_REQUEST,
+            &format!("host {shown:?} is not one this monitor answers to (--allowed-hosts)"),
+        );
+        return line(s, &why);
+    }
+    let action = req.method() == Method::POST && req.uri().path().starts_with("/actions/");
+    if !action && let Some(refused) = door.refuse_read(peer, req.headers()) {
+        return refused;
+    }
+    let _slot = if expensive(req.uri().path()) {
+        match door.pages.try_acquire() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                tracing::warn!(target: "outbox::audit", %peer, path = req.uri().path(),
+                    "busy: {PAGES_AT_ONCE} expensive pages are being served; answered 503");
+                let mut r = line(StatusCode::SERVICE_UNAVAILABLE, "busy: try again in a second");
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return r;
+            }
+        }
+    } else {
+        None
+    };
+    let res = match tokio::time::timeout(REQUEST_DEADLINE, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(target: "outbox::audit", %peer, "request timed out after {REQUEST_DEADLINE:?}");
+            return line(StatusCode::REQUEST_TIMEOUT, "request took too long");
+        }
+    };
+    one_line_errors(res)
+}
+
+/// Gives an error answer that has no body one line saying what it is.
+fn one_line_errors(res: Response) -> Response {
+    use axum::body::HttpBody;
+    let status = res.status();
+    if !(status.is_client_error() || status.is_server_error()) || res.body().size_hint().exact() != Some(0) {
+        return res;
+    }
+    let reason = status.canonical_reason().unwrap_or("error").to_ascii_lowercase();
+    let mut out = line(status, &reason);
+    for (k, v) in res.headers() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            out.headers_mut().insert(k, v.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guessable_tokens_are_refused() {
+        assert!(check_strength("short").is_err());
+        assert!(check_strength("xxxxxxxxxxxxxxxx").is_err());
+        assert!(check_strength("passwordpassword").is_err());
+        assert!(check_strength("abababababababababababab").is_err());
+        assert!(check_strength("test-token-0123456789abcdef").is_ok());
+        assert!(check_strength("3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e").is_ok());
+    }
+
+    #[test]
+    fn hosts_are_matched_without_port_and_case() {
+        let lo: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+        let h = Hosts::parse(None, lo).unwrap();
+        for ok in [
+            "127.0.0.1:9464",
+            "localhost:9464",
+            "LOCALHOST",
+            "[::1]:9464",
+            "localhost.",
+        ] {
+            assert!(h.allows(ok), "{ok}");
+        }
+        for refused in [
+            "rebind.attacker.example",
+            "rebind.attacker.example:9464",
+            "",
+            "127.0.0.2",
+        ] {
+            assert!(!h.allows(refused), "{refused}");
+        }
+        let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+        assert!(Hosts::parse(None, any).unwrap().allows("monitor.internal"));
+        let h = Hosts::parse(Some("monitor.internal, 10.0.0.5"), any).unwrap();
+        assert!(h.allows("monitor.internal:9464") && h.allows("10.0.0.5"));
+        assert!(!h.allows("localhost"));
+        assert!(Hosts::parse(Some("*"), any).unwrap().allows("anything"));
+        assert!(Hosts::parse(Some("bad host"), any).is_err());
+    }
+
+    #[test]
+    fn credentials_take_bearer_and_basic_in_any_case() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer abc"));
+        assert_eq!(credentials(&h).as_deref(), Some("abc"));
+        assert_eq!(bearer(&h), Some("abc"));
+        // "ops:s3cret-token"
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("BASIC b3BzOnMzY3JldC10b2tlbg=="),
+        );
+        assert_eq!(credentials(&h).as_deref(), Some("s3cret-token"));
+        assert_eq!(bearer(&h), None, "Basic never carries an action's token");
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic !!!"));
+        assert_eq!(credentials(&h), None);
+    }
+
+    #[test]
+    fn an_address_is_locked_out_after_too_many_refusals() {
+        let door = Door::new(&DoorConfig {
+            bound: "127.0.0.1:0".parse().unwrap(),
+            allowed_hosts: None,
+            max_connections: 4,
+            head_timeout: Duration::from_secs(1),
+            body_limit: 1024,
+            what: "test",
+        })
+        .unwrap();
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        for _ in 0..MAX_FAILURES - 1 {
+            door.failed(ip);
+        }
+        assert!(!door.locked_out(ip));
+        door.failed(ip);
+        assert!(door.locked_out(ip));
+        assert!(!door.locked_out("10.1.2.4".parse().unwrap()));
+    }
+}
