@@ -132,8 +132,27 @@ pub fn open_url(url: &str) -> Result<Location, Error> {
             "unsupported database URL scheme {scheme:?} (use sqlite://path or postgres://...)"
         ))),
         _ if url.is_empty() => Err(Error::invalid("the database URL is empty")),
+        // A mistyped URL (`postgres//app:pw@host/db`, `postgres:/...`) would
+        // otherwise be taken for a file name and printed, password and all.
+        _ if looks_like_a_url(url) => Err(Error::invalid(
+            "the database URL is neither postgres://... nor sqlite://path, and looks like a mistyped URL \
+             with credentials, not a file name (url not shown)",
+        )),
         _ => Ok(Location::Sqlite(PathBuf::from(url))),
     }
+}
+
+/// Whether a value that is no URL of ours looks like a mistyped one: it
+/// names a Postgres scheme, or carries `user:password@` before its first
+/// `/`-separated part ends.
+fn looks_like_a_url(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    if lower.starts_with("postgres") {
+        return true;
+    }
+    value
+        .split_once('@')
+        .is_some_and(|(before, _)| before.contains(':'))
 }
 
 #[cfg(feature = "sqlite")]

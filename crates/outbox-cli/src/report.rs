@@ -202,8 +202,9 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
     })
 }
 
-/// Prints a report as text.
-pub fn print_report(r: &Report, status: Option<OutboxStatus>) -> anyhow::Result<()> {
+/// Prints a report as text; its hints name the command `bin` (the
+/// application's own binary, or `outbox`).
+pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyhow::Result<()> {
     outln!("outbox report at {}", r.as_of)?;
     outln!(
         "  rows: {} pending, {} processing, {} failed, {} dead ({} in all)",
@@ -228,7 +229,8 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) -> anyhow::Result<
     }
     if r.dead > 0 {
         outln!(
-            "  dead letters: {} (fix the cause, then `outbox requeue-dead --limit N`)",
+            "  dead letters: {} hold their streams back (`{bin} report --blocked` lists them; fix the cause, \
+             then `{bin} requeue-dead --limit N`)",
             r.dead
         )?;
     }
@@ -261,7 +263,7 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) -> anyhow::Result<
         outln!("    {:<18} {}", "(store)", d.store)?;
     }
     if !r.running_digests.is_empty() {
-        outln!("  running digests (kept by every apply; `outbox verify` recomputes them):")?;
+        outln!("  running digests (kept by every apply; `{bin} verify` recomputes them):")?;
         for d in &r.running_digests {
             let name = d.projection.as_str();
             let Some(digest) = d.digest else {
@@ -305,9 +307,19 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>) -> anyhow::Result<
         for p in &lag.projections {
             if p.streams_behind == 0 {
                 outln!("    {:<18} up to date", p.projection)?;
+            } else if r.dead + r.failed > 0 {
+                // Dead or failing rows hold streams back: repair would
+                // stop short of them; the cause is the failure.
+                outln!(
+                    "    {:<18} BEHIND: {} stream(s), {} event(s) (rows that failed hold streams back: \
+                     `{bin} report --blocked`; `{bin} gaps` lists the streams)",
+                    p.projection,
+                    p.streams_behind,
+                    p.events_behind
+                )?;
             } else {
                 outln!(
-                    "    {:<18} BEHIND: {} stream(s), {} event(s) (`outbox gaps` lists them, `outbox gaps --repair` catches up)",
+                    "    {:<18} BEHIND: {} stream(s), {} event(s) (`{bin} gaps` lists them, `{bin} gaps --repair` catches up)",
                     p.projection,
                     p.streams_behind,
                     p.events_behind

@@ -442,7 +442,7 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
     if a.json {
         json(&summary)?;
     } else {
-        print_report(&summary.report, None)?;
+        print_report(&summary.report, None, "outbox-demo")?;
         println!(
             "  applied {} events, {} audit-only checkpointed without projecting",
             summary.applied, summary.audit_only

@@ -810,10 +810,18 @@ fn report_lists_rows_by_status_with_a_limit() {
         "{text}"
     );
     assert!(
-        text.contains("dead letters: 1 (fix the cause, then `outbox requeue-dead --limit N`)"),
+        text.contains(
+            "dead letters: 1 hold their streams back (`outbox-demo report --blocked` lists them; \
+             fix the cause, then `outbox-demo requeue-dead --limit N`)"
+        ),
         "{text}"
     );
     assert!(text.contains("dead rows (first 1):"), "{text}");
+    // The projections are behind because of the dead row: no repair hint.
+    let lag = site.ok(&["report", "--limit", "0", "--no-digests"]);
+    assert!(lag.contains("BEHIND"), "{lag}");
+    assert!(!lag.contains("gaps --repair"), "{lag}");
+    assert!(lag.contains("rows that failed hold streams back"), "{lag}");
     assert!(
         text.contains("campaign-b/4 dice_rolled dead attempts=1"),
         "{text}"
@@ -1743,6 +1751,11 @@ fn report_shows_projections_behind_the_journal() {
         out.contains("roster             BEHIND: 2 stream(s), 14 event(s)"),
         "{out}"
     );
+    // Nothing failed: the hint is the repair, by the running binary's name.
+    assert!(
+        out.contains("(`outbox-demo gaps` lists them, `outbox-demo gaps --repair` catches up)"),
+        "{out}"
+    );
 
     // A bounded scan says so.
     let r = site.json(&["report", "--json", "--no-digests", "--lag-streams", "1"]);
@@ -2132,6 +2145,20 @@ fn bad_database_urls_are_usage_errors() {
         &["malformed postgres connection url"],
     );
     assert!(!err.contains("hunter2"), "{err}");
+    // A mistyped URL is not taken for a file name (and printed).
+    for typo in [
+        "postgres//app:S3cretPW@host/db",
+        "postgresql:/app:S3cretPW@host/db",
+        "pg//app:S3cretPW@host/db",
+    ] {
+        let err = site.refused(
+            &["report"],
+            &[("OUTBOX_JOURNAL_URL", typo)],
+            2,
+            &["url not shown"],
+        );
+        assert!(!err.contains("S3cretPW"), "{err}");
+    }
     let pg = "postgres://user@localhost/db";
     site.refused(
         &["report", "--schema", "Bad-Name"],

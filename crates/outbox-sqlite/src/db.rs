@@ -238,10 +238,18 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
     let abs = dir.join(name);
     let shown = abs.display();
 
-    if !options.create_if_missing && !abs.exists() {
-        return Err(Error::NotFound(format!(
-            "database file {shown} (create it with `outbox migrate`)"
-        )));
+    if !options.create_if_missing {
+        // `exists()` reads "cannot look" as "absent"; an unreadable
+        // directory is a permission problem, not a database to create.
+        match abs.try_exists() {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Error::NotFound(format!(
+                    "database file {shown} (create it with `outbox migrate`)"
+                )));
+            }
+            Err(e) => return Err(io_invalid(&abs, "cannot look for it", e)),
+        }
     }
     match OpenOptions::new()
         .write(true)

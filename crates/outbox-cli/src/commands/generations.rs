@@ -68,7 +68,10 @@ pub(super) async fn generations<J: CliJournal, P: CliStore>(
         return json(&listed);
     }
     if listed.is_empty() {
-        outln!("no projection has a second generation (`outbox rebuild --blue-green` builds one)")?;
+        outln!(
+            "no projection has a second generation (`{} rebuild --blue-green` builds one)",
+            ctx.app.name()
+        )?;
     }
     for l in &listed {
         print_listed(l)?;
@@ -168,7 +171,7 @@ pub(super) async fn rebuild_blue_green<J: CliJournal, P: CliStore>(
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let swap = rt.rebuild_blue_green(projection, &cancel).await?;
-    print_swap(&swap, as_json)
+    print_swap(&swap, as_json, ctx.app.name())
 }
 
 fn print_build(b: &GenerationBuild) -> anyhow::Result<()> {
@@ -194,7 +197,7 @@ fn print_build(b: &GenerationBuild) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_swap(s: &Swap, as_json: bool) -> Result<()> {
+fn print_swap(s: &Swap, as_json: bool, bin: &str) -> Result<()> {
     if as_json {
         return json(s);
     }
@@ -204,7 +207,7 @@ fn print_swap(s: &Swap, as_json: bool) -> Result<()> {
     }
     outln!(
         "{}: generation {} is live (was {}), epoch {}; {} swap attempt(s), {} event(s) caught up between them; \
-         generation {} is kept until `outbox generations drop`",
+         generation {} is kept until `{bin} generations drop`",
         s.build.projection,
         s.to,
         s.from,
@@ -301,5 +304,5 @@ pub(super) async fn promote<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
     let rt = ctx.runtime().await?;
     let cancel = outbox_runtime::cancel_on_shutdown_signal();
     let swap = rt.promote(&a.projection, a.force, &cancel).await?;
-    print_swap(&swap, a.json)
+    print_swap(&swap, a.json, ctx.app.name())
 }

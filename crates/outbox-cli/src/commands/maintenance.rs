@@ -43,7 +43,7 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     if a.json {
         json(&r)
     } else {
-        print_report(&r, a.status)?;
+        print_report(&r, a.status, ctx.app.name())?;
         Ok(())
     }
 }

@@ -615,12 +615,13 @@ async fn runs<J: CliJournal, P: CliStore>(
 
 /// The generation records (ADR 0021): which generation of each projection
 /// is live, and the build in progress.
-fn generations_section(records: &[outbox_core::GenerationInfo]) -> String {
+fn generations_section(bin: &str, records: &[outbox_core::GenerationInfo]) -> String {
     let mut b = String::from("<h2>Generations</h2>");
     if records.is_empty() {
-        b.push_str(
-            "<p>No projection has a second generation (<code>outbox rebuild --blue-green</code> builds one).</p>",
-        );
+        b.push_str(&format!(
+            "<p>No projection has a second generation (<code>{} rebuild --blue-green</code> builds one).</p>",
+            esc(bin)
+        ));
         return b;
     }
     let rows: Vec<Vec<String>> = records
@@ -646,9 +647,11 @@ fn generations_section(records: &[outbox_core::GenerationInfo]) -> String {
         &["projection", "live", "version", "epoch", "building", "updated"],
         &rows,
     ));
-    b.push_str(
-        "<p class=\"note\">Older generations are kept until <code>outbox generations drop</code>; \
-         <code>outbox generations</code> lists what each holds.</p>",
+    let _ = write!(
+        b,
+        "<p class=\"note\">Older generations are kept until <code>{bin} generations drop</code>; \
+         <code>{bin} generations</code> lists what each holds.</p>",
+        bin = esc(bin)
     );
     b
 }
@@ -713,7 +716,7 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
             &rows,
         ));
     }
-    b.push_str(&generations_section(&m.store.generations().await?));
+    b.push_str(&generations_section(&m.app, &m.store.generations().await?));
     b.push_str("<h2>Running digests</h2>");
     let running = m.store.view_digests().await?;
     if running.is_empty() {
@@ -751,9 +754,11 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
             ],
             &rows,
         ));
-        b.push_str(
+        let _ = write!(
+            b,
             "<p class=\"note\">Kept by every apply transaction, read without a scan; \
-             <code>outbox verify</code> recomputes them from every document.</p>",
+             <code>{} verify</code> recomputes them from every document.</p>",
+            esc(&m.app)
         );
     }
     b.push_str("<h2>Projection digests</h2>");
