@@ -183,6 +183,10 @@ pub struct ServeArgs {
     /// Blocked streams and rows listed at most per page.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,
+    /// The worker lag (milliseconds) over which the overview's health
+    /// banner reports the workers behind.
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub lag_threshold_ms: u64,
     /// The HTTP front door.
     #[command(flatten)]
     pub http: HttpArgs,

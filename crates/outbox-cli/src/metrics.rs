@@ -115,8 +115,15 @@ pub fn render(s: &Scrape<'_>) -> String {
         age.set(g.oldest_due_age_ms as f64 / 1000.0);
         reg.register(
             "oldest_due_age_seconds",
-            "How long the oldest due pending-or-failed row has waited (0 when none is due)",
+            "How long the oldest due pending-or-failed row has waited (0 when none is due), rows held back behind a failed or dead row included",
             age,
+        );
+        let lag: Gauge<f64, AtomicU64> = Gauge::default();
+        lag.set(g.worker_lag_ms as f64 / 1000.0);
+        reg.register(
+            "oldest_applicable_age_seconds",
+            "How long the oldest work a worker may take now has waited (0 when none is due); rows that failures hold back do not count",
+            lag,
         );
     }
     if let Some(lag) = s.lag {

@@ -53,6 +53,9 @@ pub struct Report {
     pub total: u64,
     pub oldest_retry_eligible: Option<OutboxRow>,
     pub oldest_due_age_ms: u64,
+    /// The workers' lag: how long the oldest work a worker may take now
+    /// has waited, in ms (rows behind a failed or dead row do not count).
+    pub worker_lag_ms: u64,
     pub rows: Vec<OutboxRow>,
     pub digests: Option<Digests>,
     /// Every recorded running digest of a view projection (no scan; `outbox
@@ -193,6 +196,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
         total: summary.total(),
         oldest_retry_eligible: summary.oldest_retry_eligible.clone(),
         oldest_due_age_ms: g.oldest_due_age_ms,
+        worker_lag_ms: g.worker_lag_ms,
         rows,
         digests,
         running_digests,
@@ -227,6 +231,11 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyh
         )?,
         None => outln!("  oldest retry-eligible: none (lag 0)")?,
     }
+    outln!(
+        "  worker lag: {} (the oldest work a worker may take now; {} stream(s) blocked by a failed or dead row)",
+        human_ms(r.worker_lag_ms),
+        r.failed + r.dead
+    )?;
     if r.dead > 0 {
         outln!(
             "  dead letters: {} hold their streams back (`{bin} report --blocked` lists them; fix the cause, \

@@ -174,6 +174,12 @@ pub struct OutboxSummary {
     /// The pending or failed row with the earliest `next_attempt_at`
     /// (ties broken by stream, then seq).
     pub oldest_retry_eligible: Option<OutboxRow>,
+    /// The earliest due time among the streams' head rows that a worker
+    /// may take: the oldest work that is not held back. Rows behind a dead
+    /// head, or behind a failed head not due yet, do not count; so
+    /// `as_of - oldest_applicable_due` is the workers' lag, apart from the
+    /// streams that failures block (see [`dead`](Self::dead)).
+    pub oldest_applicable_due: Option<Timestamp>,
     /// The store's clock when the summary was taken, for computing ages.
     pub as_of: Timestamp,
 }

@@ -817,6 +817,13 @@ fn report_lists_rows_by_status_with_a_limit() {
         "{text}"
     );
     assert!(text.contains("dead rows (first 1):"), "{text}");
+    // The rows behind the dead one are no worker lag.
+    assert!(
+        text.contains("worker lag: 0ms (the oldest work a worker may take now; 1 stream(s) blocked"),
+        "{text}"
+    );
+    let json = site.json(&["report", "--json", "--no-digests"]);
+    assert_eq!(json["worker_lag_ms"], 0, "{json}");
     // The projections are behind because of the dead row: no repair hint.
     let lag = site.ok(&["report", "--limit", "0", "--no-digests"]);
     assert!(lag.contains("BEHIND"), "{lag}");

@@ -911,3 +911,51 @@ fn slow_clients_floods_and_bad_requests_are_bounded() {
     assert_eq!(r.status, 414, "{r:?}");
     assert_eq!(r.body.lines().count(), 1, "{r:?}");
 }
+
+/// The headline tells caught-up workers from blocked streams: rows that
+/// wait behind a dead row count in the oldest due age, not in the worker
+/// lag; the health banner names what is wrong first (no worker, dead rows)
+/// and says "Healthy" once a worker has drained the rest; the overview
+/// reloads itself only when asked (`?refresh=N`).
+#[test]
+fn the_headline_tells_caught_up_workers_from_blocked_streams() {
+    let site = site_with_dead();
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let page = server.get("/").body;
+    assert!(page.contains("<p id=\"health\" class=\"banner bad\">"), "{page}");
+    assert!(page.contains("no live worker is registered"), "{page}");
+    assert!(page.contains("1 dead row(s) block their streams"), "{page}");
+    // Nothing but the rows behind the dead one is queued: no worker lag.
+    assert!(page.contains("<span id=\"worker-lag\" data-ms=\"0\">"), "{page}");
+    assert!(page.contains("<span id=\"blocked-streams\">1</span>"), "{page}");
+    assert!(!page.contains("http-equiv=\"refresh\""), "{page}");
+    let refreshing = server.get("/?refresh=10").body;
+    assert!(
+        refreshing.contains("<meta http-equiv=\"refresh\" content=\"10\">"),
+        "{refreshing}"
+    );
+    assert!(!server.get("/?refresh=1").body.contains("http-equiv"));
+    let metrics = scrape(&server);
+    assert_eq!(
+        metrics["outbox_oldest_applicable_age_seconds"], 0.0,
+        "{metrics:?}"
+    );
+    drop(server);
+
+    let site = Site::migrated();
+    site.seed_backlog(&[("h-1", false), ("h-2", false)]);
+    let worker = Server::start(
+        &site,
+        &["work", "--metrics-addr", "127.0.0.1:0"],
+        &[],
+        "metrics on http://",
+    );
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    eventually("the banner to say healthy", || {
+        server
+            .get("/")
+            .body
+            .contains("<p id=\"health\" class=\"banner ok\">Healthy: 1 live worker(s)")
+    });
+    drop(worker);
+}

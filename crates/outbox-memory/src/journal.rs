@@ -661,6 +661,7 @@ impl OutboxInspector for MemoryJournal {
         )
         .first()
         .map(|r| (*r).clone());
+        s.oldest_applicable_due = st.heads.values().filter_map(|(_, due)| *due).min();
         Ok(s)
     }
 

@@ -43,8 +43,13 @@ pub struct Gauges {
     pub failed: u64,
     /// Dead rows.
     pub dead: u64,
-    /// Age of the oldest pending-or-failed row that is due, in ms (0 when none).
+    /// Age of the oldest pending-or-failed row that is due, in ms (0 when
+    /// none), rows held back behind a dead or failing head included.
     pub oldest_due_age_ms: u64,
+    /// The workers' lag: the age of the oldest work a worker may take now
+    /// (a due head row), in ms (0 when none). Rows that failures hold back
+    /// do not count (`dead`, `failed` say how many streams those are).
+    pub worker_lag_ms: u64,
     /// When these were read, by the store's clock.
     pub as_of: Timestamp,
 }
@@ -59,12 +64,17 @@ impl Gauges {
             .map_or(0, |r| {
                 s.as_of.duration_since(r.next_attempt_at).as_millis() as u64
             });
+        let worker_lag_ms = s
+            .oldest_applicable_due
+            .filter(|due| *due <= s.as_of)
+            .map_or(0, |due| s.as_of.duration_since(due).as_millis() as u64);
         Gauges {
             pending: s.pending,
             processing: s.processing,
             failed: s.failed,
             dead: s.dead,
             oldest_due_age_ms,
+            worker_lag_ms,
             as_of: s.as_of,
         }
     }

@@ -651,12 +651,21 @@ pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
          ORDER BY next_attempt_at, stream, seq LIMIT 1"
     );
     let oldest = tx.fetch_optional(what, &d.sql(&oldest), &[]).await?;
+    // A dead head's `due_at` is NULL: what is behind it is not applicable.
+    let applicable = tx
+        .fetch_optional(what, "SELECT min(due_at) FROM outbox_heads", &[])
+        .await?
+        .map(|r| r.opt_int(0))
+        .transpose()?
+        .flatten();
     tx.commit(what).await?;
-    OutboxSummary::from_counts(
+    let mut s = OutboxSummary::from_counts(
         Timestamp::from_millis(as_of),
         oldest.as_ref().map(decode_row).transpose()?,
         counts,
-    )
+    )?;
+    s.oldest_applicable_due = applicable.map(Timestamp::from_millis);
+    Ok(s)
 }
 
 /// The statement of [`list`] (`$1` the limit). The status is a literal, not

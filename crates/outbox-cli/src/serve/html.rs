@@ -37,7 +37,10 @@ overflow-wrap:anywhere;max-width:32rem}\
 th{background:#eee}.num{text-align:right;font-variant-numeric:tabular-nums}\
 .dead{color:#a00;font-weight:bold}.failed{color:#b60}.ok{color:#070}\
 .note{color:#555;font-size:.85rem}form.inline{display:inline}\
-input[type=password]{width:9rem}.msg{padding:.5rem;border:1px solid #ccc;background:#fff}";
+input[type=password]{width:9rem}.msg{padding:.5rem;border:1px solid #ccc;background:#fff}\
+.banner{padding:.6rem .8rem;border-radius:4px;font-weight:600}\
+.banner.ok{background:#e6f4e6;color:#060}.banner.warn{background:#fff4e0;color:#850}\
+.banner.bad{background:#fde8e8;color:#a00}";
 
 /// A whole page: the navigation, `title` and `body` (already escaped).
 pub(crate) fn page(app: &str, title: &str, body: &str) -> String {

@@ -66,6 +66,8 @@ struct Monitor<J, P: CliStore> {
     door: Arc<Door>,
     limit: usize,
     lag_streams: usize,
+    /// Worker lag over this is shown as a problem in the health banner.
+    lag_threshold_ms: u64,
 }
 
 type St<J, P> = State<Arc<Monitor<J, P>>>;
@@ -81,6 +83,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         door: door.clone(),
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
+        lag_threshold_ms: a.lag_threshold_ms,
     });
     let read_only = monitor.door.action.is_none();
     let router = Router::new()
@@ -310,21 +313,100 @@ fn num(n: impl std::fmt::Display) -> String {
 // pages
 // ---------------------------------------------------------------------------
 
-async fn overview<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
-    match overview_body(&m).await {
-        Ok(body) => html(StatusCode::OK, page(&m.app, "Overview", &body)),
+/// `?refresh=N`: the overview reloads itself every N seconds (a meta
+/// refresh, no script); off by default, so a token being typed into a form
+/// is never wiped.
+#[derive(Deserialize)]
+struct RefreshQuery {
+    refresh: Option<u32>,
+}
+
+async fn overview<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    q: Result<Query<RefreshQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let refresh = q
+        .ok()
+        .and_then(|Query(q)| q.refresh)
+        .filter(|n| (5..=3600).contains(n));
+    match overview_body(&m, refresh).await {
+        Ok(body) => {
+            let mut out = page(&m.app, "Overview", &body);
+            if let Some(n) = refresh {
+                out = out.replacen(
+                    "<head>",
+                    &format!("<head><meta http-equiv=\"refresh\" content=\"{n}\">"),
+                    1,
+                );
+            }
+            html(StatusCode::OK, out)
+        }
         Err(e) => fail(&e),
     }
 }
 
-async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Result<String, Error> {
+/// The overview's health banner: what is wrong first, or that all is well.
+fn health_banner(g: &Gauges, workers: usize, lag_threshold_ms: u64, held_back: u64) -> String {
+    let mut bad = Vec::new();
+    let mut warn = Vec::new();
+    if workers == 0 {
+        bad.push("no live worker is registered: nothing is being applied".to_owned());
+    }
+    if g.dead > 0 {
+        bad.push(format!(
+            "{} dead row(s) block their streams (<a href=\"/blocked\">blocked streams</a>)",
+            g.dead
+        ));
+    }
+    if g.worker_lag_ms > lag_threshold_ms {
+        bad.push(format!(
+            "the workers are {} behind (over {})",
+            esc(&human_ms(g.worker_lag_ms)),
+            esc(&human_ms(lag_threshold_ms))
+        ));
+    }
+    if g.failed > 0 {
+        warn.push(format!("{} stream(s) failing and retrying", g.failed));
+    }
+    if held_back > 0 {
+        warn.push(format!(
+            "{held_back} committed event(s) held back from the sinks by an open transaction"
+        ));
+    }
+    let (class, text) = if !bad.is_empty() {
+        ("bad", [bad, warn].concat().join("; "))
+    } else if !warn.is_empty() {
+        ("warn", warn.join("; "))
+    } else {
+        (
+            "ok",
+            format!(
+                "Healthy: {workers} live worker(s), worker lag {}, nothing blocked",
+                esc(&human_ms(g.worker_lag_ms))
+            ),
+        )
+    };
+    format!("<p id=\"health\" class=\"banner {class}\">{text}</p>")
+}
+
+async fn overview_body<J: JournalBackend, P: CliStore>(
+    m: &Monitor<J, P>,
+    refresh: Option<u32>,
+) -> Result<String, Error> {
     let summary = m.journal.summary().await?;
     let g = Gauges::from_summary(&summary);
-    let mut b = String::new();
+    let workers = m.journal.workers().await?;
+    let sinks = m.journal.sinks().await?;
+    let held_back = sinks.iter().map(|s| s.held_back).max().unwrap_or(0);
+    let mut b = health_banner(&g, workers.len(), m.lag_threshold_ms, held_back);
     let _ = write!(
         b,
-        "<p class=\"note\">as of {} (the database's clock)</p>",
-        esc(&summary.as_of.to_string())
+        "<p class=\"note\">as of {} (the database's clock); {}</p>",
+        esc(&summary.as_of.to_string()),
+        match refresh {
+            Some(n) => format!("refreshing every {n} s (<a href=\"/\">stop</a>)"),
+            None => "<a href=\"/?refresh=10\">refresh every 10 s</a>".to_owned(),
+        }
     );
     b.push_str("<h2>Rows by status</h2>");
     b.push_str(&table(
@@ -335,6 +417,8 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             "failed",
             "dead",
             "total",
+            "worker lag",
+            "blocked streams",
             "oldest due age",
         ],
         &[vec![
@@ -347,12 +431,23 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             format!("<span id=\"count-dead\" class=\"dead\">{}</span>", summary.dead),
             format!("<span id=\"count-total\">{}</span>", summary.total()),
             format!(
+                "<span id=\"worker-lag\" data-ms=\"{}\">{}</span>",
+                g.worker_lag_ms,
+                esc(&human_ms(g.worker_lag_ms))
+            ),
+            format!("<span id=\"blocked-streams\">{}</span>", g.failed + g.dead),
+            format!(
                 "<span id=\"oldest-due-age\" data-ms=\"{}\">{}</span>",
                 g.oldest_due_age_ms,
                 esc(&human_ms(g.oldest_due_age_ms))
             ),
         ]],
     ));
+    b.push_str(
+        "<p class=\"note\">Worker lag: how long the oldest work a worker may take now has waited. \
+         Blocked streams: those whose head row failed (retrying) or is dead; what waits behind them \
+         counts in the oldest due age, not in the worker lag.</p>",
+    );
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
     let activity = m.journal.activity(CHART_MINUTES).await?;
     b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
@@ -402,9 +497,8 @@ async fn overview_body<J: JournalBackend, P: CliStore>(m: &Monitor<J, P>) -> Res
             &rows,
         ));
     }
-    b.push_str(&sinks_section(&m.journal.sinks().await?));
+    b.push_str(&sinks_section(&sinks));
     b.push_str("<h2>Workers</h2>");
-    let workers = m.journal.workers().await?;
     if workers.is_empty() {
         b.push_str("<p>No live worker registered.</p>");
     } else {

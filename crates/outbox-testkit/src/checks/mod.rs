@@ -132,6 +132,7 @@ macro_rules! for_each_check {
             break_lease_makes_processing_rows_due_again,
             summary_counts_by_status,
             summary_names_oldest_retry_eligible_row,
+            summary_oldest_applicable_skips_what_failures_hold_back,
             list_filters_orders_and_limits,
             row_returns_none_when_missing,
             sink_checkpoint_advances_by_compare_and_set,

@@ -1868,6 +1868,45 @@ pub async fn summary_counts_by_status<H: Harness>(h: &H) {
     }
 }
 
+/// `summary`: `oldest_applicable_due` is the earliest due time among the
+/// head rows a worker may take. Rows behind a dead head or behind a failed
+/// head not due yet never count, however old (the headline's worker lag
+/// must not grow while the workers are caught up).
+pub async fn summary_oldest_applicable_skips_what_failures_hold_back<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let empty = f.journal.summary().await.unwrap();
+    assert_eq!(empty.oldest_applicable_due, None, "nothing queued");
+    let dead = enqueue(&f.journal, "dead", 3).await;
+    kill_head(&f.journal, &dead, "w").await;
+    let failing = enqueue(&f.journal, "failing", 2).await;
+    let an_hour = RetryPolicy::new(secs(3600), secs(3600), 8).unwrap();
+    fail_head(&f.journal, &failing, "w", &an_hour).await;
+    h.advance(&f.ctx, secs(1)).await;
+    let s = f.journal.summary().await.unwrap();
+    let failed_due = row(&f.journal, &failing, 1).await.next_attempt_at;
+    assert!(failed_due > s.as_of, "the failed head is not due yet");
+    assert_eq!(
+        s.oldest_applicable_due,
+        Some(failed_due),
+        "only the failed head is applicable, later: {s:?}"
+    );
+    assert!(
+        s.oldest_retry_eligible
+            .as_ref()
+            .is_some_and(|r| r.next_attempt_at < s.as_of),
+        "the rows behind the heads are older: {s:?}"
+    );
+    let fresh = enqueue(&f.journal, "fresh", 1).await;
+    let s = f.journal.summary().await.unwrap();
+    let fresh_due = row(&f.journal, &fresh, 1).await.next_attempt_at;
+    assert_eq!(s.oldest_applicable_due, Some(fresh_due), "{s:?}");
+    let (_lease, claimed) = take_and_claim(&f.journal, &fresh, "w", 10).await;
+    assert_eq!(claimed.len(), 1);
+    f.journal.complete(&fresh, seq(1)).await.unwrap();
+    let s = f.journal.summary().await.unwrap();
+    assert_eq!(s.oldest_applicable_due, Some(failed_due), "{s:?}");
+}
+
 /// `summary`: names the pending-or-failed row with the earliest
 /// `next_attempt_at` (ties by stream, then seq); processing and dead rows never.
 pub async fn summary_names_oldest_retry_eligible_row<H: Harness>(h: &H) {
