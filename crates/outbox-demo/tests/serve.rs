@@ -959,3 +959,79 @@ fn the_headline_tells_caught_up_workers_from_blocked_streams() {
     });
     drop(worker);
 }
+
+/// At 3 a.m.: the dead rows grouped by their error, a row's page with its
+/// event, and a whole group requeued with the token after a dry run that
+/// changes nothing; the banner then no longer reports dead rows.
+#[test]
+fn dead_rows_group_by_error_and_a_group_is_requeued_after_a_dry_run() {
+    let site = Site::migrated();
+    site.seed_with_dead(&[("c-a", true), ("c-b", true), ("c-ok", false)]);
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let page = server.get("/dead").body;
+    assert!(
+        page.contains("cursed die on {stream}/#: the tally cannot count it (bug ##)"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td><span class=\"num\">2</span></td>"),
+        "one group of two: {page}"
+    );
+    let id = page
+        .split("name=\"id\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a group id in the form")
+        .to_owned();
+    // The blocked page links each row to its page.
+    let blocked = server.get("/blocked").body;
+    assert!(
+        blocked.contains("href=\"/row?stream=c-a&amp;seq=4\""),
+        "{blocked}"
+    );
+    let row = server.get("/row?stream=c-a&seq=4");
+    assert_eq!(row.status, 200, "{row:?}");
+    for shown in [
+        "dice_rolled",
+        "cursed die on c-a/4",
+        "<pre id=\"payload\">",
+        "global position",
+    ] {
+        assert!(row.body.contains(shown), "{shown}: {}", row.body);
+    }
+    assert_eq!(server.get("/row?stream=c-a&seq=999").status, 404);
+    assert_eq!(server.get("/row?stream=c-a&seq=abc").status, 400);
+
+    let auth = format!("Bearer {TOKEN}");
+    let dry = server.post(
+        "/actions/requeue-group",
+        &format!("id={id}&dry_run=1"),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(dry.status, 200, "{dry:?}");
+    assert!(dry.body.contains("Dry run: 2 dead row(s)"), "{}", dry.body);
+    assert_eq!(site.counts()[3], 2, "a dry run changes nothing");
+    let r = server.post(
+        "/actions/requeue-group",
+        "id=0123456789abcdef&dry_run=0",
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = server.post("/actions/requeue-group", &format!("id={id}&dry_run=0"), &[]);
+    assert_eq!(r.status, 401, "the token is needed: {r:?}");
+    assert_eq!(site.counts()[3], 2);
+    let done = server.post(
+        "/actions/requeue-group",
+        &format!("id={id}&dry_run=0"),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(done.status, 200, "{done:?}");
+    assert!(done.body.contains("requeued 2 dead row(s)"), "{}", done.body);
+    assert_eq!(site.counts()[3], 0, "both requeued");
+    assert!(server.get("/dead").body.contains("No dead row."));
+    let overview = server.get("/").body;
+    assert!(!overview.contains("dead row(s) block"), "{overview}");
+    eventually("the group requeue audited", || {
+        server.stderr().contains("action=\"requeue-group\"")
+    });
+}

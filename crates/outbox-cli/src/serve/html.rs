@@ -40,7 +40,8 @@ th{background:#eee}.num{text-align:right;font-variant-numeric:tabular-nums}\
 input[type=password]{width:9rem}.msg{padding:.5rem;border:1px solid #ccc;background:#fff}\
 .banner{padding:.6rem .8rem;border-radius:4px;font-weight:600}\
 .banner.ok{background:#e6f4e6;color:#060}.banner.warn{background:#fff4e0;color:#850}\
-.banner.bad{background:#fde8e8;color:#a00}";
+.banner.bad{background:#fde8e8;color:#a00}\
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #ccc;padding:.5rem;max-width:60rem}";
 
 /// A whole page: the navigation, `title` and `body` (already escaped).
 pub(crate) fn page(app: &str, title: &str, body: &str) -> String {
@@ -51,7 +52,7 @@ pub(crate) fn page(app: &str, title: &str, body: &str) -> String {
          <meta name=\"viewport\" content=\"width=device-width\">\
          <title>{title} - {app} outbox</title><link rel=\"stylesheet\" href=\"/style.css\"></head>\
          <body><nav><a href=\"/\">Overview</a><a href=\"/blocked\">Blocked streams</a>\
-         <a href=\"/runs\">Runs</a><a href=\"/metrics\">Metrics</a></nav><h1>{title}</h1>{body}</body></html>",
+         <a href=\"/dead\">Dead by error</a><a href=\"/runs\">Runs</a><a href=\"/metrics\">Metrics</a></nav><h1>{title}</h1>{body}</body></html>",
         title = esc(title),
         app = esc(app),
     );

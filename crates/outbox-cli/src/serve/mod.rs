@@ -11,6 +11,7 @@
 mod chart;
 mod door;
 mod html;
+mod rows;
 
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -90,12 +91,15 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/", get(overview::<J, P>))
         .route("/blocked", get(blocked::<J, P>))
         .route("/runs", get(runs::<J, P>))
+        .route("/row", get(rows::row_page::<J, P>))
+        .route("/dead", get(rows::dead_page::<J, P>))
         .route("/metrics", get(metrics::<J, P>))
         .route("/style.css", get(style))
         .route("/actions/requeue", post(requeue::<J, P>))
         .route("/actions/requeue-dead", post(requeue_dead::<J, P>))
         .route("/actions/retry", post(retry::<J, P>))
         .route("/actions/cancel-run", post(cancel_run::<J, P>))
+        .route("/actions/requeue-group", post(rows::requeue_group::<J, P>))
         .fallback(not_found)
         .with_state(monitor);
     let listener = bind(a.addr).await?;
@@ -458,7 +462,8 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     if summary.dead > 0 {
         let _ = write!(
             b,
-            "<p>{} dead row(s) block their streams: see <a href=\"/blocked\">blocked streams</a>.</p>",
+            "<p>{} dead row(s) block their streams: see <a href=\"/blocked\">blocked streams</a>, \
+             or the <a href=\"/dead\">dead rows by error</a>.</p>",
             summary.dead
         );
         if m.door.action.is_some() {
@@ -640,7 +645,12 @@ async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
                     ),
                 };
                 vec![
-                    esc(&s.stream),
+                    format!(
+                        "<a href=\"/row?stream={}&amp;seq={}\">{}</a>",
+                        esc(&rows::url_encode(&s.stream)),
+                        s.seq,
+                        esc(&s.stream)
+                    ),
                     num(s.seq),
                     esc(&s.event_type),
                     format!("<span class=\"{0}\">{0}</span>", esc(&s.status.to_string())),
@@ -908,6 +918,7 @@ struct ActionForm {
     seq: Option<String>,
     limit: Option<String>,
     id: Option<String>,
+    dry_run: Option<String>,
 }
 
 /// Checks an action request: a token is configured, the request is not
