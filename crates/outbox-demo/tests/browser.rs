@@ -127,12 +127,19 @@ async fn submit(c: &Client, action: &str, token: &str) -> String {
         .send_keys(token)
         .await
         .expect("type the token");
-    c.find(Locator::Css(&format!("{form} button")))
+    let button = c
+        .find(Locator::Css(&format!("{form} button")))
         .await
-        .expect("button")
-        .click()
-        .await
-        .expect("submit");
+        .expect("button");
+    button.clone().click().await.expect("submit");
+    // The answer is another page: wait until the form's page is gone (its
+    // button stale), so an answer element already on that page (a dry
+    // run's) is never taken for the answer.
+    let deadline = std::time::Instant::now() + support::PATIENCE;
+    while button.is_displayed().await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the form's page stayed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     c.wait()
         .at_most(support::PATIENCE)
         .for_element(Locator::Css("#result, pre"))
@@ -197,12 +204,47 @@ fn the_monitor_in_a_headless_browser() {
         assert!(answer.contains("wrong operator token"), "{answer}");
         assert_eq!(site.counts(), [3, 0, 0, 1], "a refused requeue changes nothing");
 
-        // With the token the row is requeued, and a worker pass applies it.
+        // The blocked row's page, by its link: the event and its error.
         c.goto(&format!("{base}/blocked")).await.expect("blocked");
-        let answer = submit(&c, "/actions/requeue", TOKEN).await;
-        assert!(answer.contains("requeued campaign-cursed/4"), "{answer}");
+        c.find(Locator::Css("#blocked a[href^='/row?']"))
+            .await
+            .expect("a link to the row")
+            .click()
+            .await
+            .expect("open the row");
+        let payload = c
+            .wait()
+            .at_most(support::PATIENCE)
+            .for_element(Locator::Css("#payload"))
+            .await
+            .expect("the row page");
+        assert!(!payload.text().await.expect("payload").is_empty());
+        assert!(text(&c, "#row").await.contains("cursed die on campaign-cursed/4"));
+        screenshot(&c, "serve-row.png").await;
+
+        // The health banner names the dead row.
+        c.goto(&format!("{base}/")).await.expect("overview");
+        assert!(text(&c, "#health").await.contains("1 dead row(s)"));
+
+        // With the token its error group is requeued: a dry run first, which
+        // changes nothing, then the real one; a worker pass applies it.
+        c.goto(&format!("{base}/dead")).await.expect("dead rows by error");
+        assert!(
+            text(&c, "#dead-groups")
+                .await
+                .contains("cursed die on {stream}/#")
+        );
+        screenshot(&c, "serve-dead.png").await;
+        let answer = submit(&c, "/actions/requeue-group", TOKEN).await;
+        assert!(answer.contains("Dry run: 1 dead row(s)"), "{answer}");
+        assert_eq!(site.counts(), [3, 0, 0, 1], "a dry run changes nothing");
+        let answer = submit(&c, "/actions/requeue-group", TOKEN).await;
+        assert!(answer.contains("requeued 1 dead row(s)"), "{answer}");
         assert!(!answer.contains(TOKEN), "the token is never shown");
         assert_eq!(site.counts(), [4, 0, 0, 0]);
+        c.goto(&format!("{base}/")).await.expect("overview");
+        let banner = text(&c, "#health").await;
+        assert!(!banner.contains("dead row"), "the banner clears: {banner}");
         site.ok(&["work", "--once"]);
         c.goto(&format!("{base}/")).await.expect("overview");
         assert_eq!(count(&c, "count-total").await, 0, "the requeued row was applied");
