@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use support::{Server, Site, TOKEN, eventually, scrape};
 
 const SERVE: &[&str] = &["serve", "--addr", "127.0.0.1:0"];
@@ -1034,4 +1036,70 @@ fn dead_rows_group_by_error_and_a_group_is_requeued_after_a_dry_run() {
     eventually("the group requeue audited", || {
         server.stderr().contains("action=\"requeue-group\"")
     });
+}
+
+/// The partitions page lists every partition's lease and rows; the sinks
+/// page lists a sink's dead and failing streams, and one is requeued for
+/// its sink with the token.
+#[test]
+fn the_partitions_and_sinks_pages_and_a_sink_stream_requeued() {
+    use outbox_core::{Partition, RetryPolicy, Seq, SinkName, SinkStore, StreamId};
+    let site = site_with_dead();
+    support::block_on(async {
+        let j = outbox_sqlite::SqliteJournal::open(&site.journal, outbox_sqlite::SqliteOptions::default())
+            .await
+            .unwrap();
+        let once = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
+        j.fail_sink(
+            &SinkName::new("bus").unwrap(),
+            &StreamId::new("c-ok1").unwrap(),
+            Partition::new(0),
+            Seq::new(1).unwrap(),
+            "bus down: 503 Service Unavailable",
+            &once,
+        )
+        .await
+        .unwrap();
+        j.close().await;
+    });
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let partitions = server.get("/partitions").body;
+    assert_eq!(
+        partitions.matches("<tr>").count(),
+        1 + 16,
+        "16 partitions: {partitions}"
+    );
+    let sinks = server.get("/sinks").body;
+    for shown in [
+        "<td>bus</td>",
+        "c-ok1",
+        "bus down: 503 Service Unavailable",
+        "<span class=\"dead\">dead</span>",
+    ] {
+        assert!(sinks.contains(shown), "{shown}: {sinks}");
+    }
+    let r = server.post(
+        "/actions/requeue-sink",
+        "sink=bus&stream=c-ok1",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains("requeued stream c-ok1 for sink bus"),
+        "{}",
+        r.body
+    );
+    let sinks = server.get("/sinks").body;
+    assert!(
+        sinks.contains("<span class=\"failed\">failed</span>"),
+        "due again: {sinks}"
+    );
+    let r = server.post(
+        "/actions/requeue-sink",
+        "sink=bus&stream=c-never",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(r.status, 404, "a stream the sink has no state for: {r:?}");
+    let r = server.post("/actions/requeue-sink", "sink=bus&stream=c-ok1", &[]);
+    assert_eq!(r.status, 401, "{r:?}");
 }

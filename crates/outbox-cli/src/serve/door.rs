@@ -24,7 +24,7 @@
 //! - **Guessing.** [`MAX_FAILURES`] refused credentials from one address
 //!   within [`LOCKOUT`] lock that address out (429) until [`LOCKOUT`] after
 //!   its last failure.
-//! - **Expensive pages** (`/`, `/blocked`, `/dead`, `/runs`, `/metrics`) run at most
+//! - **Expensive pages** (every page but `/row` and `/style.css`) run at most
 //!   [`PAGES_AT_ONCE`] at a time; more get 503 with `Retry-After`.
 //! - **Audit.** Every action and every refusal is one log line on the
 //!   `outbox::audit` target: who (address, token id), what, result.
@@ -453,7 +453,10 @@ pub(crate) fn line(status: StatusCode, msg: &str) -> Response {
 
 /// The pages that read much (the lag scan, digests): limited in number.
 fn expensive(path: &str) -> bool {
-    matches!(path, "/" | "/blocked" | "/dead" | "/runs" | "/metrics")
+    matches!(
+        path,
+        "/" | "/blocked" | "/dead" | "/partitions" | "/sinks" | "/runs" | "/metrics"
+    )
 }
 
 /// The middleware every request passes (see the module documentation).

@@ -10,6 +10,7 @@
 
 mod chart;
 mod door;
+mod fleet;
 mod html;
 mod rows;
 
@@ -93,6 +94,8 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/runs", get(runs::<J, P>))
         .route("/row", get(rows::row_page::<J, P>))
         .route("/dead", get(rows::dead_page::<J, P>))
+        .route("/partitions", get(fleet::partitions_page::<J, P>))
+        .route("/sinks", get(fleet::sinks_page::<J, P>))
         .route("/metrics", get(metrics::<J, P>))
         .route("/style.css", get(style))
         .route("/actions/requeue", post(requeue::<J, P>))
@@ -100,6 +103,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/actions/retry", post(retry::<J, P>))
         .route("/actions/cancel-run", post(cancel_run::<J, P>))
         .route("/actions/requeue-group", post(rows::requeue_group::<J, P>))
+        .route("/actions/requeue-sink", post(fleet::requeue_sink::<J, P>))
         .fallback(not_found)
         .with_state(monitor);
     let listener = bind(a.addr).await?;
@@ -919,6 +923,7 @@ struct ActionForm {
     limit: Option<String>,
     id: Option<String>,
     dry_run: Option<String>,
+    sink: Option<String>,
 }
 
 /// Checks an action request: a token is configured, the request is not
