@@ -111,20 +111,24 @@ pub fn render(s: &Scrape<'_>) -> String {
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         reg.register("rows", "Outbox rows by status", rows);
-        let age: Gauge<f64, AtomicU64> = Gauge::default();
-        age.set(g.oldest_due_age_ms as f64 / 1000.0);
-        reg.register(
-            "oldest_due_age_seconds",
-            "How long the oldest due pending-or-failed row has waited (0 when none is due), rows held back behind a failed or dead row included",
-            age,
-        );
-        let lag: Gauge<f64, AtomicU64> = Gauge::default();
-        lag.set(g.worker_lag_ms as f64 / 1000.0);
-        reg.register(
-            "oldest_applicable_age_seconds",
-            "How long the oldest work a worker may take now has waited (0 when none is due); rows that failures hold back do not count",
-            lag,
-        );
+        for (name, help, ms) in [
+            (
+                "oldest_due_age_seconds",
+                "How long the oldest due pending-or-failed row has waited (0 when none is due), \
+                 rows held back behind a failed or dead row included",
+                g.oldest_due_age_ms,
+            ),
+            (
+                "oldest_applicable_age_seconds",
+                "How long the oldest work a worker may take now has waited (0 when none is due); \
+                 rows that failures hold back do not count",
+                g.worker_lag_ms,
+            ),
+        ] {
+            let age: Gauge<f64, AtomicU64> = Gauge::default();
+            age.set(ms as f64 / 1000.0);
+            reg.register(name, help, age);
+        }
     }
     if let Some(lag) = s.lag {
         let streams = Labelled::default();
