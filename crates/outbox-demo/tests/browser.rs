@@ -195,7 +195,12 @@ fn the_monitor_in_a_headless_browser() {
             .await
             .expect("blocked");
         assert!(text(&c, "#blocked").await.contains("campaign-cursed"));
-        assert!(c.find_all(Locator::Css("form")).await.expect("forms").is_empty());
+        assert!(
+            c.find_all(Locator::Css("form[method=post]"))
+                .await
+                .expect("forms")
+                .is_empty()
+        );
 
         // A wrong token is refused and changes nothing.
         c.goto(&format!("{base}/blocked")).await.expect("blocked");

@@ -188,10 +188,12 @@ fn the_read_only_monitor_refuses_every_action_and_changes_nothing() {
     let before = site.report();
     let server = Server::start(&site, SERVE, &[], LISTENING);
     assert!(server.get("/").body.contains("id=\"read-only\""));
-    assert!(
-        !server.get("/blocked").body.contains("<form"),
-        "no action form without a token"
-    );
+    for path in ["/", "/blocked", "/dead", "/sinks", "/row?stream=c-bad&seq=4"] {
+        assert!(
+            !server.get(path).body.contains("method=\"post\""),
+            "no action form without a token: {path}"
+        );
+    }
     for (path, body) in [
         ("/actions/requeue", format!("stream=c-bad&seq=4&token={TOKEN}")),
         ("/actions/retry", format!("stream=c-bad&seq=5&token={TOKEN}")),
@@ -1102,4 +1104,24 @@ fn the_partitions_and_sinks_pages_and_a_sink_stream_requeued() {
     assert_eq!(r.status, 404, "a stream the sink has no state for: {r:?}");
     let r = server.post("/actions/requeue-sink", "sink=bus&stream=c-ok1", &[]);
     assert_eq!(r.status, 401, "{r:?}");
+}
+
+/// The search box finds a stream: its version, each projection's
+/// checkpoint, its outbox rows from the head (linked to their pages).
+#[test]
+fn the_search_box_finds_a_stream_with_its_checkpoints_and_rows() {
+    let site = site_with_dead();
+    let server = Server::start(&site, SERVE, &[], LISTENING);
+    let home = server.get("/").body;
+    assert!(home.contains("action=\"/stream\""), "a search box: {home}");
+    let page = server.get("/stream?stream=c-bad").body;
+    assert!(page.contains("<span id=\"version\">"), "{page}");
+    assert!(page.contains("href=\"/row?stream=c-bad&amp;seq=4\""), "{page}");
+    assert!(page.contains("<span class=\"dead\">dead</span>"), "{page}");
+    assert!(page.contains("behind</span>"), "{page}");
+    let ok = server.get("/stream?stream=c-ok1").body;
+    assert!(ok.contains("every event has been applied"), "{ok}");
+    assert!(!ok.contains("behind</span>"), "{ok}");
+    assert!(server.get("/stream?stream=nope").body.contains("No stream nope"));
+    assert_eq!(server.get("/stream?stream=").status, 400);
 }

@@ -93,6 +93,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/blocked", get(blocked::<J, P>))
         .route("/runs", get(runs::<J, P>))
         .route("/row", get(rows::row_page::<J, P>))
+        .route("/stream", get(rows::stream_page::<J, P>))
         .route("/dead", get(rows::dead_page::<J, P>))
         .route("/partitions", get(fleet::partitions_page::<J, P>))
         .route("/sinks", get(fleet::sinks_page::<J, P>))

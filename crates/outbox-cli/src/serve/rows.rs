@@ -1,6 +1,6 @@
-//! The monitor's row pages: one row with its event (`/row`), and the dead
-//! rows grouped by their error (`/dead`) with a requeue of a whole group
-//! (a dry run first, capped).
+//! The monitor's row pages: one stream found by its id (`/stream`), one
+//! row with its event (`/row`), and the dead rows grouped by their error
+//! (`/dead`) with a requeue of a whole group (a dry run first, capped).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -24,6 +24,138 @@ const PAYLOAD_SHOWN: usize = 4 * 1024;
 const DEAD_READ: usize = 10_000;
 /// The most rows one group requeue touches.
 pub(super) const GROUP_REQUEUE_CAP: usize = 1_000;
+/// The most outbox rows the stream page lists.
+const STREAM_ROWS: u64 = 50;
+
+#[derive(Deserialize)]
+pub(super) struct StreamQuery {
+    stream: Option<String>,
+}
+
+/// `/stream?stream=S` (the search box of every page): the stream's version,
+/// each projection's checkpoint of it, its outbox rows from its head (the
+/// first 50), and each sink's state of it.
+pub(super) async fn stream_page<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    q: Result<Query<StreamQuery>, QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return text(StatusCode::BAD_REQUEST, "malformed query");
+    };
+    let wanted = q.stream.as_deref().map(str::trim).unwrap_or("");
+    if wanted.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "type a stream id into the search box");
+    }
+    let stream = match StreamId::new(wanted) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    match stream_body(&m, &stream).await {
+        Ok(b) => html(StatusCode::OK, page(&m.app, &format!("Stream {stream}"), &b)),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn stream_body<J: CliJournal, P: CliStore>(
+    m: &super::Monitor<J, P>,
+    stream: &StreamId,
+) -> Result<String, Error> {
+    let version = m.journal.stream_version(stream).await?;
+    let head = m.journal.head(stream).await?;
+    let mut b = String::new();
+    if version == 0 && head.is_none() {
+        let _ = write!(
+            b,
+            "<p id=\"no-stream\">No stream {} in the journal.</p>",
+            esc(stream.as_str())
+        );
+        return Ok(b);
+    }
+    let _ = write!(
+        b,
+        "<p>Version <span id=\"version\">{version}</span> in the journal.</p>"
+    );
+    let mut checkpoints = Vec::new();
+    for p in &m.projections {
+        let cp = m.store.checkpoint(p.name(), stream).await?;
+        checkpoints.push(vec![
+            esc(p.name().as_str()),
+            num(cp),
+            if cp >= version {
+                "<span class=\"ok\">up to date</span>".into()
+            } else {
+                format!("<span class=\"failed\">{} behind</span>", version - cp)
+            },
+        ]);
+    }
+    if !checkpoints.is_empty() {
+        b.push_str("<h2>Projections</h2>");
+        b.push_str(&table(
+            "checkpoints",
+            &["projection", "checkpoint", "state"],
+            &checkpoints,
+        ));
+    }
+    b.push_str("<h2>Outbox rows</h2>");
+    match &head {
+        None => b.push_str("<p>None: every event has been applied (rows are deleted once applied).</p>"),
+        Some(head) => {
+            let mut rows = Vec::new();
+            let last = version.min(head.seq.get() + STREAM_ROWS - 1);
+            for n in head.seq.get()..=last {
+                let Some(r) = m.journal.row(stream, Seq::new(n)?).await? else {
+                    continue;
+                };
+                rows.push(vec![
+                    format!(
+                        "<a href=\"/row?stream={}&amp;seq={n}\">{n}</a>",
+                        esc(&url_encode(stream.as_str()))
+                    ),
+                    esc(r.event_type.as_str()),
+                    format!("<span class=\"{0}\">{0}</span>", esc(&r.status.to_string())),
+                    num(r.attempt_count),
+                    esc(r.last_error.as_deref().unwrap_or("")),
+                ]);
+            }
+            b.push_str(&table(
+                "stream-rows",
+                &["seq", "type", "status", "attempts", "last error"],
+                &rows,
+            ));
+            if version > last {
+                let _ = write!(
+                    b,
+                    "<p class=\"note\">The first {STREAM_ROWS} rows from the head only.</p>"
+                );
+            }
+        }
+    }
+    let sinks = m.journal.sinks().await?;
+    if !sinks.is_empty() {
+        let mut rows = Vec::new();
+        for s in &sinks {
+            let state = m
+                .journal
+                .sink_states(&s.sink, std::slice::from_ref(stream))
+                .await?;
+            if let Some(st) = state.first() {
+                rows.push(vec![
+                    esc(s.sink.as_str()),
+                    num(st.seq),
+                    format!("<span class=\"{0}\">{0}</span>", esc(&st.status.to_string())),
+                    esc(st.last_error.as_deref().unwrap_or("")),
+                ]);
+            }
+        }
+        b.push_str("<h2>Sinks</h2>");
+        b.push_str(&table(
+            "stream-sinks",
+            &["sink", "delivered through", "status", "last error"],
+            &rows,
+        ));
+    }
+    Ok(b)
+}
 
 #[derive(Deserialize)]
 pub(super) struct RowQuery {
