@@ -27,11 +27,12 @@
 //! - **Expensive pages** (every page but `/row` and `/style.css`) run at most
 //!   [`PAGES_AT_ONCE`] at a time; more get 503 with `Retry-After`.
 //! - **Audit.** Every action and every refusal is one log line on the
-//!   `outbox::audit` target: who (address, token id), what, result.
+//!   `outbox::audit` target: who (address, token id), what, result; the
+//!   last 200 are also kept for the monitor's audit page.
 //! - **One-line bodies** on every error answer the router makes itself
 //!   (405, 413, 414, 431...).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +60,8 @@ pub(crate) const MAX_FAILURES: usize = 10;
 pub(crate) const LOCKOUT: Duration = Duration::from_secs(300);
 /// Expensive pages served at once.
 pub(crate) const PAGES_AT_ONCE: usize = 4;
+/// Audit entries the monitor keeps to show (`/audit`).
+const AUDIT_KEPT: usize = 200;
 /// The fewest bits a token must look like it carries (see [`check_strength`]).
 const MIN_TOKEN_BITS: f64 = 64.0;
 /// The shortest token accepted.
@@ -198,6 +201,21 @@ impl Hosts {
     }
 }
 
+/// One audited action or refusal, as the audit page shows it.
+#[derive(Clone, Debug)]
+pub(crate) struct AuditEntry {
+    /// When, by this process's clock.
+    pub(crate) at: outbox_core::Timestamp,
+    pub(crate) peer: SocketAddr,
+    /// The token's id, when one was accepted.
+    pub(crate) token: Option<String>,
+    pub(crate) action: String,
+    /// What it was on (a row, a group, a run), when known.
+    pub(crate) on: String,
+    /// "done: ...", "failed: ..." or "refused: ...".
+    pub(crate) result: String,
+}
+
 /// How the front door is set up: from the command line and environment.
 pub(crate) struct DoorConfig<'a> {
     pub(crate) bound: SocketAddr,
@@ -225,6 +243,8 @@ pub(crate) struct Door {
     body_limit: usize,
     /// When the last "connections full" line was logged (one per minute).
     full_logged: Mutex<Option<Instant>>,
+    /// The last [`AUDIT_KEPT`] audit entries, newest last.
+    audit: Mutex<VecDeque<AuditEntry>>,
 }
 
 impl Door {
@@ -255,6 +275,7 @@ impl Door {
             head_timeout: c.head_timeout,
             body_limit: c.body_limit,
             full_logged: Mutex::default(),
+            audit: Mutex::default(),
         })
     }
 
@@ -350,7 +371,30 @@ impl Door {
         why: &str,
     ) -> (StatusCode, String) {
         tracing::warn!(target: "outbox::audit", %peer, what, status = status.as_u16(), "refused: {why}");
+        self.record(AuditEntry {
+            at: now(),
+            peer,
+            token: None,
+            action: what.to_owned(),
+            on: String::new(),
+            result: format!("refused ({}): {why}", status.as_u16()),
+        });
         (status, why.to_owned())
+    }
+
+    /// Keeps `entry` for the audit page (the log line is the durable record).
+    pub(crate) fn record(&self, entry: AuditEntry) {
+        let mut audit = self.audit.lock().unwrap_or_else(|e| e.into_inner());
+        if audit.len() == AUDIT_KEPT {
+            audit.pop_front();
+        }
+        audit.push_back(entry);
+    }
+
+    /// The kept audit entries, newest first.
+    pub(crate) fn audit_entries(&self) -> Vec<AuditEntry> {
+        let audit = self.audit.lock().unwrap_or_else(|e| e.into_inner());
+        audit.iter().rev().cloned().collect()
     }
 
     /// The refusal of a read without valid credentials (only asked for
@@ -387,6 +431,14 @@ impl Door {
         );
         Some(r)
     }
+}
+
+/// This process's clock as a timestamp (the audit page's times).
+pub(crate) fn now() -> outbox_core::Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    outbox_core::Timestamp::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
 const LOCKED_OUT: &str = "too many refused credentials from this address: try again later";

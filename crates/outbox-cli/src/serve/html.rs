@@ -53,7 +53,7 @@ pub(crate) fn page(app: &str, title: &str, body: &str) -> String {
          <title>{title} - {app} outbox</title><link rel=\"stylesheet\" href=\"/style.css\"></head>\
          <body><nav><a href=\"/\">Overview</a><a href=\"/blocked\">Blocked streams</a>\
          <a href=\"/dead\">Dead by error</a><a href=\"/partitions\">Partitions</a>\
-         <a href=\"/sinks\">Sinks</a><a href=\"/runs\">Runs</a><a href=\"/metrics\">Metrics</a>\
+         <a href=\"/sinks\">Sinks</a><a href=\"/runs\">Runs</a><a href=\"/audit\">Audit</a><a href=\"/metrics\">Metrics</a>\
          <form class=\"inline\" method=\"get\" action=\"/stream\"><input name=\"stream\" \
          placeholder=\"stream id\" aria-label=\"stream id\" required><button type=\"submit\">Find</button></form></nav><h1>{title}</h1>{body}</body></html>",
         title = esc(title),

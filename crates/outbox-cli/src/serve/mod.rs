@@ -94,6 +94,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/runs", get(runs::<J, P>))
         .route("/row", get(rows::row_page::<J, P>))
         .route("/stream", get(rows::stream_page::<J, P>))
+        .route("/audit", get(audit::<J, P>))
         .route("/dead", get(rows::dead_page::<J, P>))
         .route("/partitions", get(fleet::partitions_page::<J, P>))
         .route("/sinks", get(fleet::sinks_page::<J, P>))
@@ -984,16 +985,58 @@ fn finish<J, P: CliStore>(
 ) -> Response {
     let (peer, token) = who;
     let on = crate::output::visible(on);
-    match result {
+    let (outcome, response) = match result {
         Ok(what) => {
             tracing::info!(target: "outbox::audit", %peer, token, action, on = %on, "done: {}", crate::output::visible(&what));
-            done(m, &what, back)
+            (format!("done: {what}"), done(m, &what, back))
         }
         Err(e) => {
             tracing::warn!(target: "outbox::audit", %peer, token, action, on = %on, "failed: {}", crate::output::visible(&e.to_string()));
-            fail(&e)
+            (format!("failed: {e}"), fail(&e))
         }
+    };
+    m.door.record(door::AuditEntry {
+        at: door::now(),
+        peer,
+        token: Some(token.to_owned()),
+        action: action.to_owned(),
+        on: on.into_owned(),
+        result: outcome,
+    });
+    response
+}
+
+/// `/audit`: the last actions and refusals of this monitor, newest first.
+async fn audit<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
+    let entries = m.door.audit_entries();
+    let mut b = String::from(
+        "<p class=\"note\">The last 200 actions and refusals of this monitor since it started, \
+         newest first (this process's clock). Every one is also a log line on the target \
+         <code>outbox::audit</code>, the durable record.</p>",
+    );
+    if entries.is_empty() {
+        b.push_str("<p id=\"no-audit\">Nothing yet.</p>");
+    } else {
+        let rows: Vec<Vec<String>> = entries
+            .iter()
+            .map(|e| {
+                vec![
+                    esc(&e.at.to_string()),
+                    esc(&e.peer.to_string()),
+                    esc(e.token.as_deref().unwrap_or("")),
+                    esc(&e.action),
+                    esc(&e.on),
+                    esc(&e.result),
+                ]
+            })
+            .collect();
+        b.push_str(&table(
+            "audit",
+            &["at", "from", "token id", "action", "on", "result"],
+            &rows,
+        ));
     }
+    html(StatusCode::OK, page(&m.app, "Audit", &b))
 }
 
 /// Why a request is cross-origin, if it is: an `Origin` other than this
