@@ -21,6 +21,12 @@ pub(crate) trait CliJournal: JournalBackend + LeaseAdmin + Clone {
     fn wake(&self) -> Option<Arc<dyn WakeSource>>;
     /// Closes its connections.
     fn shut(&self) -> impl Future<Output = ()> + Send;
+    /// Re-keys the sinks' feed after a logical restore (`outbox sinks
+    /// rekey`): the events re-keyed, or `None` where the feed's keys are
+    /// global positions, which need none.
+    fn rekey_feed(&self) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// The projection side of a backend, as the commands use it.
@@ -64,6 +70,9 @@ impl CliJournal for PgJournal {
     }
     async fn shut(&self) {
         self.close().await;
+    }
+    async fn rekey_feed(&self) -> Result<Option<u64>, Error> {
+        PgJournal::rekey_feed(self).await.map(Some)
     }
 }
 

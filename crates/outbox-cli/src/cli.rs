@@ -477,9 +477,9 @@ pub struct SinksArgs {
     /// Streams listed at most with --sink.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,
-    /// `requeue`: retry one stream of a sink now.
+    /// `requeue` one stream of a sink now, or `rekey` the feed.
     #[command(subcommand)]
-    pub requeue: Option<SinksAction>,
+    pub action: Option<SinksAction>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
@@ -498,6 +498,11 @@ pub enum SinksAction {
         #[arg(long)]
         stream: String,
     },
+    /// After a logical restore into another Postgres server: give the
+    /// journal's events and the sinks' scan cursors keys of this server, so
+    /// the sinks read the journal again (they refuse keys of another server).
+    /// Run it with the workers stopped. Nothing to do on SQLite.
+    Rekey,
 }
 
 /// `outbox partitions` actions.

@@ -1273,6 +1273,11 @@ fn sinks_are_listed_and_requeued_and_a_replay_names_an_unknown_sink() {
         site.ok(&["sinks"])
             .starts_with("bus  streams 2  failing 1  dead 0")
     );
+    // SQLite's feed is read by position: nothing to re-key.
+    assert_eq!(
+        site.ok(&["sinks", "rekey"]).trim(),
+        "nothing to re-key: this journal's feed is read by global position"
+    );
     // The demo registers no sink: a sink replay names what is missing.
     let r = site.run(&["replay", "--sink", "nope", "--from", "1"]);
     assert_eq!(r.code, Some(3), "{}", r.explain());

@@ -402,6 +402,39 @@ impl PgJournal {
         Ok(out)
     }
 
+    /// Re-keys the sinks' feed after a logical restore into another
+    /// server (ADR 0030): the stored events keep the transaction ids of the
+    /// server they were written on, which this server's own may stay below
+    /// for a long time, so the feed refuses them
+    /// ([`FOREIGN_KEYS`](outbox_sql::sinks::FOREIGN_KEYS)). Each sink
+    /// cursor becomes the position below the first event it had not read;
+    /// every event gets a key below this transaction's id, in position
+    /// order (migration 0007's rule); each cursor becomes the key of its
+    /// position less one. Events near a cursor may be read again, which
+    /// the sinks' per-stream checkpoints keep from being published twice.
+    /// Returns the events re-keyed. Meant for a stopped deployment; a sink
+    /// scan running meanwhile waits for it (the cursors are locked).
+    pub async fn rekey_feed(&self) -> Result<u64> {
+        self.write("re-keying the sinks' feed", async |tx| {
+            let err = |e| storage("re-keying the sinks' feed", e);
+            sqlx::query("LOCK TABLE outbox_sink_cursors IN EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+            sqlx::query(REKEY_CURSORS_TO_POSITIONS)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+            let events = sqlx::query(REKEY_EVENTS).execute(&mut *tx).await.map_err(err)?;
+            sqlx::query(REKEY_CURSORS_TO_KEYS)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+            Ok(events.rows_affected())
+        })
+        .await
+    }
+
     #[cfg(feature = "test-util")]
     /// Test support: moves this schema's journal clock forward by `d`, for
     /// every instance. The clock is the database's clock plus an offset stored
@@ -985,6 +1018,51 @@ async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
     }
     Ok(n)
 }
+
+/// [`PgJournal::rekey_feed`], first: each cursor, a key of the old server,
+/// becomes the position below the first event it had not read, or the last
+/// position when it had read all. The old server's events are those up to
+/// the last one whose key this server cannot have made (at or above its
+/// next transaction id); every event after it was appended here, where the
+/// feed refused to read, so none of those was read. Any doubt re-reads
+/// (the sinks' checkpoints keep that from publishing twice), never skips.
+const REKEY_CURSORS_TO_POSITIONS: &str = "WITH old AS (\
+       SELECT max(global_position) AS p FROM events \
+       WHERE txid >= pg_snapshot_xmax(pg_current_snapshot())) \
+     UPDATE outbox_sink_cursors c SET position = COALESCE(\
+       least(\
+         (SELECT min(e.global_position) FROM events e \
+          WHERE e.txid > (c.position)::text::xid8 AND e.global_position <= old.p), \
+         (SELECT min(e.global_position) FROM events e WHERE e.global_position > COALESCE(old.p, 0))\
+       ) - 1, \
+       (SELECT max(global_position) FROM events), 0) \
+     FROM old";
+
+/// [`PgJournal::rekey_feed`], then: every event a key below this
+/// transaction's id, in position order (as migration 0007).
+const REKEY_EVENTS: &str = "WITH bounds AS (\
+       SELECT min(global_position) AS lo, max(global_position) AS hi, \
+              pg_current_xact_id()::text::bigint AS x FROM events) \
+     UPDATE events e \
+     SET txid = (1 + ((e.global_position - b.lo) * greatest(b.x - 2, 1)) / (b.hi - b.lo + 1))::text::xid8 \
+     FROM bounds b";
+
+/// [`PgJournal::rekey_feed`], last: each cursor (a position now) becomes
+/// the key of its position less one, never above the oldest transaction
+/// open (as migration 0007).
+const REKEY_CURSORS_TO_KEYS: &str = "WITH bounds AS (\
+       SELECT min(global_position) AS lo, max(global_position) AS hi, \
+              pg_current_xact_id()::text::bigint AS x, \
+              pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon FROM events) \
+     UPDATE outbox_sink_cursors c \
+     SET position = CASE \
+       WHEN b.lo IS NULL OR c.position < b.lo THEN 0 \
+       ELSE least(\
+         (1 + ((least(c.position, b.hi) - b.lo) * greatest(b.x - 2, 1)) / (b.hi - b.lo + 1)) \
+           - CASE WHEN c.position >= b.hi THEN 0 ELSE 1 END, \
+         b.horizon - 1) \
+     END \
+     FROM bounds b";
 
 /// Writes a whole append batch: events, outbox rows (when `$9`), heads and
 /// stream versions, in one statement over arrays, and notifies channel

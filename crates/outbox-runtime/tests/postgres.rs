@@ -486,3 +486,75 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
     assert_eq!(got, want, "both events published, each once");
     rt.journal().close().await;
 }
+
+/// After a logical restore into another server the stored events keep the
+/// old server's transaction ids, which the new server's stay below: a sink
+/// cursor among them would skip every new event. Simulated here by moving
+/// every stored key and cursor a billion ids ahead. The feed refuses such
+/// keys (the sink pass fails, saying what to do, and publishes nothing);
+/// `rekey_feed` gives them keys of this server, and the sink then gets the
+/// new event, and nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_refuses_keys_of_another_server_until_the_feed_is_rekeyed() {
+    let Some(s) = Schemas::new("rekey") else { return };
+    let journal = s.journal().await;
+    let store = s.projections().await;
+    let sink = Arc::new(Recorder {
+        name: outbox_core::SinkName::new("recorder").unwrap(),
+        got: std::sync::Mutex::default(),
+    });
+    let (p, _) = oracle();
+    let rt: Rt = Outbox::builder(journal.clone(), store)
+        .config(
+            Config::apply_worker()
+                .with_leasing(false)
+                .with_repair_on_start(false),
+        )
+        .event_types(oracle_registry())
+        .projection(p)
+        .sink_arc(sink.clone())
+        .build()
+        .await
+        .unwrap();
+    rt.append(&sid("before"), ExpectedVersion::Any, vec![add(1), add(2)])
+        .await
+        .unwrap();
+    // Other tests' transactions may hold the scan back a moment.
+    for _ in 0..3_000 {
+        rt.deliver().await.unwrap();
+        if sink.got.lock().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sink.got.lock().unwrap().len(), 2, "delivered before the restore");
+    // "The restore": the stored keys and cursors are another server's.
+    for sql in [
+        "UPDATE events SET txid = (txid::text::bigint + 1000000000)::text::xid8",
+        "UPDATE outbox_sink_cursors SET position = position + 1000000000",
+    ] {
+        sqlx::query(sql).execute(journal.pool()).await.unwrap();
+    }
+    rt.append(&sid("after"), ExpectedVersion::Any, vec![add(3)])
+        .await
+        .unwrap();
+    let refused = rt.deliver().await.unwrap_err().to_string();
+    assert!(refused.contains("outbox sinks rekey"), "{refused}");
+    assert_eq!(sink.got.lock().unwrap().len(), 2, "nothing published meanwhile");
+    let rekeyed = journal.rekey_feed().await.unwrap();
+    assert_eq!(rekeyed, 3, "every event re-keyed");
+    let want = ["after:1", "before:1", "before:2"].map(String::from);
+    for _ in 0..3_000 {
+        rt.deliver().await.unwrap();
+        let mut got = sink.got.lock().unwrap().clone();
+        got.sort();
+        if got == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut got = sink.got.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, want, "the new event published, nothing twice");
+    rt.journal().close().await;
+}

@@ -25,7 +25,10 @@ pub struct Dialect {
 pub struct Feed {
     /// Returns the horizon (the oldest transaction id still open, or the
     /// next one) and the key of the `$2`-th event above key `$1` below the
-    /// horizon (`NULL` when there are fewer), both as integers.
+    /// horizon (`NULL` when there are fewer), both as integers; and 1 when
+    /// the cursor `$1` or a stored key is at or above the next transaction
+    /// id, which no committed transaction of this server can have: the keys
+    /// come from another server (a logical restore), else 0.
     pub bound: &'static str,
     /// The events with a key above `$1` and at or below `$2`, in key order,
     /// each with its key as a last column.
@@ -93,7 +96,11 @@ impl Dialect {
                         (SELECT e.txid::text::bigint FROM events e \
                          WHERE e.txid > ($1::bigint)::text::xid8 \
                          AND e.txid < pg_snapshot_xmin(pg_current_snapshot()) \
-                         ORDER BY e.txid, e.global_position OFFSET $2 - 1 LIMIT 1)",
+                         ORDER BY e.txid, e.global_position OFFSET $2 - 1 LIMIT 1), \
+                        CASE WHEN ($1::bigint)::text::xid8 >= pg_snapshot_xmax(pg_current_snapshot()) \
+                             OR (SELECT txid FROM events ORDER BY txid DESC LIMIT 1) \
+                                >= pg_snapshot_xmax(pg_current_snapshot()) \
+                        THEN 1 ELSE 0 END",
                 page: concat!(
                     "SELECT ",
                     crate::event_columns!(),

@@ -422,13 +422,22 @@ pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
     Ok(out.into_values().collect())
 }
 
+/// Why the feed refuses to read a journal whose keys are another server's:
+/// a logical restore into a new server keeps the stored transaction ids,
+/// which the new server's own may stay below for a long time, so a cursor
+/// above every new event would skip them all.
+pub const FOREIGN_KEYS: &str = "the journal's events or sink cursors carry transaction ids of another Postgres \
+     server (restored from a logical dump?): the sinks cannot read it in commit order until it is re-keyed \
+     with `outbox sinks rekey` (see the runbook, \"Sinks\"); nothing is published meanwhile, nothing is lost";
+
 /// [`SinkStore::read_feed`](outbox_core::SinkStore::read_feed). Where the
 /// dialect takes global positions in commit order, the feed is
 /// `read_global` and its keys are positions. Otherwise (Postgres) the keys
 /// are transaction ids: the page ends below the oldest transaction still
 /// open, so what commits later has a key above the page's `next`; and it
 /// never splits one transaction's events, so `next` can be that
-/// transaction's id (ADR 0030).
+/// transaction's id (ADR 0030). Keys of another server are refused
+/// ([`FOREIGN_KEYS`]).
 pub async fn read_feed<J: EventJournal + ?Sized>(
     journal: &J,
     db: &(impl Database + ?Sized),
@@ -459,6 +468,9 @@ pub async fn read_feed<J: EventJournal + ?Sized>(
                 "the bound statement returned no row",
             )
         })?;
+    if bound.int(2)? != 0 {
+        return Err(Error::InvalidState(FOREIGN_KEYS.into()));
+    }
     let key = |v: i64| u64::try_from(v).map_err(|e| journal_undecodable("feed key", e));
     let horizon = key(bound.int(0)?)?;
     let upper = match bound.opt_int(1)? {

@@ -168,7 +168,7 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
             if let Some(s) = &a.sink {
                 outbox_core::SinkName::new(s.as_str())?;
             }
-            if let Some(crate::cli::SinksAction::Requeue { sink, stream }) = &a.requeue {
+            if let Some(crate::cli::SinksAction::Requeue { sink, stream }) = &a.action {
                 outbox_core::SinkName::new(sink.as_str())?;
                 StreamId::new(stream.as_str())?;
             }

@@ -21,7 +21,7 @@ struct Report<'a> {
 }
 
 pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &SinksArgs) -> Result<()> {
-    if let Some(SinksAction::Requeue { sink, stream }) = &a.requeue {
+    if let Some(SinksAction::Requeue { sink, stream }) = &a.action {
         let state = ctx
             .journal
             .requeue_sink(&SinkName::new(sink.as_str())?, &StreamId::new(stream.as_str())?)
@@ -35,6 +35,17 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
             state.sink,
             state.seq + 1
         )?;
+        return Ok(());
+    }
+    if let Some(SinksAction::Rekey) = &a.action {
+        let done = ctx.journal.rekey_feed().await?;
+        if a.json {
+            return json(&serde_json::json!({ "rekeyed_events": done }));
+        }
+        match done {
+            Some(n) => outln!("re-keyed {n} event(s) and every sink's scan cursor for this server")?,
+            None => outln!("nothing to re-key: this journal's feed is read by global position")?,
+        }
         return Ok(());
     }
     let all = ctx.journal.sinks().await?;
