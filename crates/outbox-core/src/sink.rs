@@ -239,7 +239,12 @@ pub struct FeedPage {
 ///   the stored seq is `from` (0 for none) it becomes `to` and the call
 ///   returns `true`; otherwise nothing changes and it returns `false`.
 ///   Without `more` the status becomes `ok`, the attempt count 0 and the
-///   error cleared. With `more` (a catch-up that has more of the stream to
+///   error cleared, when the stored status was `ok` or `to` reaches the
+///   stream's version; otherwise (a stream that failed, or died, since the
+///   caller read it) only the seq moves: a `failed` one stays failed and
+///   becomes due now, a `dead` one stays dead. Scan cursors pass over the
+///   events of a stream that is not `ok`, so only a catch-up to its end may
+///   declare it caught up. With `more` (a catch-up that has more of the stream to
 ///   deliver) the stream becomes `failed` and due now, its attempt count
 ///   and error kept: if the deliverer stops before the end, the stream is
 ///   still retried from its checkpoint, even when the scan cursors have

@@ -166,7 +166,7 @@ impl MemoryJournal {
 }
 
 impl State {
-    fn head_of(&self, stream: &StreamId) -> u64 {
+    pub(crate) fn head_of(&self, stream: &StreamId) -> u64 {
         self.streams.get(stream).map_or(0, |v| v.len() as u64)
     }
 

@@ -71,6 +71,23 @@ impl SinkStore for MemoryJournal {
                 next_attempt_at: now,
                 ..before.unwrap_or_else(|| SinkStream::new(sink, stream))
             }
+        } else if before.as_ref().is_some_and(|b| b.status != SinkStatus::Ok) && to.get() < st.head_of(stream)
+        {
+            // Not ok when read, and not at the stream's end: scan cursors
+            // may have passed its later events, so only a catch-up to the
+            // end may make it ok. A failed stream stays due (now), a dead
+            // one dead; the checkpoint moves over what was published.
+            let before = before.unwrap_or_else(|| SinkStream::new(sink, stream));
+            SinkStream {
+                seq: to.get(),
+                updated_at: now,
+                next_attempt_at: if before.status == SinkStatus::Failed {
+                    now
+                } else {
+                    before.next_attempt_at
+                },
+                ..before
+            }
         } else {
             SinkStream {
                 seq: to.get(),

@@ -75,12 +75,22 @@ pub async fn advance_sink(
     let what = "advancing a sink checkpoint";
     // With `more`, the stream stays due (status `failed`, due now, its
     // failure record kept) until the catch-up reaches its end.
+    // Without `more`, a stream that was not `ok` becomes `ok` only at its
+    // end: while it failed, scan cursors may have passed its later events
+    // (they skip such streams), so a deliverer that read it `ok` earlier
+    // (a stalled or overlapping worker) must not declare it caught up. It
+    // stays `failed` and due now (or `dead`), its checkpoint moved.
     let sql = match (from == 0, more) {
         (true, false) => {
             "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
              next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
-             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'ok', attempt_count = 0, \
-             last_error = NULL, updated_at = excluded.updated_at, partition_no = excluded.partition_no \
+             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, \
+             status = CASE WHEN {caught} THEN 'ok' ELSE outbox_sink_streams.status END, \
+             attempt_count = CASE WHEN {caught} THEN 0 ELSE outbox_sink_streams.attempt_count END, \
+             last_error = CASE WHEN {caught} THEN NULL ELSE outbox_sink_streams.last_error END, \
+             next_attempt_at = CASE WHEN {caught} OR outbox_sink_streams.status <> 'failed' \
+               THEN outbox_sink_streams.next_attempt_at ELSE excluded.next_attempt_at END, \
+             updated_at = excluded.updated_at, partition_no = excluded.partition_no \
              WHERE outbox_sink_streams.seq = $4"
         }
         (true, true) => {
@@ -91,7 +101,12 @@ pub async fn advance_sink(
              partition_no = excluded.partition_no WHERE outbox_sink_streams.seq = $4"
         }
         (false, false) => {
-            "UPDATE outbox_sink_streams SET seq = $5, status = 'ok', attempt_count = 0, last_error = NULL, \
+            "UPDATE outbox_sink_streams SET seq = $5, \
+             status = CASE WHEN {caught} THEN 'ok' ELSE outbox_sink_streams.status END, \
+             attempt_count = CASE WHEN {caught} THEN 0 ELSE outbox_sink_streams.attempt_count END, \
+             last_error = CASE WHEN {caught} THEN NULL ELSE outbox_sink_streams.last_error END, \
+             next_attempt_at = CASE WHEN {caught} OR outbox_sink_streams.status <> 'failed' \
+               THEN outbox_sink_streams.next_attempt_at ELSE {now} END, \
              updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
         }
         (false, true) => {
@@ -99,11 +114,16 @@ pub async fn advance_sink(
              updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
         }
     };
+    let sql = sql.replace(
+        "{caught}",
+        "(outbox_sink_streams.status = 'ok' \
+         OR $5 >= COALESCE((SELECT head FROM streams WHERE stream = $2), 0))",
+    );
     let mut tx = db.begin().await?;
     let n = tx
         .execute(
             what,
-            &db.dialect().sql(sql),
+            &db.dialect().sql(&sql),
             &[
                 Arg::Text(sink.as_str()),
                 Arg::Text(stream.as_str()),

@@ -139,6 +139,7 @@ macro_rules! for_each_check {
             sink_failures_back_off_dead_letter_and_requeue,
             sink_cursors_advance_by_compare_and_set,
             advance_sink_with_more_keeps_the_stream_due,
+            advance_sink_makes_a_failed_stream_ok_only_at_its_end,
             read_feed_sees_an_event_that_commits_after_a_later_one_was_read,
             read_feed_loses_nothing_to_many_late_commits,
             partition_sync_acquires_renews_and_releases,

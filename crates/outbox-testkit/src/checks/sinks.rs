@@ -15,6 +15,13 @@ fn sink(name: &str) -> SinkName {
     SinkName::new(name).unwrap()
 }
 
+async fn state_of<J: SinkStore>(j: &J, sink: &SinkName, s: &StreamId) -> outbox_core::SinkStream {
+    j.sink_states(sink, std::slice::from_ref(s))
+        .await
+        .unwrap()
+        .remove(0)
+}
+
 fn partition_of<J: PartitionStore>(j: &J, s: &StreamId) -> Partition {
     j.partitioning().of(s)
 }
@@ -345,4 +352,68 @@ pub async fn advance_sink_with_more_keeps_the_stream_due<H: Harness>(h: &H) {
         (state.seq, state.status, state.attempt_count, state.last_error),
         (5, SinkStatus::Ok, 0, None)
     );
+}
+
+/// `advance_sink` without `more` makes a stream `ok` only when it was `ok`
+/// or the advance reaches the stream's end. A stream that failed meanwhile
+/// (scan cursors may have passed its later events, skipping it) is not made
+/// `ok` by a deliverer that read it `ok` before (a stalled or overlapping
+/// worker): it stays `failed` and due now, its checkpoint moved, its
+/// failure kept; a `dead` one stays dead. At the stream's end it is `ok`.
+pub async fn advance_sink_makes_a_failed_stream_ok_only_at_its_end<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let bus = sink("bus");
+    let s = sid("s");
+    let p = partition_of(j, &s);
+    append(j, &s, adds(&[1, 2, 3, 4, 5, 6])).await;
+    assert!(j.advance_sink(&bus, &s, p, 0, seq(2), false).await.unwrap());
+    let policy = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 3).unwrap();
+    j.fail_sink(&bus, &s, p, seq(3), "bus down", &policy)
+        .await
+        .unwrap();
+    // The stale deliverer published 3 and 4 and advances from 2.
+    assert!(j.advance_sink(&bus, &s, p, 2, seq(4), false).await.unwrap());
+    let st = state_of(j, &bus, &s).await;
+    assert_eq!(
+        (st.seq, st.status, st.attempt_count, st.last_error.as_deref()),
+        (4, SinkStatus::Failed, 1, Some("bus down")),
+        "not ok behind the stream's end"
+    );
+    assert!(st.next_attempt_at <= now(j).await, "due now: {st:?}");
+    assert_eq!(j.due_sink_streams(&bus, &[p], 10).await.unwrap().len(), 1);
+    // Dead stays dead short of the end.
+    for _ in 0..3 {
+        j.fail_sink(&bus, &s, p, seq(5), "bus down", &policy)
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(j, &bus, &s).await.status, SinkStatus::Dead);
+    assert!(j.advance_sink(&bus, &s, p, 4, seq(5), false).await.unwrap());
+    assert_eq!(
+        (
+            state_of(j, &bus, &s).await.seq,
+            state_of(j, &bus, &s).await.status
+        ),
+        (5, SinkStatus::Dead)
+    );
+    // At the end: ok.
+    assert!(j.advance_sink(&bus, &s, p, 5, seq(6), false).await.unwrap());
+    let st = state_of(j, &bus, &s).await;
+    assert_eq!(
+        (st.seq, st.status, st.attempt_count, st.last_error),
+        (6, SinkStatus::Ok, 0, None)
+    );
+    // An ok stream stays ok short of its end (the scan delivers it page by page).
+    let t = sid("t");
+    let pt = partition_of(j, &t);
+    append(j, &t, adds(&[1, 2, 3])).await;
+    assert!(j.advance_sink(&bus, &t, pt, 0, seq(1), false).await.unwrap());
+    assert!(j.advance_sink(&bus, &t, pt, 1, seq(2), false).await.unwrap());
+    let st = j
+        .sink_states(&bus, std::slice::from_ref(&t))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((st.seq, st.status), (2, SinkStatus::Ok));
 }
