@@ -59,9 +59,21 @@ pub async fn sink_states(
     Ok(out)
 }
 
-/// [`SinkStore::advance_sink`](outbox_core::SinkStore::advance_sink): one
-/// statement (an upsert guarded by the stored seq when `from` is 0, an
-/// update guarded by it otherwise).
+/// [`SinkStore::advance_sink`](outbox_core::SinkStore::advance_sink), in
+/// one transaction, every statement guarded by the stored seq (absent
+/// counts as 0).
+///
+/// With `more`, the stream stays due (status `failed`, due now, its
+/// failure record kept) until the catch-up reaches its end. Without it, a
+/// stream becomes `ok` only if it was `ok` (the common case, one
+/// statement) or the advance reaches the stream's version: while a stream
+/// is not `ok` the scan cursors pass over its events, so a deliverer that
+/// read it `ok` before it failed (a stalled or overlapping worker) must not
+/// declare it caught up; it stays `failed` and due now (or `dead`), its
+/// checkpoint moved. That comparison holds the stream's lock where appends
+/// take one (Postgres): an event committing meanwhile either counts in the
+/// version or commits after this advance, when a scan that reads it also
+/// reads the new state.
 pub async fn advance_sink(
     db: &(impl Database + ?Sized),
     sink: &SinkName,
@@ -73,66 +85,70 @@ pub async fn advance_sink(
 ) -> Result<bool> {
     validate_advance(from, to)?;
     let what = "advancing a sink checkpoint";
-    // With `more`, the stream stays due (status `failed`, due now, its
-    // failure record kept) until the catch-up reaches its end.
-    // Without `more`, a stream that was not `ok` becomes `ok` only at its
-    // end: while it failed, scan cursors may have passed its later events
-    // (they skip such streams), so a deliverer that read it `ok` earlier
-    // (a stalled or overlapping worker) must not declare it caught up. It
-    // stays `failed` and due now (or `dead`), its checkpoint moved.
-    let sql = match (from == 0, more) {
-        (true, false) => {
-            "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
-             next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
-             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, \
-             status = CASE WHEN {caught} THEN 'ok' ELSE outbox_sink_streams.status END, \
-             attempt_count = CASE WHEN {caught} THEN 0 ELSE outbox_sink_streams.attempt_count END, \
-             last_error = CASE WHEN {caught} THEN NULL ELSE outbox_sink_streams.last_error END, \
-             next_attempt_at = CASE WHEN {caught} OR outbox_sink_streams.status <> 'failed' \
-               THEN outbox_sink_streams.next_attempt_at ELSE excluded.next_attempt_at END, \
-             updated_at = excluded.updated_at, partition_no = excluded.partition_no \
-             WHERE outbox_sink_streams.seq = $4"
-        }
-        (true, true) => {
+    let d = db.dialect();
+    let args = [
+        Arg::Text(sink.as_str()),
+        Arg::Text(stream.as_str()),
+        Arg::Int(i64::from(partition.get())),
+        Arg::Int(int(from)),
+        Arg::Int(to.as_i64()),
+    ];
+    let mut tx = db.begin().await?;
+    let n = if more {
+        let sql = if from == 0 {
             "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
              next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'failed', 0, {now}, NULL, {now}) \
              ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'failed', \
              next_attempt_at = excluded.next_attempt_at, updated_at = excluded.updated_at, \
              partition_no = excluded.partition_no WHERE outbox_sink_streams.seq = $4"
-        }
-        (false, false) => {
-            "UPDATE outbox_sink_streams SET seq = $5, \
-             status = CASE WHEN {caught} THEN 'ok' ELSE outbox_sink_streams.status END, \
-             attempt_count = CASE WHEN {caught} THEN 0 ELSE outbox_sink_streams.attempt_count END, \
-             last_error = CASE WHEN {caught} THEN NULL ELSE outbox_sink_streams.last_error END, \
-             next_attempt_at = CASE WHEN {caught} OR outbox_sink_streams.status <> 'failed' \
-               THEN outbox_sink_streams.next_attempt_at ELSE {now} END, \
-             updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
-        }
-        (false, true) => {
+        } else {
             "UPDATE outbox_sink_streams SET seq = $5, status = 'failed', next_attempt_at = {now}, \
              updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+        };
+        tx.execute(what, &d.sql(sql), &args).await?
+    } else {
+        // No state yet reads as `ok` at 0.
+        let mut n = if from == 0 {
+            tx.execute(
+                what,
+                &d.sql(
+                    "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+                     next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $5, 'ok', 0, {now}, NULL, {now}) \
+                     ON CONFLICT (sink, stream) DO NOTHING",
+                ),
+                &args,
+            )
+            .await?
+        } else {
+            0
+        };
+        if n == 0 {
+            n = tx
+                .execute(
+                    what,
+                    &d.sql(
+                        "UPDATE outbox_sink_streams SET seq = $5, attempt_count = 0, last_error = NULL, \
+                         updated_at = {now}, partition_no = $3 \
+                         WHERE sink = $1 AND stream = $2 AND seq = $4 AND status = 'ok'",
+                    ),
+                    &args,
+                )
+                .await?;
         }
+        if n == 0 {
+            crate::journal::lock_stream(db, &mut *tx, stream.as_str()).await?;
+            let caught = "$5 >= COALESCE((SELECT head FROM streams WHERE stream = $2), 0)";
+            let sql = "UPDATE outbox_sink_streams SET seq = $5, \
+                 status = CASE WHEN {caught} THEN 'ok' ELSE status END, \
+                 attempt_count = CASE WHEN {caught} THEN 0 ELSE attempt_count END, \
+                 last_error = CASE WHEN {caught} THEN NULL ELSE last_error END, \
+                 next_attempt_at = CASE WHEN {caught} OR status <> 'failed' THEN next_attempt_at ELSE {now} END, \
+                 updated_at = {now}, partition_no = $3 WHERE sink = $1 AND stream = $2 AND seq = $4"
+                .replace("{caught}", caught);
+            n = tx.execute(what, &d.sql(&sql), &args).await?;
+        }
+        n
     };
-    let sql = sql.replace(
-        "{caught}",
-        "(outbox_sink_streams.status = 'ok' \
-         OR $5 >= COALESCE((SELECT head FROM streams WHERE stream = $2), 0))",
-    );
-    let mut tx = db.begin().await?;
-    let n = tx
-        .execute(
-            what,
-            &db.dialect().sql(&sql),
-            &[
-                Arg::Text(sink.as_str()),
-                Arg::Text(stream.as_str()),
-                Arg::Int(i64::from(partition.get())),
-                Arg::Int(int(from)),
-                Arg::Int(to.as_i64()),
-            ],
-        )
-        .await?;
     tx.commit(what).await?;
     Ok(n > 0)
 }
