@@ -406,22 +406,16 @@ impl outbox_core::Sink for Recorder {
     }
 }
 
-/// The reproduction of a lost sink message (ADR 0030): `quiet:1` takes
-/// global position 1 in a transaction left open, `busy:1` commits at
-/// position 2 and is delivered, then `quiet:1` commits. It used to be
-/// published never: the scan cursor had passed its position. Now the scan
-/// waits below the open transaction and publishes both, each once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
-    let Some(s) = Schemas::new("late") else { return };
+/// A runtime on `s` with the oracle projection and a [`Recorder`] sink,
+/// one worker without leases or start-up repair (the tests drive it).
+async fn recording(s: &Schemas) -> (PgJournal, Rt, Arc<Recorder>) {
     let journal = s.journal().await;
-    let store = s.projections().await;
     let sink = Arc::new(Recorder {
         name: outbox_core::SinkName::new("recorder").unwrap(),
         got: std::sync::Mutex::default(),
     });
     let (p, _) = oracle();
-    let rt: Rt = Outbox::builder(journal.clone(), store)
+    let rt: Rt = Outbox::builder(journal.clone(), s.projections().await)
         .config(
             Config::apply_worker()
                 .with_leasing(false)
@@ -433,17 +427,41 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
         .build()
         .await
         .unwrap();
+    (journal, rt, sink)
+}
+
+/// Delivers until the sink's message ids (sorted) satisfy `done`, or a
+/// bound for liveness (other tests' transactions on the server may hold the
+/// scan back a moment; they never make it skip anything); returns them.
+async fn deliver_until(rt: &Rt, sink: &Recorder, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    for _ in 0..3_000 {
+        rt.deliver().await.unwrap();
+        let mut got = sink.got.lock().unwrap().clone();
+        got.sort();
+        if done(&got) {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut got = sink.got.lock().unwrap().clone();
+    got.sort();
+    got
+}
+
+/// The reproduction of a lost sink message (ADR 0030): `quiet:1` takes
+/// global position 1 in a transaction left open, `busy:1` commits at
+/// position 2 and is delivered, then `quiet:1` commits. It used to be
+/// published never: the scan cursor had passed its position. Now the scan
+/// waits below the open transaction and publishes both, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
+    let Some(s) = Schemas::new("late") else { return };
+    let (journal, rt, sink) = recording(&s).await;
     // A first event, delivered: the sink has stored state to report on.
     rt.append(&sid("warm"), ExpectedVersion::Any, vec![add(3)])
         .await
         .unwrap();
-    for _ in 0..3_000 {
-        rt.deliver().await.unwrap();
-        if !sink.got.lock().unwrap().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    deliver_until(&rt, &sink, |got| !got.is_empty()).await;
     let mut t1 = journal.begin().await.unwrap();
     journal
         .append_in(
@@ -472,17 +490,7 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
     let want = ["busy:1".to_owned(), "quiet:1".to_owned(), "warm:1".to_owned()];
     // Other tests' transactions on the server may hold the scan back a
     // moment; they never make it skip anything.
-    for _ in 0..3_000 {
-        rt.deliver().await.unwrap();
-        let mut got = sink.got.lock().unwrap().clone();
-        got.sort();
-        if got == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut got = sink.got.lock().unwrap().clone();
-    got.sort();
+    let got = deliver_until(&rt, &sink, |got| got == want).await;
     assert_eq!(got, want, "both events published, each once");
     rt.journal().close().await;
 }
@@ -497,37 +505,13 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_refuses_keys_of_another_server_until_the_feed_is_rekeyed() {
     let Some(s) = Schemas::new("rekey") else { return };
-    let journal = s.journal().await;
-    let store = s.projections().await;
-    let sink = Arc::new(Recorder {
-        name: outbox_core::SinkName::new("recorder").unwrap(),
-        got: std::sync::Mutex::default(),
-    });
-    let (p, _) = oracle();
-    let rt: Rt = Outbox::builder(journal.clone(), store)
-        .config(
-            Config::apply_worker()
-                .with_leasing(false)
-                .with_repair_on_start(false),
-        )
-        .event_types(oracle_registry())
-        .projection(p)
-        .sink_arc(sink.clone())
-        .build()
-        .await
-        .unwrap();
+    let (journal, rt, sink) = recording(&s).await;
     rt.append(&sid("before"), ExpectedVersion::Any, vec![add(1), add(2)])
         .await
         .unwrap();
     // Other tests' transactions may hold the scan back a moment.
-    for _ in 0..3_000 {
-        rt.deliver().await.unwrap();
-        if sink.got.lock().unwrap().len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(sink.got.lock().unwrap().len(), 2, "delivered before the restore");
+    let got = deliver_until(&rt, &sink, |got| got.len() == 2).await;
+    assert_eq!(got.len(), 2, "delivered before the restore");
     // "The restore": the stored keys and cursors are another server's.
     for sql in [
         "UPDATE events SET txid = (txid::text::bigint + 1000000000)::text::xid8",
@@ -544,17 +528,7 @@ async fn a_sink_refuses_keys_of_another_server_until_the_feed_is_rekeyed() {
     let rekeyed = journal.rekey_feed().await.unwrap();
     assert_eq!(rekeyed, 3, "every event re-keyed");
     let want = ["after:1", "before:1", "before:2"].map(String::from);
-    for _ in 0..3_000 {
-        rt.deliver().await.unwrap();
-        let mut got = sink.got.lock().unwrap().clone();
-        got.sort();
-        if got == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut got = sink.got.lock().unwrap().clone();
-    got.sort();
+    let got = deliver_until(&rt, &sink, |got| got == want).await;
     assert_eq!(got, want, "the new event published, nothing twice");
     rt.journal().close().await;
 }
