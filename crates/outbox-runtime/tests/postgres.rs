@@ -488,8 +488,6 @@ async fn a_sink_gets_an_event_that_commits_after_a_later_one_was_delivered() {
     );
     t1.commit().await.unwrap();
     let want = ["busy:1".to_owned(), "quiet:1".to_owned(), "warm:1".to_owned()];
-    // Other tests' transactions on the server may hold the scan back a
-    // moment; they never make it skip anything.
     let got = deliver_until(&rt, &sink, |got| got == want).await;
     assert_eq!(got, want, "both events published, each once");
     rt.journal().close().await;
