@@ -12,17 +12,23 @@
 
 mod support;
 
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use support::{Server, Site, TOKEN, eventually};
 
-/// A chromedriver this test started, stopped when dropped.
+/// A chromedriver this test started, in a process group of its own,
+/// stopped when dropped with every browser it started (a failed test never
+/// closes its session, and the browsers would outlive the driver).
 struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -40,6 +46,7 @@ fn webdriver() -> Option<(String, Option<Driver>)> {
         .port();
     match Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
