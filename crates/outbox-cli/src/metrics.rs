@@ -191,7 +191,7 @@ pub fn render(s: &Scrape<'_>) -> String {
                 "Committed events every sink holds back until an older open transaction ends (counted up to {})",
                 SinkSummary::HELD_BACK_CAP
             ),
-            sinks.iter().map(|s| s.held_back).max().unwrap_or(0),
+            SinkSummary::held_back_of(sinks),
         );
     }
     if let Some(m) = s.worker {

@@ -212,6 +212,12 @@ impl SinkSummary {
     /// The most events [`held_back`](Self::held_back) counts: a count at
     /// this value means "this many or more".
     pub const HELD_BACK_CAP: u64 = 10_000;
+
+    /// The events held back from every sink, as `sinks` (one summary per
+    /// sink, all reading the same journal) report it: 0 without sinks.
+    pub fn held_back_of(sinks: &[SinkSummary]) -> u64 {
+        sinks.iter().map(|s| s.held_back).max().unwrap_or(0)
+    }
 }
 
 /// A page of the journal in the order its events became visible

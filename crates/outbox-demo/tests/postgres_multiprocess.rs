@@ -150,15 +150,7 @@ const HEARTBEAT: Duration = Duration::from_millis(300);
 /// `outbox work` as worker `id`, with partition leasing or stream leases.
 fn spawn_worker(url: &str, schema: &str, id: &str, leasing: bool) -> Worker {
     let stderr = tempfile::NamedTempFile::new().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox-demo"));
-    for (k, _, _) in outbox_runtime::ENV_VARS {
-        cmd.env_remove(k);
-    }
-    let child = cmd
-        .args(["work", "--quiet"])
-        .env("OUTBOX_JOURNAL_URL", url)
-        .env("OUTBOX_PROJECTION_URL", url)
-        .env("OUTBOX_PG_SCHEMA", schema)
+    let child = demo(url, schema, &["work", "--quiet"])
         .env("OUTBOX_LEASE_TTL_MS", LEASE_TTL.as_millis().to_string())
         .env("OUTBOX_POLL_INTERVAL_MS", POLL.as_millis().to_string())
         .env("OUTBOX_WORKER_ID", id)
@@ -167,8 +159,6 @@ fn spawn_worker(url: &str, schema: &str, id: &str, leasing: bool) -> Worker {
         .env("OUTBOX_BATCH_SIZE", "10")
         .env("OUTBOX_LEASING", leasing.to_string())
         .env("OUTBOX_HEARTBEAT_INTERVAL_MS", HEARTBEAT.as_millis().to_string())
-        .env_remove("OUTBOX_LOG")
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(File::create(stderr.path()).unwrap())
         .spawn()

@@ -85,7 +85,8 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
             s.position
         )?;
     }
-    if let Some(held) = all.first().map(|s| s.held_back).filter(|n| *n > 0) {
+    let held = SinkSummary::held_back_of(&all);
+    if held > 0 {
         outln!(
             "held back: {held}{} committed event(s) wait for an older transaction still open on the server; \
              they are delivered once it ends (see the runbook, \"Sinks\")",

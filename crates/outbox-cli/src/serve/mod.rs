@@ -407,7 +407,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     let g = Gauges::from_summary(&summary);
     let workers = m.journal.workers().await?;
     let sinks = m.journal.sinks().await?;
-    let held_back = sinks.iter().map(|s| s.held_back).max().unwrap_or(0);
+    let held_back = SinkSummary::held_back_of(&sinks);
     let mut b = health_banner(&g, workers.len(), m.lag_threshold_ms, held_back);
     let _ = write!(
         b,
@@ -602,7 +602,7 @@ fn sinks_section(sinks: &[SinkSummary]) -> String {
         &rows,
     ));
     // The count is the same for every sink: the feed is the journal's.
-    let held = sinks.iter().map(|s| s.held_back).max().unwrap_or(0);
+    let held = SinkSummary::held_back_of(sinks);
     if held > 0 {
         let _ = write!(
             b,
