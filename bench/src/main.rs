@@ -40,6 +40,8 @@ outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
 drains with the outbox only (no raw side, no table), for a profiler
 outbox-bench --profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS
 the same on Postgres (OUTBOX_TEST_DATABASE_URL), 100 streams
+outbox-bench --profile-pg-append PER_TXN ROUNDS
+Postgres appends, the outbox and the plain client loop in turn (ratio per round)
 outbox-bench --profile-concurrent EVENTS ROUNDS
 the same for the 64 concurrent appenders
 outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
@@ -168,6 +170,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(pg::PROFILE_FLAG) {
         argv.next();
         return pg::profile(argv);
+    }
+    if argv.peek().map(String::as_str) == Some(pg::PROFILE_APPEND_FLAG) {
+        argv.next();
+        return pg::profile_append(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_FLAG) {
         argv.next();

@@ -171,6 +171,40 @@ async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
     Ok(rate)
 }
 
+/// The flag of [`profile_append`].
+pub(crate) const PROFILE_APPEND_FLAG: &str = "--profile-pg-append";
+
+/// `--profile-pg-append PER_TXN ROUNDS`: Postgres append rounds
+/// (`OUTBOX_TEST_DATABASE_URL`), the outbox and the plain client loop in
+/// turn, each round's two rates printed; the outbox side sampled (as
+/// `--profile-drain`) only while appending.
+pub(crate) fn profile_append(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .context("--profile-pg-append needs OUTBOX_TEST_DATABASE_URL")?;
+    let mut number = |what: &str| crate::workloads::profile_number(PROFILE_APPEND_FLAG, &mut args, what);
+    let (per_txn, rounds) = (number("PER_TXN")?, number("ROUNDS")?);
+    let sizes = crate::Sizes::of(false);
+    let ctx = Ctx {
+        sizes,
+        tmp: crate::fixture::bench_tmp_root()?,
+        rows: Vec::new(),
+        raw_append_100: None,
+        drain_64: None,
+        append_100: None,
+        backlogs: Vec::new(),
+    };
+    crate::workloads::profile_rounds(rounds, |_tmp, gate| {
+        let (url, ctx) = (url.clone(), &ctx);
+        async move {
+            let plain = raw::append_round(&url, &schema("raw"), ctx.sizes.events, per_txn).await?;
+            gate()?;
+            let rate = append_round(ctx, &url, per_txn).await?;
+            eprintln!("   plain client {plain:.0} ev/s, ratio {:.2}", rate / plain);
+            Ok(rate)
+        }
+    })
+}
+
 /// The flag of [`profile`].
 pub(crate) const PROFILE_FLAG: &str = "--profile-pg-drain";
 

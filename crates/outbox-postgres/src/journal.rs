@@ -92,34 +92,6 @@ async fn lock_stream(conn: &mut PgConnection, stream: &str) -> sqlx::Result<()> 
         .map(|_| ())
 }
 
-/// Locks several streams' version rows, in stream order (no deadlocks
-/// between batches naming the same streams in another order), creating
-/// missing ones at version 0. Returns each stream's version.
-async fn lock_streams(conn: &mut PgConnection, names: &[&str]) -> sqlx::Result<HashMap<String, i64>> {
-    const LOCK: &str = LOCK_STREAMS;
-    let found: Vec<(String, i64)> = sqlx::query_as(LOCK).bind(names).fetch_all(&mut *conn).await?;
-    let mut heads: HashMap<String, i64> = found.into_iter().collect();
-    if heads.len() < names.len() {
-        let missing: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| !heads.contains_key(*n))
-            .collect();
-        // A concurrent creator of the same stream makes this wait for its
-        // commit, then do nothing; the second lock then sees its version.
-        sqlx::query(
-            "INSERT INTO streams (stream, head) SELECT s, 0 FROM unnest($1::text[]) AS u(s) ORDER BY s \
-             ON CONFLICT (stream) DO NOTHING",
-        )
-        .bind(&missing)
-        .execute(&mut *conn)
-        .await?;
-        let more: Vec<(String, i64)> = sqlx::query_as(LOCK).bind(&missing).fetch_all(&mut *conn).await?;
-        heads.extend(more);
-    }
-    Ok(heads)
-}
-
 /// Recomputes the stream's `outbox_heads` entry from its first outbox row,
 /// or removes it when the stream has none. One statement, two index seeks.
 /// The caller holds the stream lock.
@@ -182,12 +154,19 @@ async fn processing_row(conn: &mut PgConnection, lease: &Lease, seq: Seq) -> Res
     Ok(u32::try_from(attempts.max(0)).unwrap_or(0))
 }
 
-/// The append itself, inside a transaction: locks the streams (in order),
-/// checks every expected version first (nothing is written on a conflict),
-/// then writes every event, outbox row and head in one statement, and
-/// notifies at most once.
-async fn append_tx(
-    conn: &mut PgConnection,
+/// The append: one call of the schema's `outbox_append` function (migration
+/// 0008), which locks the streams in order, checks the versions and writes
+/// every event, outbox row and head (and notifies at most once) or nothing.
+/// One statement, so `append` runs it in autocommit: one round trip.
+///
+/// Each stream's expected version is sent as the version it must have
+/// before the batch (the batch's earlier events of that stream subtracted),
+/// or none for [`ExpectedVersion::Any`](outbox_core::ExpectedVersion::Any);
+/// requests of one stream that cannot all hold are sent as a version no
+/// stream has. On a mismatch the function returns the streams' versions and
+/// [`plan_append`] names the conflict from them, as every adapter does.
+async fn append_call<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
     batch: &[AppendRequest],
     options: AppendOptions,
     notify: Option<&str>,
@@ -207,12 +186,10 @@ async fn append_tx(
     let mut names: Vec<&str> = batch.iter().map(|r| r.stream.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    let versions = lock_streams(conn, &names).await.map_err(err)?;
-    let plan = plan_append(batch, |s| {
-        u64::try_from(versions.get(s.as_str()).copied().unwrap_or(0)).unwrap_or(0)
-    })?;
     let total: usize = batch.iter().map(|r| r.events.len()).sum();
-    let (mut s, mut q, mut t, mut i, mut p, mut h, mut c, mut k) = (
+    let mut counts = vec![0i64; names.len()];
+    let mut expected: Vec<Option<Option<i64>>> = vec![None; names.len()];
+    let (mut s, mut k, mut t, mut i, mut p, mut h, mut c, mut ca) = (
         Vec::with_capacity(total),
         Vec::with_capacity(total),
         Vec::with_capacity(total),
@@ -222,47 +199,84 @@ async fn append_tx(
         Vec::with_capacity(total),
         Vec::with_capacity(total),
     );
-    for (req, &first) in batch.iter().zip(&plan.firsts) {
+    for req in batch {
+        let at = names
+            .binary_search(&req.stream.as_str())
+            .map_err(|_| journal_undecodable("append batch", "a stream missing from its names"))?;
+        let before = counts[at];
+        let wanted = match req.expected {
+            outbox_core::ExpectedVersion::Any => None,
+            outbox_core::ExpectedVersion::NoStream => Some(0i64.saturating_sub(before)),
+            outbox_core::ExpectedVersion::Exact(v) => Some(seq_i64(v).saturating_sub(before)),
+        };
+        if let Some(w) = wanted {
+            // -1 is no stream's version: requests that disagree conflict.
+            let w = if w < 0 { -1 } else { w };
+            expected[at] = Some(match expected[at] {
+                Some(Some(prev)) if prev != w => Some(-1),
+                _ => Some(w),
+            });
+        }
         for (j, e) in req.events.iter().enumerate() {
             s.push(req.stream.as_str());
-            q.push(seq_i64(first + j as u64));
+            k.push(before + 1 + j as i64);
             t.push(e.event_type.as_str());
             i.push(e.intent.as_str());
             p.push(e.payload.as_slice());
             h.push(PayloadHash::of(&e.payload).0.to_vec());
             c.push(e.metadata.correlation_id.as_deref());
-            k.push(e.metadata.causation_id.as_deref());
+            ca.push(e.metadata.causation_id.as_deref());
         }
+        counts[at] = before + req.events.len() as i64;
     }
-    let (head_names, head_values): (Vec<&str>, Vec<i64>) =
-        plan.after.iter().map(|(s, h)| (s.as_str(), seq_i64(*h))).unzip();
-    let partitions: Vec<i32> = plan
-        .after
+    let expected: Vec<Option<i64>> = expected.into_iter().map(Option::flatten).collect();
+    let partitions: Vec<i32> = names
         .iter()
-        .map(|(s, _)| i32::from(partitioning.of(s).get()))
-        .collect();
-    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(APPEND_WRITE)
+        .map(|n| StreamId::new(*n).map(|id| i32::from(partitioning.of(&id).get())))
+        .collect::<Result<_>>()?;
+    let rows: Vec<(String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(APPEND_CALL)
         .bind(&s)
-        .bind(&q)
+        .bind(&k)
         .bind(&t)
         .bind(&i)
         .bind(&p)
         .bind(&h)
         .bind(&c)
-        .bind(&k)
+        .bind(&ca)
+        .bind(&names)
+        .bind(&counts)
+        .bind(&expected)
+        .bind(&partitions)
         .bind(options.enqueues())
-        .bind(&head_names)
-        .bind(&head_values)
         // One notification per append (Postgres folds identical ones within
         // a transaction), delivered when the transaction commits.
         .bind(notify.filter(|_| options.enqueues()))
-        .bind(&partitions)
-        .fetch_all(&mut *conn)
+        .bind(seq_i64(Seq::MAX.get()))
+        .fetch_all(conn)
         .await
         .map_err(err)?;
+    let refused = rows.iter().any(|r| r.2.is_none());
+    // Each stream's version before the batch: as found (refused), or its
+    // first new seq less one.
+    let mut before: HashMap<&str, u64> = HashMap::with_capacity(names.len());
     let mut positions: HashMap<(&str, i64), (i64, i64)> = HashMap::with_capacity(rows.len());
     for (stream, seq, global, at) in &rows {
-        positions.insert((stream.as_str(), *seq), (*global, *at));
+        let version = if refused { *seq } else { seq - 1 };
+        let version = u64::try_from(version).unwrap_or(0);
+        before
+            .entry(stream.as_str())
+            .and_modify(|v| *v = (*v).min(version))
+            .or_insert(version);
+        if let (Some(g), Some(a)) = (global, at) {
+            positions.insert((stream.as_str(), *seq), (*g, *a));
+        }
+    }
+    let plan = plan_append(batch, |s| before.get(s.as_str()).copied().unwrap_or(0))?;
+    if refused {
+        return Err(journal_undecodable(
+            "append result",
+            "the journal refused a batch whose versions match",
+        ));
     }
     let mut out = Vec::with_capacity(batch.len());
     for (req, &first) in batch.iter().zip(&plan.firsts) {
@@ -395,7 +409,14 @@ impl PgJournal {
             .begin()
             .await
             .map_err(|e| storage("starting a savepoint", e))?;
-        let out = append_tx(&mut sp, batch, options, self.notify_channel(), &self.partitioning).await?;
+        let out = append_call(
+            &mut *sp,
+            batch,
+            options,
+            self.notify_channel(),
+            &self.partitioning,
+        )
+        .await?;
         sp.commit()
             .await
             .map_err(|e| storage("releasing a savepoint", e))?;
@@ -486,10 +507,13 @@ impl PgJournal {
 impl EventJournal for PgJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
-        let notify = self.notify_channel();
-        self.write("appending events", async |tx| {
-            append_tx(tx, batch, options, notify, &self.partitioning).await
-        })
+        append_call(
+            &self.db.pool,
+            batch,
+            options,
+            self.notify_channel(),
+            &self.partitioning,
+        )
         .await
     }
 
@@ -1064,46 +1088,10 @@ const REKEY_CURSORS_TO_KEYS: &str = "WITH bounds AS (\
      END \
      FROM bounds b";
 
-/// Writes a whole append batch: events, outbox rows (when `$9`), heads and
-/// stream versions, in one statement over arrays, and notifies channel
-/// `$12` (when given and `$9`). `$13` holds the partition of each stream of
-/// `$10`.
-///
-/// A head row is inserted only for a stream that has none in the
-/// statement's snapshot. Every writer that inserts or deletes head rows
-/// holds the stream's lock, as the append does (taken in an earlier
-/// statement), so a head seen is a head that stays; a head row a claim is
-/// holding (an uncommitted `UPDATE`) is then not made to wait for, as an
-/// `ON CONFLICT` check would.
-pub const APPEND_WRITE: &str = concat!(
-    "WITH e AS (\
-           INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
-                               correlation_id, causation_id) \
-           SELECT u.s, u.q, u.t, u.i, u.p, u.h, ",
-    jnow!(),
-    ", u.c, u.k \
-           FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], \
-                       $7::text[], $8::text[]) WITH ORDINALITY AS u(s, q, t, i, p, h, c, k, n) \
-           ORDER BY u.n \
-           RETURNING global_position, stream, seq, event_type, recorded_at), \
-         x AS (SELECT * FROM unnest($10::text[], $13::integer[]) AS x(s, pn)), \
-         o AS (\
-           INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, \
-                               updated_at, partition_no) \
-           SELECT e.stream, e.seq, e.event_type, 'pending', 0, e.recorded_at, NULL, e.recorded_at, x.pn \
-           FROM e JOIN x ON x.s = e.stream WHERE $9), \
-         hd AS (\
-           INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
-           SELECT e.stream, min(e.seq), min(e.recorded_at), min(x.pn) FROM e JOIN x ON x.s = e.stream \
-           WHERE $9 AND NOT EXISTS (SELECT 1 FROM outbox_heads h WHERE h.stream = e.stream) \
-           GROUP BY e.stream \
-           ON CONFLICT (stream) DO NOTHING), \
-         st AS (\
-           UPDATE streams SET head = x.h FROM unnest($10::text[], $11::bigint[]) AS x(s, h) \
-           WHERE streams.stream = x.s), \
-         n AS (SELECT pg_notify($12::text, '') WHERE $9 AND $12::text IS NOT NULL) \
-         SELECT stream, seq, global_position, recorded_at FROM e, (SELECT count(*) FROM n) AS notified"
-);
+/// The append call (see [`append_call`]).
+pub const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, out_at FROM outbox_append(\
+     $1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::text[], $8::text[], \
+     $9::text[], $10::bigint[], $11::bigint[], $12::integer[], $13::boolean, $14::text, $15::bigint)";
 
 /// Locks streams' version rows in stream order and reads their versions.
 pub const LOCK_STREAMS: &str =

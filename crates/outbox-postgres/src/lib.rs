@@ -31,7 +31,7 @@ pub fn storage_error(context: impl std::fmt::Display, e: sqlx::Error) -> outbox_
 #[doc(hidden)]
 pub mod statements {
     pub use crate::journal::{
-        APPEND_WRITE, CLAIM, CLAIM_PARTITIONED, COMPLETE, COMPLETE_ALL, DUE_STREAMS, LEASE_CHECK,
+        APPEND_CALL, CLAIM, CLAIM_PARTITIONED, COMPLETE, COMPLETE_ALL, DUE_STREAMS, LEASE_CHECK,
         LOCK_STREAMS, PARTITION_LEASE_CHECK,
     };
     pub use crate::tx::{APPLY_CAS, LOCK_CHECKPOINTS};
