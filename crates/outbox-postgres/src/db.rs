@@ -194,6 +194,14 @@ pub(crate) struct Db {
     pub(crate) connect: PgConnectOptions,
     /// Whether opening applies pending migrations ([`PgOptions::migrate`]).
     pub(crate) migrate: bool,
+    /// Sends the appends' wake-ups after they commit (`notify`).
+    pub(crate) notifier: std::sync::Arc<crate::notifier::Notifier>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.notifier.close();
+    }
 }
 
 impl Db {
@@ -224,6 +232,7 @@ impl Db {
             shown,
             connect,
             migrate: options.migrate,
+            notifier: Default::default(),
         })
     }
 
@@ -383,6 +392,7 @@ impl Db {
     }
 
     pub(crate) async fn close(&self) {
+        self.notifier.close();
         self.pool.close().await;
     }
 }

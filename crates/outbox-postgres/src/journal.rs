@@ -507,14 +507,15 @@ impl PgJournal {
 impl EventJournal for PgJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
-        append_call(
-            &self.db.pool,
-            batch,
-            options,
-            self.notify_channel(),
-            &self.partitioning,
-        )
-        .await
+        // No notification inside the transaction (see `notifier`): one is
+        // sent after the commit, coalesced with other appends'.
+        let out = append_call(&self.db.pool, batch, options, None, &self.partitioning).await?;
+        if options.enqueues()
+            && let Some(channel) = self.notify_channel()
+        {
+            self.db.notifier.poke(&self.db.pool, channel);
+        }
+        Ok(out)
     }
 
     async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {

@@ -2,6 +2,7 @@
 
 mod db;
 mod journal;
+mod notifier;
 mod options;
 mod projection;
 mod runs;

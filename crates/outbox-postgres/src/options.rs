@@ -54,10 +54,13 @@ pub struct PgOptions {
     /// How long a call waits for a pooled connection before failing with a
     /// temporary error. Default 30 s.
     pub acquire_timeout: Duration,
-    /// Whether an append that enqueued outbox rows sends one `pg_notify` on the
-    /// schema's channel (for [`PgJournal::wake_source`](crate::PgJournal::wake_source)).
-    /// Default `true`. Notifications take a database-wide lock at commit; turn
-    /// them off when no worker listens and appends are many and concurrent.
+    /// Whether appends that enqueued outbox rows wake listeners with a
+    /// `pg_notify` on the schema's channel (for
+    /// [`PgJournal::wake_source`](crate::PgJournal::wake_source)). Default
+    /// `true`. `append` sends it after its commit, coalesced with other
+    /// appends' (one notification at a time per journal, off the commit
+    /// path); `append_in` inside the caller's transaction, delivered at its
+    /// commit. Turn it off when no worker listens.
     pub notify: bool,
     /// Apply pending migrations when connecting. Default `true`; inspection
     /// tools turn it off, so a schema of an older version is refused
