@@ -14,7 +14,7 @@
 //! fallback), so one that fails to send is logged and dropped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use sqlx::PgPool;
 use tokio::sync::Notify;
@@ -29,17 +29,26 @@ pub(crate) struct Notifier {
     /// Wakes the task (keeps one permit, so no poke is lost between the
     /// task's last look at `pending` and its wait).
     wake: Notify,
-    /// Whether the task was started (on the first append that notifies).
-    started: OnceLock<()>,
+    /// The task, started by the first append that notifies and again when
+    /// it ended with the runtime it ran on (a journal used from one runtime
+    /// after another).
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Notifier {
     /// Marks a notification pending on `channel` of `pool`, starting the
     /// sending task on first use. Never waits.
     pub(crate) fn poke(self: &Arc<Self>, pool: &PgPool, channel: &str) {
-        self.started.get_or_init(|| {
-            tokio::spawn(send_loop(self.clone(), pool.clone(), channel.to_owned()));
-        });
+        {
+            let mut task = self.task.lock().unwrap_or_else(|p| p.into_inner());
+            if task.as_ref().is_none_or(|t| t.is_finished()) && !self.closed.load(Ordering::Acquire) {
+                *task = Some(tokio::spawn(send_loop(
+                    self.clone(),
+                    pool.clone(),
+                    channel.to_owned(),
+                )));
+            }
+        }
         if !self.pending.swap(true, Ordering::AcqRel) {
             self.wake.notify_one();
         }
@@ -56,7 +65,6 @@ impl Notifier {
 /// since the last was sent; ends when the notifier is closed.
 async fn send_loop(n: Arc<Notifier>, pool: PgPool, channel: String) {
     loop {
-        n.wake.notified().await;
         while n.pending.swap(false, Ordering::AcqRel) {
             if n.closed.load(Ordering::Acquire) || pool.is_closed() {
                 return;
@@ -73,5 +81,6 @@ async fn send_loop(n: Arc<Notifier>, pool: PgPool, channel: String) {
         if n.closed.load(Ordering::Acquire) || pool.is_closed() {
             return;
         }
+        n.wake.notified().await;
     }
 }
