@@ -26,6 +26,9 @@ struct Crate {
     version: String,
     /// Names of the workspace's own crates this one depends on (any kind).
     internal_deps: Vec<String>,
+    /// Those of them it needs to build (normal and build dependencies, not
+    /// dev-dependencies): the order `cargo publish` must follow.
+    build_deps: Vec<String>,
 }
 
 impl Crate {
@@ -94,6 +97,17 @@ fn workspace() -> Result<Workspace> {
             .collect();
         internal_deps.sort();
         internal_deps.dedup();
+        let mut build_deps: Vec<String> = p["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["kind"].as_str() != Some("dev"))
+            .filter_map(|d| d["name"].as_str())
+            .filter(|d| *d != name && names.contains(d))
+            .map(String::from)
+            .collect();
+        build_deps.sort();
+        build_deps.dedup();
         crates.push(Crate {
             name: name.to_owned(),
             version: p["version"]
@@ -101,6 +115,7 @@ fn workspace() -> Result<Workspace> {
                 .context("a package without a version")?
                 .to_owned(),
             internal_deps,
+            build_deps,
         });
     }
     if !missing.is_empty() {
@@ -111,6 +126,44 @@ fn workspace() -> Result<Workspace> {
     }
     crates.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Workspace { target_dir, crates })
+}
+
+/// The crates `name` needs to build, transitively (not itself).
+fn build_closure<'a>(crates: &'a [Crate], name: &str) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    let mut todo = vec![name.to_owned()];
+    while let Some(n) = todo.pop() {
+        let Some(c) = crates.iter().find(|c| c.name == n) else {
+            continue;
+        };
+        for d in &c.build_deps {
+            if let Some(dep) = crates.iter().find(|c| &c.name == d)
+                && !out.contains(&dep.name.as_str())
+            {
+                out.push(dep.name.as_str());
+                todo.push(dep.name.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The crates' names, each after the crates it depends on.
+fn dependency_order(crates: &[Crate]) -> Result<Vec<&str>> {
+    let mut done: Vec<&str> = Vec::new();
+    while done.len() < crates.len() {
+        let ready: Vec<&str> = crates
+            .iter()
+            .filter(|c| !done.contains(&c.name.as_str()))
+            .filter(|c| c.build_deps.iter().all(|d| done.contains(&d.as_str())))
+            .map(|c| c.name.as_str())
+            .collect();
+        if ready.is_empty() {
+            bail!("the workspace's crates depend on each other in a cycle");
+        }
+        done.extend(ready);
+    }
+    Ok(done)
 }
 
 pub(crate) fn package_check() -> Result<()> {
@@ -136,6 +189,29 @@ pub(crate) fn package_check() -> Result<()> {
         package.args(["-p", &c.name]);
     }
     run("cargo package --no-verify", package)?;
+    // Each crate with only what it needs to build, in dependency order, as
+    // `cargo publish` will take them (each after the crates it depends
+    // on): a dependency of any kind on a sibling published after it (a
+    // dev-dependency naming a version, say) fails here (issue 45).
+    for name in dependency_order(&ws.crates)? {
+        let mut alone = cargo();
+        alone.args([
+            "package",
+            "--no-verify",
+            "--allow-dirty",
+            "--no-metadata",
+            "--locked",
+            "--offline",
+            "--quiet",
+        ]);
+        for c in std::iter::once(name).chain(build_closure(&ws.crates, name)) {
+            alone.args(["-p", c]);
+        }
+        run(
+            &format!("cargo package -p {name} (with what it builds on)"),
+            alone,
+        )?;
+    }
 
     let scratch = ws.target_dir.join("package-check");
     if scratch.exists() {

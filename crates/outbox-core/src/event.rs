@@ -159,6 +159,11 @@ pub struct Event {
     pub metadata: Metadata,
     /// SHA-256 of `payload`.
     pub payload_hash: PayloadHash,
+    /// The payload's decoded value, once a typed projection asked for it
+    /// ([`Event::decoded`]): empty (`Decoded::default()`) when the event is
+    /// read, shared by its clones, never compared or serialised.
+    #[serde(skip)]
+    pub decoded: crate::typed::Decoded,
 }
 
 impl Event {
@@ -478,6 +483,7 @@ mod tests {
             event_type: EventType::new("t").unwrap(),
             intent: Intent::Apply,
             payload_hash: PayloadHash::of(&payload),
+            decoded: Default::default(),
             payload,
             metadata: Metadata {
                 recorded_at: Timestamp::EPOCH,

@@ -17,6 +17,7 @@ mod sink;
 pub mod spi;
 mod stored;
 mod time;
+pub mod typed;
 mod view;
 
 pub use error::{BoxError, Error, Result};
@@ -62,3 +63,16 @@ pub use view::{
 
 /// Re-exported so adapters and users implement [`Projection`] with the same macro.
 pub use async_trait::async_trait;
+
+/// What an application's code names most, in one import:
+/// `use outbox_core::prelude::*;`. The port traits are here so their
+/// methods can be called on any store (`journal.read_stream(..)`,
+/// `journal.summary()`, `store.digest(..)`) without importing each trait;
+/// the types are the ones an event, a projection and a test name.
+pub mod prelude {
+    pub use crate::{
+        BoxError, DeadLetters, Error, Event, EventJournal, EventType, EventTypeRegistry, ExpectedVersion,
+        Intent, LeaseAdmin, NewEvent, OutboxInspector, Projection, ProjectionName, ProjectionStore, Result,
+        RunStore, Seq, SinkStore, StreamId, ViewProjection, ViewReader, ViewStore, ViewTx, async_trait,
+    };
+}

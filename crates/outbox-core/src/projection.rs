@@ -325,6 +325,7 @@ mod tests {
                 causation_id: None,
             },
             payload_hash: PayloadHash::of(&[]),
+            decoded: Default::default(),
         })
         .collect()
     }

@@ -126,6 +126,7 @@ impl StoredEvent {
                 correlation_id: self.correlation_id,
                 causation_id: self.causation_id,
             },
+            decoded: Default::default(),
         };
         event.verify()?;
         Ok(event)

@@ -330,6 +330,7 @@ impl EventJournal for MemoryJournal {
                     event_type: new.event_type.clone(),
                     intent: new.intent,
                     payload_hash: PayloadHash::of(&new.payload),
+                    decoded: Default::default(),
                     payload: new.payload.clone(),
                     metadata: Metadata {
                         recorded_at: now,

@@ -78,6 +78,7 @@ mod tests {
             event_type: EventType::new(t).unwrap(),
             intent: Intent::Apply,
             payload_hash: PayloadHash::of(b""),
+            decoded: Default::default(),
             payload: Vec::new(),
             metadata: Metadata {
                 recorded_at: Timestamp::from_millis(0),

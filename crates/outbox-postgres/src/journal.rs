@@ -1089,7 +1089,8 @@ const REKEY_CURSORS_TO_KEYS: &str = "WITH bounds AS (\
      END \
      FROM bounds b";
 
-/// The append call (see [`append_call`]).
+/// The append: one call of the schema's `outbox_append` function (journal
+/// migration 0008, ADR 0031).
 pub const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, out_at FROM outbox_append(\
      $1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::text[], $8::text[], \
      $9::text[], $10::bigint[], $11::bigint[], $12::integer[], $13::boolean, $14::text, $15::bigint)";

@@ -114,6 +114,7 @@ mod tests {
             intent: Intent::Apply,
             payload: Vec::new(),
             payload_hash: PayloadHash::of(&[]),
+            decoded: Default::default(),
             metadata: Metadata {
                 recorded_at: Timestamp::from_millis(recorded_at),
                 correlation_id: None,

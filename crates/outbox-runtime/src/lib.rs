@@ -8,6 +8,7 @@ mod gaps;
 mod generations;
 mod lag;
 mod metrics;
+pub mod open;
 mod outbox;
 mod panic;
 mod partitions;
@@ -16,6 +17,8 @@ mod running;
 mod scratch;
 mod sinks;
 mod sweep;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod unavailable;
 mod worker;
 
@@ -35,6 +38,15 @@ pub use running::{Running, Tasks, cancel_on_shutdown_signal};
 pub use sinks::DeliveryReport;
 pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
+
+/// The core prelude and the runtime's own names, in one import:
+/// `use outbox_runtime::prelude::*;` (the builder, the running handle, the
+/// configuration and the backend bounds, and [`open`]'s call).
+pub mod prelude {
+    pub use crate::open::{OpenOptions, WithStores, open_stores};
+    pub use crate::{Config, JournalBackend, Outbox, ProjectionBackend, Running};
+    pub use outbox_core::prelude::*;
+}
 
 /// Whether a process with this id exists on this host, as far as this
 /// host can tell: on Linux, whether `/proc/<pid>` exists; elsewhere it is

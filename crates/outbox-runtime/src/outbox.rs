@@ -181,6 +181,11 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
 
     /// Adds a projection written against this backend's transaction handle
     /// (hand-written SQL: the escape hatch). Order matters only for rebuild-all.
+    ///
+    /// A [`ViewProjection`] goes through [`OutboxBuilder::view`], not through
+    /// this with [`view_projection`]: registered here it applies, but the
+    /// runtime does not know it as a view (no `views` reads, shadow builds
+    /// or promotion), and `build` logs a warning saying so.
     pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
         self.projections.push(Registered::Raw(projection));
         self
@@ -213,7 +218,19 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
         let mut registered = Vec::with_capacity(self.projections.len());
         for r in self.projections {
             registered.push(match r {
-                Registered::Raw(p) => p,
+                Registered::Raw(p) => {
+                    if p.documents_only() {
+                        // `view_projection(..)` passed to `projection`: it
+                        // applies, but is no view to the runtime.
+                        warn!(
+                            projection = %p.name(),
+                            "projection writes only documents but was registered with `projection`: \
+                             register a ViewProjection with `view` to keep view reads, blue/green \
+                             rebuilds and running digests for it"
+                        );
+                    }
+                    p
+                }
                 Registered::View(v) => {
                     views.insert(v.name().clone(), Arc::clone(&v));
                     match candidates.get(v.name()) {
@@ -384,6 +401,33 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// A new event of a registered type.
     pub fn event(&self, event_type: &str, payload: impl Into<Vec<u8>>) -> Result<NewEvent> {
         self.inner.types.event(event_type, payload)
+    }
+
+    /// Appends typed values ([`DomainEvent`](outbox_core::typed::DomainEvent))
+    /// to `stream`: each encoded by its type, with its kind's type name and
+    /// intent, as one append. A kind this runtime's registry does not hold
+    /// (register `EventTypeRegistry::of::<E>()`) is refused before anything
+    /// is written.
+    pub async fn append_typed<E: outbox_core::typed::DomainEvent>(
+        &self,
+        stream: &StreamId,
+        expected: ExpectedVersion,
+        events: &[E],
+    ) -> Result<AppendOutcome> {
+        let events = events
+            .iter()
+            .map(|e| {
+                let new = e.to_new_event()?;
+                if self.inner.types.intent(&new.event_type)? != new.intent {
+                    return Err(Error::Config(format!(
+                        "event type `{}` is registered with another intent than its kind's",
+                        new.event_type
+                    )));
+                }
+                Ok(new)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.append(stream, expected, events).await
     }
 
     /// Counters and the last gauges.

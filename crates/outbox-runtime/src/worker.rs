@@ -695,6 +695,7 @@ mod tests {
             intent: Intent::Apply,
             payload: Vec::new(),
             payload_hash: PayloadHash::of(&[]),
+            decoded: Default::default(),
             metadata: Metadata {
                 recorded_at: Timestamp::from_millis(0),
                 correlation_id: None,

@@ -8,28 +8,40 @@
 //! cargo run -p outbox-example-bank -- work --once
 //! ```
 //!
-//! The journal is `OUTBOX_JOURNAL_URL` (default `sqlite://outbox-journal.db`,
-//! as for `bank`); on Postgres the schema is `OUTBOX_PG_SCHEMA` (default
-//! `outbox`). The journal must exist (`bank migrate`), and the sample's
+//! The stores are `OUTBOX_JOURNAL_URL` and `OUTBOX_PROJECTION_URL` (defaults
+//! `sqlite://outbox-journal.db` and `sqlite://outbox-projections.db`, as for
+//! `bank`), opened by `outbox_runtime::open::open_stores`; on Postgres the
+//! schema is `OUTBOX_PG_SCHEMA` (default `outbox`). The stores must exist
+//! (`bank migrate`), and the sample's
 //! accounts must not: it appends with `ExpectedVersion::NoStream`, so a
 //! second run is refused with a version conflict and changes nothing.
 
 use std::process::ExitCode;
 
-use outbox_cli::{Location, open_url};
-use outbox_core::{AppendOptions, EventJournal};
-use outbox_postgres::{PgJournal, PgOptions};
-use outbox_sqlite::{SqliteJournal, SqliteOptions};
+use outbox_core::{AppendOptions, LeaseAdmin};
+use outbox_runtime::open::{OpenOptions, WithStores, open_stores};
+use outbox_runtime::{JournalBackend, ProjectionBackend};
 
-async fn seed(journal: &impl EventJournal) -> Result<(), Box<dyn std::error::Error>> {
-    // The sample's four appends, one transaction each, as four requests of
-    // the bank's request path would make them.
-    for request in outbox_example_bank::sample()? {
-        for a in journal.append(&[request], AppendOptions::enqueue()).await? {
-            println!("appended {} seq {}..={}", a.stream, a.first_seq, a.last_seq);
+/// The seeding, written once for every backend.
+struct Seed;
+
+impl WithStores for Seed {
+    type Output = outbox_core::Result<()>;
+
+    async fn with<J, P>(self, journal: J, _store: P) -> Self::Output
+    where
+        J: JournalBackend + LeaseAdmin + Clone,
+        P: ProjectionBackend + Clone,
+    {
+        // The sample's four appends, one transaction each, as four requests of
+        // the bank's request path would make them.
+        for request in outbox_example_bank::sample()? {
+            for a in journal.append(&[request], AppendOptions::enqueue()).await? {
+                println!("appended {} seq {}..={}", a.stream, a.first_seq, a.last_seq);
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -43,22 +55,10 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("OUTBOX_JOURNAL_URL").unwrap_or_else(|_| "sqlite://outbox-journal.db".into());
-    match open_url(&url)? {
-        Location::Sqlite(path) => {
-            let options = SqliteOptions::default().with_create_if_missing(false);
-            let journal = SqliteJournal::open(&path, options).await?;
-            let result = seed(&journal).await;
-            journal.close().await;
-            result
-        }
-        Location::Postgres(url) => {
-            let schema = std::env::var("OUTBOX_PG_SCHEMA").unwrap_or_else(|_| "outbox".into());
-            let journal = PgJournal::connect(&url, PgOptions::default().with_schema(schema)).await?;
-            let result = seed(&journal).await;
-            journal.close().await;
-            result
-        }
-    }
+async fn run() -> outbox_core::Result<()> {
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+    let journal = var("OUTBOX_JOURNAL_URL", "sqlite://outbox-journal.db");
+    let projections = var("OUTBOX_PROJECTION_URL", "sqlite://outbox-projections.db");
+    // The stores must exist (`bank migrate`); the schema is OUTBOX_PG_SCHEMA's.
+    open_stores(&journal, &projections, &OpenOptions::from_env()?, Seed).await?
 }

@@ -2,9 +2,10 @@
 
 use std::sync::{Arc, OnceLock};
 
+use outbox_core::typed::{DomainEvent, EventKind, TypedViewProjection, json, typed};
 use outbox_core::{
-    AppendRequest, BoxError, Error, Event, EventTypeRegistry, ExpectedVersion, MAX_PAGE, NewEvent,
-    ProjectionName, StreamId, ViewProjection, ViewReader, ViewStore, ViewTx, async_trait,
+    AppendRequest, BoxError, Event, EventTypeRegistry, ExpectedVersion, MAX_PAGE, ProjectionName, StreamId,
+    ViewProjection, ViewReader, ViewStore, ViewTx, async_trait,
 };
 use outbox_runtime::{JournalBackend, OutboxBuilder, ProjectionBackend};
 use serde::{Deserialize, Serialize};
@@ -31,20 +32,11 @@ pub const DAYS_TABLE: &str = "days";
 
 fn registry() -> &'static EventTypeRegistry {
     static TYPES: OnceLock<EventTypeRegistry> = OnceLock::new();
-    TYPES.get_or_init(|| {
-        let mut r = EventTypeRegistry::new();
-        r.apply(ACCOUNT_OPENED)
-            .and_then(|r| r.apply(DEPOSITED))
-            .and_then(|r| r.apply(WITHDRAWN))
-            .and_then(|r| r.audit_only(STATEMENT_VIEWED))
-            .expect("the bank's event type names are valid");
-        r
-    })
+    TYPES.get_or_init(|| EventTypeRegistry::of::<BankEvent>().expect("the bank's event type names are valid"))
 }
 
-/// The bank's event types with their intents: the one place they are
-/// declared (the binary, [`register`] and [`BankEvent::to_new_event`] all
-/// use it).
+/// The bank's event types with their intents, derived from [`BankEvent`]'s
+/// kinds (the binary and [`register`] use it).
 pub fn event_types() -> EventTypeRegistry {
     registry().clone()
 }
@@ -129,66 +121,75 @@ fn check(e: &BankEvent) -> Result<(), String> {
 impl BankEvent {
     /// The event type this event is recorded as.
     pub fn event_type(&self) -> &'static str {
-        match self {
-            BankEvent::AccountOpened { .. } => ACCOUNT_OPENED,
-            BankEvent::Deposited { .. } => DEPOSITED,
-            BankEvent::Withdrawn { .. } => WITHDRAWN,
-            BankEvent::StatementViewed { .. } => STATEMENT_VIEWED,
-        }
+        self.kind().name
+    }
+}
+
+/// The bank's events as typed values: appended with
+/// `outbox.append_typed(..)` (or [`DomainEvent::to_new_event`]), read back
+/// by the projections decoded ([`typed`]). Encoding a blank owner, a
+/// non-positive amount or a malformed day is refused (on the request path,
+/// before it reaches the journal); decoding checks the same. (An overdraft
+/// cannot be judged here; the `balances` projection refuses it when it
+/// applies the event.)
+impl DomainEvent for BankEvent {
+    const KINDS: &'static [EventKind] = &[
+        EventKind::apply(ACCOUNT_OPENED),
+        EventKind::apply(DEPOSITED),
+        EventKind::apply(WITHDRAWN),
+        EventKind::audit_only(STATEMENT_VIEWED),
+    ];
+
+    fn kind(&self) -> EventKind {
+        Self::KINDS[match self {
+            BankEvent::AccountOpened { .. } => 0,
+            BankEvent::Deposited { .. } => 1,
+            BankEvent::Withdrawn { .. } => 2,
+            BankEvent::StatementViewed { .. } => 3,
+        }]
     }
 
-    /// The event to append, with its registered intent and JSON payload.
-    /// A blank owner, a non-positive amount or a malformed day is
-    /// [`Error::InvalidInput`]: refused on the request path, before it
-    /// reaches the journal. (An overdraft cannot be judged here; the
-    /// `balances` projection refuses it when it applies the event.)
-    pub fn to_new_event(&self) -> outbox_core::Result<NewEvent> {
-        check(self).map_err(Error::invalid)?;
-        let payload = match self {
-            BankEvent::AccountOpened { owner } => serde_json::to_vec(&Opened { owner: owner.clone() }),
+    fn encode(&self) -> Result<Vec<u8>, BoxError> {
+        check(self)?;
+        match self {
+            BankEvent::AccountOpened { owner } => json::encode(&Opened { owner: owner.clone() }),
             BankEvent::Deposited { cents, day } | BankEvent::Withdrawn { cents, day } => {
-                serde_json::to_vec(&Movement {
+                json::encode(&Movement {
                     cents: *cents,
                     day: day.clone(),
                 })
             }
-            BankEvent::StatementViewed { by } => serde_json::to_vec(&Viewed { by: by.clone() }),
+            BankEvent::StatementViewed { by } => json::encode(&Viewed { by: by.clone() }),
         }
-        .map_err(|e| Error::invalid(format_args!("encoding a {} payload: {e}", self.event_type())))?;
-        registry().event(self.event_type(), payload)
     }
 
-    /// Reads an event of the journal back, checking it as
-    /// [`BankEvent::to_new_event`] does. The error names the stream and seq.
-    pub fn decode(event: &Event) -> Result<BankEvent, BoxError> {
-        let at = || format!("{} {}/{}", event.event_type, event.stream, event.seq);
-        let bad = |e: serde_json::Error| format!("{}: bad payload: {e}", at());
-        let decoded = match event.event_type.as_str() {
+    fn decode(event_type: &str, payload: &[u8]) -> Result<Self, BoxError> {
+        let decoded = match event_type {
             ACCOUNT_OPENED => {
-                let p: Opened = serde_json::from_slice(&event.payload).map_err(bad)?;
+                let p: Opened = json::decode(payload)?;
                 BankEvent::AccountOpened { owner: p.owner }
             }
             DEPOSITED => {
-                let p: Movement = serde_json::from_slice(&event.payload).map_err(bad)?;
+                let p: Movement = json::decode(payload)?;
                 BankEvent::Deposited {
                     cents: p.cents,
                     day: p.day,
                 }
             }
             WITHDRAWN => {
-                let p: Movement = serde_json::from_slice(&event.payload).map_err(bad)?;
+                let p: Movement = json::decode(payload)?;
                 BankEvent::Withdrawn {
                     cents: p.cents,
                     day: p.day,
                 }
             }
             STATEMENT_VIEWED => {
-                let p: Viewed = serde_json::from_slice(&event.payload).map_err(bad)?;
+                let p: Viewed = json::decode(payload)?;
                 BankEvent::StatementViewed { by: p.by }
             }
-            other => return Err(format!("{}: the bank has no event type {other:?}", at()).into()),
+            other => return Err(format!("the bank has no event type {other:?}").into()),
         };
-        check(&decoded).map_err(|e| format!("{}: {e}", at()))?;
+        check(&decoded)?;
         Ok(decoded)
     }
 }
@@ -275,15 +276,15 @@ impl Balances {
 }
 
 #[async_trait]
-impl ViewProjection for Balances {
+impl TypedViewProjection<BankEvent> for Balances {
     fn name(&self) -> &ProjectionName {
         &self.name
     }
 
-    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event, value: &BankEvent) -> Result<(), BoxError> {
         let account = event.stream.as_str();
         let existing: Option<Account> = view.get(ACCOUNTS_TABLE, account).await?;
-        let mut doc = match (BankEvent::decode(event)?, existing) {
+        let mut doc = match (value.clone(), existing) {
             (BankEvent::AccountOpened { owner }, None) => Account {
                 owner,
                 ..Account::default()
@@ -359,13 +360,13 @@ fn day_key(day: &str, account: &str) -> String {
 }
 
 #[async_trait]
-impl ViewProjection for DailyTotals {
+impl TypedViewProjection<BankEvent> for DailyTotals {
     fn name(&self) -> &ProjectionName {
         &self.name
     }
 
-    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
-        let (cents, day, deposit) = match BankEvent::decode(event)? {
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event, value: &BankEvent) -> Result<(), BoxError> {
+        let (cents, day, deposit) = match value.clone() {
             BankEvent::Deposited { cents, day } => (cents, day, true),
             BankEvent::Withdrawn { cents, day } => (cents, day, false),
             BankEvent::AccountOpened { .. } | BankEvent::StatementViewed { .. } => return Ok(()),
@@ -387,7 +388,10 @@ impl ViewProjection for DailyTotals {
 /// The bank's projections, in rebuild order: [`Balances`] (no overdraft)
 /// and [`DailyTotals`].
 pub fn projections() -> Vec<Arc<dyn ViewProjection>> {
-    vec![Arc::new(Balances::new()), Arc::new(DailyTotals::new())]
+    vec![
+        Arc::new(typed(Balances::new())),
+        Arc::new(typed(DailyTotals::new())),
+    ]
 }
 
 /// The bank as the `outbox` command sees it: `bank`, its event types and

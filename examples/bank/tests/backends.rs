@@ -10,6 +10,7 @@
 
 mod common;
 
+use outbox_core::typed::DomainEvent as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

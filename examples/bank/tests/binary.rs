@@ -14,6 +14,7 @@
 
 mod common;
 
+use outbox_core::typed::DomainEvent as _;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -5,6 +5,7 @@
 
 mod common;
 
+use outbox_core::typed::DomainEvent as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -267,8 +268,10 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
     let fixed = Outbox::builder(journal, store)
         .config(config)
         .event_types(event_types())
-        .view(outbox_example_bank::Balances::new().with_overdraft_limit(1_000))
-        .view(DailyTotals::new())
+        .view(outbox_core::typed::typed(
+            outbox_example_bank::Balances::new().with_overdraft_limit(1_000),
+        ))
+        .view(outbox_core::typed::typed(DailyTotals::new()))
         .build()
         .await
         .unwrap();
@@ -320,7 +323,7 @@ async fn replay_and_rebuild_keep_the_digests() {
 
 #[tokio::test]
 async fn events_the_bank_cannot_apply_are_applier_errors() {
-    // Events written around `BankEvent::to_new_event` (straight to the
+    // Events written around `BankEvent`'s encoding (straight to the
     // journal) still meet the projections' checks when they are applied.
     let rt = runtime(Config::default()).await;
     let types = event_types();
@@ -349,7 +352,7 @@ async fn events_the_bank_cannot_apply_are_applier_errors() {
         (
             "account-x5",
             vec![raw("account_opened", r#"{"name":"X"}"#)],
-            "bad payload",
+            "does not decode",
         ),
     ];
     for (stream, events, wanted) in cases {

@@ -32,14 +32,15 @@ DECLARE
     heads bigint[];
     now_ms bigint;
 BEGIN
-    -- Lock the version rows in stream order; create missing ones at 0 (a
-    -- concurrent creator makes this wait for its commit, then do nothing)
-    -- and lock those.
+    -- Lock the version rows in stream order (the column's "C" collation, as
+    -- every writer locks them); create missing ones at 0 in the same order
+    -- (a concurrent creator makes this wait for its commit, then do
+    -- nothing) and lock those.
     SELECT count(*) INTO locked FROM (
         SELECT 1 FROM streams v WHERE v.stream = ANY (names) ORDER BY v.stream FOR NO KEY UPDATE) l;
     IF locked < cardinality(names) THEN
         INSERT INTO streams (stream, head)
-        SELECT u.n, 0 FROM unnest(names) AS u(n) ORDER BY u.n
+        SELECT u.n, 0 FROM unnest(names) AS u(n) ORDER BY u.n COLLATE "C"
         ON CONFLICT (stream) DO NOTHING;
         PERFORM 1 FROM streams v WHERE v.stream = ANY (names) ORDER BY v.stream FOR NO KEY UPDATE;
     END IF;

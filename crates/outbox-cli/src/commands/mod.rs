@@ -238,6 +238,10 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
     match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
         (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, open).await,
         (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, open).await,
+        (Location::Memory, _) | (_, Location::Memory) => Err(Error::invalid(
+            "memory: stores live inside one process; the command needs sqlite://path or postgres://...",
+        )
+        .into()),
         _ => Err(Error::invalid(
             "the journal and the projection database must use the same backend (both sqlite or both postgres)",
         )
