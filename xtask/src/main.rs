@@ -13,6 +13,7 @@ mod migrations;
 mod nats;
 mod package;
 mod pg;
+mod readme_crate;
 mod tidy;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -20,7 +21,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci          fmt check, tidy, the migrations check, clippy (warnings
               denied), the core boundary check, docs, the package check,
-              every test (starts a throwaway Postgres when needed), and a
+              the README's crate (readme-crate), every test (starts a throwaway Postgres when needed), and a
               short crash run (20 SQLite and 10 Postgres rounds, 6 SQLite sink
               rounds, 5 SQLite poison rounds, 24 kills of a blue/green rebuild,
               fixed seed)
@@ -34,8 +35,9 @@ commands:
   sync-migrations
               copy migrations/<dialect>/ into crates/outbox-<dialect>/migrations/
   package-check
-              cargo package every publishable crate and build each package
-              from its .crate file
+              cargo package every publishable crate (all together, then each
+              with only the crates it builds on, in dependency order) and
+              build each package from its .crate file
   test        run every test (starts a throwaway Postgres when needed,
               chromedriver for the web monitor's browser test, installing
               chromium and chromium-driver when missing, and a nats-server
@@ -51,6 +53,9 @@ commands:
   crash blue-green [--kills N] [--seed S]
               kills a blue/green rebuild at random points: the live
               generation unchanged, the build resumable (docs/crash-testing.md)
+  readme-crate
+              build a crate outside the workspace from the README's marked
+              snippets alone and run its test
   pg-shell    start a throwaway Postgres, print its URL, wait for Enter
   bench [--quick] [--json PATH] [--only NAME[,NAME]]
               run outbox-bench (release): the outbox on SQLite against a raw
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         Some("migrations-check") => migrations::check(),
         Some("sync-migrations") => migrations::sync(),
         Some("package-check") => package::package_check(),
+        Some("readme-crate") => readme_crate::readme_crate(),
         Some("test") => test(),
         Some("crash") => crash::crash(&args[1..]),
         Some("pg-shell") => pg_shell(),
@@ -143,6 +149,8 @@ fn ci() -> Result<()> {
 
     // After `cargo doc`: the packages' check reuses its dependency metadata.
     package::package_check()?;
+
+    readme_crate::readme_crate()?;
 
     test()?;
 
