@@ -136,11 +136,24 @@ pub(crate) fn is_temporary(e: &sqlx::Error) -> bool {
 /// keeps the driver error as the source; temporary as [`is_temporary`] says.
 /// Postgres error messages carry no connection secrets.
 pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
-    let message = format!("{context}: {e}");
+    let message = format!("{context}: {}", shown(&e));
     if is_temporary(&e) {
         Error::temporary(message, e)
     } else {
         Error::storage(message, e)
+    }
+}
+
+/// A driver error as one line for people: a server error is its message
+/// and SQLSTATE (sqlx's own text adds "at line N", the line of the
+/// server's C source that raised it, which reads as a line of ours).
+pub(crate) fn shown(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(d) => match d.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", d.message()),
+            None => d.message().to_owned(),
+        },
+        other => other.to_string(),
     }
 }
 
