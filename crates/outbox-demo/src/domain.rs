@@ -14,23 +14,159 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use outbox_core::typed::{DomainEvent, EventKind, TypedViewProjection, json, typed};
 use outbox_core::{BoxError, Event, EventTypeRegistry, ProjectionName, ViewProjection, ViewTx, async_trait};
 use serde::{Deserialize, Serialize};
 
-/// Every event type of the domain with its intent.
+/// Every event type of the domain with its intent, from [`DemoEvent`]'s kinds.
 pub fn event_types() -> EventTypeRegistry {
-    let mut r = EventTypeRegistry::new();
-    for t in [
-        "campaign_created",
-        "player_joined",
-        "character_created",
-        "dice_rolled",
-        "scene_changed",
-    ] {
-        r.apply(t).expect("valid name");
+    EventTypeRegistry::of::<DemoEvent>().expect("valid names")
+}
+
+/// The demo's events as typed values ([`DomainEvent`]): appended with their
+/// type and intent, decoded once per event for every projection. Their
+/// payload is a [`Payload`] with the variant's fields (the JSON the demo
+/// has always written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DemoEvent {
+    /// `campaign_created`.
+    CampaignCreated {
+        /// The campaign's name.
+        name: String,
+    },
+    /// `player_joined`.
+    PlayerJoined {
+        /// The player.
+        player: String,
+    },
+    /// `character_created`.
+    CharacterCreated {
+        /// The character.
+        character: String,
+        /// Who plays it.
+        player: String,
+    },
+    /// `dice_rolled`.
+    DiceRolled {
+        /// Who rolled.
+        character: String,
+        /// The die's sides.
+        sides: i64,
+        /// The result.
+        result: i64,
+        /// Demo fault injection: `character_tally` fails this many times on it.
+        glitch: Option<u32>,
+        /// Demo fault injection: `character_tally` fails until the fix is deployed.
+        cursed: bool,
+    },
+    /// `scene_changed`.
+    SceneChanged {
+        /// The new scene.
+        scene: String,
+    },
+    /// `chat_message` (audit-only: kept in the journal, never projected).
+    ChatMessage {
+        /// Who spoke.
+        player: Option<String>,
+        /// What was said.
+        text: String,
+    },
+}
+
+impl DomainEvent for DemoEvent {
+    const KINDS: &'static [EventKind] = &[
+        EventKind::apply("campaign_created"),
+        EventKind::apply("player_joined"),
+        EventKind::apply("character_created"),
+        EventKind::apply("dice_rolled"),
+        EventKind::apply("scene_changed"),
+        EventKind::audit_only("chat_message"),
+    ];
+
+    fn kind(&self) -> EventKind {
+        Self::KINDS[match self {
+            DemoEvent::CampaignCreated { .. } => 0,
+            DemoEvent::PlayerJoined { .. } => 1,
+            DemoEvent::CharacterCreated { .. } => 2,
+            DemoEvent::DiceRolled { .. } => 3,
+            DemoEvent::SceneChanged { .. } => 4,
+            DemoEvent::ChatMessage { .. } => 5,
+        }]
     }
-    r.audit_only("chat_message").expect("valid name");
-    r
+
+    fn encode(&self) -> Result<Vec<u8>, BoxError> {
+        let p = match self.clone() {
+            DemoEvent::CampaignCreated { name } => Payload {
+                name: Some(name),
+                ..Payload::default()
+            },
+            DemoEvent::PlayerJoined { player } => Payload {
+                player: Some(player),
+                ..Payload::default()
+            },
+            DemoEvent::CharacterCreated { character, player } => Payload {
+                character: Some(character),
+                player: Some(player),
+                ..Payload::default()
+            },
+            DemoEvent::DiceRolled {
+                character,
+                sides,
+                result,
+                glitch,
+                cursed,
+            } => Payload {
+                character: Some(character),
+                sides: Some(sides),
+                result: Some(result),
+                glitch,
+                cursed: cursed.then_some(true),
+                ..Payload::default()
+            },
+            DemoEvent::SceneChanged { scene } => Payload {
+                scene: Some(scene),
+                ..Payload::default()
+            },
+            DemoEvent::ChatMessage { player, text } => Payload {
+                player,
+                text: Some(text),
+                ..Payload::default()
+            },
+        };
+        json::encode(&p)
+    }
+
+    fn decode(event_type: &str, payload: &[u8]) -> Result<Self, BoxError> {
+        let p: Payload = json::decode(payload)?;
+        let need = |v: Option<String>, what: &str| v.ok_or_else(|| format!("{event_type} has no {what}"));
+        Ok(match event_type {
+            "campaign_created" => DemoEvent::CampaignCreated {
+                name: need(p.name, "name")?,
+            },
+            "player_joined" => DemoEvent::PlayerJoined {
+                player: need(p.player, "player")?,
+            },
+            "character_created" => DemoEvent::CharacterCreated {
+                character: need(p.character, "character")?,
+                player: need(p.player, "player")?,
+            },
+            "dice_rolled" => DemoEvent::DiceRolled {
+                character: need(p.character, "character")?,
+                sides: p.sides.ok_or("dice_rolled has no sides")?,
+                result: p.result.ok_or("dice_rolled has no result")?,
+                glitch: p.glitch,
+                cursed: p.cursed == Some(true),
+            },
+            "scene_changed" => DemoEvent::SceneChanged {
+                scene: need(p.scene, "scene")?,
+            },
+            "chat_message" => DemoEvent::ChatMessage {
+                player: p.player,
+                text: need(p.text, "text")?,
+            },
+            other => return Err(format!("the demo has no event type {other}").into()),
+        })
+    }
 }
 
 /// The payload of every demo event (fields unused by a type are absent).
@@ -65,16 +201,6 @@ pub struct Payload {
     pub cursed: Option<bool>,
 }
 
-fn payload(e: &Event) -> Result<Payload, BoxError> {
-    serde_json::from_slice(&e.payload)
-        .map_err(|err| format!("{} {}/{}: bad payload: {err}", e.event_type, e.stream, e.seq).into())
-}
-
-fn field<'a>(v: &'a Option<String>, what: &str, e: &Event) -> Result<&'a str, BoxError> {
-    v.as_deref()
-        .ok_or_else(|| format!("{} {}/{} has no {what}", e.event_type, e.stream, e.seq).into())
-}
-
 /// The demo's fault switch: "the fix is deployed" once set.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
@@ -90,18 +216,18 @@ impl Faults {
         self.fixed.store(true, Ordering::SeqCst);
     }
 
-    fn check(&self, e: &Event, p: &Payload) -> Result<(), BoxError> {
+    fn check(&self, e: &Event, glitch: Option<u32>, cursed: bool) -> Result<(), BoxError> {
         if self.fixed.load(Ordering::SeqCst) {
             return Ok(());
         }
-        if p.cursed == Some(true) {
+        if cursed {
             return Err(format!(
                 "cursed die on {}/{}: the tally cannot count it (bug #42)",
                 e.stream, e.seq
             )
             .into());
         }
-        if let Some(n) = p.glitch {
+        if let Some(n) = glitch {
             let mut g = self.glitches.lock().map_err(|_| "glitch table poisoned")?;
             let seen = g.entry((e.stream.to_string(), e.seq.get())).or_insert(0);
             if *seen < n {
@@ -167,17 +293,16 @@ fn name(n: &str) -> ProjectionName {
 pub struct CampaignSummary(ProjectionName);
 
 #[async_trait]
-impl ViewProjection for CampaignSummary {
+impl TypedViewProjection<DemoEvent> for CampaignSummary {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
 
-    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
-        let p = payload(e)?;
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event, value: &DemoEvent) -> Result<(), BoxError> {
         let c = e.stream.as_str();
-        if e.event_type.as_str() == "campaign_created" {
+        if let DemoEvent::CampaignCreated { name } = value {
             let campaign = Campaign {
-                name: field(&p.name, "name", e)?.to_owned(),
+                name: name.clone(),
                 last_seq: e.seq.get(),
                 ..Campaign::default()
             };
@@ -188,12 +313,14 @@ impl ViewProjection for CampaignSummary {
             .get("campaigns", c)
             .await?
             .ok_or_else(|| format!("{} on {c}/{} before campaign_created", e.event_type, e.seq))?;
-        match e.event_type.as_str() {
-            "player_joined" => campaign.players += 1,
-            "character_created" => campaign.characters += 1,
-            "dice_rolled" => campaign.rolls += 1,
-            "scene_changed" => campaign.scene = Some(field(&p.scene, "scene", e)?.to_owned()),
-            other => return Err(format!("campaign_summary does not know event type {other}").into()),
+        match value {
+            DemoEvent::PlayerJoined { .. } => campaign.players += 1,
+            DemoEvent::CharacterCreated { .. } => campaign.characters += 1,
+            DemoEvent::DiceRolled { .. } => campaign.rolls += 1,
+            DemoEvent::SceneChanged { scene } => campaign.scene = Some(scene.clone()),
+            other => {
+                return Err(format!("campaign_summary does not apply {}", other.kind().name).into());
+            }
         }
         campaign.last_seq = e.seq.get();
         view.put("campaigns", c, &campaign).await?;
@@ -205,26 +332,25 @@ impl ViewProjection for CampaignSummary {
 pub struct Roster(ProjectionName);
 
 #[async_trait]
-impl ViewProjection for Roster {
+impl TypedViewProjection<DemoEvent> for Roster {
     fn name(&self) -> &ProjectionName {
         &self.0
     }
 
-    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
-        let p = payload(e)?;
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event, value: &DemoEvent) -> Result<(), BoxError> {
         let c = e.stream.as_str();
-        match e.event_type.as_str() {
-            "player_joined" => {
-                let key = format!("{c}/{}", field(&p.player, "player", e)?);
+        match value {
+            DemoEvent::PlayerJoined { player } => {
+                let key = format!("{c}/{player}");
                 let player = Player {
                     joined_seq: e.seq.get(),
                 };
                 view.put("players", &key, &player).await?;
             }
-            "character_created" => {
-                let key = format!("{c}/{}", field(&p.character, "character", e)?);
+            DemoEvent::CharacterCreated { character, player } => {
+                let key = format!("{c}/{character}");
                 let character = Character {
-                    player: field(&p.player, "player", e)?.to_owned(),
+                    player: player.clone(),
                 };
                 view.put("characters", &key, &character).await?;
             }
@@ -257,7 +383,7 @@ impl CharacterTally {
 }
 
 #[async_trait]
-impl ViewProjection for CharacterTally {
+impl TypedViewProjection<DemoEvent> for CharacterTally {
     fn name(&self) -> &ProjectionName {
         &self.name
     }
@@ -266,15 +392,20 @@ impl ViewProjection for CharacterTally {
         self.version
     }
 
-    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event) -> Result<(), BoxError> {
-        if e.event_type.as_str() != "dice_rolled" {
+    async fn apply(&self, view: &mut ViewTx<'_>, e: &Event, value: &DemoEvent) -> Result<(), BoxError> {
+        let DemoEvent::DiceRolled {
+            character,
+            sides,
+            result,
+            glitch,
+            cursed,
+        } = value
+        else {
             return Ok(());
-        }
-        let p = payload(e)?;
-        self.faults.check(e, &p)?;
-        let result = p.result.ok_or("dice_rolled has no result")?;
-        let sides = p.sides.ok_or("dice_rolled has no sides")?;
-        let key = format!("{}/{}", e.stream, field(&p.character, "character", e)?);
+        };
+        self.faults.check(e, *glitch, *cursed)?;
+        let (sides, result) = (*sides, *result);
+        let key = format!("{}/{character}", e.stream);
         let keeps_highest = self.version >= 2;
         view.update("tally", &key, |t: &mut Tally| {
             t.rolls += 1;
@@ -292,13 +423,13 @@ impl ViewProjection for CharacterTally {
 /// The three projections, in rebuild order, sharing one fault switch.
 pub fn projections(faults: &Faults) -> Vec<Arc<dyn ViewProjection>> {
     vec![
-        Arc::new(CampaignSummary(name("campaign_summary"))),
-        Arc::new(Roster(name("roster"))),
-        Arc::new(CharacterTally {
+        Arc::new(typed(CampaignSummary(name("campaign_summary")))),
+        Arc::new(typed(Roster(name("roster")))),
+        Arc::new(typed(CharacterTally {
             name: name("character_tally"),
             faults: faults.clone(),
             version: 1,
-        }),
+        })),
     ]
 }
 
@@ -314,5 +445,5 @@ pub fn app(faults: &Faults) -> outbox_cli::App {
                 .event_types(event_types()),
             outbox_cli::App::view_arc,
         )
-        .candidate(CharacterTally::v2(faults))
+        .candidate(typed(CharacterTally::v2(faults)))
 }

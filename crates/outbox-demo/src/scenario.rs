@@ -16,7 +16,8 @@ use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Faults, Payload, event_types, projections};
+use crate::domain::{DemoEvent, Faults, event_types, projections};
+use outbox_core::typed::DomainEvent;
 
 /// The demo runs on SQLite files only.
 type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
@@ -88,89 +89,55 @@ const SCENES: [&str; 6] = [
 ];
 const NAMES: [&str; 8] = ["Aria", "Borin", "Cass", "Dain", "Elow", "Fenn", "Gwyn", "Hale"];
 
-fn event(rt: &Rt, kind: &str, p: &Payload) -> Result<NewEvent, Error> {
-    let bytes = serde_json::to_vec(p).map_err(|e| Error::invalid(format_args!("demo payload: {e}")))?;
-    rt.event(kind, bytes)
-}
-
 /// The events of one campaign, in order.
-fn campaign_events(rt: &Rt, index: u64, count: u64, rng: &mut Rng) -> Result<Vec<NewEvent>, Error> {
+fn campaign_events(index: u64, count: u64, rng: &mut Rng) -> Vec<DemoEvent> {
     let mut out = Vec::with_capacity(count as usize);
     let name = format!(
         "The {} of {}",
         ["Saga", "Quest", "Siege", "Heist"][(index % 4) as usize],
         NAMES[(index % 8) as usize]
     );
-    out.push(event(
-        rt,
-        "campaign_created",
-        &Payload {
-            name: Some(name),
-            ..Payload::default()
-        },
-    )?);
+    out.push(DemoEvent::CampaignCreated { name });
     let party = 4u64;
     for i in 0..party {
         let player = format!("player-{i}");
-        out.push(event(
-            rt,
-            "player_joined",
-            &Payload {
-                player: Some(player.clone()),
-                ..Payload::default()
-            },
-        )?);
+        out.push(DemoEvent::PlayerJoined {
+            player: player.clone(),
+        });
         let character = NAMES[((index + i) % 8) as usize].to_string();
-        out.push(event(
-            rt,
-            "character_created",
-            &Payload {
-                character: Some(character),
-                player: Some(player),
-                ..Payload::default()
-            },
-        )?);
+        out.push(DemoEvent::CharacterCreated { character, player });
     }
     while (out.len() as u64) < count {
         let roll = rng.below(100);
-        let p = if roll < 70 {
+        out.push(if roll < 70 {
             let sides = [4, 6, 8, 12, 20][rng.below(5) as usize];
-            Payload {
-                character: Some(NAMES[((index + rng.below(party)) % 8) as usize].to_string()),
-                sides: Some(sides),
-                result: Some(1 + rng.below(sides as u64) as i64),
-                ..Payload::default()
+            DemoEvent::DiceRolled {
+                character: NAMES[((index + rng.below(party)) % 8) as usize].to_string(),
+                sides,
+                result: 1 + rng.below(sides as u64) as i64,
+                glitch: None,
+                cursed: false,
             }
         } else if roll < 85 {
-            Payload {
+            DemoEvent::ChatMessage {
                 player: Some(format!("player-{}", rng.below(party))),
-                text: Some("well met".into()),
-                ..Payload::default()
+                text: "well met".into(),
             }
         } else {
-            Payload {
-                scene: Some(SCENES[rng.below(6) as usize].into()),
-                ..Payload::default()
+            DemoEvent::SceneChanged {
+                scene: SCENES[rng.below(6) as usize].into(),
             }
-        };
-        let kind = if p.sides.is_some() {
-            "dice_rolled"
-        } else if p.text.is_some() {
-            "chat_message"
-        } else {
-            "scene_changed"
-        };
-        out.push(event(rt, kind, &p)?);
+        });
     }
-    Ok(out)
+    out
 }
 
 /// Marks a few dice rolls faulty: two glitch (fail a few times, then pass),
 /// one is cursed (fails until the fix is deployed, so it dead-letters).
-fn inject_faults(rt: &Rt, plan: &mut [(StreamId, Vec<NewEvent>)]) -> Result<Vec<String>, Error> {
+fn inject_faults(plan: &mut [(StreamId, Vec<DemoEvent>)]) -> Vec<String> {
     let mut notes = Vec::new();
     let picks = [(7usize, Some(2), false), (42, Some(3), false), (66, None, true)];
-    for (campaign, glitch, cursed) in picks {
+    for (campaign, glitch_times, curse) in picks {
         let Some((stream, events)) = plan.get_mut(campaign % plan.len().max(1)) else {
             continue;
         };
@@ -179,22 +146,21 @@ fn inject_faults(rt: &Rt, plan: &mut [(StreamId, Vec<NewEvent>)]) -> Result<Vec<
         let Some(idx) = events
             .iter()
             .skip(middle)
-            .position(|e| e.event_type.as_str() == "dice_rolled")
+            .position(|e| matches!(e, DemoEvent::DiceRolled { .. }))
             .map(|i| i + middle)
         else {
             continue;
         };
-        let mut p: Payload = serde_json::from_slice(&events[idx].payload)
-            .map_err(|e| Error::invalid(format_args!("demo payload: {e}")))?;
-        p.glitch = glitch;
-        p.cursed = cursed.then_some(true);
-        events[idx] = event(rt, "dice_rolled", &p)?;
-        notes.push(match glitch {
+        if let DemoEvent::DiceRolled { glitch, cursed, .. } = &mut events[idx] {
+            *glitch = glitch_times;
+            *cursed = curse;
+        }
+        notes.push(match glitch_times {
             Some(n) => format!("{stream}/{}: fails {n} time(s), then succeeds", idx + 1),
             None => format!("{stream}/{}: cursed, fails until the fix is deployed", idx + 1),
         });
     }
-    Ok(notes)
+    notes
 }
 
 #[derive(Serialize)]
@@ -302,12 +268,25 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
     // The history: `events` spread over `campaigns`, with three faulty rolls.
     let mut rng = Rng(0x5eed);
     let per = (a.events / a.campaigns).max(12);
-    let mut plan = Vec::new();
+    let mut typed_plan = Vec::new();
     for c in 0..a.campaigns {
         let stream = StreamId::new(format!("campaign-{c:03}"))?;
-        plan.push((stream, campaign_events(&rt, c, per, &mut rng)?));
+        typed_plan.push((stream, campaign_events(c, per, &mut rng)));
     }
-    let injected = inject_faults(&rt, &mut plan)?;
+    let injected = inject_faults(&mut typed_plan);
+    // Encoded once, here: the appends below send the same bytes in chunks.
+    let plan = typed_plan
+        .into_iter()
+        .map(|(s, events)| {
+            Ok((
+                s,
+                events
+                    .iter()
+                    .map(DomainEvent::to_new_event)
+                    .collect::<Result<Vec<_>, Error>>()?,
+            ))
+        })
+        .collect::<Result<Vec<(StreamId, Vec<NewEvent>)>, Error>>()?;
     for note in &injected {
         say(format!("  injected fault: {note}"));
     }
