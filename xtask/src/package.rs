@@ -128,6 +128,25 @@ fn workspace() -> Result<Workspace> {
     Ok(Workspace { target_dir, crates })
 }
 
+/// `cargo package` of `crates` (sources only, offline, at the locked
+/// versions), together: each may depend on those before it.
+fn package<'a>(crates: impl Iterator<Item = &'a str>) -> Command {
+    let mut c = cargo();
+    c.args([
+        "package",
+        "--no-verify",
+        "--allow-dirty",
+        "--no-metadata",
+        "--locked",
+        "--offline",
+        "--quiet",
+    ]);
+    for name in crates {
+        c.args(["-p", name]);
+    }
+    c
+}
+
 /// The crates `name` needs to build, transitively (not itself).
 fn build_closure<'a>(crates: &'a [Crate], name: &str) -> Vec<&'a str> {
     let mut out: Vec<&str> = Vec::new();
@@ -175,41 +194,18 @@ pub(crate) fn package_check() -> Result<()> {
     run("cargo fetch", fetch)?;
 
     let ws = workspace()?;
-    let mut package = cargo();
-    package.args([
-        "package",
-        "--no-verify",
-        "--allow-dirty",
-        "--no-metadata",
-        "--locked",
-        "--offline",
-        "--quiet",
-    ]);
-    for c in &ws.crates {
-        package.args(["-p", &c.name]);
-    }
-    run("cargo package --no-verify", package)?;
+    run(
+        "cargo package --no-verify",
+        package(ws.crates.iter().map(|c| c.name.as_str())),
+    )?;
     // Each crate with only what it needs to build, in dependency order, as
     // `cargo publish` will take them (each after the crates it depends
     // on): a dependency of any kind on a sibling published after it (a
     // dev-dependency naming a version, say) fails here (issue 45).
     for name in dependency_order(&ws.crates)? {
-        let mut alone = cargo();
-        alone.args([
-            "package",
-            "--no-verify",
-            "--allow-dirty",
-            "--no-metadata",
-            "--locked",
-            "--offline",
-            "--quiet",
-        ]);
-        for c in std::iter::once(name).chain(build_closure(&ws.crates, name)) {
-            alone.args(["-p", c]);
-        }
         run(
             &format!("cargo package -p {name} (with what it builds on)"),
-            alone,
+            package(std::iter::once(name).chain(build_closure(&ws.crates, name))),
         )?;
     }
 
