@@ -31,6 +31,9 @@ pub(crate) struct PartitionState {
     active: AtomicBool,
     /// The partitions held after the last synchronisation.
     held: Mutex<Vec<Partition>>,
+    /// The live workers of this mode the last synchronisation shared the
+    /// partitions among, sorted.
+    members: Mutex<Vec<WorkerId>>,
 }
 
 impl PartitionState {
@@ -50,6 +53,16 @@ impl PartitionState {
     fn set_held(&self, held: Vec<Partition>) {
         if let Ok(mut h) = self.held.lock() {
             *h = held;
+        }
+    }
+
+    fn members(&self) -> Vec<WorkerId> {
+        self.members.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn set_members(&self, members: Vec<WorkerId>) {
+        if let Ok(mut m) = self.members.lock() {
+            *m = members;
         }
     }
 }
@@ -84,16 +97,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub(crate) async fn sync_partitions(&self) -> Result<PartitionSync> {
         let config = self.config();
         let me = self.worker_id();
-        let mode = self.mode();
-        let live: Vec<WorkerId> = self
-            .journal()
-            .workers()
-            .within(config.store_deadline(), "workers")
-            .await?
-            .into_iter()
-            .filter(|w| w.mode == mode)
-            .map(|w| w.id)
-            .collect();
+        let live = self.live_workers().await?;
         let wanted = assigned_to(me, &live, self.journal().partitioning().count());
         let sync = self
             .journal()
@@ -113,11 +117,42 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         self.inner
             .partitions
             .set_held(sync.held.iter().map(|l| l.partition).collect());
+        self.inner.partitions.set_members(live);
         if !sync.acquired.is_empty() {
             self.inner.wake.notify_one();
             self.inner.sink_wake.notify_waiters();
         }
         Ok(sync)
+    }
+
+    /// The live workers of this runtime's mode in the registry, sorted.
+    async fn live_workers(&self) -> Result<Vec<WorkerId>> {
+        let mode = self.mode();
+        let mut live: Vec<WorkerId> = self
+            .journal()
+            .workers()
+            .within(self.config().store_deadline(), "workers")
+            .await?
+            .into_iter()
+            .filter(|w| w.mode == mode)
+            .map(|w| w.id)
+            .collect();
+        live.sort();
+        live.dedup();
+        Ok(live)
+    }
+
+    /// Whether a worker of this mode joined or left since the last
+    /// synchronisation (a failed read counts as no change: the next beat
+    /// synchronises anyway).
+    pub(crate) async fn membership_changed(&self) -> bool {
+        match self.live_workers().await {
+            Ok(live) => live != self.inner.partitions.members(),
+            Err(e) => {
+                warn!(error = %e, "reading the worker registry failed; the next heartbeat tries again");
+                false
+            }
+        }
     }
 
     /// [`sync_partitions`](Self::sync_partitions), a failure logged; returns

@@ -395,14 +395,41 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if let Err(e) = self.refresh_gauges().await {
                 warn!(error = %e, "reading queue gauges failed");
             }
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => break,
-                () = worker_gone.cancelled() => {
-                    error!("the worker task is gone; the heartbeat stops");
-                    break;
+            // Until the next beat, a partitioned worker looks at the
+            // registry every `watch`: when a worker of its mode joined or
+            // left, or partitions it wants are still held by another, it
+            // synchronises at once, so a worker started beside it gets its
+            // share within a fraction of a second, not a heartbeat later.
+            let next_beat = tokio::time::Instant::now() + if waiting { interval / 4 } else { interval };
+            let watch = membership_watch(interval);
+            let stop = loop {
+                let now = tokio::time::Instant::now();
+                if now >= next_beat {
+                    break false;
                 }
-                () = tokio::time::sleep(if waiting { interval / 4 } else { interval }) => {}
+                let nap = if partitioned {
+                    watch.min(next_beat - now)
+                } else {
+                    next_beat - now
+                };
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => break true,
+                    () = worker_gone.cancelled() => {
+                        error!("the worker task is gone; the heartbeat stops");
+                        break true;
+                    }
+                    () = tokio::time::sleep(nap) => {}
+                }
+                if partitioned
+                    && tokio::time::Instant::now() < next_beat
+                    && (waiting || self.membership_changed().await)
+                {
+                    waiting = self.sync_partitions_or_warn().await;
+                }
+            };
+            if stop {
+                break;
             }
             if let Err(e) = self.beat().await {
                 warn!(error = %e, "heartbeat failed");
@@ -429,6 +456,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }
+}
+
+/// How often a partitioned worker looks for workers that joined or left
+/// between two beats: a twentieth of the heartbeat interval, between 10 ms
+/// and 250 ms (one small registry read each time).
+pub(crate) fn membership_watch(interval: Duration) -> Duration {
+    (interval / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
 }
 
 /// How long a registry entry lives without a new beat.

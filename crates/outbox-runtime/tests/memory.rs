@@ -713,6 +713,40 @@ async fn a_dead_workers_partitions_are_taken_over_after_its_heartbeat_ttl() {
     );
 }
 
+/// A second worker started beside one that took every partition gets its
+/// share within a second (the first sees it join between two heartbeats),
+/// not a heartbeat interval later.
+#[tokio::test(start_paused = true)]
+async fn a_worker_started_beside_another_gets_its_share_before_the_next_heartbeat() {
+    use outbox_core::{Partition, PartitionStore, WorkerId};
+    let e = env();
+    // A heartbeat far away: only the membership watch can rebalance.
+    let config = |id: &str| {
+        worker_config()
+            .with_repair_on_start(false)
+            .with_heartbeat_interval(Duration::from_secs(60))
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let first = runtime(&e, config("first")).await;
+    let all: Vec<Partition> = Partition::all(e.journal.partitioning().count()).collect();
+    let a = first.start().await.unwrap();
+    assert_eq!(
+        first.held_partitions(),
+        all,
+        "alone, the first holds every partition"
+    );
+    let second = runtime(&e, config("second")).await;
+    let b = second.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mine, theirs) = (first.held_partitions(), second.held_partitions());
+    assert!(
+        !mine.is_empty() && !theirs.is_empty() && mine.len() + theirs.len() == all.len(),
+        "shared within a second: first {mine:?}, second {theirs:?}"
+    );
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
 /// A projection that panics on every apply of one stream.
 struct Panicky {
     name: outbox_core::ProjectionName,
