@@ -24,6 +24,12 @@ pub struct App {
     pub(crate) candidates: Vec<Arc<dyn ViewProjection>>,
     pub(crate) partitioner: Option<Arc<dyn outbox_core::Partitioner>>,
     pub(crate) sinks: Vec<Arc<dyn outbox_core::Sink>>,
+    /// Hand-written projections for SQLite.
+    #[cfg(feature = "sqlite")]
+    pub(crate) sqlite_projections: Vec<Arc<dyn outbox_core::Projection<outbox_sqlite::SqliteTx>>>,
+    /// Hand-written projections for Postgres.
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres_projections: Vec<Arc<dyn outbox_core::Projection<outbox_postgres::PgTx>>>,
 }
 
 impl std::fmt::Debug for App {
@@ -51,7 +57,53 @@ impl App {
             candidates: Vec::new(),
             partitioner: None,
             sinks: Vec::new(),
+            #[cfg(feature = "sqlite")]
+            sqlite_projections: Vec::new(),
+            #[cfg(feature = "postgres")]
+            postgres_projections: Vec::new(),
         }
+    }
+
+    /// Adds a hand-written projection for SQLite (`Projection<SqliteTx>`,
+    /// the escape hatch): the commands apply it, report it and rebuild it
+    /// beside the views when the databases are SQLite. On Postgres
+    /// databases, the commands that apply events refuse to run rather than
+    /// complete events this projection never saw.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_projection(
+        mut self,
+        projection: Arc<dyn outbox_core::Projection<outbox_sqlite::SqliteTx>>,
+    ) -> Self {
+        self.sqlite_projections.push(projection);
+        self
+    }
+
+    /// Adds a hand-written projection for Postgres (`Projection<PgTx>`); see
+    /// [`App::sqlite_projection`].
+    #[cfg(feature = "postgres")]
+    pub fn postgres_projection(
+        mut self,
+        projection: Arc<dyn outbox_core::Projection<outbox_postgres::PgTx>>,
+    ) -> Self {
+        self.postgres_projections.push(projection);
+        self
+    }
+
+    /// The names of the hand-written projections for `backend` ("sqlite",
+    /// "postgres"), or for every other backend when `other` is set.
+    pub(crate) fn hand_written(&self, backend: &str, other: bool) -> Vec<String> {
+        #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(unused_mut))]
+        let mut out = Vec::new();
+        #[cfg(feature = "sqlite")]
+        if (backend == "sqlite") != other {
+            out.extend(self.sqlite_projections.iter().map(|p| p.name().to_string()));
+        }
+        #[cfg(feature = "postgres")]
+        if (backend == "postgres") != other {
+            out.extend(self.postgres_projections.iter().map(|p| p.name().to_string()));
+        }
+        let _ = (backend, other);
+        out
     }
 
     /// Adds a sink (ADR 0023): `outbox work` publishes the journal's events

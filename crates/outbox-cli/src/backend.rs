@@ -1,6 +1,7 @@
 //! Backends: the one place a URL scheme picks SQLite or Postgres, and what
 //! the commands need of each.
 
+#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,6 +31,10 @@ pub(crate) trait CliJournal: JournalBackend + LeaseAdmin + Clone {
 
 /// The projection side of a backend, as the commands use it.
 pub(crate) trait CliStore: ProjectionBackend + Clone {
+    /// The backend's name ("sqlite", "postgres").
+    const BACKEND: &'static str;
+    /// The application's hand-written projections for this backend.
+    fn hand_written(app: &crate::App) -> Vec<Arc<dyn outbox_core::Projection<Self::Tx>>>;
     /// Where it is, for `migrate`.
     fn describe(&self) -> String;
     /// Closes its connections.
@@ -51,6 +56,10 @@ impl CliJournal for SqliteJournal {
 
 #[cfg(feature = "sqlite")]
 impl CliStore for SqliteProjectionStore {
+    const BACKEND: &'static str = "sqlite";
+    fn hand_written(app: &crate::App) -> Vec<Arc<dyn outbox_core::Projection<Self::Tx>>> {
+        app.sqlite_projections.clone()
+    }
     fn describe(&self) -> String {
         self.path().display().to_string()
     }
@@ -77,6 +86,10 @@ impl CliJournal for PgJournal {
 
 #[cfg(feature = "postgres")]
 impl CliStore for PgProjectionStore {
+    const BACKEND: &'static str = "postgres";
+    fn hand_written(app: &crate::App) -> Vec<Arc<dyn outbox_core::Projection<Self::Tx>>> {
+        app.postgres_projections.clone()
+    }
     fn describe(&self) -> String {
         format!("postgres schema {}", self.schema())
     }

@@ -3,7 +3,7 @@
 //! the projection database.
 
 use anyhow::Result;
-use outbox_core::{Error, ProjectionName, Seq, StreamId, ViewDigestCheck, WorkerInfo, view_projection};
+use outbox_core::{Error, ProjectionName, Seq, StreamId, ViewDigestCheck, WorkerInfo};
 use serde::Serialize;
 
 use super::Ctx;
@@ -22,7 +22,7 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         crate::blocked::print_blocked(&r)?;
         return Ok(());
     }
-    let projections: Vec<_> = ctx.app.views.iter().map(|v| view_projection(v.clone())).collect();
+    let projections = super::projections::<P>(ctx.app);
     let r = build_report(
         &ctx.journal,
         &ctx.store,
@@ -145,15 +145,18 @@ pub(super) async fn workers<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
 /// The stores were migrated when they were opened (created if missing).
 pub(super) async fn migrate<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &JsonArg) -> Result<()> {
     #[derive(Serialize)]
-    struct Migrated<'a> {
+    struct Migrated {
         journal: String,
         projection: String,
-        projections: Vec<&'a str>,
+        projections: Vec<String>,
     }
     let out = Migrated {
         journal: ctx.journal.describe(),
         projection: ctx.store.describe(),
-        projections: ctx.app.views.iter().map(|p| p.name().as_str()).collect(),
+        projections: super::projections::<P>(ctx.app)
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect(),
     };
     if a.json {
         json(&out)

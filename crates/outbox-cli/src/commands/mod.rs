@@ -37,6 +37,19 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
     /// The runtime over the opened databases with the application's
     /// projections (only for the commands that apply events).
     pub(crate) async fn runtime(&self) -> Result<Outbox<J, P>, Error> {
+        // A hand-written projection of another backend cannot run here: the
+        // worker would complete events it never applied.
+        let foreign = self.app.hand_written(P::BACKEND, true);
+        if !foreign.is_empty() {
+            return Err(Error::Config(format!(
+                "{} has hand-written projection(s) {} for another backend than these {} databases; \
+                 it cannot apply them here, so it applies nothing (register a version for {} too)",
+                self.app.name,
+                foreign.join(", "),
+                P::BACKEND,
+                P::BACKEND
+            )));
+        }
         let mut b = Outbox::builder(self.journal.clone(), self.store.clone())
             .config(self.config.clone())
             .event_types(self.app.event_types.clone());
@@ -46,6 +59,9 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         for v in &self.app.views {
             b = b.view_arc(v.clone());
         }
+        for p in P::hand_written(self.app) {
+            b = b.projection(p);
+        }
         for c in &self.app.candidates {
             b = b.candidate_arc(c.clone());
         }
@@ -54,6 +70,16 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         }
         b.build().await
     }
+}
+
+/// The application's projections on backend `P`: its views, then its
+/// hand-written projections for `P`.
+pub(crate) fn projections<P: CliStore>(app: &App) -> Vec<Arc<dyn outbox_core::Projection<P::Tx>>> {
+    app.views
+        .iter()
+        .map(|v| outbox_core::view_projection(v.clone()))
+        .chain(P::hand_written(app))
+        .collect()
 }
 
 /// The runtime configuration for the CLI: the OUTBOX_* variables, with the
@@ -126,6 +152,7 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
     let publishes = sink_replay || (matches!(cli.command, Command::Work(_)) && !app.sinks.is_empty());
     if let Some(name) = applies_events(&cli.command)
         && app.views.is_empty()
+        && app.hand_written("", true).is_empty()
         && !publishes
     {
         return Err(Error::Config(format!(

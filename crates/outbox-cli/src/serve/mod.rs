@@ -26,7 +26,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use outbox_core::{Error, Projection, Seq, SinkSummary, view_projection};
+use outbox_core::{Error, Projection, Seq, SinkSummary};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -81,7 +81,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         app: ctx.app.name().to_owned(),
         journal: ctx.journal.clone(),
         store: ctx.store.clone(),
-        projections: ctx.app.views.iter().map(|v| view_projection(v.clone())).collect(),
+        projections: crate::commands::projections::<P>(ctx.app),
         door: door.clone(),
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
