@@ -70,7 +70,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
     for per_txn in [1u64, 100] {
         let (mut o, mut r) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
-            o.push(append_round(ctx, url, per_txn).await?);
+            o.push(append_round(url, ctx.sizes.events, per_txn).await?);
             r.push(raw::append_round(url, &schema("raw"), ctx.sizes.events, per_txn).await?);
             eprintln!(
                 "   pg {per_txn}/txn round {}: outbox {:.0} ev/s, plain client {:.0} ev/s",
@@ -131,7 +131,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
     lag::run(ctx, url, drain_64, append_100).await
 }
 
-async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
+async fn append_round(url: &str, total: u64, per_txn: u64) -> Result<f64> {
     let schema = schema("outbox");
     let rt = open(
         url,
@@ -143,7 +143,6 @@ async fn append_round(ctx: &Ctx, url: &str, per_txn: u64) -> Result<f64> {
     .await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
     let mut heads = vec![0u64; STREAMS as usize];
-    let total = ctx.sizes.events;
     let t = Instant::now();
     let mut i = 0u64;
     while i < total {
@@ -183,22 +182,13 @@ pub(crate) fn profile_append(mut args: impl Iterator<Item = String>) -> Result<(
         .context("--profile-pg-append needs OUTBOX_TEST_DATABASE_URL")?;
     let mut number = |what: &str| crate::workloads::profile_number(PROFILE_APPEND_FLAG, &mut args, what);
     let (per_txn, rounds) = (number("PER_TXN")?, number("ROUNDS")?);
-    let sizes = crate::Sizes::of(false);
-    let ctx = Ctx {
-        sizes,
-        tmp: crate::fixture::bench_tmp_root()?,
-        rows: Vec::new(),
-        raw_append_100: None,
-        drain_64: None,
-        append_100: None,
-        backlogs: Vec::new(),
-    };
+    let events = crate::Sizes::of(false).events;
     crate::workloads::profile_rounds(rounds, |_tmp, gate| {
-        let (url, ctx) = (url.clone(), &ctx);
+        let url = url.clone();
         async move {
-            let plain = raw::append_round(&url, &schema("raw"), ctx.sizes.events, per_txn).await?;
+            let plain = raw::append_round(&url, &schema("raw"), events, per_txn).await?;
             gate()?;
-            let rate = append_round(ctx, &url, per_txn).await?;
+            let rate = append_round(&url, events, per_txn).await?;
             eprintln!("   plain client {plain:.0} ev/s, ratio {:.2}", rate / plain);
             Ok(rate)
         }

@@ -89,20 +89,33 @@ impl App {
         self
     }
 
-    /// The names of the hand-written projections for `backend` ("sqlite",
-    /// "postgres"), or for every other backend when `other` is set.
-    pub(crate) fn hand_written(&self, backend: &str, other: bool) -> Vec<String> {
+    /// Whether it has hand-written projections for any backend.
+    pub(crate) fn has_hand_written(&self) -> bool {
+        #[cfg(feature = "sqlite")]
+        if !self.sqlite_projections.is_empty() {
+            return true;
+        }
+        #[cfg(feature = "postgres")]
+        if !self.postgres_projections.is_empty() {
+            return true;
+        }
+        false
+    }
+
+    /// The names of the hand-written projections for backends other than
+    /// `backend` ("sqlite", "postgres").
+    pub(crate) fn foreign_hand_written(&self, backend: &str) -> Vec<String> {
         #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(unused_mut))]
         let mut out = Vec::new();
         #[cfg(feature = "sqlite")]
-        if (backend == "sqlite") != other {
+        if backend != "sqlite" {
             out.extend(self.sqlite_projections.iter().map(|p| p.name().to_string()));
         }
         #[cfg(feature = "postgres")]
-        if (backend == "postgres") != other {
+        if backend != "postgres" {
             out.extend(self.postgres_projections.iter().map(|p| p.name().to_string()));
         }
-        let _ = (backend, other);
+        let _ = backend;
         out
     }
 

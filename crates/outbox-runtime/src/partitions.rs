@@ -95,9 +95,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// share of the partitions, and the leases brought to it. Wakes the
     /// worker when partitions were acquired.
     pub(crate) async fn sync_partitions(&self) -> Result<PartitionSync> {
+        let live = self.live_workers().await?;
+        self.sync_among(live).await
+    }
+
+    /// [`sync_partitions`](Self::sync_partitions) with the live workers
+    /// already read.
+    async fn sync_among(&self, live: Vec<WorkerId>) -> Result<PartitionSync> {
         let config = self.config();
         let me = self.worker_id();
-        let live = self.live_workers().await?;
         let wanted = assigned_to(me, &live, self.journal().partitioning().count());
         let sync = self
             .journal()
@@ -142,29 +148,29 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(live)
     }
 
-    /// Whether a worker of this mode joined or left since the last
-    /// synchronisation (a failed read counts as no change: the next beat
-    /// synchronises anyway).
-    pub(crate) async fn membership_changed(&self) -> bool {
-        match self.live_workers().await {
-            Ok(live) => live != self.inner.partitions.members(),
+    /// Between two beats: one registry read, and a synchronisation when a
+    /// worker of this mode joined or left since the last one, or while
+    /// `waiting` (wanted partitions held by others). Returns whether wanted
+    /// partitions are still held by others; a failed read changes nothing
+    /// (the next beat synchronises anyway).
+    pub(crate) async fn watch_partitions(&self, waiting: bool) -> bool {
+        let live = match self.live_workers().await {
+            Ok(live) => live,
             Err(e) => {
                 warn!(error = %e, "reading the worker registry failed; the next heartbeat tries again");
-                false
+                return waiting;
             }
+        };
+        if !waiting && live == self.inner.partitions.members() {
+            return false;
         }
+        still_waiting(self.sync_among(live).await)
     }
 
     /// [`sync_partitions`](Self::sync_partitions), a failure logged; returns
     /// whether wanted partitions are still held by others.
     pub(crate) async fn sync_partitions_or_warn(&self) -> bool {
-        match self.sync_partitions().await {
-            Ok(sync) => !sync.waiting.is_empty(),
-            Err(e) => {
-                warn!(error = %e, "synchronising partition leases failed; the next heartbeat tries again");
-                false
-            }
-        }
+        still_waiting(self.sync_partitions().await)
     }
 
     /// Gives every partition back (at shutdown), so the other workers take
@@ -184,6 +190,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             Err(e) => warn!(error = %e, "releasing partition leases failed; they expire on their own"),
+        }
+    }
+}
+
+/// Whether a synchronisation left wanted partitions with other owners; a
+/// failure is logged and counts as no.
+fn still_waiting(sync: Result<PartitionSync>) -> bool {
+    match sync {
+        Ok(sync) => !sync.waiting.is_empty(),
+        Err(e) => {
+            warn!(error = %e, "synchronising partition leases failed; the next heartbeat tries again");
+            false
         }
     }
 }

@@ -421,11 +421,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     }
                     () = tokio::time::sleep(nap) => {}
                 }
-                if partitioned
-                    && tokio::time::Instant::now() < next_beat
-                    && (waiting || self.membership_changed().await)
-                {
-                    waiting = self.sync_partitions_or_warn().await;
+                if partitioned && tokio::time::Instant::now() < next_beat {
+                    waiting = self.watch_partitions(waiting).await;
                 }
             };
             if stop {

@@ -134,3 +134,97 @@ async fn one_test_runs_on_every_backend_with_equal_digests() {
         assert_eq!(digests.as_ref().unwrap(), &reference, "{backend:?}");
     }
 }
+
+/// A typed event whose payload does not decode is a failure of its own
+/// stream only, on the default settings: the stream beside it applies.
+#[tokio::test]
+async fn an_undecodable_typed_event_fails_its_stream_and_spares_the_bystander() {
+    use outbox_core::typed::{DomainEvent, EventKind, TypedViewProjection, json, typed};
+    use outbox_core::{AppendOptions, AppendRequest, EventJournal, NewEvent, OutboxInspector};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Added {
+        n: u64,
+    }
+    impl DomainEvent for Added {
+        const KINDS: &'static [EventKind] = &[EventKind::apply("added")];
+        fn kind(&self) -> EventKind {
+            Self::KINDS[0]
+        }
+        fn encode(&self) -> Result<Vec<u8>, BoxError> {
+            json::encode(self)
+        }
+        fn decode(_: &str, payload: &[u8]) -> Result<Self, BoxError> {
+            json::decode(payload)
+        }
+    }
+    struct Sum(ProjectionName);
+    #[async_trait]
+    impl TypedViewProjection<Added> for Sum {
+        fn name(&self) -> &ProjectionName {
+            &self.0
+        }
+        async fn apply(&self, view: &mut ViewTx<'_>, event: &Event, value: &Added) -> Result<(), BoxError> {
+            view.update("sums", event.stream.as_str(), |t: &mut u64| *t += value.n)
+                .await?;
+            Ok(())
+        }
+    }
+
+    let outbox = Outbox::builder(
+        outbox_memory::MemoryJournal::new(),
+        outbox_memory::MemoryProjectionStore::new(),
+    )
+    .config(outbox_runtime::Config::apply_worker())
+    .event_types(EventTypeRegistry::of::<Added>().unwrap())
+    .view(typed(Sum(ProjectionName::new("sums").unwrap())))
+    .build()
+    .await
+    .unwrap();
+    // Written around the typed API: a payload that is not an `Added`.
+    let bad = NewEvent::new(
+        outbox_core::EventType::new("added").unwrap(),
+        outbox_core::Intent::Apply,
+        b"{\"n\": \"x\"}".to_vec(),
+    );
+    outbox
+        .journal()
+        .append(
+            &[AppendRequest::new(
+                StreamId::new("bad").unwrap(),
+                ExpectedVersion::NoStream,
+                vec![bad],
+            )],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap();
+    outbox
+        .append_typed(
+            &StreamId::new("good").unwrap(),
+            ExpectedVersion::NoStream,
+            &[Added { n: 5 }],
+        )
+        .await
+        .unwrap();
+    outbox.drain().await.unwrap();
+    let sum: Option<u64> = outbox.views("sums").unwrap().get("sums", "good").await.unwrap();
+    assert_eq!(sum, Some(5), "the bystander stream applied");
+    let none: Option<u64> = outbox.views("sums").unwrap().get("sums", "bad").await.unwrap();
+    assert_eq!(none, None);
+    let left = outbox.journal().summary().await.unwrap();
+    assert_eq!(
+        (left.total(), left.failed),
+        (1, 1),
+        "only the bad row is left, failed: {left:?}"
+    );
+    let row = outbox.journal().list(None, 10).await.unwrap().remove(0);
+    assert_eq!(row.stream.as_str(), "bad");
+    assert!(
+        row.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("does not decode"),
+        "{row:?}"
+    );
+}

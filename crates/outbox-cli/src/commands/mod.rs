@@ -39,7 +39,7 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
     pub(crate) async fn runtime(&self) -> Result<Outbox<J, P>, Error> {
         // A hand-written projection of another backend cannot run here: the
         // worker would complete events it never applied.
-        let foreign = self.app.hand_written(P::BACKEND, true);
+        let foreign = self.app.foreign_hand_written(P::BACKEND);
         if !foreign.is_empty() {
             return Err(Error::Config(format!(
                 "{} has hand-written projection(s) {} for another backend than these {} databases; \
@@ -152,7 +152,7 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
     let publishes = sink_replay || (matches!(cli.command, Command::Work(_)) && !app.sinks.is_empty());
     if let Some(name) = applies_events(&cli.command)
         && app.views.is_empty()
-        && app.hand_written("", true).is_empty()
+        && !app.has_hand_written()
         && !publishes
     {
         return Err(Error::Config(format!(

@@ -104,12 +104,7 @@ pub async fn drain<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>, b
 
 /// Each registered projection's digest, as hex (what `report --json` prints).
 pub async fn digests<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for p in rt.projections() {
-        let d = rt.store().digest(p.as_ref()).await.expect("digest");
-        out.insert(p.name().to_string(), d.to_string());
-    }
-    out
+    outbox_runtime::testing::digests(rt).await.expect("digest")
 }
 
 /// The digests of the sample day applied by the worker on the memory adapter:
