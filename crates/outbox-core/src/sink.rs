@@ -22,6 +22,30 @@ use crate::{
     Timestamp,
 };
 
+/// The prefix of a projection's key among the consumers whose per-stream
+/// state [`SinkStore`] keeps (ADR 0032): `projection:NAME`. A sink's name
+/// may not start with it.
+pub const PROJECTION_CONSUMER_PREFIX: &str = "projection:";
+
+/// The key under which [`SinkStore`] keeps projection `name`'s per-stream
+/// exceptions: the streams on which it failed, is dead-lettered, or fell
+/// behind while the others went on (ADR 0032). `InvalidInput` when the
+/// name is too long to carry the prefix.
+pub fn projection_consumer(name: &crate::ProjectionName) -> Result<SinkName> {
+    SinkName::new(format!("{PROJECTION_CONSUMER_PREFIX}{name}")).map_err(|_| {
+        Error::invalid(format!(
+            "projection name `{name}` is too long: a projection's name is at most {} bytes",
+            crate::MAX_ID_LEN - PROJECTION_CONSUMER_PREFIX.len()
+        ))
+    })
+}
+
+/// The projection whose exceptions `consumer` keys, when it keys one's
+/// ([`projection_consumer`]); `None` for a sink.
+pub fn consumer_projection(consumer: &SinkName) -> Option<&str> {
+    consumer.as_str().strip_prefix(PROJECTION_CONSUMER_PREFIX)
+}
+
 /// The idempotency key of an event's message: `stream:seq`.
 pub fn message_id(event: &Event) -> String {
     format!("{}:{}", event.stream, event.seq)
@@ -149,7 +173,11 @@ impl FromStr for SinkStatus {
     }
 }
 
-/// One (sink, stream)'s checkpoint and failure state.
+/// One (consumer, stream)'s checkpoint and failure state. A sink's is its
+/// delivery checkpoint; a projection's (keyed by [`projection_consumer`])
+/// exists only while the projection is off the shared path on the stream,
+/// and its `seq` is where its exception stands (the projection store's
+/// checkpoint stays the truth).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SinkStream {
     /// The sink.
@@ -254,8 +282,14 @@ pub struct FeedPage {
 ///   deliver) the stream becomes `failed` and due now, its attempt count
 ///   and error kept: if the deliverer stops before the end, the stream is
 ///   still retried from its checkpoint, even when the scan cursors have
-///   passed its events. `to <= from` is `InvalidInput`. The partition of the
-///   stream is recorded with it.
+///   passed its events. `to < from`, or `to == from` with `more`, is
+///   `InvalidInput`; `to == from` without `more` moves nothing and settles
+///   the status by the same rule (a stream found at its end is `ok`). The
+///   partition of the stream is recorded with it.
+/// - `hold_sink(sink, stream, partition, at)` takes a (consumer, stream)
+///   off the shared path: when it has no state or is `ok`, its seq becomes
+///   `at` and it becomes `failed`, due now, attempt count 0, error cleared;
+///   a `failed` or `dead` one is left as it is. Returns the state after.
 /// - `fail_sink(sink, stream, seq, error, policy)` records a failure of
 ///   event `seq`, which must be the one after the stored seq (else
 ///   `InvalidState`, nothing changes): the attempt count grows by one, the
@@ -311,6 +345,15 @@ pub trait SinkStore: Send + Sync {
         more: bool,
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// Takes (`sink`, `stream`) off the shared path at `at`, unless it is already.
+    fn hold_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        at: u64,
+    ) -> impl Future<Output = Result<SinkStream>> + Send;
+
     /// Records a failure to publish `seq`.
     fn fail_sink(
         &self,
@@ -361,9 +404,9 @@ pub trait SinkStore: Send + Sync {
     fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send;
 }
 
-/// `InvalidInput` unless `to > from`.
-pub fn validate_advance(from: u64, to: Seq) -> Result<()> {
-    if to.get() <= from {
+/// `InvalidInput` unless `to > from`, or `to == from` without `more` (a settle).
+pub fn validate_advance(from: u64, to: Seq, more: bool) -> Result<()> {
+    if to.get() < from || (to.get() == from && more) {
         return Err(Error::invalid(format!(
             "a sink checkpoint moves forward: {from} to {to} does not"
         )));

@@ -53,7 +53,7 @@ impl SinkStore for MemoryJournal {
         to: Seq,
         more: bool,
     ) -> Result<bool> {
-        validate_advance(from, to)?;
+        validate_advance(from, to, more)?;
         let now = self.now();
         let mut st = self.lock();
         let key = (sink.clone(), stream.clone());
@@ -101,6 +101,26 @@ impl SinkStore for MemoryJournal {
         };
         st.sinks.streams.insert(key, (partition, state));
         Ok(true)
+    }
+
+    async fn hold_sink(&self, sink: &SinkName, stream: &StreamId, partition: Partition, at: u64) -> Result<SinkStream> {
+        let now = self.now();
+        let mut st = self.lock();
+        let key = (sink.clone(), stream.clone());
+        if let Some((_, state)) = st.sinks.streams.get(&key)
+            && state.status != SinkStatus::Ok
+        {
+            return Ok(state.clone());
+        }
+        let state = SinkStream {
+            seq: at,
+            status: SinkStatus::Failed,
+            next_attempt_at: now,
+            updated_at: now,
+            ..SinkStream::new(sink, stream)
+        };
+        st.sinks.streams.insert(key, (partition, state.clone()));
+        Ok(state)
     }
 
     async fn fail_sink(

@@ -2,6 +2,7 @@
 
 mod clock;
 mod config;
+mod consumers;
 mod deadline;
 mod failpoint;
 mod gaps;

@@ -250,6 +250,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
         let mut names = std::collections::BTreeSet::new();
         for p in &registered {
             validate_generation_base(p.name()).map_err(|e| Error::Config(e.to_string()))?;
+            outbox_core::projection_consumer(p.name()).map_err(|e| Error::Config(e.to_string()))?;
             if !names.insert(p.name().clone()) {
                 return Err(Error::Config(format!(
                     "projection `{}` is registered twice",

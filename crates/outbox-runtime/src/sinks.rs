@@ -97,7 +97,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// The partitions this worker delivers for: those it holds under
     /// partition leasing, every partition otherwise.
-    fn delivery_partitions(&self) -> Vec<Partition> {
+    pub(crate) fn delivery_partitions(&self) -> Vec<Partition> {
         if self.inner.partitions.active() {
             self.inner.partitions.held()
         } else {
@@ -472,6 +472,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 pub(crate) fn check_sink_names(sinks: &[Arc<dyn Sink>]) -> Result<()> {
     let mut names = std::collections::BTreeSet::<&SinkName>::new();
     for s in sinks {
+        if outbox_core::consumer_projection(s.name()).is_some() {
+            return Err(Error::Config(format!(
+                "sink `{}`: names starting with `{}` are the projections' (ADR 0032)",
+                s.name(),
+                outbox_core::PROJECTION_CONSUMER_PREFIX
+            )));
+        }
         if !names.insert(s.name()) {
             return Err(Error::Config(format!("sink `{}` is registered twice", s.name())));
         }

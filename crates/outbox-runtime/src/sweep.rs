@@ -34,9 +34,12 @@ struct Taken {
     lease: Lease,
     rows: Vec<OutboxRow>,
     events: Vec<Event>,
-    /// The event its applier failed on, and the error, once known: the
-    /// run is cut before it.
+    /// The event a projection's applier failed on, and the error, once
+    /// known: the run applied together is cut before it, and the rest of it
+    /// (`rest`) is applied without that projection afterwards (ADR 0032).
     failed: Option<(Seq, Error)>,
+    /// The run from the failed event on.
+    rest: Vec<Event>,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
@@ -324,7 +327,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 return Err(e);
             }
         };
-        if let Err(e) = self.apply_together(kind, &mut together, &mut alone, report).await {
+        if let Err(e) = self.apply_together(kind, &mut together, &mut alone).await {
             if stalled(&e) {
                 // An apply past its deadline ends like a crash: its rows
                 // stay `processing`, for the next claim to isolate (ADR 0029).
@@ -335,18 +338,37 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             return Err(e);
         }
+        // A run cut at a projection's failure: the failure is recorded on
+        // that projection's state for the stream, and the rest of the run
+        // applied without it. If that cannot be done now, the rest's rows
+        // go back to pending for the next claim.
+        let mut abandon = vec![false; together.len()];
+        for (t, abandon) in together.iter_mut().zip(abandon.iter_mut()) {
+            let Some((_, error)) = t.failed.take() else {
+                continue;
+            };
+            let rest = std::mem::take(&mut t.rest);
+            match self.apply_rest_without(&t.lease.stream, &rest, &error, report).await {
+                Ok(()) => t.events.extend(rest),
+                Err(e) => {
+                    warn!(stream = %t.lease.stream, error = %e, "applying a run past a projection's failure was interrupted; its rows are claimed again");
+                    report.storage_errors += 1;
+                    Metrics::add(&inner.metrics.storage_errors, 1);
+                    *abandon = true;
+                }
+            }
+        }
         if kind == WorkerKind::Apply {
             for t in &together {
                 inner.metrics.lag.applied(&t.events);
             }
         }
-        // A run cut at a failure completes what was applied and abandons
-        // the rows behind the failed one.
         let ends: Vec<StreamEnd> = together
             .into_iter()
-            .map(|t| StreamEnd {
+            .zip(abandon)
+            .map(|(t, abandon)| StreamEnd {
                 through: t.events.last().map(|e| e.seq),
-                abandon: t.failed.is_some(),
+                abandon,
                 lease: t.lease,
             })
             .collect();
@@ -413,6 +435,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     rows,
                     events,
                     failed: None,
+                    rest: Vec::new(),
                 }),
                 Err(_) => alone.push((lease, rows)),
             }
@@ -436,23 +459,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// Applies the runs in `together` in one projection transaction (or
-    /// verifies them, as the shadow worker) and records the failures.
+    /// verifies them, as the shadow worker).
     ///
     /// An applier failing on event `k` of a stream cuts that stream's run
     /// before `k` (the events before it go with the others, as the
     /// per-stream path commits them alone) and the transaction is tried
-    /// again; once it commits, the failure is recorded on row `k` and the
-    /// rows behind it are abandoned with the lease. A run that cannot go
-    /// with the others for another reason (its projection is behind, it
-    /// fails the shadow check) moves to `alone`; a permanent error the store
-    /// cannot pin on one stream moves them all. A temporary error is
-    /// returned: nothing was committed.
+    /// again; the caller then records the failure on that projection's
+    /// state for the stream and applies the rest without it (ADR 0032). A
+    /// run that cannot go with the others for another reason (a projection
+    /// is behind on its stream, it fails the shadow check) moves to `alone`,
+    /// whose per-stream path applies it to each projection on its own; a
+    /// permanent error the store cannot pin on one stream moves them all. A
+    /// temporary error is returned: nothing was committed.
     async fn apply_together(
         &self,
         kind: WorkerKind,
         together: &mut Vec<Taken>,
         alone: &mut Vec<(Lease, Vec<OutboxRow>)>,
-        report: &mut TickReport,
     ) -> Result<()> {
         let inner = &self.inner;
         if kind == WorkerKind::Shadow {
@@ -510,6 +533,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         }
                     }
                 }
+                // A projection failing on event `k` of a run: the run is cut
+                // before `k` and the transaction tried again; the rest goes
+                // on without that projection once it commits (ADR 0032).
                 Err(Error::Apply {
                     projection,
                     stream,
@@ -522,7 +548,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     let Some(t) = together.iter_mut().find(|t| t.lease.stream == stream) else {
                         unreachable!("checked by the guard");
                     };
-                    t.events.retain(|e| e.seq < seq);
+                    let at = t.events.iter().position(|e| e.seq >= seq).unwrap_or(t.events.len());
+                    let mut rest = t.events.split_off(at);
+                    rest.append(&mut t.rest);
+                    t.rest = rest;
                     t.failed = Some((
                         seq,
                         Error::Apply {
@@ -538,13 +567,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     alone.extend(together.drain(..).map(|t| (t.lease, t.rows)));
                     break;
                 }
-            }
-        }
-        for t in together.iter_mut() {
-            if let Some((seq, error)) = &t.failed
-                && let Some(row) = t.rows.iter().find(|r| r.seq == *seq)
-            {
-                self.record_failure(&t.lease, row, error, report).await?;
             }
         }
         Ok(())

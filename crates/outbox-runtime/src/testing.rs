@@ -68,17 +68,19 @@ pub fn memory(clock: &Arc<ManualClock>) -> OutboxBuilder<MemoryJournal, MemoryPr
 }
 
 /// Worker passes until one changes nothing ([`Outbox::drain`]); an error
-/// when any row is then left failed, dead or otherwise undone, naming the
-/// first few with their errors, so a test fails with the projection's
-/// message rather than a count.
+/// when any row is then left failed, dead or otherwise undone, or any
+/// projection is left failing on a stream (ADR 0032), naming the first few
+/// with their errors, so a test fails with the projection's message rather
+/// than a count.
 pub async fn drain<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>) -> Result<TickReport> {
     let report = outbox.drain().await?;
     let left = outbox.journal().summary().await?;
-    if left.total() == 0 {
+    let failing = outbox.projection_states(None, 5).await?;
+    if left.total() == 0 && failing.is_empty() {
         return Ok(report);
     }
     let rows = outbox.journal().list(None, 5).await?;
-    let shown: Vec<String> = rows
+    let mut shown: Vec<String> = rows
         .iter()
         .map(|r| {
             format!(
@@ -91,23 +93,74 @@ pub async fn drain<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P
             )
         })
         .collect();
+    shown.extend(failing.iter().map(|s| {
+        format!(
+            "{} on {}/{} {} after {} attempt(s): {}",
+            s.sink,
+            s.stream,
+            s.seq + 1,
+            s.status,
+            s.attempt_count,
+            s.last_error.as_deref().unwrap_or("(behind; not failed yet)")
+        )
+    }));
     Err(Error::InvalidState(format!(
-        "the outbox was not drained: {} row(s) left ({} failed, {} dead); first: {}",
+        "the outbox was not drained: {} row(s) left ({} failed, {} dead), {} projection exception(s); first: {}",
         left.total(),
         left.failed,
         left.dead,
+        failing.len(),
         shown.join("; ")
     )))
 }
 
-/// The dead-lettered rows, oldest first (at most 10,000).
-pub async fn dead_letters<J: JournalBackend, P: ProjectionBackend>(
-    outbox: &Outbox<J, P>,
-) -> Result<Vec<OutboxRow>> {
-    outbox
+/// One dead letter: a projection's on one stream (ADR 0032), or a row's,
+/// which holds its stream back for every projection (an event whose
+/// attempts ended the process, or that the journal could not serve).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The projection it is dead for; `None` for a dead row (every projection).
+    pub projection: Option<String>,
+    /// The stream.
+    pub stream: outbox_core::StreamId,
+    /// The event that failed.
+    pub seq: u64,
+    /// The attempts it had.
+    pub attempt_count: u32,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+}
+
+/// The dead letters: dead rows (oldest first), then each projection's dead
+/// streams (at most 10,000 of each).
+pub async fn dead_letters<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>) -> Result<Vec<DeadLetter>> {
+    let rows: Vec<OutboxRow> = outbox
         .journal()
         .list(Some(OutboxStatus::Dead), outbox_core::MAX_PAGE)
-        .await
+        .await?;
+    let mut out: Vec<DeadLetter> = rows
+        .into_iter()
+        .map(|r| DeadLetter {
+            projection: None,
+            stream: r.stream,
+            seq: r.seq.get(),
+            attempt_count: r.attempt_count,
+            last_error: r.last_error,
+        })
+        .collect();
+    for s in outbox
+        .projection_states(Some(outbox_core::SinkStatus::Dead), outbox_core::MAX_PAGE)
+        .await?
+    {
+        out.push(DeadLetter {
+            projection: outbox_core::consumer_projection(&s.sink).map(str::to_owned),
+            stream: s.stream,
+            seq: s.seq + 1,
+            attempt_count: s.attempt_count,
+            last_error: s.last_error,
+        });
+    }
+    Ok(out)
 }
 
 /// Each registered projection's digest (its rows and checkpoints, as

@@ -47,12 +47,16 @@ pub struct TickReport {
     /// lease: their claimed rows were abandoned and their leases released,
     /// nothing counted against the rows; the pass went on to the next stream.
     pub storage_errors: u64,
+    /// Events applied to a projection on its own exception path: a
+    /// projection that had failed on, or fallen behind on, a stream while
+    /// the others went on, caught up from its checkpoint (ADR 0032).
+    pub caught_up: u64,
 }
 
 impl TickReport {
     /// Whether the pass changed anything (a busy pass is followed at once by another).
     pub fn made_progress(&self) -> bool {
-        self.completed + self.failed + self.dead_lettered > 0
+        self.completed + self.failed + self.dead_lettered + self.caught_up > 0
     }
 
     /// Adds another pass's (or sweep's) counts to these.
@@ -65,6 +69,7 @@ impl TickReport {
         self.failed += other.failed;
         self.dead_lettered += other.dead_lettered;
         self.storage_errors += other.storage_errors;
+        self.caught_up += other.caught_up;
     }
 }
 
@@ -88,7 +93,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else {
             WorkerKind::Apply
         };
-        self.tick_as(kind, &CancellationToken::new()).await
+        self.tick_as(kind, &CancellationToken::new(), true).await
     }
 
     /// Worker passes ([`tick`](Self::tick)) until one changes nothing; what
@@ -117,10 +122,28 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// so a stream whose lease expired mid-pass, such as one stranded by a
     /// dead worker, is next in line once the stream in progress ends its
     /// turn, rather than waiting for the next pass (ADR 0008).
-    pub(crate) async fn tick_as(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
-        if self.inner.config.sweep_rows > 0 || self.inner.partitions.active() {
-            return self.sweep_tick(kind, cancel).await;
+    ///
+    /// With `exceptions`, the pass then catches up the projections that
+    /// left the shared path on some stream (ADR 0032).
+    pub(crate) async fn tick_as(
+        &self,
+        kind: WorkerKind,
+        cancel: &CancellationToken,
+        exceptions: bool,
+    ) -> Result<TickReport> {
+        let mut report = if self.inner.config.sweep_rows > 0 || self.inner.partitions.active() {
+            self.sweep_tick(kind, cancel).await?
+        } else {
+            self.stream_tick(kind, cancel).await?
+        };
+        if exceptions && kind == WorkerKind::Apply && !cancel.is_cancelled() {
+            self.catch_up_consumers(&mut report).await?;
         }
+        Ok(report)
+    }
+
+    /// A pass stream by stream (without sweeps or partitions).
+    async fn stream_tick(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
         let inner = &self.inner;
         let mut report = TickReport::default();
         // Streams this pass has had (or tried): skipped by later reads.
@@ -398,7 +421,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             };
             let result = match kind {
-                WorkerKind::Apply => self.apply_run(stream, &events).await.map(|_| ()),
+                WorkerKind::Apply => self.apply_isolated(stream, &events, report).await.map(|_| ()),
                 WorkerKind::Shadow => self.verify_run(&events),
             };
             match result {
@@ -586,10 +609,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub(crate) async fn work_loop(&self, kind: WorkerKind, cancel: CancellationToken) {
         let inner = &self.inner;
         let mut backoff = inner.config.poll_interval;
+        // The exception path reads every projection's due states (a read
+        // per projection and partition): once per poll interval, and at
+        // once again while it finds work, not on every busy pass.
+        let mut exceptions_at: Option<Instant> = None;
+        let mut exceptions_busy = false;
         while !cancel.is_cancelled() {
-            let busy = match self.tick_as(kind, &cancel).await {
+            let exceptions = exceptions_busy
+                || exceptions_at.is_none_or(|at| at.elapsed() >= inner.config.poll_interval);
+            if exceptions {
+                exceptions_at = Some(Instant::now());
+            }
+            let busy = match self.tick_as(kind, &cancel, exceptions).await {
                 Ok(r) => {
                     backoff = inner.config.poll_interval;
+                    if exceptions {
+                        exceptions_busy = r.caught_up + r.failed + r.dead_lettered > 0;
+                    }
                     r.made_progress()
                 }
                 Err(e) => {

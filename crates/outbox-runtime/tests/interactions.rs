@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_core::{
     BoxError, DigestBuilder, Event, EventTypeRegistry, ExpectedVersion, ManualClock, OutboxInspector,
-    OutboxStatus, Projection, ProjectionName, RetryPolicy, Seq, async_trait,
+    Projection, ProjectionName, RetryPolicy, SinkStatus, SinkStore, async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox};
@@ -59,8 +59,9 @@ fn quick_retries() -> Config {
 }
 
 /// A batch [1, 2, 3] whose event 2 fails once: the whole batch rolls back,
-/// event 1 is committed alone, event 2's row records the failure (3 stays
-/// blocked), and the retry applies 2 and then 3. Each committed event is
+/// event 1 is committed alone, the projection's failure at 2 is recorded on
+/// its own state for the stream (ADR 0032) and every row is done; after the
+/// backoff its exception path applies 2 and then 3. Each committed event is
 /// applied exactly once; the rolled-back attempt at 1 is the only repeat.
 #[tokio::test(start_paused = true)]
 async fn a_failing_event_is_isolated_and_its_predecessors_commit() {
@@ -71,6 +72,12 @@ async fn a_failing_event_is_isolated_and_its_predecessors_commit() {
 #[tokio::test(start_paused = true)]
 async fn a_failing_event_is_isolated_by_the_per_stream_pass_too() {
     failing_event_is_isolated(0).await;
+}
+
+/// The consumer state of the mock projection on `s`.
+async fn state(rt: &Outbox<MemoryJournal, MemoryProjectionStore>, s: &str) -> outbox_core::SinkStream {
+    let key = outbox_core::projection_consumer(&ProjectionName::new("mock").unwrap()).unwrap();
+    rt.journal().sink_states(&key, &[sid(s)]).await.unwrap().remove(0)
 }
 
 async fn failing_event_is_isolated(sweep_rows: usize) {
@@ -91,55 +98,58 @@ async fn failing_event_is_isolated(sweep_rows: usize) {
 
     let first = rt.tick().await.unwrap();
     assert_eq!(
-        (first.completed, first.failed),
-        (1, 1),
-        "event 1 committed, event 2 failed"
+        (first.completed, first.failed, first.caught_up),
+        (3, 1, 0),
+        "every row done, the projection's failure at 2 recorded"
     );
-    let row = rt.journal().row(&s, Seq::new(2).unwrap()).await.unwrap().unwrap();
-    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Failed, 1));
-    let blocked = rt.journal().row(&s, Seq::new(3).unwrap()).await.unwrap().unwrap();
+    let held = state(&rt, "s").await;
     assert_eq!(
-        blocked.status,
-        OutboxStatus::Pending,
-        "3 waits behind the failed head"
+        (held.seq, held.status, held.attempt_count),
+        (1, SinkStatus::Failed, 1),
+        "the projection stands at 1, failing on 2"
     );
+    assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
 
     clock.advance(Duration::from_millis(1)); // the backoff has passed
 
     let second = rt.tick().await.unwrap();
-    assert_eq!(second.completed, 2);
-    assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
+    assert_eq!((second.caught_up, second.failed), (2, 0));
+    let ok = state(&rt, "s").await;
+    assert_eq!((ok.seq, ok.status), (3, SinkStatus::Ok), "caught up: {ok:?}");
     // Dropping the runtime drops the mock, which verifies every expectation.
 }
 
 /// The applier fails on 2, and then, while the events before 2 are
-/// re-applied alone, on 1: the failure is recorded on row 1 (now the head),
-/// not lost and not charged to 2.
+/// re-applied alone, on 1: the failure is charged to 1, where the
+/// projection now stands, not lost and not charged to 2.
 #[tokio::test(start_paused = true)]
-async fn a_failure_while_committing_the_prefix_is_recorded_on_its_own_row() {
+async fn a_failure_while_committing_the_prefix_is_charged_to_its_own_event() {
     let mut p = MockProj::new();
     p.expect_name().return_const(ProjectionName::new("mock").unwrap());
     let mut seq = mockall::Sequence::new();
     expect_apply(&mut p, &mut seq, 1, true);
     expect_apply(&mut p, &mut seq, 2, false);
-    expect_apply(&mut p, &mut seq, 1, false); // the prefix fails too
+    expect_apply(&mut p, &mut seq, 1, false); // the prefix fails too: charged to 1
 
     let clock = ManualClock::default();
-    let rt = runtime(p, &clock, Config::apply_worker().with_repair_on_start(false)).await;
+    let rt = runtime(
+        p,
+        &clock,
+        Config::apply_worker().with_repair_on_start(false).with_sweep_rows(0),
+    )
+    .await;
     let s = sid("s");
     let events = (0..3).map(|_| rt.event("e", vec![]).unwrap()).collect();
     rt.append(&s, ExpectedVersion::NoStream, events).await.unwrap();
 
     let tick = rt.tick().await.unwrap();
-    assert_eq!((tick.completed, tick.failed, tick.storage_errors), (0, 1, 0));
-    let one = rt.journal().row(&s, Seq::new(1).unwrap()).await.unwrap().unwrap();
+    assert_eq!((tick.completed, tick.failed, tick.storage_errors), (3, 1, 0));
+    let held = state(&rt, "s").await;
     assert_eq!(
-        (one.status, one.attempt_count),
-        (OutboxStatus::Failed, 1),
-        "charged to the new head"
+        (held.seq, held.status, held.attempt_count),
+        (0, SinkStatus::Failed, 1),
+        "charged to 1, where the projection now fails"
     );
-    let two = rt.journal().row(&s, Seq::new(2).unwrap()).await.unwrap().unwrap();
-    assert_eq!((two.status, two.attempt_count), (OutboxStatus::Pending, 0));
 }
 
 fn expect_on(p: &mut MockProj, seq: &mut mockall::Sequence, stream: &'static str, n: u64, ok: bool) {
@@ -153,10 +163,11 @@ fn expect_on(p: &mut MockProj, seq: &mut mockall::Sequence, stream: &'static str
 /// A sweep over streams a, b, c (one projection transaction) whose b fails
 /// at its event 2: the transaction rolls back and is applied again with b's
 /// run cut before 2, so a's run, b's event 1 and c's run commit together
-/// (each applied once more than it commits, as the per-stream path's batch
-/// attempt would be); the failure is recorded on b's row 2, row 3 waits
-/// behind it, and no stream is left claimed or leased. After the backoff b
-/// goes on from 2.
+/// (each applied once more than it commits); the projection's failure at 2
+/// is recorded on its state for b and the rest of b's run goes to the other
+/// projections (none here) (ADR 0032). Every row is done and no stream is
+/// left claimed or leased. After the backoff the projection goes on from 2
+/// on b.
 #[tokio::test(start_paused = true)]
 async fn a_failing_event_in_a_sweep_is_pinned_on_its_stream_and_the_others_commit_together() {
     let mut p = MockProj::new();
@@ -173,7 +184,7 @@ async fn a_failing_event_in_a_sweep_is_pinned_on_its_stream_and_the_others_commi
     expect_on(&mut p, &mut seq, "b", 1, true);
     expect_on(&mut p, &mut seq, "c", 1, true);
     expect_on(&mut p, &mut seq, "c", 2, true);
-    // After the backoff.
+    // After the backoff, the projection's own catch-up on b.
     expect_on(&mut p, &mut seq, "b", 2, true);
     expect_on(&mut p, &mut seq, "b", 3, true);
 
@@ -189,27 +200,16 @@ async fn a_failing_event_in_a_sweep_is_pinned_on_its_stream_and_the_others_commi
     let first = rt.tick().await.unwrap();
     assert_eq!(
         (first.leased, first.completed, first.failed),
-        (3, 5, 1),
-        "three streams in the sweep; a's 2, b's 1 and c's 2 committed; b's 2 failed"
+        (3, 7, 1),
+        "three streams in the sweep; every row done; the projection's failure on b's 2 recorded"
     );
-    let row = |s: &'static str, n: u64| {
-        let j = rt.journal().clone();
-        async move { j.row(&sid(s), Seq::new(n).unwrap()).await.unwrap() }
-    };
-    let failed = row("b", 2).await.expect("b's row 2 is kept");
-    assert_eq!((failed.status, failed.attempt_count), (OutboxStatus::Failed, 1));
+    let failed = state(&rt, "b").await;
+    assert_eq!(
+        (failed.seq, failed.status, failed.attempt_count),
+        (1, SinkStatus::Failed, 1)
+    );
     assert!(failed.last_error.unwrap().contains("boom"));
-    let behind = row("b", 3).await.expect("b's row 3 is kept");
-    assert_eq!(
-        (behind.status, behind.attempt_count),
-        (OutboxStatus::Pending, 0),
-        "3 was claimed with the sweep and abandoned behind the failure"
-    );
-    assert_eq!(
-        rt.journal().summary().await.unwrap().total(),
-        2,
-        "only b's 2 and 3 remain"
-    );
+    assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
     for s in ["a", "b", "c"] {
         let lease = rt.journal().lease(&sid(s)).await.unwrap();
         assert!(lease.is_none(), "{s} is still leased: {lease:?}");
@@ -217,7 +217,7 @@ async fn a_failing_event_in_a_sweep_is_pinned_on_its_stream_and_the_others_commi
 
     clock.advance(Duration::from_millis(1)); // the backoff has passed
     let second = rt.tick().await.unwrap();
-    assert_eq!((second.completed, second.failed), (2, 0));
-    assert_eq!(rt.journal().summary().await.unwrap().total(), 0);
+    assert_eq!((second.caught_up, second.failed), (2, 0));
+    assert_eq!(state(&rt, "b").await.status, SinkStatus::Ok);
     // Dropping the runtime drops the mock, which verifies every expectation.
 }

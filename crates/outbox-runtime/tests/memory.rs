@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, DeadLetters, EventJournal,
-    ExpectedVersion, LeaseStore, Mode, ModeFlags, OutboxInspector, OutboxQueue, OutboxStatus, Projection,
-    ProjectionStore, RetryPolicy, Seq, StreamId, WorkerRegistry,
+    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, EventJournal,
+    ExpectedVersion, LeaseStore, Mode, ModeFlags, OutboxInspector, OutboxQueue, Projection,
+    ProjectionStore, RetryPolicy, Seq, SinkStatus, SinkStore, StreamId, WorkerRegistry,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
@@ -61,14 +61,36 @@ fn worker_config() -> Config {
     Config::apply_worker().with_poll_interval(Duration::from_millis(200))
 }
 
+/// Until every row is done and no projection is off the shared path.
 async fn wait_until_drained(rt: &Rt) {
     for _ in 0..10_000 {
-        if rt.journal().summary().await.unwrap().total() == 0 {
+        if rt.journal().summary().await.unwrap().total() == 0
+            && rt.projection_states(None, 1).await.unwrap().is_empty()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("outbox not drained: {:?}", rt.journal().summary().await.unwrap());
+    panic!(
+        "outbox not drained: {:?}, projections off the shared path: {:?}",
+        rt.journal().summary().await.unwrap(),
+        rt.projection_states(None, 10).await.unwrap()
+    );
+}
+
+/// The oracle projection's consumer state on `stream` (ADR 0032).
+async fn oracle_state(rt: &Rt, stream: &StreamId) -> outbox_core::SinkStream {
+    consumer_state(rt, ORACLE, stream).await
+}
+
+/// Projection `name`'s consumer state on `stream` (ADR 0032).
+async fn consumer_state(rt: &Rt, name: &str, stream: &StreamId) -> outbox_core::SinkStream {
+    let key = outbox_core::projection_consumer(&outbox_core::ProjectionName::new(name).unwrap()).unwrap();
+    rt.journal()
+        .sink_states(&key, std::slice::from_ref(stream))
+        .await
+        .unwrap()
+        .remove(0)
 }
 
 async fn state(e: &Env) -> outbox_testkit::OracleState {
@@ -173,42 +195,31 @@ async fn retries_follow_the_backoff_schedule_and_dead_letter_at_the_threshold() 
     let mut delays = Vec::new();
     for _ in 0..100_000 {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let row = rt
-            .journal()
-            .row(&poison, Seq::FIRST)
-            .await
-            .unwrap()
-            .expect("head row stays");
-        if row.attempt_count > seen {
-            seen = row.attempt_count;
-            if row.status == OutboxStatus::Failed {
-                delays.push(row.next_attempt_at.duration_since(row.updated_at));
+        let held = oracle_state(&rt, &poison).await;
+        if held.attempt_count > seen {
+            seen = held.attempt_count;
+            if held.status == SinkStatus::Failed {
+                delays.push(held.next_attempt_at.duration_since(held.updated_at));
             }
         }
-        if row.status == OutboxStatus::Dead {
+        if held.status == SinkStatus::Dead {
             break;
         }
     }
     running.shutdown().await;
     let want: Vec<Duration> = (1..8).map(|n| policy.delay(n)).collect();
     assert_eq!(delays, want, "one retry per failure, 1s doubling");
-    let row = rt.journal().row(&poison, Seq::FIRST).await.unwrap().unwrap();
+    let held = oracle_state(&rt, &poison).await;
     assert_eq!(
-        (row.status, row.attempt_count),
-        (OutboxStatus::Dead, 8),
-        "dead after exactly 8 failures"
+        (held.status, held.attempt_count, held.seq),
+        (SinkStatus::Dead, 8, 0),
+        "dead after exactly 8 failures, on the stream's first event"
     );
-    assert!(row.last_error.unwrap().contains("injected failure"));
-    let second = rt
-        .journal()
-        .row(&poison, Seq::new(2).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
+    assert!(held.last_error.unwrap().contains("injected failure"));
     assert_eq!(
-        second.status,
-        OutboxStatus::Pending,
-        "rows behind a dead head stay blocked"
+        rt.journal().summary().await.unwrap().total(),
+        0,
+        "the rows are done: the projection's later events wait on its own state"
     );
     let m = rt.metrics();
     assert_eq!((m.failed, m.dead_lettered), (7, 1));
@@ -360,19 +371,19 @@ async fn poison_blocks_only_its_stream_and_requeue_applies_it_exactly_once() {
     let mut dead_seen = false;
     for _ in 0..10_000 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if rt.journal().summary().await.unwrap().dead == 1 {
+        if oracle_state(&rt, &a).await.status == SinkStatus::Dead {
             dead_seen = true;
             break;
         }
     }
     assert!(
         dead_seen,
-        "the poisoned row never died: {:?}",
-        rt.journal().summary().await.unwrap()
+        "the poisoned event never died: {:?}",
+        oracle_state(&rt, &a).await
     );
-    let dead = rt.journal().list(Some(OutboxStatus::Dead), 10).await.unwrap();
+    let dead = rt.projection_states(Some(SinkStatus::Dead), 10).await.unwrap();
     assert_eq!(
-        (dead[0].stream.as_str(), dead[0].seq.get(), dead[0].attempt_count),
+        (dead[0].stream.as_str(), dead[0].seq + 1, dead[0].attempt_count),
         ("a", 2, 3)
     );
     check_history(
@@ -383,7 +394,9 @@ async fn poison_blocks_only_its_stream_and_requeue_applies_it_exactly_once() {
     .expect("a stops before its dead seq; b is unaffected");
 
     e.faults.clear(); // the fix is deployed
-    rt.journal().requeue(&a, Seq::new(2).unwrap()).await.unwrap();
+    rt.requeue_projection(&outbox_core::ProjectionName::new(ORACLE).unwrap(), &a)
+        .await
+        .unwrap();
     wait_until_drained(&rt).await;
     running.shutdown().await;
     check_history(
@@ -785,7 +798,7 @@ async fn runtime_panicking_on(e: &Env, config: Config, poison: &StreamId) -> Rt 
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_threshold() {
+async fn a_panicking_applier_is_a_failure_of_its_projection_and_dead_letters_at_the_threshold() {
     let e = env();
     let poison = sid("poison");
     let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(4), 3).unwrap();
@@ -798,9 +811,9 @@ async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_thr
             .expect("a panic is a failure of the row, not of the pass");
         tokio::time::advance(Duration::from_secs(5)).await;
     }
-    let row = rt.journal().row(&poison, Seq::FIRST).await.unwrap().unwrap();
-    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Dead, 3));
-    let error = row.last_error.unwrap();
+    let held = consumer_state(&rt, "panicky", &poison).await;
+    assert_eq!((held.status, held.attempt_count), (SinkStatus::Dead, 3));
+    let error = held.last_error.unwrap();
     assert!(
         error.contains("panicked") && error.contains("applier bug on poison"),
         "{error}"
@@ -809,10 +822,11 @@ async fn a_panicking_applier_is_a_failure_of_its_row_and_dead_letters_at_the_thr
     assert_eq!((m.failed, m.dead_lettered), (2, 1));
     check_history(
         &state(&e).await,
-        &expect(&[("healthy", 2, 11), ("poison", 0, 0)]),
+        &expect(&[("healthy", 2, 11), ("poison", 2, 3)]),
         &BTreeMap::new(),
     )
-    .expect("the healthy stream flowed");
+    .expect("the healthy stream flowed, and the projection beside the panicking one applied poison");
+    assert_eq!(oracle_state(&rt, &poison).await.status, SinkStatus::Ok);
 }
 
 /// A wake source whose first wait panics (a bug outside any applier).
@@ -1138,8 +1152,7 @@ async fn producer_only_is_reached_from_the_environment() {
 }
 
 /// `drain` applies everything due and returns, also when a projection
-/// fails: the failed row's retry is not waited for (a loop on
-/// `summary().total() == 0` would never end here).
+/// fails: the projection's retry on the stream is not waited for.
 #[tokio::test(start_paused = true)]
 async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
     let e = env();
@@ -1149,16 +1162,20 @@ async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
     append_values(&rt, &sid("b"), &[4]).await;
     append_values(&rt, &poison, &[5, 6]).await;
     let report = rt.drain().await.unwrap();
-    assert_eq!(report.completed, 4, "{report:?}");
-    assert_eq!(report.failed, 1, "the poison head failed once: {report:?}");
+    assert_eq!(report.completed, 6, "{report:?}");
+    assert_eq!(report.failed, 1, "the projection failed once on poison: {report:?}");
     let summary = rt.journal().summary().await.unwrap();
-    assert_eq!((summary.failed, summary.pending), (1, 1), "{summary:?}");
+    assert_eq!(summary.total(), 0, "{summary:?}");
+    assert_eq!(
+        consumer_state(&rt, "panicky", &poison).await.status,
+        SinkStatus::Failed
+    );
     check_history(
         &state(&e).await,
-        &expect(&[("a", 3, 6), ("b", 1, 4), ("poison", 0, 0)]),
+        &expect(&[("a", 3, 6), ("b", 1, 4), ("poison", 2, 11)]),
         &BTreeMap::new(),
     )
-    .expect("the healthy streams are applied");
+    .expect("the healthy streams are applied, and poison for the projection beside the panicking one");
     // Nothing is due until the retry: a second drain does nothing.
     assert!(!rt.drain().await.unwrap().made_progress());
 }

@@ -78,8 +78,13 @@ async fn drain_names_the_failing_row_and_its_error_then_retries_dead_letter_it()
     let dead = testing::dead_letters(&outbox).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(
-        (dead[0].stream.as_str(), dead[0].attempt_count),
-        ("bad", testing::DEAD_LETTER_AFTER)
+        (
+            dead[0].projection.as_deref(),
+            dead[0].stream.as_str(),
+            dead[0].seq,
+            dead[0].attempt_count
+        ),
+        (Some("counts"), "bad", 1, testing::DEAD_LETTER_AFTER)
     );
     let n: Option<u64> = outbox
         .views("counts")
@@ -135,10 +140,12 @@ async fn one_test_runs_on_every_backend_with_equal_digests() {
     }
 }
 
-/// A typed event whose payload does not decode is a failure of its own
-/// stream only, on the default settings: the stream beside it applies.
+/// A typed event whose payload does not decode is a failure of the typed
+/// projection on its own stream only, on the default settings: the
+/// projection beside it applies the event, and the stream beside it
+/// applies for both (ADR 0032).
 #[tokio::test]
-async fn an_undecodable_typed_event_fails_its_stream_and_spares_the_bystander() {
+async fn an_undecodable_typed_event_fails_its_consumer_and_spares_the_bystanders() {
     use outbox_core::typed::{DomainEvent, EventKind, TypedViewProjection, json, typed};
     use outbox_core::{AppendOptions, AppendRequest, EventJournal, NewEvent, OutboxInspector};
 
@@ -178,6 +185,7 @@ async fn an_undecodable_typed_event_fails_its_stream_and_spares_the_bystander() 
     .config(outbox_runtime::Config::apply_worker())
     .event_types(EventTypeRegistry::of::<Added>().unwrap())
     .view(typed(Sum(ProjectionName::new("sums").unwrap())))
+    .view(counts())
     .build()
     .await
     .unwrap();
@@ -212,19 +220,29 @@ async fn an_undecodable_typed_event_fails_its_stream_and_spares_the_bystander() 
     assert_eq!(sum, Some(5), "the bystander stream applied");
     let none: Option<u64> = outbox.views("sums").unwrap().get("sums", "bad").await.unwrap();
     assert_eq!(none, None);
+    let counted: Option<u64> = outbox
+        .views("counts")
+        .unwrap()
+        .get("counts", "bad")
+        .await
+        .unwrap();
+    assert_eq!(counted, Some(1), "the other projection applied the bad stream's event");
     let left = outbox.journal().summary().await.unwrap();
+    assert_eq!(left.total(), 0, "every row is done: {left:?}");
+    let failing = outbox.projection_states(None, 10).await.unwrap();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    let state = &failing[0];
     assert_eq!(
-        (left.total(), left.failed),
-        (1, 1),
-        "only the bad row is left, failed: {left:?}"
+        (
+            state.sink.as_str(),
+            state.stream.as_str(),
+            state.seq,
+            state.status
+        ),
+        ("projection:sums", "bad", 0, outbox_core::SinkStatus::Failed)
     );
-    let row = outbox.journal().list(None, 10).await.unwrap().remove(0);
-    assert_eq!(row.stream.as_str(), "bad");
     assert!(
-        row.last_error
-            .as_deref()
-            .unwrap_or("")
-            .contains("does not decode"),
-        "{row:?}"
+        state.last_error.as_deref().unwrap_or("").contains("does not decode"),
+        "{state:?}"
     );
 }

@@ -83,7 +83,7 @@ pub async fn advance_sink(
     to: Seq,
     more: bool,
 ) -> Result<bool> {
-    validate_advance(from, to)?;
+    validate_advance(from, to, more)?;
     let what = "advancing a sink checkpoint";
     let d = db.dialect();
     let args = [
@@ -151,6 +151,56 @@ pub async fn advance_sink(
     };
     tx.commit(what).await?;
     Ok(n > 0)
+}
+
+/// [`SinkStore::hold_sink`](outbox_core::SinkStore::hold_sink): an upsert
+/// that changes only an `ok` state, and the state read back, in one
+/// transaction.
+pub async fn hold_sink(
+    db: &(impl Database + ?Sized),
+    sink: &SinkName,
+    stream: &StreamId,
+    partition: Partition,
+    at: u64,
+) -> Result<SinkStream> {
+    let what = "holding a consumer's stream";
+    let d = db.dialect();
+    let keys = [Arg::Text(sink.as_str()), Arg::Text(stream.as_str())];
+    let mut tx = db.begin().await?;
+    tx.execute(
+        what,
+        &d.sql(
+            "INSERT INTO outbox_sink_streams (sink, stream, partition_no, seq, status, attempt_count, \
+             next_attempt_at, last_error, updated_at) VALUES ($1, $2, $3, $4, 'failed', 0, {now}, NULL, {now}) \
+             ON CONFLICT (sink, stream) DO UPDATE SET seq = excluded.seq, status = 'failed', attempt_count = 0, \
+             next_attempt_at = excluded.next_attempt_at, last_error = NULL, updated_at = excluded.updated_at, \
+             partition_no = excluded.partition_no WHERE outbox_sink_streams.status = 'ok'",
+        ),
+        &[
+            keys[0],
+            keys[1],
+            Arg::Int(i64::from(partition.get())),
+            Arg::Int(int(at)),
+        ],
+    )
+    .await?;
+    let row = tx
+        .fetch_optional(
+            what,
+            &d.sql(&format!(
+                "SELECT {COLUMNS} FROM outbox_sink_streams WHERE sink = $1 AND stream = $2"
+            )),
+            &keys,
+        )
+        .await?
+        .ok_or_else(|| Error::Storage {
+            message: "holding a consumer's stream left no state".into(),
+            temporary: false,
+            source: None,
+        })?;
+    let state = decode(&row)?;
+    tx.commit(what).await?;
+    Ok(state)
 }
 
 /// [`SinkStore::fail_sink`](outbox_core::SinkStore::fail_sink): the state
@@ -565,6 +615,16 @@ macro_rules! impl_sink_store {
                 more: bool,
             ) -> ::outbox_core::Result<bool> {
                 $crate::sinks::advance_sink(&*self.$db, sink, stream, partition, from, to, more).await
+            }
+
+            async fn hold_sink(
+                &self,
+                sink: &::outbox_core::SinkName,
+                stream: &::outbox_core::StreamId,
+                partition: ::outbox_core::Partition,
+                at: u64,
+            ) -> ::outbox_core::Result<::outbox_core::SinkStream> {
+                $crate::sinks::hold_sink(&*self.$db, sink, stream, partition, at).await
             }
 
             async fn fail_sink(

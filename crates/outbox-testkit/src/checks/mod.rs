@@ -136,6 +136,7 @@ macro_rules! for_each_check {
             list_filters_orders_and_limits,
             row_returns_none_when_missing,
             sink_checkpoint_advances_by_compare_and_set,
+            hold_sink_marks_only_an_ok_stream,
             sink_failures_back_off_dead_letter_and_requeue,
             sink_cursors_advance_by_compare_and_set,
             advance_sink_with_more_keeps_the_stream_due,

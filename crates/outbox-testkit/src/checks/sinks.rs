@@ -49,8 +49,17 @@ pub async fn sink_checkpoint_advances_by_compare_and_set<H: Harness>(h: &H) {
         "stale from"
     );
     assert!(j.advance_sink(&bus, &a, pa, 3, seq(5), false).await.unwrap());
-    let err = j.advance_sink(&bus, &a, pa, 5, seq(5), false).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    for (from, to, more) in [(5, 4, false), (5, 5, true)] {
+        let err = j.advance_sink(&bus, &a, pa, from, seq(to), more).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput(_)),
+            "a move from {from} to {to} (more: {more}) is refused: {err:?}"
+        );
+    }
+    assert!(
+        j.advance_sink(&bus, &a, pa, 5, seq(5), false).await.unwrap(),
+        "a settle (to == from, no more) of the stored seq succeeds"
+    );
     assert_eq!(
         j.sink_states(&bus, std::slice::from_ref(&a)).await.unwrap()[0].seq,
         5
@@ -59,6 +68,53 @@ pub async fn sink_checkpoint_advances_by_compare_and_set<H: Harness>(h: &H) {
         j.sink_states(&other, std::slice::from_ref(&a)).await.unwrap()[0].seq,
         0,
         "checkpoints are per sink"
+    );
+}
+
+/// `hold_sink` takes an `ok` or unknown (consumer, stream) off the shared
+/// path (failed, due now, at the seq given, attempts cleared) and leaves a
+/// failed or dead one as it is; a settle at the stream's version makes it
+/// `ok` again.
+pub async fn hold_sink_marks_only_an_ok_stream<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let key = sink("projection:p");
+    let s = sid("held");
+    let p = partition_of(j, &s);
+    append(j, &s, adds(&[1, 2, 3])).await;
+    let held = j.hold_sink(&key, &s, p, 1).await.unwrap();
+    assert_eq!(
+        (held.seq, held.status, held.attempt_count),
+        (1, SinkStatus::Failed, 0),
+        "an unknown stream is held at the seq given"
+    );
+    let due = j.due_sink_streams(&key, &[p], 10).await.unwrap();
+    assert_eq!(due.len(), 1, "a held stream is due at once: {due:?}");
+    let policy = RetryPolicy::new(Duration::from_secs(10), Duration::from_secs(60), 3).unwrap();
+    j.fail_sink(&key, &s, p, seq(2), "boom", &policy).await.unwrap();
+    let again = j.hold_sink(&key, &s, p, 0).await.unwrap();
+    assert_eq!(
+        (again.seq, again.status, again.attempt_count),
+        (1, SinkStatus::Failed, 1),
+        "a failed stream is left as it is"
+    );
+    assert!(j.advance_sink(&key, &s, p, 1, seq(3), false).await.unwrap());
+    let ok = state_of(j, &key, &s).await;
+    assert_eq!(ok.status, SinkStatus::Ok, "at the stream's version it is ok: {ok:?}");
+    let rehold = j.hold_sink(&key, &s, p, 2).await.unwrap();
+    assert_eq!(
+        (rehold.seq, rehold.status, rehold.attempt_count, rehold.last_error),
+        (2, SinkStatus::Failed, 0, None),
+        "an ok stream is held anew"
+    );
+    assert!(
+        j.advance_sink(&key, &s, p, 2, seq(2), false).await.unwrap(),
+        "a settle short of the version succeeds"
+    );
+    assert_eq!(
+        state_of(j, &key, &s).await.status,
+        SinkStatus::Failed,
+        "but leaves it due: the stream has more"
     );
 }
 

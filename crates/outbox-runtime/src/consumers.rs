@@ -1,0 +1,434 @@
+//! Every projection on its own (ADR 0032): the shared path applies a
+//! stream's run to the projections that are current on it, and a projection
+//! that fails on an event, or is found behind, leaves the shared path on
+//! that stream alone. Its exception is kept per (projection, stream) in the
+//! journal's consumer states ([`SinkStore`](outbox_core::SinkStore), under
+//! [`projection_consumer`]), the same records and retry rules a sink's
+//! failed stream has, and the exception path below catches it up from its
+//! own checkpoint: retried with backoff, dead-lettered at the threshold,
+//! requeued per (projection, stream). The other projections of the stream
+//! go on applying its later events, exactly once, in order.
+//!
+//! The projection store's checkpoint stays the truth: a consumer state only
+//! says "this projection needs the exception path on this stream". A run's
+//! rows are completed only after every projection that did not apply it
+//! has such a state (failed, dead or found behind), so no event is left
+//! without someone to apply it; and a state becomes `ok` only when the
+//! projection reached the stream's version, compared under the stream's
+//! lock (the rule sinks follow), so an event appended meanwhile keeps it due.
+
+use std::sync::Arc;
+
+use outbox_core::{
+    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, Projection, ProjectionName, Result, Seq, SinkName,
+    SinkStatus, SinkStream, StreamId, projection_consumer,
+};
+use tracing::{debug, warn};
+
+use crate::deadline::Within;
+use crate::metrics::Metrics;
+use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
+use crate::worker::TickReport;
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// Applies the contiguous run `events` of `stream` to every projection
+    /// that is current on the stream, each on its own: a projection found
+    /// behind, or failing on an event, is taken off the shared path on this
+    /// stream (its consumer state records why) and the run is applied to
+    /// the others. Events before a failure are applied to every projection
+    /// first, so the failing one stops right before its event. Returns the
+    /// counts of what was committed; an error is the store's (nothing about
+    /// it is the run's fault), and leaves the rows to the next claim.
+    pub(crate) async fn apply_isolated(
+        &self,
+        stream: &StreamId,
+        events: &[Event],
+        report: &mut TickReport,
+    ) -> Result<ApplyReport> {
+        self.apply_isolated_without(stream, events, None, report).await
+    }
+
+    /// Records the applier failure `error` (an [`Error::Apply`] on the
+    /// first event of `rest`) on its projection's state for `stream`, and
+    /// applies `rest` to the other projections, each on its own.
+    pub(crate) async fn apply_rest_without(
+        &self,
+        stream: &StreamId,
+        rest: &[Event],
+        error: &Error,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let (Error::Apply { projection, .. }, Some(first)) = (error, rest.first()) else {
+            return Err(Error::InvalidState(format!("not an applier's failure on a run: {error}")));
+        };
+        let name = ProjectionName::new(projection.as_str())?;
+        let key = projection_consumer(&name)?;
+        self.record_consumer_failure(&key, stream, first.seq, &error.to_string(), report)
+            .await?;
+        self.apply_isolated_without(stream, rest, Some(&name), report).await?;
+        Ok(())
+    }
+
+    /// [`apply_isolated`](Self::apply_isolated) without projection `without`.
+    async fn apply_isolated_without(
+        &self,
+        stream: &StreamId,
+        events: &[Event],
+        without: Option<&ProjectionName>,
+        report: &mut TickReport,
+    ) -> Result<ApplyReport> {
+        let inner = &self.inner;
+        let mut included: Vec<Arc<dyn Projection<P::Tx>>> = inner.projections.clone();
+        included.retain(|p| Some(p.name()) != without);
+        let mut total = ApplyReport::default();
+        // `events[..done]` is committed for `included`; `events[done..end]` is tried next.
+        let (mut done, mut end) = (0, events.len());
+        // A failure met past the start of a try: recorded once the events
+        // before it are committed.
+        let mut pending: Option<(usize, Error)> = None;
+        while done < events.len() && !included.is_empty() {
+            let outcome = inner
+                .store
+                .apply(stream, &events[done..end], &included)
+                .within_apply(inner.config.store_deadline(), "apply")
+                .await;
+            match outcome {
+                Ok(ApplyOutcome::Applied(r)) => {
+                    self.count(&r);
+                    total.through = total.through.max(r.through);
+                    total.applied += r.applied;
+                    total.duplicates += r.duplicates;
+                    total.audit_only += r.audit_only;
+                    done = end;
+                    end = events.len();
+                    if let Some((at, error)) = pending.take()
+                        && at == done
+                    {
+                        self.fail_on_shared_path(&mut included, stream, &events[at], &error, report)
+                            .await?;
+                    }
+                }
+                Ok(ApplyOutcome::Gap(gap)) => {
+                    // Behind on this stream: its exception path catches it up.
+                    included.retain(|p| *p.name() != gap.projection);
+                    let key = projection_consumer(&gap.projection)?;
+                    self.hold(&key, stream, gap.checkpoint).await?;
+                    debug!(projection = %gap.projection, stream = %stream, checkpoint = gap.checkpoint, "projection behind; left to its own catch-up");
+                }
+                Err(Error::Apply { seq, .. })
+                    if !events[done..end].iter().any(|e| e.seq == seq) =>
+                {
+                    return Err(Error::InvalidState(format!(
+                        "an applier failed on {stream}/{seq}, which is not in the run being applied"
+                    )));
+                }
+                Err(error @ Error::Apply { .. }) => {
+                    let Error::Apply { seq, .. } = &error else {
+                        unreachable!("matched above")
+                    };
+                    let at = events.iter().position(|e| e.seq == *seq).unwrap_or(done);
+                    if at == done {
+                        self.fail_on_shared_path(&mut included, stream, &events[at], &error, report)
+                            .await?;
+                    } else {
+                        // Commit the events before it to every projection first.
+                        end = at;
+                        pending = Some((at, error));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(total)
+    }
+
+    /// Records the failure of the projection `error` names on `event` and
+    /// takes it out of `included`: the rest of the run goes on without it.
+    async fn fail_on_shared_path(
+        &self,
+        included: &mut Vec<Arc<dyn Projection<P::Tx>>>,
+        stream: &StreamId,
+        event: &Event,
+        error: &Error,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let Error::Apply { projection, .. } = error else {
+            return Err(Error::InvalidState(format!("not an applier's failure: {error}")));
+        };
+        let Some(i) = included.iter().position(|p| p.name().as_str() == projection) else {
+            return Err(Error::InvalidState(format!(
+                "projection `{projection}` failed on {stream}/{} but is not being applied",
+                event.seq
+            )));
+        };
+        let p = included.remove(i);
+        let key = projection_consumer(p.name())?;
+        self.record_consumer_failure(&key, stream, event.seq, &error.to_string(), report)
+            .await
+    }
+
+    /// Takes (`key`, `stream`) off the shared path at `at` (no change when it is already).
+    async fn hold(&self, key: &SinkName, stream: &StreamId, at: u64) -> Result<SinkStream> {
+        let partition = self.journal().partitioning().of(stream);
+        self.journal()
+            .hold_sink(key, stream, partition, at)
+            .within(self.config().store_deadline(), "hold_sink")
+            .await
+    }
+
+    /// Records that the consumer `key` failed on `stream`/`seq`, its
+    /// position being right before it: one attempt counted, dead at the
+    /// threshold. Nothing is counted when its state has moved elsewhere
+    /// meanwhile (another worker is at it).
+    async fn record_consumer_failure(
+        &self,
+        key: &SinkName,
+        stream: &StreamId,
+        seq: Seq,
+        message: &str,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let deadline = inner.config.store_deadline();
+        let partition = self.journal().partitioning().of(stream);
+        let before = seq.get() - 1;
+        let state = self.hold(key, stream, before).await?;
+        if state.seq < before {
+            let moved = self
+                .journal()
+                .advance_sink(key, stream, partition, state.seq, Seq::new(before)?, true)
+                .within(deadline, "advance_sink")
+                .await?;
+            if !moved {
+                return Ok(());
+            }
+        } else if state.seq > before {
+            return Ok(());
+        }
+        let outcome = match self
+            .journal()
+            .fail_sink(key, stream, partition, seq, message, &inner.config.retry)
+            .within(deadline, "fail_sink")
+            .await
+        {
+            Ok(o) => o,
+            Err(Error::InvalidState(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match outcome {
+            FailureOutcome::Retry {
+                attempt,
+                next_attempt_at,
+            } => {
+                warn!(consumer = %key, stream = %stream, seq = %seq, attempt, %next_attempt_at, error = %message, "apply failed for this projection; it is retried on this stream while the others go on");
+                report.failed += 1;
+                Metrics::add(&inner.metrics.failed, 1);
+            }
+            FailureOutcome::Dead { attempt } => {
+                warn!(consumer = %key, stream = %stream, seq = %seq, attempt, error = %message, "dead-lettered for this projection on this stream until requeued; the others go on");
+                report.dead_lettered += 1;
+                Metrics::add(&inner.metrics.dead_lettered, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The exception path: every projection's due consumer states in the
+    /// partitions this worker serves, each caught up from the projection's
+    /// own checkpoint, alone.
+    pub(crate) async fn catch_up_consumers(&self, report: &mut TickReport) -> Result<()> {
+        let inner = &self.inner;
+        if inner.projections.is_empty() {
+            return Ok(());
+        }
+        let parts = self.delivery_partitions();
+        if parts.is_empty() {
+            return Ok(());
+        }
+        for p in inner.projections.clone() {
+            let key = projection_consumer(p.name())?;
+            let due = self
+                .journal()
+                .due_sink_streams(&key, &parts, inner.config.streams_per_pass)
+                .within(inner.config.store_deadline(), "due_sink_streams")
+                .await?;
+            for state in due {
+                match self.catch_up_consumer(&p, &key, &state, report).await {
+                    Ok(()) => {}
+                    Err(e) if e.is_temporary() => {
+                        warn!(consumer = %key, stream = %state.stream, error = %e, "catching a projection up was interrupted; it is retried");
+                        report.storage_errors += 1;
+                        Metrics::add(&inner.metrics.storage_errors, 1);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Catches projection `p` up on `state.stream` from its checkpoint, a
+    /// batch at a time; moves its consumer state along, `ok` once at the
+    /// stream's version, or records its failure.
+    async fn catch_up_consumer(
+        &self,
+        p: &Arc<dyn Projection<P::Tx>>,
+        key: &SinkName,
+        state: &SinkStream,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let deadline = inner.config.store_deadline();
+        let stream = &state.stream;
+        let partition = self.journal().partitioning().of(stream);
+        let only = std::slice::from_ref(p);
+        let mut at = state.seq;
+        let mut checkpoint = inner
+            .store
+            .checkpoint(p.name(), stream)
+            .within(deadline, "checkpoint")
+            .await?;
+        if checkpoint > at {
+            // Applied past where the state says (a catch-up that ended
+            // before moving it): move it, keeping it due.
+            let moved = self
+                .journal()
+                .advance_sink(key, stream, partition, at, Seq::new(checkpoint)?, true)
+                .within(deadline, "advance_sink")
+                .await?;
+            if !moved {
+                return Ok(());
+            }
+            at = checkpoint;
+        }
+        let batch = inner.config.batch_size.min(outbox_core::MAX_PAGE - 1);
+        loop {
+            let mut events = self
+                .journal()
+                .read_stream(stream, Seq::new(checkpoint + 1)?, batch + 1)
+                .within(deadline, "read_stream")
+                .await?;
+            let more = events.len() > batch;
+            events.truncate(batch);
+            let Some(last) = events.last().map(|e| e.seq) else {
+                // At the stream's end: settle (`ok` when still at its
+                // version under the stream's lock).
+                if let Ok(here) = Seq::new(at) {
+                    self.journal()
+                        .advance_sink(key, stream, partition, at, here, false)
+                        .within(deadline, "advance_sink")
+                        .await?;
+                }
+                return Ok(());
+            };
+            let outcome = inner
+                .store
+                .apply(stream, &events, only)
+                .within_apply(deadline, "apply")
+                .await;
+            let (applied_through, failure) = match outcome {
+                Ok(ApplyOutcome::Applied(r)) => {
+                    self.count(&r);
+                    report.caught_up += r.applied + r.audit_only;
+                    (Some(last), None)
+                }
+                // Its checkpoint moved under us (a reset): the next pass starts over.
+                Ok(ApplyOutcome::Gap(_)) => return Ok(()),
+                Err(e @ Error::Apply { .. }) => {
+                    let Error::Apply { seq, .. } = &e else {
+                        unreachable!("matched above")
+                    };
+                    let seq = *seq;
+                    let before: Vec<Event> = events.iter().filter(|x| x.seq < seq).cloned().collect();
+                    let through = match before.last() {
+                        None => None,
+                        Some(prev) => match inner
+                            .store
+                            .apply(stream, &before, only)
+                            .within_apply(deadline, "apply")
+                            .await
+                        {
+                            Ok(ApplyOutcome::Applied(r)) => {
+                                self.count(&r);
+                                report.caught_up += r.applied + r.audit_only;
+                                Some(prev.seq)
+                            }
+                            Ok(ApplyOutcome::Gap(_)) => return Ok(()),
+                            Err(e) if e.is_temporary() && !crate::deadline::stalled(&e) => return Err(e),
+                            // It failed earlier this time: the next pass finds where.
+                            Err(_) => return Ok(()),
+                        },
+                    };
+                    (through, Some((seq, e)))
+                }
+                Err(e) if e.is_temporary() && !crate::deadline::stalled(&e) => return Err(e),
+                // Anything else is this projection's trouble on its next event
+                // (a stalled apply, a transaction it ended).
+                Err(e) => (None, Some((events[0].seq, e))),
+            };
+            if let Some(through) = applied_through {
+                // With a failure to record, the state stays due whatever the version.
+                let keep_due = more || failure.is_some();
+                let moved = self
+                    .journal()
+                    .advance_sink(key, stream, partition, at, through, keep_due)
+                    .within(deadline, "advance_sink")
+                    .await?;
+                if !moved {
+                    return Ok(());
+                }
+                at = through.get();
+                checkpoint = at;
+            }
+            if let Some((seq, e)) = failure {
+                return self
+                    .record_consumer_failure(key, stream, seq, &e.to_string(), report)
+                    .await;
+            }
+            if !more {
+                // The settle above (without `more`) made it `ok` at the
+                // version, or left it due for the next pass.
+                return Ok(());
+            }
+        }
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The registered projections' exceptions (ADR 0032): per (projection,
+    /// stream), the streams on which a projection failed, was dead-lettered
+    /// or fell behind while the others went on; only those of `status`
+    /// when given; at most `limit` per projection. Each state's `sink` is
+    /// the projection's key ([`projection_consumer`]) and its `seq` the
+    /// last event the projection had applied when it left the shared path
+    /// (the event after it is the one that failed).
+    pub async fn projection_states(&self, status: Option<SinkStatus>, limit: usize) -> Result<Vec<SinkStream>> {
+        let mut out = Vec::new();
+        for p in &self.inner.projections {
+            let key = projection_consumer(p.name())?;
+            let mut states = self
+                .journal()
+                .sink_streams(&key, status, limit)
+                .within(self.config().store_deadline(), "sink_streams")
+                .await?;
+            states.retain(|s| s.status != SinkStatus::Ok);
+            out.append(&mut states);
+        }
+        Ok(out)
+    }
+
+    /// Makes projection `projection`'s failed or dead exception on `stream`
+    /// due now with a fresh attempt count: the next worker pass retries it
+    /// from the projection's checkpoint. `NotFound` when it has none,
+    /// `InvalidState` when it is not failing there.
+    pub async fn requeue_projection(&self, projection: &ProjectionName, stream: &StreamId) -> Result<SinkStream> {
+        let key = projection_consumer(projection)?;
+        let state = self
+            .journal()
+            .requeue_sink(&key, stream)
+            .within(self.config().store_deadline(), "requeue_sink")
+            .await?;
+        tracing::info!(projection = %projection, stream = %stream, "projection requeued on the stream");
+        Ok(state)
+    }
+}
