@@ -122,9 +122,11 @@ pub enum Command {
     Work(WorkArgs),
     /// Queue counts, oldest due row and lag, dead letters, rows, digests.
     Report(ReportArgs),
-    /// Requeue one dead row (status pending, attempts 0, due now).
+    /// Requeue one dead row (status pending, attempts 0, due now) and every
+    /// projection dead-lettered on that event (or one, with --projection).
     Requeue(RequeueArgs),
-    /// Requeue up to N dead rows, oldest first by (next attempt, stream, seq).
+    /// Requeue up to N dead rows, oldest first by (next attempt, stream, seq),
+    /// then up to N dead projection exceptions by (projection, stream).
     RequeueDead(RequeueDeadArgs),
     /// Make one failed or pending row due now (status pending, attempts kept).
     Retry(RetryArgs),
@@ -306,6 +308,10 @@ pub struct RequeueArgs {
     /// The seq.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub seq: u64,
+    /// Only this projection's exception at the stream and seq (by default
+    /// the row there, and every projection's exception waiting on it).
+    #[arg(long)]
+    pub projection: Option<String>,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -345,6 +351,10 @@ pub struct RetryArgs {
     /// The seq.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub seq: u64,
+    /// Only this projection's exception at the stream and seq (by default
+    /// the row there, and every projection's exception waiting on it).
+    #[arg(long)]
+    pub projection: Option<String>,
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use outbox_core::{
     Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, Projection, ProjectionStore,
-    RunRecord, StreamId, StreamLag, ViewDigest, WorkerInfo,
+    RunRecord, SinkStatus, StreamId, StreamLag, ViewDigest, WorkerInfo,
 };
+use outbox_runtime::consumers::{ProjectionException, projection_exceptions};
 use outbox_runtime::{Gauges, JournalBackend, ProjectionBackend};
 use serde::Serialize;
 
@@ -57,6 +58,10 @@ pub struct Report {
     /// has waited, in ms (rows behind a failed or dead row do not count).
     pub worker_lag_ms: u64,
     pub rows: Vec<OutboxRow>,
+    /// The projections that left the shared path on some stream (ADR
+    /// 0032): failing there, dead-lettered there, or behind; the others
+    /// applied those streams.
+    pub projection_exceptions: ProjectionExceptions,
     pub digests: Option<Digests>,
     /// Every recorded running digest of a view projection (no scan; `outbox
     /// verify` recomputes them).
@@ -67,6 +72,17 @@ pub struct Report {
     /// computed ([`build_report`] leaves it out; `outbox report` fills it in
     /// when the binary has projections).
     pub lag: Option<LagReport>,
+}
+
+/// The projections' exceptions: counts, and the first ones listed.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProjectionExceptions {
+    /// (projection, stream)s retried with backoff, or behind.
+    pub failed: u64,
+    /// (projection, stream)s dead-lettered until requeued.
+    pub dead: u64,
+    /// The first of them, of the status asked, in (projection, stream) order.
+    pub listed: Vec<ProjectionException>,
 }
 
 /// How far each projection's checkpoints are behind the journal, over the
@@ -175,6 +191,20 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
     } else {
         journal.list(status, limit as usize).await?
     };
+    // Rows by status map onto exceptions: failed and dead alike; pending
+    // and processing have none.
+    let wanted = match status {
+        None => Some(None),
+        Some(OutboxStatus::Failed) => Some(Some(SinkStatus::Failed)),
+        Some(OutboxStatus::Dead) => Some(Some(SinkStatus::Dead)),
+        Some(_) => None,
+    };
+    let listed = match wanted {
+        Some(_) if limit > 0 => limit as usize,
+        _ => 0,
+    };
+    let (counts, exceptions) =
+        projection_exceptions(journal, wanted.flatten(), listed).await?;
     let digests = if with_digests && !projections.is_empty() {
         Some(digests(store, projections).await?)
     } else {
@@ -198,6 +228,11 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
         oldest_due_age_ms: g.oldest_due_age_ms,
         worker_lag_ms: g.worker_lag_ms,
         rows,
+        projection_exceptions: ProjectionExceptions {
+            failed: counts.failed,
+            dead: counts.dead,
+            listed: exceptions,
+        },
         digests,
         running_digests,
         workers: journal.workers().await?,
@@ -264,6 +299,33 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyh
             )?;
         }
     }
+    let x = &r.projection_exceptions;
+    if x.failed + x.dead > 0 {
+        outln!(
+            "  projections off the shared path: {} stream(s) failing or behind, {} dead (each holds back only \
+             that projection on that stream; `{bin} requeue --stream S --seq N [--projection P]` or \
+             `{bin} requeue-dead --limit N` after the fix)",
+            x.failed,
+            x.dead
+        )?;
+        for e in &x.listed {
+            let err = e
+                .last_error
+                .as_deref()
+                .map(|m| format!(" - {m}"))
+                .unwrap_or_default();
+            outln!(
+                "    {} on {}/{} {} attempts={} next={}{}",
+                e.projection,
+                e.stream,
+                e.seq,
+                e.status,
+                e.attempt_count,
+                e.next_attempt_at,
+                err
+            )?;
+        }
+    }
     if let Some(d) = &r.digests {
         outln!("  digests:")?;
         for (name, hex) in &d.projections {
@@ -316,7 +378,7 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyh
         for p in &lag.projections {
             if p.streams_behind == 0 {
                 outln!("    {:<18} up to date", p.projection)?;
-            } else if r.dead + r.failed > 0 {
+            } else if r.dead + r.failed + x.failed + x.dead > 0 {
                 // Dead or failing rows hold streams back: repair would
                 // stop short of them; the cause is the failure.
                 outln!(

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use outbox_cli::report::{Digests, Report, build_report, digests, print_report};
 use outbox_core::{
-    AppendRequest, DeadLetters, Error, ExpectedVersion, NewEvent, OutboxInspector, OutboxQueue, RetryPolicy,
+    AppendRequest, Error, ExpectedVersion, NewEvent, OutboxInspector, RetryPolicy,
     StreamId,
 };
+use outbox_runtime::consumers::{projection_exceptions, requeue_dead_projections};
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use serde::Serialize;
@@ -324,66 +325,38 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
     ));
 
     let tty = std::io::stderr().is_terminal() && !a.json;
-    // Until only the cursed row's stream is left, blocked behind its dead head.
+    // Until every row is done and the cursed event is dead for the one
+    // projection it fails, the others having applied everything (ADR 0032).
     wait_for(&rt, total, tty, async || {
         let s = rt.journal().summary().await?;
-        Ok(
-            s.dead >= 1
-                && s.failed == 0
-                && s.processing == 0
-                && rt.journal().due_streams(1).await?.is_empty(),
-        )
+        let (x, _) = projection_exceptions(rt.journal(), None, 0).await?;
+        Ok(s.total() == 0 && x.dead >= 1 && x.failed == 0)
     })
     .await?;
     if tty {
         eprintln!();
     }
     let m = rt.metrics();
-    let dead = rt
-        .journal()
-        .list(Some(outbox_core::OutboxStatus::Dead), 10)
-        .await?;
+    let (_, dead) = projection_exceptions(rt.journal(), Some(outbox_core::SinkStatus::Dead), 10).await?;
     say(format!(
         "  retries scheduled: {}; dead-lettered: {}",
         m.failed, m.dead_lettered
     ));
-    for row in &dead {
-        let blocked = rt
-            .journal()
-            .list(Some(outbox_core::OutboxStatus::Pending), 10_000)
-            .await?;
-        let behind = blocked.iter().filter(|r| r.stream == row.stream).count();
+    for e in &dead {
         say(format!(
-            "  dead: {}/{} after {} attempts ({}); {behind} later row(s) of that campaign wait behind it, every other campaign is applied",
-            row.stream,
-            row.seq,
-            row.attempt_count,
-            row.last_error.as_deref().unwrap_or("")
+            "  dead: {} on {}/{} after {} attempts ({}); only that projection waits on that campaign, \
+             every other projection applied every event",
+            e.projection,
+            e.stream,
+            e.seq,
+            e.attempt_count,
+            e.last_error.as_deref().unwrap_or("")
         ));
     }
 
-    say("  deploying the fix, then `outbox-demo requeue-dead`".into());
-    faults.deploy_fix();
-    let requeued = rt.journal().requeue_dead(100).await?;
-    wait_for(&rt, total, tty, async || {
-        Ok(rt.journal().summary().await?.total() == 0)
-    })
-    .await?;
-    if tty {
-        progress(total, total, tty);
-        eprintln!();
-    }
-    running.shutdown().await;
-    say(format!(
-        "  requeued {} row(s); the backlog is empty",
-        requeued.len()
-    ));
-
-    let report = build_report(rt.journal(), rt.store(), rt.projections(), None, 0, false).await?;
-    let digests = digests(rt.store(), rt.projections()).await?;
-
-    // The promise, checked: a catch-up replay of the journal into a fresh
-    // projection file converges on the same digests.
+    // The promise, checked before the fix: a catch-up replay of the
+    // journal into a fresh projection file gives the projections that did
+    // not fail the same digests (they applied the cursed campaign too).
     let verify_store = SqliteProjectionStore::open(dir.join("verify-projections.db"), opts).await?;
     let verifier = build(
         rt.journal().clone(),
@@ -393,11 +366,61 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
     )
     .await?;
     let cancel = CancellationToken::new();
+    let failing: std::collections::BTreeSet<&str> = dead.iter().map(|e| e.projection.as_str()).collect();
     for p in verifier.projections().to_vec() {
-        verifier.replay(p.name().as_str(), None, &cancel).await?;
+        if !failing.contains(p.name().as_str()) {
+            verifier.replay(p.name().as_str(), None, &cancel).await?;
+        }
+    }
+    let live = digests(rt.store(), rt.projections()).await?;
+    let replayed = digests(&verify_store, verifier.projections()).await?;
+    let healthy_verified = live
+        .projections
+        .iter()
+        .zip(&replayed.projections)
+        .filter(|((name, _), _)| !failing.contains(name.as_str()))
+        .all(|(l, r)| l == r);
+    say(format!(
+        "  before the fix, {} equal a replay: {}",
+        live.projections
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !failing.contains(n))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if healthy_verified { "yes" } else { "NO" }
+    ));
+
+    say("  deploying the fix, then `outbox-demo requeue-dead`".into());
+    faults.deploy_fix();
+    let requeued = requeue_dead_projections(rt.journal(), 100).await?;
+    wait_for(&rt, total, tty, async || {
+        let (x, _) = projection_exceptions(rt.journal(), None, 0).await?;
+        Ok(rt.journal().summary().await?.total() == 0 && x.failed + x.dead == 0)
+    })
+    .await?;
+    if tty {
+        progress(total, total, tty);
+        eprintln!();
+    }
+    running.shutdown().await;
+    say(format!(
+        "  requeued {} projection exception(s); the backlog is empty",
+        requeued.len()
+    ));
+
+    let report = build_report(rt.journal(), rt.store(), rt.projections(), None, 0, false).await?;
+    let digests = digests(rt.store(), rt.projections()).await?;
+
+    // The promise, checked: the rest of the catch-up replay converges on
+    // the same digests.
+    for p in verifier.projections().to_vec() {
+        if failing.contains(p.name().as_str()) {
+            verifier.replay(p.name().as_str(), None, &cancel).await?;
+        }
     }
     let check = outbox_cli::report::digests(&verify_store, verifier.projections()).await?;
-    let verified = check.store == digests.store;
+    let verified = check.store == digests.store && healthy_verified;
 
     let m = rt.metrics();
     let summary = DemoSummary {
@@ -434,7 +457,11 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         println!(
             "  verification: catch-up replay into a fresh projection file gives store digest {} ({})",
             summary.verification_store_digest,
-            if verified { "identical" } else { "DIFFERENT" }
+            if summary.verification_store_digest == summary.digests.store {
+                "identical"
+            } else {
+                "DIFFERENT"
+            }
         );
         println!(
             "  done in {:.1}s; inspect with: outbox-demo --journal {dir}/journal.db --projection-db {dir}/projections.db report",

@@ -412,9 +412,10 @@ fn seed_backlog(site: &Site, campaigns: &[(&str, bool)]) {
 }
 
 /// [`seed_backlog`], then one worker pass with the fix NOT deployed and a
-/// dead-letter threshold of 1: clean campaigns are applied, each cursed one
-/// has a dead row at seq 4 and pending rows 5..=7 behind it.
-fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
+/// dead-letter threshold of 1: every row is done, and `character_tally` is
+/// dead on each cursed campaign at seq 4 (ADR 0032) while the other
+/// projections applied it all.
+fn seed_with_dead_projection(site: &Site, campaigns: &[(&str, bool)]) {
     seed_backlog(site, campaigns);
     block_on(async {
         let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
@@ -424,6 +425,61 @@ fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
         let tick = rt.tick().await.expect("tick");
         let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
         assert_eq!(tick.dead_lettered, cursed, "fixture: {tick:?}");
+        let s = rt.journal().summary().await.unwrap();
+        assert_eq!(s.total(), 0, "fixture: {s:?}");
+        let dead = rt
+            .projection_states(Some(outbox_core::SinkStatus::Dead), 100)
+            .await
+            .unwrap();
+        assert_eq!(dead.len() as u64, cursed, "fixture: {dead:?}");
+        assert!(
+            dead.iter()
+                .all(|d| d.sink.as_str() == "projection:character_tally" && d.seq + 1 == CURSED_SEQ),
+            "fixture: {dead:?}"
+        );
+        rt.journal().close().await;
+        rt.store().close().await;
+    });
+}
+
+/// [`seed_backlog`], then, for each cursed campaign, the row of seq 4 dead
+/// for every projection as a process-killing event leaves it (ADR 0029:
+/// its attempts ended the process, so no projection could be blamed):
+/// events 1..=3 applied, rows 5..=7 pending behind the dead head. Then one
+/// worker pass applies the clean campaigns.
+fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
+    use outbox_core::{LeaseStore, OutboxQueue, ProjectionStore, Seq, WorkerId};
+    seed_backlog(site, campaigns);
+    block_on(async {
+        let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
+        let rt = site
+            .library(Config::apply_worker().with_retry(retry.clone()), &Faults::default())
+            .await;
+        let worker = WorkerId::new("fixture-worker").unwrap();
+        let before = CURSED_SEQ - 1;
+        for (name, _) in campaigns.iter().filter(|(_, c)| *c) {
+            let stream = StreamId::new(*name).unwrap();
+            let j = rt.journal();
+            let (lease, rows) = j
+                .acquire_and_claim(&stream, &worker, Duration::from_secs(60), before as usize)
+                .await
+                .unwrap()
+                .expect("the stream is free");
+            assert_eq!(rows.len() as u64, before, "fixture");
+            let events = j.read_stream(&stream, Seq::FIRST, before as usize).await.unwrap();
+            rt.store()
+                .apply(&stream, &events, rt.projections())
+                .await
+                .expect("apply");
+            j.complete(&stream, Seq::new(before).unwrap()).await.unwrap();
+            let head = j.claim(&lease, 1).await.unwrap();
+            assert_eq!(head[0].seq.get(), CURSED_SEQ, "fixture");
+            let message = format!("cursed die on {name}/{CURSED_SEQ}: its attempts ended the process");
+            j.fail(&lease, head[0].seq, &message, &retry).await.unwrap();
+            j.release(&lease).await.unwrap();
+        }
+        rt.tick().await.expect("tick");
+        let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
         let s = rt.journal().summary().await.unwrap();
         assert_eq!(
             (s.dead, s.pending, s.processing, s.failed),
@@ -909,8 +965,9 @@ fn dead_letters_are_requeued_and_drained() {
     assert_eq!(rows[0]["stream"], "campaign-d");
 
     let requeued = site.json(&["requeue-dead", "--limit", "10", "--json"]);
-    let rows = requeued.as_array().expect("an array of rows");
+    let rows = requeued["rows"].as_array().expect("an array of rows");
     assert_eq!(rows.len(), 1, "{requeued}");
+    assert_eq!(requeued["projections"], serde_json::json!([]), "{requeued}");
     assert_eq!(rows[0]["stream"], "campaign-d");
     assert_eq!(rows[0]["seq"], CURSED_SEQ);
     assert_eq!(rows[0]["status"], "pending");
@@ -929,6 +986,105 @@ fn dead_letters_are_requeued_and_drained() {
     let before = digests(&site);
     site.ok(&["rebuild", "--all"]);
     assert_eq!(digests(&site), before);
+}
+
+/// The cursed die fails one projection (ADR 0032): `report` shows the
+/// tally dead on the cursed campaigns while every row is done and the other
+/// projections equal a rebuild; `requeue` of one (stream, seq) and
+/// `requeue-dead` revive the tally's exceptions (a retry of a dead one
+/// points at requeue), `work --once` catches the tally up, and every digest
+/// then equals a rebuild from origin.
+#[test]
+fn a_projection_dead_on_a_stream_holds_back_only_itself_and_is_requeued() {
+    let site = Site::migrated();
+    seed_with_dead_projection(
+        &site,
+        &[("campaign-a", false), ("campaign-b", true), ("campaign-d", true)],
+    );
+    let r = site.report();
+    assert_eq!(
+        (
+            u(&r["total"]),
+            u(&r["dead"]),
+            u(&r["projection_exceptions"]["dead"])
+        ),
+        (0, 0, 2),
+        "every row is done; the tally is dead on two campaigns: {r}"
+    );
+    let listed = r["projection_exceptions"]["listed"].as_array().unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|e| (e["projection"].as_str().unwrap(), e["stream"].as_str().unwrap(), u(&e["seq"])))
+            .collect::<Vec<_>>(),
+        [
+            ("character_tally", "campaign-b", CURSED_SEQ),
+            ("character_tally", "campaign-d", CURSED_SEQ)
+        ]
+    );
+    let text = site.ok(&["report", "--no-digests"]);
+    assert!(
+        text.contains("projections off the shared path: 0 stream(s) failing or behind, 2 dead")
+            && text.contains("character_tally on campaign-b/4 dead attempts=1"),
+        "{text}"
+    );
+    // The other projections applied the cursed campaigns: a rebuild of
+    // them from origin gives the same digests.
+    let before = digests(&site);
+    site.ok(&["rebuild", "--projection", "roster"]);
+    site.ok(&["rebuild", "--projection", "campaign_summary"]);
+    assert_eq!(digests(&site), before, "roster and campaign_summary had applied every event");
+
+    site.refused(
+        &["retry", "--stream", "campaign-b", "--seq", "4"],
+        &[],
+        4,
+        &["character_tally", "dead", "requeue"],
+    );
+    site.refused(
+        &["requeue", "--stream", "campaign-b", "--seq", "4", "--projection", "roster"],
+        &[],
+        3,
+        &["roster", "campaign-b/4"],
+    );
+    let out = site.ok(&[
+        "requeue",
+        "--stream",
+        "campaign-b",
+        "--seq",
+        "4",
+        "--projection",
+        "character_tally",
+    ]);
+    assert_eq!(
+        out.trim(),
+        "requeued campaign-b/4 for projection character_tally: due now, attempts 0"
+    );
+    let requeued = site.json(&["requeue-dead", "--limit", "10", "--json"]);
+    assert_eq!(requeued["rows"], serde_json::json!([]), "{requeued}");
+    let p = requeued["projections"].as_array().unwrap();
+    assert_eq!(p.len(), 1, "{requeued}");
+    assert_eq!(
+        (&p[0]["stream"], &p[0]["status"], &p[0]["attempt_count"]),
+        (&"campaign-d".into(), &"failed".into(), &0.into())
+    );
+    let out = site.ok(&["requeue-dead", "--limit", "10"]);
+    assert_eq!(out.trim(), "requeued 0 dead row(s)");
+
+    let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
+    assert_eq!(t["caught_up"], 2 * (PER_CAMPAIGN - CURSED_SEQ + 1), "{t}");
+    let r = site.report();
+    assert_eq!(
+        (
+            u(&r["projection_exceptions"]["failed"]),
+            u(&r["projection_exceptions"]["dead"])
+        ),
+        (0, 0),
+        "{r}"
+    );
+    let caught_up = digests(&site);
+    site.ok(&["rebuild", "--all"]);
+    assert_eq!(digests(&site), caught_up, "every digest equals a rebuild from origin");
 }
 
 #[test]
@@ -974,9 +1130,11 @@ fn requeue_of_an_unknown_or_live_row_is_refused() {
         &["campaign-b/5"],
     );
     // The dead row itself is untouched by the refusals and still requeueable.
-    let row = site.json(&["requeue", "--stream", "campaign-b", "--seq", "4", "--json"]);
+    let done = site.json(&["requeue", "--stream", "campaign-b", "--seq", "4", "--json"]);
+    let row = &done["row"];
     assert_eq!(row["status"], "pending");
     assert_eq!(row["attempt_count"], 0);
+    assert_eq!(done["projections"], serde_json::json!([]), "{done}");
     // Requeueing it twice: it is no longer dead.
     site.refused(
         &["requeue", "--stream", "campaign-b", "--seq", "4"],
@@ -1026,7 +1184,8 @@ fn retry_makes_a_failed_row_due_now_and_refuses_processing_or_missing_rows() {
             .expect("free lease");
         assert_eq!(j.claim(&lease, 100).await.unwrap().len() as u64, PER_CAMPAIGN);
     });
-    // One pass with the fix NOT deployed and a retry an hour away: b/4 failed.
+    // One pass with the fix NOT deployed and a retry an hour away: the
+    // tally failed on b/4, the other projections applied b (ADR 0032).
     block_on(async {
         let retry = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 5).unwrap();
         let rt = site
@@ -1037,9 +1196,21 @@ fn retry_makes_a_failed_row_due_now_and_refuses_processing_or_missing_rows() {
         rt.store().close().await;
     });
     let r = site.report();
-    assert_eq!((u(&r["failed"]), u(&r["processing"])), (1, PER_CAMPAIGN), "{r}");
+    assert_eq!(
+        (
+            u(&r["failed"]),
+            u(&r["processing"]),
+            u(&r["projection_exceptions"]["failed"])
+        ),
+        (0, PER_CAMPAIGN, 1),
+        "{r}"
+    );
     let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
-    assert_eq!(t["completed"], 0, "the failed head waits an hour: {t}");
+    assert_eq!(
+        (&t["completed"], &t["caught_up"]),
+        (&0.into(), &0.into()),
+        "the tally's retry waits an hour: {t}"
+    );
 
     site.refused(&["retry", "--stream", "nope", "--seq", "1"], &[], 3, &["nope/1"]);
     site.refused(
@@ -1057,20 +1228,24 @@ fn retry_makes_a_failed_row_due_now_and_refuses_processing_or_missing_rows() {
     site.refused(&["retry", "--stream", "", "--seq", "1"], &[], 2, &[]);
 
     let out = site.ok(&["retry", "--stream", "campaign-b", "--seq", "4"]);
-    assert!(
-        out.starts_with("retrying campaign-b/4 (dice_rolled): pending, attempts 1 kept, due "),
-        "{out}"
-    );
-    let row = site.json(&["retry", "--stream", "campaign-b", "--seq", "4", "--json"]);
     assert_eq!(
-        (&row["status"], &row["attempt_count"]),
-        (&"pending".into(), &1.into()),
-        "{row}"
+        out.trim(),
+        "retrying campaign-b/4 for projection character_tally: due now, attempts 0"
     );
-    assert!(!row["last_error"].is_null(), "the error is kept: {row}");
-    // The binary has the fix: the retried head and the rows behind it apply now.
+    let done = site.json(&["retry", "--stream", "campaign-b", "--seq", "4", "--json"]);
+    assert!(done["row"].is_null(), "no row is left at b/4: {done}");
+    let tally = &done["projections"][0];
+    assert_eq!(
+        (&tally["projection"], &tally["status"], &tally["attempt_count"]),
+        (&"character_tally".into(), &"failed".into(), &0.into()),
+        "{done}"
+    );
+    assert!(!tally["last_error"].is_null(), "the error is kept: {done}");
+    // The binary has the fix: the tally catches up on b from 4.
     let t: Value = serde_json::from_str(&site.ok(&["work", "--once", "--json"])).unwrap();
-    assert_eq!(t["completed"], PER_CAMPAIGN - CURSED_SEQ + 1, "{t}");
+    assert_eq!(t["caught_up"], PER_CAMPAIGN - CURSED_SEQ + 1, "{t}");
+    let r = site.report();
+    assert_eq!(u(&r["projection_exceptions"]["failed"]), 0, "{r}");
 }
 
 #[test]
@@ -2199,7 +2374,18 @@ fn demo_runs_end_to_end() {
     assert!(out.contains("injected fault: campaign-066/"), "{out}");
     assert!(out.contains("retries scheduled: "), "{out}");
     assert!(out.contains("dead-lettered: 1"), "{out}");
-    assert!(out.contains("requeued 1 row(s); the backlog is empty"), "{out}");
+    assert!(
+        out.contains("dead: character_tally on campaign-066/"),
+        "the cursed die is dead for the tally only: {out}"
+    );
+    assert!(
+        out.contains("before the fix, campaign_summary, roster equal a replay: yes"),
+        "the other projections applied every event: {out}"
+    );
+    assert!(
+        out.contains("requeued 1 projection exception(s); the backlog is empty"),
+        "{out}"
+    );
     let verification = out
         .lines()
         .find(|l| l.trim_start().starts_with("verification:"))

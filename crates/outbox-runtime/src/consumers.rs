@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use outbox_core::{
     ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, Projection, ProjectionName, Result, Seq, SinkName,
-    SinkStatus, SinkStream, StreamId, projection_consumer,
+    SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
 };
+use serde::Serialize;
 use tracing::{debug, warn};
 
 use crate::deadline::Within;
@@ -431,4 +432,177 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         tracing::info!(projection = %projection, stream = %stream, "projection requeued on the stream");
         Ok(state)
     }
+}
+
+/// One projection's exception on one stream, as an operator sees it
+/// (ADR 0032): the projection left the shared path there, and its own
+/// catch-up retries it from its checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProjectionException {
+    /// The projection.
+    pub projection: String,
+    /// The stream.
+    pub stream: StreamId,
+    /// The event it waits on: the one after its position when it left the
+    /// shared path (the event that failed, for a failure).
+    pub seq: u64,
+    /// `failed` (retried at `next_attempt_at`; with no error and no
+    /// attempt, a projection found behind) or `dead` (until requeued).
+    pub status: SinkStatus,
+    /// Consecutive failures on `seq`.
+    pub attempt_count: u32,
+    /// When it is retried.
+    pub next_attempt_at: Timestamp,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// When the state last changed.
+    pub updated_at: Timestamp,
+}
+
+impl ProjectionException {
+    /// The exception a projection's consumer state holds; `None` for a
+    /// sink's state or a projection back on the shared path.
+    pub fn of(state: SinkStream) -> Option<Self> {
+        if state.status == SinkStatus::Ok {
+            return None;
+        }
+        let projection = outbox_core::consumer_projection(&state.sink)?.to_owned();
+        Some(ProjectionException {
+            projection,
+            stream: state.stream,
+            seq: state.seq + 1,
+            status: state.status,
+            attempt_count: state.attempt_count,
+            next_attempt_at: state.next_attempt_at,
+            last_error: state.last_error,
+            updated_at: state.updated_at,
+        })
+    }
+}
+
+/// How many (projection, stream) exceptions there are, by status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ExceptionCounts {
+    /// Retried with backoff (or behind, due now).
+    pub failed: u64,
+    /// Dead-lettered until requeued.
+    pub dead: u64,
+}
+
+/// Every projection's exceptions in `journal` (of every projection with
+/// stored state, registered in this binary or not): the counts, and up to
+/// `limit` of them of `status` (every non-`ok` one when `None`), in
+/// (projection, stream) order.
+pub async fn projection_exceptions<J: outbox_core::SinkStore>(
+    journal: &J,
+    status: Option<SinkStatus>,
+    limit: usize,
+) -> Result<(ExceptionCounts, Vec<ProjectionException>)> {
+    let mut counts = ExceptionCounts::default();
+    let mut out = Vec::new();
+    let mut keys: Vec<_> = journal
+        .sinks()
+        .await?
+        .into_iter()
+        .filter(|s| outbox_core::consumer_projection(&s.sink).is_some())
+        .collect();
+    keys.sort_by(|a, b| a.sink.cmp(&b.sink));
+    for s in keys {
+        counts.failed += s.failed;
+        counts.dead += s.dead;
+        if out.len() >= limit || s.failed + s.dead == 0 || status == Some(SinkStatus::Ok) {
+            continue;
+        }
+        let wanted = match status {
+            Some(SinkStatus::Dead) if s.dead == 0 => continue,
+            Some(SinkStatus::Failed) if s.failed == 0 => continue,
+            _ => status,
+        };
+        for state in journal.sink_streams(&s.sink, wanted, outbox_core::MAX_PAGE).await? {
+            if out.len() >= limit {
+                break;
+            }
+            out.extend(ProjectionException::of(state));
+        }
+    }
+    Ok((counts, out))
+}
+
+/// The exceptions waiting on `stream`/`seq` (of `projection` only, when
+/// given), in projection order: reads only.
+pub async fn projections_waiting_at<J: outbox_core::SinkStore>(
+    journal: &J,
+    stream: &StreamId,
+    seq: Seq,
+    projection: Option<&ProjectionName>,
+) -> Result<Vec<ProjectionException>> {
+    let mut out = Vec::new();
+    for key in projection_keys(journal, projection).await? {
+        let state = journal.sink_states(&key, std::slice::from_ref(stream)).await?.remove(0);
+        if state.seq + 1 == seq.get() {
+            out.extend(ProjectionException::of(state));
+        }
+    }
+    Ok(out)
+}
+
+/// The keys of every projection with stored state (only `projection`'s, when given), sorted.
+async fn projection_keys<J: outbox_core::SinkStore>(
+    journal: &J,
+    projection: Option<&ProjectionName>,
+) -> Result<Vec<SinkName>> {
+    let mut keys: Vec<SinkName> = journal
+        .sinks()
+        .await?
+        .into_iter()
+        .map(|s| s.sink)
+        .filter(|k| outbox_core::consumer_projection(k).is_some())
+        .collect();
+    if let Some(p) = projection {
+        let key = projection_consumer(p)?;
+        keys.retain(|k| *k == key);
+    }
+    keys.sort();
+    Ok(keys)
+}
+
+/// Requeues the exceptions of status `status` (dead for a requeue, failed
+/// for a retry) waiting on `stream`/`seq` (of `projection` only, when
+/// given): each becomes due now with a fresh attempt count. Returns them as
+/// requeued (none when nothing of that status waits there).
+pub async fn requeue_projections_at<J: outbox_core::SinkStore>(
+    journal: &J,
+    stream: &StreamId,
+    seq: Seq,
+    projection: Option<&ProjectionName>,
+    status: SinkStatus,
+) -> Result<Vec<ProjectionException>> {
+    let mut out = Vec::new();
+    for key in projection_keys(journal, projection).await? {
+        let state = journal.sink_states(&key, std::slice::from_ref(stream)).await?.remove(0);
+        let waiting = state.seq + 1 == seq.get() && state.status == status;
+        if waiting {
+            let requeued = journal.requeue_sink(&key, stream).await?;
+            tracing::info!(consumer = %key, stream = %stream, seq = %seq, "projection requeued on the stream");
+            out.extend(ProjectionException::of(requeued));
+        }
+    }
+    Ok(out)
+}
+
+/// Requeues up to `limit` dead projection exceptions in (projection,
+/// stream) order: each becomes due now with a fresh attempt count.
+pub async fn requeue_dead_projections<J: outbox_core::SinkStore>(
+    journal: &J,
+    limit: usize,
+) -> Result<Vec<ProjectionException>> {
+    let (_, dead) = projection_exceptions(journal, Some(SinkStatus::Dead), limit).await?;
+    let mut out = Vec::with_capacity(dead.len());
+    for d in dead {
+        let key = projection_consumer(&ProjectionName::new(d.projection.as_str())?)?;
+        let requeued = journal.requeue_sink(&key, &d.stream).await?;
+        tracing::info!(consumer = %key, stream = %d.stream, "dead projection requeued on the stream");
+        out.extend(ProjectionException::of(requeued));
+    }
+    Ok(out)
 }

@@ -2,7 +2,7 @@
 
 mod clock;
 mod config;
-mod consumers;
+pub mod consumers;
 mod deadline;
 mod failpoint;
 mod gaps;

@@ -10,6 +10,10 @@ use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs, VerifyArgs};
 use crate::output::json;
+use outbox_core::SinkStatus;
+use outbox_runtime::consumers::{
+    ProjectionException, projections_waiting_at, requeue_dead_projections, requeue_projections_at,
+};
 use crate::report::{Report, build_report, print_report, projection_lag};
 
 pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
@@ -48,30 +52,40 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
     }
 }
 
+/// What `requeue` and `retry` did at one stream and seq: the row (when
+/// one was there) and the projections' exceptions waiting on that event.
+#[derive(Serialize)]
+struct Requeued {
+    row: Option<outbox_core::OutboxRow>,
+    projections: Vec<ProjectionException>,
+}
+
 pub(super) async fn requeue<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RequeueArgs) -> Result<()> {
     let stream = StreamId::new(&a.stream)?;
     let seq = Seq::new(a.seq)?;
-    let row = ctx.journal.requeue(&stream, seq).await?;
+    let out = at_stream_and_seq(ctx, &stream, seq, a.projection.as_deref(), true).await?;
     if a.json {
-        json(&row)
-    } else {
+        return json(&out);
+    }
+    if let Some(row) = &out.row {
         outln!(
             "requeued {}/{} ({}): pending, attempts 0, due now",
             row.stream,
             row.seq,
             row.event_type
         )?;
-        Ok(())
     }
+    print_requeued_projections("requeued", &out.projections)
 }
 
 pub(super) async fn retry<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &RetryArgs) -> Result<()> {
     let stream = StreamId::new(&a.stream)?;
     let seq = Seq::new(a.seq)?;
-    let row = ctx.journal.retry(&stream, seq).await?;
+    let out = at_stream_and_seq(ctx, &stream, seq, a.projection.as_deref(), false).await?;
     if a.json {
-        json(&row)
-    } else {
+        return json(&out);
+    }
+    if let Some(row) = &out.row {
         outln!(
             "retrying {}/{} ({}): pending, attempts {} kept, due {}",
             row.stream,
@@ -80,7 +94,76 @@ pub(super) async fn retry<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &R
             row.attempt_count,
             row.next_attempt_at
         )?;
-        Ok(())
+    }
+    print_requeued_projections("retrying", &out.projections)
+}
+
+fn print_requeued_projections(verb: &str, projections: &[ProjectionException]) -> Result<()> {
+    for e in projections {
+        outln!(
+            "{verb} {}/{} for projection {}: due now, attempts 0",
+            e.stream,
+            e.seq,
+            e.projection
+        )?;
+    }
+    Ok(())
+}
+
+/// Requeues (`dead`: `requeue`) or retries (`retry`) at `stream`/`seq`: the
+/// row there, unless `projection` narrows it to that projection, and the
+/// projections' exceptions waiting on that event. The row's refusal is the
+/// error when neither was there.
+async fn at_stream_and_seq<J: CliJournal, P: CliStore>(
+    ctx: &Ctx<'_, J, P>,
+    stream: &StreamId,
+    seq: Seq,
+    projection: Option<&str>,
+    dead: bool,
+) -> Result<Requeued> {
+    let projection = projection.map(ProjectionName::new).transpose()?;
+    let status = if dead { SinkStatus::Dead } else { SinkStatus::Failed };
+    let projections =
+        requeue_projections_at(&ctx.journal, stream, seq, projection.as_ref(), status).await?;
+    if projections.is_empty() && !dead {
+        // A retry of a dead exception: say what to do instead.
+        let waiting = projections_waiting_at(&ctx.journal, stream, seq, projection.as_ref()).await?;
+        if let Some(e) = waiting.iter().find(|e| e.status == SinkStatus::Dead) {
+            return Err(Error::InvalidState(format!(
+                "projection {} is dead on {stream}/{seq}: `requeue --stream {stream} --seq {seq} --projection {}` \
+                 revives it",
+                e.projection, e.projection
+            ))
+            .into());
+        }
+    }
+    if let Some(p) = &projection {
+        if projections.is_empty() {
+            return Err(Error::NotFound(format!(
+                "projection {p} has no {status} exception waiting on {stream}/{seq}"
+            ))
+            .into());
+        }
+        return Ok(Requeued {
+            row: None,
+            projections,
+        });
+    }
+    let row = if dead {
+        ctx.journal.requeue(stream, seq).await
+    } else {
+        ctx.journal.retry(stream, seq).await
+    };
+    match row {
+        Ok(row) => Ok(Requeued {
+            row: Some(row),
+            projections,
+        }),
+        Err(Error::NotFound(_) | Error::InvalidState(_)) if !projections.is_empty() => Ok(Requeued {
+            row: None,
+            projections,
+        }),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -116,20 +199,33 @@ pub(super) async fn row<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Row
     Ok(())
 }
 
+/// What `requeue-dead` did: dead rows, then dead projection exceptions.
+#[derive(Serialize)]
+struct RequeuedDead {
+    rows: Vec<outbox_core::OutboxRow>,
+    projections: Vec<ProjectionException>,
+}
+
 pub(super) async fn requeue_dead<J: CliJournal, P: CliStore>(
     ctx: &Ctx<'_, J, P>,
     a: &RequeueDeadArgs,
 ) -> Result<()> {
     let rows = ctx.journal.requeue_dead(a.limit as usize).await?;
+    let projections = requeue_dead_projections(&ctx.journal, a.limit as usize).await?;
     if a.json {
-        json(&rows)
-    } else {
-        outln!("requeued {} dead row(s)", rows.len())?;
-        for r in &rows {
-            outln!("  {}/{} {}", r.stream, r.seq, r.event_type)?;
-        }
-        Ok(())
+        return json(&RequeuedDead { rows, projections });
     }
+    outln!("requeued {} dead row(s)", rows.len())?;
+    for r in &rows {
+        outln!("  {}/{} {}", r.stream, r.seq, r.event_type)?;
+    }
+    if !projections.is_empty() {
+        outln!("requeued {} dead projection exception(s)", projections.len())?;
+        for e in &projections {
+            outln!("  {}/{} {}", e.stream, e.seq, e.projection)?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) async fn workers<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &JsonArg) -> Result<()> {
