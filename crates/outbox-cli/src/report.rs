@@ -203,8 +203,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
         Some(_) if limit > 0 => limit as usize,
         _ => 0,
     };
-    let (counts, exceptions) =
-        projection_exceptions(journal, wanted.flatten(), listed).await?;
+    let (counts, exceptions) = projection_exceptions(journal, wanted.flatten(), listed).await?;
     let digests = if with_digests && !projections.is_empty() {
         Some(digests(store, projections).await?)
     } else {

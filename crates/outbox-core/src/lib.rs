@@ -52,8 +52,8 @@ pub use projection::{
 pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
 pub use sink::{
-    EventTypeFilter, FeedPage, PROJECTION_CONSUMER_PREFIX, Published, Sink, SinkStatus, SinkStore, SinkStream,
-    SinkSummary, consumer_projection, message_id, projection_consumer,
+    EventTypeFilter, FeedPage, PROJECTION_CONSUMER_PREFIX, Published, Sink, SinkStatus, SinkStore,
+    SinkStream, SinkSummary, consumer_projection, message_id, projection_consumer,
 };
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{

@@ -7,10 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use outbox_cli::report::{Digests, Report, build_report, digests, print_report};
-use outbox_core::{
-    AppendRequest, Error, ExpectedVersion, NewEvent, OutboxInspector, RetryPolicy,
-    StreamId,
-};
+use outbox_core::{AppendRequest, Error, ExpectedVersion, NewEvent, OutboxInspector, RetryPolicy, StreamId};
 use outbox_runtime::consumers::{projection_exceptions, requeue_dead_projections};
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};

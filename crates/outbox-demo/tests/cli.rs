@@ -453,7 +453,10 @@ fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
     block_on(async {
         let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
         let rt = site
-            .library(Config::apply_worker().with_retry(retry.clone()), &Faults::default())
+            .library(
+                Config::apply_worker().with_retry(retry.clone()),
+                &Faults::default(),
+            )
             .await;
         let worker = WorkerId::new("fixture-worker").unwrap();
         let before = CURSED_SEQ - 1;
@@ -1015,7 +1018,11 @@ fn a_projection_dead_on_a_stream_holds_back_only_itself_and_is_requeued() {
     assert_eq!(
         listed
             .iter()
-            .map(|e| (e["projection"].as_str().unwrap(), e["stream"].as_str().unwrap(), u(&e["seq"])))
+            .map(|e| (
+                e["projection"].as_str().unwrap(),
+                e["stream"].as_str().unwrap(),
+                u(&e["seq"])
+            ))
             .collect::<Vec<_>>(),
         [
             ("character_tally", "campaign-b", CURSED_SEQ),
@@ -1033,7 +1040,11 @@ fn a_projection_dead_on_a_stream_holds_back_only_itself_and_is_requeued() {
     let before = digests(&site);
     site.ok(&["rebuild", "--projection", "roster"]);
     site.ok(&["rebuild", "--projection", "campaign_summary"]);
-    assert_eq!(digests(&site), before, "roster and campaign_summary had applied every event");
+    assert_eq!(
+        digests(&site),
+        before,
+        "roster and campaign_summary had applied every event"
+    );
 
     site.refused(
         &["retry", "--stream", "campaign-b", "--seq", "4"],
@@ -1042,7 +1053,15 @@ fn a_projection_dead_on_a_stream_holds_back_only_itself_and_is_requeued() {
         &["character_tally", "dead", "requeue"],
     );
     site.refused(
-        &["requeue", "--stream", "campaign-b", "--seq", "4", "--projection", "roster"],
+        &[
+            "requeue",
+            "--stream",
+            "campaign-b",
+            "--seq",
+            "4",
+            "--projection",
+            "roster",
+        ],
         &[],
         3,
         &["roster", "campaign-b/4"],
@@ -1084,7 +1103,11 @@ fn a_projection_dead_on_a_stream_holds_back_only_itself_and_is_requeued() {
     );
     let caught_up = digests(&site);
     site.ok(&["rebuild", "--all"]);
-    assert_eq!(digests(&site), caught_up, "every digest equals a rebuild from origin");
+    assert_eq!(
+        digests(&site),
+        caught_up,
+        "every digest equals a rebuild from origin"
+    );
 }
 
 #[test]

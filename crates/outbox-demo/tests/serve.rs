@@ -603,12 +603,14 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
 }
 
 /// The overview's throughput chart shows what workers did, from the
-/// journal's per-minute activity: a library pass with a dead-lettered row
-/// and a `work --once` pass of the binary add up on the page.
+/// journal's per-minute activity: a library pass with a dead letter (the
+/// tally's, on the cursed campaign) and a `work --once` pass of the binary
+/// add up on the page, which lists the dead projection exception. A
+/// stream held back by a dead row reports its first failure.
 #[test]
 fn the_throughput_chart_counts_what_the_workers_did() {
     let site = Site::migrated();
-    let first = site.seed_with_dead(&[("c-bad", true), ("c-ok", false)]);
+    let first = site.seed_with_dead_projection(&[("c-bad", true), ("c-ok", false)]);
     assert_eq!(first.dead_lettered, 1, "fixture");
     site.seed_backlog(&[("c-more", false)]);
     let out = site.ok(&["work", "--once", "--json"]);
@@ -631,6 +633,14 @@ fn the_throughput_chart_counts_what_the_workers_did() {
         );
     }
     assert!(overview.contains("<svg id=\"throughput\""), "{overview}");
+    assert!(
+        overview.contains("character_tally") && overview.contains("c-bad/4"),
+        "the dead projection exception is listed: {overview}"
+    );
+    assert_eq!(server.stop().code(), Some(0));
+
+    let site = Site::migrated();
+    site.seed_with_dead(&[("c-bad", true), ("c-ok", false)]);
     let json = site.json(&["report", "--blocked", "--json"]);
     let blocked = &json["streams"][0];
     assert_eq!(blocked["stream"], "c-bad", "{json}");
@@ -641,7 +651,6 @@ fn the_throughput_chart_counts_what_the_workers_did() {
         "the head's first failure is reported: {json}"
     );
     assert!(blocked["failing_for_ms"].is_u64(), "{json}");
-    assert_eq!(server.stop().code(), Some(0));
 }
 
 /// The runs page shows a run's bounds and the global position it
@@ -974,7 +983,7 @@ fn dead_rows_group_by_error_and_a_group_is_requeued_after_a_dry_run() {
     let server = Server::start(&site, SERVE, &with_token(), LISTENING);
     let page = server.get("/dead").body;
     assert!(
-        page.contains("cursed die on {stream}/#: the tally cannot count it (bug ##)"),
+        page.contains("cursed die on {stream}/#: its attempts ended the process"),
         "{page}"
     );
     assert!(

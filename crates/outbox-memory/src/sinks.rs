@@ -103,7 +103,13 @@ impl SinkStore for MemoryJournal {
         Ok(true)
     }
 
-    async fn hold_sink(&self, sink: &SinkName, stream: &StreamId, partition: Partition, at: u64) -> Result<SinkStream> {
+    async fn hold_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        at: u64,
+    ) -> Result<SinkStream> {
         let now = self.now();
         let mut st = self.lock();
         let key = (sink.clone(), stream.clone());

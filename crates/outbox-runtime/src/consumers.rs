@@ -20,8 +20,8 @@
 use std::sync::Arc;
 
 use outbox_core::{
-    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, Projection, ProjectionName, Result, Seq, SinkName,
-    SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
+    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, Projection, ProjectionName, Result, Seq,
+    SinkName, SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
 };
 use serde::Serialize;
 use tracing::{debug, warn};
@@ -60,13 +60,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
     ) -> Result<()> {
         let (Error::Apply { projection, .. }, Some(first)) = (error, rest.first()) else {
-            return Err(Error::InvalidState(format!("not an applier's failure on a run: {error}")));
+            return Err(Error::InvalidState(format!(
+                "not an applier's failure on a run: {error}"
+            )));
         };
         let name = ProjectionName::new(projection.as_str())?;
         let key = projection_consumer(&name)?;
         self.record_consumer_failure(&key, stream, first.seq, &error.to_string(), report)
             .await?;
-        self.apply_isolated_without(stream, rest, Some(&name), report).await?;
+        self.apply_isolated_without(stream, rest, Some(&name), report)
+            .await?;
         Ok(())
     }
 
@@ -116,9 +119,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     self.hold(&key, stream, gap.checkpoint).await?;
                     debug!(projection = %gap.projection, stream = %stream, checkpoint = gap.checkpoint, "projection behind; left to its own catch-up");
                 }
-                Err(Error::Apply { seq, .. })
-                    if !events[done..end].iter().any(|e| e.seq == seq) =>
-                {
+                Err(Error::Apply { seq, .. }) if !events[done..end].iter().any(|e| e.seq == seq) => {
                     return Err(Error::InvalidState(format!(
                         "an applier failed on {stream}/{seq}, which is not in the run being applied"
                     )));
@@ -403,7 +404,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// the projection's key ([`projection_consumer`]) and its `seq` the
     /// last event the projection had applied when it left the shared path
     /// (the event after it is the one that failed).
-    pub async fn projection_states(&self, status: Option<SinkStatus>, limit: usize) -> Result<Vec<SinkStream>> {
+    pub async fn projection_states(
+        &self,
+        status: Option<SinkStatus>,
+        limit: usize,
+    ) -> Result<Vec<SinkStream>> {
         let mut out = Vec::new();
         for p in &self.inner.projections {
             let key = projection_consumer(p.name())?;
@@ -422,7 +427,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// due now with a fresh attempt count: the next worker pass retries it
     /// from the projection's checkpoint. `NotFound` when it has none,
     /// `InvalidState` when it is not failing there.
-    pub async fn requeue_projection(&self, projection: &ProjectionName, stream: &StreamId) -> Result<SinkStream> {
+    pub async fn requeue_projection(
+        &self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+    ) -> Result<SinkStream> {
         let key = projection_consumer(projection)?;
         let state = self
             .journal()
@@ -518,7 +527,10 @@ pub async fn projection_exceptions<J: outbox_core::SinkStore>(
             Some(SinkStatus::Failed) if s.failed == 0 => continue,
             _ => status,
         };
-        for state in journal.sink_streams(&s.sink, wanted, outbox_core::MAX_PAGE).await? {
+        for state in journal
+            .sink_streams(&s.sink, wanted, outbox_core::MAX_PAGE)
+            .await?
+        {
             if out.len() >= limit {
                 break;
             }
@@ -538,7 +550,10 @@ pub async fn projections_waiting_at<J: outbox_core::SinkStore>(
 ) -> Result<Vec<ProjectionException>> {
     let mut out = Vec::new();
     for key in projection_keys(journal, projection).await? {
-        let state = journal.sink_states(&key, std::slice::from_ref(stream)).await?.remove(0);
+        let state = journal
+            .sink_states(&key, std::slice::from_ref(stream))
+            .await?
+            .remove(0);
         if state.seq + 1 == seq.get() {
             out.extend(ProjectionException::of(state));
         }
@@ -579,7 +594,10 @@ pub async fn requeue_projections_at<J: outbox_core::SinkStore>(
 ) -> Result<Vec<ProjectionException>> {
     let mut out = Vec::new();
     for key in projection_keys(journal, projection).await? {
-        let state = journal.sink_states(&key, std::slice::from_ref(stream)).await?.remove(0);
+        let state = journal
+            .sink_states(&key, std::slice::from_ref(stream))
+            .await?
+            .remove(0);
         let waiting = state.seq + 1 == seq.get() && state.status == status;
         if waiting {
             let requeued = journal.requeue_sink(&key, stream).await?;

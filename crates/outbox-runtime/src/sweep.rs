@@ -348,7 +348,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 continue;
             };
             let rest = std::mem::take(&mut t.rest);
-            match self.apply_rest_without(&t.lease.stream, &rest, &error, report).await {
+            match self
+                .apply_rest_without(&t.lease.stream, &rest, &error, report)
+                .await
+            {
                 Ok(()) => t.events.extend(rest),
                 Err(e) => {
                     warn!(stream = %t.lease.stream, error = %e, "applying a run past a projection's failure was interrupted; its rows are claimed again");
@@ -548,7 +551,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     let Some(t) = together.iter_mut().find(|t| t.lease.stream == stream) else {
                         unreachable!("checked by the guard");
                     };
-                    let at = t.events.iter().position(|e| e.seq >= seq).unwrap_or(t.events.len());
+                    let at = t
+                        .events
+                        .iter()
+                        .position(|e| e.seq >= seq)
+                        .unwrap_or(t.events.len());
                     let mut rest = t.events.split_off(at);
                     rest.append(&mut t.rest);
                     t.rest = rest;

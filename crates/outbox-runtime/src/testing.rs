@@ -133,7 +133,9 @@ pub struct DeadLetter {
 
 /// The dead letters: dead rows (oldest first), then each projection's dead
 /// streams (at most 10,000 of each).
-pub async fn dead_letters<J: JournalBackend, P: ProjectionBackend>(outbox: &Outbox<J, P>) -> Result<Vec<DeadLetter>> {
+pub async fn dead_letters<J: JournalBackend, P: ProjectionBackend>(
+    outbox: &Outbox<J, P>,
+) -> Result<Vec<DeadLetter>> {
     let rows: Vec<OutboxRow> = outbox
         .journal()
         .list(Some(OutboxStatus::Dead), outbox_core::MAX_PAGE)

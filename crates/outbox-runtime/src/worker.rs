@@ -615,8 +615,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut exceptions_at: Option<Instant> = None;
         let mut exceptions_busy = false;
         while !cancel.is_cancelled() {
-            let exceptions = exceptions_busy
-                || exceptions_at.is_none_or(|at| at.elapsed() >= inner.config.poll_interval);
+            let exceptions =
+                exceptions_busy || exceptions_at.is_none_or(|at| at.elapsed() >= inner.config.poll_interval);
             if exceptions {
                 exceptions_at = Some(Instant::now());
             }

@@ -135,7 +135,9 @@ async fn a_failure_while_committing_the_prefix_is_charged_to_its_own_event() {
     let rt = runtime(
         p,
         &clock,
-        Config::apply_worker().with_repair_on_start(false).with_sweep_rows(0),
+        Config::apply_worker()
+            .with_repair_on_start(false)
+            .with_sweep_rows(0),
     )
     .await;
     let s = sid("s");

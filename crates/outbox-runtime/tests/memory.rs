@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{
-    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, EventJournal,
-    ExpectedVersion, LeaseStore, Mode, ModeFlags, OutboxInspector, OutboxQueue, Projection,
-    ProjectionStore, RetryPolicy, Seq, SinkStatus, SinkStore, StreamId, WorkerRegistry,
+    ActivityCounts, ActivitySeries, AppendOptions, AppendRequest, Clock, EventJournal, ExpectedVersion,
+    LeaseStore, Mode, ModeFlags, OutboxInspector, OutboxQueue, Projection, ProjectionStore, RetryPolicy, Seq,
+    SinkStatus, SinkStore, StreamId, WorkerRegistry,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, Outbox, TokioClock};
@@ -1163,7 +1163,10 @@ async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
     append_values(&rt, &poison, &[5, 6]).await;
     let report = rt.drain().await.unwrap();
     assert_eq!(report.completed, 6, "{report:?}");
-    assert_eq!(report.failed, 1, "the projection failed once on poison: {report:?}");
+    assert_eq!(
+        report.failed, 1,
+        "the projection failed once on poison: {report:?}"
+    );
     let summary = rt.journal().summary().await.unwrap();
     assert_eq!(summary.total(), 0, "{summary:?}");
     assert_eq!(

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, OutboxInspector,
-    Projection, ProjectionStore, RetryPolicy, Seq, StreamId, WorkerId,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, OutboxInspector, Projection,
+    ProjectionStore, RetryPolicy, Seq, StreamId, WorkerId,
 };
 use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};

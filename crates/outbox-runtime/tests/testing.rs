@@ -226,7 +226,11 @@ async fn an_undecodable_typed_event_fails_its_consumer_and_spares_the_bystanders
         .get("counts", "bad")
         .await
         .unwrap();
-    assert_eq!(counted, Some(1), "the other projection applied the bad stream's event");
+    assert_eq!(
+        counted,
+        Some(1),
+        "the other projection applied the bad stream's event"
+    );
     let left = outbox.journal().summary().await.unwrap();
     assert_eq!(left.total(), 0, "every row is done: {left:?}");
     let failing = outbox.projection_states(None, 10).await.unwrap();
@@ -242,7 +246,11 @@ async fn an_undecodable_typed_event_fails_its_consumer_and_spares_the_bystanders
         ("projection:sums", "bad", 0, outbox_core::SinkStatus::Failed)
     );
     assert!(
-        state.last_error.as_deref().unwrap_or("").contains("does not decode"),
+        state
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("does not decode"),
         "{state:?}"
     );
 }

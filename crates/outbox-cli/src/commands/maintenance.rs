@@ -10,11 +10,11 @@ use super::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs, VerifyArgs};
 use crate::output::json;
+use crate::report::{Report, build_report, print_report, projection_lag};
 use outbox_core::SinkStatus;
 use outbox_runtime::consumers::{
     ProjectionException, projections_waiting_at, requeue_dead_projections, requeue_projections_at,
 };
-use crate::report::{Report, build_report, print_report, projection_lag};
 
 pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ReportArgs) -> Result<()> {
     if a.blocked {
@@ -122,9 +122,12 @@ async fn at_stream_and_seq<J: CliJournal, P: CliStore>(
     dead: bool,
 ) -> Result<Requeued> {
     let projection = projection.map(ProjectionName::new).transpose()?;
-    let status = if dead { SinkStatus::Dead } else { SinkStatus::Failed };
-    let projections =
-        requeue_projections_at(&ctx.journal, stream, seq, projection.as_ref(), status).await?;
+    let status = if dead {
+        SinkStatus::Dead
+    } else {
+        SinkStatus::Failed
+    };
+    let projections = requeue_projections_at(&ctx.journal, stream, seq, projection.as_ref(), status).await?;
     if projections.is_empty() && !dead {
         // A retry of a dead exception: say what to do instead.
         let waiting = projections_waiting_at(&ctx.journal, stream, seq, projection.as_ref()).await?;

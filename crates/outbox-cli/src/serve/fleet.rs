@@ -68,7 +68,7 @@ pub(super) async fn partitions_page<J: CliJournal, P: CliStore>(State(m): St<J, 
 /// first `--limit` of each), with a requeue of each behind the token.
 pub(super) async fn sinks_page<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     let sinks = match m.journal.sinks().await {
-        Ok(s) => s,
+        Ok(s) => super::only_sinks(s),
         Err(e) => return fail(&e),
     };
     let mut b = sinks_section(&sinks);

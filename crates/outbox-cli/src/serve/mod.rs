@@ -26,7 +26,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use outbox_core::{Error, Projection, Seq, SinkSummary};
+use outbox_core::{Error, Projection, Seq, SinkStatus, SinkSummary};
+use outbox_runtime::consumers::{ExceptionCounts, ProjectionException, projection_exceptions};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -356,7 +357,13 @@ async fn overview<J: CliJournal, P: CliStore>(
 }
 
 /// The overview's health banner: what is wrong first, or that all is well.
-fn health_banner(g: &Gauges, workers: usize, lag_threshold_ms: u64, held_back: u64) -> String {
+fn health_banner(
+    g: &Gauges,
+    workers: usize,
+    lag_threshold_ms: u64,
+    held_back: u64,
+    exceptions: ExceptionCounts,
+) -> String {
     let mut bad = Vec::new();
     let mut warn = Vec::new();
     if workers == 0 {
@@ -375,8 +382,21 @@ fn health_banner(g: &Gauges, workers: usize, lag_threshold_ms: u64, held_back: u
             esc(&human_ms(lag_threshold_ms))
         ));
     }
+    if exceptions.dead > 0 {
+        bad.push(format!(
+            "{} projection(s) dead on a stream each holds back (<a href=\"/#projection-exceptions\">projection \
+             exceptions</a>)",
+            exceptions.dead
+        ));
+    }
     if g.failed > 0 {
         warn.push(format!("{} stream(s) failing and retrying", g.failed));
+    }
+    if exceptions.failed > 0 {
+        warn.push(format!(
+            "{} projection(s) failing or behind on a stream, the others going on",
+            exceptions.failed
+        ));
     }
     if held_back > 0 {
         warn.push(format!(
@@ -406,9 +426,10 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     let summary = m.journal.summary().await?;
     let g = Gauges::from_summary(&summary);
     let workers = m.journal.workers().await?;
-    let sinks = m.journal.sinks().await?;
+    let sinks = only_sinks(m.journal.sinks().await?);
     let held_back = SinkSummary::held_back_of(&sinks);
-    let mut b = health_banner(&g, workers.len(), m.lag_threshold_ms, held_back);
+    let (exceptions, listed) = projection_exceptions(&m.journal, None, m.limit).await?;
+    let mut b = health_banner(&g, workers.len(), m.lag_threshold_ms, held_back, exceptions);
     let _ = write!(
         b,
         "<p class=\"note\">as of {} (the database's clock); {}</p>",
@@ -458,6 +479,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
          Blocked streams: those whose head row failed (retrying) or is dead; what waits behind them \
          counts in the oldest due age, not in the worker lag.</p>",
     );
+    b.push_str(&exceptions_section(m, exceptions, &listed));
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
     let activity = m.journal.activity(CHART_MINUTES).await?;
     b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
@@ -578,6 +600,85 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
 /// Each sink's delivery, and the events a long-open transaction holds back
 /// from every sink (ADR 0030): nothing is lost, but nothing committed after
 /// that transaction began is published until it ends.
+/// The sinks' summaries among the consumer summaries the journal keeps
+/// (the projections' exceptions are shown apart, ADR 0032).
+pub(super) fn only_sinks(all: Vec<SinkSummary>) -> Vec<SinkSummary> {
+    all.into_iter()
+        .filter(|s| outbox_core::consumer_projection(&s.sink).is_none())
+        .collect()
+}
+
+/// The projections that left the shared path on some stream, with a
+/// requeue of each behind the token.
+fn exceptions_section<J: JournalBackend, P: CliStore>(
+    m: &Monitor<J, P>,
+    counts: ExceptionCounts,
+    listed: &[ProjectionException],
+) -> String {
+    let mut b = String::from("<h2 id=\"projection-exceptions\">Projection exceptions</h2>");
+    if counts.failed + counts.dead == 0 {
+        b.push_str(
+            "<p>Every projection is on the shared path: none failing, dead or behind on any stream.</p>",
+        );
+        return b;
+    }
+    let _ = write!(
+        b,
+        "<p><span id=\"exceptions-failed\" class=\"failed\">{}</span> failing or behind, \
+         <span id=\"exceptions-dead\" class=\"dead\">{}</span> dead: each holds back only that projection \
+         on that stream; the other projections applied it.</p>",
+        counts.failed, counts.dead
+    );
+    let rows: Vec<Vec<String>> = listed
+        .iter()
+        .map(|e| {
+            let action = if m.door.action.is_some() && e.status == SinkStatus::Dead {
+                action_form(
+                    "/actions/requeue-sink",
+                    &[
+                        (
+                            "sink",
+                            format!("{}{}", outbox_core::PROJECTION_CONSUMER_PREFIX, e.projection),
+                        ),
+                        ("stream", e.stream.to_string()),
+                    ],
+                    "Requeue",
+                )
+            } else {
+                String::new()
+            };
+            vec![
+                esc(&e.projection),
+                format!(
+                    "<a href=\"/stream?stream={}\">{}</a>/{}",
+                    esc(&rows::url_encode(e.stream.as_str())),
+                    esc(e.stream.as_str()),
+                    e.seq
+                ),
+                format!("<span class=\"{0}\">{0}</span>", esc(&e.status.to_string())),
+                num(e.attempt_count),
+                esc(&e.next_attempt_at.to_string()),
+                esc(e.last_error.as_deref().unwrap_or("")),
+                action,
+            ]
+        })
+        .collect();
+    b.push_str(&table(
+        "exceptions",
+        &[
+            "projection",
+            "waits on",
+            "status",
+            "attempts",
+            "next attempt",
+            "last error",
+            "action",
+        ],
+        &rows,
+    ));
+    b
+}
+
 fn sinks_section(sinks: &[SinkSummary]) -> String {
     let mut b = String::from("<h2>Sinks</h2>");
     if sinks.is_empty() {

@@ -141,12 +141,25 @@ impl Site {
         });
     }
 
-    /// [`Site::seed_backlog`], then one pass with the fault live and a
-    /// dead-letter threshold of 1: each cursed campaign has a dead row at
-    /// seq 4 and three pending rows behind it; the others are applied. The
-    /// pass is recorded in the journal's activity, as `work --once` does;
-    /// returns its counters.
+    /// [`Site::seed_backlog`], then each cursed campaign's row at seq 4 dead
+    /// for every projection, as a process-killing event leaves it (ADR
+    /// 0029), with three pending rows behind it; one pass applies the
+    /// others. The pass is recorded in the journal's activity, as `work
+    /// --once` does; returns its counters.
     pub fn seed_with_dead(&self, campaigns: &[(&str, bool)]) -> MetricsSnapshot {
+        let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
+        self.seed_with_stuck_heads(campaigns, retry, |s, cursed| {
+            assert_eq!((s.dead, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
+        })
+    }
+}
+
+impl Site {
+    /// [`Site::seed_backlog`], then one library pass with the fault live and
+    /// a dead-letter threshold of 1: every row is done and `character_tally`
+    /// is dead on each cursed campaign at seq 4 (ADR 0032). The pass is
+    /// recorded in the journal's activity; returns its counters.
+    pub fn seed_with_dead_projection(&self, campaigns: &[(&str, bool)]) -> MetricsSnapshot {
         self.seed_backlog(campaigns);
         block_on(async {
             let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
@@ -154,31 +167,72 @@ impl Site {
             rt.tick().await.expect("tick");
             rt.record_activity().await.expect("record activity");
             let s = rt.journal().summary().await.unwrap();
-            let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
-            assert_eq!((s.dead, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
+            assert_eq!(s.total(), 0, "fixture: {s:?}");
+            let cursed = campaigns.iter().filter(|(_, c)| *c).count();
+            let dead = rt
+                .projection_states(Some(outbox_core::SinkStatus::Dead), 100)
+                .await
+                .unwrap();
+            assert_eq!(dead.len(), cursed, "fixture: {dead:?}");
             rt.journal().close().await;
             rt.store().close().await;
             rt.metrics()
         })
     }
-}
 
-impl Site {
-    /// [`Site::seed_backlog`], then one pass with the fault live and a long
-    /// retry delay: each cursed campaign has a failed row at seq 4, due in
-    /// an hour, and three pending rows behind it.
+    /// [`Site::seed_backlog`], then each cursed campaign's row at seq 4
+    /// failed once with a retry an hour away (as an attempt that ended its
+    /// process leaves it) and three pending rows behind it.
     pub fn seed_with_failed(&self, campaigns: &[(&str, bool)]) {
+        let retry = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 8).unwrap();
+        self.seed_with_stuck_heads(campaigns, retry, |s, cursed| {
+            assert_eq!((s.failed, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
+        });
+    }
+
+    /// The backlog, each cursed campaign's events 1..=3 applied and its row
+    /// at seq 4 charged one ended attempt under `retry`, then one pass.
+    fn seed_with_stuck_heads(
+        &self,
+        campaigns: &[(&str, bool)],
+        retry: RetryPolicy,
+        check: impl FnOnce(&outbox_core::OutboxSummary, u64),
+    ) -> MetricsSnapshot {
+        use outbox_core::{EventJournal, LeaseStore, OutboxQueue, ProjectionStore, Seq, WorkerId};
         self.seed_backlog(campaigns);
         block_on(async {
-            let retry = RetryPolicy::new(Duration::from_secs(3600), Duration::from_secs(3600), 8).unwrap();
-            let rt = self.library(Config::apply_worker().with_retry(retry)).await;
+            let rt = self
+                .library(Config::apply_worker().with_retry(retry.clone()))
+                .await;
+            let worker = WorkerId::new("fixture-worker").unwrap();
+            for (name, _) in campaigns.iter().filter(|(_, c)| *c) {
+                let stream = StreamId::new(*name).unwrap();
+                let j = rt.journal();
+                let (lease, _) = j
+                    .acquire_and_claim(&stream, &worker, Duration::from_secs(60), 3)
+                    .await
+                    .unwrap()
+                    .expect("the stream is free");
+                let events = j.read_stream(&stream, Seq::FIRST, 3).await.unwrap();
+                rt.store()
+                    .apply(&stream, &events, rt.projections())
+                    .await
+                    .expect("apply");
+                j.complete(&stream, Seq::new(3).unwrap()).await.unwrap();
+                let head = j.claim(&lease, 1).await.unwrap();
+                let message = format!("cursed die on {name}/4: its attempts ended the process");
+                j.fail(&lease, head[0].seq, &message, &retry).await.unwrap();
+                j.release(&lease).await.unwrap();
+            }
             rt.tick().await.expect("tick");
+            rt.record_activity().await.expect("record activity");
             let s = rt.journal().summary().await.unwrap();
             let cursed = campaigns.iter().filter(|(_, c)| *c).count() as u64;
-            assert_eq!((s.failed, s.pending), (cursed, cursed * 3), "fixture: {s:?}");
+            check(&s, cursed);
             rt.journal().close().await;
             rt.store().close().await;
-        });
+            rt.metrics()
+        })
     }
 
     /// An active rebuild run of `roster` owned by a live worker of another

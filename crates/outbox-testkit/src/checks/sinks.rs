@@ -50,7 +50,10 @@ pub async fn sink_checkpoint_advances_by_compare_and_set<H: Harness>(h: &H) {
     );
     assert!(j.advance_sink(&bus, &a, pa, 3, seq(5), false).await.unwrap());
     for (from, to, more) in [(5, 4, false), (5, 5, true)] {
-        let err = j.advance_sink(&bus, &a, pa, from, seq(to), more).await.unwrap_err();
+        let err = j
+            .advance_sink(&bus, &a, pa, from, seq(to), more)
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, Error::InvalidInput(_)),
             "a move from {from} to {to} (more: {more}) is refused: {err:?}"
@@ -100,7 +103,11 @@ pub async fn hold_sink_marks_only_an_ok_stream<H: Harness>(h: &H) {
     );
     assert!(j.advance_sink(&key, &s, p, 1, seq(3), false).await.unwrap());
     let ok = state_of(j, &key, &s).await;
-    assert_eq!(ok.status, SinkStatus::Ok, "at the stream's version it is ok: {ok:?}");
+    assert_eq!(
+        ok.status,
+        SinkStatus::Ok,
+        "at the stream's version it is ok: {ok:?}"
+    );
     let rehold = j.hold_sink(&key, &s, p, 2).await.unwrap();
     assert_eq!(
         (rehold.seq, rehold.status, rehold.attempt_count, rehold.last_error),
