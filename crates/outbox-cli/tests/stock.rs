@@ -163,12 +163,25 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     assert!(!before.is_empty());
 
     let report = ok_json(&site, &["report", "--json"]);
-    assert_eq!(report["dead"], 1, "{report}");
     assert_eq!(
-        report["pending"], 1,
-        "the row behind the dead head waits: {report}"
+        (&report["dead"], &report["total"]),
+        (&0.into(), &0.into()),
+        "every row is done: {report}"
     );
-    assert_eq!(report["total"], 2, "{report}");
+    let x = &report["projection_exceptions"];
+    assert_eq!(x["dead"], 1, "the projection is dead on one stream: {report}");
+    let dead = &x["listed"][0];
+    assert_eq!(
+        (&dead["projection"], &dead["stream"], &dead["seq"]),
+        (&"parcels".into(), &"parcel-lost".into(), &1.into()),
+        "{report}"
+    );
+    assert!(
+        dead["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("scanned before registered")),
+        "{report}"
+    );
     assert!(
         report["digests"].is_null(),
         "no projections, no digests: {report}"
@@ -183,38 +196,46 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     let runs = ok_json(&site, &["runs", "list", "--json"]);
     assert_eq!(runs, serde_json::json!([]));
 
-    let shown = ok_json(&site, &["row", "--stream", "parcel-lost", "--seq", "1", "--json"]);
-    assert_eq!(shown["status"], "dead", "{shown}");
-    assert!(
-        shown["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("scanned before registered")),
-        "{shown}"
-    );
     let missing = outbox(&site, &["row", "--stream", "parcel-1", "--seq", "1"]);
     assert_eq!(missing.status.code(), Some(3), "an applied event has no row");
     assert_eq!(String::from_utf8_lossy(&missing.stderr).lines().count(), 1);
-    let row = ok_json(
+    let done = ok_json(
         &site,
         &["requeue", "--stream", "parcel-lost", "--seq", "1", "--json"],
     );
-    assert_eq!(row["status"], "pending", "{row}");
-    assert_eq!(row["attempt_count"], 0, "{row}");
-    let report = ok_json(&site, &["report", "--json", "--status", "pending"]);
+    assert!(done["row"].is_null(), "{done}");
+    let requeued = &done["projections"][0];
     assert_eq!(
-        (report["dead"].as_u64(), report["pending"].as_u64()),
-        (Some(0), Some(2)),
+        (
+            &requeued["projection"],
+            &requeued["status"],
+            &requeued["attempt_count"]
+        ),
+        (&"parcels".into(), &"failed".into(), &0.into()),
+        "{done}"
+    );
+    let report = ok_json(&site, &["report", "--json", "--status", "failed"]);
+    assert_eq!(
+        (
+            report["projection_exceptions"]["dead"].as_u64(),
+            report["projection_exceptions"]["failed"].as_u64()
+        ),
+        (Some(0), Some(1)),
         "{report}"
     );
 
     let requeued = ok_json(&site, &["requeue-dead", "--limit", "10", "--json"]);
-    assert_eq!(requeued, serde_json::json!([]), "nothing dead any more");
+    assert_eq!(
+        requeued,
+        serde_json::json!({"rows": [], "projections": []}),
+        "nothing dead any more"
+    );
 
-    let row = ok_json(
+    let retried = ok_json(
         &site,
         &["retry", "--stream", "parcel-lost", "--seq", "1", "--json"],
     );
-    assert_eq!(row["status"], "pending", "{row}");
+    assert_eq!(retried["projections"][0]["status"], "failed", "{retried}");
     let leases = ok_json(&site, &["leases", "--json"]);
     assert_eq!(
         leases,
@@ -355,7 +376,7 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
     let out = outbox(&site, &["migrate"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report = ok_json(&site, &["report", "--json"]);
-    assert_eq!(report["dead"], 1, "{report}");
+    assert_eq!(report["projection_exceptions"]["dead"], 1, "{report}");
 }
 
 /// A journal path that names another application's SQLite file (a typo at

@@ -454,7 +454,7 @@ fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
         let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
         let rt = site
             .library(
-                Config::apply_worker().with_retry(retry.clone()),
+                Config::apply_worker().with_retry(retry),
                 &Faults::default(),
             )
             .await;

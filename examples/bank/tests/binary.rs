@@ -368,30 +368,37 @@ fn sqlite_an_overdraft_is_dead_lettered_and_reported() {
         rt.store().close().await;
     });
 
-    // Dead at the first failure: the withdrawal's row parks, the deposit
-    // before it is applied, the one after it waits.
+    // Dead at the first failure, for the balances on Dave's account only
+    // (ADR 0032): every row is done, the daily totals applied it all.
     let threshold = [("OUTBOX_DEAD_LETTER_THRESHOLD", "1")];
     let tick = bank.json_env(&["work", "--once", "--json"], &threshold);
     assert_eq!(
         (u(&tick["completed"]), u(&tick["dead_lettered"])),
-        (SAMPLE_EVENTS + 2, 1),
+        (SAMPLE_EVENTS + 4, 1),
         "{tick}"
     );
     let dead = bank.json(&["report", "--status", "dead", "--json", "--no-digests"]);
-    assert_eq!((u(&dead["dead"]), u(&dead["pending"])), (1, 1), "{dead}");
-    let row = &dead["rows"][0];
-    assert_eq!((&row["stream"], &row["seq"]), (&json!("account-dave"), &json!(3)));
-    let error = row["last_error"].as_str().unwrap_or_default();
+    assert_eq!(
+        (u(&dead["total"]), u(&dead["projection_exceptions"]["dead"])),
+        (0, 1),
+        "{dead}"
+    );
+    let e = &dead["projection_exceptions"]["listed"][0];
+    assert_eq!(
+        (&e["projection"], &e["stream"], &e["seq"]),
+        (&json!("balances"), &json!("account-dave"), &json!(3))
+    );
+    let error = e["last_error"].as_str().unwrap_or_default();
     assert!(error.contains("insufficient funds on account-dave/3"), "{error}");
     let text = bank.ok(&["report", "--no-digests"]);
-    assert!(text.contains("account-dave"), "{text}");
+    assert!(text.contains("balances on account-dave/3 dead"), "{text}");
 
     // Requeued without a fix, it dies again; the account stays as it was.
     let requeued = bank.json(&["requeue", "--stream", "account-dave", "--seq", "3", "--json"]);
-    assert_eq!(requeued["status"], "pending", "{requeued}");
+    assert_eq!(requeued["projections"][0]["status"], "failed", "{requeued}");
     let tick = bank.json_env(&["work", "--once", "--json"], &threshold);
     assert_eq!(
-        (u(&tick["completed"]), u(&tick["dead_lettered"])),
+        (u(&tick["caught_up"]), u(&tick["dead_lettered"])),
         (0, 1),
         "{tick}"
     );

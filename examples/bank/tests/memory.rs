@@ -14,9 +14,8 @@ use common::{
     sample_accounts,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, DeadLetters, EventJournal, ExpectedVersion, ManualClock, NewEvent,
-    OutboxInspector, OutboxStatus, ProjectionName, ProjectionStore, RetryPolicy, RunKind, RunState, Seq,
-    StreamId, Timestamp,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, ManualClock, NewEvent, OutboxInspector,
+    ProjectionName, ProjectionStore, RetryPolicy, RunKind, RunState, Seq, SinkStatus, StreamId, Timestamp,
 };
 use outbox_example_bank::{
     Account, BALANCES, BankEvent, DAILY_TOTALS, DailyTotals, DayTotals, account, day_totals, event_types,
@@ -211,12 +210,13 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
     .unwrap();
     append_sample(&rt).await;
 
-    // The worker commits what precedes the failing event, records the
-    // failure and leaves the account's later rows behind it.
+    // The worker completes every row: the balances projection fails on
+    // Dave's overdraft and leaves the shared path on his account alone
+    // (ADR 0032), stopping right before it; the daily totals apply it all.
     let tick = rt.tick().await.unwrap();
     assert_eq!(
         (tick.completed, tick.failed, tick.dead_lettered),
-        (2 + SAMPLE_EVENTS, 1, 0),
+        (4 + SAMPLE_EVENTS, 1, 0),
         "{tick:?}"
     );
     for (key, want) in sample_accounts() {
@@ -224,36 +224,49 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
     }
     let dave_doc = account(rt.store(), "account-dave").await.unwrap().unwrap();
     assert_eq!((dave_doc.balance_cents, dave_doc.last_seq), (1_000, 2));
-    let row = rt
-        .journal()
-        .row(&dave, Seq::new(3).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!((row.status, row.attempt_count), (OutboxStatus::Failed, 1));
+    let failing = rt.projection_states(None, 10).await.unwrap();
+    assert_eq!(failing.len(), 1, "{failing:?}");
+    let state = &failing[0];
+    assert_eq!(
+        (state.sink.as_str(), state.stream.as_str(), state.seq + 1),
+        ("projection:balances", "account-dave", 3)
+    );
+    assert_eq!((state.status, state.attempt_count), (SinkStatus::Failed, 1));
     assert!(
-        row.last_error.as_deref().unwrap().contains("insufficient funds"),
-        "{row:?}"
+        state
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("insufficient funds"),
+        "{state:?}"
+    );
+    let day = day_totals(rt.store(), "2026-03-02").await.unwrap();
+    assert_eq!(
+        (day.withdrawn_cents, day.withdrawals),
+        (2_500 + 1_500, 2),
+        "the daily totals went on past the overdraft"
     );
 
     // Not due before the backoff; retried after it; dead on the third failure.
-    assert_eq!(rt.tick().await.unwrap().claimed, 0);
+    let early = rt.tick().await.unwrap();
+    assert_eq!((early.caught_up, early.failed), (0, 0), "{early:?}");
     for attempt in 2..=3 {
         clock.advance(Duration::from_secs(1));
         let tick = rt.tick().await.unwrap();
         assert_eq!(
-            (tick.completed, tick.failed + tick.dead_lettered),
+            (tick.caught_up, tick.failed + tick.dead_lettered),
             (0, 1),
             "attempt {attempt}: {tick:?}"
         );
     }
-    let s = rt.journal().summary().await.unwrap();
-    assert_eq!((s.dead, s.pending, s.failed), (1, 1, 0), "{s:?}");
-    let dead = rt.journal().list(Some(OutboxStatus::Dead), 10).await.unwrap();
-    assert_eq!((dead[0].stream.as_str(), dead[0].seq.get()), ("account-dave", 3));
-    // A dead row blocks its account only, and stays dead.
+    let dead = rt.projection_states(Some(SinkStatus::Dead), 10).await.unwrap();
+    assert_eq!(
+        (dead[0].stream.as_str(), dead[0].seq + 1, dead[0].attempt_count),
+        ("account-dave", 3, 3)
+    );
+    // Dead for the balances on Dave's account only, and it stays dead.
     clock.advance(Duration::from_secs(3600));
-    assert_eq!(rt.tick().await.unwrap().claimed, 0);
+    assert_eq!(rt.tick().await.unwrap().caught_up, 0);
     assert_eq!(
         account(rt.store(), "account-dave")
             .await
@@ -276,15 +289,15 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
         .await
         .unwrap();
     let requeued = fixed
-        .journal()
-        .requeue(&dave, Seq::new(3).unwrap())
+        .requeue_projection(&outbox_core::ProjectionName::new(BALANCES).unwrap(), &dave)
         .await
         .unwrap();
+    assert_eq!((requeued.status, requeued.attempt_count), (SinkStatus::Failed, 0));
     assert_eq!(
-        (requeued.status, requeued.attempt_count),
-        (OutboxStatus::Pending, 0)
+        drain(&fixed, "memory after the fix").await,
+        2,
+        "the balances caught up on events 3 and 4"
     );
-    assert_eq!(drain(&fixed, "memory after the fix").await, 2);
     let dave_doc = account(fixed.store(), "account-dave").await.unwrap().unwrap();
     assert_eq!((dave_doc.balance_cents, dave_doc.last_seq), (1_500, 4));
     let day = day_totals(fixed.store(), "2026-03-02").await.unwrap();

@@ -202,7 +202,7 @@ impl Site {
         self.seed_backlog(campaigns);
         block_on(async {
             let rt = self
-                .library(Config::apply_worker().with_retry(retry.clone()))
+                .library(Config::apply_worker().with_retry(retry))
                 .await;
             let worker = WorkerId::new("fixture-worker").unwrap();
             for (name, _) in campaigns.iter().filter(|(_, c)| *c) {
