@@ -115,9 +115,9 @@ pub(crate) async fn check(place: &Place, streams: u64, acks: &[Ack]) -> Result<R
     Ok(match rebuilt {
         Ok(d) if d == digest => Ok(verdict),
         Ok(d) => Err(format!(
-            "the rebuild's digest {} differs from the live projection's {}",
-            hex(&d),
-            hex(&digest)
+            "the rebuild's digests {} differ from the live projections' {} (oracle, flaky)",
+            d.iter().map(hex).collect::<Vec<_>>().join(", "),
+            digest.iter().map(hex).collect::<Vec<_>>().join(", ")
         )),
         Err(e) => Err(format!("rebuild: {e}")),
     })
@@ -135,12 +135,13 @@ async fn oracle_runtime<J: JournalBackend, P: ProjectionBackend>(
         .config(Config::default())
         .event_types(oracle_registry())
         .view(OracleProjection::new("oracle"))
+        .view(OracleProjection::new(crate::victim::FLAKY))
         .build()
         .await
         .context("build the checking runtime")
 }
 
-type Live = (Verdict, BTreeMap<String, Expected>, [u8; 32]);
+type Live = (Verdict, BTreeMap<String, Expected>, Vec<[u8; 32]>);
 
 async fn live<J: JournalBackend, P: ProjectionBackend>(
     journal: J,
@@ -169,16 +170,26 @@ async fn live<J: JournalBackend, P: ProjectionBackend>(
             )
         })
         .collect();
-    let state = read_state(outbox.store(), "oracle").await?;
-    if let Err(e) = check_history(&state, &expected, &BTreeMap::new()) {
-        problems.push(format!("history:\n{e}"));
+    // Both projections: the oracle, and the flaky one beside it (ADR 0032).
+    for name in ["oracle", crate::victim::FLAKY] {
+        let state = read_state(outbox.store(), name).await?;
+        if let Err(e) = check_history(&state, &expected, &BTreeMap::new()) {
+            problems.push(format!("history of {name}:\n{e}"));
+        }
     }
-    let digest = outbox.store().digest(&*outbox.projection("oracle")?).await?;
+    let exceptions = outbox.projection_states(None, 10).await?;
+    if !exceptions.is_empty() {
+        problems.push(format!("projections left off the shared path: {exceptions:?}"));
+    }
+    let mut digests = Vec::new();
+    for name in ["oracle", crate::victim::FLAKY] {
+        digests.push(outbox.store().digest(&*outbox.projection(name)?).await?.0);
+    }
     if !problems.is_empty() {
         return Ok(Err(problems.join("\n")));
     }
     let events = contents.values().map(|v| v.len() as u64).sum();
-    Ok(Ok((Verdict { events, acked }, expected, digest.0)))
+    Ok(Ok((Verdict { events, acked }, expected, digests)))
 }
 
 /// What the journal holds: every event's value, by stream (appended and
@@ -354,18 +365,23 @@ pub(crate) async fn all_rows(inspector: &impl OutboxInspector) -> Result<Vec<Out
     Ok(rows)
 }
 
-/// A full rebuild of the oracle from the journal into the scratch store:
-/// its own history must check, and its digest is returned.
+/// A full rebuild of the oracle and the flaky projection from the journal
+/// into the scratch store: their own histories must check, and their
+/// digests are returned.
 async fn rebuild<J: JournalBackend, P: ProjectionBackend>(
     journal: J,
     scratch: P,
     expected: &BTreeMap<String, Expected>,
-) -> Result<Result<[u8; 32], String>> {
+) -> Result<Result<Vec<[u8; 32]>, String>> {
     let outbox = oracle_runtime(journal, scratch).await?;
-    outbox.rebuild("oracle", &CancellationToken::new()).await?;
-    let state = read_state(outbox.store(), "oracle").await?;
-    if let Err(e) = check_history(&state, expected, &BTreeMap::new()) {
-        return Ok(Err(format!("the rebuilt projection's history:\n{e}")));
+    let mut digests = Vec::new();
+    for name in ["oracle", crate::victim::FLAKY] {
+        outbox.rebuild(name, &CancellationToken::new()).await?;
+        let state = read_state(outbox.store(), name).await?;
+        if let Err(e) = check_history(&state, expected, &BTreeMap::new()) {
+            return Ok(Err(format!("the rebuilt {name}'s history:\n{e}")));
+        }
+        digests.push(outbox.store().digest(&*outbox.projection(name)?).await?.0);
     }
-    Ok(Ok(outbox.store().digest(&*outbox.projection("oracle")?).await?.0))
+    Ok(Ok(digests))
 }

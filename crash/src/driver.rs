@@ -809,6 +809,11 @@ fn faults_drain_check(
         .lines()
         .find_map(|l| l.strip_prefix("sink requeued ")?.parse().ok())
         .unwrap_or(0);
+    // The flaky projection's (projection, stream)s the faults left dead.
+    let projections_requeued: u64 = drain_log
+        .lines()
+        .find_map(|l| l.strip_prefix("projections requeued ")?.parse().ok())
+        .unwrap_or(0);
     let left = Some(&drain_log)
         .and_then(|log| {
             let mut f = log.lines().next()?.strip_prefix("left ")?.split(' ');
@@ -833,6 +838,11 @@ fn faults_drain_check(
         v.events - v.acked,
         if repair { " (repair)" } else { "" }
     );
+    if projections_requeued > 0 {
+        detail.push_str(&format!(
+            "; {projections_requeued} dead flaky (projection, stream)s requeued"
+        ));
+    }
     if let Some(s) = sink {
         let (mut f, problems) = rt.block_on(crate::sinks::check_bus(
             &round.place,

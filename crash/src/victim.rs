@@ -140,6 +140,58 @@ impl ViewProjection for PoisonView {
     }
 }
 
+/// The name of every round's second projection, beside the oracle.
+pub(crate) const FLAKY: &str = "flaky";
+
+/// Every round's second projection (ADR 0032): an oracle of its own that,
+/// in every victim but the drain, fails one apply in five, panics in one in
+/// twenty and aborts the process in one in a thousand, at random. The
+/// oracle beside it must not be harmed, and it must itself end having
+/// applied every event exactly once, in order.
+struct Flaky {
+    oracle: OracleProjection,
+    faulty: bool,
+    rng: std::sync::Mutex<Rng>,
+}
+
+impl Flaky {
+    fn new(faulty: bool) -> Flaky {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id());
+        Flaky {
+            oracle: OracleProjection::new(FLAKY),
+            faulty,
+            rng: std::sync::Mutex::new(Rng(seed)),
+        }
+    }
+}
+
+#[async_trait]
+impl ViewProjection for Flaky {
+    fn name(&self) -> &ProjectionName {
+        self.oracle.name()
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+        if self.faulty {
+            let roll = self.rng.lock().map_or(0, |mut r| r.below(1000));
+            if roll == 0 {
+                eprintln!("flaky {}/{}: abort", event.stream, event.seq);
+                std::process::abort();
+            }
+            if roll < 50 {
+                panic!("flaky panics on {}/{}", event.stream, event.seq);
+            }
+            if roll < 250 {
+                return Err(format!("flaky fails on {}/{}", event.stream, event.seq).into());
+            }
+        }
+        self.oracle.apply(view, event).await
+    }
+}
+
 pub(crate) fn main(args: &Args) -> Result<u8> {
     let place = Place::from_args(args)?;
     let plan = Plan {
@@ -169,8 +221,11 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
         .config(config)
         .event_types(oracle_registry())
         .view(OracleProjection::new("oracle"));
-    if let Some(poison) = plan.poison.take() {
-        builder = builder.view(poison);
+    match plan.poison.take() {
+        Some(poison) => builder = builder.view(poison),
+        // Outside poison rounds (whose process deaths are the point), a
+        // projection that fails, panics and aborts beside the oracle.
+        None => builder = builder.view(Flaky::new(plan.role != Role::Drain)),
     }
     if plan.role.works() {
         builder = builder.wake_source(wake);
@@ -217,6 +272,30 @@ async fn run<J: JournalBackend, P: ProjectionBackend>(
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Then every projection back on the shared path: the flaky one's
+        // exceptions caught up, a dead one requeued as an operator would.
+        let mut requeued = 0;
+        loop {
+            match outbox.projection_states(None, 1000).await {
+                Ok(states) if states.is_empty() => break,
+                Ok(states) => {
+                    for s in states
+                        .iter()
+                        .filter(|s| s.status == outbox_core::SinkStatus::Dead)
+                    {
+                        if let Some(p) = outbox_core::consumer_projection(&s.sink) {
+                            let name = ProjectionName::new(p)?;
+                            if outbox.requeue_projection(&name, &s.stream).await.is_ok() {
+                                requeued += 1;
+                            }
+                        }
+                    }
+                }
+                Err(e) => eprintln!("drain: projection states: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!("projections requeued {requeued}");
         if plan.nats.is_some() {
             drain_sink(&outbox, plan.streams).await;
         }

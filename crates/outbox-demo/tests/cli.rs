@@ -453,10 +453,7 @@ fn seed_with_dead(site: &Site, campaigns: &[(&str, bool)]) {
     block_on(async {
         let retry = RetryPolicy::new(Duration::from_millis(1), Duration::from_millis(1), 1).unwrap();
         let rt = site
-            .library(
-                Config::apply_worker().with_retry(retry),
-                &Faults::default(),
-            )
+            .library(Config::apply_worker().with_retry(retry), &Faults::default())
             .await;
         let worker = WorkerId::new("fixture-worker").unwrap();
         let before = CURSED_SEQ - 1;

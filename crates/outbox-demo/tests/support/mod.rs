@@ -201,9 +201,7 @@ impl Site {
         use outbox_core::{EventJournal, LeaseStore, OutboxQueue, ProjectionStore, Seq, WorkerId};
         self.seed_backlog(campaigns);
         block_on(async {
-            let rt = self
-                .library(Config::apply_worker().with_retry(retry))
-                .await;
+            let rt = self.library(Config::apply_worker().with_retry(retry)).await;
             let worker = WorkerId::new("fixture-worker").unwrap();
             for (name, _) in campaigns.iter().filter(|(_, c)| *c) {
                 let stream = StreamId::new(*name).unwrap();
