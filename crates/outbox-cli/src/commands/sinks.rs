@@ -48,7 +48,15 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         }
         return Ok(());
     }
-    let all = ctx.journal.sinks().await?;
+    // The projections' exceptions share the table (ADR 0032): `report`
+    // shows them; this lists the sinks.
+    let all: Vec<_> = ctx
+        .journal
+        .sinks()
+        .await?
+        .into_iter()
+        .filter(|s| outbox_core::consumer_projection(&s.sink).is_none())
+        .collect();
     let failing = match &a.sink {
         Some(name) => {
             let name = SinkName::new(name.as_str())?;
