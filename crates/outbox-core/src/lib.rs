@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod apply;
+mod consumer;
 mod error;
 mod event;
 mod generation;
@@ -20,6 +21,9 @@ mod time;
 pub mod typed;
 mod view;
 
+pub use consumer::{
+    ConsumerInfo, ConsumerKind, ConsumerRegistry, MAX_CODE_VERSION_LEN, validate_code_version,
+};
 pub use error::{BoxError, Error, Result};
 pub use event::{
     AppendOptions, AppendRequest, Appended, Event, EventTypeRegistry, ExpectedVersion, Intent, Metadata,

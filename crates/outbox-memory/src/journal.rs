@@ -58,6 +58,8 @@ pub(crate) struct State {
     partition_leases: BTreeMap<Partition, LeaseRecord>,
     /// Sink checkpoints and cursors.
     pub(crate) sinks: crate::sinks::SinkState,
+    /// The consumer registry (ADR 0032), by key.
+    pub(crate) consumers: std::collections::BTreeMap<outbox_core::SinkName, outbox_core::ConsumerInfo>,
 }
 
 #[derive(Clone, Debug)]

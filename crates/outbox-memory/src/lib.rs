@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod consumers;
 mod generations;
 mod journal;
 mod projection;

@@ -15,7 +15,7 @@ use crate::MemoryJournal;
 #[derive(Debug, Default)]
 pub(crate) struct SinkState {
     /// (sink, stream) -> (partition, state).
-    streams: BTreeMap<(SinkName, StreamId), (Partition, SinkStream)>,
+    pub(crate) streams: BTreeMap<(SinkName, StreamId), (Partition, SinkStream)>,
     cursors: BTreeMap<(SinkName, Partition), u64>,
 }
 

@@ -1379,3 +1379,22 @@ impl PartitionStore for PgJournal {
 outbox_sql::impl_journal_ports!(PgJournal, sql);
 outbox_sql::impl_sink_store!(PgJournal, sql);
 outbox_sql::impl_lease_store!(PgJournal, sql);
+
+impl outbox_core::ConsumerRegistry for PgJournal {
+    async fn register_consumers(
+        &self,
+        consumers: &[(outbox_core::SinkName, outbox_core::ConsumerKind)],
+        version: &str,
+        worker: &outbox_core::WorkerId,
+    ) -> Result<()> {
+        outbox_sql::consumers::register_consumers(&*self.sql, consumers, version, worker).await
+    }
+
+    async fn consumers(&self) -> Result<Vec<outbox_core::ConsumerInfo>> {
+        outbox_sql::consumers::consumers(&*self.sql).await
+    }
+
+    async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
+        outbox_sql::consumers::retire_consumer(&*self.sql, key).await
+    }
+}

@@ -84,6 +84,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let inner = &self.inner;
         let mut included: Vec<Arc<dyn Projection<P::Tx>>> = inner.projections.clone();
         included.retain(|p| Some(p.name()) != without);
+        // The projections another process runs keep their share of what
+        // this run completes.
+        self.hold_unrun(stream).await?;
         let mut total = ApplyReport::default();
         // `events[..done]` is committed for `included`; `events[done..end]` is tried next.
         let (mut done, mut end) = (0, events.len());
@@ -396,7 +399,103 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 }
 
+/// The consumer registry as this runtime last read it (ADR 0032).
+#[derive(Default)]
+pub(crate) struct RegistryView {
+    state: std::sync::Mutex<RegistryState>,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    refreshed: Option<tokio::time::Instant>,
+    /// Registered projections this runtime does not run.
+    unrun: Arc<Vec<ProjectionName>>,
+}
+
+impl RegistryView {
+    fn unrun(&self) -> Arc<Vec<ProjectionName>> {
+        self.state
+            .lock()
+            .map(|s| Arc::clone(&s.unrun))
+            .unwrap_or_default()
+    }
+
+    fn due(&self, every: std::time::Duration) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.refreshed.is_none_or(|t| t.elapsed() >= every))
+            .unwrap_or(true)
+    }
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The consumers this runtime runs: its projections when it applies
+    /// them (a worker or inline apply), its sinks when it runs the worker.
+    fn own_consumers(&self) -> Result<Vec<(SinkName, outbox_core::ConsumerKind)>> {
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        if inner.mode.runs_apply_worker() || inner.mode.applies_inline() {
+            for p in &inner.projections {
+                out.push((
+                    projection_consumer(p.name())?,
+                    outbox_core::ConsumerKind::Projection,
+                ));
+            }
+        }
+        if inner.mode.runs_apply_worker() {
+            for s in &inner.sinks {
+                out.push((s.name().clone(), outbox_core::ConsumerKind::Sink));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Registers this runtime's consumers and reads the registry: at most
+    /// once per heartbeat interval, unless `force`. A runtime that runs no
+    /// consumer (a producer) neither registers nor reads.
+    pub(crate) async fn refresh_registry(&self, force: bool) -> Result<()> {
+        let inner = &self.inner;
+        if !force && !inner.registry.due(inner.config.heartbeat_interval) {
+            return Ok(());
+        }
+        let mine = self.own_consumers()?;
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let deadline = inner.config.store_deadline();
+        self.journal()
+            .register_consumers(&mine, &inner.code_version, &inner.worker_id)
+            .within(deadline, "register_consumers")
+            .await?;
+        let all = self.journal().consumers().within(deadline, "consumers").await?;
+        let unrun: Vec<ProjectionName> = all
+            .iter()
+            .filter(|c| !mine.iter().any(|(k, _)| *k == c.key))
+            .filter_map(|c| c.projection())
+            .filter_map(|p| ProjectionName::new(p).ok())
+            .collect();
+        if let Ok(mut s) = inner.registry.state.lock() {
+            if s.unrun.as_slice() != unrun.as_slice() {
+                tracing::info!(unrun = ?unrun, "registered projections this process does not run: it leaves them the work it completes");
+            }
+            s.unrun = Arc::new(unrun);
+            s.refreshed = Some(tokio::time::Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Leaves every registered projection this runtime does not run a
+    /// consumer state on `stream` (held, due at once) before its rows are
+    /// completed here: the projection's own workers catch it up from its
+    /// checkpoint (ADR 0032). Nothing when every registered projection runs
+    /// here.
+    pub(crate) async fn hold_unrun(&self, stream: &StreamId) -> Result<()> {
+        for p in self.inner.registry.unrun().iter() {
+            self.hold(&projection_consumer(p)?, stream, 0).await?;
+        }
+        Ok(())
+    }
+
     /// The registered projections' exceptions (ADR 0032): per (projection,
     /// stream), the streams on which a projection failed, was dead-lettered
     /// or fell behind while the others went on; only those of `status`

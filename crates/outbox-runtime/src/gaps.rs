@@ -280,6 +280,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // Every projection is now at `until`: the stream's rows
                 // through it are stale hints.
                 if complete_rows && let Ok(through) = Seq::new(until) {
+                    // The projections another process runs keep their share.
+                    self.refresh_registry(false).await?;
+                    self.hold_unrun(stream).await?;
                     let n = inner
                         .journal
                         .complete(stream, through)

@@ -30,6 +30,7 @@ pub trait JournalBackend:
     + WorkerRegistry
     + PartitionStore
     + SinkStore
+    + outbox_core::ConsumerRegistry
     + 'static
 {
 }
@@ -42,6 +43,7 @@ impl<T> JournalBackend for T where
         + WorkerRegistry
         + PartitionStore
         + SinkStore
+        + outbox_core::ConsumerRegistry
         + 'static
 {
 }
@@ -99,6 +101,10 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     /// an abort of this process during a marked attempt is that row's doing,
     /// not a sink's (ADR 0029).
     pub(crate) alone_gate: tokio::sync::RwLock<()>,
+    /// The consumer registry as this runtime last read it (ADR 0032).
+    pub(crate) registry: crate::consumers::RegistryView,
+    /// The code version its consumers are registered with.
+    pub(crate) code_version: String,
 }
 
 /// A projection as registered, in order.
@@ -117,9 +123,18 @@ pub struct OutboxBuilder<J, P: ProjectionStore> {
     sinks: Vec<Arc<dyn Sink>>,
     config: Config,
     wake_source: Option<Arc<dyn WakeSource>>,
+    code_version: String,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
+    /// The version of the application's code its projections and sinks are
+    /// registered with in the journal (ADR 0032; `outbox report` shows it
+    /// per consumer). At most 64 bytes; default: none.
+    pub fn code_version(mut self, version: impl Into<String>) -> Self {
+        self.code_version = version.into();
+        self
+    }
+
     /// Sets the configuration (default: [`Config::default`], inline apply only).
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -247,6 +262,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
             )));
         }
         crate::sinks::check_sink_names(&self.sinks)?;
+        outbox_core::validate_code_version(&self.code_version).map_err(|e| Error::Config(e.to_string()))?;
         let mut names = std::collections::BTreeSet::new();
         for p in &registered {
             validate_generation_base(p.name()).map_err(|e| Error::Config(e.to_string()))?;
@@ -299,6 +315,8 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 sinks: self.sinks,
                 sink_wake: Notify::new(),
                 alone_gate: tokio::sync::RwLock::new(()),
+                registry: crate::consumers::RegistryView::default(),
+                code_version: self.code_version,
             }),
         })
     }
@@ -351,6 +369,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             sinks: Vec::new(),
             config: Config::default(),
             wake_source: None,
+            code_version: String::new(),
         }
     }
 
@@ -533,6 +552,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         self.apply_run(&a.stream, &events).await?;
         Metrics::add(&self.inner.metrics.inline_applied, 1);
         if self.inner.mode.inline_deletes_rows() {
+            // The projections another process runs keep their share (ADR 0032).
+            self.refresh_registry(false).await?;
+            self.hold_unrun(&a.stream).await?;
             let n = self
                 .inner
                 .journal

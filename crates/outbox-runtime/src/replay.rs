@@ -565,6 +565,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             );
         }
         if min > 0 {
+            // The projections another process runs keep their share (ADR 0032).
+            self.refresh_registry(false).await?;
+            self.hold_unrun(stream).await?;
             let n = self
                 .journal()
                 .complete(stream, Seq::new(min)?)

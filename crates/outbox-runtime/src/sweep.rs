@@ -343,6 +343,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // applied without it. If that cannot be done now, the rest's rows
         // go back to pending for the next claim.
         let mut abandon = vec![false; together.len()];
+        // The projections another process runs keep their share of what
+        // this sweep completes (ADR 0032).
+        if kind == WorkerKind::Apply {
+            for (t, abandon) in together.iter_mut().zip(abandon.iter_mut()) {
+                if let Err(e) = self.hold_unrun(&t.lease.stream).await {
+                    // Nothing of this run is completed: it is claimed again
+                    // (the checkpoints skip what was applied).
+                    warn!(stream = %t.lease.stream, error = %e, "leaving work to a projection this process does not run failed; the rows are claimed again");
+                    t.events.clear();
+                    t.failed = None;
+                    t.rest.clear();
+                    *abandon = true;
+                }
+            }
+        }
         for (t, abandon) in together.iter_mut().zip(abandon.iter_mut()) {
             let Some((_, error)) = t.failed.take() else {
                 continue;

@@ -131,6 +131,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
         exceptions: bool,
     ) -> Result<TickReport> {
+        if kind == WorkerKind::Apply {
+            self.refresh_registry(false).await?;
+        }
         let mut report = if self.inner.config.sweep_rows > 0 || self.inner.partitions.active() {
             self.sweep_tick(kind, cancel).await?
         } else {

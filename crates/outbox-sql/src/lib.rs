@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod conn;
+pub mod consumers;
 mod dialect;
 pub mod generations;
 pub mod journal;

@@ -1532,3 +1532,22 @@ mod tests {
         );
     }
 }
+
+impl outbox_core::ConsumerRegistry for SqliteJournal {
+    async fn register_consumers(
+        &self,
+        consumers: &[(outbox_core::SinkName, outbox_core::ConsumerKind)],
+        version: &str,
+        worker: &outbox_core::WorkerId,
+    ) -> Result<()> {
+        outbox_sql::consumers::register_consumers(&*self.engine, consumers, version, worker).await
+    }
+
+    async fn consumers(&self) -> Result<Vec<outbox_core::ConsumerInfo>> {
+        outbox_sql::consumers::consumers(&*self.engine).await
+    }
+
+    async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
+        outbox_sql::consumers::retire_consumer(&*self.engine, key).await
+    }
+}

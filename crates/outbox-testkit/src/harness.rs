@@ -32,6 +32,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + WorkerRegistry
         + PartitionStore
         + SinkStore
+        + outbox_core::ConsumerRegistry
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
     type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static;

@@ -137,6 +137,7 @@ macro_rules! for_each_check {
             row_returns_none_when_missing,
             sink_checkpoint_advances_by_compare_and_set,
             hold_sink_marks_only_an_ok_stream,
+            consumers_register_list_and_retire,
             sink_failures_back_off_dead_letter_and_requeue,
             sink_cursors_advance_by_compare_and_set,
             advance_sink_with_more_keeps_the_stream_due,

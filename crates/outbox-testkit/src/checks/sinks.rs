@@ -480,3 +480,87 @@ pub async fn advance_sink_makes_a_failed_stream_ok_only_at_its_end<H: Harness>(h
         .remove(0);
     assert_eq!((st.seq, st.status), (2, SinkStatus::Ok));
 }
+
+/// `ConsumerRegistry`: registering sets `first_seen` once and moves
+/// `last_seen`, the version and the worker; `consumers` lists by key;
+/// `retire_consumer` removes the consumer and its per-stream states; an
+/// invalid version is refused and changes nothing.
+pub async fn consumers_register_list_and_retire<H: Harness>(h: &H) {
+    use outbox_core::{ConsumerKind, ConsumerRegistry, WorkerId};
+    let f = h.open().await;
+    let j = &f.journal;
+    let (a, b) = (
+        WorkerId::new("worker-a").unwrap(),
+        WorkerId::new("worker-b").unwrap(),
+    );
+    let roster = sink("projection:roster");
+    let bus = sink("bus");
+    j.register_consumers(
+        &[
+            (roster.clone(), ConsumerKind::Projection),
+            (bus.clone(), ConsumerKind::Sink),
+        ],
+        "1.0",
+        &a,
+    )
+    .await
+    .unwrap();
+    let first = j.consumers().await.unwrap();
+    assert_eq!(
+        first
+            .iter()
+            .map(|c| (c.key.as_str(), c.kind, c.version.as_str(), c.last_worker.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("bus", ConsumerKind::Sink, "1.0", "worker-a"),
+            ("projection:roster", ConsumerKind::Projection, "1.0", "worker-a")
+        ],
+        "listed by key"
+    );
+    assert_eq!(first[1].projection(), Some("roster"));
+    j.register_consumers(&[(roster.clone(), ConsumerKind::Projection)], "1.1", &b)
+        .await
+        .unwrap();
+    let again = j.consumers().await.unwrap();
+    let r = again.iter().find(|c| c.key == roster).unwrap();
+    assert_eq!(
+        (r.version.as_str(), r.last_worker.as_str(), r.first_seen),
+        ("1.1", "worker-b", first[1].first_seen),
+        "first_seen is kept"
+    );
+    assert!(r.last_seen >= first[1].last_seen);
+    let err = j
+        .register_consumers(&[(roster.clone(), ConsumerKind::Projection)], "bad\nversion", &a)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err:?}");
+    assert_eq!(
+        j.consumers().await.unwrap(),
+        again,
+        "a refused version changes nothing"
+    );
+
+    let s = sid("retired");
+    let p = partition_of(j, &s);
+    append(j, &s, adds(&[1, 2])).await;
+    j.hold_sink(&roster, &s, p, 0).await.unwrap();
+    assert!(j.retire_consumer(&roster).await.unwrap());
+    assert_eq!(
+        j.consumers()
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.key.as_str())
+            .collect::<Vec<_>>(),
+        ["bus"]
+    );
+    assert_eq!(
+        state_of(j, &roster, &s).await.status,
+        SinkStatus::Ok,
+        "its per-stream states are gone (an unknown state reads as ok at 0)"
+    );
+    assert!(
+        !j.retire_consumer(&roster).await.unwrap(),
+        "nothing left to retire"
+    );
+}

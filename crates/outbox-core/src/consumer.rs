@@ -1,0 +1,124 @@
+//! Consumers the database knows (ADR 0032): every projection and sink a
+//! deployment runs is registered in the journal database, so that a worker
+//! that does not run one still leaves it the work it completes, and an
+//! operator sees a consumer no live worker runs.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::{Error, Result, SinkName, Timestamp, WorkerId};
+
+/// The longest code version a consumer is registered with, in bytes.
+pub const MAX_CODE_VERSION_LEN: usize = 64;
+
+/// What a consumer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsumerKind {
+    /// A projection (its key is [`projection_consumer`](crate::projection_consumer)).
+    Projection,
+    /// A sink (its key is its name).
+    Sink,
+}
+
+impl ConsumerKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsumerKind::Projection => "projection",
+            ConsumerKind::Sink => "sink",
+        }
+    }
+}
+
+impl fmt::Display for ConsumerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ConsumerKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "projection" => Ok(ConsumerKind::Projection),
+            "sink" => Ok(ConsumerKind::Sink),
+            other => Err(Error::invalid(format!(
+                "`{other}` is not a consumer kind (projection, sink)"
+            ))),
+        }
+    }
+}
+
+/// One registered consumer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConsumerInfo {
+    /// Its key: `projection:NAME` for a projection, the name for a sink.
+    pub key: SinkName,
+    /// What it is.
+    pub kind: ConsumerKind,
+    /// The code version the application last registered it with (empty
+    /// when it sets none).
+    pub version: String,
+    /// When a worker first registered it, by the store's clock.
+    pub first_seen: Timestamp,
+    /// When a worker last registered it (at its start and every heartbeat).
+    pub last_seen: Timestamp,
+    /// The worker that did.
+    pub last_worker: WorkerId,
+}
+
+impl ConsumerInfo {
+    /// The projection's name, for a projection.
+    pub fn projection(&self) -> Option<&str> {
+        crate::consumer_projection(&self.key)
+    }
+
+    /// Whether a worker registered it within `grace` of `now`: one runs it.
+    pub fn live(&self, now: Timestamp, grace: std::time::Duration) -> bool {
+        self.last_seen.as_millis() + i64::try_from(grace.as_millis()).unwrap_or(i64::MAX) >= now.as_millis()
+    }
+}
+
+/// `InvalidInput` unless `version` is a code version a consumer may carry:
+/// at most [`MAX_CODE_VERSION_LEN`] bytes, no control characters.
+pub fn validate_code_version(version: &str) -> Result<()> {
+    if version.len() > MAX_CODE_VERSION_LEN || version.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "a code version is at most {MAX_CODE_VERSION_LEN} bytes without control characters: {version:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The journal database's registry of consumers.
+///
+/// # Contract
+/// - `register_consumers(consumers, version, worker)` upserts each (key,
+///   kind): `first_seen` is set once, `last_seen` to the store's clock now,
+///   `version` and `last_worker` to those given. An invalid version is
+///   `InvalidInput` and changes nothing.
+/// - `consumers()` lists every registered consumer by key.
+/// - `retire_consumer(key)` removes the consumer and every per-stream state
+///   kept under its key ([`SinkStore`](crate::SinkStore)) in one
+///   transaction; `true` when it was registered or had state. A worker that
+///   still runs it registers it again at its next heartbeat.
+pub trait ConsumerRegistry: Send + Sync {
+    /// Registers (or refreshes) `consumers` as run by `worker`.
+    fn register_consumers(
+        &self,
+        consumers: &[(SinkName, ConsumerKind)],
+        version: &str,
+        worker: &WorkerId,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every registered consumer, by key.
+    fn consumers(&self) -> impl Future<Output = Result<Vec<ConsumerInfo>>> + Send;
+
+    /// Removes a consumer and its per-stream states.
+    fn retire_consumer(&self, key: &SinkName) -> impl Future<Output = Result<bool>> + Send;
+}

@@ -1,0 +1,14 @@
+-- Consumers the database knows (ADR 0032): every projection and sink a
+-- deployment runs, registered by its workers at start and every heartbeat.
+-- A worker that does not run a registered projection leaves it a consumer
+-- state for the work it completes; a consumer no worker has registered
+-- lately has no live worker.
+
+CREATE TABLE outbox_consumers (
+    consumer    text   COLLATE "C" NOT NULL PRIMARY KEY,
+    kind        text   NOT NULL CHECK (kind IN ('projection', 'sink')),
+    version     text   NOT NULL,
+    first_seen  bigint NOT NULL,
+    last_seen   bigint NOT NULL,
+    last_worker text   NOT NULL
+);
