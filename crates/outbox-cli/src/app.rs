@@ -148,7 +148,9 @@ impl App {
     }
 
     /// The version shown by `--version` (e.g. `env!("CARGO_PKG_VERSION")`;
-    /// default: outbox-cli's).
+    /// default: outbox-cli's), also the code version this binary's
+    /// projections and sinks are registered with in the journal (at most 64
+    /// bytes; ADR 0032).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
         self

@@ -159,6 +159,10 @@ pub enum Command {
     /// The sinks' delivery: streams, failures, dead letters, scan position;
     /// `requeue` retries a dead-lettered stream (ADR 0023).
     Sinks(SinksArgs),
+    /// The consumers (projections and sinks) the journal knows, with the
+    /// code version and whether a live worker runs each; `retire` removes
+    /// one no deployment runs any more (ADR 0032).
+    Consumers(ConsumersArgs),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
     /// Recompute view projections' running digests from every document and
@@ -493,6 +497,33 @@ pub struct SinksArgs {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+/// `outbox consumers`.
+#[derive(Debug, Args)]
+pub struct ConsumersArgs {
+    /// `retire` a consumer.
+    #[command(subcommand)]
+    pub action: Option<ConsumersAction>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox consumers` actions.
+#[derive(Debug, Subcommand)]
+pub enum ConsumersAction {
+    /// Remove a consumer from the registry with every per-stream state kept
+    /// for it: workers stop leaving it work. A worker that still runs it
+    /// registers it again. A projection's checkpoints and documents stay.
+    Retire {
+        /// The consumer: a projection's name, or `sink:NAME` for a sink.
+        #[arg(long)]
+        consumer: String,
+        /// Confirm.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// `outbox sinks` actions.

@@ -32,6 +32,8 @@ pub struct Scrape<'a> {
     pub lag: Option<&'a LagReport>,
     /// Live registered workers.
     pub workers: Option<usize>,
+    /// Registered consumers no live worker runs (ADR 0032).
+    pub orphan_consumers: Option<u64>,
     /// Each sink's delivery state.
     pub sinks: Option<&'a [SinkSummary]>,
     /// This process's worker counters (`outbox work`).
@@ -162,6 +164,14 @@ pub fn render(s: &Scrape<'_>) -> String {
             "projection_lag_complete",
             "1 when the lag scan covered every stream, 0 when it stopped at its bound",
             u64::from(lag.complete),
+        );
+    }
+    if let Some(n) = s.orphan_consumers {
+        gauge(
+            &mut reg,
+            "consumers_without_live_worker",
+            "Registered consumers (projections, sinks) that no live worker runs",
+            n,
         );
     }
     if let Some(n) = s.workers {

@@ -7,7 +7,9 @@ use outbox_core::{
     Digest, DigestBuilder, DigestValue, Error, OutboxRow, OutboxStatus, Projection, ProjectionStore,
     RunRecord, SinkStatus, StreamId, StreamLag, ViewDigest, WorkerInfo,
 };
-use outbox_runtime::consumers::{ProjectionException, projection_exceptions};
+use outbox_runtime::consumers::{
+    ConsumerStatus, ProjectionException, consumer_statuses, projection_exceptions,
+};
 use outbox_runtime::{Gauges, JournalBackend, ProjectionBackend};
 use serde::Serialize;
 
@@ -62,6 +64,9 @@ pub struct Report {
     /// 0032): failing there, dead-lettered there, or behind; the others
     /// applied those streams.
     pub projection_exceptions: ProjectionExceptions,
+    /// The consumers the journal knows (ADR 0032), each with whether a live
+    /// worker runs it.
+    pub consumers: Vec<ConsumerStatus>,
     pub digests: Option<Digests>,
     /// Every recorded running digest of a view projection (no scan; `outbox
     /// verify` recomputes them).
@@ -232,6 +237,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
             dead: counts.dead,
             listed: exceptions,
         },
+        consumers: consumer_statuses(journal).await?,
         digests,
         running_digests,
         workers: journal.workers().await?,
@@ -322,6 +328,24 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyh
                 e.attempt_count,
                 e.next_attempt_at,
                 err
+            )?;
+        }
+    }
+    let orphans: Vec<&ConsumerStatus> = r.consumers.iter().filter(|c| !c.live).collect();
+    if !r.consumers.is_empty() {
+        outln!(
+            "  consumers: {} registered, {} without a live worker (`{bin} consumers` lists them)",
+            r.consumers.len(),
+            orphans.len()
+        )?;
+        for c in orphans {
+            outln!(
+                "    {} {}: NO LIVE WORKER runs it (last registered {} by {}); it falls behind until one does, \
+                 or `{bin} consumers retire` if no deployment runs it any more",
+                c.info.kind,
+                crate::output::visible(c.projection.as_deref().unwrap_or(c.info.key.as_str())),
+                c.info.last_seen,
+                crate::output::visible(c.info.last_worker.as_str())
             )?;
         }
     }

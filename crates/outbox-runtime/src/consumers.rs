@@ -723,3 +723,35 @@ pub async fn requeue_dead_projections<J: outbox_core::SinkStore>(
     }
     Ok(out)
 }
+
+/// One registered consumer as an operator sees it: the registry's record
+/// and whether a live worker runs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConsumerStatus {
+    /// The registry's record.
+    #[serde(flatten)]
+    pub info: outbox_core::ConsumerInfo,
+    /// The projection's name, for a projection.
+    pub projection: Option<String>,
+    /// Whether the worker that last registered it is a live registered
+    /// worker. `false`: no running worker has registered it since that one
+    /// stopped (a `work --once` registers without staying live).
+    pub live: bool,
+}
+
+/// Every registered consumer with whether a live worker runs it.
+pub async fn consumer_statuses<J: outbox_core::ConsumerRegistry + outbox_core::WorkerRegistry>(
+    journal: &J,
+) -> Result<Vec<ConsumerStatus>> {
+    let live: std::collections::BTreeSet<_> = journal.workers().await?.into_iter().map(|w| w.id).collect();
+    Ok(journal
+        .consumers()
+        .await?
+        .into_iter()
+        .map(|info| ConsumerStatus {
+            projection: info.projection().map(str::to_owned),
+            live: live.contains(&info.last_worker),
+            info,
+        })
+        .collect())
+}

@@ -53,6 +53,10 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         let mut b = Outbox::builder(self.journal.clone(), self.store.clone())
             .config(self.config.clone())
             .event_types(self.app.event_types.clone());
+        // The application's version names the code its consumers run (ADR 0032).
+        if let Some(v) = &self.app.version {
+            b = b.code_version(v.clone());
+        }
         if let Some(w) = self.journal.wake() {
             b = b.wake_source(w);
         }
@@ -198,6 +202,18 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
             if let Some(crate::cli::SinksAction::Requeue { sink, stream }) = &a.action {
                 outbox_core::SinkName::new(sink.as_str())?;
                 StreamId::new(stream.as_str())?;
+            }
+        }
+        Command::Consumers(crate::cli::ConsumersArgs {
+            action: Some(crate::cli::ConsumersAction::Retire { consumer, yes }),
+            ..
+        }) => {
+            let key = sinks::consumer_key(consumer)?;
+            if !yes {
+                return Err(Error::invalid(format_args!(
+                    "would remove consumer {key} and every per-stream state kept for it; add --yes to retire it"
+                ))
+                .into());
             }
         }
         Command::Partitions(crate::cli::PartitionsArgs {
@@ -416,6 +432,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Workers(a) => maintenance::workers(ctx, a).await,
         Command::Partitions(a) => partitions::partitions(ctx, a).await,
         Command::Sinks(a) => sinks::sinks(ctx, a).await,
+        Command::Consumers(a) => sinks::consumers(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Verify(a) => maintenance::verify(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,

@@ -118,3 +118,64 @@ pub(super) async fn sinks<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
     }
     Ok(())
 }
+
+/// The registry key `outbox consumers retire --consumer` names: `sink:NAME`
+/// for a sink, a projection's name otherwise.
+pub(super) fn consumer_key(consumer: &str) -> Result<SinkName, outbox_core::Error> {
+    match consumer.strip_prefix("sink:") {
+        Some(sink) => SinkName::new(sink),
+        None => outbox_core::projection_consumer(&outbox_core::ProjectionName::new(consumer)?),
+    }
+}
+
+/// `outbox consumers`: the registry, or `retire`.
+pub(super) async fn consumers<J: CliJournal, P: CliStore>(
+    ctx: &Ctx<'_, J, P>,
+    a: &crate::cli::ConsumersArgs,
+) -> Result<()> {
+    if let Some(crate::cli::ConsumersAction::Retire { consumer, .. }) = &a.action {
+        let key = consumer_key(consumer)?;
+        let removed = ctx.journal.retire_consumer(&key).await?;
+        tracing::info!(consumer = %key, removed, "consumer retired");
+        if a.json {
+            return json(&serde_json::json!({ "consumer": key.as_str(), "removed": removed }));
+        }
+        if removed {
+            outln!("retired consumer {key}: its registry entry and per-stream states are removed")?;
+        } else {
+            outln!("consumer {key} was not registered and had no state: nothing to retire")?;
+        }
+        return Ok(());
+    }
+    let statuses = outbox_runtime::consumers::consumer_statuses(&ctx.journal).await?;
+    if a.json {
+        return json(&statuses);
+    }
+    print_consumers(&statuses)?;
+    Ok(())
+}
+
+/// The registry as text, one line per consumer.
+pub(crate) fn print_consumers(statuses: &[outbox_runtime::consumers::ConsumerStatus]) -> Result<()> {
+    if statuses.is_empty() {
+        outln!("no consumer registered yet (workers register theirs when they start)")?;
+        return Ok(());
+    }
+    for c in statuses {
+        let version = if c.info.version.is_empty() {
+            String::new()
+        } else {
+            format!(" version {}", crate::output::visible(&c.info.version))
+        };
+        outln!(
+            "{} {}{version}, first seen {}, last registered {} by {}{}",
+            c.info.kind,
+            crate::output::visible(c.projection.as_deref().unwrap_or(c.info.key.as_str())),
+            c.info.first_seen,
+            c.info.last_seen,
+            crate::output::visible(c.info.last_worker.as_str()),
+            if c.live { "" } else { " - NO LIVE WORKER runs it" }
+        )?;
+    }
+    Ok(())
+}

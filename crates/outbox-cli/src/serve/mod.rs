@@ -27,7 +27,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use outbox_core::{Error, Projection, Seq, SinkStatus, SinkSummary};
-use outbox_runtime::consumers::{ExceptionCounts, ProjectionException, projection_exceptions};
+use outbox_runtime::consumers::{
+    ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses, projection_exceptions,
+};
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -363,9 +365,15 @@ fn health_banner(
     lag_threshold_ms: u64,
     held_back: u64,
     exceptions: ExceptionCounts,
+    orphan_consumers: usize,
 ) -> String {
     let mut bad = Vec::new();
     let mut warn = Vec::new();
+    if orphan_consumers > 0 {
+        warn.push(format!(
+            "{orphan_consumers} registered consumer(s) with no live worker (<a href=\"/#consumers\">consumers</a>)"
+        ));
+    }
     if workers == 0 {
         bad.push("no live worker is registered: nothing is being applied".to_owned());
     }
@@ -429,7 +437,16 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     let sinks = only_sinks(m.journal.sinks().await?);
     let held_back = SinkSummary::held_back_of(&sinks);
     let (exceptions, listed) = projection_exceptions(&m.journal, None, m.limit).await?;
-    let mut b = health_banner(&g, workers.len(), m.lag_threshold_ms, held_back, exceptions);
+    let consumers = consumer_statuses(&m.journal).await?;
+    let orphans = consumers.iter().filter(|c| !c.live).count();
+    let mut b = health_banner(
+        &g,
+        workers.len(),
+        m.lag_threshold_ms,
+        held_back,
+        exceptions,
+        orphans,
+    );
     let _ = write!(
         b,
         "<p class=\"note\">as of {} (the database's clock); {}</p>",
@@ -480,6 +497,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
          counts in the oldest due age, not in the worker lag.</p>",
     );
     b.push_str(&exceptions_section(m, exceptions, &listed));
+    b.push_str(&consumers_section(&consumers));
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
     let activity = m.journal.activity(CHART_MINUTES).await?;
     b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
@@ -606,6 +624,47 @@ pub(super) fn only_sinks(all: Vec<SinkSummary>) -> Vec<SinkSummary> {
     all.into_iter()
         .filter(|s| outbox_core::consumer_projection(&s.sink).is_none())
         .collect()
+}
+
+/// The consumers the journal knows, with whether a live worker runs each.
+fn consumers_section(consumers: &[ConsumerStatus]) -> String {
+    let mut b = String::from("<h2 id=\"consumers\">Consumers</h2>");
+    if consumers.is_empty() {
+        b.push_str("<p>No consumer registered yet: workers register theirs when they start.</p>");
+        return b;
+    }
+    let rows: Vec<Vec<String>> = consumers
+        .iter()
+        .map(|c| {
+            vec![
+                esc(c.projection.as_deref().unwrap_or(c.info.key.as_str())),
+                esc(c.info.kind.as_str()),
+                esc(&c.info.version),
+                esc(&c.info.first_seen.to_string()),
+                esc(&c.info.last_seen.to_string()),
+                esc(c.info.last_worker.as_str()),
+                if c.live {
+                    "live".into()
+                } else {
+                    "<span class=\"failed\">no live worker</span>".into()
+                },
+            ]
+        })
+        .collect();
+    b.push_str(&table(
+        "consumers",
+        &[
+            "consumer",
+            "kind",
+            "version",
+            "first seen",
+            "last registered",
+            "by",
+            "worker",
+        ],
+        &rows,
+    ));
+    b
 }
 
 /// The projections that left the shared path on some stream, with a
@@ -999,13 +1058,19 @@ async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
         };
         let workers = m.journal.workers().await?.len();
         let sinks = m.journal.sinks().await?;
-        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers, sinks))
+        let orphans = consumer_statuses(&m.journal)
+            .await?
+            .iter()
+            .filter(|c| !c.live)
+            .count() as u64;
+        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers, sinks, orphans))
     };
     match read.await {
-        Ok((g, lag, workers, sinks)) => metrics_response(&Scrape {
+        Ok((g, lag, workers, sinks, orphans)) => metrics_response(&Scrape {
             gauges: Some(&g),
             lag: lag.as_ref(),
             workers: Some(workers),
+            orphan_consumers: Some(orphans),
             sinks: Some(&sinks),
             worker: None,
         }),
