@@ -210,7 +210,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 8, "the newest embedded journal migration");
+            assert_eq!(*supported, 9, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -296,8 +296,8 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7, 8],
-        "0002 to 0008 recorded once, after 0001"
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "0002 to 0009 recorded once, after 0001"
     );
     let expected = i64::from(outbox_core::crc32(b"old") % 16);
     let partitions: Vec<(i64, i64)> = sqlx::query_as(
