@@ -513,6 +513,21 @@ pub struct ConsumersArgs {
 /// `outbox consumers` actions.
 #[derive(Debug, Subcommand)]
 pub enum ConsumersAction {
+    /// Pause a consumer for every stream: no worker applies it; every
+    /// worker leaves it a state on each stream whose rows it completes, so
+    /// its backlog is kept and reported (workers see it within a heartbeat).
+    Pause {
+        /// The consumer: a projection's name, or `sink:NAME` for a sink.
+        #[arg(long)]
+        consumer: String,
+    },
+    /// Resume a paused consumer: its workers catch it up from its
+    /// checkpoints; what failed while it was paused is due at once.
+    Resume {
+        /// The consumer: a projection's name, or `sink:NAME` for a sink.
+        #[arg(long)]
+        consumer: String,
+    },
     /// Remove a consumer from the registry with every per-stream state kept
     /// for it: workers stop leaving it work. A worker that still runs it
     /// registers it again. A projection's checkpoints and documents stay.

@@ -70,6 +70,10 @@ pub struct ConsumerInfo {
     pub last_seen: Timestamp,
     /// The worker that did.
     pub last_worker: WorkerId,
+    /// Paused (by an operator, or by its error policy `stop`): no worker
+    /// applies it, and every worker leaves it a state on each stream whose
+    /// rows it completes, so its backlog is kept and reported.
+    pub paused: bool,
 }
 
 impl ConsumerInfo {
@@ -103,6 +107,9 @@ pub fn validate_code_version(version: &str) -> Result<()> {
 ///   `version` and `last_worker` to those given. An invalid version is
 ///   `InvalidInput` and changes nothing.
 /// - `consumers()` lists every registered consumer by key.
+/// - `set_paused(key, paused)` sets a registered consumer's flag and
+///   returns whether it changed; `NotFound` when it is not registered.
+///   Registering never changes it.
 /// - `retire_consumer(key)` removes the consumer and every per-stream state
 ///   kept under its key ([`SinkStore`](crate::SinkStore)) in one
 ///   transaction; `true` when it was registered or had state. A worker that
@@ -119,6 +126,112 @@ pub trait ConsumerRegistry: Send + Sync {
     /// Every registered consumer, by key.
     fn consumers(&self) -> impl Future<Output = Result<Vec<ConsumerInfo>>> + Send;
 
+    /// Pauses or resumes a registered consumer.
+    fn set_paused(&self, key: &SinkName, paused: bool) -> impl Future<Output = Result<bool>> + Send;
+
     /// Removes a consumer and its per-stream states.
     fn retire_consumer(&self, key: &SinkName) -> impl Future<Output = Result<bool>> + Send;
+}
+
+/// What an applier's error asks for (ADR 0032), carried by an
+/// [`ApplyError`]; a plain error takes the projection's registered policy
+/// (retry, unless the application set another).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Retried with backoff, dead at the threshold (the default).
+    #[default]
+    Retry,
+    /// Dead for this projection on this stream at once: retrying cannot help
+    /// (a payload it cannot decode, a rule it refuses); `requeue` after the fix.
+    Park,
+    /// The projection paused for every stream (the failure recorded), until
+    /// an operator resumes it: it must not go on at all.
+    Stop,
+}
+
+impl OnError {
+    /// The name shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Retry => "retry",
+            OnError::Park => "park",
+            OnError::Stop => "stop",
+        }
+    }
+}
+
+impl fmt::Display for OnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An applier's error with its decision ([`OnError`]): return it (as a
+/// [`BoxError`](crate::BoxError)) from an applier to park the event at once
+/// or stop the projection instead of retrying.
+///
+/// ```
+/// use outbox_core::{ApplyError, BoxError};
+/// fn decode(payload: &[u8]) -> Result<u64, BoxError> {
+///     std::str::from_utf8(payload)
+///         .ok()
+///         .and_then(|s| s.parse().ok())
+///         .ok_or_else(|| ApplyError::park("not a number: retrying will not help").into())
+/// }
+/// assert!(decode(b"x").is_err());
+/// ```
+#[derive(Debug)]
+pub struct ApplyError {
+    decision: OnError,
+    source: crate::BoxError,
+}
+
+impl ApplyError {
+    /// Retry with backoff (what a plain error gets by default).
+    pub fn retry(source: impl Into<crate::BoxError>) -> Self {
+        ApplyError {
+            decision: OnError::Retry,
+            source: source.into(),
+        }
+    }
+
+    /// Dead for this projection on this stream at once.
+    pub fn park(source: impl Into<crate::BoxError>) -> Self {
+        ApplyError {
+            decision: OnError::Park,
+            source: source.into(),
+        }
+    }
+
+    /// Pause the projection for every stream.
+    pub fn stop(source: impl Into<crate::BoxError>) -> Self {
+        ApplyError {
+            decision: OnError::Stop,
+            source: source.into(),
+        }
+    }
+
+    /// The decision.
+    pub fn decision(&self) -> OnError {
+        self.decision
+    }
+
+    /// The decision `error` carries, if it is (or wraps, at its top) an
+    /// [`ApplyError`].
+    pub fn decision_of(error: &(dyn std::error::Error + 'static)) -> Option<OnError> {
+        error.downcast_ref::<ApplyError>().map(ApplyError::decision)
+    }
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.source, f)
+    }
+}
+
+impl std::error::Error for ApplyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
 }

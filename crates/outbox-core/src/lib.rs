@@ -22,7 +22,8 @@ pub mod typed;
 mod view;
 
 pub use consumer::{
-    ConsumerInfo, ConsumerKind, ConsumerRegistry, MAX_CODE_VERSION_LEN, validate_code_version,
+    ApplyError, ConsumerInfo, ConsumerKind, ConsumerRegistry, MAX_CODE_VERSION_LEN, OnError,
+    validate_code_version,
 };
 pub use error::{BoxError, Error, Result};
 pub use event::{

@@ -17,7 +17,10 @@ impl ConsumerRegistry for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         for (key, kind) in consumers {
-            let first_seen = st.consumers.get(key).map_or(now, |c| c.first_seen);
+            let (first_seen, paused) = st
+                .consumers
+                .get(key)
+                .map_or((now, false), |c| (c.first_seen, c.paused));
             st.consumers.insert(
                 key.clone(),
                 ConsumerInfo {
@@ -27,6 +30,7 @@ impl ConsumerRegistry for MemoryJournal {
                     first_seen,
                     last_seen: now,
                     last_worker: worker.clone(),
+                    paused,
                 },
             );
         }
@@ -35,6 +39,18 @@ impl ConsumerRegistry for MemoryJournal {
 
     async fn consumers(&self) -> Result<Vec<ConsumerInfo>> {
         Ok(self.lock().consumers.values().cloned().collect())
+    }
+
+    async fn set_paused(&self, key: &SinkName, paused: bool) -> Result<bool> {
+        let mut st = self.lock();
+        let Some(c) = st.consumers.get_mut(key) else {
+            return Err(outbox_core::Error::NotFound(format!(
+                "no consumer {key} is registered"
+            )));
+        };
+        let changed = c.paused != paused;
+        c.paused = paused;
+        Ok(changed)
     }
 
     async fn retire_consumer(&self, key: &SinkName) -> Result<bool> {

@@ -1394,6 +1394,10 @@ impl outbox_core::ConsumerRegistry for PgJournal {
         outbox_sql::consumers::consumers(&*self.sql).await
     }
 
+    async fn set_paused(&self, key: &outbox_core::SinkName, paused: bool) -> Result<bool> {
+        outbox_sql::consumers::set_paused(&*self.sql, key, paused).await
+    }
+
     async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
         outbox_sql::consumers::retire_consumer(&*self.sql, key).await
     }

@@ -20,8 +20,8 @@
 use std::sync::Arc;
 
 use outbox_core::{
-    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, Projection, ProjectionName, Result, Seq,
-    SinkName, SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
+    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, OnError, Projection, ProjectionName, Result,
+    Seq, SinkName, SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
 };
 use serde::Serialize;
 use tracing::{debug, warn};
@@ -66,7 +66,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let name = ProjectionName::new(projection.as_str())?;
         let key = projection_consumer(&name)?;
-        self.record_consumer_failure(&key, stream, first.seq, &error.to_string(), report)
+        self.record_consumer_failure(&key, stream, first.seq, error, report)
             .await?;
         self.apply_isolated_without(stream, rest, Some(&name), report)
             .await?;
@@ -82,7 +82,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
     ) -> Result<ApplyReport> {
         let inner = &self.inner;
-        let mut included: Vec<Arc<dyn Projection<P::Tx>>> = inner.projections.clone();
+        let mut included: Vec<Arc<dyn Projection<P::Tx>>> = self.active_projections().into_owned();
         included.retain(|p| Some(p.name()) != without);
         // The projections another process runs keep their share of what
         // this run completes.
@@ -168,7 +168,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let p = included.remove(i);
         let key = projection_consumer(p.name())?;
-        self.record_consumer_failure(&key, stream, event.seq, &error.to_string(), report)
+        self.record_consumer_failure(&key, stream, event.seq, error, report)
             .await
     }
 
@@ -181,19 +181,41 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .await
     }
 
-    /// Records that the consumer `key` failed on `stream`/`seq`, its
-    /// position being right before it: one attempt counted, dead at the
-    /// threshold. Nothing is counted when its state has moved elsewhere
-    /// meanwhile (another worker is at it).
+    /// Records that the consumer `key` failed on `stream`/`seq` with
+    /// `error`, its position being right before it: one attempt counted,
+    /// dead at the threshold, or as the error's decision (or the
+    /// projection's policy) says: dead at once (`park`), or the projection
+    /// paused (`stop`). Nothing is counted when its state has moved
+    /// elsewhere meanwhile (another worker is at it).
     async fn record_consumer_failure(
         &self,
         key: &SinkName,
         stream: &StreamId,
         seq: Seq,
-        message: &str,
+        error: &Error,
         report: &mut TickReport,
     ) -> Result<()> {
         let inner = &self.inner;
+        let message = error.to_string();
+        let message = message.as_str();
+        let decision = self.decision(key, error);
+        if decision == OnError::Stop
+            && let Some(name) = outbox_core::consumer_projection(key)
+        {
+            match self.pause_projection(&ProjectionName::new(name)?, true).await {
+                Ok(_) => {
+                    warn!(consumer = %key, stream = %stream, seq = %seq, error = %message, "the projection's error stops it: paused for every stream until resumed")
+                }
+                // Not registered (no worker pass yet): retried as a plain failure.
+                Err(e) => {
+                    warn!(consumer = %key, error = %e, "the projection's error asks to stop it, but pausing it failed")
+                }
+            }
+        }
+        let policy = match decision {
+            OnError::Park => inner.config.retry.with_dead_letter_after(1)?,
+            OnError::Retry | OnError::Stop => inner.config.retry,
+        };
         let deadline = inner.config.store_deadline();
         let partition = self.journal().partitioning().of(stream);
         let before = seq.get() - 1;
@@ -212,7 +234,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         let outcome = match self
             .journal()
-            .fail_sink(key, stream, partition, seq, message, &inner.config.retry)
+            .fail_sink(key, stream, partition, seq, message, &policy)
             .within(deadline, "fail_sink")
             .await
         {
@@ -250,7 +272,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if parts.is_empty() {
             return Ok(());
         }
-        for p in inner.projections.clone() {
+        for p in self.active_projections().into_owned() {
             let key = projection_consumer(p.name())?;
             let due = self
                 .journal()
@@ -386,9 +408,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 checkpoint = at;
             }
             if let Some((seq, e)) = failure {
-                return self
-                    .record_consumer_failure(key, stream, seq, &e.to_string(), report)
-                    .await;
+                return self.record_consumer_failure(key, stream, seq, &e, report).await;
             }
             if !more {
                 // The settle above (without `more`) made it `ok` at the
@@ -408,8 +428,13 @@ pub(crate) struct RegistryView {
 #[derive(Default)]
 struct RegistryState {
     refreshed: Option<tokio::time::Instant>,
-    /// Registered projections this runtime does not run.
+    /// Registered projections this runtime does not run: each is left a
+    /// state on every stream whose rows it completes.
     unrun: Arc<Vec<ProjectionName>>,
+    /// Its own projections that are paused: not applied here.
+    paused: Arc<Vec<ProjectionName>>,
+    /// Its own sinks that are paused: nothing delivered to them.
+    paused_sinks: Arc<Vec<SinkName>>,
 }
 
 impl RegistryView {
@@ -417,6 +442,19 @@ impl RegistryView {
         self.state
             .lock()
             .map(|s| Arc::clone(&s.unrun))
+            .unwrap_or_default()
+    }
+
+    /// Whether this runtime's sink `sink` is paused.
+    pub(crate) fn sink_paused(&self, sink: &SinkName) -> bool {
+        self.state.lock().is_ok_and(|s| s.paused_sinks.contains(sink))
+    }
+
+    /// This runtime's paused projections.
+    pub(crate) fn paused(&self) -> Arc<Vec<ProjectionName>> {
+        self.state
+            .lock()
+            .map(|s| Arc::clone(&s.paused))
             .unwrap_or_default()
     }
 
@@ -429,23 +467,21 @@ impl RegistryView {
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
-    /// The consumers this runtime runs: its projections when it applies
-    /// them (a worker or inline apply), its sinks when it runs the worker.
+    /// The consumers this runtime runs: its projections and sinks. Only
+    /// the paths that apply call [`refresh_registry`](Self::refresh_registry)
+    /// (worker passes, inline apply, repair and replay that complete rows),
+    /// so a producer registers nothing.
     fn own_consumers(&self) -> Result<Vec<(SinkName, outbox_core::ConsumerKind)>> {
         let inner = &self.inner;
         let mut out = Vec::new();
-        if inner.mode.runs_apply_worker() || inner.mode.applies_inline() {
-            for p in &inner.projections {
-                out.push((
-                    projection_consumer(p.name())?,
-                    outbox_core::ConsumerKind::Projection,
-                ));
-            }
+        for p in &inner.projections {
+            out.push((
+                projection_consumer(p.name())?,
+                outbox_core::ConsumerKind::Projection,
+            ));
         }
-        if inner.mode.runs_apply_worker() {
-            for s in &inner.sinks {
-                out.push((s.name().clone(), outbox_core::ConsumerKind::Sink));
-            }
+        for s in &inner.sinks {
+            out.push((s.name().clone(), outbox_core::ConsumerKind::Sink));
         }
         Ok(out)
     }
@@ -468,20 +504,97 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .within(deadline, "register_consumers")
             .await?;
         let all = self.journal().consumers().within(deadline, "consumers").await?;
+        let name = |c: &outbox_core::ConsumerInfo| c.projection().and_then(|p| ProjectionName::new(p).ok());
         let unrun: Vec<ProjectionName> = all
             .iter()
             .filter(|c| !mine.iter().any(|(k, _)| *k == c.key))
-            .filter_map(|c| c.projection())
-            .filter_map(|p| ProjectionName::new(p).ok())
+            .filter_map(name)
             .collect();
-        if let Ok(mut s) = inner.registry.state.lock() {
+        let paused: Vec<ProjectionName> = all
+            .iter()
+            .filter(|c| c.paused && mine.iter().any(|(k, _)| *k == c.key))
+            .filter_map(name)
+            .collect();
+        let paused_sinks: Vec<SinkName> = all
+            .iter()
+            .filter(|c| c.paused && c.kind == outbox_core::ConsumerKind::Sink)
+            .filter(|c| mine.iter().any(|(k, _)| *k == c.key))
+            .map(|c| c.key.clone())
+            .collect();
+        self.set_registry(unrun, paused, paused_sinks);
+        Ok(())
+    }
+
+    fn set_registry(
+        &self,
+        unrun: Vec<ProjectionName>,
+        paused: Vec<ProjectionName>,
+        paused_sinks: Vec<SinkName>,
+    ) {
+        if let Ok(mut s) = self.inner.registry.state.lock() {
             if s.unrun.as_slice() != unrun.as_slice() {
                 tracing::info!(unrun = ?unrun, "registered projections this process does not run: it leaves them the work it completes");
             }
+            if s.paused.as_slice() != paused.as_slice() {
+                tracing::info!(paused = ?paused, "paused projections: not applied here, their work kept for them");
+            }
             s.unrun = Arc::new(unrun);
+            s.paused = Arc::new(paused);
+            s.paused_sinks = Arc::new(paused_sinks);
             s.refreshed = Some(tokio::time::Instant::now());
         }
-        Ok(())
+    }
+
+    /// The decision for `error` of consumer `key`: the error's own
+    /// ([`ApplyError`](outbox_core::ApplyError)), else the projection's
+    /// registered policy, else retry.
+    fn decision(&self, key: &SinkName, error: &Error) -> OnError {
+        if let Error::Apply { source, .. } = error
+            && let Some(d) = outbox_core::ApplyError::decision_of(&**source)
+        {
+            return d;
+        }
+        outbox_core::consumer_projection(key)
+            .and_then(|p| self.inner.policies.get(p).copied())
+            .unwrap_or_default()
+    }
+
+    /// The projections applied here now: the registered ones not paused.
+    pub(crate) fn active_projections(&self) -> std::borrow::Cow<'_, [Arc<dyn Projection<P::Tx>>]> {
+        let paused = self.inner.registry.paused();
+        if paused.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.inner.projections);
+        }
+        std::borrow::Cow::Owned(
+            self.inner
+                .projections
+                .iter()
+                .filter(|p| !paused.contains(p.name()))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// Pauses (or resumes) projection `name` for every stream, in the
+    /// registry and at once in this runtime (others follow at their next
+    /// registry read, within a heartbeat interval). A paused projection is
+    /// applied by no worker; every worker leaves it a state on each stream
+    /// whose rows it completes, so its backlog is reported and kept.
+    /// Resuming makes those states due at once. `NotFound` when no worker
+    /// has registered it.
+    pub async fn pause_projection(&self, name: &ProjectionName, paused: bool) -> Result<bool> {
+        let key = projection_consumer(name)?;
+        let changed = pause_consumer(self.journal(), &key, paused)
+            .within(self.config().store_deadline(), "pause_consumer")
+            .await?;
+        if let Ok(mut s) = self.inner.registry.state.lock() {
+            let mut list: Vec<ProjectionName> = s.paused.iter().filter(|p| *p != name).cloned().collect();
+            if paused && self.inner.projections.iter().any(|p| p.name() == name) {
+                list.push(name.clone());
+            }
+            s.paused = Arc::new(list);
+        }
+        Ok(changed)
     }
 
     /// Leaves every registered projection this runtime does not run a
@@ -490,7 +603,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// checkpoint (ADR 0032). Nothing when every registered projection runs
     /// here.
     pub(crate) async fn hold_unrun(&self, stream: &StreamId) -> Result<()> {
-        for p in self.inner.registry.unrun().iter() {
+        let registry = &self.inner.registry;
+        for p in registry.unrun().iter().chain(registry.paused().iter()) {
             self.hold(&projection_consumer(p)?, stream, 0).await?;
         }
         Ok(())
@@ -754,4 +868,27 @@ pub async fn consumer_statuses<J: outbox_core::ConsumerRegistry + outbox_core::W
             info,
         })
         .collect())
+}
+
+/// Pauses (or resumes) consumer `key` in the registry: see
+/// [`Outbox::pause_projection`]. On resume, its states that failed (and
+/// are not dead) are due at once, attempts reset (the first 10,000 per
+/// call). Returns whether the flag changed; `NotFound` when no worker has
+/// registered it.
+pub async fn pause_consumer<J: outbox_core::ConsumerRegistry + outbox_core::SinkStore>(
+    journal: &J,
+    key: &SinkName,
+    paused: bool,
+) -> Result<bool> {
+    let changed = journal.set_paused(key, paused).await?;
+    tracing::info!(consumer = %key, paused, changed, "consumer {}", if paused { "paused" } else { "resumed" });
+    if !paused {
+        let failed = journal
+            .sink_streams(key, Some(SinkStatus::Failed), outbox_core::MAX_PAGE)
+            .await?;
+        for s in failed.iter().filter(|s| s.attempt_count > 0) {
+            journal.requeue_sink(key, &s.stream).await?;
+        }
+    }
+    Ok(changed)
 }

@@ -105,6 +105,8 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) registry: crate::consumers::RegistryView,
     /// The code version its consumers are registered with.
     pub(crate) code_version: String,
+    /// Each projection's error policy, when not retry (ADR 0032).
+    pub(crate) policies: BTreeMap<String, outbox_core::OnError>,
 }
 
 /// A projection as registered, in order.
@@ -124,6 +126,7 @@ pub struct OutboxBuilder<J, P: ProjectionStore> {
     config: Config,
     wake_source: Option<Arc<dyn WakeSource>>,
     code_version: String,
+    policies: BTreeMap<String, outbox_core::OnError>,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
@@ -132,6 +135,14 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// per consumer). At most 64 bytes; default: none.
     pub fn code_version(mut self, version: impl Into<String>) -> Self {
         self.code_version = version.into();
+        self
+    }
+
+    /// What a plain error of projection `projection`'s applier asks for
+    /// (default: [`OnError::Retry`](outbox_core::OnError::Retry)); an
+    /// [`ApplyError`](outbox_core::ApplyError) decides for itself (ADR 0032).
+    pub fn on_error(mut self, projection: &str, policy: outbox_core::OnError) -> Self {
+        self.policies.insert(projection.to_owned(), policy);
         self
     }
 
@@ -317,6 +328,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 alone_gate: tokio::sync::RwLock::new(()),
                 registry: crate::consumers::RegistryView::default(),
                 code_version: self.code_version,
+                policies: self.policies,
             }),
         })
     }
@@ -370,6 +382,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             config: Config::default(),
             wake_source: None,
             code_version: String::new(),
+            policies: BTreeMap::new(),
         }
     }
 
@@ -572,7 +585,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let inner = &self.inner;
         match inner
             .store
-            .apply(stream, events, &inner.projections)
+            .apply(stream, events, &self.active_projections())
             .within_apply(inner.config.store_deadline(), "apply")
             .await?
         {
@@ -583,11 +596,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             ApplyOutcome::Gap(gap) => {
                 let first = events[0].seq.get();
                 Metrics::add(&inner.metrics.caught_up, 1);
-                self.catch_up(stream, gap.checkpoint + 1, first - 1, &inner.projections)
+                let active = self.active_projections();
+                self.catch_up(stream, gap.checkpoint + 1, first - 1, &active)
                     .await?;
                 match inner
                     .store
-                    .apply(stream, events, &inner.projections)
+                    .apply(stream, events, &active)
                     .within_apply(inner.config.store_deadline(), "apply")
                     .await?
                 {

@@ -124,7 +124,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let name = sink.name();
         let parts = self.delivery_partitions();
         let mut report = DeliveryReport::default();
-        if parts.is_empty() {
+        // A paused sink (ADR 0032) keeps its checkpoints and cursors: its
+        // backlog is delivered once it is resumed.
+        self.refresh_registry(false).await?;
+        if parts.is_empty() || self.inner.registry.sink_paused(name) {
             return Ok(report);
         }
         let due = self

@@ -519,7 +519,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             let result = inner
                 .store
-                .apply_runs(&runs, &inner.projections)
+                .apply_runs(&runs, &self.active_projections())
                 .within_apply(inner.config.store_deadline(), "apply_runs")
                 .await;
             match result {

@@ -149,3 +149,153 @@ async fn a_failing_projection_holds_back_only_itself_on_its_stream_on_every_back
         assert_eq!(seen.unwrap(), want, "{backend:?}");
     }
 }
+
+/// Fails on `boom` with the decision `park` or `stop` (never with `retry`:
+/// the steady bystander); counts each stream's events.
+struct Decides {
+    name: ProjectionName,
+    decision: outbox_core::OnError,
+    fixed: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl ViewProjection for Decides {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+        let fails = self.decision != outbox_core::OnError::Retry;
+        if fails && event.payload == b"boom" && !self.fixed.load(Ordering::SeqCst) {
+            let e = format!("{} cannot take {}/{}", self.name, event.stream, event.seq);
+            return Err(match self.decision {
+                outbox_core::OnError::Park => outbox_core::ApplyError::park(e).into(),
+                outbox_core::OnError::Stop => outbox_core::ApplyError::stop(e).into(),
+                outbox_core::OnError::Retry => e.into(),
+            });
+        }
+        view.update("seen", event.stream.as_str(), |n: &mut u64| *n += 1)
+            .await?;
+        Ok(())
+    }
+}
+
+/// An applier that parks an event is dead for it at its first failure; one
+/// that stops its projection pauses it for every stream (the others go on),
+/// its backlog kept and reported; resumed after the fix, it catches up. A
+/// pause from the API does the same without a failure.
+struct Decisions;
+
+#[derive(Debug, PartialEq)]
+struct Decided {
+    parked: (SinkStatus, u32),
+    stopped_paused: bool,
+    stopped_backlog: usize,
+    steady_counts: (Option<u64>, Option<u64>),
+    after_resume: (Option<u64>, Option<u64>),
+    paused_by_hand_backlog: usize,
+    after_second_resume: Option<u64>,
+}
+
+impl WithStores for Decisions {
+    type Output = outbox_core::Result<Decided>;
+
+    async fn with<J, P>(self, journal: J, store: P) -> Self::Output
+    where
+        J: JournalBackend + LeaseAdmin + Clone,
+        P: ProjectionBackend + Clone,
+    {
+        let fixed = Arc::new(AtomicBool::new(false));
+        let decides = |name: &str, decision| Decides {
+            name: ProjectionName::new(name).unwrap(),
+            decision,
+            fixed: fixed.clone(),
+        };
+        let outbox = Outbox::builder(journal, store)
+            .config(outbox_runtime::Config::producer_only())
+            .event_types(types())
+            .view(decides("parks", outbox_core::OnError::Park))
+            .view(decides("stops", outbox_core::OnError::Stop))
+            .view(decides("steady", outbox_core::OnError::Retry))
+            .build()
+            .await?;
+        let append = async |stream: &str, payloads: &[&str]| -> outbox_core::Result<()> {
+            let events = payloads
+                .iter()
+                .map(|p| outbox.event("happened", p.as_bytes().to_vec()))
+                .collect::<Result<Vec<_>, _>>()?;
+            outbox
+                .append(&StreamId::new(stream)?, ExpectedVersion::Any, events)
+                .await?;
+            Ok(())
+        };
+        append("bad", &["ok", "boom", "ok"]).await?;
+        outbox.drain().await?;
+        append("other", &["ok", "ok"]).await?;
+        outbox.drain().await?;
+        let states = outbox.projection_states(None, 100).await?;
+        let of = |p: &str| {
+            states
+                .iter()
+                .filter(|s| outbox_core::consumer_projection(&s.sink) == Some(p))
+                .collect::<Vec<_>>()
+        };
+        let parked = of("parks")[0];
+        let consumers = outbox_runtime::consumers::consumer_statuses(outbox.journal()).await?;
+        let stopped_paused = consumers
+            .iter()
+            .any(|c| c.projection.as_deref() == Some("stops") && c.info.paused);
+        let count = async |p: &str, s: &str| -> outbox_core::Result<Option<u64>> {
+            outbox.views(p)?.get("seen", s).await
+        };
+        let steady_counts = (count("steady", "bad").await?, count("steady", "other").await?);
+        let stopped_backlog = of("stops").len();
+        fixed.store(true, Ordering::SeqCst);
+        let stops = ProjectionName::new("stops")?;
+        outbox.pause_projection(&stops, false).await?;
+        outbox
+            .requeue_projection(&ProjectionName::new("parks")?, &StreamId::new("bad")?)
+            .await?;
+        outbox.drain().await?;
+        let after_resume = (count("stops", "bad").await?, count("stops", "other").await?);
+        // A pause by hand: nothing applied for it, its backlog reported.
+        outbox.pause_projection(&stops, true).await?;
+        append("later", &["ok", "ok"]).await?;
+        outbox.drain().await?;
+        let paused_by_hand_backlog = outbox
+            .projection_states(None, 100)
+            .await?
+            .iter()
+            .filter(|s| outbox_core::consumer_projection(&s.sink) == Some("stops"))
+            .count();
+        outbox.pause_projection(&stops, false).await?;
+        testing::drain(&outbox).await?;
+        Ok(Decided {
+            parked: (parked.status, parked.attempt_count),
+            stopped_paused,
+            stopped_backlog,
+            steady_counts,
+            after_resume,
+            paused_by_hand_backlog,
+            after_second_resume: count("stops", "later").await?,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn park_stop_pause_and_resume_on_every_backend() {
+    let runs = testing::on_every_backend(|| Decisions).await.unwrap();
+    let want = Decided {
+        parked: (SinkStatus::Dead, 1),
+        stopped_paused: true,
+        // Failed on `bad`, then held on `other` while paused.
+        stopped_backlog: 2,
+        steady_counts: (Some(3), Some(2)),
+        after_resume: (Some(3), Some(2)),
+        paused_by_hand_backlog: 1,
+        after_second_resume: Some(2),
+    };
+    for (backend, decided) in runs {
+        assert_eq!(decided.unwrap(), want, "{backend:?}");
+    }
+}

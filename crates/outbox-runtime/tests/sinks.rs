@@ -370,3 +370,46 @@ async fn a_catch_up_stopped_half_way_leaves_its_stream_due() {
         .remove(0);
     assert_eq!((state.status, state.seq), (SinkStatus::Ok, 5));
 }
+
+/// A paused sink (ADR 0032) gets nothing while paused; its backlog is
+/// delivered, in order, once it is resumed. The projection beside it goes on.
+#[tokio::test(start_paused = true)]
+async fn a_paused_sink_keeps_its_backlog_until_resumed() {
+    let j = journal();
+    let bus = Recorder::new("bus", EventTypeFilter::all());
+    let rt = runtime(&j, std::slice::from_ref(&bus), OracleProjection::new("oracle")).await;
+    let s = sid("s");
+    append(&rt, &s, vec![add(1)]).await;
+    rt.drain().await.unwrap();
+    rt.deliver().await.unwrap();
+    assert_eq!(bus.of("s"), ids("s", 1..=1));
+    let key = SinkName::new("bus").unwrap();
+    assert!(
+        outbox_runtime::consumers::pause_consumer(&j, &key, true)
+            .await
+            .unwrap()
+    );
+    // Workers see the pause at their next registry read (a heartbeat interval).
+    tokio::time::advance(Config::default().heartbeat_interval).await;
+    append(&rt, &s, vec![add(2), add(3)]).await;
+    rt.drain().await.unwrap();
+    rt.deliver().await.unwrap();
+    assert_eq!(bus.of("s"), ids("s", 1..=1), "nothing delivered while paused");
+    assert_eq!(
+        rt.journal().summary().await.unwrap().total(),
+        0,
+        "the projection went on"
+    );
+    assert!(
+        outbox_runtime::consumers::pause_consumer(&j, &key, false)
+            .await
+            .unwrap()
+    );
+    tokio::time::advance(Config::default().heartbeat_interval).await;
+    rt.deliver().await.unwrap();
+    assert_eq!(
+        bus.of("s"),
+        ids("s", 1..=3),
+        "the backlog, in order, after the resume"
+    );
+}

@@ -48,7 +48,7 @@ pub async fn consumers(db: &(impl Database + ?Sized)) -> Result<Vec<ConsumerInfo
     let rows = conn
         .fetch(
             "listing consumers",
-            "SELECT consumer, kind, version, first_seen, last_seen, last_worker FROM outbox_consumers \
+            "SELECT consumer, kind, version, first_seen, last_seen, last_worker, paused FROM outbox_consumers \
              ORDER BY consumer",
             &[],
         )
@@ -63,9 +63,41 @@ pub async fn consumers(db: &(impl Database + ?Sized)) -> Result<Vec<ConsumerInfo
                 first_seen: Timestamp::from_millis(r.int(3)?),
                 last_seen: Timestamp::from_millis(r.int(4)?),
                 last_worker: WorkerId::new(r.text(5)?).map_err(|e| bad(&e))?,
+                paused: r.int(6)? != 0,
             })
         })
         .collect()
+}
+
+/// [`ConsumerRegistry::set_paused`](outbox_core::ConsumerRegistry::set_paused).
+pub async fn set_paused(db: &(impl Database + ?Sized), key: &SinkName, paused: bool) -> Result<bool> {
+    let what = "pausing or resuming a consumer";
+    let mut tx = db.begin().await?;
+    let changed = tx
+        .execute(
+            what,
+            &db.dialect()
+                .sql("UPDATE outbox_consumers SET paused = $2 WHERE consumer = $1 AND paused <> $2"),
+            &[Arg::Text(key.as_str()), Arg::Int(i64::from(paused))],
+        )
+        .await?;
+    if changed == 0 {
+        let known = tx
+            .fetch_optional(
+                what,
+                &db.dialect()
+                    .sql("SELECT paused FROM outbox_consumers WHERE consumer = $1"),
+                &[Arg::Text(key.as_str())],
+            )
+            .await?;
+        if known.is_none() {
+            return Err(outbox_core::Error::NotFound(format!(
+                "no consumer {key} is registered"
+            )));
+        }
+    }
+    tx.commit(what).await?;
+    Ok(changed > 0)
 }
 
 /// [`ConsumerRegistry::retire_consumer`](outbox_core::ConsumerRegistry::retire_consumer):

@@ -1547,6 +1547,10 @@ impl outbox_core::ConsumerRegistry for SqliteJournal {
         outbox_sql::consumers::consumers(&*self.engine).await
     }
 
+    async fn set_paused(&self, key: &outbox_core::SinkName, paused: bool) -> Result<bool> {
+        outbox_sql::consumers::set_paused(&*self.engine, key, paused).await
+    }
+
     async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
         outbox_sql::consumers::retire_consumer(&*self.engine, key).await
     }

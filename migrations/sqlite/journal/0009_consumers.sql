@@ -10,5 +10,8 @@ CREATE TABLE outbox_consumers (
     version     TEXT    NOT NULL,
     first_seen  INTEGER NOT NULL,
     last_seen   INTEGER NOT NULL,
-    last_worker TEXT    NOT NULL
+    last_worker TEXT    NOT NULL,
+    -- Paused by an operator or its error policy (`stop`): no worker applies
+    -- it; every worker leaves it a state on each stream it completes.
+    paused      INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1))
 ) WITHOUT ROWID;

@@ -133,6 +133,26 @@ pub(super) async fn consumers<J: CliJournal, P: CliStore>(
     ctx: &Ctx<'_, J, P>,
     a: &crate::cli::ConsumersArgs,
 ) -> Result<()> {
+    if let Some(
+        crate::cli::ConsumersAction::Pause { consumer } | crate::cli::ConsumersAction::Resume { consumer },
+    ) = &a.action
+    {
+        let paused = matches!(a.action, Some(crate::cli::ConsumersAction::Pause { .. }));
+        let key = consumer_key(consumer)?;
+        let changed = outbox_runtime::consumers::pause_consumer(&ctx.journal, &key, paused).await?;
+        if a.json {
+            return json(
+                &serde_json::json!({ "consumer": key.as_str(), "paused": paused, "changed": changed }),
+            );
+        }
+        let state = if paused { "paused" } else { "resumed" };
+        if changed {
+            outln!("{state} consumer {key} (live workers see it within a heartbeat interval)")?;
+        } else {
+            outln!("consumer {key} was already {state}: nothing changed")?;
+        }
+        return Ok(());
+    }
     if let Some(crate::cli::ConsumersAction::Retire { consumer, .. }) = &a.action {
         let key = consumer_key(consumer)?;
         let removed = ctx.journal.retire_consumer(&key).await?;
@@ -168,12 +188,13 @@ pub(crate) fn print_consumers(statuses: &[outbox_runtime::consumers::ConsumerSta
             format!(" version {}", crate::output::visible(&c.info.version))
         };
         outln!(
-            "{} {}{version}, first seen {}, last registered {} by {}{}",
+            "{} {}{version}, first seen {}, last registered {} by {}{}{}",
             c.info.kind,
             crate::output::visible(c.projection.as_deref().unwrap_or(c.info.key.as_str())),
             c.info.first_seen,
             c.info.last_seen,
             crate::output::visible(c.info.last_worker.as_str()),
+            if c.info.paused { " - PAUSED" } else { "" },
             if c.live { "" } else { " - NO LIVE WORKER runs it" }
         )?;
     }

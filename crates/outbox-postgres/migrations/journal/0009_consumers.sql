@@ -10,5 +10,8 @@ CREATE TABLE outbox_consumers (
     version     text   NOT NULL,
     first_seen  bigint NOT NULL,
     last_seen   bigint NOT NULL,
-    last_worker text   NOT NULL
+    last_worker text   NOT NULL,
+    -- Paused by an operator or its error policy (`stop`): no worker applies
+    -- it; every worker leaves it a state on each stream it completes.
+    paused      integer NOT NULL DEFAULT 0 CHECK (paused IN (0, 1))
 );
