@@ -1134,3 +1134,72 @@ fn the_search_box_finds_a_stream_with_its_checkpoints_and_rows() {
     assert!(server.get("/stream?stream=nope").body.contains("No stream nope"));
     assert_eq!(server.get("/stream?stream=").status, 400);
 }
+
+/// The overview lists the consumers the journal knows and, with the
+/// token, pauses and resumes one (ADR 0032); a dead projection exception
+/// is requeued from its own table; the health banner names both.
+#[test]
+fn consumers_are_listed_paused_resumed_and_a_dead_projection_requeued() {
+    let site = Site::migrated();
+    site.seed_with_dead_projection(&[("c-bad", true), ("c-ok", false)]);
+    let server = Server::start(&site, SERVE, &with_token(), LISTENING);
+    let home = server.get("/").body;
+    assert!(home.contains("id=\"consumers\""), "{home}");
+    assert!(home.contains("character_tally"), "{home}");
+    assert!(
+        home.contains("registered consumer(s) with no live worker"),
+        "the library pass registered them and stopped: {home}"
+    );
+    assert!(
+        home.contains("projection(s) dead on a stream"),
+        "the banner names the dead exception: {home}"
+    );
+    let auth = [("Authorization", format!("Bearer {TOKEN}"))];
+    let auth: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = server.post(
+        "/actions/pause-consumer",
+        "sink=projection%3Acharacter_tally",
+        &auth,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        r.body.contains("paused consumer projection:character_tally"),
+        "{}",
+        r.body
+    );
+    let paused = site.json(&["consumers", "--json"]);
+    let tally = paused
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["projection"] == "character_tally")
+        .unwrap();
+    assert_eq!(tally["paused"], true, "{paused}");
+    let r = server.post(
+        "/actions/resume-consumer",
+        "sink=projection%3Acharacter_tally",
+        &auth,
+    );
+    assert!(
+        r.body.contains("resumed consumer projection:character_tally"),
+        "{}",
+        r.body
+    );
+    let r = server.post(
+        "/actions/requeue-sink",
+        "sink=projection%3Acharacter_tally&stream=c-bad",
+        &auth,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = server.post("/actions/pause-consumer", "sink=projection%3Anope", &auth);
+    assert_eq!(r.status, 404, "an unregistered consumer: {r:?}");
+    let r = server.post("/actions/pause-consumer", "sink=projection%3Aroster", &[]);
+    assert_eq!(r.status, 401, "{r:?}");
+    let report = site.report();
+    let x = &report["projection_exceptions"];
+    assert_eq!(
+        (x["dead"].as_u64(), x["failed"].as_u64()),
+        (Some(0), Some(1)),
+        "requeued: due again: {report}"
+    );
+}

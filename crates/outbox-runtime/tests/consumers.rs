@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use outbox_core::{
-    BoxError, Event, EventTypeRegistry, ExpectedVersion, LeaseAdmin, OutboxInspector, ProjectionName,
-    SinkStatus, StreamId, ViewProjection, ViewTx, async_trait,
+    BoxError, Event, EventTypeRegistry, ExpectedVersion, LeaseAdmin, ProjectionName, SinkStatus, StreamId,
+    ViewProjection, ViewTx, async_trait,
 };
 use outbox_runtime::open::WithStores;
 use outbox_runtime::{JournalBackend, Outbox, ProjectionBackend, testing};
@@ -46,14 +46,17 @@ fn types() -> EventTypeRegistry {
     t
 }
 
+/// (projection, stream, the seqs it applied) for each pair.
+type Ledgers = Vec<(String, String, Option<Vec<u64>>)>;
+
 /// What one backend saw: the two projections' ledgers before and after the
 /// fix, and the failing one's state in between.
 #[derive(Debug, PartialEq)]
 struct Seen {
-    before: Vec<(String, String, Option<Vec<u64>>)>,
+    before: Ledgers,
     state: (String, String, u64, SinkStatus, u32),
     rows_left: u64,
-    after: Vec<(String, String, Option<Vec<u64>>)>,
+    after: Ledgers,
 }
 
 struct Scenario;
@@ -88,17 +91,16 @@ impl WithStores for Scenario {
             outbox.append(stream, ExpectedVersion::Any, events).await?;
         }
         outbox.drain().await?;
-        let read =
-            async |outbox: &Outbox<J, P>| -> outbox_core::Result<Vec<(String, String, Option<Vec<u64>>)>> {
-                let mut out = Vec::new();
-                for p in ["picky", "steady"] {
-                    for s in ["bad", "good"] {
-                        let seqs: Option<Vec<u64>> = outbox.views(p)?.get("seen", s).await?;
-                        out.push((p.to_owned(), s.to_owned(), seqs));
-                    }
+        let read = async |outbox: &Outbox<J, P>| -> outbox_core::Result<Ledgers> {
+            let mut out = Vec::new();
+            for p in ["picky", "steady"] {
+                for s in ["bad", "good"] {
+                    let seqs: Option<Vec<u64>> = outbox.views(p)?.get("seen", s).await?;
+                    out.push((p.to_owned(), s.to_owned(), seqs));
                 }
-                Ok(out)
-            };
+            }
+            Ok(out)
+        };
         let before = read(&outbox).await?;
         let states = outbox.projection_states(None, 10).await?;
         let s = states.first().cloned().expect("the picky projection's exception");

@@ -1438,6 +1438,29 @@ impl PartitionStore for SqliteJournal {
     }
 }
 
+impl outbox_core::ConsumerRegistry for SqliteJournal {
+    async fn register_consumers(
+        &self,
+        consumers: &[(outbox_core::SinkName, outbox_core::ConsumerKind)],
+        version: &str,
+        worker: &outbox_core::WorkerId,
+    ) -> Result<()> {
+        outbox_sql::consumers::register_consumers(&*self.engine, consumers, version, worker).await
+    }
+
+    async fn consumers(&self) -> Result<Vec<outbox_core::ConsumerInfo>> {
+        outbox_sql::consumers::consumers(&*self.engine).await
+    }
+
+    async fn set_paused(&self, key: &outbox_core::SinkName, paused: bool) -> Result<bool> {
+        outbox_sql::consumers::set_paused(&*self.engine, key, paused).await
+    }
+
+    async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
+        outbox_sql::consumers::retire_consumer(&*self.engine, key).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1530,28 +1553,5 @@ mod tests {
             [true, true, false],
             "two runs reach the budget; the third is left to the worker"
         );
-    }
-}
-
-impl outbox_core::ConsumerRegistry for SqliteJournal {
-    async fn register_consumers(
-        &self,
-        consumers: &[(outbox_core::SinkName, outbox_core::ConsumerKind)],
-        version: &str,
-        worker: &outbox_core::WorkerId,
-    ) -> Result<()> {
-        outbox_sql::consumers::register_consumers(&*self.engine, consumers, version, worker).await
-    }
-
-    async fn consumers(&self) -> Result<Vec<outbox_core::ConsumerInfo>> {
-        outbox_sql::consumers::consumers(&*self.engine).await
-    }
-
-    async fn set_paused(&self, key: &outbox_core::SinkName, paused: bool) -> Result<bool> {
-        outbox_sql::consumers::set_paused(&*self.engine, key, paused).await
-    }
-
-    async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
-        outbox_sql::consumers::retire_consumer(&*self.engine, key).await
     }
 }

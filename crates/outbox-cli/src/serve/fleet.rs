@@ -167,3 +167,57 @@ pub(super) async fn requeue_sink<J: CliJournal, P: CliStore>(
         "/sinks",
     )
 }
+
+/// `/actions/pause-consumer` and `/actions/resume-consumer` (`sink`: the
+/// consumer's key, `projection:NAME` or a sink's name): ADR 0032.
+pub(super) async fn pause_consumer<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    set_paused(m, peer, headers, form, true).await
+}
+
+/// See [`pause_consumer`].
+pub(super) async fn resume_consumer<J: CliJournal, P: CliStore>(
+    State(m): St<J, P>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    set_paused(m, peer, headers, form, false).await
+}
+
+async fn set_paused<J: CliJournal, P: CliStore>(
+    m: std::sync::Arc<super::Monitor<J, P>>,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+    paused: bool,
+) -> Response {
+    let action = if paused {
+        "pause-consumer"
+    } else {
+        "resume-consumer"
+    };
+    let (f, token) = match authorize(&m, peer, action, &headers, form) {
+        Ok(v) => v,
+        Err(r) => return r.into_response(),
+    };
+    let key = match field(&f.sink, "sink").and_then(|k| SinkName::new(k).map_err(|e| refusal(&e))) {
+        Ok(k) => k,
+        Err(r) => return r.into_response(),
+    };
+    let result = outbox_runtime::consumers::pause_consumer(&m.journal, &key, paused)
+        .await
+        .map(|changed| {
+            let state = if paused { "paused" } else { "resumed" };
+            if changed {
+                format!("{state} consumer {key} (live workers see it within a heartbeat interval)")
+            } else {
+                format!("consumer {key} was already {state}")
+            }
+        });
+    finish(&m, (peer, &token), action, key.as_str(), result, "/#consumers")
+}

@@ -109,6 +109,8 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/actions/cancel-run", post(cancel_run::<J, P>))
         .route("/actions/requeue-group", post(rows::requeue_group::<J, P>))
         .route("/actions/requeue-sink", post(fleet::requeue_sink::<J, P>))
+        .route("/actions/pause-consumer", post(fleet::pause_consumer::<J, P>))
+        .route("/actions/resume-consumer", post(fleet::resume_consumer::<J, P>))
         .fallback(not_found)
         .with_state(monitor);
     let listener = bind(a.addr).await?;
@@ -497,7 +499,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
          counts in the oldest due age, not in the worker lag.</p>",
     );
     b.push_str(&exceptions_section(m, exceptions, &listed));
-    b.push_str(&consumers_section(&consumers));
+    b.push_str(&consumers_section(m, &consumers));
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
     let activity = m.journal.activity(CHART_MINUTES).await?;
     b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
@@ -627,7 +629,10 @@ pub(super) fn only_sinks(all: Vec<SinkSummary>) -> Vec<SinkSummary> {
 }
 
 /// The consumers the journal knows, with whether a live worker runs each.
-fn consumers_section(consumers: &[ConsumerStatus]) -> String {
+fn consumers_section<J: JournalBackend, P: CliStore>(
+    m: &Monitor<J, P>,
+    consumers: &[ConsumerStatus],
+) -> String {
     let mut b = String::from("<h2 id=\"consumers\">Consumers</h2>");
     if consumers.is_empty() {
         b.push_str("<p>No consumer registered yet: workers register theirs when they start.</p>");
@@ -647,6 +652,21 @@ fn consumers_section(consumers: &[ConsumerStatus]) -> String {
                     "live".into()
                 } else {
                     "<span class=\"failed\">no live worker</span>".into()
+                },
+                if c.info.paused {
+                    "<span class=\"failed\">paused</span>".into()
+                } else {
+                    "running".into()
+                },
+                if m.door.action.is_some() {
+                    let (path, label) = if c.info.paused {
+                        ("/actions/resume-consumer", "Resume")
+                    } else {
+                        ("/actions/pause-consumer", "Pause")
+                    };
+                    action_form(path, &[("sink", c.info.key.to_string())], label)
+                } else {
+                    String::new()
                 },
             ]
         })
