@@ -575,6 +575,25 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         )
     }
 
+    /// The projections gap repair may apply on `stream`: the active ones
+    /// (not paused) that are not off the shared path there (a failing or
+    /// dead one is its exception path's to retry, with its attempts counted).
+    pub(crate) async fn repairable(&self, stream: &StreamId) -> Result<Vec<Arc<dyn Projection<P::Tx>>>> {
+        let mut out = Vec::new();
+        for p in self.active_projections().iter() {
+            let key = projection_consumer(p.name())?;
+            let state = self
+                .journal()
+                .sink_states(&key, std::slice::from_ref(stream))
+                .within(self.config().store_deadline(), "sink_states")
+                .await?;
+            if state.first().is_none_or(|s| s.status == SinkStatus::Ok) {
+                out.push(Arc::clone(p));
+            }
+        }
+        Ok(out)
+    }
+
     /// Pauses (or resumes) projection `name` for every stream, in the
     /// registry and at once in this runtime (others follow at their next
     /// registry read, within a heartbeat interval). A paused projection is

@@ -264,9 +264,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     until = head.seq.get() - 1;
                     report.stopped_at_head += 1;
                 }
-                if lowest < until {
+                // Not a paused projection, nor one off the shared path on
+                // this stream: its own catch-up retries it (ADR 0032).
+                let projections = if lowest < until {
+                    self.repairable(stream).await?
+                } else {
+                    Vec::new()
+                };
+                if lowest < until && !projections.is_empty() {
                     report.streams_repaired += 1;
-                    match self.catch_up(stream, lowest + 1, until, &inner.projections).await {
+                    match self.catch_up(stream, lowest + 1, until, &projections).await {
                         Ok(n) => report.events_applied += n,
                         Err(e) => {
                             report.failures.push(InlineFailure {
@@ -277,8 +284,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         }
                     }
                 }
-                // Every projection is now at `until`: the stream's rows
-                // through it are stale hints.
+                // Every projection is now at `until`, or has a state that
+                // brings it there: the stream's rows through it are stale hints.
                 if complete_rows && let Ok(through) = Seq::new(until) {
                     // The projections another process runs keep their share.
                     self.refresh_registry(false).await?;

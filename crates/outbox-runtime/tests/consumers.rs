@@ -301,3 +301,65 @@ async fn park_stop_pause_and_resume_on_every_backend() {
         assert_eq!(decided.unwrap(), want, "{backend:?}");
     }
 }
+
+/// Gap repair applies neither a paused projection nor one that is off the
+/// shared path on a stream: those are their exception paths' to retry,
+/// with their attempts counted (ADR 0032).
+#[tokio::test]
+async fn gap_repair_leaves_paused_and_failing_projections_to_their_own_path() {
+    let fixed = Arc::new(AtomicBool::new(false));
+    let decides = |name: &str, decision| Decides {
+        name: ProjectionName::new(name).unwrap(),
+        decision,
+        fixed: fixed.clone(),
+    };
+    let clock = testing::clock();
+    let outbox = testing::memory(&clock)
+        .event_types(types())
+        .view(decides("parks", outbox_core::OnError::Park))
+        .view(decides("steady", outbox_core::OnError::Retry))
+        .build()
+        .await
+        .unwrap();
+    let append = async |stream: &str, payloads: &[&str]| {
+        let events = payloads
+            .iter()
+            .map(|p| outbox.event("happened", p.as_bytes().to_vec()).unwrap())
+            .collect();
+        outbox
+            .append(&StreamId::new(stream).unwrap(), ExpectedVersion::Any, events)
+            .await
+            .unwrap();
+    };
+    append("bad", &["ok", "boom", "ok"]).await;
+    outbox.drain().await.unwrap();
+    let steady = ProjectionName::new("steady").unwrap();
+    outbox.pause_projection(&steady, true).await.unwrap();
+    append("later", &["ok", "ok"]).await;
+    outbox.drain().await.unwrap();
+    let report = outbox.repair_gaps().await.unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    let seen =
+        async |p: &str, s: &str| -> Option<u64> { outbox.views(p).unwrap().get("seen", s).await.unwrap() };
+    assert_eq!(
+        seen("parks", "bad").await,
+        Some(1),
+        "parked at 2: not retried by repair"
+    );
+    assert_eq!(
+        seen("steady", "later").await,
+        None,
+        "paused: not applied by repair"
+    );
+    assert_eq!(seen("parks", "later").await, Some(2));
+    let states = outbox.projection_states(None, 10).await.unwrap();
+    let parked = states
+        .iter()
+        .find(|s| s.sink.as_str() == "projection:parks")
+        .unwrap();
+    assert_eq!((parked.status, parked.attempt_count), (SinkStatus::Dead, 1));
+    // Resumed, the paused one catches up on its own.
+    outbox.pause_projection(&steady, false).await.unwrap();
+    outbox.drain().await.unwrap();
+    assert_eq!(seen("steady", "later").await, Some(2));
+}
