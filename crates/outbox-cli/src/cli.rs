@@ -163,6 +163,10 @@ pub enum Command {
     /// code version and whether a live worker runs each; `retire` removes
     /// one no deployment runs any more (ADR 0032).
     Consumers(ConsumersArgs),
+    /// Wait until projections have applied an event (read-your-writes):
+    /// exit 0 once applied, 4 at once when one is dead there or paused, 5
+    /// when the timeout passes first (each names the projection).
+    Wait(WaitArgs),
     /// Create the databases if needed and apply schema migrations.
     Migrate(JsonArg),
     /// Recompute view projections' running digests from every document and
@@ -496,6 +500,27 @@ pub struct SinksArgs {
     pub action: Option<SinksAction>,
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox wait`.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// The stream.
+    #[arg(long)]
+    pub stream: String,
+    /// The seq to wait for (an append's last seq on the stream).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: u64,
+    /// Only these projections (repeat the flag; default: every projection
+    /// of this binary).
+    #[arg(long = "projection")]
+    pub projections: Vec<String>,
+    /// Give up after this many milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub timeout_ms: u64,
+    /// Print machine-readable JSON.
+    #[arg(long)]
     pub json: bool,
 }
 

@@ -1203,3 +1203,111 @@ fn consumers_are_listed_paused_resumed_and_a_dead_projection_requeued() {
         "requeued: due again: {report}"
     );
 }
+
+/// Read-your-writes across processes (ADR 0032): a worker runs in one
+/// process, the events are appended in this one, and `outbox wait` in a
+/// third resolves once they are applied; it exits 4 at once naming a
+/// projection that is dead on the stream (dead-lettered by an earlier pass
+/// without the fix), or paused, and 0 again once the paused one is resumed
+/// and caught up.
+#[test]
+fn outbox_wait_across_processes_resolves_and_names_a_dead_or_paused_projection() {
+    let site = Site::migrated();
+    site.seed_with_dead_projection(&[("w-bad", true)]);
+    let fast = [
+        ("OUTBOX_DEAD_LETTER_THRESHOLD", "1"),
+        ("OUTBOX_HEARTBEAT_INTERVAL_MS", "200"),
+        ("OUTBOX_POLL_INTERVAL_MS", "50"),
+    ];
+    let worker = Server::start(
+        &site,
+        &["work", "--metrics-addr", "127.0.0.1:0"],
+        &fast,
+        "metrics on http://",
+    );
+    site.seed_backlog(&[("w-ok", false)]);
+    site.ok(&["wait", "--stream", "w-ok", "--seq", "7", "--timeout-ms", "60000"]);
+    let out = site.ok(&[
+        "wait",
+        "--stream",
+        "w-bad",
+        "--seq",
+        "7",
+        "--projection",
+        "roster",
+        "--projection",
+        "campaign_summary",
+        "--timeout-ms",
+        "60000",
+    ]);
+    assert!(
+        out.contains("w-bad/7 is applied by roster, campaign_summary"),
+        "{out}"
+    );
+    let (code, _, err) = site.run_env(
+        &["wait", "--stream", "w-bad", "--seq", "7", "--timeout-ms", "60000"],
+        &[],
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("projection character_tally is dead on w-bad/4"),
+        "{err}"
+    );
+    assert_eq!(worker.stop().code(), Some(0));
+
+    // No worker runs now: a paused projection cannot get there.
+    site.ok(&["consumers", "pause", "--consumer", "roster"]);
+    site.seed_backlog(&[("w-late", false)]);
+    let (code, _, err) = site.run_env(
+        &[
+            "wait",
+            "--stream",
+            "w-late",
+            "--seq",
+            "7",
+            "--projection",
+            "roster",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("projection roster is paused"), "{err}");
+    let (code, _, err) = site.run_env(
+        &[
+            "wait",
+            "--stream",
+            "w-late",
+            "--seq",
+            "7",
+            "--projection",
+            "campaign_summary",
+            "--timeout-ms",
+            "200",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(5), "no worker: the time runs out: {err}");
+    assert!(
+        err.contains("projection campaign_summary is at w-late/0"),
+        "{err}"
+    );
+    site.ok(&["consumers", "resume", "--consumer", "roster"]);
+    let worker = Server::start(
+        &site,
+        &["work", "--metrics-addr", "127.0.0.1:0"],
+        &fast,
+        "metrics on http://",
+    );
+    site.ok(&[
+        "wait",
+        "--stream",
+        "w-late",
+        "--seq",
+        "7",
+        "--projection",
+        "roster",
+        "--timeout-ms",
+        "60000",
+    ]);
+    assert_eq!(worker.stop().code(), Some(0));
+}

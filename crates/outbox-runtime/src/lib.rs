@@ -21,6 +21,7 @@ mod sweep;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod unavailable;
+pub mod wait;
 mod worker;
 
 pub use clock::TokioClock;

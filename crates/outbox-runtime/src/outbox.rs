@@ -107,6 +107,8 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) code_version: String,
     /// Each projection's error policy, when not retry (ADR 0032).
     pub(crate) policies: BTreeMap<String, outbox_core::OnError>,
+    /// Bumped after every committed apply: wakes [`Outbox::wait_for`].
+    pub(crate) progress: tokio::sync::watch::Sender<u64>,
 }
 
 /// A projection as registered, in order.
@@ -329,6 +331,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 registry: crate::consumers::RegistryView::default(),
                 code_version: self.code_version,
                 policies: self.policies,
+                progress: tokio::sync::watch::channel(0).0,
             }),
         })
     }
@@ -619,6 +622,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     pub(crate) fn count(&self, r: &ApplyReport) {
+        self.inner.progress.send_modify(|n| *n = n.wrapping_add(1));
         let m = &self.inner.metrics;
         Metrics::add(&m.applied, r.applied);
         Metrics::add(&m.duplicates, r.duplicates);

@@ -363,3 +363,102 @@ async fn gap_repair_leaves_paused_and_failing_projections_to_their_own_path() {
     outbox.drain().await.unwrap();
     assert_eq!(seen("steady", "later").await, Some(2));
 }
+
+/// Read-your-writes (ADR 0032): `wait_for` resolves once the projections
+/// have applied an append, woken by the worker's applies; it says at once
+/// which projection is dead or paused short of the token, and which is
+/// failing when the time is up.
+#[tokio::test(start_paused = true)]
+async fn wait_for_resolves_on_apply_and_names_a_dead_paused_or_failing_projection() {
+    use std::time::Duration;
+    let fixed = Arc::new(AtomicBool::new(false));
+    let decides = |name: &str, decision| Decides {
+        name: ProjectionName::new(name).unwrap(),
+        decision,
+        fixed: fixed.clone(),
+    };
+    let journal = outbox_memory::MemoryJournal::with_clock(Arc::new(outbox_runtime::TokioClock::default()));
+    let store =
+        outbox_memory::MemoryProjectionStore::with_clock(Arc::new(outbox_runtime::TokioClock::default()));
+    let outbox = Outbox::builder(journal, store)
+        .config(outbox_runtime::Config::apply_worker().with_poll_interval(Duration::from_millis(50)))
+        .event_types(types())
+        .view(decides("parks", outbox_core::OnError::Park))
+        .view(decides("steady", outbox_core::OnError::Retry))
+        .view(Ledger {
+            name: ProjectionName::new("retries").unwrap(),
+            fixed: fixed.clone(),
+            fails: true,
+        })
+        .build()
+        .await
+        .unwrap();
+    let running = outbox.start().await.unwrap();
+    let append = async |stream: &str, payload: &str| {
+        outbox
+            .append(
+                &StreamId::new(stream).unwrap(),
+                ExpectedVersion::Any,
+                vec![outbox.event("happened", payload.as_bytes().to_vec()).unwrap()],
+            )
+            .await
+            .unwrap()
+            .token()
+    };
+    let ok = append("s", "ok").await;
+    outbox
+        .wait_for(&ok, None, Duration::from_secs(5))
+        .await
+        .expect("applied by every projection");
+
+    let bad = append("bad", "boom").await;
+    let steady = [ProjectionName::new("steady").unwrap()];
+    outbox
+        .wait_for(&bad, Some(&steady), Duration::from_secs(5))
+        .await
+        .expect("the bystander applied it");
+    let parks = [ProjectionName::new("parks").unwrap()];
+    let e = outbox
+        .wait_for(&bad, Some(&parks), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, outbox_core::Error::InvalidState(m) if m.contains("projection parks is dead on bad/1")),
+        "{e}"
+    );
+    let retries = [ProjectionName::new("retries").unwrap()];
+    let e = outbox
+        .wait_for(&bad, Some(&retries), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_temporary() && e.to_string().contains("projection retries is failing on bad/1"),
+        "{e}"
+    );
+
+    outbox.pause_projection(&steady[0], true).await.unwrap();
+    let later = append("later", "ok").await;
+    let e = outbox
+        .wait_for(&later, Some(&steady), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, outbox_core::Error::InvalidState(m) if m.contains("projection steady is paused")),
+        "{e}"
+    );
+    outbox.pause_projection(&steady[0], false).await.unwrap();
+    outbox
+        .wait_for(&later, Some(&steady), Duration::from_secs(30))
+        .await
+        .expect("resumed, it catches up");
+    let e = outbox
+        .wait_for(
+            &later,
+            Some(&[ProjectionName::new("nope").unwrap()]),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, outbox_core::Error::NotFound(_)), "{e}");
+    running.shutdown().await;
+}

@@ -7,6 +7,7 @@ mod maintenance;
 mod partitions;
 mod replay;
 mod sinks;
+mod wait;
 mod work;
 
 use std::sync::Arc;
@@ -433,6 +434,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Partitions(a) => partitions::partitions(ctx, a).await,
         Command::Sinks(a) => sinks::sinks(ctx, a).await,
         Command::Consumers(a) => sinks::consumers(ctx, a).await,
+        Command::Wait(a) => wait::wait(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Verify(a) => maintenance::verify(ctx, a).await,
         Command::Replay(a) => replay::replay(ctx, a).await,

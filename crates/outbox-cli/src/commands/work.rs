@@ -35,14 +35,16 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
             json_line(&tick)?;
         } else if !a.quiet {
             outln!(
-                "{} pass: {} due stream(s), {} claimed, {} completed, {} failed, {} dead-lettered, {} contended",
+                "{} pass: {} due stream(s), {} claimed, {} completed, {} failed, {} dead-lettered, {} contended, \
+                 {} event(s) caught up for projections off the shared path",
                 rt.mode(),
                 tick.due_streams,
                 tick.claimed,
                 tick.completed,
                 tick.failed,
                 tick.dead_lettered,
-                tick.contended
+                tick.contended,
+                tick.caught_up
             )?;
         }
         return Ok(());
