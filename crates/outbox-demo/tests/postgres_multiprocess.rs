@@ -880,3 +880,153 @@ async fn a_transaction_left_open_shows_as_held_back_in_sinks_the_monitor_and_met
     assert_eq!(server.stop().code(), Some(0));
     rt.journal().close().await;
 }
+
+/// Read-your-writes across processes on Postgres (ADR 0032): a worker
+/// process applies, `outbox wait` in another resolves; it exits 4 at once
+/// for a projection dead on the stream or paused, and 5 when no worker
+/// applies within the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_wait_across_processes_on_postgres() {
+    use outbox_core::{SinkStore, projection_consumer};
+    let Some(url) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
+    let schema = unique_schema("wait");
+    let _drop = DropSchemas {
+        url: url.clone(),
+        schemas: vec![schema.clone()],
+    };
+    demo_ok(&url, &schema, &["migrate"]);
+    let options = PgOptions::default().with_schema(&schema).with_max_connections(2);
+    let journal = PgJournal::connect(&url, options).await.expect("connect");
+    let types = domain::event_types();
+    let mut rng = Rng(7);
+    let append = async |stream: &str, rng: &mut Rng| {
+        let (events, _) = campaign(&types, 0, rng);
+        journal
+            .append(
+                &[AppendRequest::new(
+                    StreamId::new(stream).unwrap(),
+                    ExpectedVersion::Any,
+                    events,
+                )],
+                AppendOptions::enqueue(),
+            )
+            .await
+            .expect("append")
+    };
+    let mut workers = vec![spawn_worker(&url, &schema, "wait-w1", true)];
+    let a = append("w-ok", &mut rng).await;
+    let last = a[0].last_seq.to_string();
+    let out = demo_ok(
+        &url,
+        &schema,
+        &[
+            "wait",
+            "--stream",
+            "w-ok",
+            "--seq",
+            &last,
+            "--timeout-ms",
+            "60000",
+        ],
+    );
+    assert!(out.contains("is applied by every projection"), "{out}");
+
+    // The tally dead on a stream (as a pass without the fix leaves it).
+    let b = append("w-bad", &mut rng).await;
+    let bad = StreamId::new("w-bad").unwrap();
+    let key = projection_consumer(&ProjectionName::new("character_tally").unwrap()).unwrap();
+    let part = outbox_core::PartitionStore::partitioning(&journal).of(&bad);
+    stop(&mut workers);
+    journal.hold_sink(&key, &bad, part, 0).await.unwrap();
+    let threshold_one = outbox_core::RetryPolicy::default()
+        .with_dead_letter_after(1)
+        .unwrap();
+    journal
+        .fail_sink(
+            &key,
+            &bad,
+            part,
+            outbox_core::Seq::FIRST,
+            "cursed",
+            &threshold_one,
+        )
+        .await
+        .unwrap();
+    let last = b[0].last_seq.to_string();
+    let out = demo(&url, &schema, &["wait", "--stream", "w-bad", "--seq", &last])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("projection character_tally is dead on w-bad/1"),
+        "{err}"
+    );
+
+    // Paused, with no worker running: it cannot get there.
+    demo_ok(&url, &schema, &["consumers", "pause", "--consumer", "roster"]);
+    let c = append("w-late", &mut rng).await;
+    let last = c[0].last_seq.to_string();
+    let out = demo(
+        &url,
+        &schema,
+        &[
+            "wait",
+            "--stream",
+            "w-late",
+            "--seq",
+            &last,
+            "--projection",
+            "roster",
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("projection roster is paused"), "{err}");
+    let out = demo(
+        &url,
+        &schema,
+        &[
+            "wait",
+            "--stream",
+            "w-late",
+            "--seq",
+            &last,
+            "--projection",
+            "campaign_summary",
+            "--timeout-ms",
+            "200",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    demo_ok(&url, &schema, &["consumers", "resume", "--consumer", "roster"]);
+    let mut workers = vec![spawn_worker(&url, &schema, "wait-w2", true)];
+    demo_ok(
+        &url,
+        &schema,
+        &[
+            "wait",
+            "--stream",
+            "w-late",
+            "--seq",
+            &last,
+            "--projection",
+            "roster",
+            "--timeout-ms",
+            "60000",
+        ],
+    );
+    stop(&mut workers);
+    journal.close().await;
+}

@@ -120,10 +120,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     /// `None` when every projection of `names` has applied every position
-    /// of `token`; otherwise where the first one behind stands.
+    /// of `token`; otherwise one that cannot get there (dead or paused), or
+    /// else where the first one behind stands.
     async fn standing(&self, token: &AppendToken, names: &[ProjectionName]) -> Result<Option<Standing>> {
         let deadline = self.config().store_deadline();
         let mut paused: Option<Vec<String>> = None;
+        let mut waiting: Option<String> = None;
         for (stream, seq) in &token.positions {
             for name in names {
                 let cp = self
@@ -167,20 +169,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         "projection {name} is paused, at {stream}/{cp} short of {stream}/{seq} (resume it)"
                     ))));
                 }
-                return Ok(Some(Standing::Waiting(
-                    if state.status == SinkStatus::Failed && state.attempt_count > 0 {
-                        format!(
-                            "projection {name} is failing on {stream}/{} ({} attempt(s), next at {}): {error}",
-                            state.seq + 1,
-                            state.attempt_count,
-                            state.next_attempt_at
-                        )
-                    } else {
-                        format!("projection {name} is at {stream}/{cp}, short of {stream}/{seq}")
-                    },
-                )));
+                if waiting.is_some() {
+                    continue;
+                }
+                waiting = Some(if state.status == SinkStatus::Failed && state.attempt_count > 0 {
+                    format!(
+                        "projection {name} is failing on {stream}/{} ({} attempt(s), next at {}): {error}",
+                        state.seq + 1,
+                        state.attempt_count,
+                        state.next_attempt_at
+                    )
+                } else {
+                    format!("projection {name} is at {stream}/{cp}, short of {stream}/{seq}")
+                });
             }
         }
-        Ok(None)
+        Ok(waiting.map(Standing::Waiting))
     }
 }
