@@ -172,6 +172,30 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .await
     }
 
+    /// Clears the attempt count of (`key`, `stream`) once its position has
+    /// moved past the event its failures were counted on (a no-op on a
+    /// state with none, or one back on the shared path).
+    async fn reset_attempts(&self, key: &SinkName, stream: &StreamId) -> Result<()> {
+        let state = self
+            .journal()
+            .sink_states(key, std::slice::from_ref(stream))
+            .within(self.config().store_deadline(), "sink_states")
+            .await?
+            .remove(0);
+        if state.status == SinkStatus::Ok || state.attempt_count == 0 {
+            return Ok(());
+        }
+        match self
+            .journal()
+            .requeue_sink(key, stream)
+            .within(self.config().store_deadline(), "requeue_sink")
+            .await
+        {
+            Ok(_) | Err(Error::NotFound(_) | Error::InvalidState(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Takes (`key`, `stream`) off the shared path at `at` (no change when it is already).
     async fn hold(&self, key: &SinkName, stream: &StreamId, at: u64) -> Result<SinkStream> {
         let partition = self.journal().partitioning().of(stream);
@@ -229,6 +253,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if !moved {
                 return Ok(());
             }
+            // Past the event its earlier failures were on: this one is a
+            // first attempt.
+            self.reset_attempts(key, stream).await?;
         } else if state.seq > before {
             return Ok(());
         }
@@ -326,6 +353,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if !moved {
                 return Ok(());
             }
+            self.reset_attempts(key, stream).await?;
             at = checkpoint;
         }
         let batch = inner.config.batch_size.min(outbox_core::MAX_PAGE - 1);
@@ -403,6 +431,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     .await?;
                 if !moved {
                     return Ok(());
+                }
+                if keep_due {
+                    // Past the event its earlier failures were on: attempts
+                    // count consecutive failures of one event.
+                    self.reset_attempts(key, stream).await?;
                 }
                 at = through.get();
                 checkpoint = at;

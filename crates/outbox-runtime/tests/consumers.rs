@@ -462,3 +462,57 @@ async fn wait_for_resolves_on_apply_and_names_a_dead_paused_or_failing_projectio
     assert!(matches!(e, outbox_core::Error::NotFound(_)), "{e}");
     running.shutdown().await;
 }
+
+/// Fails the first attempt at every even seq, then applies it.
+struct OnceEach {
+    name: ProjectionName,
+    tried: std::sync::Mutex<std::collections::BTreeSet<(String, u64)>>,
+}
+
+#[async_trait]
+impl ViewProjection for OnceEach {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
+        let key = (event.stream.to_string(), event.seq.get());
+        if event.seq.get() % 2 == 0 && self.tried.lock().unwrap().insert(key) {
+            return Err(format!("first try of {}/{}", event.stream, event.seq).into());
+        }
+        view.update("seen", event.stream.as_str(), |n: &mut u64| *n += 1)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Attempts count consecutive failures of one event: a projection that
+/// fails once on many events of a stream, each then applying, is never
+/// dead-lettered however many there are (the threshold here is 3).
+#[tokio::test]
+async fn a_projection_failing_once_per_event_is_not_dead_lettered() {
+    let clock = testing::clock();
+    let outbox = testing::memory(&clock)
+        .event_types(types())
+        .view(OnceEach {
+            name: ProjectionName::new("once").unwrap(),
+            tried: Default::default(),
+        })
+        .build()
+        .await
+        .unwrap();
+    let events = (0..12)
+        .map(|_| outbox.event("happened", b"ok".to_vec()).unwrap())
+        .collect();
+    outbox
+        .append(&StreamId::new("s").unwrap(), ExpectedVersion::Any, events)
+        .await
+        .unwrap();
+    for _ in 0..40 {
+        outbox.drain().await.unwrap();
+        clock.advance(testing::RETRY);
+    }
+    testing::drain(&outbox).await.expect("caught up, never dead");
+    let n: Option<u64> = outbox.views("once").unwrap().get("seen", "s").await.unwrap();
+    assert_eq!(n, Some(12));
+}
