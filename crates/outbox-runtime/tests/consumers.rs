@@ -477,7 +477,7 @@ impl ViewProjection for OnceEach {
 
     async fn apply(&self, view: &mut ViewTx<'_>, event: &Event) -> Result<(), BoxError> {
         let key = (event.stream.to_string(), event.seq.get());
-        if event.seq.get() % 2 == 0 && self.tried.lock().unwrap().insert(key) {
+        if event.seq.get().is_multiple_of(2) && self.tried.lock().unwrap().insert(key) {
             return Err(format!("first try of {}/{}", event.stream, event.seq).into());
         }
         view.update("seen", event.stream.as_str(), |n: &mut u64| *n += 1)
