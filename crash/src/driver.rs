@@ -825,7 +825,7 @@ fn faults_drain_check(
         .collect();
     let acks = read_acks(&logs)?;
     let roles: Vec<&str> = plan.roles.iter().map(|r| r.name()).collect();
-    let v = match rt.block_on(check(&round.place, streams, &acks))? {
+    let v = match rt.block_on(check(&round.place, streams, &acks, true))? {
         Ok(v) => v,
         Err(e) => return Ok((faults, "VIOLATION", format!("[{}]\n{e}", roles.join(",")))),
     };

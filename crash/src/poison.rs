@@ -520,7 +520,10 @@ fn poison_round(setup: &Setup, round: &RoundDir, plan: &Plan, rng: &mut Rng) -> 
             format!("the fixed drain exited with {status}: {}", log.trim()),
         ));
     }
-    let verdict = match setup.rt.block_on(check(&round.place, plan.streams, &acks))? {
+    let verdict = match setup
+        .rt
+        .block_on(check(&round.place, plan.streams, &acks, false))?
+    {
         Ok(v) => v,
         Err(e) => return Ok(Outcome::failed("VIOLATION", format!("after the fix:\n{e}"))),
     };
