@@ -82,8 +82,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
     ) -> Result<ApplyReport> {
         let inner = &self.inner;
-        let mut included: Vec<Arc<dyn Projection<P::Tx>>> = self.active_projections().into_owned();
-        included.retain(|p| Some(p.name()) != without);
+        // Borrowed until a projection leaves the run (copied only then).
+        let mut included = self.active_projections();
+        if let Some(name) = without {
+            included.to_mut().retain(|p| p.name() != name);
+        }
         // The projections another process runs keep their share of what
         // this run completes.
         self.hold_unrun(stream).await?;
@@ -117,7 +120,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 Ok(ApplyOutcome::Gap(gap)) => {
                     // Behind on this stream: its exception path catches it up.
-                    included.retain(|p| *p.name() != gap.projection);
+                    included.to_mut().retain(|p| *p.name() != gap.projection);
                     let key = projection_consumer(&gap.projection)?;
                     self.hold(&key, stream, gap.checkpoint).await?;
                     debug!(projection = %gap.projection, stream = %stream, checkpoint = gap.checkpoint, "projection behind; left to its own catch-up");
@@ -151,7 +154,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// takes it out of `included`: the rest of the run goes on without it.
     async fn fail_on_shared_path(
         &self,
-        included: &mut Vec<Arc<dyn Projection<P::Tx>>>,
+        included: &mut std::borrow::Cow<'_, [Arc<dyn Projection<P::Tx>>]>,
         stream: &StreamId,
         event: &Event,
         error: &Error,
@@ -166,7 +169,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 event.seq
             )));
         };
-        let p = included.remove(i);
+        let p = included.to_mut().remove(i);
         let key = projection_consumer(p.name())?;
         self.record_consumer_failure(&key, stream, event.seq, error, report)
             .await
