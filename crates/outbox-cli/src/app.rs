@@ -24,6 +24,8 @@ pub struct App {
     pub(crate) candidates: Vec<Arc<dyn ViewProjection>>,
     pub(crate) partitioner: Option<Arc<dyn outbox_core::Partitioner>>,
     pub(crate) sinks: Vec<Arc<dyn outbox_core::Sink>>,
+    /// Each projection's error policy, when not retry (ADR 0032).
+    pub(crate) policies: Vec<(String, outbox_core::OnError)>,
     /// Hand-written projections for SQLite.
     #[cfg(feature = "sqlite")]
     pub(crate) sqlite_projections: Vec<Arc<dyn outbox_core::Projection<outbox_sqlite::SqliteTx>>>,
@@ -57,6 +59,7 @@ impl App {
             candidates: Vec::new(),
             partitioner: None,
             sinks: Vec::new(),
+            policies: Vec::new(),
             #[cfg(feature = "sqlite")]
             sqlite_projections: Vec::new(),
             #[cfg(feature = "postgres")]
@@ -153,6 +156,14 @@ impl App {
     /// bytes; ADR 0032).
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
+        self
+    }
+
+    /// What a plain error of projection `projection`'s applier asks for
+    /// (default: retry); an applier's `ApplyError` decides for itself
+    /// (ADR 0032). See `OutboxBuilder::on_error`.
+    pub fn on_error(mut self, projection: &str, policy: outbox_core::OnError) -> Self {
+        self.policies.push((projection.to_owned(), policy));
         self
     }
 

@@ -163,6 +163,9 @@ pub enum Command {
     /// code version and whether a live worker runs each; `retire` removes
     /// one no deployment runs any more (ADR 0032).
     Consumers(ConsumersArgs),
+    /// The events projections skipped with a record (an applier's
+    /// `ApplyError::skip`); `reapply` applies one now, once (ADR 0032).
+    Skipped(SkippedArgs),
     /// Wait until projections have applied an event (read-your-writes):
     /// exit 0 once applied, 4 at once when one is dead there or paused, 5
     /// when the timeout passes first (each names the projection).
@@ -522,6 +525,43 @@ pub struct WaitArgs {
     /// Print machine-readable JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `outbox skipped`.
+#[derive(Debug, Args)]
+pub struct SkippedArgs {
+    /// `reapply` one skipped event.
+    #[command(subcommand)]
+    pub action: Option<SkippedAction>,
+    /// Only this projection's skipped events.
+    #[arg(long)]
+    pub projection: Option<String>,
+    /// List at most this many.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub limit: u64,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `outbox skipped` actions.
+#[derive(Debug, Subcommand)]
+pub enum SkippedAction {
+    /// Apply one skipped event to its projection now (after the stream's
+    /// later events, which it has applied) and remove its record, in one
+    /// transaction: applied once however often it is asked. The applier's
+    /// error, if it fails again, is printed and the record stays.
+    Reapply {
+        /// The projection that skipped it.
+        #[arg(long)]
+        projection: String,
+        /// The event's stream.
+        #[arg(long)]
+        stream: String,
+        /// The event's seq.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        seq: u64,
+    },
 }
 
 /// `outbox consumers`.

@@ -216,6 +216,7 @@ pub fn render(s: &Scrape<'_>) -> String {
             ("audit_only", "Audit-only events checkpointed", m.audit_only),
             ("failures", "Failures recorded (retries scheduled)", m.failed),
             ("dead_lettered", "Rows dead-lettered", m.dead_lettered),
+            ("skipped", "Events a projection skipped with a record", m.skipped),
             (
                 "completed_rows",
                 "Outbox rows deleted after apply",

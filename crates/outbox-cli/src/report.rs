@@ -67,6 +67,9 @@ pub struct Report {
     /// The consumers the journal knows (ADR 0032), each with whether a live
     /// worker runs it.
     pub consumers: Vec<ConsumerStatus>,
+    /// Events projections skipped with a record (ADR 0032), the first
+    /// [`SKIPPED_LISTED`] by (projection, stream, seq).
+    pub skipped: Vec<outbox_core::SkippedEvent>,
     pub digests: Option<Digests>,
     /// Every recorded running digest of a view projection (no scan; `outbox
     /// verify` recomputes them).
@@ -178,6 +181,9 @@ pub async fn projection_lag<J: JournalBackend, P: ProjectionBackend>(
     Ok(out)
 }
 
+/// How many skipped events a report lists (`outbox skipped` lists more).
+pub const SKIPPED_LISTED: usize = 20;
+
 /// Reads a report from the stores. Digests are computed (reading every
 /// document) only for `projections`, and only when `with_digests`; nothing
 /// is written.
@@ -238,6 +244,7 @@ pub async fn build_report<J: JournalBackend, P: ProjectionBackend>(
             listed: exceptions,
         },
         consumers: consumer_statuses(journal).await?,
+        skipped: store.skipped(None, SKIPPED_LISTED).await?,
         digests,
         running_digests,
         workers: journal.workers().await?,
@@ -328,6 +335,28 @@ pub fn print_report(r: &Report, status: Option<OutboxStatus>, bin: &str) -> anyh
                 e.attempt_count,
                 e.next_attempt_at,
                 err
+            )?;
+        }
+    }
+    if !r.skipped.is_empty() {
+        let more = if r.skipped.len() >= SKIPPED_LISTED {
+            " or more"
+        } else {
+            ""
+        };
+        outln!(
+            "  skipped events: {}{more} passed over by their projection with a record (`{bin} skipped` lists \
+             them, `{bin} skipped reapply` applies one after the fix)",
+            r.skipped.len()
+        )?;
+        for s in &r.skipped {
+            outln!(
+                "    {} skipped {}/{} at {} - {}",
+                crate::output::visible(s.projection.as_str()),
+                crate::output::visible(s.stream.as_str()),
+                s.seq,
+                s.skipped_at,
+                crate::output::visible(&s.error)
             )?;
         }
     }

@@ -151,3 +151,84 @@ async fn a_binary_without_a_projection_leaves_it_its_work_and_the_binary_with_it
     );
     j.close().await;
 }
+
+/// A projection whose policy is `skip` passes over the event it fails on,
+/// with a record; `outbox skipped reapply` applies it once after the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_event_is_recorded_and_reapplied_once_from_the_command_line() {
+    let picky = OracleProjection::new("x");
+    let faults = picky.faults();
+    let app = App::new("app")
+        .event_types(oracle_registry())
+        .view(OracleProjection::new("oracle"))
+        .view(picky)
+        .on_error("x", outbox_core::OnError::Skip);
+    let tmp = tempfile::tempdir().unwrap();
+    let site = Site {
+        journal: tmp.path().join("j.db").display().to_string(),
+        projections: tmp.path().join("p.db").display().to_string(),
+        _tmp: tmp,
+    };
+    run(&app, &site, &["migrate"]).await.unwrap();
+    faults.fail(&sid("s"), 2, u32::MAX);
+    append(&site, "s", 1..=4).await;
+    // The shared path skips it; the exception path then catches x up.
+    for _ in 0..3 {
+        run(&app, &site, &["work", "--once"]).await.unwrap();
+    }
+    assert_eq!(
+        checkpoints(&site, "x").await,
+        (4, 0),
+        "x went on past the skipped event"
+    );
+    assert_eq!(checkpoints(&site, "oracle").await, (4, 0));
+    let store = SqliteProjectionStore::open(&site.projections, SqliteOptions::default())
+        .await
+        .unwrap();
+    let listed = outbox_core::SkippedEvents::skipped(&store, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.projection.as_str(), s.stream.as_str(), s.seq.get()))
+            .collect::<Vec<_>>(),
+        [("x", "s", 2)]
+    );
+    assert_eq!(
+        read_state(&store, "x").await.unwrap().streams["s"].seqs,
+        [1, 3, 4]
+    );
+    store.close().await;
+    run(&app, &site, &["skipped"]).await.unwrap();
+    let args = [
+        "skipped",
+        "reapply",
+        "--projection",
+        "x",
+        "--stream",
+        "s",
+        "--seq",
+        "2",
+    ];
+    let failing = run(&app, &site, &args).await.unwrap_err().to_string();
+    assert!(failing.contains("x"), "the applier's error: {failing}");
+    faults.clear();
+    run(&app, &site, &args).await.unwrap();
+    let again = run(&app, &site, &args).await.unwrap_err().to_string();
+    assert!(again.contains("no skipped event"), "{again}");
+    let store = SqliteProjectionStore::open(&site.projections, SqliteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        read_state(&store, "x").await.unwrap().streams["s"].seqs,
+        [1, 3, 4, 2]
+    );
+    assert!(
+        outbox_core::SkippedEvents::skipped(&store, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.close().await;
+}

@@ -112,6 +112,43 @@ pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
     apply_all(tx, runs, projections).await
 }
 
+/// Re-applies one skipped event inside the store's open transaction `tx`:
+/// the body of every adapter's
+/// [`SkippedEvents::reapply`](crate::SkippedEvents::reapply). Takes the
+/// skip record first (`Ok(false)` when there is none: the caller commits
+/// nothing), runs the applier under the guard, and leaves the checkpoint
+/// where it is. The caller commits on `Ok(true)` and drops the
+/// transaction otherwise.
+pub async fn reapply_in<Tx: ApplyTx + 'static>(
+    tx: &mut Tx,
+    event: &Event,
+    projection: &Arc<dyn Projection<Tx>>,
+) -> Result<bool> {
+    let name = projection.name();
+    if !tx.take_skip(name, &event.stream, event.seq).await? {
+        return Ok(false);
+    }
+    if event.intent != Intent::Apply {
+        // Nothing to run: an audit-only event is never skipped by an applier.
+        return Ok(true);
+    }
+    let guarded = !projection.documents_only();
+    if guarded {
+        tx.guard().await?;
+    }
+    projection
+        .apply(tx, event)
+        .await
+        .map_err(|source| applier_error(name.as_str(), event, source))?;
+    if guarded && let Some(detail) = tx.check_guard().await? {
+        return Err(ended_by_projection(name.as_str(), Some(&event.stream), &detail));
+    }
+    // No checkpoint moves; the call writes the documents a store holds
+    // back until then (the watermark is past the event already).
+    tx.advance(&event.stream, &[], event.seq.get()).await?;
+    Ok(true)
+}
+
 /// Whether [`apply_runs_in`]'s outcomes for `runs` runs say "commit".
 pub fn all_applied(outcomes: &[ApplyOutcome], runs: usize) -> bool {
     outcomes.len() == runs && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_)))
@@ -276,6 +313,12 @@ mod tests {
         }
         async fn advance(&mut self, _: &StreamId, moves: &[CheckpointMove<'_>], _: u64) -> Result<u64> {
             Ok(moves.len() as u64)
+        }
+        async fn record_skip(&mut self, _: &ProjectionName, _: &StreamId, _: Seq, _: &str) -> Result<()> {
+            Ok(())
+        }
+        async fn take_skip(&mut self, _: &ProjectionName, _: &StreamId, _: Seq) -> Result<bool> {
+            Ok(false)
         }
     }
 

@@ -148,6 +148,11 @@ pub enum OnError {
     /// The projection paused for every stream (the failure recorded), until
     /// an operator resumes it: it must not go on at all.
     Stop,
+    /// The event passed over for this projection, with a record kept in the
+    /// projection store (in the transaction that moves its checkpoint past
+    /// it): the projection goes on with the stream's next event, and the
+    /// skipped one is listed and can be re-applied once, later.
+    Skip,
 }
 
 impl OnError {
@@ -157,6 +162,7 @@ impl OnError {
             OnError::Retry => "retry",
             OnError::Park => "park",
             OnError::Stop => "stop",
+            OnError::Skip => "skip",
         }
     }
 }
@@ -168,8 +174,8 @@ impl fmt::Display for OnError {
 }
 
 /// An applier's error with its decision ([`OnError`]): return it (as a
-/// [`BoxError`](crate::BoxError)) from an applier to park the event at once
-/// or stop the projection instead of retrying.
+/// [`BoxError`](crate::BoxError)) from an applier to park the event at once,
+/// skip it with a record, or stop the projection instead of retrying.
 ///
 /// ```
 /// use outbox_core::{ApplyError, BoxError};
@@ -208,6 +214,14 @@ impl ApplyError {
     pub fn stop(source: impl Into<crate::BoxError>) -> Self {
         ApplyError {
             decision: OnError::Stop,
+            source: source.into(),
+        }
+    }
+
+    /// Pass over the event for this projection, keeping a record of it.
+    pub fn skip(source: impl Into<crate::BoxError>) -> Self {
+        ApplyError {
+            decision: OnError::Skip,
             source: source.into(),
         }
     }

@@ -15,6 +15,7 @@ mod projection;
 mod run;
 mod running;
 mod sink;
+mod skip;
 pub mod spi;
 mod stored;
 mod time;
@@ -60,6 +61,7 @@ pub use sink::{
     EventTypeFilter, FeedPage, PROJECTION_CONSUMER_PREFIX, Published, Sink, SinkStatus, SinkStore,
     SinkStream, SinkSummary, consumer_projection, message_id, projection_consumer,
 };
+pub use skip::{SkippedEvent, SkippedEvents};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::{ProjectionName, Result, Seq, StreamId};
 
-pub use crate::apply::{all_applied, apply_in, apply_runs_in, ended_by_projection};
+pub use crate::apply::{all_applied, apply_in, apply_runs_in, ended_by_projection, reapply_in};
 pub use crate::event::{AppendPlan, plan_append};
 pub use crate::generation::{BuildPlan, comparable_digest, not_building, plan_build, plan_drop};
 pub use crate::live::{GenerationMap, LiveGeneration};
@@ -93,6 +93,23 @@ pub trait ApplyTx: ViewStorage {
         }
         Ok(out)
     }
+
+    /// Records that `projection` passed over `stream`/`seq` with `error`
+    /// ([`OnError::Skip`](crate::OnError::Skip)): inserted or replaced,
+    /// stamped with the store's clock. Written with the apply that moves
+    /// the checkpoint past the event, so both commit or neither does.
+    async fn record_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: Seq,
+        error: &str,
+    ) -> Result<()>;
+
+    /// Removes that record and says whether it was there; on a store whose
+    /// transactions run concurrently, a second caller waits for the first
+    /// and then finds nothing.
+    async fn take_skip(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) -> Result<bool>;
 
     /// `advance` for several streams, returning the checkpoints set in all
     /// (a store may write them in a few statements). The default calls

@@ -23,6 +23,9 @@ pub type Tables = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 /// View documents: (projection, table, key) -> JSON text, ordered bytewise.
 type Views = BTreeMap<(String, String, String), String>;
 
+/// A skip record's key: (projection, stream, seq).
+type SkipKey = (ProjectionName, StreamId, Seq);
+
 #[derive(Debug, Default)]
 pub(crate) struct State {
     tables: Tables,
@@ -34,6 +37,8 @@ pub(crate) struct State {
     digests: BTreeMap<ProjectionName, ViewDigest>,
     /// The last run id handed out (pruning must not let ids repeat).
     last_run_id: u64,
+    /// Skip records (ADR 0032): the error and when.
+    skipped: BTreeMap<SkipKey, (String, outbox_core::Timestamp)>,
     /// Generation records (ADR 0021) and the live map they make.
     pub(crate) generations: BTreeMap<ProjectionName, outbox_core::GenerationInfo>,
     pub(crate) live: Arc<GenerationMap>,
@@ -152,6 +157,8 @@ enum Undo {
     Watermark(StreamId, Option<Watermark>),
     /// A running digest and its previous value (`None`: there was none).
     Digest(ProjectionName, Option<ViewDigest>),
+    /// A skip record and its previous value (`None`: there was none).
+    Skip(SkipKey, Option<(String, outbox_core::Timestamp)>),
 }
 
 impl MemoryTx {
@@ -273,6 +280,12 @@ impl Drop for MemoryTx {
                         None => self.guard.digests.remove(&projection),
                     };
                 }
+                Undo::Skip(key, old) => {
+                    match old {
+                        Some(r) => self.guard.skipped.insert(key, r),
+                        None => self.guard.skipped.remove(&key),
+                    };
+                }
             }
         }
     }
@@ -353,6 +366,30 @@ impl ApplyTx for MemoryTx {
             self.undo.push(Undo::Watermark(stream.clone(), old));
         }
         Ok(moved)
+    }
+
+    async fn record_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: Seq,
+        error: &str,
+    ) -> Result<()> {
+        let key = (projection.clone(), stream.clone(), seq);
+        let record = (outbox_core::spi::truncate_error(error).to_owned(), self.now);
+        let old = self.guard.skipped.insert(key.clone(), record);
+        self.undo.push(Undo::Skip(key, old));
+        Ok(())
+    }
+
+    async fn take_skip(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) -> Result<bool> {
+        let key = (projection.clone(), stream.clone(), seq);
+        let old = self.guard.skipped.remove(&key);
+        let found = old.is_some();
+        if found {
+            self.undo.push(Undo::Skip(key, old));
+        }
+        Ok(found)
     }
 }
 
@@ -591,6 +628,8 @@ impl ProjectionStore for MemoryProjectionStore {
         })?;
         let stored = tx.guard.stored(projection.name()).clone();
         tx.guard.checkpoints.retain(|(p, _), _| p != &stored);
+        // A rebuild applies every event again: nothing stays skipped.
+        tx.guard.skipped.retain(|(p, _, _), _| p != projection.name());
         tx.commit();
         Ok(())
     }
@@ -637,6 +676,39 @@ fn raise_watermark(
         },
     );
     Some(old)
+}
+
+impl outbox_core::SkippedEvents for MemoryProjectionStore {
+    async fn skipped(
+        &self,
+        projection: Option<&ProjectionName>,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::SkippedEvent>> {
+        let limit = validate_limit(limit, MAX_PAGE)?;
+        let st = self.state.lock().await;
+        Ok(st
+            .skipped
+            .iter()
+            .filter(|((p, _, _), _)| projection.is_none_or(|want| want == p))
+            .take(limit)
+            .map(|((p, s, seq), (error, at))| outbox_core::SkippedEvent {
+                projection: p.clone(),
+                stream: s.clone(),
+                seq: *seq,
+                error: error.clone(),
+                skipped_at: *at,
+            })
+            .collect())
+    }
+
+    async fn reapply(&self, event: &Event, projection: &Arc<dyn Projection<MemoryTx>>) -> Result<bool> {
+        let mut tx = self.begin().await;
+        let done = outbox_core::spi::reapply_in(&mut tx, event, projection).await?;
+        if done {
+            tx.commit();
+        }
+        Ok(done)
+    }
 }
 
 impl WatermarkStore for MemoryProjectionStore {

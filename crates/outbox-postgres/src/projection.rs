@@ -247,4 +247,24 @@ pub async fn digest_table(conn: &mut PgConnection, table: &str, out: &mut Digest
     Ok(())
 }
 
+impl outbox_core::SkippedEvents for PgProjectionStore {
+    async fn skipped(
+        &self,
+        projection: Option<&ProjectionName>,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::SkippedEvent>> {
+        outbox_sql::skipped::skipped(&*self.sql, projection, limit).await
+    }
+
+    async fn reapply(&self, event: &Event, projection: &Arc<dyn Projection<PgTx>>) -> Result<bool> {
+        let mut tx = self.begin(false).await?;
+        let done = outbox_core::spi::reapply_in(&mut tx, event, projection).await?;
+        if done {
+            tx.commit(|e| storage(self.db.context("re-applying a skipped event"), e))
+                .await?;
+        }
+        Ok(done)
+    }
+}
+
 outbox_sql::impl_projection_ports!(PgProjectionStore, sql, PgTx);

@@ -253,6 +253,27 @@ impl ApplyTx for PgTx {
         Ok(u64::try_from(moved).unwrap_or(0))
     }
 
+    async fn record_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: outbox_core::Seq,
+        error: &str,
+    ) -> Result<()> {
+        let d = self.dialect();
+        outbox_sql::skipped::record_skip_in(&d, self, projection, stream, seq, error).await
+    }
+
+    async fn take_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: outbox_core::Seq,
+    ) -> Result<bool> {
+        let d = self.dialect();
+        outbox_sql::skipped::take_skip_in(&d, self, projection, stream, seq).await
+    }
+
     /// Every stream's checkpoints locked in one statement (two more the
     /// first time a pair is seen), in (stream, projection) order.
     async fn checkpoints_of(

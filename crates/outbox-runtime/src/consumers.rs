@@ -211,8 +211,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Records that the consumer `key` failed on `stream`/`seq` with
     /// `error`, its position being right before it: one attempt counted,
     /// dead at the threshold, or as the error's decision (or the
-    /// projection's policy) says: dead at once (`park`), or the projection
-    /// paused (`stop`). Nothing is counted when its state has moved
+    /// projection's policy) says: dead at once (`park`), the projection
+    /// paused (`stop`), or the event passed over with a record (`skip`). Nothing is counted when its state has moved
     /// elsewhere meanwhile (another worker is at it).
     async fn record_consumer_failure(
         &self,
@@ -241,7 +241,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         let policy = match decision {
             OnError::Park => inner.config.retry.with_dead_letter_after(1)?,
-            OnError::Retry | OnError::Stop => inner.config.retry,
+            OnError::Retry | OnError::Stop | OnError::Skip => inner.config.retry,
         };
         let deadline = inner.config.store_deadline();
         let partition = self.journal().partitioning().of(stream);
@@ -260,6 +260,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // first attempt.
             self.reset_attempts(key, stream).await?;
         } else if state.seq > before {
+            return Ok(());
+        }
+        if decision == OnError::Skip
+            && let Some(name) = outbox_core::consumer_projection(key)
+            && self
+                .skip_event(&ProjectionName::new(name)?, stream, seq, message)
+                .await?
+        {
+            // Its state stays due: the exception path goes on from the
+            // checkpoint just past the event.
+            report.skipped += 1;
+            Metrics::add(&inner.metrics.skipped, 1);
             return Ok(());
         }
         let outcome = match self

@@ -17,6 +17,7 @@ mod replay;
 mod running;
 mod scratch;
 mod sinks;
+mod skipping;
 mod sweep;
 #[cfg(feature = "testing")]
 pub mod testing;

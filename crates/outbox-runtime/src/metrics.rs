@@ -16,6 +16,7 @@ pub(crate) struct Metrics {
     pub(crate) audit_only: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    pub(crate) skipped: AtomicU64,
     pub(crate) completed_rows: AtomicU64,
     pub(crate) claims: AtomicU64,
     pub(crate) contended: AtomicU64,
@@ -95,6 +96,8 @@ pub struct MetricsSnapshot {
     pub failed: u64,
     /// Rows dead-lettered.
     pub dead_lettered: u64,
+    /// Events a projection skipped with a record (ADR 0032).
+    pub skipped: u64,
     /// Outbox rows deleted after their events were applied.
     pub completed_rows: u64,
     /// Successful claims.
@@ -148,6 +151,7 @@ impl Metrics {
             audit_only: g(&self.audit_only),
             failed: g(&self.failed),
             dead_lettered: g(&self.dead_lettered),
+            skipped: g(&self.skipped),
             completed_rows: g(&self.completed_rows),
             claims: g(&self.claims),
             contended: g(&self.contended),

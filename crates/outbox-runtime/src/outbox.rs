@@ -8,9 +8,9 @@ use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ApplyReport, DeadLetters, Error, Event,
     EventJournal, EventTypeRegistry, ExpectedVersion, GenerationStore, LeaseStore, Mode, ModeSelection,
     NewEvent, OutboxInspector, OutboxQueue, PartitionStore, Projection, ProjectionName, ProjectionStore,
-    Result, RunStore, Seq, Sink, SinkStore, StreamId, ViewProjection, ViewReader, ViewStore, WakeSource,
-    WatermarkStore, WorkerId, WorkerRegistry, select_mode, validate_generation_base, view_projection,
-    view_projection_with_candidate,
+    Result, RunStore, Seq, Sink, SinkStore, SkippedEvents, StreamId, ViewProjection, ViewReader, ViewStore,
+    WakeSource, WatermarkStore, WorkerId, WorkerRegistry, select_mode, validate_generation_base,
+    view_projection, view_projection_with_candidate,
 };
 use serde::Serialize;
 use tokio::sync::Notify;
@@ -52,11 +52,11 @@ impl<T> JournalBackend for T where
 /// store is part of the bound, so "a worker without a watermark store" cannot
 /// be configured at all.
 pub trait ProjectionBackend:
-    ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static
+    ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + SkippedEvents + 'static
 {
 }
 impl<T> ProjectionBackend for T where
-    T: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static
+    T: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + SkippedEvents + 'static
 {
 }
 

@@ -51,12 +51,15 @@ pub struct TickReport {
     /// projection that had failed on, or fallen behind on, a stream while
     /// the others went on, caught up from its checkpoint (ADR 0032).
     pub caught_up: u64,
+    /// Events a projection passed over with a record (its error asked to
+    /// skip them, ADR 0032).
+    pub skipped: u64,
 }
 
 impl TickReport {
     /// Whether the pass changed anything (a busy pass is followed at once by another).
     pub fn made_progress(&self) -> bool {
-        self.completed + self.failed + self.dead_lettered + self.caught_up > 0
+        self.completed + self.failed + self.dead_lettered + self.caught_up + self.skipped > 0
     }
 
     /// Adds another pass's (or sweep's) counts to these.
@@ -70,6 +73,7 @@ impl TickReport {
         self.dead_lettered += other.dead_lettered;
         self.storage_errors += other.storage_errors;
         self.caught_up += other.caught_up;
+        self.skipped += other.skipped;
     }
 }
 
@@ -627,7 +631,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(r) => {
                     backoff = inner.config.poll_interval;
                     if exceptions {
-                        exceptions_busy = r.caught_up + r.failed + r.dead_lettered > 0;
+                        exceptions_busy = r.caught_up + r.failed + r.dead_lettered + r.skipped > 0;
                     }
                     r.made_progress()
                 }

@@ -152,8 +152,8 @@ async fn a_failing_projection_holds_back_only_itself_on_its_stream_on_every_back
     }
 }
 
-/// Fails on `boom` with the decision `park` or `stop` (never with `retry`:
-/// the steady bystander); counts each stream's events.
+/// Fails on `boom` with the decision `park`, `stop` or `skip` (never with
+/// `retry`: the steady bystander); counts each stream's events.
 struct Decides {
     name: ProjectionName,
     decision: outbox_core::OnError,
@@ -173,6 +173,7 @@ impl ViewProjection for Decides {
             return Err(match self.decision {
                 outbox_core::OnError::Park => outbox_core::ApplyError::park(e).into(),
                 outbox_core::OnError::Stop => outbox_core::ApplyError::stop(e).into(),
+                outbox_core::OnError::Skip => outbox_core::ApplyError::skip(e).into(),
                 outbox_core::OnError::Retry => e.into(),
             });
         }
@@ -299,6 +300,112 @@ async fn park_stop_pause_and_resume_on_every_backend() {
     };
     for (backend, decided) in runs {
         assert_eq!(decided.unwrap(), want, "{backend:?}");
+    }
+}
+
+/// An applier that skips an event passes over it for its projection only,
+/// with a record: the projection applies the stream's later events, the
+/// bystander every event; the record is listed, a re-apply that fails
+/// keeps it, and after the fix the event is re-applied exactly once.
+struct Skips;
+
+#[derive(Debug, PartialEq)]
+struct Skipped {
+    counts: (Option<u64>, Option<u64>, Option<u64>),
+    listed: Vec<(String, String, u64, bool)>,
+    exceptions_left: usize,
+    failed_reapply_kept: (bool, usize),
+    after_reapply: Option<u64>,
+    listed_after: usize,
+    second_reapply_not_found: bool,
+}
+
+impl WithStores for Skips {
+    type Output = outbox_core::Result<Skipped>;
+
+    async fn with<J, P>(self, journal: J, store: P) -> Self::Output
+    where
+        J: JournalBackend + LeaseAdmin + Clone,
+        P: ProjectionBackend + Clone,
+    {
+        let fixed = Arc::new(AtomicBool::new(false));
+        let decides = |name: &str, decision| Decides {
+            name: ProjectionName::new(name).unwrap(),
+            decision,
+            fixed: fixed.clone(),
+        };
+        let outbox = Outbox::builder(journal, store)
+            .config(outbox_runtime::Config::producer_only())
+            .event_types(types())
+            .view(decides("skips", outbox_core::OnError::Skip))
+            .view(decides("steady", outbox_core::OnError::Retry))
+            .build()
+            .await?;
+        for (stream, payloads) in [("bad", &["ok", "boom", "ok", "ok"][..]), ("other", &["ok", "ok"])] {
+            let events = payloads
+                .iter()
+                .map(|p| outbox.event("happened", p.as_bytes().to_vec()))
+                .collect::<Result<Vec<_>, _>>()?;
+            outbox
+                .append(&StreamId::new(stream)?, ExpectedVersion::Any, events)
+                .await?;
+        }
+        testing::drain(&outbox).await?;
+        let count = async |p: &str, s: &str| -> outbox_core::Result<Option<u64>> {
+            outbox.views(p)?.get("seen", s).await
+        };
+        let counts = (
+            count("skips", "bad").await?,
+            count("skips", "other").await?,
+            count("steady", "bad").await?,
+        );
+        let skips = ProjectionName::new("skips")?;
+        let bad = StreamId::new("bad")?;
+        let listed = outbox
+            .skipped_events(None, 10)
+            .await?
+            .into_iter()
+            .map(|s| {
+                let named = s.error.contains("cannot take bad/2");
+                (s.projection.to_string(), s.stream.to_string(), s.seq.get(), named)
+            })
+            .collect();
+        let exceptions_left = outbox.projection_states(None, 10).await?.len();
+        let seq = outbox_core::Seq::new(2)?;
+        let failed = outbox.reapply(&skips, &bad, seq).await;
+        let failed_reapply_kept = (
+            matches!(failed, Err(outbox_core::Error::Apply { .. })),
+            outbox.skipped_events(Some(&skips), 10).await?.len(),
+        );
+        fixed.store(true, Ordering::SeqCst);
+        outbox.reapply(&skips, &bad, seq).await?;
+        let second = outbox.reapply(&skips, &bad, seq).await;
+        Ok(Skipped {
+            counts,
+            listed,
+            exceptions_left,
+            failed_reapply_kept,
+            after_reapply: count("skips", "bad").await?,
+            listed_after: outbox.skipped_events(None, 10).await?.len(),
+            second_reapply_not_found: matches!(second, Err(outbox_core::Error::NotFound(_))),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_with_a_record_then_reapply_once_on_every_backend() {
+    let runs = testing::on_every_backend(|| Skips).await.unwrap();
+    let want = Skipped {
+        counts: (Some(3), Some(2), Some(4)),
+        listed: vec![("skips".into(), "bad".into(), 2, true)],
+        exceptions_left: 0,
+        failed_reapply_kept: (true, 1),
+        after_reapply: Some(4),
+        listed_after: 0,
+        second_reapply_not_found: true,
+    };
+    for (backend, skipped) in runs {
+        assert_eq!(skipped.unwrap(), want, "{backend:?}");
     }
 }
 

@@ -10,6 +10,7 @@ mod plumbing;
 pub mod projection;
 pub mod runs;
 pub mod sinks;
+pub mod skipped;
 mod value;
 mod view_writes;
 

@@ -160,7 +160,8 @@ pub async fn reset_in<T: ApplyTx + Conn + 'static>(
         &[Arg::Text(name)],
     )
     .await?;
-    Ok(())
+    // A rebuild applies every event again: nothing stays skipped.
+    crate::skipped::clear_skips_in(dialect, tx, projection.name()).await
 }
 
 /// [`ProjectionStore::digest`](outbox_core::ProjectionStore::digest) inside

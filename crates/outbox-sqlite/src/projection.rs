@@ -213,4 +213,23 @@ impl ProjectionStore for SqliteProjectionStore {
     }
 }
 
+impl outbox_core::SkippedEvents for SqliteProjectionStore {
+    async fn skipped(
+        &self,
+        projection: Option<&ProjectionName>,
+        limit: usize,
+    ) -> Result<Vec<outbox_core::SkippedEvent>> {
+        outbox_sql::skipped::skipped(&*self.db, projection, limit).await
+    }
+
+    async fn reapply(&self, event: &Event, projection: &Arc<dyn Projection<SqliteTx>>) -> Result<bool> {
+        let mut tx = self.begin(false).await?;
+        let done = outbox_core::spi::reapply_in(&mut tx, event, projection).await?;
+        if done {
+            self.commit(tx, "re-applying a skipped event").await?;
+        }
+        Ok(done)
+    }
+}
+
 outbox_sql::impl_projection_ports!(SqliteProjectionStore, db, SqliteTx);

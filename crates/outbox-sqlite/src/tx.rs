@@ -120,6 +120,27 @@ impl ApplyTx for SqliteTx {
         Ok(moved)
     }
 
+    async fn record_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: outbox_core::Seq,
+        error: &str,
+    ) -> Result<()> {
+        let d = self.dialect();
+        outbox_sql::skipped::record_skip_in(&d, self, projection, stream, seq, error).await
+    }
+
+    async fn take_skip(
+        &mut self,
+        projection: &ProjectionName,
+        stream: &StreamId,
+        seq: outbox_core::Seq,
+    ) -> Result<bool> {
+        let d = self.dialect();
+        outbox_sql::skipped::take_skip_in(&d, self, projection, stream, seq).await
+    }
+
     /// One statement for every (projection, stream) pair.
     async fn checkpoints_of(
         &mut self,

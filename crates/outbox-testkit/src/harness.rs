@@ -35,7 +35,13 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + outbox_core::ConsumerRegistry
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).
-    type Projections: ProjectionStore + WatermarkStore + ViewStore + RunStore + GenerationStore + 'static;
+    type Projections: ProjectionStore
+        + WatermarkStore
+        + ViewStore
+        + RunStore
+        + GenerationStore
+        + outbox_core::SkippedEvents
+        + 'static;
     /// Whatever identifies the underlying databases, to open more instances.
     type Context: Send + Sync + 'static;
 

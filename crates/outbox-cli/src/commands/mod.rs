@@ -7,6 +7,7 @@ mod maintenance;
 mod partitions;
 mod replay;
 mod sinks;
+mod skipped;
 mod wait;
 mod work;
 
@@ -72,6 +73,9 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         }
         for s in &self.app.sinks {
             b = b.sink_arc(s.clone());
+        }
+        for (projection, policy) in &self.app.policies {
+            b = b.on_error(projection, *policy);
         }
         b.build().await
     }
@@ -140,6 +144,10 @@ fn applies_events(command: &Command) -> Option<&'static str> {
         Command::Gaps(_) => Some("gaps"),
         Command::Shadow(_) => Some("shadow"),
         Command::Promote(_) => Some("promote"),
+        Command::Skipped(crate::cli::SkippedArgs {
+            action: Some(crate::cli::SkippedAction::Reapply { .. }),
+            ..
+        }) => Some("skipped reapply"),
         _ => None,
     }
 }
@@ -180,6 +188,21 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         Command::Row(a) => {
             StreamId::new(&a.stream)?;
             Seq::new(a.seq)?;
+        }
+        Command::Skipped(a) => {
+            if let Some(p) = &a.projection {
+                outbox_core::ProjectionName::new(p.as_str())?;
+            }
+            if let Some(crate::cli::SkippedAction::Reapply {
+                projection,
+                stream,
+                seq,
+            }) = &a.action
+            {
+                outbox_core::ProjectionName::new(projection.as_str())?;
+                StreamId::new(stream)?;
+                Seq::new(*seq)?;
+            }
         }
         Command::Leases(a) => {
             for s in [&a.stream, &a.break_stream].into_iter().flatten() {
@@ -434,6 +457,7 @@ async fn dispatch<J: CliJournal, P: CliStore>(cli: &Cli, ctx: &Ctx<'_, J, P>) ->
         Command::Partitions(a) => partitions::partitions(ctx, a).await,
         Command::Sinks(a) => sinks::sinks(ctx, a).await,
         Command::Consumers(a) => sinks::consumers(ctx, a).await,
+        Command::Skipped(a) => skipped::skipped(ctx, a).await,
         Command::Wait(a) => wait::wait(ctx, a).await,
         Command::Migrate(a) => maintenance::migrate(ctx, a).await,
         Command::Verify(a) => maintenance::verify(ctx, a).await,

@@ -137,6 +137,7 @@ macro_rules! for_each_check {
             row_returns_none_when_missing,
             sink_checkpoint_advances_by_compare_and_set,
             hold_sink_marks_only_an_ok_stream,
+            skip_records_commit_with_their_apply_and_reapply_takes_them_once,
             consumers_register_list_and_retire,
             sink_failures_back_off_dead_letter_and_requeue,
             sink_cursors_advance_by_compare_and_set,

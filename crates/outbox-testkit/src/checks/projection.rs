@@ -687,3 +687,111 @@ pub async fn setup_is_idempotent<H: Harness>(h: &H) {
         "and checkpoints"
     );
 }
+
+/// Stands in for projection `name` and writes a skip record for every event
+/// handed to it (what the runtime's skip does for one event).
+struct SkipRecorder(outbox_core::ProjectionName);
+
+#[outbox_core::async_trait]
+impl<Tx: outbox_core::spi::ApplyTx + 'static> Projection<Tx> for SkipRecorder {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        &self.0
+    }
+    async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), outbox_core::BoxError> {
+        tx.record_skip(&self.0, &event.stream, event.seq, "cannot take it")
+            .await?;
+        Ok(())
+    }
+    async fn reset(&self, _: &mut Tx) -> Result<(), outbox_core::BoxError> {
+        Ok(())
+    }
+    async fn digest(
+        &self,
+        _: &mut Tx,
+        _: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
+        Ok(())
+    }
+}
+
+/// A skip record commits with the apply that moves the checkpoint past its
+/// event (and rolls back with it); `skipped` lists it; `reapply` runs the
+/// applier on the event and takes the record in one transaction, keeps it
+/// when the applier fails, and finds nothing the second time.
+pub async fn skip_records_commit_with_their_apply_and_reapply_takes_them_once<H: Harness>(h: &H) {
+    use outbox_core::SkippedEvents;
+    let f = h.open().await;
+    let (p, faults) = oracle(h, &f, "p").await;
+    let s = sid("s");
+    let evs = recorded(&f.journal, &s, adds(&[1, 10, 100])).await;
+    apply_ok(&f.projections, &s, &evs[..1], &one(p.clone())).await;
+    let skipper: Arc<dyn Projection<crate::TxOf<H>>> = Arc::new(SkipRecorder(p.name().clone()));
+    // Rolled back with its apply: a second projection fails in the same transaction.
+    let (q, q_faults) = oracle(h, &f, "q").await;
+    apply_ok(&f.projections, &s, &evs[..1], &one(q.clone())).await;
+    q_faults.fail(&s, 2, u32::MAX);
+    let failed = f
+        .projections
+        .apply(&s, &evs[1..2], &[skipper.clone(), q.clone()])
+        .await;
+    assert!(matches!(failed, Err(Error::Apply { .. })), "{failed:?}");
+    assert!(
+        f.projections.skipped(None, 10).await.unwrap().is_empty(),
+        "rolled back"
+    );
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 1);
+    apply_ok(&f.projections, &s, &evs[1..2], &one(skipper)).await;
+    apply_ok(&f.projections, &s, &evs[2..], &one(p.clone())).await;
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 3], "2 skipped");
+    assert_eq!(f.projections.checkpoint(p.name(), &s).await.unwrap(), 3);
+    let listed = f.projections.skipped(Some(p.name()), 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (
+            listed[0].projection.as_str(),
+            listed[0].stream.as_str(),
+            listed[0].seq.get()
+        ),
+        ("p", "s", 2)
+    );
+    assert_eq!(listed[0].error, "cannot take it");
+    let other = outbox_core::ProjectionName::new("q").unwrap();
+    assert!(f.projections.skipped(Some(&other), 10).await.unwrap().is_empty());
+    // A re-apply whose applier fails keeps the record and writes nothing.
+    faults.fail(&s, 2, 1);
+    let failed = f.projections.reapply(&evs[1], &p).await;
+    assert!(matches!(failed, Err(Error::Apply { .. })), "{failed:?}");
+    assert_eq!(f.projections.skipped(None, 10).await.unwrap().len(), 1);
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 3]);
+    assert!(f.projections.reapply(&evs[1], &p).await.unwrap());
+    assert_eq!(
+        applied(h, &f, "p", &s).await,
+        [1, 3, 2],
+        "re-applied after the later events"
+    );
+    assert_eq!(
+        f.projections.checkpoint(p.name(), &s).await.unwrap(),
+        3,
+        "the checkpoint stays"
+    );
+    assert!(f.projections.skipped(None, 10).await.unwrap().is_empty());
+    assert!(!f.projections.reapply(&evs[1], &p).await.unwrap(), "once");
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 3, 2]);
+    // Two stores (as two processes) re-applying one skipped event at once:
+    // it is applied once.
+    let more = recorded(&f.journal, &s, adds(&[1000])).await;
+    let skipper: Arc<dyn Projection<crate::TxOf<H>>> = Arc::new(SkipRecorder(p.name().clone()));
+    apply_ok(&f.projections, &s, &more, &one(skipper)).await;
+    let x = h.reopen_projections(&f.ctx).await;
+    let y = h.reopen_projections(&f.ctx).await;
+    let (a, b) = tokio::join!(x.reapply(&more[0], &p), y.reapply(&more[0], &p));
+    assert!(
+        a.unwrap() ^ b.unwrap(),
+        "exactly one of two concurrent re-applies applies"
+    );
+    assert_eq!(applied(h, &f, "p", &s).await, [1, 3, 2, 4]);
+    assert!(matches!(
+        f.projections.skipped(None, 0).await,
+        Err(Error::InvalidInput(_))
+    ));
+}
