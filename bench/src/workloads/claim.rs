@@ -1,6 +1,7 @@
 //! W4: the cost of claiming one stream's head at a small and a large
 //! backlog: acquire the lease, claim up to 64 rows, abandon them, release.
 
+use outbox_core::OutboxQueueExt as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
@@ -152,7 +153,7 @@ async fn outbox_cycles(rt: &fixture::Rt) -> Result<f64> {
         };
         let rows = j.claim(&lease, CLAIM).await?;
         ensure!(rows.len() == CLAIM, "claimed {} rows, wanted {CLAIM}", rows.len());
-        j.abandon(&lease).await?;
+        j.complete_and_release(&lease, None, true).await?;
         j.release(&lease).await?;
     }
     Ok(t.elapsed().as_secs_f64() * 1e6 / f64::from(CYCLES))

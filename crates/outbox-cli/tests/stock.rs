@@ -340,18 +340,15 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
             .execute(&mut conn)
             .await
             .unwrap();
-        // The last projection migration (0007) adds the triggers that raise
-        // watermarks with the checkpoints.
+        // The last projection migration (0008) adds the skip records' table.
         assert_eq!(
-            last, 7,
-            "this test undoes migration 0007: update it with the last migration"
+            last, 8,
+            "this test undoes migration 0008: update it with the last migration"
         );
-        for drop in [
-            "DROP TRIGGER outbox_checkpoint_inserted_raises_watermark",
-            "DROP TRIGGER outbox_checkpoint_raised_raises_watermark",
-        ] {
-            sqlx::query(drop).execute(&mut conn).await.unwrap();
-        }
+        sqlx::query("DROP TABLE outbox_skipped")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         let _ = sqlx::Connection::close(conn).await;
     }
     let before = projection_files(&site.projection);

@@ -38,7 +38,7 @@ pub use generation::{
 pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, SinkName, StreamId, WorkerId};
 pub use outbox::{
     ClaimedRun, ENDED_WITHOUT_RESULT, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL,
-    OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, UNFINISHED_ATTEMPT,
+    OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, Take, UNFINISHED_ATTEMPT,
 };
 pub use partition::{
     Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions,
@@ -48,8 +48,9 @@ pub use partition::{
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
     ActivityCounts, ActivitySeries, DeadLetters, EventJournal, LeaseAdmin, LeaseEntry, LeaseStore,
-    MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue, ProjectionStore,
-    RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry, validate_activity_minutes,
+    MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue, OutboxQueueExt,
+    ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
+    validate_activity_minutes,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,

@@ -297,7 +297,7 @@ impl Lease {
 }
 
 /// How much one sweep
-/// ([`OutboxQueue::acquire_and_claim_due`](crate::OutboxQueue::acquire_and_claim_due))
+/// ([`Take::Due`] of [`OutboxQueue::take`](crate::OutboxQueue::take))
 /// takes: at most `streams` streams, at most `per_stream` rows of each, at
 /// most `rows` in all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,8 +327,7 @@ impl SweepLimits {
 }
 
 /// The end of one stream's pass, as
-/// [`OutboxQueue::complete_and_release_all`](crate::OutboxQueue::complete_and_release_all)
-/// takes it: complete through `through` (if any), abandon what is still
+/// [`OutboxQueue::finish`](crate::OutboxQueue::finish) takes it: complete through `through` (if any), abandon what is still
 /// `processing` (if `abandon`), release the lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamEnd {
@@ -340,15 +339,30 @@ pub struct StreamEnd {
     pub abandon: bool,
 }
 
-/// A run a sweep leased and claimed, with its events when the claim read
+/// What [`OutboxQueue::take`](crate::OutboxQueue::take) leases and claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take<'a> {
+    /// The due streams within the limits: the start of a sweep.
+    Due(SweepLimits),
+    /// One stream's head run of at most `max` rows: the start of a stream pass.
+    Stream {
+        /// The stream.
+        stream: &'a StreamId,
+        /// The most rows claimed.
+        max: usize,
+    },
+}
+
+/// A run a pass leased and claimed, with its events when the claim read
 /// them
-/// ([`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due),
+/// ([`OutboxQueue::take`](crate::OutboxQueue::take),
 /// [`PartitionStore::claim_and_load_partitioned`](crate::PartitionStore::claim_and_load_partitioned)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimedRun {
     /// The stream's lease.
     pub lease: Lease,
-    /// The claimed rows, in seq order (never empty).
+    /// The claimed rows, in seq order (never empty, except for a
+    /// [`Take::Stream`] that found nothing due).
     pub rows: Vec<OutboxRow>,
     /// What the journal holds for `rows`, as
     /// [`EventJournal::read_runs`](crate::EventJournal::read_runs) returns

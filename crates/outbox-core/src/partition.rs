@@ -414,9 +414,10 @@ pub fn assigned_to(me: &WorkerId, workers: &[WorkerId], count: u16) -> Vec<Parti
 ///   for its rows (read with the claim or right after its commit); an
 ///   adapter may leave any run unread (`None`).
 /// - A lease with `partition` set is current while its partition's lease
-///   has the same owner and epoch and has not expired. `claim`, `fail`,
-///   `abandon` and `renew` of [`OutboxQueue`](crate::OutboxQueue) and
-///   [`LeaseStore`](crate::LeaseStore) require that (else `LeaseLost`);
+///   has the same owner and epoch and has not expired. `claim` and `fail`
+///   of [`OutboxQueue`](crate::OutboxQueue) and `renew` of
+///   [`LeaseStore`](crate::LeaseStore) require that (else `LeaseLost`;
+///   `finish` then abandons and releases nothing);
 ///   `renew` extends the partition lease and the stream's hold; `release`
 ///   leaves the partition held, returns `false`, and (while the lease is
 ///   current) ends the stream's hold: the stream is due again by its rows.
@@ -448,7 +449,7 @@ pub trait PartitionStore: Send + Sync {
 
     /// [`claim_partitioned`](PartitionStore::claim_partitioned), with each
     /// run's events read by the same call where the adapter can
-    /// (see [`OutboxQueue::acquire_and_load_due`](crate::OutboxQueue::acquire_and_load_due)).
+    /// (see [`OutboxQueue::take`](crate::OutboxQueue::take)).
     /// The default reads none.
     fn claim_and_load_partitioned(
         &self,

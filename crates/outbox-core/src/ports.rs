@@ -19,7 +19,7 @@ use crate::spi::ApplyTx;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ClaimedRun, Digest, Event, FailureOutcome, Lease,
     OutboxRow, OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamEnd,
-    StreamId, StreamVersion, SweepLimits, Watermark, WorkerId,
+    StreamId, StreamVersion, Watermark, WorkerId,
 };
 
 /// The most rows any single listing or bulk operation returns.
@@ -179,44 +179,43 @@ pub trait EventJournal: Send + Sync {
 ///
 /// `complete_and_claim`:
 /// - `complete(lease.stream, through)`, then, while the lease is still the
-///   stream's current one, `claim(lease, max)`: the batch loop's two steps,
-///   which an adapter may run in one transaction (one commit instead of
-///   two). Returns the rows completed and the rows claimed; the claimed rows
-///   are empty when nothing is due or the lease is no longer valid (the
-///   completion stands either way: it needs no lease).
+///   stream's current one, `claim(lease, max)`: the batch loop's step, in
+///   one transaction (one commit). Returns the rows completed and the rows
+///   claimed; the claimed rows are empty when nothing is due or the lease
+///   is no longer valid (the completion stands either way: it needs no
+///   lease).
 ///
-/// `acquire_and_claim` (for adapters that are also a [`LeaseStore`]):
-/// - `acquire(stream, owner, ttl)`, then `claim` under the lease: the start
-///   of a stream pass, in one transaction where the adapter can. `None`
-///   (nothing claimed) when another owner holds the lease.
+/// `take` (for adapters that are also a [`LeaseStore`]): the start of
+/// passes, in one transaction:
+/// - [`Take::Stream`](crate::Take::Stream): `acquire(stream, owner, ttl)`,
+///   then `claim` under the lease (at most `max` rows). Returns nothing when
+///   another owner holds the lease; otherwise the one run, **even when it
+///   is empty** (the caller then releases the lease with `finish`).
+/// - [`Take::Due`](crate::Take::Due): reads the due streams (as
+///   `due_streams`, oldest due first), acquires each free lease and claims
+///   that stream's head run (at most `limits.per_stream` rows), until
+///   `limits.streams` streams or `limits.rows` rows in all are taken. A
+///   stream whose lease another owner holds is skipped; a stream whose run
+///   comes back empty is released and left out. Returns the runs in the
+///   order taken.
+/// - A run's `events`, when `Some`, are what `read_runs` returns for its
+///   rows (read with the claim or right after its commit: events never
+///   change once appended). An adapter may leave any run unread (`None`);
+///   the worker reads it.
+/// - On an error nothing stays leased by this call.
 ///
-/// `complete_and_release` (likewise):
-/// - The end of a stream pass, in one transaction where the adapter can:
-///   `complete(lease.stream, through)` when `through` is given, then
-///   `abandon(lease)` when `abandon` is set, then `release(lease)`. Returns
-///   the rows completed. A lease that is no longer current is not an error:
-///   its abandon and release change nothing (the completion stands).
+/// `finish`: the end of passes, in one transaction, for each
+/// [`StreamEnd`](crate::StreamEnd) in order:
+/// - `complete(lease.stream, through)` when `through` is given;
+/// - when `abandon` is set and the lease is still current, the stream's
+///   `processing` rows go back to `pending` (attempt counts and
+///   `next_attempt_at` unchanged: they were due when claimed), so they are
+///   due at once;
+/// - `release(lease)`.
 ///
-/// `acquire_and_claim_due` (likewise):
-/// - The start of a sweep over many streams, in one transaction where the
-///   adapter can: reads the due streams (as `due_streams`, oldest due
-///   first), acquires each free lease and claims that stream's head run (at
-///   most `limits.per_stream` rows), until `limits.streams` streams or
-///   `limits.rows` rows in all are taken. A stream whose lease another owner
-///   holds is skipped; a stream whose run comes back empty is released and
-///   left out. Returns each lease with its run, in the order taken.
-/// - On an error nothing stays leased by this call: what it had taken is
-///   abandoned and released (or, in one transaction, never committed).
-///
-/// `acquire_and_load_due`:
-/// - Takes what `acquire_and_claim_due` takes. A run's `events`, when
-///   `Some`, are what `read_runs` returns for its rows (read with the
-///   claim or right after its commit: events never change once appended).
-///   An adapter may leave any run unread (`None`); the worker reads it.
-///
-/// `complete_and_release_all` (likewise):
-/// - `complete_and_release` for each [`StreamEnd`](crate::StreamEnd), in
-///   one transaction where the adapter can; returns the rows completed in all.
+/// Returns the rows completed in all. A lease that is no longer current is
+/// not an error: its abandon and release change nothing (the completion
+/// stands).
 ///
 /// `fail`:
 /// - Requires the current lease (else `LeaseLost`) and a `processing` row at
@@ -247,166 +246,34 @@ pub trait EventJournal: Send + Sync {
 ///   that is `alone`, and applies nothing else until that row's attempt
 ///   ends.
 ///
-/// `abandon`:
-/// - Requires the current lease; turns the stream's `processing` rows back to
-///   `pending` (attempt counts and `next_attempt_at` unchanged: they were
-///   due when claimed) so they are due at once when the lease is released.
-///   Returns how many.
 pub trait OutboxQueue: Send + Sync {
     /// Streams with a due head and a free lease.
     fn due_streams(&self, limit: usize) -> impl Future<Output = Result<Vec<StreamId>>> + Send;
 
+    /// Leases streams and claims their head runs: the start of passes.
+    fn take(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        what: crate::Take<'_>,
+    ) -> impl Future<Output = Result<Vec<ClaimedRun>>> + Send;
+
     /// Claims the due head run of the lease's stream.
     fn claim(&self, lease: &Lease, max: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send;
 
-    /// Deletes the stream's rows up to `through`.
-    fn complete(&self, stream: &StreamId, through: Seq) -> impl Future<Output = Result<u64>> + Send;
-
-    /// Completes through `through` and claims the next run under `lease`
-    /// (one commit where the adapter can). The default makes both calls.
+    /// Completes through `through` and claims the next run under `lease`.
     fn complete_and_claim(
         &self,
         lease: &Lease,
         through: Seq,
         max: usize,
-    ) -> impl Future<Output = Result<(u64, Vec<OutboxRow>)>> + Send {
-        async move {
-            let done = self.complete(&lease.stream, through).await?;
-            let rows = crate::spi::unless_lease_lost(self.claim(lease, max).await)?;
-            Ok((done, rows))
-        }
-    }
+    ) -> impl Future<Output = Result<(u64, Vec<OutboxRow>)>> + Send;
 
-    /// Acquires the stream's lease and claims its head run (one commit
-    /// where the adapter can). The default makes both calls.
-    fn acquire_and_claim(
-        &self,
-        stream: &StreamId,
-        owner: &WorkerId,
-        ttl: Duration,
-        max: usize,
-    ) -> impl Future<Output = Result<Option<(Lease, Vec<OutboxRow>)>>> + Send
-    where
-        Self: LeaseStore,
-    {
-        async move {
-            let Some(lease) = self.acquire(stream, owner, ttl).await? else {
-                return Ok(None);
-            };
-            let rows = self.claim(&lease, max).await?;
-            Ok(Some((lease, rows)))
-        }
-    }
+    /// Deletes the stream's rows up to `through`.
+    fn complete(&self, stream: &StreamId, through: Seq) -> impl Future<Output = Result<u64>> + Send;
 
-    /// Completes through `through`, abandons and releases the lease (one
-    /// commit where the adapter can). The default makes the calls.
-    fn complete_and_release(
-        &self,
-        lease: &Lease,
-        through: Option<Seq>,
-        abandon: bool,
-    ) -> impl Future<Output = Result<u64>> + Send
-    where
-        Self: LeaseStore,
-    {
-        async move {
-            let done = match through {
-                Some(t) => self.complete(&lease.stream, t).await?,
-                None => 0,
-            };
-            if abandon {
-                crate::spi::unless_lease_lost(self.abandon(lease).await)?;
-            }
-            self.release(lease).await?;
-            Ok(done)
-        }
-    }
-
-    /// Leases due streams and claims their head runs: the start of a sweep
-    /// (one commit where the adapter can). The default reads the due
-    /// streams and calls `acquire_and_claim` for each.
-    fn acquire_and_claim_due(
-        &self,
-        owner: &WorkerId,
-        ttl: Duration,
-        limits: SweepLimits,
-    ) -> impl Future<Output = Result<Vec<(Lease, Vec<OutboxRow>)>>> + Send
-    where
-        Self: LeaseStore,
-    {
-        async move {
-            crate::spi::validate_ttl(ttl)?;
-            let limits = limits.validated()?;
-            let mut taken: Vec<(Lease, Vec<OutboxRow>)> = Vec::new();
-            let mut rows = 0;
-            let result = async {
-                for stream in self.due_streams(limits.streams).await? {
-                    if rows >= limits.rows {
-                        break;
-                    }
-                    let max = limits.per_stream.min(limits.rows - rows);
-                    let Some((lease, run)) = self.acquire_and_claim(&stream, owner, ttl, max).await? else {
-                        continue;
-                    };
-                    if run.is_empty() {
-                        self.release(&lease).await?;
-                        continue;
-                    }
-                    rows += run.len();
-                    taken.push((lease, run));
-                }
-                Ok::<(), crate::Error>(())
-            }
-            .await;
-            match result {
-                Ok(()) => Ok(taken),
-                Err(e) => {
-                    // Leave nothing leased: best effort, the error is the news.
-                    for (lease, _) in &taken {
-                        let _ = self.complete_and_release(lease, None, true).await;
-                    }
-                    Err(e)
-                }
-            }
-        }
-    }
-
-    /// [`acquire_and_claim_due`](OutboxQueue::acquire_and_claim_due), with
-    /// each run's events read by the same call where the adapter can: the
-    /// worker then needs no read of its own before it applies.
-    /// The default reads none (every run's `events` is `None`).
-    fn acquire_and_load_due(
-        &self,
-        owner: &WorkerId,
-        ttl: Duration,
-        limits: SweepLimits,
-    ) -> impl Future<Output = Result<Vec<ClaimedRun>>> + Send
-    where
-        Self: LeaseStore,
-    {
-        async move {
-            self.acquire_and_claim_due(owner, ttl, limits)
-                .await
-                .map(ClaimedRun::unloaded)
-        }
-    }
-
-    /// Ends several stream passes (one commit where the adapter can). The
-    /// default calls `complete_and_release` for each.
-    fn complete_and_release_all(&self, ends: &[StreamEnd]) -> impl Future<Output = Result<u64>> + Send
-    where
-        Self: LeaseStore,
-    {
-        async move {
-            let mut done = 0;
-            for end in ends {
-                done += self
-                    .complete_and_release(&end.lease, end.through, end.abandon)
-                    .await?;
-            }
-            Ok(done)
-        }
-    }
+    /// Ends passes: completes, abandons and releases.
+    fn finish(&self, ends: &[StreamEnd]) -> impl Future<Output = Result<u64>> + Send;
 
     /// Records a failure of the processing row at `seq`.
     fn fail(
@@ -422,10 +289,46 @@ pub trait OutboxQueue: Send + Sync {
 
     /// Marks the start of an attempt of an `alone` row's own.
     fn begin_attempt(&self, lease: &Lease, seq: Seq) -> impl Future<Output = Result<()>> + Send;
-
-    /// Returns the lease's processing rows to pending.
-    fn abandon(&self, lease: &Lease) -> impl Future<Output = Result<u64>> + Send;
 }
+
+/// Compositions of the [`OutboxQueue`] primitives, for every queue: what a
+/// caller writes more than once, written once (the port stays narrow).
+pub trait OutboxQueueExt: OutboxQueue {
+    /// Acquires the stream's lease and claims its head run
+    /// ([`Take::Stream`](crate::Take::Stream)): `None` when another owner
+    /// holds the lease.
+    fn acquire_and_claim(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+        max: usize,
+    ) -> impl Future<Output = Result<Option<(Lease, Vec<OutboxRow>)>>> + Send {
+        async move {
+            let taken = self.take(owner, ttl, crate::Take::Stream { stream, max }).await?;
+            Ok(taken.into_iter().next().map(|run| (run.lease, run.rows)))
+        }
+    }
+
+    /// Ends one pass ([`OutboxQueue::finish`] of one [`StreamEnd`]).
+    fn complete_and_release(
+        &self,
+        lease: &Lease,
+        through: Option<Seq>,
+        abandon: bool,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let end = StreamEnd {
+                lease: lease.clone(),
+                through,
+                abandon,
+            };
+            self.finish(std::slice::from_ref(&end)).await
+        }
+    }
+}
+
+impl<Q: OutboxQueue + ?Sized> OutboxQueueExt for Q {}
 
 /// Dead-letter administration: what an operator does with parked rows.
 ///
@@ -522,8 +425,9 @@ pub struct LeaseEntry {
 /// `break_lease`:
 /// - Frees the stream's lease whoever holds it, expired or not, as a
 ///   `release` by its holder would: the epoch is kept, so the next `acquire`
-///   gets epoch + 1 and the old holder's `renew`, `claim`, `fail` and
-///   `abandon` fail with [`Error::LeaseLost`](crate::Error::LeaseLost).
+///   gets epoch + 1 and the old holder's `renew`, `claim` and `fail` fail
+///   with [`Error::LeaseLost`](crate::Error::LeaseLost) (its `finish`
+///   abandons and releases nothing).
 ///   Returns the lease as it was before.
 /// - Returns `None` and changes nothing when the stream has no held lease
 ///   (never leased, or released).

@@ -14,6 +14,7 @@
 //! one-line message on stderr, and no change to any file (every file of the
 //! directory is compared byte for byte, so a new file is a change too).
 
+use outbox_core::OutboxQueueExt as _;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -17,7 +17,8 @@ use outbox_core::{
     WorkerInfo, WorkerRegistry,
 };
 use outbox_core::{
-    Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, SweepLimits,
+    Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, StreamEnd,
+    SweepLimits, Take,
 };
 
 /// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
@@ -501,16 +502,54 @@ impl OutboxQueue for MemoryJournal {
         Ok(outcome)
     }
 
-    /// The claim, then the events of its fresh runs whose events verify, as
-    /// the SQLite journal reads them.
-    async fn acquire_and_load_due(
+    /// A stream's lease and run; or the due streams' leases and runs, then
+    /// the events of the fresh runs whose events verify, as the SQLite
+    /// journal reads them.
+    async fn take(&self, owner: &WorkerId, ttl: Duration, what: Take<'_>) -> Result<Vec<ClaimedRun>> {
+        validate_ttl(ttl)?;
+        match what {
+            Take::Stream { stream, max } => {
+                let max = validate_limit(max, MAX_PAGE)?;
+                let Some(lease) = self.acquire(stream, owner, ttl).await? else {
+                    return Ok(Vec::new());
+                };
+                let rows = self.claim(&lease, max).await?;
+                Ok(vec![ClaimedRun {
+                    lease,
+                    rows,
+                    events: None,
+                }])
+            }
+            Take::Due(limits) => {
+                let runs = self.claim_due(owner, ttl, limits).await?;
+                Ok(self.loaded(runs))
+            }
+        }
+    }
+
+    async fn complete_and_claim(
         &self,
-        owner: &WorkerId,
-        ttl: Duration,
-        limits: SweepLimits,
-    ) -> Result<Vec<ClaimedRun>> {
-        let runs = self.acquire_and_claim_due(owner, ttl, limits).await?;
-        Ok(self.loaded(runs))
+        lease: &Lease,
+        through: Seq,
+        max: usize,
+    ) -> Result<(u64, Vec<OutboxRow>)> {
+        let done = self.complete(&lease.stream, through).await?;
+        let rows = outbox_core::spi::unless_lease_lost(self.claim(lease, max).await)?;
+        Ok((done, rows))
+    }
+
+    async fn finish(&self, ends: &[StreamEnd]) -> Result<u64> {
+        let mut done = 0;
+        for end in ends {
+            if let Some(through) = end.through {
+                done += self.complete(&end.lease.stream, through).await?;
+            }
+            if end.abandon {
+                outbox_core::spi::unless_lease_lost(self.abandon(&end.lease))?;
+            }
+            self.release(&end.lease).await?;
+        }
+        Ok(done)
     }
 
     async fn enqueue_catch_up(&self, stream: &StreamId) -> Result<bool> {
@@ -542,8 +581,11 @@ impl OutboxQueue for MemoryJournal {
         st.attempts_begun.insert((lease.stream.clone(), seq));
         Ok(())
     }
+}
 
-    async fn abandon(&self, lease: &Lease) -> Result<u64> {
+impl MemoryJournal {
+    /// Returns the lease's `processing` rows to `pending` (`finish`'s abandon).
+    fn abandon(&self, lease: &Lease) -> Result<u64> {
         let now = self.now();
         let mut st = self.lock();
         st.check_lease(lease, now)?;
@@ -560,6 +602,35 @@ impl OutboxQueue for MemoryJournal {
         }
         st.refresh_head(&lease.stream);
         Ok(seqs.len() as u64)
+    }
+
+    /// Leases the due streams and claims their head runs (a sweep's start).
+    async fn claim_due(
+        &self,
+        owner: &WorkerId,
+        ttl: Duration,
+        limits: SweepLimits,
+    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        let limits = limits.validated()?;
+        let mut taken: Vec<(Lease, Vec<OutboxRow>)> = Vec::new();
+        let mut rows = 0;
+        for stream in self.due_streams(limits.streams).await? {
+            if rows >= limits.rows {
+                break;
+            }
+            let max = limits.per_stream.min(limits.rows - rows);
+            let Some(lease) = self.acquire(&stream, owner, ttl).await? else {
+                continue;
+            };
+            let run = self.claim(&lease, max).await?;
+            if run.is_empty() {
+                self.release(&lease).await?;
+                continue;
+            }
+            rows += run.len();
+            taken.push((lease, run));
+        }
+        Ok(taken)
     }
 }
 

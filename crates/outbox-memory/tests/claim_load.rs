@@ -2,6 +2,7 @@
 //! read: the events of fresh runs, none for a retried run or a run with an
 //! event that does not verify.
 
+use outbox_core::OutboxQueueExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,11 +41,17 @@ async fn journal() -> MemoryJournal {
     }
     let owner = WorkerId::new("setup").unwrap();
     let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 10).unwrap();
-    for (lease, _) in journal.acquire_and_claim_due(&owner, TTL, LIMITS).await.unwrap() {
+    for lease in journal
+        .take(&owner, TTL, outbox_core::Take::Due(LIMITS))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|run| run.lease)
+    {
         if lease.stream == sid("retried") {
             journal.fail(&lease, Seq::FIRST, "boom", &policy).await.unwrap();
         }
-        journal.abandon(&lease).await.unwrap();
+        journal.complete_and_release(&lease, None, true).await.unwrap();
         journal.release(&lease).await.unwrap();
     }
     assert!(journal.corrupt_payload_for_tests(&sid("corrupt"), Seq::new(2).unwrap()));
@@ -82,7 +89,7 @@ async fn assert_only_the_fresh_run_read(journal: &MemoryJournal, claimed: &[Clai
 async fn a_sweep_claim_reads_only_fresh_runs_that_verify() {
     let journal = journal().await;
     let claimed = journal
-        .acquire_and_load_due(&WorkerId::new("w").unwrap(), TTL, LIMITS)
+        .take(&WorkerId::new("w").unwrap(), TTL, outbox_core::Take::Due(LIMITS))
         .await
         .unwrap();
     assert_only_the_fresh_run_read(&journal, &claimed).await;

@@ -725,74 +725,75 @@ impl OutboxQueue for PgJournal {
             .await
     }
 
-    /// One transaction: the lease, then the claim.
-    async fn acquire_and_claim(
-        &self,
-        stream: &StreamId,
-        owner: &WorkerId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Option<(Lease, Vec<OutboxRow>)>> {
-        validate_ttl(ttl)?;
-        let max = validate_limit(max, MAX_PAGE)?;
-        let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
-        self.write_relaxed("acquiring a lease and claiming", async |tx| {
-            let Some(lease) = acquire_in(tx, &acquire, stream, owner, ttl).await? else {
-                return Ok(None);
-            };
-            let rows = claim_in(tx, &lease, max).await?;
-            Ok(Some((lease, rows)))
-        })
-        .await
-    }
-
-    /// One transaction: the due streams (oldest due first, as
-    /// `due_streams`), their leases and runs. Concurrent sweeps read the
-    /// due streams in the same order, so they lock leases in one order; a
-    /// deadlock all the same is a temporary error the worker retries.
-    async fn acquire_and_claim_due(
+    /// One transaction: a stream's lease and its run; or the due streams
+    /// (oldest due first, as `due_streams`), their leases and runs.
+    /// Concurrent sweeps read the due streams in the same order, so they
+    /// lock leases in one order; a deadlock all the same is a temporary
+    /// error the worker retries. The runs' events are left to the worker.
+    async fn take(
         &self,
         owner: &WorkerId,
         ttl: Duration,
-        limits: SweepLimits,
-    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
+        what: outbox_core::Take<'_>,
+    ) -> Result<Vec<outbox_core::ClaimedRun>> {
+        use outbox_core::{ClaimedRun, Take};
         validate_ttl(ttl)?;
-        let limits = limits.validated()?;
         let acquire = self.sql.dialect().sql(outbox_sql::journal::ACQUIRE);
-        let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
-        self.write_relaxed("sweeping due streams", async |tx| {
-            let due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
-                .bind(limits.streams as i64)
-                .fetch_all(&mut *tx)
+        match what {
+            Take::Stream { stream, max } => {
+                let max = validate_limit(max, MAX_PAGE)?;
+                self.write_relaxed("acquiring a lease and claiming", async |tx| {
+                    let Some(lease) = acquire_in(tx, &acquire, stream, owner, ttl).await? else {
+                        return Ok(Vec::new());
+                    };
+                    let rows = claim_in(tx, &lease, max).await?;
+                    Ok(vec![ClaimedRun {
+                        lease,
+                        rows,
+                        events: None,
+                    }])
+                })
                 .await
-                .map_err(|e| storage("listing due streams", e))?;
-            let mut taken = Vec::new();
-            let mut rows = 0;
-            for stream in due {
-                if rows >= limits.rows {
-                    break;
-                }
-                let stream = StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
-                let Some(lease) = acquire_in(tx, &acquire, &stream, owner, ttl).await? else {
-                    continue;
-                };
-                let run = claim_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
-                if run.is_empty() {
-                    release_in(tx, &release, &lease).await?;
-                    continue;
-                }
-                rows += run.len();
-                taken.push((lease, run));
             }
-            Ok(taken)
-        })
-        .await
+            Take::Due(limits) => {
+                let limits = limits.validated()?;
+                let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
+                self.write_relaxed("sweeping due streams", async |tx| {
+                    let due: Vec<String> = sqlx::query_scalar(DUE_STREAMS)
+                        .bind(limits.streams as i64)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(|e| storage("listing due streams", e))?;
+                    let mut taken = Vec::new();
+                    let mut rows = 0;
+                    for stream in due {
+                        if rows >= limits.rows {
+                            break;
+                        }
+                        let stream =
+                            StreamId::new(stream).map_err(|e| journal_undecodable("outbox head", e))?;
+                        let Some(lease) = acquire_in(tx, &acquire, &stream, owner, ttl).await? else {
+                            continue;
+                        };
+                        let run = claim_in(tx, &lease, limits.per_stream.min(limits.rows - rows)).await?;
+                        if run.is_empty() {
+                            release_in(tx, &release, &lease).await?;
+                            continue;
+                        }
+                        rows += run.len();
+                        taken.push((lease, run));
+                    }
+                    Ok(ClaimedRun::unloaded(taken))
+                })
+                .await
+            }
+        }
     }
 
     /// One transaction: every pass's completion, abandon and release. The
     /// plain ends (a completion, no abandon) take one statement together
     /// ([`COMPLETE_ALL`]), whatever their number; the others end one by one.
-    async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
+    async fn finish(&self, ends: &[StreamEnd]) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
         let mut streams: Vec<&str> = ends.iter().map(|e| e.lease.stream.as_str()).collect();
         streams.sort_unstable();
@@ -820,15 +821,6 @@ impl OutboxQueue for PgJournal {
                 done += end_in(tx, &release, &end.lease, end.through, end.abandon).await?;
             }
             Ok(done)
-        })
-        .await
-    }
-
-    /// One transaction: the completion, the abandon and the release.
-    async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
-        let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
-        self.write_relaxed("completing and releasing", async |tx| {
-            end_in(tx, &release, lease, through, abandon).await
         })
         .await
     }
@@ -940,11 +932,6 @@ impl OutboxQueue for PgJournal {
             begin_attempt_in(tx, lease, seq).await
         })
         .await
-    }
-
-    async fn abandon(&self, lease: &Lease) -> Result<u64> {
-        self.write_relaxed("abandoning outbox rows", async |tx| abandon_in(tx, lease).await)
-            .await
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod common;
 
+use outbox_core::OutboxQueueExt as _;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -1139,7 +1140,7 @@ async fn a_sweeps_end_locks_its_streams_in_the_order_appends_do() {
         .unwrap();
     let xid = xact_id(&mut append).await;
     let ender = j.clone();
-    let end = tokio::spawn(async move { ender.complete_and_release_all(&ends).await });
+    let end = tokio::spawn(async move { ender.finish(&ends).await });
     // Until the end waits for this transaction (for `a`'s row, held above):
     // nothing else waits on it, whatever other tests run meanwhile.
     loop {
@@ -1314,11 +1315,7 @@ async fn a_partitioned_end_that_completes_nothing_ends_the_hold() {
         through: Some(rows[1].seq),
         abandon: false,
     };
-    assert_eq!(
-        j.complete_and_release_all(&[end]).await.unwrap(),
-        0,
-        "nothing left to complete"
-    );
+    assert_eq!(j.finish(&[end]).await.unwrap(), 0, "nothing left to complete");
     let next = j.claim_partitioned(&owner, ttl, limits).await.unwrap();
     assert_eq!(
         next.iter()

@@ -2,10 +2,10 @@
 //!
 //! A sweep leases due streams and claims the head run of each in one
 //! journal commit, which on SQLite also reads the runs' events
-//! ([`OutboxQueue::acquire_and_load_due`](outbox_core::OutboxQueue::acquire_and_load_due)), applies every
+//! ([`OutboxQueue::take`](outbox_core::OutboxQueue::take)), applies every
 //! run in one projection transaction ([`ProjectionStore::apply_runs`](outbox_core::ProjectionStore::apply_runs)) and
 //! completes and releases them in one more journal commit
-//! ([`OutboxQueue::complete_and_release_all`](outbox_core::OutboxQueue::complete_and_release_all)). Only runs of fresh rows go
+//! ([`OutboxQueue::finish`](outbox_core::OutboxQueue::finish)). Only runs of fresh rows go
 //! together; a run with a retried or unfinished row, a run whose events do
 //! not load, a run whose projection is behind and a run whose applier fails
 //! are drained on their own by the per-stream path
@@ -204,8 +204,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             match self
                 .inner
                 .journal
-                .complete_and_release_all(&ends)
-                .within(self.inner.config.store_deadline(), "complete_and_release_all")
+                .finish(&ends)
+                .within(self.inner.config.store_deadline(), "finish")
                 .await
             {
                 Ok(n) => Some(n),
@@ -258,8 +258,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else {
             let taken = inner
                 .journal
-                .acquire_and_load_due(&inner.worker_id, config.lease_ttl, limits)
-                .within(config.store_deadline(), "acquire_and_load_due")
+                .take(&inner.worker_id, config.lease_ttl, outbox_core::Take::Due(limits))
+                .within(config.store_deadline(), "take")
                 .await?;
             (taken, config.lease_ttl)
         };
@@ -629,8 +629,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if let Err(e) = self
             .inner
             .journal
-            .complete_and_release_all(&ends)
-            .within(self.inner.config.store_deadline(), "complete_and_release_all")
+            .finish(&ends)
+            .within(self.inner.config.store_deadline(), "finish")
             .await
         {
             debug!(error = %e, "abandoning a sweep failed; its leases will expire");

@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{
-    ENDED_WITHOUT_RESULT, Error, Event, FailureOutcome, Lease, OutboxRow, Result, Seq, StreamId, WorkerId,
+    ENDED_WITHOUT_RESULT, Error, Event, FailureOutcome, Lease, OutboxQueueExt as _, OutboxRow, Result, Seq,
+    StreamId, WorkerId,
 };
 use serde::Serialize;
 use tokio::time::Instant;
@@ -210,7 +211,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let Some((lease, claimed)) = inner
             .journal
             .acquire_and_claim(stream, &inner.worker_id, ttl, inner.config.batch_size)
-            .within(inner.config.store_deadline(), "acquire_and_claim")
+            .within(inner.config.store_deadline(), "take")
             .await?
         else {
             report.contended += 1;
@@ -299,7 +300,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         match inner
             .journal
             .complete_and_release(&lease, through, abandon)
-            .within(inner.config.store_deadline(), "complete_and_release")
+            .within(inner.config.store_deadline(), "finish")
             .await
         {
             Ok(n) => self.completed(kind, n, report),

@@ -923,78 +923,59 @@ impl OutboxQueue for SqliteJournal {
             .await
     }
 
-    /// One transaction: the lease, then the claim.
-    async fn acquire_and_claim(
-        &self,
-        stream: &StreamId,
-        owner: &WorkerId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Option<(Lease, Vec<OutboxRow>)>> {
-        validate_ttl(ttl)?;
-        let max = validate_limit(max, MAX_PAGE)?;
-        let (stream, owner, sql) = (
-            stream.clone(),
-            owner.clone(),
-            Arc::clone(&self.engine.leases.acquire),
-        );
-        self.engine
-            .writer
-            .write_relaxed(move |conn| {
-                let Some(lease) = acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl))? else {
-                    return Ok(None);
-                };
-                let rows = claim_run(conn, &lease, max)?;
-                Ok(Some((lease, rows)))
-            })
-            .await
-    }
-
-    /// One transaction: the completion, the abandon and the release.
-    async fn complete_and_release(&self, lease: &Lease, through: Option<Seq>, abandon: bool) -> Result<u64> {
-        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
-        self.engine
-            .writer
-            .write_relaxed(move |conn| end_body(conn, &sql, &lease, through, abandon))
-            .await
-    }
-
-    /// One transaction: the due streams, their leases and their runs.
-    async fn acquire_and_claim_due(
+    /// One transaction: a stream's lease and its run; or the due streams,
+    /// their leases and runs, whose fresh runs' events are then read right
+    /// after the commit, on the writer's thread (no handoff) and its
+    /// read-only connection, without the write lock. The worker saves a
+    /// read of its own; a retried run, which the worker sends alone, is
+    /// left unread.
+    async fn take(
         &self,
         owner: &WorkerId,
         ttl: Duration,
-        limits: SweepLimits,
-    ) -> Result<Vec<(Lease, Vec<OutboxRow>)>> {
-        let sweep = self.sweep(owner, ttl, limits)?;
-        self.engine
-            .writer
-            .write_relaxed(move |conn| sweep.claim(conn))
-            .await
-    }
-
-    /// The same claim; the fresh runs' events are read right after its
-    /// commit, on the writer's thread (no handoff) and its read-only
-    /// connection, without the write lock. The worker saves a read of its
-    /// own; a retried run, which the worker sends alone, is left unread.
-    async fn acquire_and_load_due(
-        &self,
-        owner: &WorkerId,
-        ttl: Duration,
-        limits: SweepLimits,
+        what: outbox_core::Take<'_>,
     ) -> Result<Vec<ClaimedRun>> {
-        let sweep = self.sweep(owner, ttl, limits)?;
-        self.engine
-            .writer
-            .write_relaxed_then(
-                move |conn| Ok(ClaimedRun::unloaded(sweep.claim(conn)?)),
-                |conn, runs: &mut Vec<ClaimedRun>| load_runs(conn, runs),
-            )
-            .await
+        use outbox_core::Take;
+        validate_ttl(ttl)?;
+        match what {
+            Take::Stream { stream, max } => {
+                let max = validate_limit(max, MAX_PAGE)?;
+                let (stream, owner, sql) = (
+                    stream.clone(),
+                    owner.clone(),
+                    Arc::clone(&self.engine.leases.acquire),
+                );
+                self.engine
+                    .writer
+                    .write_relaxed(move |conn| {
+                        let Some(lease) = acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl))?
+                        else {
+                            return Ok(Vec::new());
+                        };
+                        let rows = claim_run(conn, &lease, max)?;
+                        Ok(vec![ClaimedRun {
+                            lease,
+                            rows,
+                            events: None,
+                        }])
+                    })
+                    .await
+            }
+            Take::Due(limits) => {
+                let sweep = self.sweep(owner, ttl, limits)?;
+                self.engine
+                    .writer
+                    .write_relaxed_then(
+                        move |conn| Ok(ClaimedRun::unloaded(sweep.claim(conn)?)),
+                        |conn, runs: &mut Vec<ClaimedRun>| load_runs(conn, runs),
+                    )
+                    .await
+            }
+        }
     }
 
     /// One transaction: every pass's completion, abandon and release.
-    async fn complete_and_release_all(&self, ends: &[StreamEnd]) -> Result<u64> {
+    async fn finish(&self, ends: &[StreamEnd]) -> Result<u64> {
         let (ends, sql) = (ends.to_vec(), Arc::clone(&self.engine.leases.release));
         self.engine
             .writer
@@ -1075,14 +1056,6 @@ impl OutboxQueue for SqliteJournal {
             .write_relaxed(move |conn| begin_attempt_body(conn, &lease, seq))
             .await
     }
-
-    async fn abandon(&self, lease: &Lease) -> Result<u64> {
-        let lease = lease.clone();
-        self.engine
-            .writer
-            .write_relaxed(move |conn| abandon_body(conn, &lease))
-            .await
-    }
 }
 
 impl LeaseStore for SqliteJournal {
@@ -1159,7 +1132,7 @@ outbox_sql::impl_journal_ports!(SqliteJournal, engine);
 outbox_sql::impl_sink_store!(SqliteJournal, engine);
 
 /// A sweep's claim, checked and ready to run in the writer's transaction
-/// ([`OutboxQueue::acquire_and_claim_due`]).
+/// ([`Take::Due`](outbox_core::Take::Due) of [`OutboxQueue::take`]).
 struct DueSweep {
     owner: WorkerId,
     ttl: i64,
@@ -1411,7 +1384,7 @@ impl PartitionStore for SqliteJournal {
     }
 
     /// The same claim; the fresh runs' events are read right after its
-    /// commit (see `acquire_and_load_due`).
+    /// commit (see `take`).
     async fn claim_and_load_partitioned(
         &self,
         owner: &WorkerId,
@@ -1513,11 +1486,14 @@ mod tests {
         assert_eq!(before, 0);
 
         append(&journal, "s", 2, b"{}").await;
-        let claimed = journal
-            .acquire_and_claim_due(&owner(), TTL, LIMITS)
+        let mut runs = journal
+            .take(&owner(), TTL, outbox_core::Take::Due(LIMITS))
             .await
             .expect("claim");
-        let mut runs = ClaimedRun::unloaded(claimed);
+        // Read again, by the loader on the stale connection.
+        for run in &mut runs {
+            run.events = None;
+        }
         load_runs(&conn, &mut runs);
 
         assert!(conn.is_autocommit(), "the loader's transaction is over");
@@ -1543,7 +1519,7 @@ mod tests {
             append(&journal, s, 1, &big).await;
         }
         let runs = journal
-            .acquire_and_load_due(&owner(), TTL, LIMITS)
+            .take(&owner(), TTL, outbox_core::Take::Due(LIMITS))
             .await
             .expect("claim");
         assert_eq!(runs.len(), 3, "every stream is claimed");

@@ -5,6 +5,7 @@
 
 mod common;
 
+use outbox_core::OutboxQueueExt as _;
 use std::time::Duration;
 
 use common::test_options;
@@ -84,7 +85,7 @@ async fn heads_match_the_rows_after_every_write_path() {
                         }
                         1 => {
                             j.fail(&lease, rows[0].seq, "boom", &policy).await.unwrap();
-                            j.abandon(&lease).await.unwrap();
+                            j.complete_and_release(&lease, None, true).await.unwrap();
                         }
                         2 => {
                             let at_once = outbox_core::RetryPolicy::new(
@@ -96,7 +97,7 @@ async fn heads_match_the_rows_after_every_write_path() {
                             j.fail(&lease, last.seq, "poison", &at_once).await.unwrap();
                         }
                         3 => {
-                            j.abandon(&lease).await.unwrap();
+                            j.complete_and_release(&lease, None, true).await.unwrap();
                         }
                         _ => {} // crash: rows stay processing
                     }

@@ -2,6 +2,7 @@
 
 mod common;
 
+use outbox_core::OutboxQueueExt as _;
 use std::sync::Arc;
 
 use common::test_options;
@@ -311,7 +312,7 @@ async fn sweep_claims_read_their_runs_and_leave_undecodable_ones_unread() {
     let dir = tempfile::tempdir().unwrap();
     let journal = journal_with_an_undecodable_run(dir.path()).await;
     let loaded = journal
-        .acquire_and_load_due(&WorkerId::new("w").unwrap(), ttl, limits)
+        .take(&WorkerId::new("w").unwrap(), ttl, outbox_core::Take::Due(limits))
         .await
         .unwrap();
     assert_good_loaded_bad_left_unread(&journal, &loaded).await;
@@ -341,7 +342,10 @@ async fn sweep_claims_leave_retried_runs_unread() {
     let (ttl, owner) = (Duration::from_secs(30), WorkerId::new("w").unwrap());
     let dir = tempfile::tempdir().unwrap();
     let journal = journal_with_two_events_in(dir.path(), ["fresh", "retried"]).await;
-    let first = journal.acquire_and_load_due(&owner, ttl, limits).await.unwrap();
+    let first = journal
+        .take(&owner, ttl, outbox_core::Take::Due(limits))
+        .await
+        .unwrap();
     assert_eq!(first.len(), 2, "both streams are claimed: {first:?}");
     let policy = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 10).unwrap();
     for run in &first {
@@ -351,14 +355,20 @@ async fn sweep_claims_leave_retried_runs_unread() {
                 .await
                 .unwrap();
         }
-        journal.abandon(&run.lease).await.unwrap();
+        journal
+            .complete_and_release(&run.lease, None, true)
+            .await
+            .unwrap();
     }
     journal
         .advance_clock_for_tests(Duration::from_secs(60))
         .await
         .unwrap();
 
-    let second = journal.acquire_and_load_due(&owner, ttl, limits).await.unwrap();
+    let second = journal
+        .take(&owner, ttl, outbox_core::Take::Due(limits))
+        .await
+        .unwrap();
     let run = |name: &str| {
         second
             .iter()

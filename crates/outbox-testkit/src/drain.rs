@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_core::OutboxQueueExt as _;
 use outbox_core::{
     ApplyOutcome, Error, EventJournal, FailureOutcome, LeaseStore, OutboxQueue, Projection, ProjectionStore,
     Result, RetryPolicy, Seq, WorkerId,
@@ -97,7 +98,7 @@ where
                             FailureOutcome::Retry { .. } => stats.failed += 1,
                             FailureOutcome::Dead { .. } => stats.dead += 1,
                         }
-                        journal.abandon(&lease).await?;
+                        journal.complete_and_release(&lease, None, true).await?;
                     }
                     Err(e) => return Err(e),
                 }

@@ -3,6 +3,7 @@
 //! HTTP/1.1 client and a strict parser of the Prometheus text format.
 #![allow(dead_code, unreachable_pub)]
 
+use outbox_core::OutboxQueueExt as _;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,6 +1,7 @@
 //! Operator administration contract checks: [`DeadLetters::retry`],
 //! [`OutboxInspector::leases`] and [`LeaseAdmin::break_lease`].
 
+use outbox_core::OutboxQueueExt as _;
 use outbox_core::{
     DeadLetters, Error, LeaseAdmin, LeaseStore, OutboxInspector, OutboxQueue, OutboxStatus, RetryPolicy, Seq,
 };
@@ -209,7 +210,7 @@ pub async fn break_lease_of_free_stream_is_none<H: Harness>(h: &H) {
 
 /// `break_lease`: outbox rows are not touched; the old holder's processing
 /// rows are due again at once, a new holder re-claims them and the old
-/// holder's `fail` and `abandon` are `LeaseLost`.
+/// holder's `fail` is `LeaseLost` and its `finish` changes nothing.
 pub async fn break_lease_makes_processing_rows_due_again<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 2).await;
@@ -234,9 +235,12 @@ pub async fn break_lease_makes_processing_rows_due_again<H: Harness>(h: &H) {
         matches!(r, Err(Error::LeaseLost { .. })),
         "old holder's fail: {r:?}"
     );
-    let r = f.journal.abandon(&old).await;
-    assert!(
-        matches!(r, Err(Error::LeaseLost { .. })),
-        "old holder's abandon: {r:?}"
+    let before = f.journal.list(None, 100).await.unwrap();
+    let r = f.journal.complete_and_release(&old, None, true).await;
+    assert!(matches!(r, Ok(0)), "old holder's finish is no error: {r:?}");
+    assert_eq!(
+        f.journal.list(None, 100).await.unwrap(),
+        before,
+        "old holder's finish changes nothing"
     );
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use outbox_core::spi::truncate_error;
 use outbox_core::{
     AppendOptions, DeadLetters, ENDED_WITHOUT_RESULT, Error, EventJournal, ExpectedVersion, FailureOutcome,
-    Lease, LeaseStore, MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary,
-    RetryPolicy, Seq, StreamEnd, StreamId, SweepLimits,
+    Lease, LeaseStore, MAX_ERROR_LEN, OutboxInspector, OutboxQueue, OutboxQueueExt, OutboxRow, OutboxStatus,
+    OutboxSummary, RetryPolicy, Seq, StreamEnd, StreamId, SweepLimits, Take,
 };
 
 use super::support::{
@@ -307,11 +307,8 @@ pub async fn claim_after_takeover_reclaims_processing_rows<H: Harness>(h: &H) {
         matches!(r, Err(Error::LeaseLost { .. })),
         "the old holder's fail: {r:?}"
     );
-    let r = f.journal.abandon(&a).await;
-    assert!(
-        matches!(r, Err(Error::LeaseLost { .. })),
-        "the old holder's abandon: {r:?}"
-    );
+    let r = f.journal.complete_and_release(&a, None, true).await;
+    assert!(matches!(r, Ok(0)), "the old holder's finish is no error: {r:?}");
     use OutboxStatus::{Pending, Processing};
     assert_eq!(
         statuses(&f.journal, &s).await,
@@ -428,7 +425,8 @@ pub async fn unfinished_claims_add_up_to_attempts<H: Harness>(h: &H) {
 /// `begin_attempt`: needs the current lease (`LeaseLost`), a row that
 /// exists (`NotFound`), is `processing` and is applied alone
 /// (`InvalidState`); nothing changes when it is refused. A mark followed by
-/// a recorded end (`fail`, `abandon`, `complete`) reports nothing later.
+/// a recorded end (`fail`, `finish` with abandon, `complete`) reports
+/// nothing later.
 pub async fn begin_attempt_marks_only_a_row_applied_alone_under_the_current_lease<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
@@ -456,8 +454,8 @@ pub async fn begin_attempt_marks_only_a_row_applied_alone_under_the_current_leas
         .expect("the holder marks its alone row");
     // A recorded end: the row is abandoned (a temporary error), then claimed
     // again: nothing is reported.
-    j.abandon(&b).await.unwrap();
-    let again = j.claim(&b, 10).await.unwrap();
+    j.complete_and_release(&b, None, true).await.unwrap();
+    let (b, again) = take_and_claim(j, &s, "b", 10).await;
     assert_eq!(seqs_of(&again), [1]);
     assert!(!again[0].ended_unfinished(), "an abandoned attempt is no failure");
     assert_eq!(again[0].attempt_count, 0);
@@ -827,19 +825,25 @@ pub async fn fail_at_the_threshold_parks_at_once<H: Harness>(h: &H) {
     assert!(!is_due(&f.journal, &s).await, "a dead head is not due");
 }
 
-/// `abandon`: turns the lease's processing rows back to pending (attempt
-/// counts unchanged), returns how many, and they are due once released.
-pub async fn abandon_returns_processing_rows_to_pending<H: Harness>(h: &H) {
+/// `finish` with `abandon`: turns the lease's processing rows back to
+/// pending (attempt counts unchanged), completes nothing, and releases the
+/// lease: they are due at once.
+pub async fn finish_abandons_processing_rows_and_frees_the_stream<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 4).await;
     fail_head(&f.journal, &s, "w", &RetryPolicy::default()).await;
     h.advance(&f.ctx, secs(1)).await;
     let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 3).await;
     assert_eq!(seqs_of(&claimed), [1, 2, 3]);
+    let end = StreamEnd {
+        lease: lease.clone(),
+        through: None,
+        abandon: true,
+    };
     assert_eq!(
-        f.journal.abandon(&lease).await.expect("abandon"),
-        3,
-        "three processing rows"
+        f.journal.finish(&[end]).await.expect("finish"),
+        0,
+        "nothing completed"
     );
     let all = rows(&f.journal).await;
     assert!(
@@ -851,37 +855,38 @@ pub async fn abandon_returns_processing_rows_to_pending<H: Harness>(h: &H) {
         1,
         "attempt count unchanged"
     );
-    assert!(!is_due(&f.journal, &s).await, "not due while the lease is held");
-    f.journal.release(&lease).await.unwrap();
-    assert!(
-        is_due(&f.journal, &s).await,
-        "due at once when the lease is released"
-    );
-    assert_eq!(
-        f.journal.abandon(&take(&f.journal, &s, "w").await).await.unwrap(),
-        0,
-        "nothing left to abandon"
-    );
+    assert!(is_due(&f.journal, &s).await, "due at once: the lease is released");
 }
 
-/// `abandon`: requires the current lease; otherwise `LeaseLost` and nothing changes.
-pub async fn abandon_requires_current_lease<H: Harness>(h: &H) {
+/// `finish` under a lease that is no longer current (another owner's, or
+/// expired and taken over) is no error and abandons nothing.
+pub async fn finish_under_a_lost_lease_abandons_nothing<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 2).await;
     let (lease, _) = take_and_claim(&f.journal, &s, "w", 2).await;
     let before = rows(&f.journal).await;
-    let r = f
-        .journal
-        .abandon(&Lease {
-            owner: owner("other"),
-            ..lease.clone()
-        })
-        .await;
-    assert!(matches!(r, Err(Error::LeaseLost { .. })), "other owner: {r:?}");
+    let other = Lease {
+        owner: owner("other"),
+        ..lease.clone()
+    };
+    let r = f.journal.complete_and_release(&other, None, true).await;
+    assert!(matches!(r, Ok(0)), "other owner: {r:?}");
+    assert_eq!(
+        rows(&f.journal).await,
+        before,
+        "another owner's finish changes nothing"
+    );
     h.advance(&f.ctx, TTL + secs(1)).await;
-    let r = f.journal.abandon(&lease).await;
-    assert!(matches!(r, Err(Error::LeaseLost { .. })), "expired lease: {r:?}");
-    assert_eq!(rows(&f.journal).await, before, "refused calls change nothing");
+    let (_, reclaimed) = take_and_claim(&f.journal, &s, "b", 1).await;
+    assert_eq!(seqs_of(&reclaimed), [1], "taken over");
+    let before = rows(&f.journal).await;
+    let r = f.journal.complete_and_release(&lease, None, true).await;
+    assert!(matches!(r, Ok(0)), "expired lease: {r:?}");
+    assert_eq!(
+        rows(&f.journal).await,
+        before,
+        "the old holder's finish changes nothing"
+    );
 }
 
 /// `complete`: deletes every row of the stream with seq `<= through`,
@@ -1035,7 +1040,7 @@ pub async fn acquire_and_claim_takes_the_lease_and_the_head_run<H: Harness>(h: &
     assert!(renewed.is_ok(), "the lease is the holder's, current: {renewed:?}");
 }
 
-/// `complete_and_release`: completes, returns the rest of the holder's
+/// `finish` of one pass: completes, returns the rest of the holder's
 /// processing rows to pending and frees the stream in one call; with a
 /// lease no longer current the completion stands and nothing else changes.
 pub async fn complete_and_release_completes_abandons_and_frees_the_stream<H: Harness>(h: &H) {
@@ -1085,11 +1090,15 @@ fn limits(streams: usize, per_stream: usize, rows: usize) -> SweepLimits {
     }
 }
 
-/// `acquire_and_claim_due` for `who` with the checks' TTL, which must succeed.
+/// `take` of the due streams for `who` with the checks' TTL, which must
+/// succeed: each lease with its run.
 async fn sweep<J: Journal>(j: &J, who: &str, l: SweepLimits) -> Vec<(Lease, Vec<OutboxRow>)> {
-    j.acquire_and_claim_due(&owner(who), TTL, l)
+    j.take(&owner(who), TTL, Take::Due(l))
         .await
-        .unwrap_or_else(|e| panic!("acquire_and_claim_due for {who} with {l:?} failed: {e}"))
+        .unwrap_or_else(|e| panic!("take of the due streams for {who} with {l:?} failed: {e}"))
+        .into_iter()
+        .map(|run| (run.lease, run.rows))
+        .collect()
 }
 
 /// What a sweep took: each stream with the seqs of its run, in the order returned.
@@ -1100,13 +1109,13 @@ fn swept(taken: &[(Lease, Vec<OutboxRow>)]) -> Vec<(String, Vec<u64>)> {
         .collect()
 }
 
-/// `acquire_and_claim_due`: takes the due streams oldest due first (as
+/// `take` of the due streams: takes the due streams oldest due first (as
 /// `due_streams`, not by name), each with its head run of at most
 /// `per_stream` rows, until `streams` streams or `rows` rows in all are
 /// taken (the last run is cut to what is left of the rows budget); each
 /// lease is the caller's (epoch 1 on a fresh stream) and current, the
 /// claimed rows are `processing`, and streams not taken are untouched.
-pub async fn acquire_and_claim_due_takes_oldest_due_streams_within_the_limits<H: Harness>(h: &H) {
+pub async fn take_due_takes_oldest_due_streams_within_the_limits<H: Harness>(h: &H) {
     use OutboxStatus::{Pending, Processing};
     let f = h.open().await;
     let c = enqueue(&f.journal, "c", 3).await;
@@ -1210,11 +1219,11 @@ pub async fn acquire_and_claim_due_takes_oldest_due_streams_within_the_limits<H:
     );
 }
 
-/// `acquire_and_load_due`: takes exactly what `acquire_and_claim_due`
+/// `take` of the due streams: takes exactly what `take` of the due streams
 /// takes from the same journal (streams, runs cut by the limits, leases),
 /// and a run's events, where the claim read them, are what `read_runs`
 /// returns for the run.
-pub async fn acquire_and_load_due_takes_what_a_sweep_takes_with_the_runs_events<H: Harness>(h: &H) {
+pub async fn take_due_reads_the_runs_events_as_read_runs_does<H: Harness>(h: &H) {
     let (plain, loading) = (h.open().await, h.open().await);
     for f in [&plain, &loading] {
         enqueue(&f.journal, "c", 3).await;
@@ -1227,15 +1236,15 @@ pub async fn acquire_and_load_due_takes_what_a_sweep_takes_with_the_runs_events<
     let taken = sweep(&plain.journal, "w", l).await;
     let loaded = loading
         .journal
-        .acquire_and_load_due(&owner("w"), TTL, l)
+        .take(&owner("w"), TTL, Take::Due(l))
         .await
-        .unwrap_or_else(|e| panic!("acquire_and_load_due with {l:?} failed: {e}"));
+        .unwrap_or_else(|e| panic!("take of the due streams with {l:?} failed: {e}"));
     let as_taken: Vec<(Lease, Vec<OutboxRow>)> =
         loaded.iter().map(|r| (r.lease.clone(), r.rows.clone())).collect();
     assert_eq!(
         swept(&as_taken),
         [("c".to_owned(), vec![1, 2, 3]), ("a".to_owned(), vec![1, 2])],
-        "the oldest due streams, within the limits, as `acquire_and_claim_due` takes them"
+        "the oldest due streams, within the limits, as `take` of the due streams takes them"
     );
     assert_eq!(swept(&as_taken), swept(&taken));
     for (run, (lease, rows)) in loaded.iter().zip(&taken) {
@@ -1282,11 +1291,11 @@ fn f_statuses(rows: &[OutboxRow]) -> Vec<(u64, OutboxStatus, u32)> {
         .collect()
 }
 
-/// `acquire_and_claim_due`: a stream whose lease another owner holds is
+/// `take` of the due streams: a stream whose lease another owner holds is
 /// skipped and left as it was; never a stream whose head is dead or failed
 /// and not yet due (not even leased for a moment: its epoch does not move);
 /// the failed head's stream is taken once it is due, attempt count kept.
-pub async fn acquire_and_claim_due_skips_held_dead_and_not_due_streams<H: Harness>(h: &H) {
+pub async fn take_due_skips_held_dead_and_not_due_streams<H: Harness>(h: &H) {
     use OutboxStatus::{Dead, Failed, Pending, Processing};
     let f = h.open().await;
     let held = enqueue(&f.journal, "held", 2).await;
@@ -1369,10 +1378,10 @@ pub async fn acquire_and_claim_due_skips_held_dead_and_not_due_streams<H: Harnes
     );
 }
 
-/// `acquire_and_claim_due`: with nothing due it returns nothing and changes
+/// `take` of the due streams: with nothing due it returns nothing and changes
 /// nothing; a limit of 0 or a TTL out of range is `InvalidInput` and
 /// changes nothing either.
-pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<H: Harness>(h: &H) {
+pub async fn take_due_with_nothing_due_or_bad_limits_takes_nothing<H: Harness>(h: &H) {
     let f = h.open().await;
     let taken = sweep(&f.journal, "w", limits(10, 10, 100)).await;
     assert!(taken.is_empty(), "an empty outbox: nothing taken: {taken:?}");
@@ -1397,7 +1406,7 @@ pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<
         ("per_stream = 0", limits(10, 0, 100)),
         ("rows = 0", limits(10, 10, 0)),
     ] {
-        let r = f.journal.acquire_and_claim_due(&owner("w"), TTL, l).await;
+        let r = f.journal.take(&owner("w"), TTL, Take::Due(l)).await;
         assert!(
             matches!(r, Err(Error::InvalidInput(_))),
             "a sweep limit {what} is InvalidInput: {r:?}"
@@ -1406,7 +1415,7 @@ pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<
     for ttl in [ms(1), secs(86_401)] {
         let r = f
             .journal
-            .acquire_and_claim_due(&owner("w"), ttl, limits(10, 10, 100))
+            .take(&owner("w"), ttl, Take::Due(limits(10, 10, 100)))
             .await;
         assert!(
             matches!(r, Err(Error::InvalidInput(_))),
@@ -1421,11 +1430,11 @@ pub async fn acquire_and_claim_due_with_nothing_due_or_bad_limits_takes_nothing<
     assert!(is_due(&f.journal, &t).await, "t is still due");
 }
 
-/// `acquire_and_claim_due`: after a takeover (the holder's lease expired,
+/// `take` of the due streams: after a takeover (the holder's lease expired,
 /// store clock) a stream whose head is still `processing` is due again and
 /// its unfinished head is claimed alone, uncharged (it was claimed beside
 /// other rows), as `claim` does; the old holder's lease is lost.
-pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>(h: &H) {
+pub async fn take_due_reclaims_an_unfinished_head_alone<H: Harness>(h: &H) {
     use OutboxStatus::Processing;
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 3).await;
@@ -1476,7 +1485,7 @@ pub async fn acquire_and_claim_due_reclaims_an_unfinished_head_alone<H: Harness>
     );
 }
 
-/// `acquire_and_claim_due` after a sweep's worker died: every stream it
+/// `take` of the due streams after a sweep's worker died: every stream it
 /// held is taken again, each suspect head claimed by itself (a run of one
 /// row, applied alone) beside fresh streams, and none is charged an
 /// attempt: nobody can tell which stream's row ended the sweep.
@@ -1521,15 +1530,15 @@ pub async fn sweeps_take_suspects_by_themselves_and_charge_none<H: Harness>(h: &
     }
 }
 
-/// `complete_and_release_all`: `complete_and_release` for each end (through
+/// `finish`: `complete_and_release` for each end (through
 /// given or not, abandon or not), returning the rows completed in all; a
 /// lease no longer current among them fails nothing: its completion stands,
 /// its abandon and release change nothing, and the other ends take effect.
-pub async fn complete_and_release_all_ends_several_passes<H: Harness>(h: &H) {
+pub async fn finish_ends_several_passes<H: Harness>(h: &H) {
     use OutboxStatus::{Pending, Processing};
     let f = h.open().await;
     assert_eq!(
-        f.journal.complete_and_release_all(&[]).await.unwrap(),
+        f.journal.finish(&[]).await.unwrap(),
         0,
         "no ends: nothing completed"
     );
@@ -1558,7 +1567,7 @@ pub async fn complete_and_release_all_ends_several_passes<H: Harness>(h: &H) {
     };
     let done = f
         .journal
-        .complete_and_release_all(&[
+        .finish(&[
             end("s", Some(2), true),
             end("v", Some(1), true),
             end("t", Some(3), false),
@@ -1614,10 +1623,10 @@ pub async fn complete_and_release_all_ends_several_passes<H: Harness>(h: &H) {
     assert!(r.is_ok(), "x's lease is still current: {r:?}");
 }
 
-/// `complete_and_release_all` with plain ends (a completion, no abandon):
+/// `finish` with plain ends (a completion, no abandon):
 /// each stream's head moves to its first row left, due by that row, or goes
 /// with its last row, as `complete` leaves it.
-pub async fn complete_and_release_all_moves_the_heads_of_completed_streams<H: Harness>(h: &H) {
+pub async fn finish_moves_the_heads_of_completed_streams<H: Harness>(h: &H) {
     let f = h.open().await;
     let j = &f.journal;
     let a = enqueue(j, "a", 3).await;
@@ -1632,7 +1641,7 @@ pub async fn complete_and_release_all_moves_the_heads_of_completed_streams<H: Ha
             abandon: false,
         });
     }
-    let done = j.complete_and_release_all(&ends).await.expect("ends");
+    let done = j.finish(&ends).await.expect("ends");
     assert_eq!(done, 4);
     assert_eq!(
         due(j).await,

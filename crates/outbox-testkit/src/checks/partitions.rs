@@ -296,7 +296,7 @@ pub async fn partitioned_claim_takes_the_oldest_due_streams_of_held_partitions<H
 }
 
 /// A partitioned claim's lease is current only while its partition's lease
-/// is: after a takeover the old holder's `claim`, `fail`, `abandon` and
+/// is: after a takeover the old holder's `claim`, `fail` and
 /// `renew` are `LeaseLost`, and the new holder's claim takes the unfinished
 /// row over alone (no attempt counted: the run it was claimed in held two
 /// rows, so nobody can tell which one ended it).
@@ -321,7 +321,6 @@ pub async fn partitioned_claim_is_fenced_by_the_partition_epoch<H: Harness>(h: &
     for (what, result) in [
         ("claim", j.claim(&stale, 10).await.map(|_| ())),
         ("fail", j.fail(&stale, seq(1), "boom", &policy).await.map(|_| ())),
-        ("abandon", j.abandon(&stale).await.map(|_| ())),
         ("renew", j.renew(&stale, TTL).await.map(|_| ())),
     ] {
         assert!(
@@ -376,7 +375,7 @@ pub async fn partitioned_pass_ends_without_releasing_the_partition<H: Harness>(h
     let (lease, rows) = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().remove(0);
     assert_eq!(rows.len(), 3);
     let done = j
-        .complete_and_release_all(&[StreamEnd {
+        .finish(&[StreamEnd {
             lease: lease.clone(),
             through: Some(seq(2)),
             abandon: true,
@@ -411,7 +410,7 @@ pub async fn partitioned_plain_end_lets_the_rest_be_claimed_at_once<H: Harness>(
     let (lease, rows) = j.claim_partitioned(&a, TTL, two).await.unwrap().remove(0);
     assert_eq!(rows.len(), 2);
     let done = j
-        .complete_and_release_all(&[StreamEnd {
+        .finish(&[StreamEnd {
             lease,
             through: Some(seq(2)),
             abandon: false,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_core::OutboxQueueExt as _;
 use outbox_core::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, DeadLetters, Error, Event, EventJournal,
     ExpectedVersion, FailureOutcome, Lease, LeaseStore, MAX_PAGE, NewEvent, OutboxInspector, OutboxQueue,
@@ -367,7 +368,7 @@ where
                             j.complete(&s, seq(bad.get() - 1)).await.expect("complete");
                         }
                         j.fail(&lease, bad, "applier failed", policy).await.expect("fail");
-                        j.abandon(&lease).await.expect("abandon");
+                        j.complete_and_release(&lease, None, true).await.expect("finish");
                         out.failures += 1;
                     }
                 }
