@@ -50,7 +50,9 @@ pub use commands::execute;
 /// | 5 | storage error (unreadable or corrupt database, schema newer than this build, or older and not migrated) |
 pub fn exit_code(err: &anyhow::Error) -> u8 {
     match err.downcast_ref::<Error>() {
-        Some(Error::InvalidInput(_) | Error::Config(_) | Error::UnknownEventType(_)) => 2,
+        Some(
+            Error::InvalidInput(_) | Error::Config(_) | Error::UnknownEventType(_) | Error::Unsupported(_),
+        ) => 2,
         Some(Error::NotFound(_)) => 3,
         Some(Error::Conflict { .. } | Error::InvalidState(_) | Error::LeaseLost { .. }) => 4,
         Some(

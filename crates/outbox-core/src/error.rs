@@ -43,6 +43,12 @@ pub enum Error {
     #[error("not found: {0}")]
     NotFound(String),
 
+    /// The store does not have the optional capability the call needs
+    /// (sinks, runs, generations: ADR 0035). Nothing was changed; use an
+    /// adapter that has it.
+    #[error("not supported by this store: {0}")]
+    Unsupported(String),
+
     /// The operation is not allowed in the entity's current state (for
     /// example requeueing a row that is not dead).
     #[error("{0}")]

@@ -302,15 +302,24 @@ pub enum SwapOutcome {
 /// - `stored_generations` lists, for each of the projection's generations
 ///   that has checkpoints or a running digest, what is stored, in
 ///   generation order.
+///
+/// An optional capability (ADR 0035): the defaults read no records and
+/// refuse every write with [`Error::Unsupported`] (no blue/green rebuild;
+/// every projection stays in its first generation).
 pub trait GenerationStore: Send + Sync {
     /// One projection's record.
     fn generation(
         &self,
         projection: &ProjectionName,
-    ) -> impl Future<Output = Result<Option<GenerationInfo>>> + Send;
+    ) -> impl Future<Output = Result<Option<GenerationInfo>>> + Send {
+        let _ = projection;
+        async { Ok(None) }
+    }
 
     /// Every record.
-    fn generations(&self) -> impl Future<Output = Result<Vec<GenerationInfo>>> + Send;
+    fn generations(&self) -> impl Future<Output = Result<Vec<GenerationInfo>>> + Send {
+        async { Ok(Vec::new()) }
+    }
 
     /// Starts (or resumes) building a new generation.
     fn begin_generation(
@@ -318,7 +327,10 @@ pub trait GenerationStore: Send + Sync {
         projection: &ProjectionName,
         live_version: u32,
         version: u32,
-    ) -> impl Future<Output = Result<GenerationInfo>> + Send;
+    ) -> impl Future<Output = Result<GenerationInfo>> + Send {
+        let _ = (projection, live_version, version);
+        async { no_generations() }
+    }
 
     /// Records how far the build has read the journal.
     fn record_build_position(
@@ -326,7 +338,10 @@ pub trait GenerationStore: Send + Sync {
         projection: &ProjectionName,
         generation: u32,
         position: u64,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (projection, generation, position);
+        async { no_generations() }
+    }
 
     /// Makes the building generation live, if `check` allows.
     fn swap_generation(
@@ -334,20 +349,36 @@ pub trait GenerationStore: Send + Sync {
         projection: &ProjectionName,
         generation: u32,
         check: SwapCheck,
-    ) -> impl Future<Output = Result<SwapOutcome>> + Send;
+    ) -> impl Future<Output = Result<SwapOutcome>> + Send {
+        let _ = (projection, generation, check);
+        async { no_generations() }
+    }
 
     /// Deletes a generation that is not live.
     fn drop_generation(
         &self,
         projection: &ProjectionName,
         generation: u32,
-    ) -> impl Future<Output = Result<u64>> + Send;
+    ) -> impl Future<Output = Result<u64>> + Send {
+        let _ = (projection, generation);
+        async { no_generations() }
+    }
 
     /// What each generation of the projection holds.
     fn stored_generations(
         &self,
         projection: &ProjectionName,
-    ) -> impl Future<Output = Result<Vec<StoredGeneration>>> + Send;
+    ) -> impl Future<Output = Result<Vec<StoredGeneration>>> + Send {
+        let _ = projection;
+        async { Ok(Vec::new()) }
+    }
+}
+
+/// What a [`GenerationStore`] without the capability answers to a write.
+fn no_generations<T>() -> Result<T> {
+    Err(Error::Unsupported(
+        "generations: this projection store builds no second generation of a projection".into(),
+    ))
 }
 
 #[cfg(test)]

@@ -47,10 +47,10 @@ pub use partition::{
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
-    ActivityCounts, ActivitySeries, DeadLetters, EventJournal, LeaseAdmin, LeaseEntry, LeaseStore,
-    MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue, OutboxQueueExt,
-    ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo, WorkerRegistry,
-    validate_activity_minutes,
+    ActivityCounts, ActivityLog, ActivitySeries, DeadLetters, EventJournal, LeaseAdmin, LeaseEntry,
+    LeaseStore, MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue,
+    OutboxQueueExt, ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo,
+    WorkerRegistry, validate_activity_minutes,
 };
 pub use projection::{
     ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,
@@ -59,7 +59,7 @@ pub use projection::{
 pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};
 pub use sink::{
-    EventTypeFilter, FeedPage, PROJECTION_CONSUMER_PREFIX, Published, Sink, SinkStatus, SinkStore,
+    EventTypeFilter, FeedPage, PROJECTION_CONSUMER_PREFIX, Published, Sink, SinkFeed, SinkStatus, SinkStore,
     SinkStream, SinkSummary, consumer_projection, message_id, projection_consumer,
 };
 pub use skip::{SkippedEvent, SkippedEvents};

@@ -670,12 +670,10 @@ impl ActivitySeries {
 /// A minute in milliseconds: the width of an activity bucket.
 pub const MINUTE_MS: i64 = 60_000;
 
-/// The most minutes [`WorkerRegistry::activity`] reads at once (a day).
+/// The most minutes [`ActivityLog::activity`] reads at once (a day).
 pub const MAX_ACTIVITY_MINUTES: u32 = 1440;
 
-/// Worker heartbeats, so operators can see who is working, and the
-/// per-minute activity every worker contributes to, so they can see what was
-/// done.
+/// Worker heartbeats, so operators can see who is working.
 ///
 /// # Contract
 /// - `heartbeat` inserts the worker (keeping `started_at` from the first
@@ -693,15 +691,8 @@ pub const MAX_ACTIVITY_MINUTES: u32 = 1440;
 /// - A heartbeat refreshes `mode` (and `host` and `pid` when it takes an
 ///   expired entry over), and keeps `started_at` for as long as the entry
 ///   exists (expired or not).
-/// - `record_activity` adds `counts` to the bucket of (the current minute by
-///   the store's clock, `id`), creating it; empty counts write nothing.
-///   Buckets are per worker, so concurrent workers never wait on each other.
-/// - `activity(n)` sums the buckets of all workers per minute over the last
-///   `n` minutes (the current one included), oldest first, omitting minutes
-///   without buckets, and returns the current minute with them. `n` of 0 or
-///   above [`MAX_ACTIVITY_MINUTES`] is `InvalidInput`.
-/// - `prune` also deletes the activity buckets whose minute ended `grace` or
-///   more ago.
+/// - On a store with an [`ActivityLog`], `prune` also deletes the activity
+///   buckets whose minute ended `grace` or more ago.
 pub trait WorkerRegistry: Send + Sync {
     /// Registers or refreshes a worker.
     fn heartbeat(
@@ -721,16 +712,41 @@ pub trait WorkerRegistry: Send + Sync {
 
     /// Deletes long-expired entries (and old activity).
     fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send;
+}
 
+/// The per-minute activity every worker contributes to, so operators can
+/// see what was done (the monitor's throughput chart). An optional
+/// capability (ADR 0035): the defaults keep nothing and read
+/// [`Error::Unsupported`](crate::Error::Unsupported).
+///
+/// # Contract
+/// - `record_activity` adds `counts` to the bucket of (the current minute by
+///   the store's clock, `id`), creating it; empty counts write nothing.
+///   Buckets are per worker, so concurrent workers never wait on each other.
+/// - `activity(n)` sums the buckets of all workers per minute over the last
+///   `n` minutes (the current one included), oldest first, omitting minutes
+///   without buckets, and returns the current minute with them. `n` of 0 or
+///   above [`MAX_ACTIVITY_MINUTES`] is `InvalidInput`.
+pub trait ActivityLog: Send + Sync {
     /// Adds a worker's counts to the current minute.
     fn record_activity(
         &self,
         id: &WorkerId,
         counts: ActivityCounts,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (id, counts);
+        async { Ok(()) }
+    }
 
     /// Every worker's activity over the last `minutes` minutes.
-    fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send;
+    fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send {
+        let _ = minutes;
+        async {
+            Err(crate::Error::Unsupported(
+                "activity: this journal keeps no activity log".into(),
+            ))
+        }
+    }
 }
 
 /// `InvalidInput` unless `1 <= minutes <= MAX_ACTIVITY_MINUTES`.
@@ -805,6 +821,10 @@ pub trait WakeSource: Send + Sync {
 ///   last updated `older_than` or more ago (`updated_at <= now - older_than`,
 ///   store clock) and returns how many; active runs are never deleted, and
 ///   ids stay unique and increasing after a prune.
+///
+/// An optional capability (ADR 0035): the defaults read no runs and refuse
+/// to admit one with [`Error::Unsupported`](crate::Error::Unsupported) (no
+/// replay or rebuild jobs; the worker, repair and the rest run).
 pub trait RunStore: Send + Sync {
     /// Admits a run with global-position bounds.
     fn admit_bounded_run(
@@ -814,7 +834,10 @@ pub trait RunStore: Send + Sync {
         bounds: crate::RunBounds,
         owner: &WorkerId,
         ttl: Duration,
-    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        let _ = (kind, projection, bounds, owner, ttl);
+        async { no_runs() }
+    }
 
     /// Admits a run bounded only by `until`.
     fn admit_run(
@@ -840,7 +863,10 @@ pub trait RunStore: Send + Sync {
         projection: &ProjectionName,
         live: &[WorkerId],
         idle: Duration,
-    ) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
+    ) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send {
+        let _ = (projection, live, idle);
+        async { Ok(None) }
+    }
 
     /// Records progress (with the global position committed through) and
     /// renews the owner's claim.
@@ -850,7 +876,10 @@ pub trait RunStore: Send + Sync {
         owner: &WorkerId,
         progress: crate::RunProgress<'_>,
         ttl: Duration,
-    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        let _ = (id, owner, progress, ttl);
+        async { no_runs() }
+    }
 
     /// Records progress without a position and renews the owner's claim.
     fn update_run(
@@ -875,19 +904,34 @@ pub trait RunStore: Send + Sync {
         id: u64,
         owner: &WorkerId,
         end: crate::RunEnd,
-    ) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    ) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        let _ = (id, owner, end);
+        async { no_runs() }
+    }
 
     /// Requests cancellation.
-    fn cancel_run(&self, id: u64) -> impl Future<Output = Result<crate::RunRecord>> + Send;
+    fn cancel_run(&self, id: u64) -> impl Future<Output = Result<crate::RunRecord>> + Send {
+        let _ = id;
+        async { no_runs() }
+    }
 
     /// One run.
-    fn run(&self, id: u64) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send;
+    fn run(&self, id: u64) -> impl Future<Output = Result<Option<crate::RunRecord>>> + Send {
+        let _ = id;
+        async { Ok(None) }
+    }
 
     /// Recent runs, newest first.
-    fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<crate::RunRecord>>> + Send;
+    fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<crate::RunRecord>>> + Send {
+        let _ = limit;
+        async { Ok(Vec::new()) }
+    }
 
     /// Deletes long-finished runs.
-    fn prune_runs(&self, older_than: Duration) -> impl Future<Output = Result<u64>> + Send;
+    fn prune_runs(&self, older_than: Duration) -> impl Future<Output = Result<u64>> + Send {
+        let _ = older_than;
+        async { Ok(0) }
+    }
 }
 
 /// Reads the documents of [`ViewProjection`](crate::ViewProjection)s outside
@@ -937,4 +981,11 @@ pub trait ViewStore: Send + Sync {
         &self,
         projection: &ProjectionName,
     ) -> impl Future<Output = Result<crate::ViewDigestCheck>> + Send;
+}
+
+/// What a [`RunStore`] without the capability answers to a write.
+fn no_runs<T>() -> Result<T> {
+    Err(crate::Error::Unsupported(
+        "runs: this projection store keeps no replay or rebuild runs".into(),
+    ))
 }

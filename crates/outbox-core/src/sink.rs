@@ -323,9 +323,6 @@ pub struct FeedPage {
 ///   still open (so one long-open transaction holds back the events that
 ///   commit after it, never loses them).
 pub trait SinkStore: Send + Sync {
-    /// The journal from feed cursor `after`, in the order it became visible.
-    fn read_feed(&self, after: u64, limit: usize) -> impl Future<Output = Result<FeedPage>> + Send;
-
     /// The states of `streams` for `sink`.
     fn sink_states(
         &self,
@@ -388,8 +385,32 @@ pub trait SinkStore: Send + Sync {
         stream: &StreamId,
     ) -> impl Future<Output = Result<SinkStream>> + Send;
 
-    /// The scan cursors of `sink`, by partition.
-    fn sink_cursors(&self, sink: &SinkName) -> impl Future<Output = Result<Vec<(Partition, u64)>>> + Send;
+    /// Every sink with stored state.
+    fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send;
+}
+
+/// What a sink's delivery reads beyond the consumer states: the journal in
+/// visibility order and the scan cursors (ADR 0023, 0030). An optional
+/// capability (ADR 0035): a journal without it takes no sinks (the runtime
+/// refuses to start one), and the defaults say so. The contract of
+/// `read_feed`, `sink_cursors` and `advance_sink_cursor` is
+/// [`SinkStore`]'s above.
+pub trait SinkFeed: SinkStore {
+    /// The journal from feed cursor `after`, in the order it became visible.
+    fn read_feed(&self, after: u64, limit: usize) -> impl Future<Output = Result<FeedPage>> + Send {
+        let _ = (after, limit);
+        async {
+            Err(Error::Unsupported(
+                "sinks: this journal has no feed to deliver from".into(),
+            ))
+        }
+    }
+
+    /// The scan cursors of `sink`, by partition (none without the capability).
+    fn sink_cursors(&self, sink: &SinkName) -> impl Future<Output = Result<Vec<(Partition, u64)>>> + Send {
+        let _ = sink;
+        async { Ok(Vec::new()) }
+    }
 
     /// Moves a scan cursor from `from` to `to` (compare-and-set).
     fn advance_sink_cursor(
@@ -398,10 +419,14 @@ pub trait SinkStore: Send + Sync {
         partition: Partition,
         from: u64,
         to: u64,
-    ) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Every sink with stored state.
-    fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send;
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let _ = (sink, partition, from, to);
+        async {
+            Err(Error::Unsupported(
+                "sinks: this journal keeps no scan cursors".into(),
+            ))
+        }
+    }
 }
 
 /// `InvalidInput` unless `to > from`, or `to == from` without `more` (a settle).

@@ -26,9 +26,11 @@ pub struct SkippedEvent {
     pub skipped_at: Timestamp,
 }
 
-/// The skip records of a projection store: an optional capability (a store
-/// without it cannot take [`OnError::Skip`](crate::OnError::Skip); the
-/// runtime parks the event instead).
+/// The skip records of a projection store: an optional capability (ADR
+/// 0035). A store without it lists none and re-applies nothing (the
+/// defaults), and its transactions keep no record
+/// ([`ApplyTx::record_skip`](crate::spi::ApplyTx::record_skip)'s default):
+/// the runtime then parks an event an applier asks to skip.
 ///
 /// # Contract
 /// `skipped`:
@@ -52,12 +54,22 @@ pub trait SkippedEvents: ProjectionStore {
         &self,
         projection: Option<&ProjectionName>,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<SkippedEvent>>> + Send;
+    ) -> impl Future<Output = Result<Vec<SkippedEvent>>> + Send {
+        let _ = (projection, limit);
+        async { Ok(Vec::new()) }
+    }
 
     /// Re-applies one skipped event to its projection, once.
     fn reapply(
         &self,
         event: &Event,
         projection: &Arc<dyn Projection<Self::Tx>>,
-    ) -> impl Future<Output = Result<bool>> + Send;
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let _ = (event, projection);
+        async {
+            Err(crate::Error::Unsupported(
+                "skips: this projection store keeps no skip records".into(),
+            ))
+        }
+    }
 }

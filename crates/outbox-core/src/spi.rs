@@ -98,18 +98,28 @@ pub trait ApplyTx: ViewStorage {
     /// ([`OnError::Skip`](crate::OnError::Skip)): inserted or replaced,
     /// stamped with the store's clock. Written with the apply that moves
     /// the checkpoint past the event, so both commit or neither does.
+    /// The default, for a store without skip records (ADR 0035), is
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     async fn record_skip(
         &mut self,
         projection: &ProjectionName,
         stream: &StreamId,
         seq: Seq,
         error: &str,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let _ = (projection, stream, seq, error);
+        Err(crate::Error::Unsupported(
+            "skips: this projection store keeps no skip records".into(),
+        ))
+    }
 
     /// Removes that record and says whether it was there; on a store whose
     /// transactions run concurrently, a second caller waits for the first
-    /// and then finds nothing.
-    async fn take_skip(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) -> Result<bool>;
+    /// and then finds nothing. The default finds none.
+    async fn take_skip(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) -> Result<bool> {
+        let _ = (projection, stream, seq);
+        Ok(false)
+    }
 
     /// `advance` for several streams, returning the checkpoints set in all
     /// (a store may write them in a few statements). The default calls

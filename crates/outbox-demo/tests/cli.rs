@@ -15,6 +15,7 @@
 //! directory is compared byte for byte, so a new file is a change too).
 
 use outbox_core::OutboxQueueExt as _;
+use outbox_core::SinkFeed as _;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

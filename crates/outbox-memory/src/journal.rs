@@ -963,7 +963,9 @@ impl WorkerRegistry for MemoryJournal {
             .retain(|(minute, _), _| minute.as_millis().saturating_add(MINUTE_MS) > cutoff.as_millis());
         Ok((before - st.workers.len()) as u64)
     }
+}
 
+impl outbox_core::ActivityLog for MemoryJournal {
     async fn record_activity(&self, id: &WorkerId, counts: ActivityCounts) -> Result<()> {
         if counts.is_empty() {
             return Ok(());

@@ -1,4 +1,4 @@
-//! [`SinkStore`] in memory: sink checkpoints and scan cursors in the
+//! [`SinkStore`] and [`SinkFeed`] in memory: sink checkpoints and scan cursors in the
 //! journal's state (one lock, so every call is one "transaction").
 
 use std::collections::BTreeMap;
@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use outbox_core::spi::{duration_millis, truncate_error, validate_advance, validate_failing, validate_limit};
 use outbox_core::{
     Error, EventJournal, FailureDecision, FailureOutcome, FeedPage, MAX_PAGE, Partition, Result, RetryPolicy,
-    Seq, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamId, Timestamp,
+    Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamId, Timestamp,
 };
 
 use crate::MemoryJournal;
@@ -20,17 +20,6 @@ pub(crate) struct SinkState {
 }
 
 impl SinkStore for MemoryJournal {
-    /// Positions are taken under the journal's one lock, in commit order:
-    /// the feed key is the global position.
-    async fn read_feed(&self, after: u64, limit: usize) -> Result<FeedPage> {
-        let events = self.read_global(after, limit).await?;
-        let next = events.last().map_or(after, |e| e.global_position);
-        Ok(FeedPage {
-            events: events.into_iter().map(|e| (e.global_position, e)).collect(),
-            next,
-        })
-    }
-
     async fn sink_states(&self, sink: &SinkName, streams: &[StreamId]) -> Result<Vec<SinkStream>> {
         let st = self.lock();
         Ok(streams
@@ -234,34 +223,6 @@ impl SinkStore for MemoryJournal {
         Ok(state.clone())
     }
 
-    async fn sink_cursors(&self, sink: &SinkName) -> Result<Vec<(Partition, u64)>> {
-        let st = self.lock();
-        Ok(st
-            .sinks
-            .cursors
-            .iter()
-            .filter(|((s, _), _)| s == sink)
-            .map(|((_, p), pos)| (*p, *pos))
-            .collect())
-    }
-
-    async fn advance_sink_cursor(
-        &self,
-        sink: &SinkName,
-        partition: Partition,
-        from: u64,
-        to: u64,
-    ) -> Result<bool> {
-        outbox_core::spi::validate_cursor_move(from, to)?;
-        let mut st = self.lock();
-        let key = (sink.clone(), partition);
-        if st.sinks.cursors.get(&key).copied().unwrap_or(0) != from {
-            return Ok(false);
-        }
-        st.sinks.cursors.insert(key, to);
-        Ok(true)
-    }
-
     async fn sinks(&self) -> Result<Vec<SinkSummary>> {
         let st = self.lock();
         let mut out: BTreeMap<SinkName, SinkSummary> = BTreeMap::new();
@@ -292,5 +253,46 @@ impl SinkStore for MemoryJournal {
             out.entry(sink.clone()).or_insert_with(|| blank(&sink)).position = pos;
         }
         Ok(out.into_values().collect())
+    }
+}
+
+impl SinkFeed for MemoryJournal {
+    /// Positions are taken under the journal's one lock, in commit order:
+    /// the feed key is the global position.
+    async fn read_feed(&self, after: u64, limit: usize) -> Result<FeedPage> {
+        let events = self.read_global(after, limit).await?;
+        let next = events.last().map_or(after, |e| e.global_position);
+        Ok(FeedPage {
+            events: events.into_iter().map(|e| (e.global_position, e)).collect(),
+            next,
+        })
+    }
+
+    async fn sink_cursors(&self, sink: &SinkName) -> Result<Vec<(Partition, u64)>> {
+        let st = self.lock();
+        Ok(st
+            .sinks
+            .cursors
+            .iter()
+            .filter(|((s, _), _)| s == sink)
+            .map(|((_, p), pos)| (*p, *pos))
+            .collect())
+    }
+
+    async fn advance_sink_cursor(
+        &self,
+        sink: &SinkName,
+        partition: Partition,
+        from: u64,
+        to: u64,
+    ) -> Result<bool> {
+        outbox_core::spi::validate_cursor_move(from, to)?;
+        let mut st = self.lock();
+        let key = (sink.clone(), partition);
+        if st.sinks.cursors.get(&key).copied().unwrap_or(0) != from {
+            return Ok(false);
+        }
+        st.sinks.cursors.insert(key, to);
+        Ok(true)
     }
 }

@@ -262,17 +262,27 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else if state.seq > before {
             return Ok(());
         }
+        let mut policy = policy;
         if decision == OnError::Skip
             && let Some(name) = outbox_core::consumer_projection(key)
-            && self
+        {
+            match self
                 .skip_event(&ProjectionName::new(name)?, stream, seq, message)
                 .await?
-        {
-            // Its state stays due: the exception path goes on from the
-            // checkpoint just past the event.
-            report.skipped += 1;
-            Metrics::add(&inner.metrics.skipped, 1);
-            return Ok(());
+            {
+                crate::skipping::SkipOutcome::Skipped => {
+                    // Its state stays due: the exception path goes on from
+                    // the checkpoint just past the event.
+                    report.skipped += 1;
+                    Metrics::add(&inner.metrics.skipped, 1);
+                    return Ok(());
+                }
+                // No skip records (ADR 0035): parked instead.
+                crate::skipping::SkipOutcome::Unsupported => {
+                    policy = inner.config.retry.with_dead_letter_after(1)?;
+                }
+                crate::skipping::SkipOutcome::Elsewhere => {}
+            }
         }
         let outcome = match self
             .journal()

@@ -21,6 +21,11 @@ use crate::deadline::Within;
 use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
+///
+/// The capability traits (`SinkFeed`, `ActivityLog`; ADR 0035) are part of
+/// the bound, but an adapter without the capability writes an empty `impl`
+/// and takes its defaults: the runtime then refuses sinks and keeps no
+/// activity, and runs everything else.
 pub trait JournalBackend:
     EventJournal
     + OutboxQueue
@@ -31,6 +36,8 @@ pub trait JournalBackend:
     + PartitionStore
     + SinkStore
     + outbox_core::ConsumerRegistry
+    + outbox_core::SinkFeed
+    + outbox_core::ActivityLog
     + 'static
 {
 }
@@ -44,6 +51,8 @@ impl<T> JournalBackend for T where
         + PartitionStore
         + SinkStore
         + outbox_core::ConsumerRegistry
+        + outbox_core::SinkFeed
+        + outbox_core::ActivityLog
         + 'static
 {
 }
@@ -275,6 +284,16 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
             )));
         }
         crate::sinks::check_sink_names(&self.sinks)?;
+        if !self.sinks.is_empty() {
+            // An optional capability (ADR 0035): refused here, not at the
+            // first delivery pass.
+            // Another error is the store's now, and the delivery loop's to retry.
+            if let Err(Error::Unsupported(why)) = self.journal.read_feed(0, 1).await {
+                return Err(Error::Config(format!(
+                    "sinks are registered, but this journal cannot deliver to them ({why})"
+                )));
+            }
+        }
         outbox_core::validate_code_version(&self.code_version).map_err(|e| Error::Config(e.to_string()))?;
         let mut names = std::collections::BTreeSet::new();
         for p in &registered {

@@ -21,6 +21,18 @@ use tracing::{info, warn};
 use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
+/// What [`Outbox::skip_event`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SkipOutcome {
+    /// The checkpoint moved past the event; the record is written.
+    Skipped,
+    /// Nothing: the projection is not run here, or its checkpoint moved
+    /// elsewhere meanwhile.
+    Elsewhere,
+    /// Nothing: the projection store keeps no skip records.
+    Unsupported,
+}
+
 /// Stands in for a projection for one apply of the event at `seq`: writes
 /// its skip record instead of running its applier.
 struct Skipping<Tx> {
@@ -61,18 +73,16 @@ impl<Tx: ApplyTx + 'static> Projection<Tx> for Skipping<Tx> {
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Passes over `stream`/`seq` for projection `name`, recording `error`:
     /// its checkpoint moves past the event (compare-and-set from the event
-    /// before) in the transaction that writes the record. Returns whether it
-    /// did; `false` when the projection is not run here or its checkpoint is
-    /// elsewhere (another worker moved it meanwhile).
+    /// before) in the transaction that writes the record.
     pub(crate) async fn skip_event(
         &self,
         name: &ProjectionName,
         stream: &StreamId,
         seq: Seq,
         error: &str,
-    ) -> Result<bool> {
+    ) -> Result<SkipOutcome> {
         let Some(p) = self.inner.projections.iter().find(|p| p.name() == name) else {
-            return Ok(false);
+            return Ok(SkipOutcome::Elsewhere);
         };
         let deadline = self.config().store_deadline();
         let event = self.journal().load(stream, seq).within(deadline, "load").await?;
@@ -90,13 +100,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 std::slice::from_ref(&skipping),
             )
             .within_apply(deadline, "apply")
-            .await?;
+            .await;
         match outcome {
-            ApplyOutcome::Applied(_) => {
+            Ok(ApplyOutcome::Applied(_)) => {
                 warn!(projection = %name, stream = %stream, seq = %seq, error = %error, "event skipped for this projection (recorded; `outbox skipped` lists it, `outbox skipped reapply` applies it)");
-                Ok(true)
+                Ok(SkipOutcome::Skipped)
             }
-            ApplyOutcome::Gap(_) => Ok(false),
+            Ok(ApplyOutcome::Gap(_)) => Ok(SkipOutcome::Elsewhere),
+            // A store without skip records (ADR 0035).
+            Err(Error::Apply { source, .. })
+                if matches!(source.downcast_ref::<Error>(), Some(Error::Unsupported(_))) =>
+            {
+                warn!(projection = %name, stream = %stream, seq = %seq, "the applier asks to skip the event, but this projection store keeps no skip records: it is parked instead");
+                Ok(SkipOutcome::Unsupported)
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Runtime behaviour on the memory adapter, in tokio's virtual time.
 
+use outbox_core::ActivityLog as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -127,7 +127,9 @@ macro_rules! impl_journal_ports {
             async fn prune(&self, grace: ::std::time::Duration) -> ::outbox_core::Result<u64> {
                 $crate::journal::prune(&*self.$db, grace).await
             }
+        }
 
+        impl ::outbox_core::ActivityLog for $ty {
             async fn record_activity(
                 &self,
                 id: &::outbox_core::WorkerId,

@@ -583,20 +583,13 @@ pub async fn read_feed<J: EventJournal + ?Sized>(
     Ok(FeedPage { events, next: upper })
 }
 
-/// Implements [`SinkStore`](outbox_core::SinkStore) for an adapter type
+/// Implements [`SinkStore`](outbox_core::SinkStore) and
+/// [`SinkFeed`](outbox_core::SinkFeed) for an adapter type
 /// whose `$db` field implements [`Database`], by delegating to this module.
 #[macro_export]
 macro_rules! impl_sink_store {
     ($ty:ty, $db:ident) => {
         impl ::outbox_core::SinkStore for $ty {
-            async fn read_feed(
-                &self,
-                after: u64,
-                limit: usize,
-            ) -> ::outbox_core::Result<::outbox_core::FeedPage> {
-                $crate::sinks::read_feed(self, &*self.$db, after, limit).await
-            }
-
             async fn sink_states(
                 &self,
                 sink: &::outbox_core::SinkName,
@@ -665,6 +658,20 @@ macro_rules! impl_sink_store {
                 $crate::sinks::requeue_sink(&*self.$db, sink, stream).await
             }
 
+            async fn sinks(&self) -> ::outbox_core::Result<Vec<::outbox_core::SinkSummary>> {
+                $crate::sinks::sinks(&*self.$db).await
+            }
+        }
+
+        impl ::outbox_core::SinkFeed for $ty {
+            async fn read_feed(
+                &self,
+                after: u64,
+                limit: usize,
+            ) -> ::outbox_core::Result<::outbox_core::FeedPage> {
+                $crate::sinks::read_feed(self, &*self.$db, after, limit).await
+            }
+
             async fn sink_cursors(
                 &self,
                 sink: &::outbox_core::SinkName,
@@ -680,10 +687,6 @@ macro_rules! impl_sink_store {
                 to: u64,
             ) -> ::outbox_core::Result<bool> {
                 $crate::sinks::advance_sink_cursor(&*self.$db, sink, partition, from, to).await
-            }
-
-            async fn sinks(&self) -> ::outbox_core::Result<Vec<::outbox_core::SinkSummary>> {
-                $crate::sinks::sinks(&*self.$db).await
             }
         }
     };

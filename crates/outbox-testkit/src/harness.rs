@@ -32,6 +32,8 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + WorkerRegistry
         + PartitionStore
         + SinkStore
+        + outbox_core::SinkFeed
+        + outbox_core::ActivityLog
         + outbox_core::ConsumerRegistry
         + 'static;
     /// The projection database (checkpoints, watermarks, runs, projection tables).

@@ -501,8 +501,14 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     b.push_str(&exceptions_section(m, exceptions, &listed));
     b.push_str(&consumers_section(m, &consumers));
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
-    let activity = m.journal.activity(CHART_MINUTES).await?;
-    b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize)));
+    match m.journal.activity(CHART_MINUTES).await {
+        Ok(activity) => b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize))),
+        // An optional capability (ADR 0035): the chart is left out.
+        Err(outbox_core::Error::Unsupported(why)) => {
+            let _ = write!(b, "<p class=\"note\">{}</p>", html::esc(&why));
+        }
+        Err(e) => return Err(e),
+    }
     b.push_str(
         "<p class=\"note\">Rows completed (their events applied), failures recorded and rows \
          dead-lettered per minute, by every worker (each adds its counts at its heartbeat).</p>",

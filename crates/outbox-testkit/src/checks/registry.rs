@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use outbox_core::{
-    ActivityCounts, Error, MAX_ACTIVITY_MINUTES, MAX_LEASE_TTL, MIN_LEASE_TTL, MINUTE_MS, MinuteActivity,
-    Mode, Timestamp, WorkerInfo, WorkerRegistry,
+    ActivityCounts, ActivityLog, Error, MAX_ACTIVITY_MINUTES, MAX_LEASE_TTL, MIN_LEASE_TTL, MINUTE_MS,
+    MinuteActivity, Mode, Timestamp, WorkerInfo, WorkerRegistry,
 };
 
 use super::support::{ms, now, owner, secs};
@@ -335,7 +335,7 @@ async fn start_of_a_minute<H: Harness>(h: &H, f: &crate::Fixture<H>) -> Timestam
 }
 
 /// Records `c` for worker `who`, which must succeed.
-async fn record<J: WorkerRegistry>(j: &J, who: &str, c: ActivityCounts) {
+async fn record<J: ActivityLog>(j: &J, who: &str, c: ActivityCounts) {
     j.record_activity(&owner(who), c)
         .await
         .unwrap_or_else(|e| panic!("record_activity of {who} failed: {e}"));

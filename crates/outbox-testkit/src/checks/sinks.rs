@@ -1,6 +1,7 @@
 //! [`SinkStore`] contract checks: sink checkpoints by compare-and-set,
 //! failures with backoff and dead letters per sink, requeue, scan cursors.
 
+use outbox_core::SinkFeed as _;
 use std::time::Duration;
 
 use outbox_core::{
@@ -260,7 +261,7 @@ pub async fn sink_cursors_advance_by_compare_and_set<H: Harness>(h: &H) {
 
 /// Every event a feed reader gets, by `stream:seq`, reading pages from
 /// `cursor` until a page brings nothing new.
-async fn read_all<J: SinkStore>(j: &J, cursor: &mut u64, seen: &mut Vec<String>) {
+async fn read_all<J: outbox_core::SinkFeed>(j: &J, cursor: &mut u64, seen: &mut Vec<String>) {
     loop {
         let page = j.read_feed(*cursor, 3).await.expect("read_feed");
         assert!(page.next >= *cursor, "a page's next is never below after");
@@ -280,7 +281,12 @@ async fn read_all<J: SinkStore>(j: &J, cursor: &mut u64, seen: &mut Vec<String>)
 /// transaction of the server, other tests' included): that delays them,
 /// it never loses them. The bound only turns a lost event into a failure
 /// instead of a hang.
-async fn read_until<J: SinkStore>(j: &J, cursor: &mut u64, seen: &mut Vec<String>, want: &[String]) {
+async fn read_until<J: outbox_core::SinkFeed>(
+    j: &J,
+    cursor: &mut u64,
+    seen: &mut Vec<String>,
+    want: &[String],
+) {
     for _ in 0..3_000 {
         read_all(j, cursor, seen).await;
         if want.iter().all(|w| seen.contains(w)) {
