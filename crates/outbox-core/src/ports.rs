@@ -597,7 +597,7 @@ pub struct WorkerInfo {
 }
 
 /// What workers did: counts added to the current minute's bucket by
-/// [`WorkerRegistry::record_activity`].
+/// [`ActivityLog::record_activity`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ActivityCounts {
     /// Outbox rows completed: their events applied to the projections (or
@@ -636,7 +636,7 @@ pub struct MinuteActivity {
     pub counts: ActivityCounts,
 }
 
-/// The last minutes of activity, as [`WorkerRegistry::activity`] reads them.
+/// The last minutes of activity, as [`ActivityLog::activity`] reads them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ActivitySeries {
     /// The start of the current minute, by the store's clock when read.

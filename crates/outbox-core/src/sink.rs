@@ -227,7 +227,7 @@ pub struct SinkSummary {
     pub dead: u64,
     /// The lowest feed cursor among its stored per-partition cursors (0 when
     /// none is stored): a global position on SQLite and memory, a
-    /// transaction id on Postgres ([`SinkStore::read_feed`]).
+    /// transaction id on Postgres ([`SinkFeed::read_feed`]).
     pub position: u64,
     /// Committed events the feed holds back because a transaction that
     /// began writing before them is still open (Postgres; counted up to
@@ -249,7 +249,7 @@ impl SinkSummary {
 }
 
 /// A page of the journal in the order its events became visible
-/// ([`SinkStore::read_feed`]): what the sinks scan.
+/// ([`SinkFeed::read_feed`]): what the sinks scan.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FeedPage {
     /// The events read, each with its feed key: every event read by a

@@ -498,7 +498,7 @@ pub async fn prune(db: &(impl Database + ?Sized), grace: Duration) -> Result<u64
 /// The start of the current minute by the database clock, as SQL.
 const CURRENT_MINUTE: &str = "({now} / 60000 * 60000)";
 
-/// [`WorkerRegistry::record_activity`](outbox_core::WorkerRegistry::record_activity):
+/// [`ActivityLog::record_activity`](outbox_core::ActivityLog::record_activity):
 /// one upsert into the worker's own bucket.
 pub async fn record_activity(
     db: &(impl Database + ?Sized),
@@ -530,7 +530,7 @@ pub async fn record_activity(
     tx.commit(what).await
 }
 
-/// [`WorkerRegistry::activity`](outbox_core::WorkerRegistry::activity): the
+/// [`ActivityLog::activity`](outbox_core::ActivityLog::activity): the
 /// current minute and the sums per minute, read in one snapshot.
 pub async fn activity(db: &(impl Database + ?Sized), minutes: u32) -> Result<ActivitySeries> {
     validate_activity_minutes(minutes)?;

@@ -389,7 +389,7 @@ pub async fn requeue_sink(
     Ok(out)
 }
 
-/// [`SinkStore::sink_cursors`](outbox_core::SinkStore::sink_cursors).
+/// [`SinkFeed::sink_cursors`](outbox_core::SinkFeed::sink_cursors).
 pub async fn sink_cursors(db: &(impl Database + ?Sized), sink: &SinkName) -> Result<Vec<(Partition, u64)>> {
     let mut conn = db.read().await?;
     let rows = conn
@@ -409,7 +409,7 @@ pub async fn sink_cursors(db: &(impl Database + ?Sized), sink: &SinkName) -> Res
         .collect()
 }
 
-/// [`SinkStore::advance_sink_cursor`](outbox_core::SinkStore::advance_sink_cursor).
+/// [`SinkFeed::advance_sink_cursor`](outbox_core::SinkFeed::advance_sink_cursor).
 pub async fn advance_sink_cursor(
     db: &(impl Database + ?Sized),
     sink: &SinkName,
@@ -516,7 +516,7 @@ pub const FOREIGN_KEYS: &str = "the journal's events or sink cursors carry trans
      server (restored from a logical dump?): the sinks cannot read it in commit order until it is re-keyed \
      with `outbox sinks rekey` (see the runbook, \"Sinks\"); nothing is published meanwhile, nothing is lost";
 
-/// [`SinkStore::read_feed`](outbox_core::SinkStore::read_feed). Where the
+/// [`SinkFeed::read_feed`](outbox_core::SinkFeed::read_feed). Where the
 /// dialect takes global positions in commit order, the feed is
 /// `read_global` and its keys are positions. Otherwise (Postgres) the keys
 /// are transaction ids: the page ends below the oldest transaction still
