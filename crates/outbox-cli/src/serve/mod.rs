@@ -500,6 +500,8 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     );
     b.push_str(&exceptions_section(m, exceptions, &listed));
     b.push_str(&consumers_section(m, &consumers));
+    let skipped = m.store.skipped(None, SKIPPED_SHOWN).await?;
+    b.push_str(&skipped_section(&skipped, &m.app));
     b.push_str("<h2>Throughput, last 60 minutes</h2>");
     match m.journal.activity(CHART_MINUTES).await {
         Ok(activity) => b.push_str(&chart::throughput(&activity.filled(CHART_MINUTES as usize))),
@@ -690,6 +692,45 @@ fn consumers_section<J: JournalBackend, P: CliStore>(
         ],
         &rows,
     ));
+    b
+}
+
+/// How many skipped events the overview lists.
+const SKIPPED_SHOWN: usize = 50;
+
+/// The events projections skipped with a record (ADR 0032), read-only: a
+/// re-apply runs the projection's applier, which the application's own
+/// binary has (`skipped reapply`).
+fn skipped_section(skipped: &[outbox_core::SkippedEvent], bin: &str) -> String {
+    let mut b = String::from("<h2 id=\"skipped\">Skipped events</h2>");
+    if skipped.is_empty() {
+        b.push_str("<p>No event is skipped: every projection applied every event it was given.</p>");
+        return b;
+    }
+    let rows: Vec<Vec<String>> = skipped
+        .iter()
+        .map(|s| {
+            vec![
+                esc(s.projection.as_str()),
+                esc(s.stream.as_str()),
+                s.seq.to_string(),
+                esc(&s.skipped_at.to_string()),
+                esc(&s.error),
+            ]
+        })
+        .collect();
+    b.push_str(&table(
+        "skipped",
+        &["projection", "stream", "seq", "skipped at", "error"],
+        &rows,
+    ));
+    let _ = write!(
+        b,
+        "<p class=\"note\">Each event was passed over by its projection only, with this record; \
+         after the fix, <code>{} skipped reapply --projection P --stream S --seq N</code> applies it \
+         once. The first {SKIPPED_SHOWN} are shown.</p>",
+        esc(bin)
+    );
     b
 }
 
@@ -1398,6 +1439,26 @@ async fn cancel_run<J: CliJournal, P: CliStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipped_events_are_listed_escaped_with_the_reapply_command() {
+        assert!(skipped_section(&[], "shop").contains("No event is skipped"));
+        let hostile = outbox_core::SkippedEvent {
+            projection: outbox_core::ProjectionName::new("orders").unwrap(),
+            stream: outbox_core::StreamId::new("s<1>").unwrap(),
+            seq: outbox_core::Seq::new(7).unwrap(),
+            error: "<script>alert(1)</script>".into(),
+            skipped_at: outbox_core::Timestamp::from_millis(0),
+        };
+        let page = skipped_section(&[hostile], "shop");
+        assert!(page.contains("<table id=\"skipped\">"), "{page}");
+        assert!(
+            page.contains("s&lt;1&gt;") && page.contains("&lt;script&gt;"),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("shop skipped reapply"), "{page}");
+    }
 
     #[test]
     fn cross_origin_posts_are_recognized() {
