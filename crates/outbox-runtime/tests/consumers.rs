@@ -183,6 +183,27 @@ impl ViewProjection for Decides {
     }
 }
 
+/// A producer-only runtime with one [`Decides`] projection per (name,
+/// decision), all fixed together by `fixed`.
+async fn deciding<J: JournalBackend, P: ProjectionBackend>(
+    journal: J,
+    store: P,
+    fixed: &Arc<AtomicBool>,
+    projections: &[(&str, outbox_core::OnError)],
+) -> outbox_core::Result<Outbox<J, P>> {
+    let mut b = Outbox::builder(journal, store)
+        .config(outbox_runtime::Config::producer_only())
+        .event_types(types());
+    for (name, decision) in projections {
+        b = b.view(Decides {
+            name: ProjectionName::new(*name)?,
+            decision: *decision,
+            fixed: fixed.clone(),
+        });
+    }
+    b.build().await
+}
+
 /// An applier that parks an event is dead for it at its first failure; one
 /// that stops its projection pauses it for every stream (the others go on),
 /// its backlog kept and reported; resumed after the fix, it catches up. A
@@ -208,20 +229,15 @@ impl WithStores for Decisions {
         J: JournalBackend + LeaseAdmin + Clone,
         P: ProjectionBackend + Clone,
     {
+        use outbox_core::OnError::{Park, Retry, Stop};
         let fixed = Arc::new(AtomicBool::new(false));
-        let decides = |name: &str, decision| Decides {
-            name: ProjectionName::new(name).unwrap(),
-            decision,
-            fixed: fixed.clone(),
-        };
-        let outbox = Outbox::builder(journal, store)
-            .config(outbox_runtime::Config::producer_only())
-            .event_types(types())
-            .view(decides("parks", outbox_core::OnError::Park))
-            .view(decides("stops", outbox_core::OnError::Stop))
-            .view(decides("steady", outbox_core::OnError::Retry))
-            .build()
-            .await?;
+        let outbox = deciding(
+            journal,
+            store,
+            &fixed,
+            &[("parks", Park), ("stops", Stop), ("steady", Retry)],
+        )
+        .await?;
         let append = async |stream: &str, payloads: &[&str]| -> outbox_core::Result<()> {
             let events = payloads
                 .iter()
@@ -328,19 +344,9 @@ impl WithStores for Skips {
         J: JournalBackend + LeaseAdmin + Clone,
         P: ProjectionBackend + Clone,
     {
+        use outbox_core::OnError::{Retry, Skip};
         let fixed = Arc::new(AtomicBool::new(false));
-        let decides = |name: &str, decision| Decides {
-            name: ProjectionName::new(name).unwrap(),
-            decision,
-            fixed: fixed.clone(),
-        };
-        let outbox = Outbox::builder(journal, store)
-            .config(outbox_runtime::Config::producer_only())
-            .event_types(types())
-            .view(decides("skips", outbox_core::OnError::Skip))
-            .view(decides("steady", outbox_core::OnError::Retry))
-            .build()
-            .await?;
+        let outbox = deciding(journal, store, &fixed, &[("skips", Skip), ("steady", Retry)]).await?;
         for (stream, payloads) in [("bad", &["ok", "boom", "ok", "ok"][..]), ("other", &["ok", "ok"])] {
             let events = payloads
                 .iter()
