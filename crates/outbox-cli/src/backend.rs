@@ -37,6 +37,11 @@ pub(crate) trait CliStore: ProjectionBackend + Clone {
     fn hand_written(app: &crate::App) -> Vec<Arc<dyn outbox_core::Projection<Self::Tx>>>;
     /// Where it is, for `migrate`.
     fn describe(&self) -> String;
+    /// Wakes `outbox wait` when another process applies (none: it reads
+    /// the checkpoints again on a backoff).
+    fn progress(&self) -> Option<Arc<dyn WakeSource>> {
+        None
+    }
     /// Closes its connections.
     fn shut(&self) -> impl Future<Output = ()> + Send;
 }
@@ -62,6 +67,9 @@ impl CliStore for SqliteProjectionStore {
     }
     fn describe(&self) -> String {
         self.path().display().to_string()
+    }
+    fn progress(&self) -> Option<Arc<dyn WakeSource>> {
+        Some(self.wake_source())
     }
     async fn shut(&self) {
         self.close().await;

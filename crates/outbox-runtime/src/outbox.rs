@@ -97,6 +97,8 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     pub(crate) worker_id: WorkerId,
     pub(crate) wake: Notify,
     pub(crate) wake_source: Option<Arc<dyn WakeSource>>,
+    /// Wakes [`Outbox::wait_for`] when another process applies.
+    pub(crate) progress_source: Option<Arc<dyn WakeSource>>,
     pub(crate) metrics: Metrics,
     /// Whether a [`crate::Running`] of this runtime is live (one start at a time).
     pub(crate) started: Arc<std::sync::atomic::AtomicBool>,
@@ -136,6 +138,7 @@ pub struct OutboxBuilder<J, P: ProjectionStore> {
     sinks: Vec<Arc<dyn Sink>>,
     config: Config,
     wake_source: Option<Arc<dyn WakeSource>>,
+    progress_source: Option<Arc<dyn WakeSource>>,
     code_version: String,
     policies: BTreeMap<String, outbox_core::OnError>,
 }
@@ -173,6 +176,15 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// LISTEN/NOTIFY listener). Polling stays the fallback.
     pub fn wake_source(mut self, source: Arc<dyn WakeSource>) -> Self {
         self.wake_source = Some(source);
+        self
+    }
+
+    /// Adds a source of wake-ups when another process commits to the
+    /// projection store (e.g. `SqliteProjectionStore::wake_source`):
+    /// [`Outbox::wait_for`] then wakes on it instead of reading the
+    /// checkpoints again on a backoff.
+    pub fn progress_source(mut self, source: Arc<dyn WakeSource>) -> Self {
+        self.progress_source = Some(source);
         self
     }
 
@@ -341,6 +353,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 worker_id,
                 wake: Notify::new(),
                 wake_source: self.wake_source,
+                progress_source: self.progress_source,
                 metrics: Metrics::default(),
                 started: Arc::default(),
                 partitions: crate::partitions::PartitionState::default(),
@@ -403,6 +416,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             sinks: Vec::new(),
             config: Config::default(),
             wake_source: None,
+            progress_source: None,
             code_version: String::new(),
             policies: BTreeMap::new(),
         }

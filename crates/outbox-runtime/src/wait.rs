@@ -5,9 +5,12 @@
 //! is failing when the time is up.
 //!
 //! In the process that applies, a waiter wakes on every committed apply.
-//! A waiter in another process reads the checkpoints again after a short
-//! backoff (1 ms doubling to 50 ms): the reads are its own, off the
-//! workers' path.
+//! A waiter in another process wakes on the projection store's progress
+//! source when the runtime has one (`OutboxBuilder::progress_source`: on
+//! SQLite, the projection file's change counter, the mechanism workers wake
+//! on), with a check every second as the safety net; without one it reads
+//! the checkpoints again after a short backoff (1 ms doubling to 50 ms).
+//! The reads are the waiter's own, off the workers' path.
 
 use std::time::Duration;
 
@@ -60,6 +63,10 @@ enum Standing {
 /// own process wakes.
 const MAX_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How long a waiter with a progress source waits for it before reading
+/// the checkpoints anyway (a missed or failed wake-up costs at most this).
+const SAFETY_NET: Duration = Duration::from_secs(1);
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Waits until `projections` (every registered projection of this
     /// runtime when `None`) have applied every position of `token`, at most
@@ -106,13 +113,23 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     source: None,
                 });
             }
+            let source = self.inner.progress_source.clone();
+            let other_process = async {
+                match &source {
+                    Some(s) => s.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // With a progress source the timer is only the safety net.
+            let nap = if source.is_some() { SAFETY_NET } else { backoff };
             tokio::select! {
                 changed = progress.changed() => {
                     if changed.is_err() {
                         tokio::time::sleep(backoff.min(left)).await;
                     }
                 }
-                () = tokio::time::sleep(backoff.min(left)) => {
+                () = other_process => {}
+                () = tokio::time::sleep(nap.min(left)) => {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }

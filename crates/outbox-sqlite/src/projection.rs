@@ -92,6 +92,16 @@ impl SqliteProjectionStore {
         Self::open(path_from_url(url)?, options).await
     }
 
+    /// A wake-up source for waiters: resolves within about a millisecond of
+    /// a commit to this file by any other connection, in this process or
+    /// another (see [`SqliteWakeSource`](crate::SqliteWakeSource)). Give it
+    /// to the runtime (`Outbox::builder().progress_source(...)`) so
+    /// `Outbox::wait_for` in one process wakes when a worker in another
+    /// applies.
+    pub fn wake_source(&self) -> Arc<dyn outbox_core::WakeSource> {
+        Arc::new(crate::SqliteWakeSource::new(&self.db.path))
+    }
+
     /// The database file's absolute path.
     pub fn path(&self) -> &Path {
         &self.db.path

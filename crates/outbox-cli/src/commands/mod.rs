@@ -62,6 +62,9 @@ impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
         if let Some(w) = self.journal.wake() {
             b = b.wake_source(w);
         }
+        if let Some(w) = self.store.progress() {
+            b = b.progress_source(w);
+        }
         for v in &self.app.views {
             b = b.view_arc(v.clone());
         }
