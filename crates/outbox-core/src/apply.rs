@@ -114,38 +114,74 @@ pub async fn apply_runs_in<Tx: ApplyTx + 'static>(
 
 /// Re-applies one skipped event inside the store's open transaction `tx`:
 /// the body of every adapter's
-/// [`SkippedEvents::reapply`](crate::SkippedEvents::reapply). Takes the
-/// skip record first (`Ok(false)` when there is none: the caller commits
-/// nothing), runs the applier under the guard, and leaves the checkpoint
-/// where it is. The caller commits on `Ok(true)` and drops the
-/// transaction otherwise.
+/// [`SkippedEvents::reapply`](crate::SkippedEvents::reapply).
+///
+/// 1. Reads and locks the projection's checkpoint on the stream (in its
+///    live generation), as an apply does: a reset, a swap or an apply of
+///    the same (projection, stream) waits for this transaction, or this
+///    one for them. A checkpoint before the event is `InvalidState`: the
+///    event is still ahead of the projection, not behind it.
+/// 2. Takes the skip record (`Ok(false)` when there is none: the caller
+///    commits nothing).
+/// 3. Runs the applier under the guard.
+/// 4. Compare-and-sets the checkpoint to the value it read (it does not
+///    move): the generation fence of an apply, and the write of any
+///    documents the store holds back until then.
+///
+/// The caller commits on `Ok(true)` and drops the transaction otherwise.
 pub async fn reapply_in<Tx: ApplyTx + 'static>(
     tx: &mut Tx,
     event: &Event,
     projection: &Arc<dyn Projection<Tx>>,
 ) -> Result<bool> {
     let name = projection.name();
+    let storage = tx.generations().storage(name).clone();
+    let read = tx.checkpoints(&event.stream, &[&storage]).await?;
+    let Some(&checkpoint) = read.first() else {
+        return Err(Error::Storage {
+            message: "the store returned no checkpoint for the projection asked".into(),
+            temporary: false,
+            source: None,
+        });
+    };
+    if checkpoint < event.seq.get() {
+        return Err(Error::InvalidState(format!(
+            "projection `{name}` has not reached {}/{} (its checkpoint is {checkpoint}): it applies the event in order",
+            event.stream, event.seq
+        )));
+    }
     if !tx.take_skip(name, &event.stream, event.seq).await? {
         return Ok(false);
     }
-    if event.intent != Intent::Apply {
-        // Nothing to run: an audit-only event is never skipped by an applier.
-        return Ok(true);
+    if event.intent == Intent::Apply {
+        let guarded = !projection.documents_only();
+        if guarded {
+            tx.guard().await?;
+        }
+        projection
+            .apply(tx, event)
+            .await
+            .map_err(|source| applier_error(name.as_str(), event, source))?;
+        if guarded && let Some(detail) = tx.check_guard().await? {
+            return Err(ended_by_projection(name.as_str(), Some(&event.stream), &detail));
+        }
     }
-    let guarded = !projection.documents_only();
-    if guarded {
-        tx.guard().await?;
+    let stay = CheckpointMove {
+        projection: &storage,
+        from: checkpoint,
+        to: checkpoint,
+    };
+    if tx.advance(&event.stream, &[stay], checkpoint).await? != 1 {
+        return Err(Error::Storage {
+            message: format!(
+                "projection `{name}`'s checkpoint on {} moved, or its live generation changed, during the \
+                 re-apply; nothing was committed",
+                event.stream
+            ),
+            temporary: true,
+            source: None,
+        });
     }
-    projection
-        .apply(tx, event)
-        .await
-        .map_err(|source| applier_error(name.as_str(), event, source))?;
-    if guarded && let Some(detail) = tx.check_guard().await? {
-        return Err(ended_by_projection(name.as_str(), Some(&event.stream), &detail));
-    }
-    // No checkpoint moves; the call writes the documents a store holds
-    // back until then (the watermark is past the event already).
-    tx.advance(&event.stream, &[], event.seq.get()).await?;
     Ok(true)
 }
 

@@ -157,6 +157,8 @@ impl GenerationStore for MemoryProjectionStore {
         r.building_version = None;
         r.building_position = 0;
         r.updated_at = now;
+        // The new generation applied every event, the skipped ones included.
+        st.clear_skips(projection);
         st.refresh_live()?;
         Ok(SwapOutcome::Swapped {
             from: record.live,

@@ -614,21 +614,38 @@ impl MemoryJournal {
         let limits = limits.validated()?;
         let mut taken: Vec<(Lease, Vec<OutboxRow>)> = Vec::new();
         let mut rows = 0;
-        for stream in self.due_streams(limits.streams).await? {
-            if rows >= limits.rows {
-                break;
+        let result = async {
+            for stream in self.due_streams(limits.streams).await? {
+                if rows >= limits.rows {
+                    break;
+                }
+                let max = limits.per_stream.min(limits.rows - rows);
+                let Some(lease) = self.acquire(&stream, owner, ttl).await? else {
+                    continue;
+                };
+                let run = self.claim(&lease, max).await?;
+                if run.is_empty() {
+                    self.release(&lease).await?;
+                    continue;
+                }
+                rows += run.len();
+                taken.push((lease, run));
             }
-            let max = limits.per_stream.min(limits.rows - rows);
-            let Some(lease) = self.acquire(&stream, owner, ttl).await? else {
-                continue;
-            };
-            let run = self.claim(&lease, max).await?;
-            if run.is_empty() {
-                self.release(&lease).await?;
-                continue;
-            }
-            rows += run.len();
-            taken.push((lease, run));
+            Ok::<(), Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            // Leave nothing leased: best effort, the error is the news.
+            let ends: Vec<StreamEnd> = taken
+                .iter()
+                .map(|(lease, _)| StreamEnd {
+                    lease: lease.clone(),
+                    through: None,
+                    abandon: true,
+                })
+                .collect();
+            let _ = self.finish(&ends).await;
+            return Err(e);
         }
         Ok(taken)
     }

@@ -59,6 +59,11 @@ impl State {
         (before - self.views.len()) as u64
     }
 
+    /// Deletes the skip records of `projection` (everything is applied again).
+    pub(crate) fn clear_skips(&mut self, projection: &ProjectionName) {
+        self.skipped.retain(|(p, _, _), _| p != projection);
+    }
+
     /// The checkpoints of `storage`, by stream.
     pub(crate) fn checkpoints_of(&self, storage: &ProjectionName) -> BTreeMap<&StreamId, u64> {
         self.checkpoints
@@ -629,7 +634,7 @@ impl ProjectionStore for MemoryProjectionStore {
         let stored = tx.guard.stored(projection.name()).clone();
         tx.guard.checkpoints.retain(|(p, _), _| p != &stored);
         // A rebuild applies every event again: nothing stays skipped.
-        tx.guard.skipped.retain(|(p, _, _), _| p != projection.name());
+        tx.guard.clear_skips(projection.name());
         tx.commit();
         Ok(())
     }

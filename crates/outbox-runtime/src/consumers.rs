@@ -281,7 +281,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 crate::skipping::SkipOutcome::Unsupported => {
                     policy = inner.config.retry.with_dead_letter_after(1)?;
                 }
-                crate::skipping::SkipOutcome::Elsewhere => {}
+                // Its state stays due: the exception path finds where the
+                // checkpoint is; this failure is nobody's to count.
+                crate::skipping::SkipOutcome::Elsewhere => return Ok(()),
             }
         }
         let outcome = match self
@@ -612,9 +614,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         {
             return d;
         }
-        outbox_core::consumer_projection(key)
+        let policy = outbox_core::consumer_projection(key)
             .and_then(|p| self.inner.policies.get(p).copied())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        // A registered skip is for the applier's own failures: a stalled
+        // apply or a transaction it ended is retried, never skipped.
+        if policy == OnError::Skip && !matches!(error, Error::Apply { .. }) {
+            return OnError::Retry;
+        }
+        policy
     }
 
     /// The projections applied here now: the registered ones not paused.

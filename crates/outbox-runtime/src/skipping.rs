@@ -27,7 +27,7 @@ pub(crate) enum SkipOutcome {
     /// The checkpoint moved past the event; the record is written.
     Skipped,
     /// Nothing: the projection is not run here, or its checkpoint moved
-    /// elsewhere meanwhile.
+    /// elsewhere meanwhile (past the event: another worker applied it).
     Elsewhere,
     /// Nothing: the projection store keeps no skip records.
     Unsupported,
@@ -102,6 +102,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .within_apply(deadline, "apply")
             .await;
         match outcome {
+            // Found applied already (another worker got past it): no skip.
+            Ok(ApplyOutcome::Applied(r)) if r.applied == 0 => Ok(SkipOutcome::Elsewhere),
             Ok(ApplyOutcome::Applied(_)) => {
                 warn!(projection = %name, stream = %stream, seq = %seq, error = %error, "event skipped for this projection (recorded; `outbox skipped` lists it, `outbox skipped reapply` applies it)");
                 Ok(SkipOutcome::Skipped)

@@ -629,3 +629,53 @@ async fn a_projection_failing_once_per_event_is_not_dead_lettered() {
     let n: Option<u64> = outbox.views("once").unwrap().get("seen", "s").await.unwrap();
     assert_eq!(n, Some(12));
 }
+
+/// A blue/green rebuild after the fix applies the skipped event in the new
+/// generation, and the swap takes the skip record with it: a re-apply then
+/// finds nothing, so the event is applied once (ADR 0032).
+struct SkipThenRebuild;
+
+impl WithStores for SkipThenRebuild {
+    type Output = outbox_core::Result<(usize, usize, bool, Option<u64>)>;
+
+    async fn with<J, P>(self, journal: J, store: P) -> Self::Output
+    where
+        J: JournalBackend + LeaseAdmin + Clone,
+        P: ProjectionBackend + Clone,
+    {
+        use outbox_core::OnError::Skip;
+        let fixed = Arc::new(AtomicBool::new(false));
+        let outbox = deciding(journal, store, &fixed, &[("skips", Skip)]).await?;
+        let events = ["ok", "boom", "ok"]
+            .iter()
+            .map(|p| outbox.event("happened", p.as_bytes().to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let bad = StreamId::new("bad")?;
+        outbox.append(&bad, ExpectedVersion::Any, events).await?;
+        testing::drain(&outbox).await?;
+        let before = outbox.skipped_events(None, 10).await?.len();
+        fixed.store(true, Ordering::SeqCst);
+        outbox
+            .rebuild_blue_green("skips", &tokio_util::sync::CancellationToken::new())
+            .await?;
+        let after = outbox.skipped_events(None, 10).await?.len();
+        let reapply = outbox
+            .reapply(&ProjectionName::new("skips")?, &bad, outbox_core::Seq::new(2)?)
+            .await;
+        let count: Option<u64> = outbox.views("skips")?.get("seen", "bad").await?;
+        Ok((
+            before,
+            after,
+            matches!(reapply, Err(outbox_core::Error::NotFound(_))),
+            count,
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blue_green_rebuild_takes_the_skip_records_with_the_swap_on_every_backend() {
+    let runs = testing::on_every_backend(|| SkipThenRebuild).await.unwrap();
+    for (backend, seen) in runs {
+        assert_eq!(seen.unwrap(), (1, 0, true, Some(3)), "{backend:?}");
+    }
+}

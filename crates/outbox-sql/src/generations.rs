@@ -366,6 +366,10 @@ pub async fn swap_generation(
         ],
     )
     .await?;
+    // The new generation applied every event, the skipped ones included:
+    // nothing is left to re-apply (ADR 0032). On Postgres this waits for a
+    // re-apply in flight, which holds the record's lock.
+    crate::skipped::clear_skips_in(dialect, &mut *tx, projection).await?;
     tx.commit("swapping generations").await?;
     Ok(SwapOutcome::Swapped {
         from: record.live,
