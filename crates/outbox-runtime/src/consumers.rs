@@ -510,6 +510,18 @@ impl RegistryView {
         self.state.lock().is_ok_and(|s| s.paused_sinks.contains(sink))
     }
 
+    /// Marks this runtime's sink `sink` paused at once (the registry says
+    /// so already; other runtimes see it at their next read).
+    pub(crate) fn pause_sink_here(&self, sink: &SinkName) {
+        if let Ok(mut s) = self.state.lock()
+            && !s.paused_sinks.contains(sink)
+        {
+            let mut list = s.paused_sinks.as_ref().clone();
+            list.push(sink.clone());
+            s.paused_sinks = Arc::new(list);
+        }
+    }
+
     /// This runtime's paused projections.
     pub(crate) fn paused(&self) -> Arc<Vec<ProjectionName>> {
         self.state

@@ -349,9 +349,34 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             return Ok(RunEnd::Done);
         };
         let message = error.to_string();
+        // The sink's own decision (ADR 0032): `park` dead-letters at once;
+        // `skip` parks too (a skipped publish would be a lost message: the
+        // dead stream is the record, a requeue publishes it); `stop` pauses
+        // the sink for every stream, this failure counted as a retry.
+        let decision = outbox_core::ApplyError::decision_of(&*error).unwrap_or_default();
+        let policy = match decision {
+            outbox_core::OnError::Park | outbox_core::OnError::Skip => {
+                config.retry.with_dead_letter_after(1)?
+            }
+            outbox_core::OnError::Retry | outbox_core::OnError::Stop => config.retry,
+        };
+        if decision == outbox_core::OnError::Stop {
+            match crate::consumers::pause_consumer(self.journal(), name, true)
+                .within(deadline, "pause_consumer")
+                .await
+            {
+                Ok(_) => {
+                    self.inner.registry.pause_sink_here(name);
+                    warn!(sink = %name, stream = %stream, seq = %failing.seq, error = %message, "the sink's error stops it: paused for every stream until resumed");
+                }
+                Err(e) => {
+                    warn!(sink = %name, error = %e, "the sink's error asks to stop it, but pausing it failed")
+                }
+            }
+        }
         match self
             .journal()
-            .fail_sink(name, stream, partition, failing.seq, &message, &config.retry)
+            .fail_sink(name, stream, partition, failing.seq, &message, &policy)
             .within(deadline, "fail_sink")
             .await?
         {

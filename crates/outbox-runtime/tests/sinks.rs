@@ -27,6 +27,8 @@ struct Recorder {
     policy: EventTypeFilter,
     got: Mutex<Vec<String>>,
     failing: Mutex<BTreeMap<(String, u64), u32>>,
+    /// What its failures ask for (retry by default).
+    decision: Mutex<outbox_core::OnError>,
 }
 
 impl Recorder {
@@ -36,7 +38,12 @@ impl Recorder {
             policy,
             got: Mutex::default(),
             failing: Mutex::default(),
+            decision: Mutex::default(),
         })
+    }
+
+    fn decide(&self, decision: outbox_core::OnError) {
+        *self.decision.lock().unwrap() = decision;
     }
 
     fn fail(&self, stream: &str, seq: u64, times: u32) {
@@ -80,7 +87,19 @@ impl Sink for Recorder {
                     if *n != u32::MAX {
                         *n -= 1;
                     }
-                    return Published::failed(i, format!("bus refused {}", message_id(e)));
+                    let why = format!("bus refused {}", message_id(e));
+                    return match *self.decision.lock().unwrap() {
+                        outbox_core::OnError::Retry => Published::failed(i, why),
+                        outbox_core::OnError::Park => {
+                            Published::failed(i, outbox_core::ApplyError::park(why))
+                        }
+                        outbox_core::OnError::Skip => {
+                            Published::failed(i, outbox_core::ApplyError::skip(why))
+                        }
+                        outbox_core::OnError::Stop => {
+                            Published::failed(i, outbox_core::ApplyError::stop(why))
+                        }
+                    };
                 }
             }
             self.got.lock().unwrap().push(message_id(e));
@@ -412,4 +431,56 @@ async fn a_paused_sink_keeps_its_backlog_until_resumed() {
         ids("s", 1..=3),
         "the backlog, in order, after the resume"
     );
+}
+
+/// A sink's own decision (ADR 0032): `park` dead-letters its stream at the
+/// first failure, `skip` parks too (a skipped publish would lose the
+/// message), `stop` pauses the sink for every stream; the projection and
+/// the other streams go on.
+#[tokio::test(start_paused = true)]
+async fn a_sink_parks_or_stops_on_its_own_decision() {
+    use outbox_core::OnError;
+    for decision in [OnError::Park, OnError::Skip, OnError::Stop] {
+        let j = journal();
+        let bus = Recorder::new("bus", EventTypeFilter::all());
+        bus.decide(decision);
+        bus.fail("s", 2, u32::MAX);
+        let rt = runtime(&j, std::slice::from_ref(&bus), OracleProjection::new("oracle")).await;
+        append(&rt, &sid("s"), vec![add(1), add(2), add(3)]).await;
+        append(&rt, &sid("t"), vec![add(1)]).await;
+        rt.drain().await.unwrap();
+        rt.deliver().await.unwrap();
+        let key = SinkName::new("bus").unwrap();
+        let state = j.sink_states(&key, &[sid("s")]).await.unwrap().remove(0);
+        let paused = outbox_runtime::consumers::consumer_statuses(&j)
+            .await
+            .unwrap()
+            .iter()
+            .any(|c| c.info.key == key && c.info.paused);
+        assert_eq!(
+            bus.of("s"),
+            ids("s", 1..=1),
+            "{decision:?}: stopped before its event"
+        );
+        assert_eq!(
+            rt.journal().summary().await.unwrap().total(),
+            0,
+            "{decision:?}: the projection went on"
+        );
+        match decision {
+            OnError::Park | OnError::Skip => {
+                assert_eq!(
+                    (state.status, state.attempt_count),
+                    (SinkStatus::Dead, 1),
+                    "{decision:?}"
+                );
+                assert!(!paused, "{decision:?}");
+                assert_eq!(bus.of("t"), ids("t", 1..=1), "{decision:?}: the other stream");
+            }
+            _ => {
+                assert_eq!(state.status, SinkStatus::Failed, "{decision:?}");
+                assert!(paused, "{decision:?}: the sink is paused for every stream");
+            }
+        }
+    }
 }
