@@ -113,13 +113,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     source: None,
                 });
             }
-            let source = self.inner.progress_source.clone();
-            let other_process = async {
-                match &source {
-                    Some(s) => s.wait().await,
-                    None => std::future::pending().await,
-                }
-            };
+            let source = self.inner.progress_source.as_deref();
             // With a progress source the timer is only the safety net.
             let nap = if source.is_some() { SAFETY_NET } else { backoff };
             tokio::select! {
@@ -128,7 +122,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         tokio::time::sleep(backoff.min(left)).await;
                     }
                 }
-                () = other_process => {}
+                () = crate::worker::woken_by(source) => {}
                 () = tokio::time::sleep(nap.min(left)) => {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }

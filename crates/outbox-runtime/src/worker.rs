@@ -660,18 +660,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         backoff: Duration,
         cancel: &CancellationToken,
     ) {
-        let external = async {
-            match &self.inner.wake_source {
-                Some(source) => source.wait().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             () = cancel.cancelled() => {}
             () = wake.notified() => {}
-            () = external => {}
+            () = woken_by(self.inner.wake_source.as_deref()) => {}
             () = tokio::time::sleep(backoff) => {}
         }
+    }
+}
+
+/// Resolves when `source` wakes (never without one).
+pub(crate) async fn woken_by(source: Option<&dyn outbox_core::WakeSource>) {
+    match source {
+        Some(s) => s.wait().await,
+        None => std::future::pending().await,
     }
 }
 
