@@ -212,8 +212,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// `error`, its position being right before it: one attempt counted,
     /// dead at the threshold, or as the error's decision (or the
     /// projection's policy) says: dead at once (`park`), the projection
-    /// paused (`stop`), or the event passed over with a record (`skip`). Nothing is counted when its state has moved
-    /// elsewhere meanwhile (another worker is at it).
+    /// paused (`stop`), or the event passed over with a record (`skip`).
+    /// Nothing is counted when its state has moved elsewhere meanwhile
+    /// (another worker is at it).
     async fn record_consumer_failure(
         &self,
         key: &SinkName,
@@ -225,7 +226,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let inner = &self.inner;
         let message = error.to_string();
         let message = message.as_str();
-        let decision = self.decision(key, error);
+        let mut decision = self.decision(key, error);
         if decision == OnError::Stop
             && let Some(name) = outbox_core::consumer_projection(key)
         {
@@ -239,10 +240,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        let policy = match decision {
-            OnError::Park => inner.config.retry.with_dead_letter_after(1)?,
-            OnError::Retry | OnError::Stop | OnError::Skip => inner.config.retry,
-        };
         let deadline = inner.config.store_deadline();
         let partition = self.journal().partitioning().of(stream);
         let before = seq.get() - 1;
@@ -262,7 +259,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else if state.seq > before {
             return Ok(());
         }
-        let mut policy = policy;
         if decision == OnError::Skip
             && let Some(name) = outbox_core::consumer_projection(key)
         {
@@ -278,14 +274,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     return Ok(());
                 }
                 // No skip records (ADR 0035): parked instead.
-                crate::skipping::SkipOutcome::Unsupported => {
-                    policy = inner.config.retry.with_dead_letter_after(1)?;
-                }
+                crate::skipping::SkipOutcome::Unsupported => decision = OnError::Park,
                 // Its state stays due: the exception path finds where the
                 // checkpoint is; this failure is nobody's to count.
                 crate::skipping::SkipOutcome::Elsewhere => return Ok(()),
             }
         }
+        let policy = match decision {
+            OnError::Park => inner.config.retry.with_dead_letter_after(1)?,
+            OnError::Retry | OnError::Stop | OnError::Skip => inner.config.retry,
+        };
         let outcome = match self
             .journal()
             .fail_sink(key, stream, partition, seq, message, &policy)
