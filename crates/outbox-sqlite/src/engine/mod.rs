@@ -390,6 +390,8 @@ impl Worker {
     /// lets writers of other processes that wait for the lock go first
     /// ([`turn`]).
     fn begin(&self, begin: &str) -> Result<()> {
+        // A checkpoint the checkpointer could not finish (`checkpoint`).
+        checkpoint::finish_on_writer(&self.conn);
         // Writers in other processes that wait for the write lock go first.
         turn::let_waiters_in();
         let begun = self.try_begin(begin);
