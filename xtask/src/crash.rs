@@ -55,6 +55,12 @@ pub(crate) fn crash(args: &[String]) -> Result<()> {
 /// `OUTBOX_TEST_DATABASE_URL` is unset, and finding (or installing)
 /// `nats-server` if any runs sink rounds.
 pub(crate) fn crash_runs(runs: &[&[&str]]) -> Result<()> {
+    // The harness's own tests (left out of the workspace's test run, which
+    // must not build the runtime with failpoints), on the release build the
+    // runs use.
+    let mut tests = cargo();
+    tests.args(["test", "--release", "--locked", "-p", "outbox-crash"]);
+    run("cargo test --release -p outbox-crash", tests)?;
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "outbox-crash"]);
     run("cargo build --release -p outbox-crash", build)?;

@@ -228,7 +228,68 @@ fn needs_postgres() -> bool {
     root().join("crates/outbox-postgres").exists()
 }
 
+/// The test run leaves out the crash harness: it is the one package that
+/// turns on the runtime's `failpoints` feature, and with it in the run,
+/// Cargo would unify the feature into every test binary's runtime, so the
+/// tests would test a build users never get. Its own tests run with the
+/// crash runs (`crash::crash_runs`), on their release build.
+const NOT_THE_CRASH_HARNESS: [&str; 2] = ["--exclude", "outbox-crash"];
+
+/// Fails unless the test run ([`NOT_THE_CRASH_HARNESS`]) builds the
+/// runtime without its `failpoints` feature (`cargo tree -e features`).
+fn tests_build_without_failpoints() -> Result<()> {
+    eprintln!("\n==> the test run's runtime has no failpoints");
+    let out = cargo()
+        .args([
+            "tree",
+            "--workspace",
+            "--locked",
+            "-e",
+            "features,normal,dev,build",
+            "-i",
+            "outbox-runtime",
+            "--prefix",
+            "none",
+        ])
+        .args(NOT_THE_CRASH_HARNESS)
+        .output()
+        .context("cargo tree")?;
+    if !out.status.success() {
+        bail!("cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let tree = String::from_utf8(out.stdout)?;
+    if let Some(line) = tree.lines().find(|l| l.contains("feature \"failpoints\"")) {
+        bail!(
+            "the test run builds outbox-runtime with its failpoints feature ({line}): only outbox-crash may turn it on"
+        );
+    }
+    eprintln!(
+        "ok: outbox-runtime's features in the test run: {}",
+        features_of(&tree, "outbox-runtime").join(", ")
+    );
+    Ok(())
+}
+
+/// The features `cargo tree -e features -i` lists for `package`.
+fn features_of(tree: &str, package: &str) -> Vec<String> {
+    let prefix = format!("{package} feature \"");
+    let mut out: Vec<String> = tree
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix(&prefix)?
+                .split('"')
+                .next()
+                .map(str::to_owned)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn test() -> Result<()> {
+    tests_build_without_failpoints()?;
     // An empty URL counts as unset, as in the tests (`outbox_testkit::pg`):
     // the tests always get a server here, never a reason to skip.
     let server = if needs_postgres() && env::var_os("OUTBOX_TEST_DATABASE_URL").is_none_or(|v| v.is_empty()) {
@@ -271,6 +332,7 @@ fn test() -> Result<()> {
     let mut tests = cargo();
     if nextest {
         tests.args(["nextest", "run", "--workspace", "--locked", "--no-fail-fast"]);
+        tests.args(NOT_THE_CRASH_HARNESS);
         run("cargo nextest run", with_pg(tests))?;
     } else {
         tests.args([
@@ -282,10 +344,12 @@ fn test() -> Result<()> {
             "--bins",
             "--tests",
         ]);
+        tests.args(NOT_THE_CRASH_HARNESS);
         run("cargo test", with_pg(tests))?;
     }
     let mut doctests = cargo();
     doctests.args(["test", "--workspace", "--locked", "--doc"]);
+    doctests.args(NOT_THE_CRASH_HARNESS);
     run("cargo test --doc", with_pg(doctests))
 }
 
