@@ -1078,12 +1078,12 @@ const REKEY_CURSORS_TO_KEYS: &str = "WITH bounds AS (\
 
 /// The append: one call of the schema's `outbox_append` function (journal
 /// migration 0008, ADR 0031).
-pub const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, out_at FROM outbox_append(\
+pub(crate) const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, out_at FROM outbox_append(\
      $1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::text[], $8::text[], \
      $9::text[], $10::bigint[], $11::bigint[], $12::integer[], $13::boolean, $14::text, $15::bigint)";
 
 /// Locks streams' version rows in stream order and reads their versions.
-pub const LOCK_STREAMS: &str =
+pub(crate) const LOCK_STREAMS: &str =
     "SELECT stream, head FROM streams WHERE stream = ANY($1) ORDER BY stream FOR NO KEY UPDATE";
 
 /// The `SET` list of a claim's `UPDATE outbox o`: marks the row processing;
@@ -1108,7 +1108,7 @@ macro_rules! mark_processing {
 }
 
 /// Checks (and share-locks) a lease: stream, owner, epoch.
-pub const LEASE_CHECK: &str = concat!(
+pub(crate) const LEASE_CHECK: &str = concat!(
     "SELECT 1 FROM stream_leases WHERE stream = $1 AND owner = $2 AND epoch = $3 AND expires_at > ",
     jnow!(),
     " FOR SHARE"
@@ -1118,7 +1118,7 @@ pub const LEASE_CHECK: &str = concat!(
 /// oldest due first: an ordered scan of the partial index on `outbox_heads
 /// (due_at, stream)`, primary-key probes of `stream_leases` and
 /// `outbox_partition_leases` per head.
-pub const DUE_STREAMS: &str = concat!(
+pub(crate) const DUE_STREAMS: &str = concat!(
     "SELECT h.stream FROM outbox_heads h LEFT JOIN stream_leases l ON l.stream = h.stream \
      LEFT JOIN outbox_partition_leases p ON p.partition_no = h.partition_no \
      WHERE h.due_at IS NOT NULL AND h.due_at <= ",
@@ -1131,7 +1131,7 @@ pub const DUE_STREAMS: &str = concat!(
 );
 
 /// [`outbox_sql::partitions::PARTITION_LEASE_CHECK`] on this clock, share-locking the row.
-pub const PARTITION_LEASE_CHECK: &str = concat!(
+pub(crate) const PARTITION_LEASE_CHECK: &str = concat!(
     "SELECT 1 FROM outbox_partition_leases WHERE partition_no = $1 AND owner = $2 AND epoch = $3 \
      AND expires_at > ",
     jnow!(),
@@ -1167,7 +1167,7 @@ pub const PARTITION_LEASE_CHECK: &str = concat!(
 /// the claim (`$6` is the message a row whose own attempt began and never
 /// ended records). A head applied alone (`alone`, or `processing`) is
 /// claimed by itself, a run of one row (ADR 0029).
-pub const CLAIM_PARTITIONED: &str = concat!(
+pub(crate) const CLAIM_PARTITIONED: &str = concat!(
     "WITH held AS (SELECT partition_no, epoch FROM outbox_partition_leases WHERE owner = $1 AND expires_at > ",
     jnow!(),
     " FOR SHARE), \
@@ -1233,7 +1233,7 @@ pub const CLAIM_PARTITIONED: &str = concat!(
 /// is claimed by itself; a row applied alone behind the head ends the run
 /// (`$3` is the message a row whose own attempt began and never ended
 /// records, ADR 0029).
-pub const CLAIM: &str = concat!(
+pub(crate) const CLAIM: &str = concat!(
     "WITH run AS (\
        SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
          SELECT seq, status <> 'dead' AND next_attempt_at <= ",
@@ -1253,7 +1253,7 @@ pub const CLAIM: &str = concat!(
 
 /// Deletes the stream's rows through `$2` and recomputes its head from the
 /// first remaining row, in one statement (the caller holds the stream lock).
-pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AND seq <= $2 RETURNING 1), \
+pub(crate) const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AND seq <= $2 RETURNING 1), \
      first AS (SELECT stream, seq, CASE WHEN status = 'dead' THEN NULL ELSE next_attempt_at END AS due, \
                partition_no FROM outbox WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT 1), \
      up AS (INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
@@ -1273,7 +1273,7 @@ pub const COMPLETE: &str = "WITH del AS (DELETE FROM outbox WHERE stream = $1 AN
 /// so even a generic plan seeks each stream's range in the primary key.
 /// With `seq <= t` alone the planner expects a third of each stream's rows
 /// and deletes through a hash join over the whole outbox, once per end.
-pub const COMPLETE_ALL: &str = "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(s, t, f)), \
+pub(crate) const COMPLETE_ALL: &str = "WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(s, t, f)), \
      del AS (DELETE FROM outbox o USING u WHERE o.stream = u.s AND o.seq BETWEEN u.f AND u.t \
              RETURNING o.stream), \
      n AS (SELECT stream, count(*) AS c FROM del GROUP BY stream), \

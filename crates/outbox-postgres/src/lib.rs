@@ -28,14 +28,24 @@ pub fn storage_error(context: impl std::fmt::Display, e: sqlx::Error) -> outbox_
     db::storage(context, e)
 }
 
-/// The hot statements, for plan checks (`EXPLAIN`) in tests and benches.
-#[doc(hidden)]
+/// The hot statements, for plan checks (`EXPLAIN`) in the crate's tests
+/// and benches: a test seam (`test-util`), not part of the API.
+#[cfg(feature = "test-util")]
 pub mod statements {
-    pub use crate::journal::{
-        APPEND_CALL, CLAIM, CLAIM_PARTITIONED, COMPLETE, COMPLETE_ALL, DUE_STREAMS, LEASE_CHECK,
-        LOCK_STREAMS, PARTITION_LEASE_CHECK,
-    };
-    pub use crate::tx::{APPLY_CAS, LOCK_CHECKPOINTS};
+    #![allow(missing_docs)] // Each is the statement of the same name.
+    use crate::{journal, tx};
+
+    pub const APPEND_CALL: &str = journal::APPEND_CALL;
+    pub const CLAIM: &str = journal::CLAIM;
+    pub const CLAIM_PARTITIONED: &str = journal::CLAIM_PARTITIONED;
+    pub const COMPLETE: &str = journal::COMPLETE;
+    pub const COMPLETE_ALL: &str = journal::COMPLETE_ALL;
+    pub const DUE_STREAMS: &str = journal::DUE_STREAMS;
+    pub const LEASE_CHECK: &str = journal::LEASE_CHECK;
+    pub const LOCK_STREAMS: &str = journal::LOCK_STREAMS;
+    pub const PARTITION_LEASE_CHECK: &str = journal::PARTITION_LEASE_CHECK;
+    pub const APPLY_CAS: &str = tx::APPLY_CAS;
+    pub const LOCK_CHECKPOINTS: &str = tx::LOCK_CHECKPOINTS;
 
     /// The shared lease acquisition, rendered for the journal's schema.
     pub fn acquire() -> String {

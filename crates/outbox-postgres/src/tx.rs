@@ -27,7 +27,7 @@ outbox_sql::transaction_handle!(
 /// epoch `$7`, ADR 0021: the record is share-locked, so a swap waits for
 /// this transaction, and a swap committed first fails the compare) and
 /// raises the watermark to `$5`; returns how many checkpoints moved.
-pub const APPLY_CAS: &str = concat!(
+pub(crate) const APPLY_CAS: &str = concat!(
     "WITH cas AS (UPDATE outbox_checkpoints c SET last_applied = x.new, updated_at = ",
     pnow!(),
     " FROM unnest($2::text[], $3::bigint[], $4::bigint[], $6::text[], $7::bigint[]) AS x(p, new, old, f, e) \
@@ -42,7 +42,7 @@ pub const APPLY_CAS: &str = concat!(
 );
 
 /// Locks checkpoints of projections `$2` on stream `$1`, in name order.
-pub const LOCK_CHECKPOINTS: &str = "SELECT projection, last_applied FROM outbox_checkpoints \
+pub(crate) const LOCK_CHECKPOINTS: &str = "SELECT projection, last_applied FROM outbox_checkpoints \
      WHERE stream = $1 AND projection = ANY($2) ORDER BY projection FOR UPDATE";
 
 /// Locks the checkpoint rows of `names` (sorted) on `stream`, creating
