@@ -61,7 +61,7 @@ impl DeliveryReport {
 }
 
 /// How one run's delivery ended.
-enum RunEnd {
+enum DeliveryEnd {
     /// Every event delivered or passed over; the checkpoint is at the last.
     Done,
     /// A failure was recorded; the stream waits for its retry.
@@ -263,8 +263,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .deliver_run(sink, stream, partition, checkpoint, &events, more, report)
                 .await?
             {
-                RunEnd::Done => checkpoint = last,
-                RunEnd::Failed | RunEnd::Overtaken => return Ok(()),
+                DeliveryEnd::Done => checkpoint = last,
+                DeliveryEnd::Failed | DeliveryEnd::Overtaken => return Ok(()),
             }
         }
     }
@@ -284,7 +284,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         events: &[Event],
         more: bool,
         report: &mut DeliveryReport,
-    ) -> Result<RunEnd> {
+    ) -> Result<DeliveryEnd> {
         let config = self.config();
         let deadline = config.store_deadline();
         let name = sink.name();
@@ -340,13 +340,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .within(deadline, "advance_sink")
                 .await?;
             if !moved {
-                return Ok(RunEnd::Overtaken);
+                return Ok(DeliveryEnd::Overtaken);
             }
         }
         report.published += acknowledged as u64;
         report.passed_over += passed_over as u64;
         let (Some(failing), Some(error)) = (failing, outcome.error) else {
-            return Ok(RunEnd::Done);
+            return Ok(DeliveryEnd::Done);
         };
         let message = error.to_string();
         // The sink's own decision (ADR 0032): `park` dead-letters at once;
@@ -392,7 +392,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 report.dead_lettered += 1;
             }
         }
-        Ok(RunEnd::Failed)
+        Ok(DeliveryEnd::Failed)
     }
 
     /// Publishes the journal's events from global position `from` (through
