@@ -23,7 +23,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
@@ -31,7 +30,8 @@ use outbox_core::{
     ProjectionStore, StreamId, ViewReader, view_projection,
 };
 use outbox_demo::domain::{self, Faults, Payload};
-use outbox_postgres::sqlx::{self, Connection, PgConnection, PgPool};
+use outbox_postgres::sqlx::{self, PgPool};
+use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};
 use outbox_runtime::{Config, Outbox};
 use tokio_util::sync::CancellationToken;
@@ -41,54 +41,6 @@ const EVENTS_PER_CAMPAIGN: u64 = 100;
 const LEASE_TTL: Duration = Duration::from_millis(2000);
 const POLL: Duration = Duration::from_millis(200);
 const DRAIN_LIMIT: Duration = Duration::from_secs(120);
-
-fn unique_schema(tag: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("mp_{tag}_{}_{n}_{nanos:x}", std::process::id())
-}
-
-/// Drops the schemas on the server at `url` when dropped (from a thread of
-/// its own: Drop cannot await). It holds the URL so that its Drop never needs
-/// the environment.
-struct DropSchemas {
-    url: String,
-    schemas: Vec<String>,
-}
-
-impl Drop for DropSchemas {
-    fn drop(&mut self) {
-        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
-            return;
-        }
-        let schemas = std::mem::take(&mut self.schemas);
-        let url = std::mem::take(&mut self.url);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(mut conn) = PgConnection::connect(&url).await else {
-                    return;
-                };
-                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
-                for s in schemas {
-                    // Test-generated names only.
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
-                        .execute(&mut conn)
-                        .await;
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .join();
-    }
-}
 
 /// The worker processes; any still running when dropped (a failed
 /// assertion) are killed, so no test leaves workers behind.
@@ -365,10 +317,7 @@ async fn three_worker_processes_one_killed_nothing_lost_or_doubled() {
     };
     let schema = unique_schema("work");
     let fresh = unique_schema("replay");
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![schema.clone(), fresh.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [schema.clone(), fresh.clone()]);
     let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
 
     // 1. Seed through the library: 200 campaigns x 100 events, every event
@@ -629,10 +578,7 @@ async fn partitions_follow_three_then_five_then_two_workers() {
         return;
     };
     let schema = unique_schema("parts");
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![schema.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [schema.clone()]);
     let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
     let journal = PgJournal::connect(&url, options.clone()).await.expect("journal");
     let store = PgProjectionStore::sharing(&journal).await.expect("projections");
@@ -792,10 +738,7 @@ async fn a_transaction_left_open_shows_as_held_back_in_sinks_the_monitor_and_met
         return;
     };
     let schema = unique_schema("held");
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![schema.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [schema.clone()]);
     demo_ok(&url, &schema, &["migrate"]);
     let options = PgOptions::default().with_schema(&schema).with_max_connections(4);
     let journal = PgJournal::connect(&url, options).await.expect("journal");
@@ -892,10 +835,7 @@ async fn outbox_wait_across_processes_on_postgres() {
         return;
     };
     let schema = unique_schema("wait");
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![schema.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [schema.clone()]);
     demo_ok(&url, &schema, &["migrate"]);
     let options = PgOptions::default().with_schema(&schema).with_max_connections(2);
     let journal = PgJournal::connect(&url, options).await.expect("connect");

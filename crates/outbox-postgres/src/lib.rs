@@ -28,6 +28,9 @@ pub fn storage_error(context: impl std::fmt::Display, e: sqlx::Error) -> outbox_
     db::storage(context, e)
 }
 
+#[cfg(feature = "test-util")]
+pub mod testing;
+
 /// The hot statements, for plan checks (`EXPLAIN`) in the crate's tests
 /// and benches: a test seam (`test-util`), not part of the API.
 #[cfg(feature = "test-util")]

@@ -9,7 +9,6 @@
 //! skipped.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use outbox_core::{
@@ -17,7 +16,7 @@ use outbox_core::{
     async_trait,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore};
-use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
@@ -309,21 +308,17 @@ struct Schemas {
     url: String,
     journal: String,
     projections: String,
+    _drop: DropSchemas,
 }
 
 impl Schemas {
     fn new(url: String) -> Schemas {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let base = format!("rt_backends_{}_{n}_{nanos:x}", std::process::id());
+        let base = unique_schema("rt_backends");
         Schemas {
-            url,
             journal: format!("{base}_j"),
             projections: format!("{base}_p"),
+            _drop: DropSchemas::new(&url, [format!("{base}_j"), format!("{base}_p")]),
+            url,
         }
     }
 
@@ -332,36 +327,6 @@ impl Schemas {
             .with_schema(schema)
             .with_max_connections(4)
             .with_acquire_timeout(Duration::from_secs(20))
-    }
-}
-
-impl Drop for Schemas {
-    fn drop(&mut self) {
-        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
-            return;
-        }
-        let schemas = [self.journal.clone(), self.projections.clone()];
-        let url = self.url.clone();
-        // Drop cannot await: a thread with a runtime of its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(mut conn) = PgConnection::connect(&url).await else {
-                    return;
-                };
-                for s in schemas {
-                    // Test-generated names only.
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
-                        .execute(&mut conn)
-                        .await;
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .join();
     }
 }
 

@@ -7,14 +7,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use outbox_core::{
     AppendOptions, AppendRequest, EventJournal, ExpectedVersion, OutboxInspector, Projection,
     ProjectionStore, RetryPolicy, Seq, StreamId, WorkerId,
 };
-use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_postgres::sqlx;
+use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx};
 use outbox_runtime::{Config, Outbox};
 use outbox_testkit::{
@@ -29,6 +29,7 @@ struct Schemas {
     url: String,
     journal: String,
     projections: String,
+    _drop: DropSchemas,
 }
 
 impl Schemas {
@@ -36,17 +37,12 @@ impl Schemas {
     /// the test returns.
     fn new(tag: &str) -> Option<Schemas> {
         let url = outbox_testkit::pg::test_database_url()?;
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let base = format!("rt_{tag}_{}_{n}_{nanos:x}", std::process::id());
+        let base = unique_schema(&format!("rt_{tag}"));
         Some(Schemas {
-            url,
             journal: format!("{base}_j"),
             projections: format!("{base}_p"),
+            _drop: DropSchemas::new(&url, [format!("{base}_j"), format!("{base}_p")]),
+            url,
         })
     }
 
@@ -67,37 +63,6 @@ impl Schemas {
         PgProjectionStore::connect(&self.url, Self::options(&self.projections))
             .await
             .expect("connect projections")
-    }
-}
-
-impl Drop for Schemas {
-    fn drop(&mut self) {
-        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
-            return;
-        }
-        let schemas = [self.journal.clone(), self.projections.clone()];
-        let url = self.url.clone();
-        // Drop cannot await: a thread with a runtime of its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(mut conn) = PgConnection::connect(&url).await else {
-                    return;
-                };
-                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
-                for s in schemas {
-                    // Test-generated names only.
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
-                        .execute(&mut conn)
-                        .await;
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .join();
     }
 }
 

@@ -14,10 +14,11 @@ use outbox_core::typed::DomainEvent as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{DropSchemas, digests, drain, postgres_url, unique_schema};
+use common::{digests, drain, postgres_url};
 use outbox_core::{ExpectedVersion, RetryPolicy, StreamId};
 use outbox_example_bank::{Account, BankEvent, DayTotals, accounts, day_totals, register};
 use outbox_memory::{MemoryJournal, MemoryProjectionStore};
+use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
@@ -308,10 +309,7 @@ async fn postgres_holds_what_memory_holds() {
     let want = memory(&plan).await;
 
     let (js, ps) = (unique_schema("j"), unique_schema("p"));
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![js.clone(), ps.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
     let options = |schema: &str| {
         PgOptions::default()
             .with_schema(schema)

@@ -21,12 +21,10 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{
-    DropSchemas, SAMPLE_EVENTS, append_sample, check_sample, memory_sample_digests, postgres_url,
-    unique_schema,
-};
+use common::{SAMPLE_EVENTS, append_sample, check_sample, memory_sample_digests, postgres_url};
 use outbox_core::{AppendOptions, EventJournal, ExpectedVersion, StreamId};
 use outbox_example_bank::{BankEvent, account, register};
+use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions};
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
@@ -418,10 +416,7 @@ fn postgres_work_once_and_rebuild() {
         return;
     };
     let schema = unique_schema("bin");
-    let _drop = DropSchemas {
-        url: url.clone(),
-        schemas: vec![schema.clone()],
-    };
+    let _drop = DropSchemas::new(&url, [schema.clone()]);
     let bank = Bank::postgres(&url, &schema);
     let migrated = bank.json(&["migrate", "--json"]);
     assert_eq!(migrated["projections"], json!(["balances", "daily_totals"]));

@@ -7,26 +7,15 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use outbox_core::{AppendOptions, AppendRequest, Seq, StreamId};
-use outbox_postgres::sqlx::{self, Connection, PgConnection};
+use outbox_postgres::sqlx;
+pub use outbox_postgres::testing::{DropSchemas, unique_schema};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
 use outbox_testkit::{Fixture, Harness, HeldAppend};
 
 pub use outbox_testkit::pg::test_database_url;
-
-/// A schema name no other test (or test process) uses.
-pub fn unique_schema(tag: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("t_{tag}_{}_{n}_{nanos:x}", std::process::id())
-}
 
 /// Options for a test store on `schema`.
 pub fn options(schema: &str) -> PgOptions {
@@ -46,55 +35,6 @@ pub async fn projections(url: &str, schema: &str) -> PgProjectionStore {
     PgProjectionStore::connect(url, options(schema))
         .await
         .expect("connect projections")
-}
-
-/// Drops the schemas on the server at `url` when dropped, also after a failed
-/// assertion (from a thread of its own: Drop cannot await). It holds the URL
-/// so that its Drop never needs the environment (a panic there while a test
-/// unwinds would abort the whole binary). `OUTBOX_TEST_KEEP_SCHEMAS` keeps
-/// them for a post-mortem.
-pub struct DropSchemas {
-    url: String,
-    schemas: Vec<String>,
-}
-
-impl DropSchemas {
-    pub fn new(url: &str, schemas: impl IntoIterator<Item = String>) -> Self {
-        DropSchemas {
-            url: url.to_owned(),
-            schemas: schemas.into_iter().collect(),
-        }
-    }
-}
-
-impl Drop for DropSchemas {
-    fn drop(&mut self) {
-        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
-            return;
-        }
-        let schemas = std::mem::take(&mut self.schemas);
-        let url = std::mem::take(&mut self.url);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(mut conn) = PgConnection::connect(&url).await else {
-                    return;
-                };
-                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
-                for s in schemas {
-                    // Test-generated names only (unique_schema).
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
-                        .execute(&mut conn)
-                        .await;
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .join();
-    }
 }
 
 /// Runs the suite with the journal and the projections in two schemas with

@@ -4,12 +4,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use outbox_core::ViewStore;
 use outbox_example_bank::{Account, DayTotals, account, accounts, day_totals, register};
 use outbox_memory::{MemoryJournal, MemoryProjectionStore};
-use outbox_postgres::sqlx::{self, Connection, PgConnection};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 
 /// Events in [`outbox_example_bank::sample`], and how many are audit-only.
@@ -133,53 +131,4 @@ pub async fn memory_sample_digests() -> BTreeMap<String, String> {
 pub fn postgres_url(_test: &str) -> Option<String> {
     // One line per test binary when skipped; a failure (never a skip) in CI.
     outbox_testkit::pg::test_database_url()
-}
-
-/// A schema name no other test (or test process) uses.
-pub fn unique_schema(tag: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("bank_{tag}_{}_{n}_{nanos:x}", std::process::id())
-}
-
-/// Drops the schemas when dropped, also after a failed assertion (from a
-/// thread of its own: Drop cannot await). `OUTBOX_TEST_KEEP_SCHEMAS` keeps
-/// them for a post-mortem.
-pub struct DropSchemas {
-    pub url: String,
-    pub schemas: Vec<String>,
-}
-
-impl Drop for DropSchemas {
-    fn drop(&mut self) {
-        if std::env::var_os("OUTBOX_TEST_KEEP_SCHEMAS").is_some() {
-            return;
-        }
-        let schemas = std::mem::take(&mut self.schemas);
-        let url = self.url.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok(mut conn) = PgConnection::connect(&url).await else {
-                    return;
-                };
-                let _ = sqlx::query("SET lock_timeout = '10s'").execute(&mut conn).await;
-                for s in schemas {
-                    // Test-generated names only (unique_schema).
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {s} CASCADE")))
-                        .execute(&mut conn)
-                        .await;
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .join();
-    }
 }
