@@ -11,7 +11,8 @@ use outbox_core::{
 };
 use sqlx::SqliteConnection;
 
-use crate::db::{now_ms, storage};
+use crate::clock::Clock;
+use crate::db::storage;
 use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_HEAD, UPSERT_STREAM};
 
 fn seq_i64(n: u64) -> i64 {
@@ -25,6 +26,7 @@ pub(crate) async fn append_tx(
     batch: &[AppendRequest],
     options: AppendOptions,
     partitioning: &Partitioning,
+    clock: Clock,
 ) -> Result<Vec<Appended>> {
     let err = |e| storage("appending events", e);
     let mut current: HashMap<&StreamId, u64> = HashMap::new();
@@ -39,7 +41,9 @@ pub(crate) async fn append_tx(
         }
     }
     let plan = plan_append(batch, |s| current[s])?;
-    let now: i64 = sqlx::query_scalar(concat!("SELECT ", now_ms!()))
+    // The caller's own connection may not have the clock view: the query
+    // is the view's expression itself.
+    let now: i64 = sqlx::query_scalar(crate::clock::now_query(clock))
         .fetch_one(&mut *conn)
         .await
         .map_err(err)?;

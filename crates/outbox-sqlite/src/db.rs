@@ -14,19 +14,7 @@ use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 
 use crate::SqliteOptions;
 
-/// The database's clock in integer milliseconds since the Unix epoch, as an
-/// SQL expression: SQLite's own clock (`unixepoch('subsec')` needs SQLite
-/// 3.42; the bundled one is 3.51) plus the test clock offset stored in the
-/// database (absent, so 0, unless `advance_clock_for_tests` was called). An
-/// uncorrelated scalar subquery: evaluated once per statement, and SQLite's
-/// 'now' is the same for every use within one statement.
-macro_rules! now_ms {
-    () => {
-        "(CAST(unixepoch('subsec') * 1000 AS INTEGER) + COALESCE((SELECT CAST(value AS INTEGER) \
-         FROM outbox_meta WHERE key = 'test_clock_offset_ms'), 0))"
-    };
-}
-pub(crate) use now_ms;
+pub(crate) use crate::clock::now_ms;
 
 /// The table recording applied migrations. Not sqlx's default
 /// `_sqlx_migrations`, so an application that keeps its own sqlx migrations
@@ -60,6 +48,8 @@ impl RoleMigrations for Role {
 pub(crate) struct Db {
     pub(crate) writer: SqlitePool,
     pub(crate) reader: SqlitePool,
+    /// The clock its connections read (`crate::clock`).
+    pub(crate) clock: crate::clock::Clock,
     pub(crate) path: PathBuf,
     busy_timeout: Duration,
     /// The shared statements' dialect, with this file's clock.
@@ -389,6 +379,7 @@ impl Db {
             // checkpointer).
             .pragma("journal_size_limit", crate::engine::WAL_SIZE_LIMIT.to_string());
 
+        let clock = options.clock;
         // The single writer: one connection, kept open for the store's life.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
@@ -397,6 +388,7 @@ impl Db {
             .max_lifetime(None)
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(60))
+            .after_connect(move |conn, _| Box::pin(crate::clock::install(conn, clock)))
             // Savepoint and statement journals in memory (an apply's guard,
             // a view flush); readers keep the default (see `engine::connect`).
             .connect_with(connect.clone().pragma("temp_store", "MEMORY"))
@@ -407,10 +399,12 @@ impl Db {
             .min_connections(0)
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(60))
+            .after_connect(move |conn, _| Box::pin(crate::clock::install(conn, clock)))
             .connect_lazy_with(connect.read_only(true));
         let db = Db {
             writer,
             reader,
+            clock,
             path: abs,
             busy_timeout: options.busy_timeout,
             dialect: std::sync::Arc::new(outbox_sql::Dialect::sqlite(now_ms!())),
@@ -491,6 +485,19 @@ impl Db {
         tx.commit()
             .await
             .map_err(|e| storage(format_args!("migrating {shown}"), e))?;
+        // The writer connected before the first migration made the meta
+        // table that the test clock reads (`clock`).
+        #[cfg(feature = "test-util")]
+        if self.clock == crate::clock::Clock::Test {
+            let mut conn = self
+                .writer
+                .acquire()
+                .await
+                .map_err(|e| storage(format_args!("opening {shown}"), e))?;
+            crate::clock::install(&mut conn, self.clock)
+                .await
+                .map_err(|e| storage(format_args!("installing the test clock on {shown}"), e))?;
+        }
         Ok(())
     }
 
@@ -558,6 +565,7 @@ impl Db {
     /// Moves the database's clock forward by `ms` (tests only).
     #[cfg(feature = "test-util")]
     pub(crate) async fn advance_clock(&self, ms: i64) -> Result<()> {
+        crate::clock::check_test_clock(self.clock, &self.path)?;
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO outbox_meta (key, value) VALUES ('test_clock_offset_ms', ?1) \

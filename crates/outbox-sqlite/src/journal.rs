@@ -759,7 +759,8 @@ impl SqliteJournal {
             .begin()
             .await
             .map_err(|e| storage("starting a savepoint", e))?;
-        let out = crate::append_in::append_tx(&mut sp, batch, options, &self.partitioning).await?;
+        let out =
+            crate::append_in::append_tx(&mut sp, batch, options, &self.partitioning, self.db.clock).await?;
         sp.commit()
             .await
             .map_err(|e| storage("releasing a savepoint", e))?;

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod append_in;
+mod clock;
 mod db;
 mod engine;
 mod journal;

@@ -86,6 +86,9 @@ pub struct SqliteOptions {
     /// another. Ignored by the projection store. Default: the journal's
     /// stored count (16 for a new journal) by CRC-32, never repartitioning.
     pub partitions: outbox_core::PartitionOptions,
+    /// The clock the store's statements read (see `crate::clock`): SQLite's
+    /// own unless a test opens the store with the test clock.
+    pub(crate) clock: crate::clock::Clock,
 }
 
 impl Default for SqliteOptions {
@@ -98,6 +101,7 @@ impl Default for SqliteOptions {
             read_connections: 4,
             migrate: true,
             partitions: outbox_core::PartitionOptions::default(),
+            clock: crate::clock::Clock::System,
         }
     }
 }
@@ -119,6 +123,18 @@ impl SqliteOptions {
     /// refusing it (only while no partition lease is held).
     pub fn with_repartition(mut self, repartition: bool) -> Self {
         self.partitions.repartition = repartition;
+        self
+    }
+
+    /// Test support (feature `test-util`): the store's clock is SQLite's
+    /// plus an offset stored in the database, which
+    /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal::advance_clock_for_tests)
+    /// and [`SqliteProjectionStore::advance_clock_for_tests`](crate::SqliteProjectionStore::advance_clock_for_tests)
+    /// move for every instance and process on the file that opened it with
+    /// the test clock. A store opened without it never reads the offset.
+    #[cfg(feature = "test-util")]
+    pub fn with_test_clock(mut self) -> Self {
+        self.clock = crate::clock::Clock::Test;
         self
     }
 

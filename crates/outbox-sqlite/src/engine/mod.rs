@@ -163,6 +163,8 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
         conn.query_row("PRAGMA journal_size_limit = -1", [], |_| Ok(()))
             .map_err(open)?;
     }
+    // The clock the statements read (`crate::clock`).
+    crate::clock::install_on(&conn, options.clock).map_err(open)?;
     Ok(conn)
 }
 

@@ -13,7 +13,9 @@ use outbox_testkit::{Fixture, Harness, HeldAppend};
 /// Options for tests: NORMAL sync keeps the suite quick (durability across
 /// power loss is not what the suite checks; crash tests reopen the files).
 pub fn test_options() -> SqliteOptions {
-    SqliteOptions::default().with_synchronous(Synchronous::Normal)
+    SqliteOptions::default()
+        .with_synchronous(Synchronous::Normal)
+        .with_test_clock()
 }
 
 #[derive(Default)]
