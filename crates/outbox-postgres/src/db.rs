@@ -13,12 +13,11 @@ use crate::PgOptions;
 /// The journal's clock in integer milliseconds since the Unix epoch, as an
 /// SQL expression: the database's `statement_timestamp()` (one value for the
 /// whole statement, like SQLite's 'now'; it advances with every statement)
-/// plus the test clock offset stored in the schema (absent, so 0, unless
-/// `advance_clock_for_tests` was called).
+/// plus the schema's clock offset: a constant 0 the planner folds in, unless
+/// a store opened the schema with the test clock ([`install_test_clock`]).
 macro_rules! jnow {
     () => {
-        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + COALESCE((SELECT value::bigint \
-         FROM outbox_journal_meta WHERE key = 'test_clock_offset_ms'), 0))"
+        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + outbox_journal_clock_offset_ms())"
     };
 }
 pub(crate) use jnow;
@@ -26,8 +25,7 @@ pub(crate) use jnow;
 /// The projection store's clock; see [`jnow!`].
 macro_rules! pnow {
     () => {
-        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + COALESCE((SELECT value::bigint \
-         FROM outbox_projection_meta WHERE key = 'test_clock_offset_ms'), 0))"
+        "(floor(extract(epoch from statement_timestamp()) * 1000)::bigint + outbox_projection_clock_offset_ms())"
     };
 }
 pub(crate) use pnow;
@@ -37,11 +35,22 @@ pub(crate) use outbox_sql::Role;
 /// What a role means in a Postgres schema: its tables and migrations.
 pub(crate) trait RoleSchema {
     fn meta_table(self) -> &'static str;
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    fn clock_offset_function(self) -> &'static str;
     fn migrations_table(self) -> &'static str;
     fn migrator(self) -> Migrator;
 }
 
 impl RoleSchema for Role {
+    /// The role's clock offset function (ADR 0006: 0 but in a test clock's
+    /// schema).
+    fn clock_offset_function(self) -> &'static str {
+        match self {
+            Role::Journal => "outbox_journal_clock_offset_ms",
+            Role::Projection => "outbox_projection_clock_offset_ms",
+        }
+    }
+
     /// The role's meta table (role marker, test clock offset).
     fn meta_table(self) -> &'static str {
         match self {
@@ -207,6 +216,10 @@ pub(crate) struct Db {
     pub(crate) connect: PgConnectOptions,
     /// Whether opening applies pending migrations ([`PgOptions::migrate`]).
     pub(crate) migrate: bool,
+    /// Whether the schema's clock is the test clock
+    /// (`PgOptions::with_test_clock`, feature `test-util`).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    pub(crate) test_clock: bool,
     /// Sends the appends' wake-ups after they commit (`notify`).
     pub(crate) notifier: std::sync::Arc<crate::notifier::Notifier>,
 }
@@ -245,6 +258,7 @@ impl Db {
             shown,
             connect,
             migrate: options.migrate,
+            test_clock: options.test_clock,
             notifier: Default::default(),
         })
     }
@@ -331,8 +345,10 @@ impl Db {
             }
             _ => {}
         }
-        // Without `migrate` the schema is current (checked above): no write.
+        // Without `migrate` the schema is current (checked above): no write
+        // (a test clock aside).
         if !self.migrate {
+            self.install_test_clock(&mut tx, role).await.map_err(err)?;
             return tx.commit().await.map_err(err);
         }
         // 2. Create the schema if missing (only then: CREATE needs a privilege
@@ -363,7 +379,38 @@ impl Db {
         .execute(&mut *tx)
         .await
         .map_err(err)?;
+        self.install_test_clock(&mut tx, role).await.map_err(err)?;
         tx.commit().await.map_err(err)
+    }
+
+    /// In a store opened with the test clock (feature `test-util`), replaces
+    /// the role's clock offset function in the schema (0 as migrated) by one
+    /// that reads the offset `advance_clock_for_tests` stores in the role's
+    /// meta table. Under the migration's lock, so concurrent openers do not
+    /// replace it at once. Nothing otherwise.
+    #[cfg_attr(not(feature = "test-util"), allow(clippy::unused_async))]
+    async fn install_test_clock(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        role: Role,
+    ) -> sqlx::Result<()> {
+        #[cfg(feature = "test-util")]
+        if self.test_clock {
+            // Both names are fixed or passed validate_identifier.
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE OR REPLACE FUNCTION {schema}.{function}() RETURNS bigint LANGUAGE sql STABLE AS \
+                 $$ SELECT COALESCE((SELECT value::bigint FROM {schema}.{meta} \
+                 WHERE key = 'test_clock_offset_ms'), 0) $$",
+                schema = self.schema,
+                function = role.clock_offset_function(),
+                meta = role.meta_table(),
+            )))
+            .execute(&mut **tx)
+            .await?;
+        }
+        #[cfg(not(feature = "test-util"))]
+        let _ = (tx, role);
+        Ok(())
     }
 
     /// A transaction on a pooled connection.
@@ -388,6 +435,12 @@ impl Db {
     /// Moves the role's clock forward by `ms` (tests only).
     #[cfg(feature = "test-util")]
     pub(crate) async fn advance_clock(&self, role: Role, ms: i64) -> Result<()> {
+        if !self.test_clock {
+            return Err(Error::Config(format!(
+                "{} was opened without the test clock: open it with `PgOptions::with_test_clock()` to move its clock",
+                self.shown
+            )));
+        }
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {t} (key, value) VALUES ('test_clock_offset_ms', $1::bigint::text) \
              ON CONFLICT (key) DO UPDATE SET value = ({t}.value::bigint + $1::bigint)::text",

@@ -84,6 +84,9 @@ pub struct PgOptions {
     /// another. Ignored by the projection store. Default: the journal's
     /// stored count (16 for a new journal) by CRC-32, never repartitioning.
     pub partitions: outbox_core::PartitionOptions,
+    /// Whether the schema's clock is the test clock (see
+    /// [`PgOptions::with_test_clock`]); never in a production build.
+    pub(crate) test_clock: bool,
 }
 
 impl Default for PgOptions {
@@ -96,6 +99,7 @@ impl Default for PgOptions {
             migrate: true,
             generic_plans: true,
             partitions: outbox_core::PartitionOptions::default(),
+            test_clock: false,
         }
     }
 }
@@ -134,6 +138,20 @@ impl PgOptions {
 
     /// The largest accepted [`PgOptions::max_connections`].
     pub const MAX_CONNECTIONS: u32 = 1_000;
+
+    /// Test support (feature `test-util`): the schema's clock becomes the
+    /// database's plus an offset stored in the schema, which
+    /// [`PgJournal::advance_clock_for_tests`](crate::PgJournal::advance_clock_for_tests)
+    /// and [`PgProjectionStore::advance_clock_for_tests`](crate::PgProjectionStore::advance_clock_for_tests)
+    /// move for every instance and process on the schema. Opening a store
+    /// with it replaces the schema's clock offset function (ADR 0006), so
+    /// use it on test schemas only. A store opened without it never reads
+    /// the offset.
+    #[cfg(feature = "test-util")]
+    pub fn with_test_clock(mut self) -> Self {
+        self.test_clock = true;
+        self
+    }
 
     /// Sets [`PgOptions::schema`].
     pub fn with_schema(mut self, schema: impl Into<String>) -> Self {

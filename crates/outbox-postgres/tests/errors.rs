@@ -366,3 +366,44 @@ async fn a_crashed_server_is_temporary_and_the_store_recovers() {
     );
     journal.close().await;
 }
+
+/// The clock is chosen when a store opens: a store opened without the test
+/// clock refuses to move it, and its schema's offset function is the
+/// constant the migrations made, even after a test-clock store on another
+/// schema moved its own.
+#[tokio::test]
+async fn a_store_opened_without_the_test_clock_refuses_to_move_it() {
+    let Some(url) = outbox_testkit::pg::test_database_url() else {
+        return;
+    };
+    let (plain, testing) = (unique_schema("clock_plain"), unique_schema("clock_test"));
+    let _drop = DropSchemas::new(&url, [plain.clone(), testing.clone()]);
+    let journal = PgJournal::connect(&url, PgOptions::default().with_schema(&plain))
+        .await
+        .expect("journal");
+    match journal.advance_clock_for_tests(Duration::from_secs(60)).await {
+        Err(Error::Config(m)) => assert!(m.contains("with_test_clock"), "{m}"),
+        other => panic!("moved a production clock: {other:?}"),
+    }
+    let moved = PgJournal::connect(&url, PgOptions::default().with_schema(&testing).with_test_clock())
+        .await
+        .expect("test journal");
+    moved
+        .advance_clock_for_tests(Duration::from_secs(3_600))
+        .await
+        .expect("advance");
+    let offset = |schema: &str| {
+        let sql = format!("SELECT {schema}.outbox_journal_clock_offset_ms()");
+        let pool = journal.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("offset")
+        }
+    };
+    assert_eq!(offset(&plain).await, 0, "the production clock moved");
+    assert_eq!(offset(&testing).await, 3_600_000, "the test clock did not move");
+    journal.close().await;
+    moved.close().await;
+}

@@ -23,6 +23,7 @@ pub fn options(schema: &str) -> PgOptions {
         .with_schema(schema)
         .with_max_connections(4)
         .with_acquire_timeout(Duration::from_secs(20))
+        .with_test_clock()
 }
 
 pub async fn journal(url: &str, schema: &str) -> PgJournal {
