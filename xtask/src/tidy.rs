@@ -16,6 +16,20 @@
 //!   `crates/outbox-testkit/src/checks/` whose signature names `Harness` is
 //!   listed exactly once in `for_each_check!` (checks/mod.rs), and every name
 //!   listed there is such a function: a check that is not listed never runs.
+//! - **The architecture document** (`docs/architecture.md`) has at most
+//!   [`ARCHITECTURE_WORDS`] words (whitespace-separated, as `wc -w` counts):
+//!   a newcomer reads it in ten minutes; detail goes to the ADRs.
+//! - **Dependencies.** Every direct dependency that a workspace Cargo.toml
+//!   declares (`[workspace.dependencies]`, and each member's
+//!   `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]`, other
+//!   than `outbox-*` and path crates) has a row in ADR 0004's table (a
+//!   backticked name in the row's first cell, outside parentheses), and
+//!   every name a row gives there is such a dependency.
+//! - **Boundaries as text** (the "must not" lines of the architecture
+//!   document that text can check): every member inherits the workspace
+//!   lints (`unsafe_code = "forbid"`); the crates in [`NO_DEPS`] declare
+//!   none of their forbidden dependencies; the Rust sources in [`NO_TEXT`]
+//!   contain none of their forbidden calls.
 //!
 //! Stale intra-doc links are not checked here: `cargo doc` with
 //! `RUSTDOCFLAGS=-D warnings` (a step of `cargo xtask ci`) refuses them.
@@ -134,13 +148,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     problems.extend(env_problems(&inputs, TEST_VARS));
     problems.extend(check_problems(&inputs.checks, &inputs.check_list));
+    let docs = DocInputs::read(&root, &inputs.rust)?;
+    problems.extend(doc_problems(&docs));
     for p in &problems {
         eprintln!("tidy: {p}");
     }
     if !problems.is_empty() {
         bail!("tidy: {} problem(s)", problems.len());
     }
-    eprintln!("ok: variables, README table and conformance checks agree");
+    eprintln!(
+        "ok: variables, README table, conformance checks, the architecture doc's length, \
+         ADR 0004's dependencies and the boundaries agree"
+    );
     Ok(())
 }
 
@@ -692,6 +711,421 @@ fn check_list(text: &str) -> Result<Vec<(usize, String)>, String> {
 }
 
 // ---------------------------------------------------------------------------
+// Documentation and manifests
+
+const ARCHITECTURE: &str = "docs/architecture.md";
+const DEPENDENCY_ADR: &str = "docs/adr/0004-dependencies.md";
+
+/// The architecture document's word limit: ten minutes of reading.
+const ARCHITECTURE_WORDS: usize = 2000;
+
+/// Direct dependencies a crate must not declare (normal and build
+/// dependencies; dev-dependencies may), as (manifest, names, why): the
+/// "must not" lines of docs/architecture.md that a manifest shows.
+const NO_DEPS: &[(&str, &[&str], &str)] = &[
+    (
+        "crates/outbox-core/Cargo.toml",
+        &["tokio", "tokio-util", "sqlx", "rusqlite", "libsqlite3-sys", "mio"],
+        "outbox-core does no I/O and names no driver",
+    ),
+    (
+        "crates/outbox-sql/Cargo.toml",
+        &["sqlx", "rusqlite", "libsqlite3-sys"],
+        "outbox-sql holds the shared SQL, not a driver",
+    ),
+    (
+        "crates/outbox-runtime/Cargo.toml",
+        &["sqlx", "rusqlite", "libsqlite3-sys"],
+        "the runtime reaches a database only through the ports (and the adapters of open.rs)",
+    ),
+];
+
+/// Text that must not occur in the Rust sources under a folder, as (folder,
+/// files allowed to, text, why).
+const NO_TEXT: &[(&str, &[&str], &str, &str)] = &[
+    (
+        "crates/outbox-core/src/",
+        &["crates/outbox-core/src/time.rs"],
+        "SystemTime::now",
+        "outbox-core reads the wall clock only in `SystemClock` (time.rs)",
+    ),
+    (
+        "crates/outbox-core/src/",
+        &[],
+        "Instant::now",
+        "outbox-core reads no clock but `SystemClock`",
+    ),
+    (
+        "crates/outbox-core/src/",
+        &[],
+        "std::fs",
+        "outbox-core does no I/O",
+    ),
+    (
+        "crates/outbox-core/src/",
+        &[],
+        "std::net",
+        "outbox-core does no I/O",
+    ),
+    (
+        "crates/outbox-core/src/",
+        &[],
+        "thread::sleep",
+        "outbox-core does not sleep",
+    ),
+    (
+        "crates/",
+        &[],
+        "pg_advisory_lock(",
+        "Postgres locks are transaction-scoped (`pg_advisory_xact_lock`): a session lock outlives a failed call",
+    ),
+    (
+        "crates/",
+        &[],
+        "pg_try_advisory_lock(",
+        "Postgres locks are transaction-scoped (`pg_try_advisory_xact_lock`)",
+    ),
+    (
+        "crates/",
+        &[],
+        "pg_advisory_lock_shared(",
+        "Postgres locks are transaction-scoped (`pg_advisory_xact_lock_shared`)",
+    ),
+];
+
+/// What the documentation and manifest checks read, and the boundary rules.
+struct DocInputs {
+    architecture: File,
+    dependency_adr: File,
+    /// The root Cargo.toml first, then each member's.
+    manifests: Vec<File>,
+    /// Every Rust source (but this file).
+    rust: Vec<File>,
+    /// [`NO_DEPS`], or a test's rules.
+    no_deps: &'static [(&'static str, &'static [&'static str], &'static str)],
+    /// [`NO_TEXT`], or a test's rules.
+    no_text: &'static [(&'static str, &'static [&'static str], &'static str, &'static str)],
+}
+
+impl DocInputs {
+    fn read(root: &Path, rust: &[File]) -> Result<Self> {
+        let read = |rel: &str| -> Result<File> {
+            let text = fs::read_to_string(root.join(rel)).with_context(|| format!("reading {rel}"))?;
+            Ok(File {
+                path: rel.into(),
+                text,
+            })
+        };
+        let workspace = read("Cargo.toml")?;
+        let mut manifests = vec![];
+        for member in members(&workspace.text) {
+            match member.strip_suffix("/*") {
+                Some(dir) => {
+                    let mut subdirs: Vec<String> = fs::read_dir(root.join(dir))
+                        .with_context(|| format!("reading {dir}"))?
+                        .filter_map(|e| e.ok())
+                        .map(|e| format!("{dir}/{}/Cargo.toml", e.file_name().to_string_lossy()))
+                        .filter(|rel| root.join(rel).is_file())
+                        .collect();
+                    subdirs.sort();
+                    for rel in subdirs {
+                        manifests.push(read(&rel)?);
+                    }
+                }
+                None => manifests.push(read(&format!("{member}/Cargo.toml"))?),
+            }
+        }
+        manifests.insert(0, workspace);
+        Ok(DocInputs {
+            architecture: read(ARCHITECTURE)?,
+            dependency_adr: read(DEPENDENCY_ADR)?,
+            manifests,
+            rust: rust.to_vec(),
+            no_deps: NO_DEPS,
+            no_text: NO_TEXT,
+        })
+    }
+}
+
+/// The documentation and manifest rules.
+fn doc_problems(inputs: &DocInputs) -> Vec<String> {
+    let mut problems = Vec::new();
+    let words = inputs.architecture.text.split_whitespace().count();
+    if words > ARCHITECTURE_WORDS {
+        problems.push(format!(
+            "{}: {words} words, more than {ARCHITECTURE_WORDS} (ten minutes of reading): \
+             move detail that records a decision into its ADR",
+            inputs.architecture.path
+        ));
+    }
+    problems.extend(dependency_problems(&inputs.manifests, &inputs.dependency_adr));
+    problems.extend(boundary_problems(inputs));
+    problems
+}
+
+/// The `members = [..]` of a workspace Cargo.toml, as written (globs kept).
+fn members(text: &str) -> Vec<String> {
+    let Some(start) = text.find("members") else {
+        return vec![];
+    };
+    let rest = &text[start..];
+    let (Some(open), Some(close)) = (rest.find('['), rest.find(']')) else {
+        return vec![];
+    };
+    rest[open + 1..close]
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
+/// One declared dependency.
+#[derive(Clone, Debug, PartialEq)]
+struct Dep {
+    /// The crate's name (its `package = ".."` when renamed).
+    name: String,
+    /// `workspace.dependencies`, `dependencies`, `dev-dependencies` or
+    /// `build-dependencies` (a `target.….` prefix dropped).
+    kind: String,
+    /// `path:line`.
+    at: String,
+    /// An `outbox-*` crate or a path dependency: part of the workspace.
+    internal: bool,
+}
+
+/// The dependencies a Cargo.toml declares, read as text: one `name = ..`
+/// (or `name.key = ..`) line per dependency under a dependency table, or a
+/// `[dependencies.name]` table.
+fn dependencies(f: &File) -> Vec<Dep> {
+    let mut deps: Vec<Dep> = Vec::new();
+    // The current table's kind when it lists dependencies.
+    let mut kind: Option<String> = None;
+    // Whether the current table is one dependency's (`[dependencies.name]`).
+    let mut one_dep = false;
+    // Brackets and braces still open from the lines before (a value over
+    // several lines).
+    let mut depth = 0i32;
+    for (i, raw) in f.text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim_end();
+        let at = format!("{}:{}", f.path, i + 1);
+        if depth == 0 && line.starts_with('[') {
+            let table = line.trim_matches(|c| c == '[' || c == ']').trim();
+            // `target.'cfg(..)'.dependencies` counts as `dependencies`.
+            let table = match table.rfind("'.") {
+                Some(j) if table.starts_with("target.") => &table[j + 2..],
+                _ => table,
+            };
+            kind = None;
+            one_dep = false;
+            for k in DEP_TABLES {
+                if table == *k {
+                    kind = Some((*k).to_owned());
+                } else if let Some(name) = table.strip_prefix(k).and_then(|r| r.strip_prefix('.')) {
+                    // `[dependencies.name]`: its keys follow; `path` may be among them.
+                    one_dep = true;
+                    deps.push(Dep {
+                        name: name.trim_matches('"').to_owned(),
+                        kind: (*k).to_owned(),
+                        at: at.clone(),
+                        internal: name.starts_with("outbox-"),
+                    });
+                }
+            }
+            continue;
+        }
+        let starts_value = depth == 0;
+        for c in line.chars() {
+            match c {
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        if !starts_value {
+            continue;
+        }
+        let Some(kind) = &kind else {
+            // Keys of a `[dependencies.name]` table.
+            if let Some(last) = deps.last_mut()
+                && one_dep
+                && line.trim_start().starts_with("path")
+            {
+                last.internal = true;
+            }
+            continue;
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        let name = key.split('.').next().unwrap_or(key).trim_matches('"');
+        if name.is_empty() {
+            continue;
+        }
+        let package = value
+            .split_once("package")
+            .and_then(|(_, r)| r.split('"').nth(1))
+            .map(str::to_owned);
+        let name = package.unwrap_or_else(|| name.to_owned());
+        let internal = name.starts_with("outbox-")
+            || value.contains("path =")
+            || value.contains("path=")
+            || key.ends_with(".path");
+        deps.push(Dep {
+            name,
+            kind: kind.clone(),
+            at,
+            internal,
+        });
+    }
+    deps
+}
+
+/// The tables whose keys are dependencies.
+const DEP_TABLES: &[&str] = &[
+    "workspace.dependencies",
+    "dependencies",
+    "dev-dependencies",
+    "build-dependencies",
+];
+
+/// The crate names a dependency table of ADR 0004 gives: in each row's first
+/// cell, the backticked names outside parentheses (`` `clap` (`derive`, ..) ``
+/// names clap, not its features), with the row's 1-based line.
+fn adr_dependency_names(text: &str) -> Vec<(usize, String)> {
+    let mut names = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(inner) = line.trim().strip_prefix('|') else {
+            continue;
+        };
+        let first = inner.split('|').next().unwrap_or("");
+        if first
+            .trim()
+            .chars()
+            .all(|c| c == '-' || c == ':' || c.is_whitespace())
+        {
+            continue;
+        }
+        let mut parens = 0i32;
+        let mut in_code = false;
+        let mut current = String::new();
+        for c in first.chars() {
+            match c {
+                '`' if in_code => {
+                    in_code = false;
+                    if parens == 0 {
+                        names.push((i + 1, std::mem::take(&mut current)));
+                    }
+                    current.clear();
+                }
+                '`' => in_code = true,
+                _ if in_code => current.push(c),
+                '(' => parens += 1,
+                ')' => parens -= 1,
+                _ => {}
+            }
+        }
+    }
+    names
+}
+
+/// ADR 0004 names every external direct dependency, and names no crate that
+/// is none.
+fn dependency_problems(manifests: &[File], adr: &File) -> Vec<String> {
+    let mut problems = Vec::new();
+    // Each external dependency and where it is declared.
+    let mut declared: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in manifests {
+        for d in dependencies(f) {
+            if !d.internal {
+                declared.entry(d.name).or_default().push(d.at);
+            }
+        }
+    }
+    let named = adr_dependency_names(&adr.text);
+    if named.is_empty() {
+        problems.push(format!(
+            "{}: found no dependency table (rows whose first cell names crates in backticks)",
+            adr.path
+        ));
+        return problems;
+    }
+    let named_set: BTreeSet<&str> = named.iter().map(|(_, n)| n.as_str()).collect();
+    let missing: Vec<String> = declared
+        .iter()
+        .filter(|(name, _)| !named_set.contains(name.as_str()))
+        .map(|(name, at)| match at.len() {
+            1 => format!("`{name}` ({})", at[0]),
+            n => format!("`{name}` ({} and {} more)", at[0], n - 1),
+        })
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "{}: no row for these direct dependencies (add one each, with why it is used): {}",
+            adr.path,
+            missing.join("; ")
+        ));
+    }
+    for (line, name) in &named {
+        if !declared.contains_key(name) {
+            problems.push(format!(
+                "{}:{line}: a row names `{name}`, which no Cargo.toml of the workspace declares \
+                 (a removed dependency: say so in Consequences and drop the row)",
+                adr.path
+            ));
+        }
+    }
+    problems
+}
+
+/// The boundaries that manifests and sources show as text.
+fn boundary_problems(inputs: &DocInputs) -> Vec<String> {
+    let (manifests, rust) = (&inputs.manifests, &inputs.rust);
+    let mut problems = Vec::new();
+    // Every member (not the root, which defines the lints) inherits them.
+    for f in manifests.iter().filter(|f| f.path != "Cargo.toml") {
+        let inherits = f
+            .text
+            .lines()
+            .skip_while(|l| l.trim() != "[lints]")
+            .nth(1)
+            .map(str::trim)
+            == Some("workspace = true");
+        if !inherits {
+            problems.push(format!(
+                "{}: no `[lints]` with `workspace = true` right below it: the crate would escape \
+                 `unsafe_code = \"forbid\"` and the other workspace lints",
+                f.path
+            ));
+        }
+    }
+    for (manifest, names, why) in inputs.no_deps {
+        let Some(f) = manifests.iter().find(|f| f.path == *manifest) else {
+            problems.push(format!("{manifest}: not a workspace member (NO_DEPS in {SELF})"));
+            continue;
+        };
+        for d in dependencies(f) {
+            if d.kind != "dev-dependencies" && names.contains(&d.name.as_str()) {
+                problems.push(format!("{}: declares `{}`, but {why}", d.at, d.name));
+            }
+        }
+    }
+    for (under, allowed, text, why) in inputs.no_text {
+        for f in rust {
+            if !f.path.starts_with(under) || allowed.contains(&f.path.as_str()) {
+                continue;
+            }
+            for (i, line) in f.text.lines().enumerate() {
+                if line.contains(text) {
+                    problems.push(format!("{}:{}: `{text}`: {why}", f.path, i + 1));
+                }
+            }
+        }
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------
 // A small Rust lexer: identifiers, string literals and punctuation, without
 // comments, char literals, lifetimes and numbers' meaning.
 
@@ -1122,6 +1556,209 @@ pub async fn second<H: Harness + Send>(h: &H) { let s = \"pub async fn in_a_stri
         assert_eq!(
             env_names("OUTBOX_A XOUTBOX_B OUTBOX_ OUTBOX_* OUTBOX_Cx\nOUTBOX_D_"),
             [(1, "OUTBOX_A".to_owned()), (2, "OUTBOX_D".to_owned())]
+        );
+    }
+
+    const WORKSPACE: &str = r#"[workspace]
+members = ["crates/*", "xtask"]
+
+[workspace.dependencies]
+outbox-core = { path = "crates/outbox-core", version = "0.1.0" }
+tokio = { version = "1", default-features = false }
+clap = { version = "4", features = [
+    "derive",
+] }
+
+[workspace.lints.rust]
+unsafe_code = "forbid"
+"#;
+
+    const MEMBER: &str = r#"[package]
+name = "outbox-x"
+
+[lib]
+path = "src/lib.rs"
+
+[dependencies]
+outbox-core.workspace = true
+tokio = { workspace = true, features = ["rt"] } # a comment with = in it
+renamed = { package = "serde_json", version = "1" }
+
+[target.'cfg(unix)'.dependencies]
+libc = "0.2"
+
+[dev-dependencies]
+outbox-x = { path = ".", features = ["test-util"] }
+mockall.workspace = true
+
+[build-dependencies.cc]
+version = "1"
+
+[dependencies.local]
+path = "../local"
+
+[lints]
+workspace = true
+"#;
+
+    const ADR: &str = "| dependency | where | why |\n\
+        |---|---|---|\n\
+        | `tokio` (`rt`, `macros`) | everywhere | the runtime |\n\
+        | `clap` and `serde_json` 1 (`derive`) | cli | parsing |\n\
+        | `libc`, `cc` | x | y |\n\
+        | `mockall` | tests | doubles |\n";
+
+    fn manifests() -> Vec<File> {
+        vec![
+            File::new("Cargo.toml", WORKSPACE),
+            File::new("crates/outbox-x/Cargo.toml", MEMBER),
+        ]
+    }
+
+    #[test]
+    fn manifests_are_read_as_text() {
+        assert_eq!(members(WORKSPACE), ["crates/*", "xtask"]);
+        let names = |f: &File| -> Vec<(String, String, bool)> {
+            dependencies(f)
+                .into_iter()
+                .map(|d| (d.name, d.kind, d.internal))
+                .collect()
+        };
+        let dep = |n: &str, k: &str, i: bool| (n.to_owned(), k.to_owned(), i);
+        assert_eq!(
+            names(&manifests()[0]),
+            [
+                dep("outbox-core", "workspace.dependencies", true),
+                dep("tokio", "workspace.dependencies", false),
+                dep("clap", "workspace.dependencies", false),
+            ]
+        );
+        assert_eq!(
+            names(&manifests()[1]),
+            [
+                dep("outbox-core", "dependencies", true),
+                dep("tokio", "dependencies", false),
+                dep("serde_json", "dependencies", false),
+                dep("libc", "dependencies", false),
+                dep("outbox-x", "dev-dependencies", true),
+                dep("mockall", "dev-dependencies", false),
+                dep("cc", "build-dependencies", false),
+                dep("local", "dependencies", true),
+            ]
+        );
+        assert_eq!(
+            adr_dependency_names(ADR)
+                .into_iter()
+                .map(|(_, n)| n)
+                .collect::<Vec<_>>(),
+            ["tokio", "clap", "serde_json", "libc", "cc", "mockall"]
+        );
+    }
+
+    #[test]
+    fn every_dependency_has_a_row_in_adr_0004() {
+        let adr = |text: &str| File::new("docs/adr/0004-dependencies.md", text);
+        assert_eq!(dependency_problems(&manifests(), &adr(ADR)), Vec::<String>::new());
+        // A dependency without a row, named with where it is declared.
+        one(
+            dependency_problems(
+                &manifests(),
+                &adr(&ADR.replace("| `mockall` | tests | doubles |\n", "")),
+            ),
+            &[
+                "0004-dependencies.md: no row",
+                "`mockall` (crates/outbox-x/Cargo.toml:17)",
+            ],
+        );
+        one(
+            dependency_problems(&manifests(), &adr(&ADR.replace("`tokio` (", "Tokio ("))),
+            &["`tokio` (Cargo.toml:6 and 1 more)"],
+        );
+        // A name in parentheses is not a row of its own.
+        one(
+            dependency_problems(&manifests(), &adr(&ADR.replace("`cc` |", "(`cc`) |"))),
+            &["`cc` (crates/outbox-x/Cargo.toml:19)"],
+        );
+        // A row for a crate nothing declares any more.
+        one(
+            dependency_problems(
+                &manifests(),
+                &adr(&format!("{ADR}| `futures-util` | gone | x |\n")),
+            ),
+            &["0004-dependencies.md:7", "`futures-util`", "no Cargo.toml"],
+        );
+        one(
+            dependency_problems(&manifests(), &adr("no table\n")),
+            &["found no dependency table"],
+        );
+    }
+
+    fn docs(edit: impl FnOnce(&mut DocInputs)) -> Vec<String> {
+        let mut inputs = DocInputs {
+            architecture: File::new(ARCHITECTURE, &"word ".repeat(ARCHITECTURE_WORDS)),
+            dependency_adr: File::new(DEPENDENCY_ADR, ADR),
+            manifests: manifests(),
+            rust: vec![
+                File::new("crates/outbox-core/src/time.rs", "let t = SystemTime::now();"),
+                File::new("crates/outbox-core/src/lib.rs", "// no clock here"),
+                File::new("crates/outbox-sql/src/d.rs", "SELECT pg_advisory_xact_lock($1)"),
+            ],
+            no_deps: &[(
+                "crates/outbox-x/Cargo.toml",
+                &["sqlx", "rusqlite"],
+                "outbox-x holds no driver",
+            )],
+            no_text: NO_TEXT,
+        };
+        edit(&mut inputs);
+        doc_problems(&inputs)
+    }
+
+    #[test]
+    fn the_architecture_doc_has_at_most_its_words() {
+        assert_eq!(docs(|_| {}), Vec::<String>::new());
+        one(
+            docs(|i| i.architecture.text.push_str("\n\tone-more")),
+            &["docs/architecture.md: 2001 words, more than 2000"],
+        );
+    }
+
+    #[test]
+    fn boundaries_that_text_shows_hold() {
+        // A member that does not inherit the workspace lints.
+        one(
+            docs(|i| i.manifests[1].text = MEMBER.replace("[lints]\nworkspace = true\n", "")),
+            &["crates/outbox-x/Cargo.toml", "unsafe_code"],
+        );
+        // A forbidden dependency (the ADR lists it: only the boundary fails);
+        // as a dev-dependency it is allowed.
+        let with = |section: &str| {
+            docs(|i| {
+                i.manifests[1].text =
+                    MEMBER.replace("[lints]", &format!("{section}\nsqlx = \"0.9\"\n\n[lints]"));
+                i.dependency_adr.text.push_str("| `sqlx` | x | y |\n");
+            })
+        };
+        one(
+            with("[build-dependencies]"),
+            &["crates/outbox-x/Cargo.toml:26: declares `sqlx`, but outbox-x holds no driver"],
+        );
+        assert_eq!(with("[dev-dependencies]"), Vec::<String>::new());
+        // A rule for a manifest that is not a member.
+        let p = docs(|i| i.no_deps = &[("crates/gone/Cargo.toml", &["sqlx"], "x")]);
+        one(p, &["crates/gone/Cargo.toml: not a workspace member"]);
+        // Forbidden text, outside the files allowed it.
+        one(
+            docs(|i| i.rust[1].text.push_str("\nlet t = std::time::SystemTime::now();")),
+            &[
+                "crates/outbox-core/src/lib.rs:2",
+                "`SystemTime::now`",
+                "SystemClock",
+            ],
+        );
+        one(
+            docs(|i| i.rust[2].text = "SELECT pg_advisory_lock($1)".into()),
+            &["crates/outbox-sql/src/d.rs:1", "transaction-scoped"],
         );
     }
 }
