@@ -3,6 +3,12 @@
 //!
 //! Applications use the crate root (events, ports, projections, policies);
 //! adapters additionally implement the traits here and use its helpers.
+//!
+//! **Not semver-stable for applications.** This module changes with the
+//! adapters' needs (the apply loop's hooks, row conversions, validation
+//! helpers), in any release of `outbox-core`; only the crate root is the
+//! application's API. An adapter outside this workspace should pin the exact
+//! version of `outbox-core` it was written against.
 
 use async_trait::async_trait;
 
