@@ -1,7 +1,7 @@
 //! `outbox-crash run --poison`: rounds where one or two events kill the
 //! worker process that applies them, under a supervisor that restarts it.
 //!
-//! The promise under test (invariant 11, "blame only the guilty"): an
+//! The promise under test (invariant 19, "blame only the guilty"): an
 //! attempt that ends without a result is charged only to a row applied
 //! alone whose attempt began, so each poison is `dead` after exactly the
 //! dead-letter threshold of attempts, no other row is ever charged or
