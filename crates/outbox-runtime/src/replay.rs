@@ -311,25 +311,27 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         &self,
         work: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        // The beats run beside `work` in this task (no spawn): polled
+        // whenever `work` waits, and ended by `work` ending.
         let stop = CancellationToken::new();
-        let beating = tokio::spawn({
-            let (this, stop) = (self.clone(), stop.clone());
-            let interval = self.config().heartbeat_interval;
-            async move {
-                loop {
-                    if let Err(e) = this.beat().await {
-                        warn!(error = %e, "registering the run's owner in the worker registry failed");
-                    }
-                    tokio::select! {
-                        () = stop.cancelled() => break,
-                        () = tokio::time::sleep(interval) => {}
-                    }
+        let interval = self.config().heartbeat_interval;
+        let beating = async {
+            loop {
+                if let Err(e) = self.beat().await {
+                    warn!(error = %e, "registering the run's owner in the worker registry failed");
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(interval) => {}
                 }
             }
-        });
-        let out = work.await;
-        stop.cancel();
-        let _ = beating.await;
+        };
+        let working = async {
+            let out = work.await;
+            stop.cancel();
+            out
+        };
+        let (out, ()) = tokio::join!(working, beating);
         if !self.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
             let _ = self
                 .journal()
