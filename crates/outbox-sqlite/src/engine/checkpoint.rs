@@ -447,6 +447,13 @@ mod tests {
         std::fs::metadata(dir.join("wal.db-wal")).expect("wal").len()
     }
 
+    /// Commits a 40 kB row `k` (ten pages of WAL).
+    fn insert_row(writer: &Connection, k: i64) {
+        writer
+            .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
+            .expect("insert");
+    }
+
     /// Grows the WAL of `wal.db` in `dir` by a 400 kB row `k`; its size after.
     fn grow(writer: &Connection, dir: &Path, k: i64) -> u64 {
         writer
@@ -472,11 +479,7 @@ mod tests {
     fn a_pass_starts_the_wal_again_only_when_no_reader_uses_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (path, writer, checkpointer) = writer_and_checkpointer(dir.path());
-        let insert = |k: i64| {
-            writer
-                .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
-                .expect("insert");
-        };
+        let insert = |k: i64| insert_row(&writer, k);
         insert(1);
         let (reader, seen) = reading(&path);
         assert_eq!(seen, 1);
@@ -505,11 +508,7 @@ mod tests {
     fn a_pass_the_writer_kept_from_restarting_is_finished_by_the_writer() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_, writer, checkpointer) = writer_and_checkpointer(dir.path());
-        let insert = |k: i64| {
-            writer
-                .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
-                .expect("insert");
-        };
+        let insert = |k: i64| insert_row(&writer, k);
         insert(1);
         insert(2);
         writer.execute_batch("BEGIN IMMEDIATE").expect("begin");
@@ -547,11 +546,7 @@ mod tests {
     fn a_pass_a_reader_held_back_leaves_the_writer_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (path, writer, checkpointer) = writer_and_checkpointer(dir.path());
-        let insert = |k: i64| {
-            writer
-                .execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(40000))", [k])
-                .expect("insert");
-        };
+        let insert = |k: i64| insert_row(&writer, k);
         insert(1);
         let (_reader, _) = reading(&path);
         insert(2);
