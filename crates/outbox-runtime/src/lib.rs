@@ -42,12 +42,17 @@ pub use sinks::DeliveryReport;
 pub use unavailable::retry_while_unavailable;
 pub use worker::{TickReport, WorkerKind};
 
+/// The cancellation token that [`Outbox::replay`], [`Outbox::rebuild`],
+/// [`Outbox::start_until`] and friends take (tokio-util's), so an
+/// application needs no dependency of its own on `tokio-util`.
+pub use tokio_util::sync::CancellationToken;
+
 /// The core prelude and the runtime's own names, in one import:
 /// `use outbox_runtime::prelude::*;` (the builder, the running handle, the
 /// configuration and the backend bounds, and [`open`]'s call).
 pub mod prelude {
     pub use crate::open::{OpenOptions, WithStores, open_stores};
-    pub use crate::{Config, JournalBackend, Outbox, ProjectionBackend, Running};
+    pub use crate::{CancellationToken, Config, JournalBackend, Outbox, ProjectionBackend, Running};
     pub use outbox_core::prelude::*;
 }
 
