@@ -55,8 +55,8 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 
 use crate::{
-    BoxError, Error, Event, EventType, EventTypeRegistry, Intent, NewEvent, ProjectionName, Result,
-    ViewProjection, ViewTx,
+    BoxError, Error, Event, EventType, EventTypeRegistry, Intent, NewEvent, NewMetadata, ProjectionName,
+    Result, ViewProjection, ViewTx,
 };
 
 /// One kind of event a [`DomainEvent`] type holds: the type name stored
@@ -106,9 +106,16 @@ pub trait DomainEvent: Send + Sync + Sized + 'static {
     /// The value of a stored event of type `event_type` with `payload`.
     fn decode(event_type: &str, payload: &[u8]) -> std::result::Result<Self, BoxError>;
 
-    /// This value as an event to append (type, intent and payload; no
-    /// correlation or causation id: set them on the result). Its kind must
-    /// be among [`KINDS`](Self::KINDS).
+    /// This value's correlation and causation ids, appended with it (by
+    /// default none: a value that carries them, a command's id say, returns
+    /// them here).
+    fn metadata(&self) -> NewMetadata {
+        NewMetadata::default()
+    }
+
+    /// This value as an event to append: type, intent, payload and
+    /// [`metadata`](Self::metadata). Its kind must be among
+    /// [`KINDS`](Self::KINDS).
     fn to_new_event(&self) -> Result<NewEvent> {
         let kind = self.kind();
         if !Self::KINDS.contains(&kind) {
@@ -121,7 +128,9 @@ pub trait DomainEvent: Send + Sync + Sized + 'static {
         let payload = self
             .encode()
             .map_err(|e| Error::invalid(format_args!("encoding a `{}` event: {e}", kind.name)))?;
-        Ok(NewEvent::new(EventType::new(kind.name)?, kind.intent, payload))
+        let mut event = NewEvent::new(EventType::new(kind.name)?, kind.intent, payload);
+        event.metadata = self.metadata();
+        Ok(event)
     }
 }
 
@@ -315,6 +324,38 @@ mod tests {
             payload_hash: PayloadHash::of(&new.payload),
             decoded: Decoded::default(),
         }
+    }
+
+    /// A type whose values carry the command that caused them.
+    struct Caused(&'static str);
+
+    impl DomainEvent for Caused {
+        const KINDS: &'static [EventKind] = &[EventKind::apply("caused")];
+        fn kind(&self) -> EventKind {
+            Self::KINDS[0]
+        }
+        fn encode(&self) -> std::result::Result<Vec<u8>, BoxError> {
+            Ok(Vec::new())
+        }
+        fn decode(_: &str, _: &[u8]) -> std::result::Result<Self, BoxError> {
+            Ok(Caused("?"))
+        }
+        fn metadata(&self) -> NewMetadata {
+            NewMetadata {
+                correlation_id: Some("request-1".into()),
+                causation_id: Some(self.0.into()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_s_metadata_is_appended_with_it() {
+        let new = Caused("command-7").to_new_event().unwrap();
+        assert_eq!(new.metadata.correlation_id.as_deref(), Some("request-1"));
+        assert_eq!(new.metadata.causation_id.as_deref(), Some("command-7"));
+        // By default, none.
+        let plain = Shop::Noted { text: "x".into() }.to_new_event().unwrap();
+        assert_eq!(plain.metadata, NewMetadata::default());
     }
 
     #[test]
