@@ -79,9 +79,12 @@ pub use async_trait::async_trait;
 /// `journal.summary()`, `store.digest(..)`) without importing each trait;
 /// the types are the ones an event, a projection and a test name.
 pub mod prelude {
+    pub use crate::typed::{DomainEvent, EventKind, TypedViewProjection, json, typed};
     pub use crate::{
-        BoxError, DeadLetters, Error, Event, EventJournal, EventType, EventTypeRegistry, ExpectedVersion,
-        Intent, LeaseAdmin, NewEvent, OutboxInspector, Projection, ProjectionName, ProjectionStore, Result,
-        RunStore, Seq, SinkStore, StreamId, ViewProjection, ViewReader, ViewStore, ViewTx, async_trait,
+        ApplyError, BoxError, ConsumerRegistry, DeadLetters, Error, Event, EventJournal, EventType,
+        EventTypeRegistry, ExpectedVersion, GenerationStore, Intent, LeaseAdmin, ManualClock, NewEvent,
+        NewMetadata, OnError, OutboxInspector, Projection, ProjectionName, ProjectionStore, Result, RunStore,
+        Seq, SinkStore, SkippedEvents, StreamId, ViewProjection, ViewReader, ViewStore, ViewTx,
+        WatermarkStore, async_trait,
     };
 }

@@ -16,6 +16,13 @@ pub use projection::{PgProjectionStore, digest_table};
 pub use tx::PgTx;
 pub use wake::PgWakeSource;
 
+/// The adapter's types, with the core prelude (the port traits, so their
+/// methods can be called on the stores): `use outbox_postgres::prelude::*;`.
+pub mod prelude {
+    pub use crate::{PgJournal, PgOptions, PgProjectionStore, PgTx};
+    pub use outbox_core::prelude::*;
+}
+
 /// The driver, re-exported so appliers name the same `PgConnection`.
 pub use sqlx;
 
