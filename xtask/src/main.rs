@@ -378,7 +378,8 @@ fn bench(extra: &[String]) -> Result<()> {
     let wants_pg = only.is_none_or(|list| list.split(',').any(|w| w.trim() == "postgres"));
     let named = std::env::var("OUTBOX_TEST_DATABASE_URL").is_ok_and(|u| !u.is_empty());
     let _server = if wants_pg && !named {
-        let server = pg::Server::start()?;
+        // Durable, as production runs (fsync on): the tests' server is not.
+        let server = pg::Server::start_with(pg::Durability::Durable)?;
         b.env("OUTBOX_TEST_DATABASE_URL", server.url());
         Some(server)
     } else {

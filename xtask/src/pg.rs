@@ -90,8 +90,25 @@ fn ensure_user() -> Result<()> {
     Ok(())
 }
 
+/// Whether a throwaway server syncs its writes to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// `fsync=off`: the tests' server, fast, and never meant to survive a
+    /// power loss.
+    Fast,
+    /// `fsync=on`, as production runs: the benchmark's server, so that its
+    /// figures are those of a durable Postgres (issue 43).
+    Durable,
+}
+
 impl Server {
+    /// The tests' server ([`Durability::Fast`]).
     pub(crate) fn start() -> Result<Server> {
+        Self::start_with(Durability::Fast)
+    }
+
+    /// A server that syncs as `durability` says.
+    pub(crate) fn start_with(durability: Durability) -> Result<Server> {
         let bin = match find_bin() {
             Some(b) => b,
             None => {
@@ -133,8 +150,12 @@ impl Server {
                 "UTF8",
             ],
         )?;
+        let fsync = match durability {
+            Durability::Fast => "off",
+            Durability::Durable => "on",
+        };
         let opts = format!(
-            "-c listen_addresses='' -c unix_socket_directories={} -c fsync=off -c max_connections=200 -c shared_buffers=128MB",
+            "-c listen_addresses='' -c unix_socket_directories={} -c fsync={fsync} -c max_connections=200 -c shared_buffers=128MB",
             server.dir.display()
         );
         let log = server.dir.join("postgres.log");

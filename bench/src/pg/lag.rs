@@ -17,18 +17,24 @@ pub(crate) const CHILD_FLAG: &str = "--pg-lag-child";
 
 /// Half the slower of the Postgres drain (sweeps, batch 64) and append
 /// (100 per call) rates measured in this run, in and across processes.
-pub(crate) async fn run(ctx: &mut Ctx, url: &str, drain_64: f64, append_100: f64) -> Result<()> {
+pub(crate) async fn run(
+    ctx: &mut Ctx,
+    url: &str,
+    drain_64: f64,
+    append_100: f64,
+    durable: &str,
+) -> Result<()> {
     let rate = (drain_64.min(append_100) / 2.0).floor().max(1.0);
     let per_call = (rate / MAX_CALLS_PER_SECOND).ceil().clamp(1.0, STREAMS as f64) as u64;
     let seconds = ctx.sizes.lag_seconds;
     let total = (rate * seconds as f64) as u64;
-    let name = "PG lag {}, wake-on-append";
-    lag::measure(ctx, name, rate, per_call, || {
+    let name = format!("PG lag {{}}, wake-on-append ({durable})");
+    lag::measure(ctx, &name, rate, per_call, || {
         in_process(url, rate, total, per_call)
     })
     .await?;
-    let name = "PG lag {}, worker in another process, LISTEN/NOTIFY wake-up";
-    lag::measure(ctx, name, rate, per_call, || across(url, rate, total, per_call)).await
+    let name = format!("PG lag {{}}, worker in another process, LISTEN/NOTIFY wake-up ({durable})");
+    lag::measure(ctx, &name, rate, per_call, || across(url, rate, total, per_call)).await
 }
 
 /// One in-process round on a fresh schema.

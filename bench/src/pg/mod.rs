@@ -64,7 +64,21 @@ pub(crate) async fn drop_schema(url: &str, schema: &str) -> Result<()> {
     raw::drop_schema(url, schema).await
 }
 
+/// The server's `fsync` setting, for the rows' names: the figures of a
+/// server that does not sync (the tests' throwaway one) are labelled so.
+async fn durability(url: &str) -> Result<String> {
+    use outbox_postgres::sqlx::{self, Connection as _};
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .context("connecting to read fsync")?;
+    let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&mut conn).await?;
+    conn.close().await?;
+    Ok(format!("fsync={fsync}"))
+}
+
 pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
+    let durable = durability(url).await?;
+    eprintln!("   pg server: {durable}");
     // The rates half load is taken from (see `lag::run`).
     let (mut append_100, mut drain_64) = (0.0, 0.0);
     for per_txn in [1u64, 100] {
@@ -84,7 +98,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
         }
         ctx.rows.push(Row::pair(
             format!(
-                "PG append, {per_txn} per txn ({} events, {STREAMS} streams)",
+                "PG append, {per_txn} per txn ({} events, {STREAMS} streams, {durable})",
                 ctx.sizes.events
             ),
             "events/s",
@@ -118,7 +132,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
             }
             ctx.rows.push(Row::pair(
                 format!(
-                    "PG drain, batch {batch} ({STREAMS} streams x {per_stream} events), {}",
+                    "PG drain, batch {batch} ({STREAMS} streams x {per_stream} events, {durable}), {}",
                     label(shape)
                 ),
                 "events/s",
@@ -128,7 +142,7 @@ pub(crate) async fn run(ctx: &mut Ctx, url: &str) -> Result<()> {
             ));
         }
     }
-    lag::run(ctx, url, drain_64, append_100).await
+    lag::run(ctx, url, drain_64, append_100, &durable).await
 }
 
 async fn append_round(url: &str, total: u64, per_txn: u64) -> Result<f64> {
