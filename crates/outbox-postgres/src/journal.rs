@@ -792,7 +792,7 @@ impl OutboxQueue for PgJournal {
 
     /// One transaction: every pass's completion, abandon and release. The
     /// plain ends (a completion, no abandon) take one statement together
-    /// ([`COMPLETE_ALL`]), whatever their number; the others end one by one.
+    /// (`COMPLETE_ALL`), whatever their number; the others end one by one.
     async fn finish(&self, ends: &[StreamEnd]) -> Result<u64> {
         let release = self.sql.dialect().sql(outbox_sql::journal::RELEASE);
         let mut streams: Vec<&str> = ends.iter().map(|e| e.lease.stream.as_str()).collect();
@@ -1302,7 +1302,7 @@ impl PartitionStore for PgJournal {
         outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
     }
 
-    /// One statement ([`CLAIM_PARTITIONED`]): the owner's partition leases
+    /// One statement (`CLAIM_PARTITIONED`): the owner's partition leases
     /// share-locked, the due streams in them, their runs and the holds on
     /// their heads, committed as one.
     async fn claim_partitioned(
