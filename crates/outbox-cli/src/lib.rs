@@ -79,12 +79,16 @@ fn usage_error_line(bin: &str, e: &clap::Error) -> String {
         .collect();
     let first = first.join(" ");
     let first = first.strip_prefix("error: ").unwrap_or(&first);
+    // clap repeats the offending argument: a URL given in the wrong place
+    // keeps its password to itself, a control character is shown escaped.
+    let first = output::redact_credentials(first);
+    let first = output::visible(&first);
     if first.is_empty() {
         return format!("invalid command line (see `{bin} --help`)");
     }
     format!(
         "{first}{} (see `{bin} --help`)",
-        missing_feature(first, cfg!(feature = "serve"))
+        missing_feature(&first, cfg!(feature = "serve"))
     )
 }
 
@@ -266,7 +270,8 @@ where
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = output::visible(&cause.to_string().replace('\n', " ")).into_owned();
+        let cause = cause.to_string().replace('\n', " ");
+        let text = output::visible(&output::redact_credentials(&cause)).into_owned();
         if line.contains(&text) {
             continue;
         }
@@ -341,6 +346,41 @@ mod tests {
         assert_eq!(
             super::error_line(&e),
             "opening /tmp/j.db: database disk image is malformed"
+        );
+    }
+
+    #[test]
+    fn a_usage_error_shows_no_password_and_no_terminal_control() {
+        use clap::Parser;
+        for args in [
+            &["outbox", "report", "postgres://app:S3cretPW@host/db"][..],
+            &[
+                "outbox",
+                "--partitions",
+                "postgres//app:S3cretPW@host/db",
+                "report",
+            ],
+            &["outbox", "report", "\u{1b}[2Jcleared"],
+        ] {
+            let e = crate::cli::Cli::try_parse_from(args).unwrap_err();
+            let line = super::usage_error_line("outbox", &e);
+            assert!(!line.contains("S3cretPW") && !line.contains('\u{1b}'), "{line}");
+            assert!(
+                line.contains("***@host/db") || line.contains("\\u001B[2J"),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_error_line_shows_no_password_and_no_terminal_control() {
+        let e = anyhow::anyhow!("connecting to postgres://app:S3cretPW@db.internal/shop failed")
+            .context("\u{1b}]0;owned\u{7}opening the journal");
+        let line = super::error_line(&e);
+        assert!(!line.contains("S3cretPW") && !line.contains('\u{1b}'), "{line}");
+        assert_eq!(
+            line,
+            "\\u001B]0;owned\\u0007opening the journal: connecting to postgres://app:***@db.internal/shop failed"
         );
     }
 

@@ -92,9 +92,77 @@ pub(crate) fn visible(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `text` with the password of every URL-like `user:password@host` in it
+/// written `***`: a URL echoed by an error (a driver's, a mistyped flag's)
+/// never shows its credentials. A word is redacted when an `@` in it
+/// follows a `:` with no `/` between them, counting from its last `//` (or
+/// its start).
+pub(crate) fn redact_credentials(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('@') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(&redact_word(word));
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '(' | ')' | '<' | '>' | ',') {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    std::borrow::Cow::Owned(out)
+}
+
+fn redact_word(word: &str) -> String {
+    let Some(at) = word.rfind('@') else {
+        return word.to_owned();
+    };
+    let start = word[..at].rfind("//").map_or(0, |i| i + 2);
+    let userinfo = &word[start..at];
+    match userinfo.find(':') {
+        Some(colon) if !userinfo.contains('/') && colon + 1 < userinfo.len() => {
+            format!("{}***{}", &word[..start + colon + 1], &word[at..])
+        }
+        _ => word.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::visible;
+    use super::{redact_credentials, visible};
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        for (given, shown) in [
+            (
+                "postgres://app:S3cretPW@db.internal:5432/shop",
+                "postgres://app:***@db.internal:5432/shop",
+            ),
+            ("postgres//app:S3cretPW@host/db", "postgres//app:***@host/db"),
+            (
+                "cannot open \"postgresql://u:p%40ss@h/db\": refused",
+                "cannot open \"postgresql://u:***@h/db\": refused",
+            ),
+            (
+                "app:S3cretPW@host/db is not a file",
+                "app:***@host/db is not a file",
+            ),
+            (
+                "no credentials: postgres://app@host/db",
+                "no credentials: postgres://app@host/db",
+            ),
+            ("an address user@example.com", "an address user@example.com"),
+            ("nothing here", "nothing here"),
+        ] {
+            assert_eq!(redact_credentials(given), shown, "{given}");
+        }
+    }
 
     #[test]
     fn terminal_controls_and_look_alikes_are_written_as_their_codes() {
