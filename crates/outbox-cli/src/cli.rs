@@ -210,8 +210,8 @@ pub struct ServeArgs {
 #[derive(Debug, Args)]
 pub struct HttpArgs {
     /// The `Host` names answered to, comma-separated (`*`: any); by default
-    /// localhost, 127.0.0.1, ::1 and the bound address. Others get 421
-    /// (DNS rebinding).
+    /// localhost, 127.0.0.1, ::1 and the bound address (any IP address on
+    /// a 0.0.0.0 or :: bind). Others get 421 (DNS rebinding).
     #[arg(long, env = OUTBOX_SERVE_ALLOWED_HOSTS, default_value = default_of(OUTBOX_SERVE_ALLOWED_HOSTS), hide_default_value = true)]
     pub allowed_hosts: String,
     /// Connections kept open at most; more are closed at once.
@@ -222,6 +222,14 @@ pub struct HttpArgs {
     /// before its connection is closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub head_timeout_ms: u64,
+    /// Milliseconds a request may take once its head is in (its body, the
+    /// page or action, the answer); then 408.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub request_timeout_ms: u64,
+    /// Expensive pages (the overview, lists, `/metrics`) served at once;
+    /// more get 503 with `Retry-After: 1`.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_busy_pages: u64,
 }
 
 /// `--json`.

@@ -3,29 +3,32 @@
 //!
 //! - **Connections.** At most `--max-connections` at once (more are closed
 //!   on accept, with a log line); one request per connection; the request
-//!   head must arrive within `--head-timeout-ms`, a body larger than the
+//!   head must arrive within `--head-timeout-ms` (else 408), and is read
+//!   here before hyper sees it ([`read_head`]): a head too large, a target
+//!   too long or a malformed request line gets its one-line answer from
+//!   here, where hyper would answer with an empty body; a body larger than the
 //!   limit is refused from its `Content-Length` before it is read, a request
-//!   is answered within [`REQUEST_DEADLINE`], and the whole connection ends
+//!   is answered within `--request-timeout-ms`, and the whole connection ends
 //!   within both and 5 s more. A client that opens sockets and sends
 //!   nothing, or sends a head or a body byte by byte, holds a slot for
 //!   seconds, not forever.
 //! - **Host allow-list.** The `Host` of every request must be one the
-//!   monitor answers to (`--allowed-hosts`; on a loopback bind, loopback
-//!   names and the bound address by default): a web page whose DNS name was
-//!   rebound to 127.0.0.1 gets 421, not the monitor. Off loopback any name
-//!   is answered by default, since every request needs credentials there
-//!   that a rebound page does not have.
+//!   monitor answers to (`--allowed-hosts`; by default the loopback names
+//!   and the bound address, or any IP address on a `0.0.0.0` or `::`
+//!   bind): a web page whose DNS name was rebound to the monitor's address
+//!   gets 421, not the monitor.
 //! - **Credentials for reads off loopback.** On a non-loopback bind every
 //!   page and `/metrics` needs the read token (`OUTBOX_SERVE_READ_TOKEN`)
 //!   or the operator token, as `Authorization: Bearer` or Basic (any user
-//!   name; what a browser asks for after the `WWW-Authenticate` challenge).
+//!   name; what a browser asks for after the `WWW-Authenticate` challenge;
+//!   every 401 challenges Bearer, reads Basic too).
 //!   Actions always need the operator token itself, in the form or as
 //!   Bearer, never Basic: a browser resends Basic credentials on its own.
 //! - **Guessing.** [`MAX_FAILURES`] refused credentials from one address
 //!   within [`LOCKOUT`] lock that address out (429) until [`LOCKOUT`] after
 //!   its last failure.
 //! - **Expensive pages** (every page but `/row` and `/style.css`) run at most
-//!   [`PAGES_AT_ONCE`] at a time; more get 503 with `Retry-After`.
+//!   `--max-busy-pages` at a time; more get 503 with `Retry-After`.
 //! - **Audit.** Every action and every refusal is one log line on the
 //!   `outbox::audit` target: who (address, token id), what, result; the
 //!   last 200 are also kept for the monitor's audit page.
@@ -48,8 +51,6 @@ use tokio::sync::Semaphore;
 
 use crate::cli::{OUTBOX_SERVE_READ_TOKEN, OUTBOX_SERVE_TOKEN};
 
-/// How long a request may take, its body and our answer included.
-pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 /// The longest request target accepted.
 const MAX_TARGET: usize = 4 * 1024;
 /// The largest request head accepted (the sum of its header lines).
@@ -58,8 +59,6 @@ const MAX_HEADERS: usize = 16 * 1024;
 pub(crate) const MAX_FAILURES: usize = 10;
 /// How long refused credentials are remembered, and a lockout lasts.
 pub(crate) const LOCKOUT: Duration = Duration::from_secs(300);
-/// Expensive pages served at once.
-pub(crate) const PAGES_AT_ONCE: usize = 4;
 /// Audit entries the monitor keeps to show (`/audit`).
 const AUDIT_KEPT: usize = 200;
 /// The fewest bits a token must look like it carries (see [`check_strength`]).
@@ -70,20 +69,25 @@ const MIN_TOKEN_LEN: usize = 16;
 /// A token from the environment, with the id the audit log names it by
 /// (never the token itself).
 pub(crate) struct Token {
-    secret: String,
+    /// The SHA-256 of the token: what a given token is compared with.
+    digest: [u8; 32],
     /// The first 8 hex digits of the token's SHA-256.
     pub(crate) id: String,
 }
 
 impl Token {
-    fn new(secret: String) -> Token {
-        let digest = Sha256::digest(secret.as_bytes());
+    pub(crate) fn new(secret: &str) -> Token {
+        let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
         let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        Token { secret, id }
+        Token { digest, id }
     }
 
+    /// Compares the digests in constant time: the time taken tells neither
+    /// how much of the token a guess got right nor how long the token is
+    /// (comparing the bytes themselves stops at once on a length mismatch).
     fn matches(&self, given: &str) -> bool {
-        bool::from(given.as_bytes().ct_eq(self.secret.as_bytes()))
+        let given: [u8; 32] = Sha256::digest(given.as_bytes()).into();
+        bool::from(given.ct_eq(&self.digest))
     }
 }
 
@@ -125,7 +129,7 @@ fn token_var(name: &str) -> Result<Option<Token>, Error> {
         Ok(t) => {
             let t = t.trim().to_owned();
             check_strength(&t).map_err(|why| Error::Config(format!("{name} {why} (value not shown)")))?;
-            Ok(Some(Token::new(t)))
+            Ok(Some(Token::new(&t)))
         }
     }
 }
@@ -138,8 +142,10 @@ pub(crate) fn action_token() -> Result<Option<Token>, Error> {
 /// The hosts a monitor answers to.
 #[derive(Debug)]
 enum Hosts {
+    /// Any name (`--allowed-hosts '*'`).
     Any,
-    Only(Vec<String>),
+    /// These names; with `any_address`, also any IP address literal.
+    Only { names: Vec<String>, any_address: bool },
 }
 
 /// The `Host` header's name without its port, lower case.
@@ -149,6 +155,8 @@ fn host_name(h: &str) -> String {
         rest.split(']').next().unwrap_or("")
     } else {
         match h.rsplit_once(':') {
+            // More than one colon without brackets: a bare IPv6 address.
+            Some((name, _)) if name.contains(':') => h,
             Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
             _ => h,
         }
@@ -157,18 +165,19 @@ fn host_name(h: &str) -> String {
 }
 
 impl Hosts {
-    /// `list` (comma-separated names, `*` for any), or loopback names and
-    /// `bound`'s address when it names one.
+    /// `list` (comma-separated names, `*` for any), or by default the
+    /// loopback names and `bound`'s address; on an unspecified bind
+    /// (`0.0.0.0`, `::`), any IP address literal instead of the bound one.
+    /// A rebinding attack always arrives under the attacker's DNS name; an
+    /// address in `Host` is one the browser itself went to (ADR 0036).
     fn parse(list: Option<&str>, bound: SocketAddr) -> Result<Hosts, Error> {
         let Some(list) = list.map(str::trim).filter(|l| !l.is_empty()) else {
-            if !bound.ip().is_loopback() {
-                return Ok(Hosts::Any);
-            }
             let mut names: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
-            if !bound.ip().is_unspecified() {
+            let any_address = bound.ip().is_unspecified();
+            if !any_address {
                 names.push(bound.ip().to_string());
             }
-            return Ok(Hosts::Only(names));
+            return Ok(Hosts::Only { names, any_address });
         };
         if list == "*" {
             return Ok(Hosts::Any);
@@ -182,20 +191,24 @@ impl Hosts {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'))
             {
                 return Err(Error::Config(format!(
-                    "--allowed-hosts: {item:?} is not a host name or address"
+                    "--allowed-hosts: {:?} is not a host name or address",
+                    crate::output::visible(item.trim())
                 )));
             }
             names.push(name);
         }
-        Ok(Hosts::Only(names))
+        Ok(Hosts::Only {
+            names,
+            any_address: false,
+        })
     }
 
     fn allows(&self, host: &str) -> bool {
         match self {
             Hosts::Any => true,
-            Hosts::Only(names) => {
+            Hosts::Only { names, any_address } => {
                 let name = host_name(host);
-                names.contains(&name)
+                names.contains(&name) || (*any_address && name.parse::<IpAddr>().is_ok())
             }
         }
     }
@@ -222,6 +235,11 @@ pub(crate) struct DoorConfig<'a> {
     pub(crate) allowed_hosts: Option<&'a str>,
     pub(crate) max_connections: usize,
     pub(crate) head_timeout: Duration,
+    /// How long a request may take once its head is in: its body, the page
+    /// or action and the answer.
+    pub(crate) request_timeout: Duration,
+    /// Expensive pages served at once.
+    pub(crate) busy_pages: usize,
     /// The largest request body read.
     pub(crate) body_limit: usize,
     /// What the door guards, for messages: "the monitor", "metrics".
@@ -238,8 +256,10 @@ pub(crate) struct Door {
     read: Option<Token>,
     failures: Mutex<HashMap<IpAddr, Vec<Instant>>>,
     pages: Semaphore,
+    busy_pages: usize,
     pub(crate) max_connections: usize,
     pub(crate) head_timeout: Duration,
+    request_timeout: Duration,
     body_limit: usize,
     /// When the last "connections full" line was logged (one per minute).
     full_logged: Mutex<Option<Instant>>,
@@ -251,8 +271,15 @@ impl Door {
     /// Reads the tokens and checks the bind: a non-loopback one needs a
     /// token (every read then needs credentials).
     pub(crate) fn new(c: &DoorConfig<'_>) -> Result<Door, Error> {
-        let action = action_token()?;
-        let read = token_var(OUTBOX_SERVE_READ_TOKEN)?;
+        Door::with_tokens(c, action_token()?, token_var(OUTBOX_SERVE_READ_TOKEN)?)
+    }
+
+    /// [`Door::new`] with the tokens given (checked for strength already).
+    pub(crate) fn with_tokens(
+        c: &DoorConfig<'_>,
+        action: Option<Token>,
+        read: Option<Token>,
+    ) -> Result<Door, Error> {
         let public = !c.bound.ip().is_loopback();
         if public && action.is_none() && read.is_none() {
             return Err(Error::Config(format!(
@@ -264,15 +291,20 @@ impl Door {
         if c.max_connections == 0 {
             return Err(Error::Config("--max-connections must be at least 1".into()));
         }
+        if c.busy_pages == 0 {
+            return Err(Error::Config("--max-busy-pages must be at least 1".into()));
+        }
         Ok(Door {
             hosts: Hosts::parse(c.allowed_hosts, c.bound)?,
             action,
             reads_need_credentials: public,
             read,
             failures: Mutex::default(),
-            pages: Semaphore::new(PAGES_AT_ONCE),
+            pages: Semaphore::new(c.busy_pages),
+            busy_pages: c.busy_pages,
             max_connections: c.max_connections,
             head_timeout: c.head_timeout,
+            request_timeout: c.request_timeout,
             body_limit: c.body_limit,
             full_logged: Mutex::default(),
             audit: Mutex::default(),
@@ -281,7 +313,7 @@ impl Door {
 
     /// How long one connection (one request) may stay open at most.
     pub(crate) fn connection_deadline(&self) -> Duration {
-        self.head_timeout + REQUEST_DEADLINE + Duration::from_secs(5)
+        self.head_timeout + self.request_timeout + Duration::from_secs(5)
     }
 
     /// Logs that a connection was closed because every slot was taken (at
@@ -425,10 +457,7 @@ impl Door {
             "this monitor needs credentials: the read token or the operator token, as Bearer or Basic",
         );
         let mut r = line(s, &why);
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"outbox monitor\", charset=\"UTF-8\""),
-        );
+        challenge(&mut r, true);
         Some(r)
     }
 }
@@ -439,6 +468,23 @@ pub(crate) fn now() -> outbox_core::Timestamp {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     outbox_core::Timestamp::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// Adds the `WWW-Authenticate` challenges of a 401: Bearer (what scripts
+/// and Prometheus send), then Basic where it is taken (reads: what a browser
+/// asks its user for; a browser skips the Bearer scheme it does not know).
+pub(crate) fn challenge(res: &mut Response, basic: bool) {
+    let h = res.headers_mut();
+    h.append(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"outbox monitor\""),
+    );
+    if basic {
+        h.append(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"outbox monitor\", charset=\"UTF-8\""),
+        );
+    }
 }
 
 const LOCKED_OUT: &str = "too many refused credentials from this address: try again later";
@@ -567,7 +613,8 @@ pub(crate) async fn front_door(
             Ok(p) => Some(p),
             Err(_) => {
                 tracing::warn!(target: "outbox::audit", %peer, path = req.uri().path(),
-                    "busy: {PAGES_AT_ONCE} expensive pages are being served; answered 503");
+                    "busy: {} expensive pages are being served (--max-busy-pages); answered 503",
+                    door.busy_pages);
                 let mut r = line(StatusCode::SERVICE_UNAVAILABLE, "busy: try again in a second");
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -577,10 +624,11 @@ pub(crate) async fn front_door(
     } else {
         None
     };
-    let res = match tokio::time::timeout(REQUEST_DEADLINE, next.run(req)).await {
+    let res = match tokio::time::timeout(door.request_timeout, next.run(req)).await {
         Ok(r) => r,
         Err(_) => {
-            tracing::warn!(target: "outbox::audit", %peer, "request timed out after {REQUEST_DEADLINE:?}");
+            tracing::warn!(target: "outbox::audit", %peer,
+                "request timed out after {:?} (--request-timeout-ms)", door.request_timeout);
             return line(StatusCode::REQUEST_TIMEOUT, "request took too long");
         }
     };
@@ -604,6 +652,167 @@ fn one_line_errors(res: Response) -> Response {
     out
 }
 
+/// The most header lines a request head may have (hyper's own limit is
+/// 100, answered with an empty 431).
+const MAX_HEADER_LINES: usize = 64;
+
+/// A connection whose request head was read already: the head is read
+/// again from the buffer, then the rest from the socket.
+pub(crate) struct Prefixed {
+    head: Vec<u8>,
+    at: usize,
+    stream: tokio::net::TcpStream,
+}
+
+impl tokio::io::AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = buf.remaining().min(self.head.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.head[at..at + n]);
+            self.at += n;
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// What is wrong with a request head read so far, if anything: `Ok(true)`
+/// when it is complete and fit for hyper, `Ok(false)` when more must come.
+fn judge_head(buf: &[u8]) -> Result<bool, (StatusCode, &'static str)> {
+    let line_end = buf.iter().position(|&b| b == b'\n');
+    let first = &buf[..line_end.unwrap_or(buf.len())];
+    // "METHOD SP target SP HTTP/1.x": the target is what lies between.
+    let target = first.splitn(3, |&b| b == b' ').nth(1).unwrap_or(&[]);
+    if target.len() > MAX_TARGET || (line_end.is_none() && first.len() > MAX_TARGET + 32) {
+        return Err((StatusCode::URI_TOO_LONG, "request target too long"));
+    }
+    let Some(line_end) = line_end else {
+        return Ok(false);
+    };
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    let parts: Vec<&[u8]> = first.split(|&b| b == b' ').collect();
+    let well_formed = parts.len() == 3
+        && !parts[0].is_empty()
+        && parts[0].iter().all(u8::is_ascii_uppercase)
+        && !parts[1].is_empty()
+        && parts[2].starts_with(b"HTTP/1.");
+    if !well_formed {
+        return Err((StatusCode::BAD_REQUEST, "malformed request line"));
+    }
+    let rest = &buf[line_end + 1..];
+    let end = rest
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 2)
+        .or_else(|| rest.windows(2).position(|w| w == b"\n\n").map(|i| i + 1))
+        .or_else(|| (rest.starts_with(b"\r\n") || rest.starts_with(b"\n")).then_some(0));
+    let headers = &rest[..end.unwrap_or(rest.len())];
+    if headers.len() > MAX_HEADERS || headers.iter().filter(|&&b| b == b'\n').count() > MAX_HEADER_LINES {
+        return Err((
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request headers too large",
+        ));
+    }
+    Ok(end.is_some())
+}
+
+/// Reads the request head of a new connection within `--head-timeout-ms`
+/// and hands the connection on, head included; or answers it here with one
+/// line (408, 400, 414, 431; logged) and closes it: `None`.
+pub(crate) async fn read_head(
+    door: &Door,
+    mut stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<Prefixed> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::with_capacity(1024);
+    let read = tokio::time::timeout(door.head_timeout, async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => n,
+            };
+            head.extend_from_slice(&chunk[..n]);
+            match judge_head(&head) {
+                Ok(true) => return Some(Ok(())),
+                Ok(false) => {}
+                Err(refused) => return Some(Err(refused)),
+            }
+        }
+    })
+    .await;
+    let (status, why) = match read {
+        // Closed before a whole head: nothing to answer.
+        Ok(None) => return None,
+        Ok(Some(Ok(()))) => {
+            return Some(Prefixed { head, at: 0, stream });
+        }
+        Ok(Some(Err(refused))) => refused,
+        Err(_) if head.is_empty() => {
+            tracing::info!(target: "outbox::audit", %peer,
+                "connection closed: no request within {:?} (--head-timeout-ms)", door.head_timeout);
+            return None;
+        }
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            "request head not received in time (--head-timeout-ms)",
+        ),
+    };
+    tracing::warn!(target: "outbox::audit", %peer, status = status.as_u16(), "refused: {why}");
+    let answer = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\
+         x-content-type-options: nosniff\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{why}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        why.len() + 1,
+    );
+    // Then what the client still sends is read and dropped (a socket
+    // closed with unread input resets, and the client may lose the answer);
+    // bounded in time and bytes, as the client may neither read nor stop.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut left = 1usize << 20;
+        while let Ok(n @ 1..) = stream.read(&mut sink).await {
+            left = left.saturating_sub(n);
+            if left == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,6 +825,46 @@ mod tests {
         assert!(check_strength("abababababababababababab").is_err());
         assert!(check_strength("test-token-0123456789abcdef").is_ok());
         assert!(check_strength("3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e").is_ok());
+    }
+
+    #[test]
+    fn tokens_match_exactly_whatever_their_length() {
+        let t = Token::new("3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e");
+        assert!(t.matches("3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e"));
+        for wrong in [
+            "",
+            "3f9a",
+            "3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2",
+            "3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2ee",
+        ] {
+            assert!(!t.matches(wrong), "{wrong}");
+        }
+        assert_eq!(t.id.len(), 8);
+        assert!(!"3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e".contains(&t.id));
+    }
+
+    #[test]
+    fn heads_are_judged_before_hyper_reads_them() {
+        assert_eq!(judge_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Ok(true));
+        assert_eq!(judge_head(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(false));
+        assert_eq!(judge_head(b"GET / HTTP/1.0\n\n"), Ok(true));
+        assert_eq!(judge_head(b"GET / HT"), Ok(false));
+        let status = |r: Result<bool, (StatusCode, &str)>| r.unwrap_err().0;
+        assert_eq!(
+            status(judge_head(b"get / HTTP/1.1\r\n\r\n")),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            status(judge_head(b"\x16\x03\x01\x02\x00\n")),
+            StatusCode::BAD_REQUEST
+        );
+        let long = format!("GET /{}", "a".repeat(MAX_TARGET + 40));
+        assert_eq!(status(judge_head(long.as_bytes())), StatusCode::URI_TOO_LONG);
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEADERS));
+        assert_eq!(
+            status(judge_head(big.as_bytes())),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
     }
 
     #[test]
@@ -639,8 +888,21 @@ mod tests {
         ] {
             assert!(!h.allows(refused), "{refused}");
         }
+        // Off loopback, by default: the bound address, or any address on an
+        // unspecified bind; never a name not configured.
+        let one: SocketAddr = "10.0.0.5:9464".parse().unwrap();
+        let h = Hosts::parse(None, one).unwrap();
+        assert!(h.allows("10.0.0.5:9464") && h.allows("localhost"));
+        assert!(!h.allows("10.0.0.6") && !h.allows("monitor.internal"));
         let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
-        assert!(Hosts::parse(None, any).unwrap().allows("monitor.internal"));
+        let h = Hosts::parse(None, any).unwrap();
+        assert!(h.allows("192.168.1.20:9464") && h.allows("[fe80::1]:9464") && h.allows("localhost"));
+        assert!(!h.allows("monitor.internal") && !h.allows("rebind.attacker.example"));
+        let v6: SocketAddr = "[2001:db8::5]:9464".parse().unwrap();
+        assert!(Hosts::parse(None, v6).unwrap().allows("[2001:DB8::5]:9464"));
+        // Bare IPv6 addresses in the list keep every colon.
+        let h = Hosts::parse(Some("::1, 2001:db8::5"), any).unwrap();
+        assert!(h.allows("[2001:db8::5]:9464") && h.allows("[::1]"), "{h:?}");
         let h = Hosts::parse(Some("monitor.internal, 10.0.0.5"), any).unwrap();
         assert!(h.allows("monitor.internal:9464") && h.allows("10.0.0.5"));
         assert!(!h.allows("localhost"));
@@ -672,6 +934,8 @@ mod tests {
             allowed_hosts: None,
             max_connections: 4,
             head_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            busy_pages: 1,
             body_limit: 1024,
             what: "test",
         })

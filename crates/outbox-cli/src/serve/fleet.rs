@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use outbox_core::{SinkName, SinkStatus, StreamId};
 
 use super::html::{action_form, esc, page, table};
-use super::{ActionForm, St, authorize, fail, field, finish, html, num, refusal, sinks_section};
+use super::{
+    ActionForm, St, authorize, bad_input, checked, fail, field, finish, html, num, refusal, sinks_section,
+};
 use crate::backend::{CliJournal, CliStore};
 
 /// `/partitions`: every partition's lease and rows.
@@ -146,10 +148,7 @@ pub(super) async fn requeue_sink<J: CliJournal, P: CliStore>(
             StreamId::new(stream).map_err(|e| refusal(&e))?,
         ))
     });
-    let (sink, stream) = match names {
-        Ok(v) => v,
-        Err(r) => return r.into_response(),
-    };
+    let (sink, stream) = checked!(m, (peer, &token), "requeue-sink", names);
     let result = m.journal.requeue_sink(&sink, &stream).await.map(|s| {
         format!(
             "requeued stream {} for sink {}: due now from seq {} (attempts reset)",
@@ -205,10 +204,12 @@ async fn set_paused<J: CliJournal, P: CliStore>(
         Ok(v) => v,
         Err(r) => return r.into_response(),
     };
-    let key = match field(&f.sink, "sink").and_then(|k| SinkName::new(k).map_err(|e| refusal(&e))) {
-        Ok(k) => k,
-        Err(r) => return r.into_response(),
-    };
+    let key = checked!(
+        m,
+        (peer, &token),
+        action,
+        field(&f.sink, "sink").and_then(|k| SinkName::new(k).map_err(|e| refusal(&e)))
+    );
     let result = outbox_runtime::consumers::pause_consumer(&m.journal, &key, paused)
         .await
         .map(|changed| {

@@ -10,6 +10,8 @@
 
 mod chart;
 mod door;
+#[cfg(test)]
+mod door_tests;
 mod fleet;
 mod html;
 mod rows;
@@ -56,6 +58,8 @@ pub(crate) fn door(addr: SocketAddr, http: &HttpArgs, what: &str) -> Result<Arc<
         allowed_hosts: Some(http.allowed_hosts.as_str()),
         max_connections: usize::try_from(http.max_connections).unwrap_or(usize::MAX),
         head_timeout: std::time::Duration::from_millis(http.head_timeout_ms),
+        request_timeout: std::time::Duration::from_millis(http.request_timeout_ms),
+        busy_pages: usize::try_from(http.max_busy_pages).unwrap_or(usize::MAX),
         body_limit: BODY_LIMIT,
         what,
     })
@@ -91,7 +95,25 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         lag_threshold_ms: a.lag_threshold_ms,
     });
     let read_only = monitor.door.action.is_none();
-    let router = Router::new()
+    let router = monitor_router(monitor);
+    let listener = bind(a.addr).await?;
+    let local = listener.local_addr()?;
+    outln!(
+        "serving the {} monitor on http://{local}/ ({})",
+        ctx.app.name(),
+        if read_only {
+            "read-only: OUTBOX_SERVE_TOKEN is not set"
+        } else {
+            "actions need OUTBOX_SERVE_TOKEN"
+        }
+    )?;
+    let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    run_server(listener, router, door, cancel).await
+}
+
+/// The monitor's pages and actions (behind the front door once served).
+fn monitor_router<J: CliJournal, P: CliStore>(monitor: Arc<Monitor<J, P>>) -> Router {
+    Router::new()
         .route("/", get(overview::<J, P>))
         .route("/blocked", get(blocked::<J, P>))
         .route("/runs", get(runs::<J, P>))
@@ -112,20 +134,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         .route("/actions/pause-consumer", post(fleet::pause_consumer::<J, P>))
         .route("/actions/resume-consumer", post(fleet::resume_consumer::<J, P>))
         .fallback(not_found)
-        .with_state(monitor);
-    let listener = bind(a.addr).await?;
-    let local = listener.local_addr()?;
-    outln!(
-        "serving the {} monitor on http://{local}/ ({})",
-        ctx.app.name(),
-        if read_only {
-            "read-only: OUTBOX_SERVE_TOKEN is not set"
-        } else {
-            "actions need OUTBOX_SERVE_TOKEN"
-        }
-    )?;
-    let cancel = outbox_runtime::cancel_on_shutdown_signal();
-    run_server(listener, router, door, cancel).await
+        .with_state(monitor)
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
@@ -176,6 +185,9 @@ async fn run_server(
         let door = door.clone();
         tracker.spawn(async move {
             let _slot = slot;
+            let Some(stream) = door::read_head(&door, stream, peer).await else {
+                return;
+            };
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(door.head_timeout)
@@ -266,8 +278,13 @@ async fn security_headers(req: Request, next: Next) -> Response {
 struct Refusal(StatusCode, String);
 
 impl IntoResponse for Refusal {
+    /// One line; a 401 challenges Bearer (actions take no Basic).
     fn into_response(self) -> Response {
-        text(self.0, self.1)
+        let mut r = text(self.0, self.1);
+        if self.0 == StatusCode::UNAUTHORIZED {
+            door::challenge(&mut r, false);
+        }
+        r
     }
 }
 
@@ -1187,19 +1204,20 @@ fn authorize<J, P: CliStore>(
     }
     let form = match form {
         Ok(Form(f)) => f,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return Err(refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body too large (limit {BODY_LIMIT} bytes)"),
-            ));
+        Err(e) => {
+            let (status, why) = match e.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body too large (limit {BODY_LIMIT} bytes)"),
+                ),
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "actions take an application/x-www-form-urlencoded body".to_owned(),
+                ),
+                _ => (StatusCode::BAD_REQUEST, "malformed form body".to_owned()),
+            };
+            return Err(refused(m.door.refused(peer, action, status, &why)));
         }
-        Err(e) if e.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
-            return Err(refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "actions take an application/x-www-form-urlencoded body",
-            ));
-        }
-        Err(_) => return Err(refuse(StatusCode::BAD_REQUEST, "malformed form body")),
     };
     let given = door::bearer(headers).or(form.token.as_deref().filter(|t| !t.is_empty()));
     let token = m.door.check_action(peer, action, given).map_err(refused)?;
@@ -1238,6 +1256,42 @@ fn finish<J, P: CliStore>(
     });
     response
 }
+
+/// An authorized action refused for its input (a missing or malformed
+/// field, nothing to act on): logged on the audit target with the token's
+/// id, kept for the audit page, answered with its one line.
+fn bad_input<J, P: CliStore>(
+    m: &Monitor<J, P>,
+    who: (SocketAddr, &str),
+    action: &str,
+    refusal: Refusal,
+) -> Response {
+    let (peer, token) = who;
+    let Refusal(status, why) = &refusal;
+    tracing::warn!(target: "outbox::audit", %peer, token, action, status = status.as_u16(),
+        "refused: {}", crate::output::visible(why));
+    m.door.record(door::AuditEntry {
+        at: door::now(),
+        peer,
+        token: Some(token.to_owned()),
+        action: action.to_owned(),
+        on: String::new(),
+        result: format!("refused ({}): {why}", status.as_u16()),
+    });
+    refusal.into_response()
+}
+
+/// The value of an action's input check, or the audited refusal
+/// ([`bad_input`]) returned from the handler.
+macro_rules! checked {
+    ($m:expr, $who:expr, $action:expr, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return bad_input(&$m, $who, $action, r),
+        }
+    };
+}
+pub(crate) use checked;
 
 /// `/audit`: the last actions and refusals of this monitor, newest first.
 async fn audit<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
@@ -1345,7 +1399,7 @@ async fn requeue<J: CliJournal, P: CliStore>(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let (f, token) = try_resp!(authorize(&m, peer, "requeue", &headers, form));
-    let (stream, seq) = try_resp!(stream_seq(&f));
+    let (stream, seq) = checked!(m, (peer, &token), "requeue", stream_seq(&f));
     let result = m.journal.requeue(&stream, seq).await.map(|row| {
         format!(
             "requeued {}/{} ({}): pending, attempts 0, due now",
@@ -1369,7 +1423,7 @@ async fn retry<J: CliJournal, P: CliStore>(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let (f, token) = try_resp!(authorize(&m, peer, "retry", &headers, form));
-    let (stream, seq) = try_resp!(stream_seq(&f));
+    let (stream, seq) = checked!(m, (peer, &token), "retry", stream_seq(&f));
     let result = m.journal.retry(&stream, seq).await.map(|row| {
         format!(
             "retrying {}/{} ({}): pending, attempts {} kept, due {}",
@@ -1393,9 +1447,11 @@ async fn requeue_dead<J: CliJournal, P: CliStore>(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let (f, token) = try_resp!(authorize(&m, peer, "requeue-dead", &headers, form));
-    let limit = try_resp!(number(&f.limit, "limit"));
+    let who = (peer, token.as_str());
+    let limit = checked!(m, who, "requeue-dead", number(&f.limit, "limit"));
     if !(1..=10_000).contains(&limit) {
-        return text(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 10000");
+        let r = refuse(StatusCode::BAD_REQUEST, "`limit` must be between 1 and 10000");
+        return bad_input(&m, who, "requeue-dead", r);
     }
     let result = m
         .journal
@@ -1419,7 +1475,7 @@ async fn cancel_run<J: CliJournal, P: CliStore>(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
     let (f, token) = try_resp!(authorize(&m, peer, "cancel-run", &headers, form));
-    let id = try_resp!(number(&f.id, "id"));
+    let id = checked!(m, (peer, &token), "cancel-run", number(&f.id, "id"));
     let result = m.store.cancel_run(id).await.map(|run| {
         format!(
             "cancel requested for run {} ({} {}): {}",

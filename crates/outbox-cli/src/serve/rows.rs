@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::html::{action_form, esc, page, table};
-use super::{ActionForm, St, authorize, fail, finish, html, num, refuse, text};
+use super::{ActionForm, St, authorize, bad_input, fail, finish, html, num, refuse, text};
 use crate::backend::{CliJournal, CliStore};
 
 /// The most payload bytes the row page shows.
@@ -432,7 +432,8 @@ pub(super) async fn requeue_group<J: CliJournal, P: CliStore>(
         f.id.as_deref()
             .filter(|i| i.len() == 16 && i.chars().all(|c| c.is_ascii_hexdigit()))
     else {
-        return refuse(StatusCode::BAD_REQUEST, "`id` must be a group id (16 hex digits)").into_response();
+        let r = refuse(StatusCode::BAD_REQUEST, "`id` must be a group id (16 hex digits)");
+        return bad_input(&m, (peer, &token), "requeue-group", r);
     };
     let dry_run = f.dry_run.as_deref().is_some_and(|v| v == "1");
     let (groups, _) = match dead_groups(&m.journal).await {
@@ -440,13 +441,16 @@ pub(super) async fn requeue_group<J: CliJournal, P: CliStore>(
         Err(e) => return fail(&e),
     };
     let Some((shape, rows)) = groups.iter().find(|(shape, _)| group_id(shape) == id) else {
-        return text(
+        let r = refuse(
             StatusCode::NOT_FOUND,
             "no dead rows with that error (requeued already?)",
         );
+        return bad_input(&m, (peer, &token), "requeue-group", r);
     };
     let take = &rows[..rows.len().min(GROUP_REQUEUE_CAP)];
     if dry_run {
+        tracing::info!(target: "outbox::audit", %peer, token, action = "requeue-group", on = %id,
+            "dry run: {} dead row(s) would be requeued", take.len());
         let listed: Vec<Vec<String>> = take
             .iter()
             .map(|r| vec![esc(r.stream.as_str()), num(r.seq), esc(r.event_type.as_str())])
