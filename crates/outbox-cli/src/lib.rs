@@ -81,8 +81,7 @@ fn usage_error_line(bin: &str, e: &clap::Error) -> String {
     let first = first.strip_prefix("error: ").unwrap_or(&first);
     // clap repeats the offending argument: a URL given in the wrong place
     // keeps its password to itself, a control character is shown escaped.
-    let first = output::redact_credentials(first);
-    let first = output::visible(&first);
+    let first = output::safe(first);
     if first.is_empty() {
         return format!("invalid command line (see `{bin} --help`)");
     }
@@ -270,8 +269,7 @@ where
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let cause = cause.to_string().replace('\n', " ");
-        let text = output::visible(&output::redact_credentials(&cause)).into_owned();
+        let text = output::safe(&cause.to_string().replace('\n', " "));
         if line.contains(&text) {
             continue;
         }

@@ -82,7 +82,10 @@ impl Export {
         let exporter = match SpanExporter::builder().with_http().build() {
             Ok(exporter) => exporter,
             Err(e) => {
-                eprintln!("{bin}: warning: traces are not exported: {}", describe(&e));
+                eprintln!(
+                    "{bin}: warning: traces are not exported: {}",
+                    crate::output::safe(&describe(&e))
+                );
                 return None;
             }
         };
@@ -110,7 +113,10 @@ impl Export {
     /// `OTEL_EXPORTER_OTLP_TIMEOUT`, 10 s by default).
     pub(crate) fn shutdown(self, bin: &str) {
         if let Err(e) = self.provider.shutdown() {
-            eprintln!("{bin}: warning: exporting the last traces failed: {e}");
+            eprintln!(
+                "{bin}: warning: exporting the last traces failed: {}",
+                crate::output::safe(&e.to_string())
+            );
         }
     }
 }

@@ -119,6 +119,12 @@ pub(crate) fn redact_credentials(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `text` fit for a terminal line: credentials redacted
+/// ([`redact_credentials`]) and deceptive characters escaped ([`visible`]).
+pub(crate) fn safe(text: &str) -> String {
+    visible(&redact_credentials(text)).into_owned()
+}
+
 fn redact_word(word: &str) -> String {
     let Some(at) = word.rfind('@') else {
         return word.to_owned();
