@@ -63,6 +63,9 @@ pub(crate) const LOCKOUT: Duration = Duration::from_secs(300);
 const AUDIT_KEPT: usize = 200;
 /// The fewest bits a token must look like it carries (see [`check_strength`]).
 const MIN_TOKEN_BITS: f64 = 64.0;
+/// The fewest bits a token must carry with its runs collapsed (see
+/// [`check_strength`]).
+const MIN_UNRUN_BITS: f64 = 40.0;
 /// The shortest token accepted.
 const MIN_TOKEN_LEN: usize = 16;
 
@@ -92,32 +95,55 @@ impl Token {
 }
 
 /// Refuses a token that is short or looks guessable: fewer than
-/// [`MIN_TOKEN_LEN`] characters, or fewer than [`MIN_TOKEN_BITS`] by the
-/// character frequencies (`xxxxxxxxxxxxxxxx` carries none;
-/// `openssl rand -hex 32` about 240).
+/// [`MIN_TOKEN_LEN`] characters; fewer than [`MIN_TOKEN_BITS`] by the
+/// character frequencies (`xxxxxxxxxxxxxxxx` carries none,
+/// `passwordpassword` 44, `openssl rand -hex 32` about 240); or fewer than
+/// [`MIN_UNRUN_BITS`] once runs are collapsed, every character that only
+/// continues a run of equal steps (`abcd…`, `0123…`, `aaaa…`) dropped:
+/// `abcdefghijklmnop` has 64 bits by its frequencies but is `ab`.
 pub(crate) fn check_strength(token: &str) -> Result<(), String> {
-    let n = token.chars().count();
-    if n < MIN_TOKEN_LEN {
+    let chars: Vec<char> = token.chars().collect();
+    if chars.len() < MIN_TOKEN_LEN {
         return Err(format!("must be at least {MIN_TOKEN_LEN} characters"));
     }
+    let guessable = |why: &str| format!("looks guessable ({why}); generate one, e.g. `openssl rand -hex 32`");
+    if frequency_bits(&chars) < MIN_TOKEN_BITS {
+        return Err(guessable("too few different characters"));
+    }
+    let step = |a: char, b: char| i64::from(u32::from(b)) - i64::from(u32::from(a));
+    let unrun: Vec<char> = chars
+        .iter()
+        .enumerate()
+        .filter(|&(i, &c)| {
+            i < 2 || {
+                let d = step(chars[i - 1], c);
+                d.abs() > 1 || d != step(chars[i - 2], chars[i - 1])
+            }
+        })
+        .map(|(_, &c)| c)
+        .collect();
+    if frequency_bits(&unrun) < MIN_UNRUN_BITS {
+        return Err(guessable("runs such as abcd or 1234"));
+    }
+    Ok(())
+}
+
+/// The bits `chars` carry by their frequencies: the Shannon entropy of one
+/// character times their number.
+fn frequency_bits(chars: &[char]) -> f64 {
+    let n = chars.len() as f64;
     let mut counts: HashMap<char, usize> = HashMap::new();
-    for c in token.chars() {
+    for &c in chars {
         *counts.entry(c).or_default() += 1;
     }
     let per_char: f64 = counts
         .values()
         .map(|&k| {
-            let p = k as f64 / n as f64;
+            let p = k as f64 / n;
             -p * p.log2()
         })
         .sum();
-    if per_char * (n as f64) < MIN_TOKEN_BITS {
-        return Err(
-            "looks guessable (too few different characters); generate one, e.g. `openssl rand -hex 32`"
-                .into(),
-        );
-    }
-    Ok(())
+    per_char * n
 }
 
 /// A token variable: `None` when unset; a short, guessable or non-UTF-8
@@ -823,6 +849,17 @@ mod tests {
         assert!(check_strength("xxxxxxxxxxxxxxxx").is_err());
         assert!(check_strength("passwordpassword").is_err());
         assert!(check_strength("abababababababababababab").is_err());
+        for run in [
+            "abcdefghijklmnop",
+            "0123456789abcdef",
+            "abcdefghijklmnopqrstuvwxyz012345",
+            "zyxwvutsrqponmlkjihgfedcba",
+            "aaaaaaaabbbbbbbbccccccccdddddddd",
+        ] {
+            let why = check_strength(run).unwrap_err();
+            assert!(why.contains("guessable"), "{run}: {why}");
+        }
+        assert!(check_strength("read-token-9f8e7d6c5b4a3210").is_ok());
         assert!(check_strength("test-token-0123456789abcdef").is_ok());
         assert!(check_strength("3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e").is_ok());
     }
