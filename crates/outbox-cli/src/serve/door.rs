@@ -815,7 +815,9 @@ pub(crate) async fn read_head(
     tracing::warn!(target: "outbox::audit", %peer, status = status.as_u16(), "refused: {why}");
     let answer = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\
-         x-content-type-options: nosniff\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{why}\n",
+         x-content-type-options: nosniff\r\nx-frame-options: DENY\r\n\
+         content-security-policy: default-src 'none'; frame-ancestors 'none'\r\n\
+         referrer-policy: same-origin\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{why}\n",
         status.as_u16(),
         status.canonical_reason().unwrap_or(""),
         why.len() + 1,

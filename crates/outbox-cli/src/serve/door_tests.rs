@@ -323,6 +323,14 @@ async fn heads_hyper_would_answer_with_an_empty_body_get_one_line() {
     let r = exchange(s.addr, b"NONSENSE\r\n\r\n").await;
     assert_eq!(r.status, 400, "{r:?}");
     assert!(r.one_line(), "{r:?}");
+    // The door's own answers carry the security headers too.
+    assert_eq!(r.all("x-content-type-options"), ["nosniff"], "{r:?}");
+    assert_eq!(r.all("x-frame-options"), ["DENY"], "{r:?}");
+    assert_eq!(
+        r.all("content-length"),
+        [r.body.len().to_string().as_str()],
+        "{r:?}"
+    );
 
     // Within the limits, a request passes, its body included.
     let r = request(s.addr, "GET", "/", &[], "").await;
