@@ -729,21 +729,76 @@ impl tokio::io::AsyncWrite for Prefixed {
     }
 }
 
-/// What is wrong with a request head read so far, if anything: `Ok(true)`
-/// when it is complete and fit for hyper, `Ok(false)` when more must come.
-fn judge_head(buf: &[u8]) -> Result<bool, (StatusCode, &'static str)> {
-    let line_end = buf.iter().position(|&b| b == b'\n');
-    let first = &buf[..line_end.unwrap_or(buf.len())];
-    // "METHOD SP target SP HTTP/1.x": the target is what lies between.
-    let target = first.splitn(3, |&b| b == b' ').nth(1).unwrap_or(&[]);
-    if target.len() > MAX_TARGET || (line_end.is_none() && first.len() > MAX_TARGET + 32) {
+/// What a request head read so far looks like, fed as it arrives: each
+/// byte is looked at once, so a client sending its head byte by byte costs
+/// no more than one sending it whole.
+#[derive(Default)]
+struct HeadScan {
+    /// Where the next look starts.
+    scanned: usize,
+    /// Where the header lines start, once the request line has ended.
+    headers_from: Option<usize>,
+    /// Where the current header line starts.
+    line_from: usize,
+    /// Header lines ended so far.
+    lines: usize,
+}
+
+impl HeadScan {
+    /// `buf` is the head so far (what was fed before, and more): `Ok(true)`
+    /// when it is complete and fit for hyper, `Ok(false)` when more must
+    /// come, `Err` with the answer when it is refused.
+    fn feed(&mut self, buf: &[u8]) -> Result<bool, (StatusCode, &'static str)> {
+        let Some(from) = self.headers_from else {
+            let Some(end) = buf[self.scanned..].iter().position(|&b| b == b'\n') else {
+                self.scanned = buf.len();
+                if buf.len() > MAX_TARGET + 32 {
+                    return Err((StatusCode::URI_TOO_LONG, "request target too long"));
+                }
+                return Ok(false);
+            };
+            let end = self.scanned + end;
+            request_line(&buf[..end])?;
+            self.headers_from = Some(end + 1);
+            self.line_from = end + 1;
+            self.scanned = end + 1;
+            return self.feed(buf);
+        };
+        for i in self.scanned..buf.len() {
+            if buf[i] != b'\n' {
+                continue;
+            }
+            let line = &buf[self.line_from..i];
+            if line.is_empty() || line == b"\r" {
+                return Ok(true);
+            }
+            self.lines += 1;
+            self.line_from = i + 1;
+            if self.lines > MAX_HEADER_LINES {
+                return Err(HEADERS_TOO_LARGE);
+            }
+        }
+        self.scanned = buf.len();
+        if buf.len() - from > MAX_HEADERS {
+            return Err(HEADERS_TOO_LARGE);
+        }
+        Ok(false)
+    }
+}
+
+const HEADERS_TOO_LARGE: (StatusCode, &str) = (
+    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+    "request headers too large",
+);
+
+/// Checks a request line's shape, "METHOD SP target SP HTTP/1.x", and its
+/// target's length.
+fn request_line(line: &[u8]) -> Result<(), (StatusCode, &'static str)> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    if parts.get(1).is_some_and(|t| t.len() > MAX_TARGET) {
         return Err((StatusCode::URI_TOO_LONG, "request target too long"));
     }
-    let Some(line_end) = line_end else {
-        return Ok(false);
-    };
-    let first = first.strip_suffix(b"\r").unwrap_or(first);
-    let parts: Vec<&[u8]> = first.split(|&b| b == b' ').collect();
     let well_formed = parts.len() == 3
         && !parts[0].is_empty()
         && parts[0].iter().all(u8::is_ascii_uppercase)
@@ -752,21 +807,7 @@ fn judge_head(buf: &[u8]) -> Result<bool, (StatusCode, &'static str)> {
     if !well_formed {
         return Err((StatusCode::BAD_REQUEST, "malformed request line"));
     }
-    let rest = &buf[line_end + 1..];
-    let end = rest
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 2)
-        .or_else(|| rest.windows(2).position(|w| w == b"\n\n").map(|i| i + 1))
-        .or_else(|| (rest.starts_with(b"\r\n") || rest.starts_with(b"\n")).then_some(0));
-    let headers = &rest[..end.unwrap_or(rest.len())];
-    if headers.len() > MAX_HEADERS || headers.iter().filter(|&&b| b == b'\n').count() > MAX_HEADER_LINES {
-        return Err((
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "request headers too large",
-        ));
-    }
-    Ok(end.is_some())
+    Ok(())
 }
 
 /// Reads the request head of a new connection within `--head-timeout-ms`
@@ -779,6 +820,7 @@ pub(crate) async fn read_head(
 ) -> Option<Prefixed> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::with_capacity(1024);
+    let mut scan = HeadScan::default();
     let read = tokio::time::timeout(door.head_timeout, async {
         let mut chunk = [0u8; 4096];
         loop {
@@ -787,7 +829,7 @@ pub(crate) async fn read_head(
                 Ok(n) => n,
             };
             head.extend_from_slice(&chunk[..n]);
-            match judge_head(&head) {
+            match scan.feed(&head) {
                 Ok(true) => return Some(Ok(())),
                 Ok(false) => {}
                 Err(refused) => return Some(Err(refused)),
@@ -882,6 +924,21 @@ mod tests {
         assert!(!"3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e".contains(&t.id));
     }
 
+    /// A head fed whole, and fed byte by byte: both must agree.
+    fn judge_head(buf: &[u8]) -> Result<bool, (StatusCode, &'static str)> {
+        let whole = HeadScan::default().feed(buf);
+        let mut scan = HeadScan::default();
+        let mut bytewise = Ok(false);
+        for n in 1..=buf.len() {
+            bytewise = scan.feed(&buf[..n]);
+            if bytewise != Ok(false) {
+                break;
+            }
+        }
+        assert_eq!(whole, bytewise, "{:?}", String::from_utf8_lossy(buf));
+        whole
+    }
+
     #[test]
     fn heads_are_judged_before_hyper_reads_them() {
         assert_eq!(judge_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), Ok(true));
@@ -899,6 +956,20 @@ mod tests {
         );
         let long = format!("GET /{}", "a".repeat(MAX_TARGET + 40));
         assert_eq!(status(judge_head(long.as_bytes())), StatusCode::URI_TOO_LONG);
+        let line = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_TARGET + 40));
+        assert_eq!(status(judge_head(line.as_bytes())), StatusCode::URI_TOO_LONG);
+        let lines = |n: usize| {
+            let mut h = String::from("GET / HTTP/1.1\r\n");
+            for i in 0..n {
+                h.push_str(&format!("X-{i}: v\r\n"));
+            }
+            h + "\r\n"
+        };
+        assert_eq!(judge_head(lines(MAX_HEADER_LINES).as_bytes()), Ok(true));
+        assert_eq!(
+            status(judge_head(lines(MAX_HEADER_LINES + 1).as_bytes())),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEADERS));
         assert_eq!(
             status(judge_head(big.as_bytes())),
