@@ -232,10 +232,10 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// (hand-written SQL: the escape hatch). Order matters only for rebuild-all.
     ///
     /// A [`ViewProjection`] goes through [`OutboxBuilder::view`], not through
-    /// this with [`view_projection`]: registered here it would apply, but the
-    /// runtime would not know it as a view (no `views` reads, shadow builds
-    /// or promotion), so `build` refuses it with a configuration error
-    /// naming `view`.
+    /// this with [`view_projection`]: registered here it applies, but the
+    /// runtime does not know it as a view (no `views` reads, shadow builds
+    /// or promotion), and `build` logs a warning saying so (it cannot refuse:
+    /// a hand-written projection may write only documents too).
     pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
         self.projections.push(Registered::Raw(projection));
         self
@@ -270,14 +270,16 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
             registered.push(match r {
                 Registered::Raw(p) => {
                     if p.documents_only() {
-                        // `view_projection(..)` passed to `projection`: it
-                        // would apply, but be no view to the runtime.
-                        return Err(Error::Config(format!(
-                            "projection `{}` writes only documents (a view projection) but was registered \
-                             with `projection`: register the ViewProjection with `view`, which keeps its \
-                             view reads, blue/green rebuilds and running digest",
-                            p.name()
-                        )));
+                        // Perhaps `view_projection(..)` passed to
+                        // `projection`: it applies, but is no view to the
+                        // runtime. (A hand-written projection may write only
+                        // documents too, so this is not refused.)
+                        warn!(
+                            projection = %p.name(),
+                            "projection writes only documents but was registered with `projection`: \
+                             if it is a ViewProjection, register it with `view` to keep view reads, \
+                             blue/green rebuilds and running digests for it"
+                        );
                     }
                     p
                 }

@@ -254,21 +254,3 @@ async fn an_undecodable_typed_event_fails_its_consumer_and_spares_the_bystanders
         "{state:?}"
     );
 }
-
-/// A view projection wrapped with `view_projection` and registered with
-/// `projection` would apply but lose its view reads, blue/green rebuilds and
-/// running digest: `build` refuses it and names `view`.
-#[tokio::test]
-async fn a_view_registered_as_a_plain_projection_is_refused() {
-    let clock = testing::clock();
-    let built = testing::memory(&clock)
-        .event_types(types())
-        .projection(outbox_core::view_projection(std::sync::Arc::new(counts())))
-        .build()
-        .await;
-    match built {
-        Err(outbox_core::Error::Config(why)) => assert!(why.contains("`view`"), "{why}"),
-        Ok(_) => panic!("a view registered with `projection` was accepted"),
-        Err(other) => panic!("{other}"),
-    }
-}
