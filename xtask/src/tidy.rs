@@ -150,6 +150,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     problems.extend(check_problems(&inputs.checks, &inputs.check_list));
     let docs = DocInputs::read(&root, &inputs.rust)?;
     problems.extend(doc_problems(&docs));
+    problems.extend(cycle_problems(&read_crates(&root)?, ALLOWED_CYCLES));
     for p in &problems {
         eprintln!("tidy: {p}");
     }
@@ -158,7 +159,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     eprintln!(
         "ok: variables, README table, conformance checks, the architecture doc's length, \
-         ADR 0004's dependencies and the boundaries agree"
+         ADR 0004's dependencies and the boundaries agree; no module cycles"
     );
     Ok(())
 }
@@ -1126,6 +1127,615 @@ fn boundary_problems(inputs: &DocInputs) -> Vec<String> {
 }
 
 // ---------------------------------------------------------------------------
+// Module cycles
+
+/// The directories whose crates' module graphs are checked for cycles: each
+/// `src/lib.rs` and `src/main.rs` is a crate root.
+const CYCLE_DIRS: &[&str] = &["crates/*", "xtask", "bench", "crash"];
+
+/// Cycles known and accepted for now, as (crate, modules, why): a cycle is
+/// allowed when all its modules are among an entry's. Each entry is a debt
+/// that issue 42 names; an entry that no cycle needs any more is a problem.
+const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[];
+
+/// One crate root's modules: each module's path (`a::b`, `crate` for the
+/// root) with the file it is written in.
+struct CrateModules {
+    /// The crate's directory, with ` (main.rs)` for a binary beside a library.
+    name: String,
+    modules: Vec<(String, File)>,
+}
+
+/// The crates under [`CYCLE_DIRS`]; a `src/main.rs` beside a `src/lib.rs` is
+/// its own crate root.
+fn read_crates(root: &Path) -> Result<Vec<CrateModules>> {
+    let mut dirs = Vec::new();
+    for dir in CYCLE_DIRS {
+        match dir.strip_suffix("/*") {
+            Some(parent) => {
+                let mut subdirs: Vec<String> = fs::read_dir(root.join(parent))
+                    .with_context(|| format!("reading {parent}"))?
+                    .filter_map(|e| e.ok())
+                    .map(|e| format!("{parent}/{}", e.file_name().to_string_lossy()))
+                    .collect();
+                subdirs.sort();
+                dirs.extend(subdirs);
+            }
+            None => dirs.push((*dir).to_owned()),
+        }
+    }
+    let read = |rel: &str| fs::read_to_string(root.join(rel)).ok();
+    let mut crates = Vec::new();
+    for dir in dirs {
+        let lib = format!("{dir}/src/lib.rs");
+        let has_lib = root.join(&lib).is_file();
+        if has_lib {
+            crates.push(CrateModules {
+                name: dir.clone(),
+                modules: crate_modules(&lib, &read),
+            });
+        }
+        let main = format!("{dir}/src/main.rs");
+        if root.join(&main).is_file() {
+            crates.push(CrateModules {
+                name: if has_lib { format!("{dir} (main.rs)") } else { dir.clone() },
+                modules: crate_modules(&main, &read),
+            });
+        }
+    }
+    Ok(crates)
+}
+
+/// The modules reachable from the crate root `root_file` through `mod name;`
+/// declarations (not `#[cfg(test)]` ones), read with `read`.
+fn crate_modules(root_file: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<(String, File)> {
+    let mut modules = Vec::new();
+    let mut todo = vec![(Vec::<String>::new(), root_file.to_owned())];
+    while let Some((module, path)) = todo.pop() {
+        let Some(text) = read(&path) else { continue };
+        // `a.rs` keeps its children in `a/`; lib.rs, main.rs and mod.rs in their folder.
+        let (dir, stem) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+        let child_dir = match stem {
+            "lib.rs" | "main.rs" | "mod.rs" => dir.to_owned(),
+            _ => format!("{dir}/{}", stem.trim_end_matches(".rs")),
+        };
+        let file = File { path, text };
+        for (inline, child) in module_scan(&module, &lex(&file.text)).child_files {
+            let rel: Vec<&str> = inline.iter().map(String::as_str).collect();
+            let base = if rel.is_empty() { child_dir.clone() } else { format!("{child_dir}/{}", rel.join("/")) };
+            let flat = format!("{base}/{child}.rs");
+            let nested = format!("{base}/{child}/mod.rs");
+            let path = if read(&flat).is_some() { flat } else { nested };
+            let mut child_module = module.clone();
+            child_module.extend(inline);
+            child_module.push(child);
+            todo.push((child_module, path));
+        }
+        modules.push((module_name(&module), file));
+    }
+    modules.sort_by(|a, b| a.0.cmp(&b.0));
+    modules
+}
+
+/// `a::b`, or `crate` for the root.
+fn module_name(module: &[String]) -> String {
+    if module.is_empty() { "crate".into() } else { module.join("::") }
+}
+
+/// A path that a module's code names, as written.
+#[derive(Clone, Debug, PartialEq)]
+struct PathRef {
+    /// The module whose code names it (an inline module's own path).
+    module: Vec<String>,
+    /// The segments, from the first (`crate`, `self`, `super` or a name).
+    segments: Vec<String>,
+    /// In a `use`: the name it binds (`as` or the last segment), `*` for a glob.
+    binds: Option<String>,
+    /// A macro's path (`crate::name!`): it leads to the module that defines
+    /// the macro, not to the crate root that `#[macro_export]` puts it in.
+    macro_call: bool,
+    line: usize,
+}
+
+/// What one file declares and names.
+#[derive(Debug, Default)]
+struct ModuleScan {
+    /// `mod name;` declarations, as (the inline modules around it, name).
+    child_files: Vec<(Vec<String>, String)>,
+    /// The inline `mod name { .. }` modules (full paths).
+    inline_modules: Vec<Vec<String>>,
+    /// The `macro_rules! name` defined, as (module, name).
+    macros: Vec<(Vec<String>, String)>,
+    paths: Vec<PathRef>,
+}
+
+/// Reads the declarations and paths of the file of `module`, skipping every
+/// item under `#[cfg(test)]` (a test module may import its parent) and the
+/// bodies of `macro_rules!` (their paths resolve where the macro expands).
+fn module_scan(module: &[String], toks: &[Token]) -> ModuleScan {
+    let mut scan = ModuleScan::default();
+    // The inline modules open around the cursor, with the brace depth inside each.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let current = |inline: &[(String, usize)]| -> Vec<String> {
+        module.iter().cloned().chain(inline.iter().map(|(m, _)| m.clone())).collect()
+    };
+    let punct = |i: usize, ch: char| toks.get(i).is_some_and(|t| t.tok == Tok::Punct(ch));
+    let ident = |i: usize| match toks.get(i).map(|t| &t.tok) {
+        Some(Tok::Ident(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let path_sep = |i: usize| punct(i, ':') && punct(i + 1, ':');
+    let mut i = 0;
+    while i < toks.len() {
+        if is_cfg_test(toks, i) {
+            i = skip_item(toks, i);
+            continue;
+        }
+        match &toks[i].tok {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(kw) if kw == "macro_rules" && punct(i + 1, '!') => {
+                if let Some(name) = ident(i + 2) {
+                    scan.macros.push((current(&inline), name.to_owned()));
+                }
+                i = skip_item(toks, i);
+                continue;
+            }
+            Tok::Ident(kw) if kw == "mod" => {
+                if let Some(name) = ident(i + 1) {
+                    if punct(i + 2, ';') {
+                        let around = inline.iter().map(|(m, _)| m.clone()).collect();
+                        scan.child_files.push((around, name.to_owned()));
+                    } else if punct(i + 2, '{') {
+                        inline.push((name.to_owned(), depth + 1));
+                        scan.inline_modules.push(current(&inline));
+                    }
+                }
+            }
+            Tok::Ident(kw) if kw == "use" && !punct(i + 1, '$') => {
+                // `use ::other::X` names another crate: use_tree reads nothing.
+                let mut trees = Vec::new();
+                let end = use_tree(toks, i + 1, Vec::new(), &mut trees);
+                for (segments, binds) in trees {
+                    scan.paths.push(PathRef {
+                        module: current(&inline),
+                        segments,
+                        binds: Some(binds),
+                        macro_call: false,
+                        line: toks[i].line,
+                    });
+                }
+                i = end;
+                continue;
+            }
+            Tok::Ident(first) if path_sep(i + 1) => {
+                // The start of a path: not a later segment, not `$crate`, not `pub(in crate::x)`.
+                let starts = i == 0
+                    || !(punct(i - 1, ':') || punct(i - 1, '$') || punct(i - 1, '.') || ident(i - 1) == Some("in"));
+                if starts && first.chars().next().is_some_and(|c| c.is_lowercase()) {
+                    let line = toks[i].line;
+                    let mut segments = vec![first.clone()];
+                    let mut j = i + 1;
+                    while path_sep(j) && let Some(s) = ident(j + 2) {
+                        segments.push(s.to_owned());
+                        j += 3;
+                    }
+                    scan.paths.push(PathRef {
+                        module: current(&inline),
+                        segments,
+                        binds: None,
+                        macro_call: punct(j, '!'),
+                        line,
+                    });
+                    i = j;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    scan
+}
+
+/// Whether `toks[i..]` starts with `#[cfg(test)]`.
+fn is_cfg_test(toks: &[Token], i: usize) -> bool {
+    let want = [Tok::Punct('#'), Tok::Punct('['), Tok::Ident("cfg".into()), Tok::Punct('(')];
+    let test = [Tok::Ident("test".into()), Tok::Punct(')'), Tok::Punct(']')];
+    toks.len() >= i + 7
+        && toks[i..i + 4].iter().zip(&want).all(|(t, w)| t.tok == *w)
+        && toks[i + 4..i + 7].iter().zip(&test).all(|(t, w)| t.tok == *w)
+}
+
+/// The index after the item whose attributes start at `toks[i]`: after its
+/// `;` or its closing brace at the item's own level.
+fn skip_item(toks: &[Token], mut i: usize) -> usize {
+    let mut depth = 0i32;
+    // Attributes first: `#[..]` blocks.
+    while toks.get(i).is_some_and(|t| t.tok == Tok::Punct('#')) {
+        i += 1;
+        let mut d = 0;
+        while i < toks.len() {
+            match toks[i].tok {
+                Tok::Punct('[') => d += 1,
+                Tok::Punct(']') => {
+                    d -= 1;
+                    if d == 0 {
+                        i += 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    while i < toks.len() {
+        match toks[i].tok {
+            Tok::Punct('{' | '(' | '[') => depth += 1,
+            Tok::Punct('}') if depth == 1 => return i + 1,
+            Tok::Punct('}' | ')' | ']') => depth -= 1,
+            Tok::Punct(';') if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    i
+}
+
+/// Reads the use tree at `toks[i]` under `prefix` into `out` as (segments,
+/// bound name), returning the index after it (after the `;` at the top).
+fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>, out: &mut Vec<(Vec<String>, String)>) -> usize {
+    let top = prefix.is_empty();
+    let mut segments = prefix;
+    let finish = |i: usize| -> usize {
+        if !top {
+            return i;
+        }
+        // The rest of the statement (`;`), or whatever could not be read.
+        let mut i = i;
+        while i < toks.len() && toks[i].tok != Tok::Punct(';') {
+            i += 1;
+        }
+        i + 1
+    };
+    loop {
+        match toks.get(i).map(|t| &t.tok) {
+            Some(Tok::Ident(s)) => {
+                segments.push(s.clone());
+                i += 1;
+                let sep = |k: usize| toks.get(k).is_some_and(|t| t.tok == Tok::Punct(':'));
+                if sep(i) && sep(i + 1) {
+                    i += 2;
+                    continue;
+                }
+                if segments.last().is_some_and(|s| s == "self") {
+                    segments.pop();
+                }
+                let mut binds = segments.last().cloned().unwrap_or_default();
+                if let Some(Tok::Ident(kw)) = toks.get(i).map(|t| &t.tok)
+                    && kw == "as"
+                {
+                    if let Some(Tok::Ident(alias)) = toks.get(i + 1).map(|t| &t.tok) {
+                        binds = alias.clone();
+                    }
+                    i += 2;
+                }
+                out.push((segments, binds));
+                return finish(i);
+            }
+            Some(Tok::Punct('*')) => {
+                out.push((segments, "*".into()));
+                return finish(i + 1);
+            }
+            Some(Tok::Punct('{')) => {
+                i += 1;
+                while i < toks.len() {
+                    match toks[i].tok {
+                        Tok::Punct('}') => {
+                            i += 1;
+                            break;
+                        }
+                        Tok::Punct(',') => i += 1,
+                        _ => {
+                            let next = use_tree(toks, i, segments.clone(), out);
+                            // A tree that could not be read: stop rather than loop.
+                            if next == i {
+                                return finish(i);
+                            }
+                            i = next;
+                        }
+                    }
+                }
+                return finish(i);
+            }
+            _ => return finish(i),
+        }
+    }
+}
+
+/// One import between two modules: where the first names the second.
+#[derive(Clone, Debug)]
+struct Edge {
+    from: String,
+    to: String,
+    /// `path:line` of the first such reference.
+    at: String,
+}
+
+/// The imports between the modules of one crate: module A imports B when
+/// A's code names something of B (`use crate::b::X`, `super::X`,
+/// `self::b::f()`, `b::f()` for a child `b`, through re-exports to where the
+/// item is written). Declaring `mod b;` is no import.
+fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
+    let mut known: BTreeSet<Vec<String>> = BTreeSet::new();
+    let mut macros: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut scans = Vec::new();
+    for (name, f) in modules {
+        let module: Vec<String> =
+            if name == "crate" { vec![] } else { name.split("::").map(str::to_owned).collect() };
+        let scan = module_scan(&module, &lex(&f.text));
+        known.insert(module.clone());
+        known.extend(scan.inline_modules.iter().cloned());
+        for (at, name) in &scan.macros {
+            macros.insert(name.clone(), at.clone());
+        }
+        scans.push((f, scan));
+    }
+    // Turns a path as written into a path from the crate root, or None for
+    // another crate's (or a local name's).
+    let absolute = |p: &PathRef, uses: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>| -> Option<Vec<String>> {
+        let mut segs = p.segments.iter();
+        let mut base: Vec<String> = match segs.next()?.as_str() {
+            "crate" => vec![],
+            "self" => p.module.clone(),
+            "super" => p.module[..p.module.len().checked_sub(1)?].to_vec(),
+            first => {
+                let mut child = p.module.clone();
+                child.push(first.to_owned());
+                if known.contains(&child) {
+                    child
+                } else if p.binds.is_none()
+                    && let Some(target) = uses.get(&p.module).and_then(|u| u.get(first))
+                {
+                    target.clone()
+                } else {
+                    return None;
+                }
+            }
+        };
+        let mut rest: Vec<String> = segs.cloned().collect();
+        while rest.first().is_some_and(|s| s == "super") {
+            base.pop()?;
+            rest.remove(0);
+        }
+        base.extend(rest);
+        Some(base)
+    };
+    // What each module's `use` declarations bind (not globs), from the crate root.
+    let mut uses: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let empty = BTreeMap::new();
+    for (_, scan) in &scans {
+        for p in &scan.paths {
+            if let Some(binds) = &p.binds
+                && binds != "*"
+                && binds != "_"
+                && let Some(abs) = absolute(p, &empty)
+            {
+                uses.entry(p.module.clone()).or_default().insert(binds.clone(), abs);
+            }
+        }
+    }
+    // The module an absolute path leads to: its longest prefix that is a
+    // module, followed through the `use` that brings the next name there.
+    let resolve = |path: &[String]| -> Vec<String> {
+        let mut path = path.to_vec();
+        for _ in 0..16 {
+            let n = (0..=path.len()).rev().find(|&n| known.contains(&path[..n])).unwrap_or(0);
+            let module = &path[..n];
+            let Some(target) = path.get(n).and_then(|next| uses.get(module)?.get(next)) else {
+                return module.to_vec();
+            };
+            let mut followed = target.clone();
+            followed.extend_from_slice(&path[n + 1..]);
+            if followed == path {
+                break;
+            }
+            path = followed;
+        }
+        let n = (0..=path.len()).rev().find(|&n| known.contains(&path[..n])).unwrap_or(0);
+        path[..n].to_vec()
+    };
+    let mut edges: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (f, scan) in &scans {
+        for p in &scan.paths {
+            let Some(abs) = absolute(p, &uses) else { continue };
+            let defined = abs.last().filter(|_| p.macro_call).and_then(|m| macros.get(m));
+            let to = defined.cloned().unwrap_or_else(|| resolve(&abs));
+            // A path that only leads back into its own module or down into
+            // one of its inline modules' own file is no import between files.
+            if to == p.module {
+                continue;
+            }
+            let key = (module_name(&p.module), module_name(&to));
+            edges.entry(key).or_insert_with(|| format!("{}:{}", f.path, p.line));
+        }
+    }
+    edges.into_iter().map(|((from, to), at)| Edge { from, to, at }).collect()
+}
+
+/// The cycles of a crate's imports, each as `crate: a -> b -> a (where each
+/// edge is)`: every 2-cycle, then for each strongly connected set (Tarjan's
+/// algorithm) the shortest cycle through each module no cycle named yet.
+fn module_cycles(krate: &str, edges: &[Edge]) -> Vec<(BTreeSet<String>, String)> {
+    let mut next: BTreeMap<&str, Vec<&Edge>> = BTreeMap::new();
+    let mut nodes: BTreeSet<&str> = BTreeSet::new();
+    for e in edges {
+        next.entry(&e.from).or_default().push(e);
+        nodes.insert(&e.from);
+        nodes.insert(&e.to);
+    }
+    let edge = |a: &str, b: &str| next.get(a).and_then(|es| es.iter().find(|e| e.to == b).copied());
+    let render = |cycle: &[&str]| -> (BTreeSet<String>, String) {
+        let hops: Vec<&Edge> = cycle
+            .iter()
+            .zip(cycle.iter().cycle().skip(1))
+            .map(|(a, b)| edge(a, b).expect("a cycle's hops are edges"))
+            .collect();
+        let names: Vec<&str> = cycle.iter().copied().chain([cycle[0]]).collect();
+        let at: Vec<&str> = hops.iter().map(|e| e.at.as_str()).collect();
+        let set = cycle.iter().map(|s| (*s).to_owned()).collect();
+        (set, format!("{krate}: {} ({})", names.join(" -> "), at.join(", ")))
+    };
+    let mut cycles = Vec::new();
+    for scc in strongly_connected(&nodes, &next) {
+        let mut covered: BTreeSet<&str> = BTreeSet::new();
+        for a in &scc {
+            for b in &scc {
+                if a < b && edge(a, b).is_some() && edge(b, a).is_some() {
+                    cycles.push(render(&[a, b]));
+                    covered.extend([*a, *b]);
+                }
+            }
+        }
+        for start in &scc {
+            if covered.contains(start) {
+                continue;
+            }
+            let cycle = shortest_cycle(start, &scc, &next);
+            covered.extend(cycle.iter().copied());
+            cycles.push(render(&cycle));
+        }
+    }
+    cycles
+}
+
+/// The strongly connected sets of more than one module (Tarjan's algorithm),
+/// each sorted.
+fn strongly_connected<'a>(nodes: &BTreeSet<&'a str>, next: &BTreeMap<&'a str, Vec<&'a Edge>>) -> Vec<Vec<&'a str>> {
+    struct Tarjan<'a, 'n> {
+        next: &'n BTreeMap<&'a str, Vec<&'a Edge>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<Vec<&'a str>>,
+    }
+    impl<'a> Tarjan<'a, '_> {
+        fn visit(&mut self, v: &'a str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for e in self.next.get(v).into_iter().flatten() {
+                let w = e.to.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut scc = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    scc.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if scc.len() > 1 {
+                    scc.sort();
+                    self.out.push(scc);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        next,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in nodes {
+        if !t.index.contains_key(v) {
+            t.visit(v);
+        }
+    }
+    t.out.sort();
+    t.out
+}
+
+/// The shortest cycle from `start` back to it inside `scc` (breadth first).
+fn shortest_cycle<'a>(start: &'a str, scc: &[&'a str], next: &BTreeMap<&'a str, Vec<&'a Edge>>) -> Vec<&'a str> {
+    let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for e in next.get(v).into_iter().flatten() {
+            let w = e.to.as_str();
+            if !scc.contains(&w) {
+                continue;
+            }
+            if w == start {
+                let mut cycle = vec![v];
+                while let Some(&p) = came_from.get(cycle.last().expect("not empty")) {
+                    cycle.push(p);
+                }
+                cycle.reverse();
+                return cycle;
+            }
+            if w != start && !came_from.contains_key(w) {
+                came_from.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    vec![start]
+}
+
+/// The cycles of every crate that [`ALLOWED_CYCLES`] does not allow, and the
+/// entries that allow no cycle.
+fn cycle_problems(crates: &[CrateModules], allowed: &[(&str, &[&str], &str)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut used = vec![false; allowed.len()];
+    for c in crates {
+        for (set, line) in module_cycles(&c.name, &module_edges(&c.modules)) {
+            let allows = allowed
+                .iter()
+                .position(|(k, mods, _)| *k == c.name && set.iter().all(|m| mods.contains(&m.as_str())));
+            match allows {
+                Some(n) => used[n] = true,
+                None => problems.push(format!(
+                    "{line}: a module cycle (move what both need into a module of its own, \
+                     or pass a value instead of calling back)"
+                )),
+            }
+        }
+    }
+    for ((krate, mods, _), used) in allowed.iter().zip(used) {
+        if !used {
+            problems.push(format!(
+                "{SELF}: ALLOWED_CYCLES allows `{krate}: {}`, which is no cycle any more: drop the entry",
+                mods.join(", ")
+            ));
+        }
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------
 // A small Rust lexer: identifiers, string literals and punctuation, without
 // comments, char literals, lifetimes and numbers' meaning.
 
@@ -1760,5 +2370,141 @@ workspace = true
             docs(|i| i.rust[2].text = "SELECT pg_advisory_lock($1)".into()),
             &["crates/outbox-sql/src/d.rs:1", "transaction-scoped"],
         );
+    }
+
+    /// The modules of an in-memory crate whose root is `src/lib.rs`.
+    fn krate(files: &[(&str, &str)]) -> CrateModules {
+        let files: BTreeMap<String, String> =
+            files.iter().map(|(p, t)| (format!("src/{p}"), (*t).to_owned())).collect();
+        CrateModules {
+            name: "k".into(),
+            modules: crate_modules("src/lib.rs", &|p: &str| files.get(p).cloned()),
+        }
+    }
+
+    /// The imports of an in-memory crate, as `from -> to`.
+    fn imports(files: &[(&str, &str)]) -> Vec<String> {
+        module_edges(&krate(files).modules)
+            .into_iter()
+            .map(|e| format!("{} -> {}", e.from, e.to))
+            .collect()
+    }
+
+    #[test]
+    fn use_trees_are_read_into_paths() {
+        let scan = module_scan(
+            &["m".into()],
+            &lex("use crate::a::{self, b::{C, D as E}, *};\nuse ::ext::X;\nuse super::F;\n\
+                  pub(in crate::a) fn f() { self::g::h(); x.y::<crate::T>(); $crate::z(); }"),
+        );
+        let paths: Vec<(String, Option<String>, usize)> = scan
+            .paths
+            .iter()
+            .map(|p| (p.segments.join("::"), p.binds.clone(), p.line))
+            .collect();
+        let bound = |p: &str, b: &str, l| (p.to_owned(), Some(b.to_owned()), l);
+        assert_eq!(
+            paths,
+            [
+                bound("crate::a", "a", 1),
+                bound("crate::a::b::C", "C", 1),
+                bound("crate::a::b::D", "E", 1),
+                bound("crate::a", "*", 1),
+                bound("super::F", "F", 3),
+                ("self::g::h".to_owned(), None, 4),
+                ("crate::T".to_owned(), None, 4),
+            ]
+        );
+    }
+
+    #[test]
+    fn test_items_macro_bodies_and_declarations_are_no_imports() {
+        let scan = module_scan(
+            &[],
+            &lex("mod a;\n#[cfg(test)]\nmod tests { use super::*; }\n#[cfg(test)]\nmod more;\n\
+                  macro_rules! m { () => { crate::a::f() }; }\nmod inline { mod deeper; fn f() { super::a::g(); } }"),
+        );
+        assert_eq!(
+            scan.child_files,
+            [(vec![], "a".to_owned()), (vec!["inline".to_owned()], "deeper".to_owned())]
+        );
+        assert_eq!(scan.inline_modules, [vec!["inline".to_owned()]]);
+        assert_eq!(scan.macros, [(vec![], "m".to_owned())]);
+        let paths: Vec<(Vec<String>, String)> =
+            scan.paths.iter().map(|p| (p.module.clone(), p.segments.join("::"))).collect();
+        assert_eq!(paths, [(vec!["inline".to_owned()], "super::a::g".to_owned())]);
+    }
+
+    #[test]
+    fn modules_are_found_through_their_declarations() {
+        let k = krate(&[
+            ("lib.rs", "mod a; mod b; #[cfg(test)] mod tests;"),
+            ("a.rs", "mod c;"),
+            ("a/c.rs", ""),
+            ("b/mod.rs", "pub(crate) mod d;"),
+            ("b/d.rs", ""),
+            ("tests.rs", ""),
+            ("unused.rs", ""),
+        ]);
+        let found: Vec<(&str, &str)> =
+            k.modules.iter().map(|(m, f)| (m.as_str(), f.path.as_str())).collect();
+        assert_eq!(
+            found,
+            [
+                ("a", "src/a.rs"),
+                ("a::c", "src/a/c.rs"),
+                ("b", "src/b/mod.rs"),
+                ("b::d", "src/b/d.rs"),
+                ("crate", "src/lib.rs"),
+            ]
+        );
+    }
+
+    #[test]
+    fn imports_lead_to_where_items_are_written() {
+        let edges = imports(&[
+            // The root re-exports; `crate::Error` is error's, not the root's.
+            ("lib.rs", "mod error; mod engine; mod db; pub use error::Error;"),
+            ("error.rs", "pub struct Error;\n#[macro_export]\nmacro_rules! m { () => {} }"),
+            // A child is used by a path, a parent's item through `super`.
+            ("engine/mod.rs", "mod turn; fn run() { turn::go(); }"),
+            ("engine/turn.rs", "use super::run; use crate::Error;"),
+            // A name imported, then used as a path; a macro to where it is written.
+            ("db.rs", "use crate::engine; fn f() { engine::x(); crate::m!(); }"),
+        ]);
+        assert_eq!(
+            edges,
+            [
+                "crate -> error",
+                "db -> engine",
+                "db -> error",
+                "engine -> engine::turn",
+                "engine::turn -> engine",
+                "engine::turn -> error",
+            ]
+        );
+    }
+
+    #[test]
+    fn cycles_are_reported_with_where_each_import_is() {
+        let k = krate(&[
+            ("lib.rs", "mod a; mod b; mod c; mod d; mod e;"),
+            ("a.rs", "use crate::b::X;"),
+            ("b.rs", "pub struct X;\nuse crate::a::Y;"),
+            ("c.rs", "use crate::d::Z;"),
+            ("d.rs", "use crate::e::W;"),
+            ("e.rs", "\n\nuse crate::c::V;"),
+        ]);
+        let problems = cycle_problems(std::slice::from_ref(&k), &[]);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].starts_with("k: a -> b -> a (src/a.rs:1, src/b.rs:2): a module cycle"));
+        assert!(
+            problems[1]
+                .starts_with("k: c -> d -> e -> c (src/c.rs:1, src/d.rs:1, src/e.rs:3): a module cycle")
+        );
+        // An allowed cycle passes; an entry no cycle needs is a problem.
+        let allowed: &[(&str, &[&str], &str)] =
+            &[("k", &["a", "b"], "x"), ("k", &["c", "d", "e", "f"], "x"), ("k", &["q"], "x")];
+        one(cycle_problems(&[k], allowed), &["ALLOWED_CYCLES allows `k: q`"]);
     }
 }
