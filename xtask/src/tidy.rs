@@ -1136,7 +1136,126 @@ const CYCLE_DIRS: &[&str] = &["crates/*", "xtask", "bench", "crash"];
 /// Cycles known and accepted for now, as (crate, modules, why): a cycle is
 /// allowed when all its modules are among an entry's. Each entry is a debt
 /// that issue 42 names; an entry that no cycle needs any more is a problem.
-const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[];
+const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
+    (
+        "crates/outbox-cli",
+        &[
+            "commands",
+            "commands::gaps",
+            "commands::generations",
+            "commands::leases",
+            "commands::maintenance",
+            "commands::partitions",
+            "commands::replay",
+            "commands::sinks",
+            "commands::skipped",
+            "commands::wait",
+            "commands::work",
+            "serve",
+            "serve::fleet",
+            "serve::rows",
+        ],
+        "issue 42: the subcommands use helpers of commands/mod.rs and serve/mod.rs that dispatch \
+         back to them; outbox-cli is being reworked on another branch",
+    ),
+    (
+        "crates/outbox-core",
+        &[
+            "apply",
+            "generation",
+            "live",
+            "outbox",
+            "partition",
+            "ports",
+            "running",
+            "sink",
+            "spi",
+            "stored",
+            "view",
+        ],
+        "issue 42: the port traits (ports, spi) and the types they carry import each other",
+    ),
+    (
+        "crates/outbox-core",
+        &["error", "id"],
+        "issue 42: errors carry ids; ids fail with errors",
+    ),
+    (
+        "crates/outbox-runtime",
+        &[
+            "config",
+            "consumers",
+            "crate",
+            "gaps",
+            "generations",
+            "outbox",
+            "replay",
+            "running",
+            "sinks",
+            "skipping",
+            "unavailable",
+            "worker",
+        ],
+        "issue 42: nine files each add an `impl Outbox` block and call each other's helpers; \
+         the runtime as services (item 3) removes it",
+    ),
+    (
+        "crates/outbox-sql",
+        &["conn", "dialect", "journal", "partitions"],
+        "issue 42: the dialect trait and the shared statements import each other",
+    ),
+    ("crates/outbox-sql", &["generations", "projection"], "issue 42"),
+    (
+        "crates/outbox-sqlite",
+        &[
+            "db",
+            "engine",
+            "engine::busy",
+            "engine::checkpoint",
+            "engine::group",
+            "engine::session",
+            "engine::turn",
+            "engine::values",
+        ],
+        "issue 42: `db.rs` and `engine/*` import each other (one way to each SQLite file, item 2)",
+    ),
+    (
+        "xtask",
+        &["crash", "crate", "migrations", "package", "readme_crate", "tidy"],
+        "issue 42",
+    ),
+    (
+        "bench",
+        &[
+            "crate",
+            "pg",
+            "pg::lag",
+            "pg::raw",
+            "workloads::append",
+            "workloads::claim",
+            "workloads::concurrent",
+            "workloads::drain",
+            "workloads::fsyncs",
+            "workloads::lag",
+            "workloads::partitions",
+            "workloads::rss",
+        ],
+        "issue 42",
+    ),
+    (
+        "crash",
+        &[
+            "blue_green",
+            "check",
+            "crate",
+            "driver",
+            "poison",
+            "sinks",
+            "victim",
+        ],
+        "issue 42",
+    ),
+];
 
 /// One crate root's modules: each module's path (`a::b`, `crate` for the
 /// root) with the file it is written in.
@@ -1178,7 +1297,11 @@ fn read_crates(root: &Path) -> Result<Vec<CrateModules>> {
         let main = format!("{dir}/src/main.rs");
         if root.join(&main).is_file() {
             crates.push(CrateModules {
-                name: if has_lib { format!("{dir} (main.rs)") } else { dir.clone() },
+                name: if has_lib {
+                    format!("{dir} (main.rs)")
+                } else {
+                    dir.clone()
+                },
                 modules: crate_modules(&main, &read),
             });
         }
@@ -1202,7 +1325,11 @@ fn crate_modules(root_file: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<
         let file = File { path, text };
         for (inline, child) in module_scan(&module, &lex(&file.text)).child_files {
             let rel: Vec<&str> = inline.iter().map(String::as_str).collect();
-            let base = if rel.is_empty() { child_dir.clone() } else { format!("{child_dir}/{}", rel.join("/")) };
+            let base = if rel.is_empty() {
+                child_dir.clone()
+            } else {
+                format!("{child_dir}/{}", rel.join("/"))
+            };
             let flat = format!("{base}/{child}.rs");
             let nested = format!("{base}/{child}/mod.rs");
             let path = if read(&flat).is_some() { flat } else { nested };
@@ -1219,7 +1346,11 @@ fn crate_modules(root_file: &str, read: &dyn Fn(&str) -> Option<String>) -> Vec<
 
 /// `a::b`, or `crate` for the root.
 fn module_name(module: &[String]) -> String {
-    if module.is_empty() { "crate".into() } else { module.join("::") }
+    if module.is_empty() {
+        "crate".into()
+    } else {
+        module.join("::")
+    }
 }
 
 /// A path that a module's code names, as written.
@@ -1258,7 +1389,11 @@ fn module_scan(module: &[String], toks: &[Token]) -> ModuleScan {
     let mut inline: Vec<(String, usize)> = Vec::new();
     let mut depth = 0usize;
     let current = |inline: &[(String, usize)]| -> Vec<String> {
-        module.iter().cloned().chain(inline.iter().map(|(m, _)| m.clone())).collect()
+        module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(m, _)| m.clone()))
+            .collect()
     };
     let punct = |i: usize, ch: char| toks.get(i).is_some_and(|t| t.tok == Tok::Punct(ch));
     let ident = |i: usize| match toks.get(i).map(|t| &t.tok) {
@@ -1317,12 +1452,17 @@ fn module_scan(module: &[String], toks: &[Token]) -> ModuleScan {
             Tok::Ident(first) if path_sep(i + 1) => {
                 // The start of a path: not a later segment, not `$crate`, not `pub(in crate::x)`.
                 let starts = i == 0
-                    || !(punct(i - 1, ':') || punct(i - 1, '$') || punct(i - 1, '.') || ident(i - 1) == Some("in"));
+                    || !(punct(i - 1, ':')
+                        || punct(i - 1, '$')
+                        || punct(i - 1, '.')
+                        || ident(i - 1) == Some("in"));
                 if starts && first.chars().next().is_some_and(|c| c.is_lowercase()) {
                     let line = toks[i].line;
                     let mut segments = vec![first.clone()];
                     let mut j = i + 1;
-                    while path_sep(j) && let Some(s) = ident(j + 2) {
+                    while path_sep(j)
+                        && let Some(s) = ident(j + 2)
+                    {
                         segments.push(s.to_owned());
                         j += 3;
                     }
@@ -1346,7 +1486,12 @@ fn module_scan(module: &[String], toks: &[Token]) -> ModuleScan {
 
 /// Whether `toks[i..]` starts with `#[cfg(test)]`.
 fn is_cfg_test(toks: &[Token], i: usize) -> bool {
-    let want = [Tok::Punct('#'), Tok::Punct('['), Tok::Ident("cfg".into()), Tok::Punct('(')];
+    let want = [
+        Tok::Punct('#'),
+        Tok::Punct('['),
+        Tok::Ident("cfg".into()),
+        Tok::Punct('('),
+    ];
     let test = [Tok::Ident("test".into()), Tok::Punct(')'), Tok::Punct(']')];
     toks.len() >= i + 7
         && toks[i..i + 4].iter().zip(&want).all(|(t, w)| t.tok == *w)
@@ -1391,7 +1536,12 @@ fn skip_item(toks: &[Token], mut i: usize) -> usize {
 
 /// Reads the use tree at `toks[i]` under `prefix` into `out` as (segments,
 /// bound name), returning the index after it (after the `;` at the top).
-fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>, out: &mut Vec<(Vec<String>, String)>) -> usize {
+fn use_tree(
+    toks: &[Token],
+    mut i: usize,
+    prefix: Vec<String>,
+    out: &mut Vec<(Vec<String>, String)>,
+) -> usize {
     let top = prefix.is_empty();
     let mut segments = prefix;
     let finish = |i: usize| -> usize {
@@ -1478,8 +1628,11 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
     let mut macros: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut scans = Vec::new();
     for (name, f) in modules {
-        let module: Vec<String> =
-            if name == "crate" { vec![] } else { name.split("::").map(str::to_owned).collect() };
+        let module: Vec<String> = if name == "crate" {
+            vec![]
+        } else {
+            name.split("::").map(str::to_owned).collect()
+        };
         let scan = module_scan(&module, &lex(&f.text));
         known.insert(module.clone());
         known.extend(scan.inline_modules.iter().cloned());
@@ -1490,34 +1643,35 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
     }
     // Turns a path as written into a path from the crate root, or None for
     // another crate's (or a local name's).
-    let absolute = |p: &PathRef, uses: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>| -> Option<Vec<String>> {
-        let mut segs = p.segments.iter();
-        let mut base: Vec<String> = match segs.next()?.as_str() {
-            "crate" => vec![],
-            "self" => p.module.clone(),
-            "super" => p.module[..p.module.len().checked_sub(1)?].to_vec(),
-            first => {
-                let mut child = p.module.clone();
-                child.push(first.to_owned());
-                if known.contains(&child) {
-                    child
-                } else if p.binds.is_none()
-                    && let Some(target) = uses.get(&p.module).and_then(|u| u.get(first))
-                {
-                    target.clone()
-                } else {
-                    return None;
+    let absolute =
+        |p: &PathRef, uses: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>| -> Option<Vec<String>> {
+            let mut segs = p.segments.iter();
+            let mut base: Vec<String> = match segs.next()?.as_str() {
+                "crate" => vec![],
+                "self" => p.module.clone(),
+                "super" => p.module[..p.module.len().checked_sub(1)?].to_vec(),
+                first => {
+                    let mut child = p.module.clone();
+                    child.push(first.to_owned());
+                    if known.contains(&child) {
+                        child
+                    } else if p.binds.is_none()
+                        && let Some(target) = uses.get(&p.module).and_then(|u| u.get(first))
+                    {
+                        target.clone()
+                    } else {
+                        return None;
+                    }
                 }
+            };
+            let mut rest: Vec<String> = segs.cloned().collect();
+            while rest.first().is_some_and(|s| s == "super") {
+                base.pop()?;
+                rest.remove(0);
             }
+            base.extend(rest);
+            Some(base)
         };
-        let mut rest: Vec<String> = segs.cloned().collect();
-        while rest.first().is_some_and(|s| s == "super") {
-            base.pop()?;
-            rest.remove(0);
-        }
-        base.extend(rest);
-        Some(base)
-    };
     // What each module's `use` declarations bind (not globs), from the crate root.
     let mut uses: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     let empty = BTreeMap::new();
@@ -1528,7 +1682,9 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
                 && binds != "_"
                 && let Some(abs) = absolute(p, &empty)
             {
-                uses.entry(p.module.clone()).or_default().insert(binds.clone(), abs);
+                uses.entry(p.module.clone())
+                    .or_default()
+                    .insert(binds.clone(), abs);
             }
         }
     }
@@ -1537,7 +1693,10 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
     let resolve = |path: &[String]| -> Vec<String> {
         let mut path = path.to_vec();
         for _ in 0..16 {
-            let n = (0..=path.len()).rev().find(|&n| known.contains(&path[..n])).unwrap_or(0);
+            let n = (0..=path.len())
+                .rev()
+                .find(|&n| known.contains(&path[..n]))
+                .unwrap_or(0);
             let module = &path[..n];
             let Some(target) = path.get(n).and_then(|next| uses.get(module)?.get(next)) else {
                 return module.to_vec();
@@ -1549,7 +1708,10 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
             }
             path = followed;
         }
-        let n = (0..=path.len()).rev().find(|&n| known.contains(&path[..n])).unwrap_or(0);
+        let n = (0..=path.len())
+            .rev()
+            .find(|&n| known.contains(&path[..n]))
+            .unwrap_or(0);
         path[..n].to_vec()
     };
     let mut edges: BTreeMap<(String, String), String> = BTreeMap::new();
@@ -1564,10 +1726,15 @@ fn module_edges(modules: &[(String, File)]) -> Vec<Edge> {
                 continue;
             }
             let key = (module_name(&p.module), module_name(&to));
-            edges.entry(key).or_insert_with(|| format!("{}:{}", f.path, p.line));
+            edges
+                .entry(key)
+                .or_insert_with(|| format!("{}:{}", f.path, p.line));
         }
     }
-    edges.into_iter().map(|((from, to), at)| Edge { from, to, at }).collect()
+    edges
+        .into_iter()
+        .map(|((from, to), at)| Edge { from, to, at })
+        .collect()
 }
 
 /// The cycles of a crate's imports, each as `crate: a -> b -> a (where each
@@ -1591,7 +1758,10 @@ fn module_cycles(krate: &str, edges: &[Edge]) -> Vec<(BTreeSet<String>, String)>
         let names: Vec<&str> = cycle.iter().copied().chain([cycle[0]]).collect();
         let at: Vec<&str> = hops.iter().map(|e| e.at.as_str()).collect();
         let set = cycle.iter().map(|s| (*s).to_owned()).collect();
-        (set, format!("{krate}: {} ({})", names.join(" -> "), at.join(", ")))
+        (
+            set,
+            format!("{krate}: {} ({})", names.join(" -> "), at.join(", ")),
+        )
     };
     let mut cycles = Vec::new();
     for scc in strongly_connected(&nodes, &next) {
@@ -1618,7 +1788,10 @@ fn module_cycles(krate: &str, edges: &[Edge]) -> Vec<(BTreeSet<String>, String)>
 
 /// The strongly connected sets of more than one module (Tarjan's algorithm),
 /// each sorted.
-fn strongly_connected<'a>(nodes: &BTreeSet<&'a str>, next: &BTreeMap<&'a str, Vec<&'a Edge>>) -> Vec<Vec<&'a str>> {
+fn strongly_connected<'a>(
+    nodes: &BTreeSet<&'a str>,
+    next: &BTreeMap<&'a str, Vec<&'a Edge>>,
+) -> Vec<Vec<&'a str>> {
     struct Tarjan<'a, 'n> {
         next: &'n BTreeMap<&'a str, Vec<&'a Edge>>,
         index: BTreeMap<&'a str, usize>,
@@ -1679,7 +1852,11 @@ fn strongly_connected<'a>(nodes: &BTreeSet<&'a str>, next: &BTreeMap<&'a str, Ve
 }
 
 /// The shortest cycle from `start` back to it inside `scc` (breadth first).
-fn shortest_cycle<'a>(start: &'a str, scc: &[&'a str], next: &BTreeMap<&'a str, Vec<&'a Edge>>) -> Vec<&'a str> {
+fn shortest_cycle<'a>(
+    start: &'a str,
+    scc: &[&'a str],
+    next: &BTreeMap<&'a str, Vec<&'a Edge>>,
+) -> Vec<&'a str> {
     let mut came_from: BTreeMap<&str, &str> = BTreeMap::new();
     let mut queue = std::collections::VecDeque::from([start]);
     while let Some(v) = queue.pop_front() {
@@ -1709,14 +1886,15 @@ fn shortest_cycle<'a>(start: &'a str, scc: &[&'a str], next: &BTreeMap<&'a str, 
 /// entries that allow no cycle.
 fn cycle_problems(crates: &[CrateModules], allowed: &[(&str, &[&str], &str)]) -> Vec<String> {
     let mut problems = Vec::new();
-    let mut used = vec![false; allowed.len()];
+    // The modules of the cycles each entry allowed.
+    let mut used: Vec<BTreeSet<String>> = vec![BTreeSet::new(); allowed.len()];
     for c in crates {
         for (set, line) in module_cycles(&c.name, &module_edges(&c.modules)) {
             let allows = allowed
                 .iter()
                 .position(|(k, mods, _)| *k == c.name && set.iter().all(|m| mods.contains(&m.as_str())));
             match allows {
-                Some(n) => used[n] = true,
+                Some(n) => used[n].extend(set),
                 None => problems.push(format!(
                     "{line}: a module cycle (move what both need into a module of its own, \
                      or pass a value instead of calling back)"
@@ -1725,10 +1903,11 @@ fn cycle_problems(crates: &[CrateModules], allowed: &[(&str, &[&str], &str)]) ->
         }
     }
     for ((krate, mods, _), used) in allowed.iter().zip(used) {
-        if !used {
+        let stale: Vec<&str> = mods.iter().copied().filter(|m| !used.contains(*m)).collect();
+        if !stale.is_empty() {
             problems.push(format!(
-                "{SELF}: ALLOWED_CYCLES allows `{krate}: {}`, which is no cycle any more: drop the entry",
-                mods.join(", ")
+                "{SELF}: ALLOWED_CYCLES allows `{krate}: {}`, in no cycle any more: drop them",
+                stale.join(", ")
             ));
         }
     }
@@ -2374,8 +2553,10 @@ workspace = true
 
     /// The modules of an in-memory crate whose root is `src/lib.rs`.
     fn krate(files: &[(&str, &str)]) -> CrateModules {
-        let files: BTreeMap<String, String> =
-            files.iter().map(|(p, t)| (format!("src/{p}"), (*t).to_owned())).collect();
+        let files: BTreeMap<String, String> = files
+            .iter()
+            .map(|(p, t)| (format!("src/{p}"), (*t).to_owned()))
+            .collect();
         CrateModules {
             name: "k".into(),
             modules: crate_modules("src/lib.rs", &|p: &str| files.get(p).cloned()),
@@ -2394,8 +2575,10 @@ workspace = true
     fn use_trees_are_read_into_paths() {
         let scan = module_scan(
             &["m".into()],
-            &lex("use crate::a::{self, b::{C, D as E}, *};\nuse ::ext::X;\nuse super::F;\n\
-                  pub(in crate::a) fn f() { self::g::h(); x.y::<crate::T>(); $crate::z(); }"),
+            &lex(
+                "use crate::a::{self, b::{C, D as E}, *};\nuse ::ext::X;\nuse super::F;\n\
+                  pub(in crate::a) fn f() { self::g::h(); x.y::<crate::T>(); $crate::z(); }",
+            ),
         );
         let paths: Vec<(String, Option<String>, usize)> = scan
             .paths
@@ -2421,17 +2604,25 @@ workspace = true
     fn test_items_macro_bodies_and_declarations_are_no_imports() {
         let scan = module_scan(
             &[],
-            &lex("mod a;\n#[cfg(test)]\nmod tests { use super::*; }\n#[cfg(test)]\nmod more;\n\
-                  macro_rules! m { () => { crate::a::f() }; }\nmod inline { mod deeper; fn f() { super::a::g(); } }"),
+            &lex(
+                "mod a;\n#[cfg(test)]\nmod tests { use super::*; }\n#[cfg(test)]\nmod more;\n\
+                  macro_rules! m { () => { crate::a::f() }; }\nmod inline { mod deeper; fn f() { super::a::g(); } }",
+            ),
         );
         assert_eq!(
             scan.child_files,
-            [(vec![], "a".to_owned()), (vec!["inline".to_owned()], "deeper".to_owned())]
+            [
+                (vec![], "a".to_owned()),
+                (vec!["inline".to_owned()], "deeper".to_owned())
+            ]
         );
         assert_eq!(scan.inline_modules, [vec!["inline".to_owned()]]);
         assert_eq!(scan.macros, [(vec![], "m".to_owned())]);
-        let paths: Vec<(Vec<String>, String)> =
-            scan.paths.iter().map(|p| (p.module.clone(), p.segments.join("::"))).collect();
+        let paths: Vec<(Vec<String>, String)> = scan
+            .paths
+            .iter()
+            .map(|p| (p.module.clone(), p.segments.join("::")))
+            .collect();
         assert_eq!(paths, [(vec!["inline".to_owned()], "super::a::g".to_owned())]);
     }
 
@@ -2446,8 +2637,11 @@ workspace = true
             ("tests.rs", ""),
             ("unused.rs", ""),
         ]);
-        let found: Vec<(&str, &str)> =
-            k.modules.iter().map(|(m, f)| (m.as_str(), f.path.as_str())).collect();
+        let found: Vec<(&str, &str)> = k
+            .modules
+            .iter()
+            .map(|(m, f)| (m.as_str(), f.path.as_str()))
+            .collect();
         assert_eq!(
             found,
             [
@@ -2465,7 +2659,10 @@ workspace = true
         let edges = imports(&[
             // The root re-exports; `crate::Error` is error's, not the root's.
             ("lib.rs", "mod error; mod engine; mod db; pub use error::Error;"),
-            ("error.rs", "pub struct Error;\n#[macro_export]\nmacro_rules! m { () => {} }"),
+            (
+                "error.rs",
+                "pub struct Error;\n#[macro_export]\nmacro_rules! m { () => {} }",
+            ),
             // A child is used by a path, a parent's item through `super`.
             ("engine/mod.rs", "mod turn; fn run() { turn::go(); }"),
             ("engine/turn.rs", "use super::run; use crate::Error;"),
@@ -2502,9 +2699,15 @@ workspace = true
             problems[1]
                 .starts_with("k: c -> d -> e -> c (src/c.rs:1, src/d.rs:1, src/e.rs:3): a module cycle")
         );
-        // An allowed cycle passes; an entry no cycle needs is a problem.
-        let allowed: &[(&str, &[&str], &str)] =
-            &[("k", &["a", "b"], "x"), ("k", &["c", "d", "e", "f"], "x"), ("k", &["q"], "x")];
-        one(cycle_problems(&[k], allowed), &["ALLOWED_CYCLES allows `k: q`"]);
+        // An allowed cycle passes; modules an entry names in no cycle are a problem.
+        let allowed: &[(&str, &[&str], &str)] = &[
+            ("k", &["a", "b"], "x"),
+            ("k", &["c", "d", "e", "f"], "x"),
+            ("k", &["q"], "x"),
+        ];
+        let problems = cycle_problems(&[k], allowed);
+        assert_eq!(problems.len(), 2, "{problems:#?}");
+        assert!(problems[0].ends_with("ALLOWED_CYCLES allows `k: f`, in no cycle any more: drop them"));
+        assert!(problems[1].ends_with("ALLOWED_CYCLES allows `k: q`, in no cycle any more: drop them"));
     }
 }
