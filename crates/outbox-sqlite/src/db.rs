@@ -13,6 +13,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 
 use crate::SqliteOptions;
+use crate::errors::{SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOTADB, temporary_code};
 
 pub(crate) use crate::clock::now_ms;
 
@@ -64,31 +65,9 @@ fn sqlite_code(e: &sqlx::Error) -> Option<i32> {
     }
 }
 
-const SQLITE_BUSY: i32 = 5;
-const SQLITE_LOCKED: i32 = 6;
-const SQLITE_IOERR: i32 = 10;
-const SQLITE_FULL: i32 = 13;
-const SQLITE_CANTOPEN: i32 = 14;
-const SQLITE_PROTOCOL: i32 = 15;
-const SQLITE_NOTADB: i32 = 26;
-
 /// Whether the error is SQLite's "database is busy/locked".
 pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
     matches!(sqlite_code(e), Some(SQLITE_BUSY | SQLITE_LOCKED))
-}
-
-/// Whether a SQLite primary result code means "retry later" (the table in
-/// the crate docs, "Errors: temporary or permanent"): another process holds
-/// the lock past the busy timeout (`BUSY`, `LOCKED`), the file could not be
-/// read or written or opened right now (`IOERR`, `CANTOPEN`: a file whose
-/// permissions or mount are briefly wrong), the disk is full (`FULL`), or a
-/// WAL lock race (`PROTOCOL`). Shared with the engine's `engine_error`
-/// (rusqlite), which names the same codes.
-pub(crate) fn temporary_code(code: i32) -> bool {
-    matches!(
-        code & 0xff,
-        SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN | SQLITE_PROTOCOL
-    )
 }
 
 /// Whether a driver error is temporary: the one classification of the sqlx
@@ -127,16 +106,6 @@ pub(crate) fn storage(context: impl fmt::Display, e: sqlx::Error) -> Error {
         Error::temporary(message, e)
     } else {
         Error::storage(message, e)
-    }
-}
-
-/// A permanent storage error of the adapter's own making (no driver error
-/// behind it).
-pub(crate) fn internal(message: impl Into<String>) -> Error {
-    Error::Storage {
-        message: message.into(),
-        temporary: false,
-        source: None,
     }
 }
 
@@ -375,9 +344,9 @@ impl Db {
             .foreign_keys(true)
             .statement_cache_capacity(256)
             // Commits truncate a grown WAL file back to this size (see
-            // `engine::WAL_SIZE_LIMIT`; an engine's writer leaves that to its
+            // `options::WAL_SIZE_LIMIT`; an engine's writer leaves that to its
             // checkpointer).
-            .pragma("journal_size_limit", crate::engine::WAL_SIZE_LIMIT.to_string());
+            .pragma("journal_size_limit", crate::options::WAL_SIZE_LIMIT.to_string());
 
         let clock = options.clock;
         // The single writer: one connection, kept open for the store's life.
@@ -616,7 +585,7 @@ mod pragma_tests {
     /// The `sqlx` writer keeps savepoint and statement journals in memory
     /// (an apply's guard journals every page the batch changes); readers
     /// keep the default, so a digest's sort of a whole table spills to disk.
-    /// The writer truncates a grown WAL back to `engine::WAL_SIZE_LIMIT`.
+    /// The writer truncates a grown WAL back to `options::WAL_SIZE_LIMIT`.
     #[tokio::test]
     async fn the_sqlx_connections_set_their_pragmas() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -642,7 +611,7 @@ mod pragma_tests {
             .expect("journal_size_limit");
         assert_eq!(
             limit,
-            crate::engine::WAL_SIZE_LIMIT,
+            crate::options::WAL_SIZE_LIMIT,
             "the writer's journal_size_limit"
         );
         drop((writer, reader));

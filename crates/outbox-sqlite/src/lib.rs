@@ -4,6 +4,7 @@ mod append_in;
 mod clock;
 mod db;
 mod engine;
+mod errors;
 mod journal;
 mod options;
 mod projection;

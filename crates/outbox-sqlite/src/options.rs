@@ -194,3 +194,13 @@ impl SqliteOptions {
         Ok(())
     }
 }
+
+/// The largest WAL file kept once writing goes quiet: a WAL that grew
+/// while a reader held it (a long backup, a burst) does not keep its
+/// largest size on disk until the last connection closes. An engine's
+/// writer never truncates the file itself (`journal_size_limit = -1`); its
+/// checkpointer does, once the writer is quiet (`engine::checkpoint`). The
+/// `sqlx` connections, which write the journal only on cold paths and are
+/// the projection file's only writers, truncate at this size as SQLite
+/// does (`journal_size_limit`).
+pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;

@@ -8,7 +8,8 @@ use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row as _, SqliteConnection, TypeInfo, ValueRef};
 
-use crate::db::{Db, internal, storage};
+use crate::db::{Db, storage};
+use crate::errors::internal;
 
 outbox_sql::driver_io!(SqliteConnection);
 

@@ -70,9 +70,10 @@ use outbox_core::Result;
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 
-use super::{Access, WAL_SIZE_LIMIT, connect, values::engine_error};
+use super::{Access, connect, values::engine_error};
 use crate::SqliteOptions;
-use crate::db::internal;
+use crate::errors::internal;
+use crate::options::WAL_SIZE_LIMIT;
 
 /// How many frames the WAL takes between two checkpoints: SQLite's own
 /// automatic checkpoint threshold (`PRAGMA wal_autocheckpoint`), counted

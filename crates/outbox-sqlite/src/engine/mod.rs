@@ -47,7 +47,7 @@ use group::{Commit, Job, WriteJob};
 pub(crate) use session::{JournalEngine, Session};
 pub(crate) use values::{engine_error, to_row};
 
-use crate::db::internal;
+use crate::errors::internal;
 use crate::{SqliteOptions, Synchronous};
 
 /// How many times `BEGIN IMMEDIATE` is retried after SQLite's own busy
@@ -100,16 +100,6 @@ pub(crate) struct Engine {
     path: PathBuf,
 }
 
-/// The largest WAL file kept once writing goes quiet: a WAL that grew
-/// while a reader held it (a long backup, a burst) does not keep its
-/// largest size on disk until the last connection closes. An engine's
-/// writer never truncates the file itself (`journal_size_limit = -1`); its
-/// checkpointer does, once the writer is quiet (`checkpoint`). The
-/// `sqlx` connections, which write the journal only on cold paths and are
-/// the projection file's only writers, truncate at this size as SQLite
-/// does (`journal_size_limit`).
-pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
-
 /// The file SQLite (or this engine) keeps beside the database at `db`:
 /// its name with `suffix` appended (`-wal`, `-turn`).
 pub(super) fn beside(db: &Path, suffix: &str) -> PathBuf {
@@ -158,7 +148,7 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
     .map_err(open)?;
     if access == Access::Write {
         // Commits never truncate the WAL file: the checkpointer shrinks it
-        // once the writer is quiet (see `WAL_SIZE_LIMIT`). A pragma that
+        // once the writer is quiet (see `options::WAL_SIZE_LIMIT`). A pragma that
         // sets a value also returns it: read, not executed.
         conn.query_row("PRAGMA journal_size_limit = -1", [], |_| Ok(()))
             .map_err(open)?;

@@ -20,9 +20,9 @@ pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
 /// busy, locked, I/O and a full disk are temporary, everything else is
 /// permanent; the message names what was being done.
 pub(crate) fn engine_error(context: impl fmt::Display, e: rusqlite::Error) -> Error {
-    // The same codes as the sqlx side (`crate::db::temporary_code`).
+    // The same codes as the sqlx side (`crate::errors::temporary_code`).
     let temporary = match &e {
-        rusqlite::Error::SqliteFailure(f, _) => crate::db::temporary_code(f.extended_code),
+        rusqlite::Error::SqliteFailure(f, _) => crate::errors::temporary_code(f.extended_code),
         _ => matches!(
             e.sqlite_error_code(),
             Some(
