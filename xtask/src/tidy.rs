@@ -1181,25 +1181,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
         "issue 42: errors carry ids; ids fail with errors",
     ),
     (
-        "crates/outbox-runtime",
-        &[
-            "config",
-            "consumers",
-            "crate",
-            "gaps",
-            "generations",
-            "outbox",
-            "replay",
-            "running",
-            "sinks",
-            "skipping",
-            "unavailable",
-            "worker",
-        ],
-        "issue 42: nine files each add an `impl Outbox` block and call each other's helpers; \
-         the runtime as services (item 3) removes it",
-    ),
-    (
         "crates/outbox-sql",
         &["conn", "dialect", "journal", "partitions"],
         "issue 42: the dialect trait and the shared statements import each other",

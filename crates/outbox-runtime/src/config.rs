@@ -248,7 +248,7 @@ impl Config {
     /// How long a partition lease lasts (and holds the streams a claim
     /// took in it): three heartbeat intervals, at least 1 s.
     fn partition_ttl(&self) -> Duration {
-        crate::running::heartbeat_ttl(self.heartbeat_interval)
+        heartbeat_ttl(self.heartbeat_interval)
     }
 
     /// Sets the worker id.
@@ -511,6 +511,13 @@ impl Config {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// How long a registry entry lives without a new beat: three heartbeat
+/// intervals, at least 1 s. Here, beside the interval it derives from, for
+/// the worker registry (running.rs), the partition leases and replays.
+pub(crate) fn heartbeat_ttl(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(1))
 }
 
 #[cfg(test)]

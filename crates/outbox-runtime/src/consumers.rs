@@ -477,65 +477,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 }
 
-/// The consumer registry as this runtime last read it (ADR 0032).
-#[derive(Default)]
-pub(crate) struct RegistryView {
-    state: std::sync::Mutex<RegistryState>,
-}
-
-#[derive(Default)]
-struct RegistryState {
-    refreshed: Option<tokio::time::Instant>,
-    /// Registered projections this runtime does not run: each is left a
-    /// state on every stream whose rows it completes.
-    unrun: Arc<Vec<ProjectionName>>,
-    /// Its own projections that are paused: not applied here.
-    paused: Arc<Vec<ProjectionName>>,
-    /// Its own sinks that are paused: nothing delivered to them.
-    paused_sinks: Arc<Vec<SinkName>>,
-}
-
-impl RegistryView {
-    fn unrun(&self) -> Arc<Vec<ProjectionName>> {
-        self.state
-            .lock()
-            .map(|s| Arc::clone(&s.unrun))
-            .unwrap_or_default()
-    }
-
-    /// Whether this runtime's sink `sink` is paused.
-    pub(crate) fn sink_paused(&self, sink: &SinkName) -> bool {
-        self.state.lock().is_ok_and(|s| s.paused_sinks.contains(sink))
-    }
-
-    /// Marks this runtime's sink `sink` paused at once (the registry says
-    /// so already; other runtimes see it at their next read).
-    pub(crate) fn pause_sink_here(&self, sink: &SinkName) {
-        if let Ok(mut s) = self.state.lock()
-            && !s.paused_sinks.contains(sink)
-        {
-            let mut list = s.paused_sinks.as_ref().clone();
-            list.push(sink.clone());
-            s.paused_sinks = Arc::new(list);
-        }
-    }
-
-    /// This runtime's paused projections.
-    pub(crate) fn paused(&self) -> Arc<Vec<ProjectionName>> {
-        self.state
-            .lock()
-            .map(|s| Arc::clone(&s.paused))
-            .unwrap_or_default()
-    }
-
-    fn due(&self, every: std::time::Duration) -> bool {
-        self.state
-            .lock()
-            .map(|s| s.refreshed.is_none_or(|t| t.elapsed() >= every))
-            .unwrap_or(true)
-    }
-}
-
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The consumers this runtime runs: its projections and sinks. Only
     /// the paths that apply call [`refresh_registry`](Self::refresh_registry)
@@ -601,18 +542,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         paused: Vec<ProjectionName>,
         paused_sinks: Vec<SinkName>,
     ) {
-        if let Ok(mut s) = self.inner.registry.state.lock() {
-            if s.unrun.as_slice() != unrun.as_slice() {
-                tracing::info!(unrun = ?unrun, "registered projections this process does not run: it leaves them the work it completes");
-            }
-            if s.paused.as_slice() != paused.as_slice() {
-                tracing::info!(paused = ?paused, "paused projections: not applied here, their work kept for them");
-            }
-            s.unrun = Arc::new(unrun);
-            s.paused = Arc::new(paused);
-            s.paused_sinks = Arc::new(paused_sinks);
-            s.refreshed = Some(tokio::time::Instant::now());
-        }
+        self.inner.registry.replace(unrun, paused, paused_sinks);
     }
 
     /// The decision for `error` of consumer `key`: the error's own
@@ -682,13 +612,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let changed = pause_consumer(self.journal(), &key, paused)
             .within(self.config().store_deadline(), "pause_consumer")
             .await?;
-        if let Ok(mut s) = self.inner.registry.state.lock() {
-            let mut list: Vec<ProjectionName> = s.paused.iter().filter(|p| *p != name).cloned().collect();
-            if paused && self.inner.projections.iter().any(|p| p.name() == name) {
-                list.push(name.clone());
-            }
-            s.paused = Arc::new(list);
-        }
+        let runs_here = self.inner.projections.iter().any(|p| p.name() == name);
+        self.inner.registry.set_paused(name, paused && runs_here);
         Ok(changed)
     }
 

@@ -7,12 +7,14 @@ mod deadline;
 mod failpoint;
 mod gaps;
 mod generations;
+mod host;
 mod lag;
 mod metrics;
 pub mod open;
 mod outbox;
 mod panic;
 mod partitions;
+mod registry;
 mod replay;
 mod running;
 mod scratch;
@@ -33,6 +35,7 @@ pub use failpoint::GENERATION_POINTS as GENERATION_FAILPOINTS;
 pub use failpoint::POINTS as FAILPOINTS;
 pub use gaps::RepairReport;
 pub use generations::{DEFAULT_DIFF_LIMIT, GenerationBuild, ShadowDiff, StreamDiff, Swap};
+pub use host::host_name;
 pub use lag::{LAG_BUCKETS_MS, LagSnapshot};
 pub use metrics::{Gauges, MetricsSnapshot};
 pub use outbox::{AppendOutcome, InlineFailure, JournalBackend, Outbox, OutboxBuilder, ProjectionBackend};
@@ -54,36 +57,4 @@ pub mod prelude {
     pub use crate::open::{OpenOptions, WithStores, open_stores};
     pub use crate::{CancellationToken, Config, JournalBackend, Outbox, ProjectionBackend, Running};
     pub use outbox_core::prelude::*;
-}
-
-/// Whether a process with this id exists on this host, as far as this
-/// host can tell: on Linux, whether `/proc/<pid>` exists; elsewhere it is
-/// assumed to (a worker id is then taken over only once its registry entry
-/// expires). A pid reused by another process reads as alive: the safe side.
-pub(crate) fn process_alive(pid: u32) -> bool {
-    if cfg!(target_os = "linux") {
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
-    } else {
-        true
-    }
-}
-
-/// This machine's host name as the runtime registers it (worker ids, the
-/// worker registry), without I/O beyond reading `/etc/hostname` once.
-pub fn host_name() -> String {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| {
-                h.trim()
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
-                    .collect()
-            })
-            .filter(|h: &String| !h.is_empty())
-            .unwrap_or_else(|| "localhost".into())
-    })
-    .clone()
 }

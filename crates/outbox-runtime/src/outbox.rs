@@ -113,7 +113,7 @@ pub(crate) struct Inner<J, P: ProjectionStore> {
     /// not a sink's (ADR 0029).
     pub(crate) alone_gate: tokio::sync::RwLock<()>,
     /// The consumer registry as this runtime last read it (ADR 0032).
-    pub(crate) registry: crate::consumers::RegistryView,
+    pub(crate) registry: crate::registry::RegistryView,
     /// The code version its consumers are registered with.
     pub(crate) code_version: String,
     /// Each projection's error policy, when not retry (ADR 0032).
@@ -298,7 +298,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 "candidate `{orphan}` is not a version of any registered view projection"
             )));
         }
-        crate::sinks::check_sink_names(&self.sinks)?;
+        check_sink_names(&self.sinks)?;
         if !self.sinks.is_empty() {
             // An optional capability (ADR 0035): refused here, not at the
             // first delivery pass.
@@ -363,7 +363,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 sinks: self.sinks,
                 sink_wake: Notify::new(),
                 alone_gate: tokio::sync::RwLock::new(()),
-                registry: crate::consumers::RegistryView::default(),
+                registry: crate::registry::RegistryView::default(),
                 code_version: self.code_version,
                 policies: self.policies,
                 progress: tokio::sync::watch::channel(0).0,
@@ -382,7 +382,7 @@ fn generated_worker_id() -> Result<WorkerId> {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     WorkerId::new(format!(
         "{}-{}-{:08x}{n}",
-        crate::host_name(),
+        crate::host::host_name(),
         std::process::id(),
         nanos
     ))
@@ -713,4 +713,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         Ok(applied)
     }
+}
+
+/// `InvalidInput` (as a configuration error) when two sinks share a name.
+fn check_sink_names(sinks: &[Arc<dyn outbox_core::Sink>]) -> Result<()> {
+    let mut names = std::collections::BTreeSet::<&outbox_core::SinkName>::new();
+    for s in sinks {
+        if outbox_core::consumer_projection(s.name()).is_some() {
+            return Err(Error::Config(format!(
+                "sink `{}`: names starting with `{}` are the projections' (ADR 0032)",
+                s.name(),
+                outbox_core::PROJECTION_CONSUMER_PREFIX
+            )));
+        }
+        if !names.insert(s.name()) {
+            return Err(Error::Config(format!("sink `{}` is registered twice", s.name())));
+        }
+    }
+    Ok(())
 }

@@ -20,9 +20,9 @@ use std::time::Duration;
 use outbox_core::{Partition, PartitionSync, Result, WorkerId, assigned_to};
 use tracing::{info, warn};
 
+use crate::config::heartbeat_ttl;
 use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
-use crate::running::heartbeat_ttl;
 
 /// This runtime's partition leasing state.
 #[derive(Debug, Default)]

@@ -285,7 +285,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     .reclaim_run(
                         projection,
                         &live,
-                        crate::running::heartbeat_ttl(self.config().heartbeat_interval),
+                        crate::config::heartbeat_ttl(self.config().heartbeat_interval),
                     )
                     .within(deadline, "reclaim_run")
                     .await?

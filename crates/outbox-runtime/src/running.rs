@@ -10,6 +10,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
+use crate::config::heartbeat_ttl;
 use crate::deadline::Within;
 use crate::gaps::RepairReport;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
@@ -278,7 +279,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// One registry heartbeat for this process.
     pub(crate) async fn beat(&self) -> Result<()> {
         let ttl = heartbeat_ttl(self.config().heartbeat_interval);
-        let host = crate::host_name();
+        let host = crate::host::host_name();
         let beat = async || {
             self.journal()
                 .heartbeat(self.worker_id(), &host, std::process::id(), self.mode(), ttl)
@@ -302,7 +303,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     &w.id == self.worker_id()
                         && w.host == host
                         && w.pid != std::process::id()
-                        && !crate::process_alive(w.pid)
+                        && !crate::host::process_alive(w.pid)
                 });
                 let Some(stale) = stale else {
                     return Err(Error::InvalidState(refused));
@@ -460,11 +461,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 /// and 250 ms (one small registry read each time).
 pub(crate) fn membership_watch(interval: Duration) -> Duration {
     (interval / 20).clamp(Duration::from_millis(10), Duration::from_millis(250))
-}
-
-/// How long a registry entry lives without a new beat.
-pub(crate) fn heartbeat_ttl(interval: Duration) -> Duration {
-    (interval * 3).max(Duration::from_secs(1))
 }
 
 /// The wait before the `restarts`-th restart of a dead worker loop: the poll

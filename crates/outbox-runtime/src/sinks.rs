@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use outbox_core::{
-    Error, Event, FailureOutcome, Partition, Published, Result, Seq, Sink, SinkName, SinkStatus, StreamId,
+    Error, Event, FailureOutcome, Partition, Published, Result, Seq, Sink, SinkStatus, StreamId,
 };
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -494,22 +494,4 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.idle(&inner.sink_wake, backoff, &cancel).await;
         }
     }
-}
-
-/// `InvalidInput` (as a configuration error) when two sinks share a name.
-pub(crate) fn check_sink_names(sinks: &[Arc<dyn Sink>]) -> Result<()> {
-    let mut names = std::collections::BTreeSet::<&SinkName>::new();
-    for s in sinks {
-        if outbox_core::consumer_projection(s.name()).is_some() {
-            return Err(Error::Config(format!(
-                "sink `{}`: names starting with `{}` are the projections' (ADR 0032)",
-                s.name(),
-                outbox_core::PROJECTION_CONSUMER_PREFIX
-            )));
-        }
-        if !names.insert(s.name()) {
-            return Err(Error::Config(format!("sink `{}` is registered twice", s.name())));
-        }
-    }
-    Ok(())
 }
