@@ -1181,12 +1181,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
         "issue 42: errors carry ids; ids fail with errors",
     ),
     (
-        "crates/outbox-sql",
-        &["conn", "dialect", "journal", "partitions"],
-        "issue 42: the dialect trait and the shared statements import each other",
-    ),
-    ("crates/outbox-sql", &["generations", "projection"], "issue 42"),
-    (
         "crates/outbox-sqlite",
         &[
             "engine",

@@ -21,10 +21,7 @@ const BEHIND_PAGE: i64 = 1000;
 const COLUMNS: &str = "projection, live, live_version, epoch, building, building_version, \
      building_position, last_generation, updated_at";
 
-/// The storage name of a projection's live generation, for `$1` the
-/// projection: its own name without a record.
-pub const LIVE_STORAGE: &str =
-    "COALESCE((SELECT live_storage FROM outbox_generations WHERE projection = $1), $1)";
+pub use crate::projection::LIVE_STORAGE;
 
 fn as_u32(n: i64, what: &str) -> Result<u32> {
     u32::try_from(n)

@@ -13,26 +13,7 @@ use outbox_core::{
     validate_activity_minutes,
 };
 
-use crate::{Arg, Conn, Database, Row};
-
-/// The columns of an outbox row, in [`decode_row`]'s order, as a literal
-/// (for `concat!` in the adapters' hot statements).
-#[macro_export]
-macro_rules! outbox_row_columns {
-    () => {
-        "stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, updated_at, first_failed_at, \
-         alone"
-    };
-}
-
-/// The columns of an event, in [`decode_event`]'s order, as a literal.
-#[macro_export]
-macro_rules! event_columns {
-    () => {
-        "global_position, stream, seq, event_type, intent, payload, payload_hash, recorded_at, \
-         correlation_id, causation_id"
-    };
-}
+use crate::{Arg, Conn, Database, Row, event_columns, outbox_row_columns};
 
 /// The columns of an outbox row, in [`decode_row`]'s order.
 pub const ROW_COLUMNS: &str = outbox_row_columns!();

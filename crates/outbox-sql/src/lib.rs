@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod columns;
 mod conn;
 pub mod consumers;
 mod dialect;

@@ -13,8 +13,12 @@ use outbox_core::{
     RUNNING_DIGEST_LANES, Result, RunningDigest, StreamId, ViewDigest, ViewDigestCheck, Watermark,
 };
 
-use crate::generations::LIVE_STORAGE;
 use crate::{Arg, Conn, Database, Dialect, Row};
+
+/// The storage name of a projection's live generation, for `$1` the
+/// projection: its own name without a record.
+pub const LIVE_STORAGE: &str =
+    "COALESCE((SELECT live_storage FROM outbox_generations WHERE projection = $1), $1)";
 
 /// Serializes concurrent setups of one schema (`CREATE TABLE IF NOT EXISTS`
 /// races in the catalog otherwise), where writers run concurrently.
