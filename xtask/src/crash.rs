@@ -10,7 +10,8 @@ use std::env;
 
 use anyhow::Result;
 
-use crate::{cargo, nats, pg, run};
+use crate::step::{cargo, run};
+use crate::{nats, pg};
 
 /// The rounds `cargo xtask ci` runs: a fixed seed, so CI is reproducible.
 pub(crate) const CI_ROUNDS: &[&[&str]] = &[

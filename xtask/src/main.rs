@@ -2,7 +2,6 @@
 //! people both run.
 
 use std::env;
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
@@ -14,7 +13,10 @@ mod nats;
 mod package;
 mod pg;
 mod readme_crate;
+mod step;
 mod tidy;
+
+use step::{cargo, root, run};
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -93,30 +95,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-fn cargo() -> Command {
-    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    c.current_dir(root());
-    c
-}
-
-fn run(step: &str, mut cmd: Command) -> Result<()> {
-    eprintln!("\n==> {step}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("could not start `{step}`"))?;
-    if !status.success() {
-        bail!("`{step}` failed ({status})");
-    }
-    Ok(())
 }
 
 fn ci() -> Result<()> {

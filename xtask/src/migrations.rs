@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::root;
+use crate::step::root;
 
 /// The source folder of one dialect and the adapter crate's copy of it.
 struct Pair {

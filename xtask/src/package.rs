@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::{cargo, root, run};
+use crate::step::{cargo, root, run};
 
 /// A publishable workspace member, as `cargo metadata` describes it.
 struct Crate {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cargo, root, run};
+use crate::step::{cargo, root, run};
 
 /// The marker before a snippet's fence.
 const MARKER: &str = "<!-- readme-crate: ";
