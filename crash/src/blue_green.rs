@@ -28,7 +28,8 @@ use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use outbox_testkit::{OracleProjection, add, oracle_registry};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Args, Rng};
+use crate::args::Args;
+use crate::round::Rng;
 
 const ORACLE: &str = "oracle";
 /// Events per build page (small, so a build has many pages to die in).
@@ -42,7 +43,7 @@ type Rt = Outbox<SqliteJournal, SqliteProjectionStore>;
 /// `outbox-crash blue-green [--kills N] [--seed S]`.
 pub(crate) fn run(args: &Args) -> Result<u8> {
     let kills = args.num("--kills", 24)?.max(1);
-    let seed = crate::seed_arg(args)?;
+    let seed = crate::args::seed_arg(args)?;
     println!("blue-green: {kills} kills, seed {seed}");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -13,10 +13,10 @@ use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_testkit::{Expected, OracleProjection, check_history, oracle_registry, read_state, value_of};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Place, stream_names};
+use crate::round::{Place, stream_names};
 
 /// `outbox-crash check`: the check alone, on a kept round.
-pub(crate) fn main(args: &crate::Args) -> Result<u8> {
+pub(crate) fn main(args: &crate::args::Args) -> Result<u8> {
     let place = Place::from_args(args)?;
     let streams = args.num("--streams", 6)?;
     let dir = args.req("--dir")?;
@@ -112,7 +112,7 @@ pub(crate) async fn check(
     flaky: bool,
 ) -> Result<Result<Verdict, String>> {
     let names: &[&str] = if flaky {
-        &["oracle", crate::victim::FLAKY]
+        &["oracle", crate::round::FLAKY]
     } else {
         &["oracle"]
     };
@@ -146,7 +146,7 @@ async fn oracle_runtime<J: JournalBackend, P: ProjectionBackend>(
         .config(Config::default())
         .event_types(oracle_registry())
         .view(OracleProjection::new("oracle"))
-        .view(OracleProjection::new(crate::victim::FLAKY))
+        .view(OracleProjection::new(crate::round::FLAKY))
         .build()
         .await
         .context("build the checking runtime")

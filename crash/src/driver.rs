@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use outbox_runtime::{Config, FAILPOINTS};
 
+use crate::args::{Args, parse_u64};
 use crate::check::{check, read_acks};
+use crate::round::{Place, Rng};
 use crate::sinks::{BusFigures, Nats};
 use crate::victim::Role;
-use crate::{Args, Place, Rng, parse_u64};
 
 /// The victims' lease TTL: short, so a takeover happens within a round.
 const LEASE_TTL_MS: u64 = 1500;
@@ -191,7 +192,7 @@ fn setup(args: &Args) -> Result<Setup> {
     } else {
         args.num("--rounds", 20)?
     };
-    let seed = crate::seed_arg(args)?;
+    let seed = crate::args::seed_arg(args)?;
     let sinks = if args.has("--sinks") {
         let nats_bin = crate::sinks::nats_bin()?;
         let cluster = match backend {

@@ -4,10 +4,7 @@
 //! that every acknowledged event was applied exactly once, in stream order.
 //! Run it with `cargo xtask crash`; see docs/crash-testing.md.
 
-use std::path::PathBuf;
-
-use anyhow::{Context, Result, bail};
-use outbox_postgres::PgOptions;
+use args::Args;
 
 const USAGE: &str = "usage:
   outbox-crash run --backend sqlite|postgres [--rounds N] [--seed S] [--round-seed S] [--streams N] [--keep-going]
@@ -75,145 +72,12 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// `--key value` arguments.
-pub(crate) struct Args(Vec<String>);
-
-impl Args {
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .position(|a| a == key)
-            .and_then(|i| self.0.get(i + 1))
-            .map(String::as_str)
-    }
-
-    /// Whether the flag `key` (one without a value) is given.
-    pub(crate) fn has(&self, key: &str) -> bool {
-        self.0.iter().any(|a| a == key)
-    }
-
-    pub(crate) fn req(&self, key: &str) -> Result<&str> {
-        self.get(key).with_context(|| format!("missing {key}"))
-    }
-
-    pub(crate) fn num(&self, key: &str, default: u64) -> Result<u64> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => parse_u64(v).with_context(|| format!("{key} {v:?}")),
-        }
-    }
-}
-
-/// `--seed S`, or one from the clock (printed by the caller either way).
-pub(crate) fn seed_arg(args: &Args) -> Result<u64> {
-    Ok(match args.get("--seed") {
-        Some(s) => parse_u64(s)?,
-        None => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(42),
-    })
-}
-
-/// A decimal or `0x` hexadecimal number.
-pub(crate) fn parse_u64(v: &str) -> Result<u64> {
-    Ok(match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16)?,
-        None => v.parse()?,
-    })
-}
-
-/// Where one round's databases are.
-#[derive(Clone, Debug)]
-pub(crate) enum Place {
-    Sqlite {
-        journal: PathBuf,
-        projections: PathBuf,
-    },
-    Postgres {
-        url: String,
-        journal: String,
-        projections: String,
-    },
-}
-
-impl Place {
-    pub(crate) fn from_args(a: &Args) -> Result<Place> {
-        Ok(match a.req("--backend")? {
-            "sqlite" => Place::Sqlite {
-                journal: a.req("--journal")?.into(),
-                projections: a.req("--projections")?.into(),
-            },
-            "postgres" => Place::Postgres {
-                url: a.req("--url")?.into(),
-                journal: a.req("--journal-schema")?.into(),
-                projections: a.req("--projection-schema")?.into(),
-            },
-            other => bail!("unknown backend {other:?}"),
-        })
-    }
-
-    pub(crate) fn to_args(&self) -> Vec<String> {
-        match self {
-            Place::Sqlite { journal, projections } => vec![
-                "--backend".into(),
-                "sqlite".into(),
-                "--journal".into(),
-                journal.display().to_string(),
-                "--projections".into(),
-                projections.display().to_string(),
-            ],
-            Place::Postgres {
-                url,
-                journal,
-                projections,
-            } => vec![
-                "--backend".into(),
-                "postgres".into(),
-                "--url".into(),
-                url.clone(),
-                "--journal-schema".into(),
-                journal.clone(),
-                "--projection-schema".into(),
-                projections.clone(),
-            ],
-        }
-    }
-
-    /// The same place with its projections in `other` (a scratch store for
-    /// the rebuild): a file beside the others, or another schema.
-    pub(crate) fn with_projections(&self, other: &str) -> Place {
-        match self {
-            Place::Sqlite { journal, projections } => Place::Sqlite {
-                journal: journal.clone(),
-                projections: projections.with_file_name(format!("{other}.db")),
-            },
-            Place::Postgres { url, journal, .. } => Place::Postgres {
-                url: url.clone(),
-                journal: journal.clone(),
-                projections: format!("{journal}_{other}"),
-            },
-        }
-    }
-}
-
-/// How long opening the Postgres stores keeps retrying while the server is
-/// unavailable (a liveness bound only).
-pub(crate) const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(120);
-
-pub(crate) fn pg_options(schema: &str) -> PgOptions {
-    PgOptions::default()
-        .with_schema(schema)
-        .with_max_connections(4)
-        .with_acquire_timeout(std::time::Duration::from_secs(20))
-}
-
 /// Runs `$body` with `$j` (journal), `$p` (projection store) and `$wake`
 /// (the journal's wake source) opened at `$place`, then closes both.
 macro_rules! with_stores {
     ($place:expr, |$j:ident, $p:ident, $wake:ident| $body:expr) => {
         match $place {
-            $crate::Place::Sqlite { journal, projections } => {
+            $crate::round::Place::Sqlite { journal, projections } => {
                 let $j = outbox_sqlite::SqliteJournal::open(journal, outbox_sqlite::SqliteOptions::default())
                     .await
                     .context("open the sqlite journal")?;
@@ -230,7 +94,7 @@ macro_rules! with_stores {
                 pc.close().await;
                 r
             }
-            $crate::Place::Postgres {
+            $crate::round::Place::Postgres {
                 url,
                 journal,
                 projections,
@@ -238,20 +102,29 @@ macro_rules! with_stores {
                 // As `outbox work` does: a sink round may restart the
                 // server while a victim connects (or migrates).
                 let never = tokio_util::sync::CancellationToken::new();
-                let $j =
-                    outbox_runtime::retry_while_unavailable($crate::CONNECT_RETRY, &never, "connect", || {
-                        outbox_postgres::PgJournal::connect(url, $crate::pg_options(journal))
-                    })
-                    .await
-                    .context("connect the postgres journal")?
-                    .context("cancelled")?;
-                let $p =
-                    outbox_runtime::retry_while_unavailable($crate::CONNECT_RETRY, &never, "connect", || {
-                        outbox_postgres::PgProjectionStore::connect(url, $crate::pg_options(projections))
-                    })
-                    .await
-                    .context("connect the postgres projection store")?
-                    .context("cancelled")?;
+                let $j = outbox_runtime::retry_while_unavailable(
+                    $crate::round::CONNECT_RETRY,
+                    &never,
+                    "connect",
+                    || outbox_postgres::PgJournal::connect(url, $crate::round::pg_options(journal)),
+                )
+                .await
+                .context("connect the postgres journal")?
+                .context("cancelled")?;
+                let $p = outbox_runtime::retry_while_unavailable(
+                    $crate::round::CONNECT_RETRY,
+                    &never,
+                    "connect",
+                    || {
+                        outbox_postgres::PgProjectionStore::connect(
+                            url,
+                            $crate::round::pg_options(projections),
+                        )
+                    },
+                )
+                .await
+                .context("connect the postgres projection store")?
+                .context("cancelled")?;
                 let $wake = $j.wake_source();
                 let (jc, pc) = ($j.clone(), $p.clone());
                 let r = $body;
@@ -263,39 +136,12 @@ macro_rules! with_stores {
     };
 }
 
-/// splitmix64: small, deterministic schedules from a seed.
-#[derive(Clone, Debug)]
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    /// True with probability `num/den`.
-    pub(crate) fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-}
-
-/// The round's stream ids.
-pub(crate) fn stream_names(n: u64) -> Vec<String> {
-    (0..n).map(|i| format!("c{i:02}")).collect()
-}
-
 // After `with_stores!`, which they use.
+mod args;
 mod blue_green;
 mod check;
 mod driver;
 mod poison;
+mod round;
 mod sinks;
 mod victim;

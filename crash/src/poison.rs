@@ -25,8 +25,8 @@ use crate::check::{all_rows, check, isolated, read_acks};
 use crate::driver::{
     DRAIN_LIMIT, RoundDir, Setup, Victim, ack_log, command, finish_round, kill_all, new_round, report_failed,
 };
+use crate::round::{Rng, stream_names};
 use crate::victim::{Role, schedule};
-use crate::{Rng, stream_names};
 
 /// Consecutive failures that park a row as dead in a poison round
 /// (`OUTBOX_DEAD_LETTER_THRESHOLD`): small, so a round needs few crashes.

@@ -18,7 +18,7 @@ use outbox_core::{EventJournal, SinkName, SinkStatus, SinkStore, StreamId};
 use outbox_nats::{NatsSink, NatsSinkOptions, Subjects};
 
 use crate::check::Ack;
-use crate::{Place, stream_names};
+use crate::round::{Place, stream_names};
 
 /// The sink's name: the key of its checkpoints and cursors in the journal.
 pub(crate) const SINK: &str = "bus";

@@ -16,7 +16,8 @@ use outbox_core::{
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_testkit::{OracleProjection, add, oracle_registry};
 
-use crate::{Args, Place, Rng, stream_names};
+use crate::args::Args;
+use crate::round::{FLAKY, Place, Rng, stream_names};
 
 /// What a victim does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +110,7 @@ impl PoisonView {
                 let (stream, seq) = item
                     .split_once(':')
                     .with_context(|| format!("poison {item:?} is not stream:seq"))?;
-                poisons.push((stream.to_owned(), crate::parse_u64(seq)?));
+                poisons.push((stream.to_owned(), crate::args::parse_u64(seq)?));
             }
         }
         Ok(PoisonView {
@@ -139,9 +140,6 @@ impl ViewProjection for PoisonView {
         Ok(())
     }
 }
-
-/// The name of every round's second projection, beside the oracle.
-pub(crate) const FLAKY: &str = "flaky";
 
 /// Every round's second projection (ADR 0032): an oracle of its own that,
 /// in every victim but the drain, fails one apply in five, panics in one in
