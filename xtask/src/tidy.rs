@@ -1195,24 +1195,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
          rework of item 2 (one way to each SQLite file)",
     ),
     (
-        "bench",
-        &[
-            "crate",
-            "pg",
-            "pg::lag",
-            "pg::raw",
-            "workloads::append",
-            "workloads::claim",
-            "workloads::concurrent",
-            "workloads::drain",
-            "workloads::fsyncs",
-            "workloads::lag",
-            "workloads::partitions",
-            "workloads::rss",
-        ],
-        "issue 42",
-    ),
-    (
         "crash",
         &["driver", "poison"],
         "issue 42: the poison rounds (poison.rs) are rounds of the driver, built from its helpers, \

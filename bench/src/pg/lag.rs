@@ -7,9 +7,10 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use outbox_runtime::Config;
 
-use super::{drop_schema, open, schema};
-use crate::Ctx;
+use super::raw::drop_schema;
+use super::setup::{open, schema};
 use crate::fixture::Seen;
+use crate::run::Ctx;
 use crate::workloads::lag::{self, MAX_CALLS_PER_SECOND, STREAMS};
 
 /// The hidden first argument that makes the binary a Postgres lag child.

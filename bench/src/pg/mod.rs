@@ -8,57 +8,22 @@
 
 pub(crate) mod lag;
 mod raw;
+mod setup;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use outbox_core::{AppendRequest, ExpectedVersion};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
-use outbox_runtime::{Config, Outbox};
+use outbox_runtime::Config;
 
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream};
 use crate::report::{Better, Row};
+use crate::run::Ctx;
 use crate::workloads::ROUNDS;
 use crate::workloads::drain::{Shape, label};
-
-type PgRt = Outbox<PgJournal, PgProjectionStore>;
-
-/// Streams of every shape.
-const STREAMS: u64 = 100;
-
-/// A fresh schema name for this process.
-pub(crate) fn schema(kind: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "bench_{kind}_{}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A runtime on `schema` with the bench projection; with the journal's
-/// LISTEN/NOTIFY wake source when `woken`.
-pub(crate) async fn open(
-    url: &str,
-    schema: &str,
-    config: Config,
-    seen: Arc<Seen>,
-    woken: bool,
-) -> Result<PgRt> {
-    let journal = PgJournal::connect(url, PgOptions::default().with_schema(schema))
-        .await
-        .context("connecting the journal")?;
-    let store = PgProjectionStore::sharing(&journal).await?;
-    let wake = woken.then(|| journal.wake_source());
-    let mut builder = fixture::builder(journal, store, seen)?;
-    if let Some(w) = wake {
-        builder = builder.wake_source(w);
-    }
-    builder.config(config).build().await.map_err(Into::into)
-}
+use setup::STREAMS;
+pub(crate) use setup::{open, schema};
 
 pub(crate) async fn drop_schema(url: &str, schema: &str) -> Result<()> {
     raw::drop_schema(url, schema).await
@@ -196,7 +161,7 @@ pub(crate) fn profile_append(mut args: impl Iterator<Item = String>) -> Result<(
         .context("--profile-pg-append needs OUTBOX_TEST_DATABASE_URL")?;
     let mut number = |what: &str| crate::workloads::profile_number(PROFILE_APPEND_FLAG, &mut args, what);
     let (per_txn, rounds) = (number("PER_TXN")?, number("ROUNDS")?);
-    let events = crate::Sizes::of(false).events;
+    let events = crate::run::Sizes::of(false).events;
     crate::workloads::profile_rounds(rounds, |_tmp, gate| {
         let url = url.clone();
         async move {

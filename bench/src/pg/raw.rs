@@ -73,13 +73,13 @@ async fn append_one(c: &mut PgConnection, stream: &str, i: u64) -> Result<()> {
 
 pub(crate) async fn append_round(url: &str, schema: &str, total: u64, per_txn: u64) -> Result<f64> {
     let mut c = create(url, schema).await?;
-    let names: Vec<String> = (0..super::STREAMS).map(|s| stream_name("a", s)).collect();
+    let names: Vec<String> = (0..super::setup::STREAMS).map(|s| stream_name("a", s)).collect();
     let t = Instant::now();
     let mut i = 0u64;
     while i < total {
         let mut tx = c.begin().await?;
         for _ in 0..per_txn.min(total - i) {
-            append_one(&mut tx, &names[(i % super::STREAMS) as usize], i).await?;
+            append_one(&mut tx, &names[(i % super::setup::STREAMS) as usize], i).await?;
             i += 1;
         }
         tx.commit().await?;

@@ -9,10 +9,10 @@ use outbox_core::{AppendRequest, ExpectedVersion};
 use outbox_runtime::Config;
 
 use super::{ROUNDS, blocking};
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream, stream_name};
 use crate::raw;
 use crate::report::{Better, Row};
+use crate::run::Ctx;
 
 pub(crate) const STREAMS: u64 = 100;
 

@@ -9,10 +9,10 @@ use outbox_core::{LeaseStore, OutboxQueue, WorkerId};
 use outbox_runtime::Config;
 
 use super::{ROUNDS, blocking};
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream, stream_name};
 use crate::raw;
 use crate::report::{Better, Row, median};
+use crate::run::Ctx;
 
 const CYCLES: u32 = 200;
 const CLAIM: usize = 64;

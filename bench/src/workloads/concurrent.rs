@@ -11,9 +11,9 @@ use outbox_core::ExpectedVersion;
 use outbox_runtime::Config;
 
 use super::{ROUNDS, blocking};
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream};
 use crate::report::{Better, Row, median};
+use crate::run::Ctx;
 
 const TASKS: u64 = 64;
 

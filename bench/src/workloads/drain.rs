@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::{ROUNDS, blocking};
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream_name};
 use crate::raw;
 use crate::report::{Better, Row, median};
+use crate::run::Ctx;
 
 /// The worker's two shapes.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 
 use super::drain::{Shape, label};
-use crate::Ctx;
 use crate::report::{Better, Row};
+use crate::run::Ctx;
 
 /// The hidden first argument that makes the binary an fsync child.
 pub(crate) const CHILD_FLAG: &str = "--fsync-child";

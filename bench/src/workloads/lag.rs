@@ -15,9 +15,9 @@ use outbox_core::{AppendRequest, ExpectedVersion};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 
 use super::ROUNDS;
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream, stream_name};
 use crate::report::{Better, Row, percentile};
+use crate::run::Ctx;
 
 pub(crate) const STREAMS: u64 = 100;
 const DEFAULT_RATE: f64 = 1000.0;

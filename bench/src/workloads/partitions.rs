@@ -16,9 +16,9 @@ use outbox_core::{Mode, WorkerId};
 use outbox_runtime::{JournalBackend, Outbox, ProjectionBackend};
 
 use super::ROUNDS;
-use crate::Ctx;
 use crate::fixture::{self, Seen};
 use crate::report::{Better, Row};
+use crate::run::Ctx;
 
 /// Streams of the backlog.
 const STREAMS: u64 = 100;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 
-use crate::Ctx;
 use crate::fixture::{self, Seen, stream_name};
 use crate::report::{Better, Row};
+use crate::run::Ctx;
 
 /// The hidden first argument that makes the binary the RSS child.
 pub(crate) const CHILD_FLAG: &str = "--rss-child";
