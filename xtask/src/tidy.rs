@@ -1160,23 +1160,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "crates/outbox-core",
-        &[
-            "apply",
-            "generation",
-            "live",
-            "outbox",
-            "partition",
-            "ports",
-            "running",
-            "sink",
-            "spi",
-            "stored",
-            "view",
-        ],
-        "issue 42: the port traits (ports, spi) and the types they carry import each other",
-    ),
-    (
-        "crates/outbox-core",
         &["error", "id"],
         "issue 42: errors carry ids; ids fail with errors",
     ),

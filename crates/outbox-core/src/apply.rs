@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::spi::{ApplyTx, CheckpointMove, StreamAdvance};
 use crate::spi::{plan_apply, projection_names, validate_projection_names, validate_run};
+use crate::tx::{ApplyTx, CheckpointMove, StreamAdvance};
 use crate::{ApplyOutcome, ApplyReport, BoxError, Error, Event, Intent, Projection, Result, StreamId};
 
 /// The message of a transaction ended by user code (an applier or a

@@ -1,6 +1,8 @@
-//! Identifiers: streams, seqs, event types, projections and workers.
+//! Identifiers: streams, seqs, event types, projections, workers and
+//! partitions.
 
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -214,6 +216,59 @@ impl std::str::FromStr for Seq {
             .parse()
             .map_err(|_| Error::invalid(format_args!("seq {s:?} is not a positive integer")))?;
         Seq::new(n)
+    }
+}
+
+/// One partition of a journal: `0 .. count`, shown as `p00`, `p01`, ...
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Partition(u16);
+
+impl Partition {
+    /// Partition number `n`.
+    pub const fn new(n: u16) -> Self {
+        Partition(n)
+    }
+
+    /// Its number.
+    pub const fn get(self) -> u16 {
+        self.0
+    }
+
+    /// Every partition of a journal with `count` partitions, in order.
+    pub fn all(count: u16) -> impl Iterator<Item = Partition> {
+        (0..count).map(Partition)
+    }
+
+    /// `InvalidInput` unless the partition exists in a journal of `count`.
+    pub fn check(self, count: u16) -> Result<Partition> {
+        if self.0 >= count {
+            return Err(Error::invalid(format!(
+                "partition {self} does not exist: the journal has {count} partitions (p00 to {})",
+                Partition(count.saturating_sub(1))
+            )));
+        }
+        Ok(self)
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p{:02}", self.0)
+    }
+}
+
+impl FromStr for Partition {
+    type Err = Error;
+
+    /// `p07` or `7`.
+    fn from_str(s: &str) -> Result<Self> {
+        let digits = s.strip_prefix('p').unwrap_or(s);
+        digits.parse::<u16>().map(Partition).map_err(|_| {
+            Error::invalid(format!(
+                "`{s}` is not a partition (expected p00, p01, ... or a number)"
+            ))
+        })
     }
 }
 

@@ -19,6 +19,7 @@ mod skip;
 pub mod spi;
 mod stored;
 mod time;
+mod tx;
 pub mod typed;
 mod view;
 
@@ -35,20 +36,20 @@ pub use generation::{
     GenerationInfo, GenerationStore, MAX_GENERATION, StoredGeneration, StreamBehind, SwapCheck, SwapOutcome,
     generation_storage, split_generation, validate_generation_base,
 };
-pub use id::{EventType, MAX_ID_LEN, ProjectionName, Seq, SinkName, StreamId, WorkerId};
+pub use id::{EventType, MAX_ID_LEN, Partition, ProjectionName, Seq, SinkName, StreamId, WorkerId};
 pub use outbox::{
-    ClaimedRun, ENDED_WITHOUT_RESULT, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MIN_LEASE_TTL,
-    OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, Take, UNFINISHED_ATTEMPT,
+    ClaimedRun, ENDED_WITHOUT_RESULT, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MAX_PAGE,
+    MIN_LEASE_TTL, OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, Take, UNFINISHED_ATTEMPT,
 };
 pub use partition::{
-    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, Partition, PartitionLease, PartitionOptions,
-    PartitionStatus, PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
+    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, PartitionLease, PartitionOptions, PartitionStatus,
+    PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
     validate_partition_count,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{
     ActivityCounts, ActivityLog, ActivitySeries, DeadLetters, EventJournal, LeaseAdmin, LeaseEntry,
-    LeaseStore, MAX_ACTIVITY_MINUTES, MAX_PAGE, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue,
+    LeaseStore, MAX_ACTIVITY_MINUTES, MINUTE_MS, MinuteActivity, OutboxInspector, OutboxQueue,
     OutboxQueueExt, ProjectionStore, RunStore, ViewStore, WakeSource, WatermarkStore, WorkerInfo,
     WorkerRegistry, validate_activity_minutes,
 };

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Event, EventType, Result, Seq, StreamId, Timestamp, WorkerId};
+use crate::{Error, Event, EventType, Partition, Result, Seq, StreamId, Timestamp, WorkerId};
+
+/// The most rows any single listing or bulk operation returns.
+pub const MAX_PAGE: usize = 10_000;
 
 /// The state of an outbox row. Completed rows are deleted, so there is no "done".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -248,11 +251,11 @@ pub struct Lease {
     /// When the lease expires, by the store's clock.
     pub expires_at: Timestamp,
     /// Set when the stream was claimed inside a leased partition
-    /// ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)):
+    /// ([`PartitionStore::claim_partitioned`](PartitionStore::claim_partitioned)):
     /// the lease is then the partition's (its `epoch` and `expires_at` are
     /// the partition lease's) and no stream lease exists.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub partition: Option<crate::Partition>,
+    pub partition: Option<Partition>,
 }
 
 /// `r`, with a lost lease read as "nothing": what the fused calls of
@@ -269,11 +272,11 @@ pub fn unless_lease_lost<T: Default>(r: Result<T>) -> Result<T> {
 impl Lease {
     /// The lease of a run of `stream` claimed inside `partition`, whose
     /// lease `owner` holds at `epoch`; the claim holds the stream until
-    /// `expires_at` ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)).
+    /// `expires_at` ([`PartitionStore::claim_partitioned`](PartitionStore::claim_partitioned)).
     pub fn in_partition(
         stream: StreamId,
         owner: &WorkerId,
-        partition: crate::Partition,
+        partition: Partition,
         epoch: u64,
         expires_at: Timestamp,
     ) -> Lease {
@@ -315,7 +318,7 @@ impl SweepLimits {
     /// [`MAX_PAGE`](crate::MAX_PAGE).
     pub fn validated(self) -> Result<SweepLimits> {
         let cap = |n: usize, what: &str| {
-            validate_limit(n, crate::MAX_PAGE)
+            validate_limit(n, MAX_PAGE)
                 .map_err(|_| Error::invalid(format!("sweep limit `{what}` must be at least 1")))
         };
         Ok(SweepLimits {
@@ -356,7 +359,7 @@ pub enum Take<'a> {
 /// A run a pass leased and claimed, with its events when the claim read
 /// them
 /// ([`OutboxQueue::take`](crate::OutboxQueue::take),
-/// [`PartitionStore::claim_and_load_partitioned`](crate::PartitionStore::claim_and_load_partitioned)).
+/// [`PartitionStore::claim_and_load_partitioned`](PartitionStore::claim_and_load_partitioned)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimedRun {
     /// The stream's lease.

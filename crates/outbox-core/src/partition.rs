@@ -20,13 +20,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::{ClaimedRun, Error, Lease, OutboxRow, Result, StreamId, SweepLimits, Timestamp, WorkerId};
+use crate::{
+    ClaimedRun, Error, Lease, OutboxRow, Partition, Result, StreamId, SweepLimits, Timestamp, WorkerId,
+};
 
 /// The partition count of a journal opened without one on first use.
 ///
@@ -40,59 +41,6 @@ pub const DEFAULT_PARTITIONS: u16 = 16;
 
 /// The largest partition count.
 pub const MAX_PARTITIONS: u16 = 1024;
-
-/// One partition of a journal: `0 .. count`, shown as `p00`, `p01`, ...
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct Partition(u16);
-
-impl Partition {
-    /// Partition number `n`.
-    pub const fn new(n: u16) -> Self {
-        Partition(n)
-    }
-
-    /// Its number.
-    pub const fn get(self) -> u16 {
-        self.0
-    }
-
-    /// Every partition of a journal with `count` partitions, in order.
-    pub fn all(count: u16) -> impl Iterator<Item = Partition> {
-        (0..count).map(Partition)
-    }
-
-    /// `InvalidInput` unless the partition exists in a journal of `count`.
-    pub fn check(self, count: u16) -> Result<Partition> {
-        if self.0 >= count {
-            return Err(Error::invalid(format!(
-                "partition {self} does not exist: the journal has {count} partitions (p00 to {})",
-                Partition(count.saturating_sub(1))
-            )));
-        }
-        Ok(self)
-    }
-}
-
-impl fmt::Display for Partition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "p{:02}", self.0)
-    }
-}
-
-impl FromStr for Partition {
-    type Err = Error;
-
-    /// `p07` or `7`.
-    fn from_str(s: &str) -> Result<Self> {
-        let digits = s.strip_prefix('p').unwrap_or(s);
-        digits.parse::<u16>().map(Partition).map_err(|_| {
-            Error::invalid(format!(
-                "`{s}` is not a partition (expected p00, p01, ... or a number)"
-            ))
-        })
-    }
-}
 
 /// Decides a stream's partition. Must be a pure function of the stream id
 /// and the count, and return a number below the count (a larger one is
@@ -206,7 +154,7 @@ impl Partitioning {
 
     /// The partition of `stream`.
     pub fn of(&self, stream: &StreamId) -> Partition {
-        Partition(self.partitioner.partition(stream, self.count) % self.count)
+        Partition::new(self.partitioner.partition(stream, self.count) % self.count)
     }
 
     /// `InvalidInput` naming both sides when a journal stored with

@@ -15,15 +15,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::spi::ApplyTx;
+use crate::tx::ApplyTx;
 use crate::{
     AppendOptions, AppendRequest, Appended, ApplyOutcome, ClaimedRun, Digest, Event, FailureOutcome, Lease,
     OutboxRow, OutboxStatus, OutboxSummary, Projection, ProjectionName, Result, RetryPolicy, Seq, StreamEnd,
     StreamId, StreamVersion, Watermark, WorkerId,
 };
-
-/// The most rows any single listing or bulk operation returns.
-pub const MAX_PAGE: usize = 10_000;
 
 /// The event journal: append-only streams of events.
 ///
@@ -594,6 +591,16 @@ pub struct WorkerInfo {
     pub last_beat: crate::Timestamp,
     /// When the entry ages out unless beaten again.
     pub expires_at: crate::Timestamp,
+}
+
+/// The refusal of [`WorkerRegistry::heartbeat`] when `held`, a live entry,
+/// belongs to another (host, pid): written once so every adapter words it
+/// the same way.
+pub fn worker_id_held(held: &WorkerInfo) -> crate::Error {
+    crate::Error::InvalidState(format!(
+        "worker id `{}` is held by a live worker on host {} pid {} (registered {}, entry expires {}): give this process another OUTBOX_WORKER_ID, or stop the other one",
+        held.id, held.host, held.pid, held.started_at, held.expires_at
+    ))
 }
 
 /// What workers did: counts added to the current minute's bucket by

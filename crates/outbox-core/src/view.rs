@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::ViewStore;
-use crate::spi::{ViewRow, ViewStorage};
+use crate::tx::{ViewRow, ViewStorage};
 use crate::{
     BoxError, DigestBuilder, DigestValue, Error, Event, MAX_PAGE, Projection, ProjectionName, Result,
 };
