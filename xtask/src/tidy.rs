@@ -30,6 +30,15 @@
 //!   lints (`unsafe_code = "forbid"`); the crates in [`NO_DEPS`] declare
 //!   none of their forbidden dependencies; the Rust sources in [`NO_TEXT`]
 //!   contain none of their forbidden calls.
+//! - **Module cycles.** In every crate under [`CYCLE_DIRS`], no module
+//!   imports a module that imports it back, directly or around a longer
+//!   cycle (strongly connected sets, Tarjan's algorithm). A module imports
+//!   another when its code names an item of it: `use crate::b::X`,
+//!   `super::X`, `self::b::f()`, `b::f()` for a child `b`, followed through
+//!   re-exports to the module that writes the item; declaring `mod b;` is no
+//!   import, and `#[cfg(test)]` items and `macro_rules!` bodies are skipped.
+//!   Each cycle is printed with where each import is; [`ALLOWED_CYCLES`]
+//!   lists the few left, each with its reason.
 //!
 //! Stale intra-doc links are not checked here: `cargo doc` with
 //! `RUSTDOCFLAGS=-D warnings` (a step of `cargo xtask ci`) refuses them.
