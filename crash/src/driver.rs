@@ -169,18 +169,8 @@ impl Setup {
     }
 }
 
-pub(crate) fn run(args: &Args) -> Result<u8> {
-    let setup = setup(args)?;
-    if args.has("--poison") {
-        if setup.sinks.is_some() {
-            bail!("--poison and --sinks are separate kinds of round: give one");
-        }
-        return crate::poison::run(&setup);
-    }
-    run_faults(args, &setup)
-}
-
-fn setup(args: &Args) -> Result<Setup> {
+/// The run's setup from the command line of `run`.
+pub(crate) fn setup(args: &Args) -> Result<Setup> {
     let backend = match args.req("--backend")? {
         "sqlite" => Backend::Sqlite,
         "postgres" => Backend::Postgres,
@@ -238,7 +228,7 @@ fn setup(args: &Args) -> Result<Setup> {
 }
 
 /// The rounds of faults (kills and crash points).
-fn run_faults(args: &Args, setup: &Setup) -> Result<u8> {
+pub(crate) fn run_faults(args: &Args, setup: &Setup) -> Result<u8> {
     let Setup {
         backend,
         single,

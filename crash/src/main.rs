@@ -4,6 +4,7 @@
 //! that every acknowledged event was applied exactly once, in stream order.
 //! Run it with `cargo xtask crash`; see docs/crash-testing.md.
 
+use anyhow::{Result, bail};
 use args::Args;
 
 const USAGE: &str = "usage:
@@ -49,7 +50,7 @@ const USAGE: &str = "usage:
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("run") => driver::run(&Args(args[1..].to_vec())),
+        Some("run") => run(&Args(args[1..].to_vec())),
         Some("victim") => victim::main(&Args(args[1..].to_vec())),
         Some("check") => check::main(&Args(args[1..].to_vec())),
         Some("blue-green") => blue_green::run(&Args(args[1..].to_vec())),
@@ -70,6 +71,20 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `run`: the driver's rounds, the poison rounds with `--poison` (both
+/// start from the driver's setup; dispatched here so that neither module
+/// calls the other).
+fn run(args: &Args) -> Result<u8> {
+    let setup = driver::setup(args)?;
+    if args.has("--poison") {
+        if setup.sinks.is_some() {
+            bail!("--poison and --sinks are separate kinds of round: give one");
+        }
+        return poison::run(&setup);
+    }
+    driver::run_faults(args, &setup)
 }
 
 /// Runs `$body` with `$j` (journal), `$p` (projection store) and `$wake`

@@ -1186,12 +1186,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
          checkpointer, turns, busy waits) call each other; splitting them waits for the driver \
          rework of item 2 (one way to each SQLite file)",
     ),
-    (
-        "crash",
-        &["driver", "poison"],
-        "issue 42: the poison rounds (poison.rs) are rounds of the driver, built from its helpers, \
-         and the driver's `run` hands `--poison` to them",
-    ),
 ];
 
 /// One crate root's modules: each module's path (`a::b`, `crate` for the
