@@ -251,7 +251,7 @@ pub struct Lease {
     /// When the lease expires, by the store's clock.
     pub expires_at: Timestamp,
     /// Set when the stream was claimed inside a leased partition
-    /// ([`PartitionStore::claim_partitioned`](PartitionStore::claim_partitioned)):
+    /// ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)):
     /// the lease is then the partition's (its `epoch` and `expires_at` are
     /// the partition lease's) and no stream lease exists.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -272,7 +272,7 @@ pub fn unless_lease_lost<T: Default>(r: Result<T>) -> Result<T> {
 impl Lease {
     /// The lease of a run of `stream` claimed inside `partition`, whose
     /// lease `owner` holds at `epoch`; the claim holds the stream until
-    /// `expires_at` ([`PartitionStore::claim_partitioned`](PartitionStore::claim_partitioned)).
+    /// `expires_at` ([`PartitionStore::claim_partitioned`](crate::PartitionStore::claim_partitioned)).
     pub fn in_partition(
         stream: StreamId,
         owner: &WorkerId,
@@ -359,7 +359,7 @@ pub enum Take<'a> {
 /// A run a pass leased and claimed, with its events when the claim read
 /// them
 /// ([`OutboxQueue::take`](crate::OutboxQueue::take),
-/// [`PartitionStore::claim_and_load_partitioned`](PartitionStore::claim_and_load_partitioned)).
+/// [`PartitionStore::claim_and_load_partitioned`](crate::PartitionStore::claim_and_load_partitioned)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimedRun {
     /// The stream's lease.

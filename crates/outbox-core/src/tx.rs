@@ -20,7 +20,7 @@ pub struct CheckpointMove<'a> {
     pub to: u64,
 }
 
-/// A store's apply transaction, as the shared loop [`apply_in`] drives it.
+/// A store's apply transaction, as the shared loop [`apply_in`](crate::spi::apply_in) drives it.
 /// Implemented by every adapter's [`ProjectionStore::Tx`](crate::ProjectionStore::Tx).
 ///
 /// # Contract
