@@ -1183,11 +1183,10 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
             "engine::checkpoint",
             "engine::group",
             "engine::session",
-            "engine::turn",
         ],
-        "issue 42: the busy handler (busy.rs) reads the checkpointer's and the turn file's \
-         thread state, and they open connections with engine/mod.rs's `connect`, which installs \
-         that handler; the writer loop (mod.rs) runs group.rs's jobs, which take its `Worker`, \
+        "issue 42: the busy handler (busy.rs) reads the checkpointer's thread state, and the \
+         checkpointer opens its connection with engine/mod.rs's `connect`, which installs that \
+         handler; the writer loop (mod.rs) runs group.rs's jobs, which take its `Worker`, \
          and sessions take its `Engine`: splitting them is the engine rework of item 2",
     ),
 ];

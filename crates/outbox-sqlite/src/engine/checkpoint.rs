@@ -236,7 +236,7 @@ impl Checkpointer {
 
 /// The WAL file of the database at `db`.
 fn wal_of(db: &Path) -> PathBuf {
-    super::beside(db, "-wal")
+    super::beside::beside(db, "-wal")
 }
 
 /// What a checkpointer thread shares with its writer thread.

@@ -25,6 +25,7 @@
 //! statement-by-statement transaction: the shared cold-path statements of
 //! `outbox_sql` run that way. Dropping a session rolls it back.
 
+mod beside;
 mod busy;
 mod checkpoint;
 mod group;
@@ -98,14 +99,6 @@ pub(crate) struct Engine {
     sender: Mutex<Option<mpsc::Sender<Msg>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     path: PathBuf,
-}
-
-/// The file SQLite (or this engine) keeps beside the database at `db`:
-/// its name with `suffix` appended (`-wal`, `-turn`).
-pub(super) fn beside(db: &Path, suffix: &str) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Opens a connection to an existing, migrated database file.

@@ -44,7 +44,7 @@ const LOOK_FOR_FILE: Duration = Duration::from_millis(1);
 
 /// The turn file of the database at `db`.
 pub(crate) fn path_of(db: &Path) -> PathBuf {
-    super::beside(db, "-turn")
+    super::beside::beside(db, "-turn")
 }
 
 /// A writer engine thread's part in the turns.
