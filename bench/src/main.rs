@@ -10,6 +10,7 @@ mod pg;
 mod raw;
 mod report;
 mod run;
+mod visible;
 mod workloads;
 
 use std::path::PathBuf;

@@ -1,44 +1,40 @@
-//! The raw engine loop: the same work as the outbox, written directly
-//! against SQLite's C API through rusqlite, on a schema of the same shape
-//! (events, outbox rows keyed by (stream, seq), stream heads, leases; a
-//! projection file with checkpoints and one row per stream).
+//! The raw engine loop: what a careful engineer writes by hand, directly
+//! against SQLite's C API through rusqlite, for the outbox's guarantee and
+//! nothing more (issue 43): an event and its outbox row in one transaction,
+//! the stream's version checked against its unique index; a claim that
+//! takes a stream's first rows only when its first row is free (one
+//! statement, with the lease's end and a retry's due time in one column);
+//! the apply with a checkpoint compare-and-set (one statement) and the
+//! projection's own writes; the claimed rows deleted. No statement exists
+//! here because of the outbox's design (no heads table, no payload hash,
+//! no lease table), and the durability is the outbox's on every commit:
+//! appends and projection commits at `synchronous = FULL`, claims and
+//! deletes at `NORMAL` (a lost claim or delete is redone and the checkpoint
+//! refuses the second apply, as the outbox's ADR 0027 argues for its own).
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use outbox_core::PayloadHash;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::fixture::payload;
 
 const JOURNAL_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (
-    global_position INTEGER PRIMARY KEY AUTOINCREMENT,
+    position    INTEGER PRIMARY KEY,
     stream      TEXT    NOT NULL,
     seq         INTEGER NOT NULL,
     event_type  TEXT    NOT NULL,
     payload     BLOB    NOT NULL,
-    hash        BLOB    NOT NULL,
     recorded_at INTEGER NOT NULL,
     UNIQUE (stream, seq)
 );
-CREATE TABLE IF NOT EXISTS streams (
-    stream TEXT PRIMARY KEY,
-    head   INTEGER NOT NULL
-) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outbox (
-    stream          TEXT    NOT NULL,
-    seq             INTEGER NOT NULL,
-    status          TEXT    NOT NULL,
-    next_attempt_at INTEGER NOT NULL,
+    stream       TEXT    NOT NULL,
+    seq          INTEGER NOT NULL,
+    available_at INTEGER NOT NULL,
     PRIMARY KEY (stream, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS leases (
-    stream     TEXT PRIMARY KEY,
-    owner      TEXT,
-    epoch      INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 ";
 
@@ -53,17 +49,17 @@ CREATE TABLE IF NOT EXISTS rows (
 ) WITHOUT ROWID;
 ";
 
-/// Opens `path` as the outbox does: WAL, synchronous=FULL.
+/// How long a claim holds its rows (the lease), in ms.
+const CLAIM_MS: i64 = 30_000;
+
+/// Opens `path` in WAL mode at `synchronous = FULL` (the outbox's default).
 pub(crate) fn open(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     ensure!(mode.eq_ignore_ascii_case("wal"), "journal_mode is {mode}");
-    // Statement journals in memory, as the outbox's connections keep them.
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; PRAGMA temp_store = MEMORY;")?;
     conn.set_prepared_statement_cache_capacity(64);
-    // As the outbox's engine does: cached statements with a bound LIMIT are
-    // not parsed and planned again at every new binding.
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(conn)
 }
@@ -74,10 +70,23 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// Sets the connection's durability for the transactions that follow.
+fn durability(conn: &Connection, full: bool) -> Result<()> {
+    conn.execute_batch(if full {
+        "PRAGMA synchronous = FULL"
+    } else {
+        "PRAGMA synchronous = NORMAL"
+    })?;
+    Ok(())
+}
+
 /// The raw journal.
 pub(crate) struct Journal {
     pub(crate) conn: Connection,
     next_payload: u64,
+    /// Whether the connection is at `FULL` now (appends) or `NORMAL`
+    /// (claims and deletes).
+    full: bool,
 }
 
 impl Journal {
@@ -87,94 +96,70 @@ impl Journal {
         Ok(Journal {
             conn,
             next_payload: 0,
+            full: true,
         })
     }
 
-    /// One transaction: for each `(stream, n)`, read the head, insert `n`
-    /// event rows and `n` outbox rows, upsert the head.
+    fn set_full(&mut self, full: bool) -> Result<()> {
+        if self.full != full {
+            durability(&self.conn, full)?;
+            self.full = full;
+        }
+        Ok(())
+    }
+
+    /// One transaction: for each `(stream, n)`, check the stream's version
+    /// (its last seq, read from the unique index) and insert `n` events and
+    /// their `n` outbox rows.
     pub(crate) fn append(&mut self, requests: &[(&str, u64)]) -> Result<()> {
+        self.set_full(true)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
-            let mut head_q = tx.prepare_cached("SELECT head FROM streams WHERE stream = ?1")?;
+            let mut version = tx.prepare_cached("SELECT max(seq) FROM events WHERE stream = ?1")?;
             let mut ins_event = tx.prepare_cached(
-                "INSERT INTO events (stream, seq, event_type, payload, hash, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO events (stream, seq, event_type, payload, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
-            let mut ins_outbox = tx.prepare_cached(
-                "INSERT INTO outbox (stream, seq, status, next_attempt_at) VALUES (?1, ?2, 'pending', ?3)",
-            )?;
-            let mut upsert_head = tx.prepare_cached(
-                "INSERT INTO streams (stream, head) VALUES (?1, ?2) ON CONFLICT (stream) DO UPDATE SET head = excluded.head",
-            )?;
+            let mut ins_outbox =
+                tx.prepare_cached("INSERT INTO outbox (stream, seq, available_at) VALUES (?1, ?2, ?3)")?;
             let now = now_ms();
             for &(stream, n) in requests {
-                let head: i64 = head_q.query_row([stream], |r| r.get(0)).optional()?.unwrap_or(0);
+                let head: i64 = version
+                    .query_row([stream], |r| r.get::<_, Option<i64>>(0))?
+                    .unwrap_or(0);
                 for k in 1..=n as i64 {
                     let p = payload(self.next_payload);
                     self.next_payload += 1;
-                    let hash = PayloadHash::of(&p);
-                    ins_event.execute(params![stream, head + k, "bench_event", p, &hash.0[..], now])?;
+                    ins_event.execute(params![stream, head + k, "bench_event", p, now])?;
                     ins_outbox.execute(params![stream, head + k, now])?;
                 }
-                upsert_head.execute(params![stream, head + n as i64])?;
             }
         }
         tx.commit()?;
         Ok(())
     }
 
-    /// Claim cost, the outbox's four calls on one stream's head: take the
-    /// lease, mark the head run of up to `max` rows processing, put them
-    /// back, release the lease; one transaction each. Returns rows claimed.
+    /// Claim cost: claim up to `max` rows of `stream`'s head, then give
+    /// them back; one relaxed transaction each. Returns rows claimed.
     pub(crate) fn claim_cycle(&mut self, stream: &str, max: i64) -> Result<usize> {
+        self.set_full(false)?;
         let now = now_ms();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let epoch: i64 = tx.prepare_cached(
-            "INSERT INTO leases (stream, owner, epoch, expires_at) VALUES (?1, 'bench', 1, ?2 + 30000)
-             ON CONFLICT (stream) DO UPDATE SET owner = 'bench', epoch = epoch + 1, expires_at = excluded.expires_at
-             WHERE leases.owner IS NULL OR leases.expires_at <= ?2 OR leases.owner = 'bench'
-             RETURNING epoch",
-        )?
-        .query_row(params![stream, now], |r| r.get(0))?;
+        let seqs = claim_run(&tx, stream, now, max)?;
         tx.commit()?;
-
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let claimed = {
-            let owner: Option<String> = tx
-                .prepare_cached(
-                    "SELECT owner FROM leases WHERE stream = ?1 AND epoch = ?2 AND expires_at > ?3",
-                )?
-                .query_row(params![stream, epoch, now], |r| r.get(0))
-                .optional()?
-                .flatten();
-            ensure!(owner.as_deref() == Some("bench"), "raw lease lost");
-            claim_run(&tx, stream, now, max)?.len()
+        let Some(&last) = seqs.last() else {
+            return Ok(0);
         };
-        tx.commit()?;
-
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.prepare_cached(
-            "UPDATE outbox SET status = 'pending' WHERE stream = ?1 AND status = 'processing'",
-        )?
-        .execute([stream])?;
+        tx.prepare_cached("UPDATE outbox SET available_at = ?3 WHERE stream = ?1 AND seq <= ?2")?
+            .execute(params![stream, last, now])?;
         tx.commit()?;
-
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.prepare_cached(
-            "UPDATE leases SET owner = NULL WHERE stream = ?1 AND epoch = ?2 AND owner = 'bench'",
-        )?
-        .execute(params![stream, epoch])?;
-        tx.commit()?;
-        Ok(claimed)
+        Ok(seqs.len())
     }
 }
 
@@ -209,16 +194,17 @@ fn doc(seq: i64, bytes: usize) -> String {
     format!("{{\"seq\":{seq},\"bytes\":{bytes}}}")
 }
 
-/// Marks the head run of `stream` (at most `max` pending, due rows)
-/// processing; returns its seqs in order.
+/// Claims the first rows of `stream` (at most `max`) when its first row is
+/// free and due: one statement; returns their seqs in order.
 fn claim_run(tx: &Connection, stream: &str, now: i64, max: i64) -> Result<Vec<i64>> {
     let mut st = tx.prepare_cached(
-        "UPDATE outbox SET status = 'processing' WHERE stream = ?1 AND seq IN
-           (SELECT seq FROM outbox WHERE stream = ?1 AND status = 'pending' AND next_attempt_at <= ?2
-            ORDER BY seq LIMIT ?3)
+        "UPDATE outbox SET available_at = ?2 + ?4
+          WHERE stream = ?1 AND available_at <= ?2
+            AND seq IN (SELECT seq FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT ?3)
+            AND (SELECT available_at FROM outbox WHERE stream = ?1 ORDER BY seq LIMIT 1) <= ?2
          RETURNING seq",
     )?;
-    let rows = st.query_map(params![stream, now, max], |r| r.get::<_, i64>(0))?;
+    let rows = st.query_map(params![stream, now, max, CLAIM_MS], |r| r.get::<_, i64>(0))?;
     let mut v = rows.collect::<rusqlite::Result<Vec<i64>>>()?;
     v.sort_unstable();
     Ok(v)
@@ -238,49 +224,44 @@ fn load_run(conn: &Connection, stream: &str, first: i64, last: i64) -> Result<Ve
     Ok(events)
 }
 
-/// Applies a run inside the projection transaction: checkpoint
-/// compare-and-set, one upsert per event.
+/// Applies a run inside the projection transaction: the checkpoint's
+/// compare-and-set (one statement), then the projection's document: each
+/// event's is computed, the run's last is written (the outbox's view
+/// writes, too, reach the database once per document per batch).
 fn apply_run(tx: &Connection, stream: &str, events: &[(i64, Vec<u8>)]) -> Result<()> {
     let (first, last) = (events[0].0, events[events.len() - 1].0);
-    let cas = tx
-        .prepare_cached("UPDATE checkpoints SET last = ?1 WHERE stream = ?2 AND last = ?3")?
-        .execute(params![last, stream, first - 1])?;
-    if cas == 0 {
-        ensure!(first == 1, "raw: checkpoint of {stream} is not at {}", first - 1);
-        tx.prepare_cached("INSERT INTO checkpoints (stream, last) VALUES (?1, ?2)")?
-            .execute(params![stream, last])?;
-    }
+    let moved = tx
+        .prepare_cached(
+            "INSERT INTO checkpoints (stream, last) VALUES (?1, ?2)
+             ON CONFLICT (stream) DO UPDATE SET last = excluded.last WHERE last = ?3",
+        )?
+        .execute(params![stream, last, first - 1])?;
+    ensure!(moved == 1, "raw: checkpoint of {stream} is not at {}", first - 1);
     let mut up = tx.prepare_cached(
         "INSERT INTO rows (stream, value) VALUES (?1, ?2) ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
     )?;
+    let mut value = String::new();
     for (seq, payload) in events {
-        up.execute(params![stream, doc(*seq, payload.len())])?;
+        value = doc(*seq, payload.len());
     }
+    up.execute(params![stream, value])?;
     Ok(())
 }
 
 /// Deletes the claimed rows of `stream` through `last` (the ack).
 fn ack(tx: &Connection, stream: &str, last: i64) -> Result<()> {
-    tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2 AND status = 'processing'")?
+    tx.prepare_cached("DELETE FROM outbox WHERE stream = ?1 AND seq <= ?2")?
         .execute(params![stream, last])?;
     Ok(())
 }
 
-/// Whether `stream` still has rows after a run of `n` of at most `batch`.
-fn has_more(j: &Journal, stream: &str, n: usize, batch: i64) -> Result<bool> {
-    if n as i64 == batch {
-        return Ok(true);
-    }
-    Ok(j.conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1)")?
-        .query_row([stream], |r| r.get(0))?)
-}
-
 /// Drains every pending row, streams round robin, at most `batch` rows per
 /// stream per turn: claim (journal txn), read the events, apply with a
-/// checkpoint compare-and-set (projection txn), delete (journal txn).
-/// Returns the events applied.
+/// checkpoint compare-and-set (projection txn), delete (journal txn). A
+/// stream that gave fewer than `batch` rows is done (the backlog is fixed
+/// while it drains). Returns the events applied.
 pub(crate) fn drain(j: &mut Journal, p: &mut Projection, streams: &[String], batch: i64) -> Result<u64> {
+    j.set_full(false)?;
     let mut live: Vec<&str> = streams.iter().map(String::as_str).collect();
     let mut applied = 0u64;
     while !live.is_empty() {
@@ -300,7 +281,7 @@ pub(crate) fn drain(j: &mut Journal, p: &mut Projection, streams: &[String], bat
             ack(&tx, stream, last)?;
             tx.commit()?;
             applied += events.len() as u64;
-            if has_more(j, stream, events.len(), batch)? {
+            if events.len() as i64 == batch {
                 still.push(stream);
             }
         }
@@ -323,39 +304,41 @@ pub(crate) fn drain_sweep(
     sweep_rows: i64,
     max_streams: usize,
 ) -> Result<u64> {
+    j.set_full(false)?;
     let mut live: std::collections::VecDeque<&str> = streams.iter().map(String::as_str).collect();
     let mut applied = 0u64;
     while !live.is_empty() {
         let now = now_ms();
-        let mut taken: Vec<(&str, Vec<i64>)> = Vec::new();
+        let mut taken: Vec<(&str, i64, Vec<i64>)> = Vec::new();
         let mut rows = 0i64;
         let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         while taken.len() < max_streams && rows < sweep_rows {
             let Some(stream) = live.pop_front() else { break };
-            let seqs = claim_run(&tx, stream, now, batch.min(sweep_rows - rows))?;
+            let asked = batch.min(sweep_rows - rows);
+            let seqs = claim_run(&tx, stream, now, asked)?;
             if !seqs.is_empty() {
                 rows += seqs.len() as i64;
-                taken.push((stream, seqs));
+                taken.push((stream, asked, seqs));
             }
         }
         tx.commit()?;
         let mut runs = Vec::with_capacity(taken.len());
-        for (stream, seqs) in &taken {
+        for (stream, _, seqs) in &taken {
             runs.push(load_run(&j.conn, stream, seqs[0], seqs[seqs.len() - 1])?);
         }
         let tx = p.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for ((stream, _), events) in taken.iter().zip(&runs) {
+        for ((stream, _, _), events) in taken.iter().zip(&runs) {
             apply_run(&tx, stream, events)?;
         }
         tx.commit()?;
         let tx = j.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for (stream, seqs) in &taken {
+        for (stream, _, seqs) in &taken {
             ack(&tx, stream, seqs[seqs.len() - 1])?;
         }
         tx.commit()?;
-        for (stream, seqs) in taken {
+        for (stream, asked, seqs) in taken {
             applied += seqs.len() as u64;
-            if has_more(j, stream, seqs.len(), batch)? {
+            if seqs.len() as i64 == asked {
                 live.push_back(stream);
             }
         }

@@ -11,6 +11,7 @@ use super::raw::drop_schema;
 use super::setup::{open, schema};
 use crate::fixture::Seen;
 use crate::run::Ctx;
+use crate::visible::Watcher;
 use crate::workloads::lag::{self, MAX_CALLS_PER_SECOND, STREAMS};
 
 /// The hidden first argument that makes the binary a Postgres lag child.
@@ -44,7 +45,10 @@ async fn in_process(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(
     let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = open(url, &schema, config, seen.clone(), false).await?;
-    let out = lag::in_process(&rt, &seen, rate, total, per_call, || Ok(())).await;
+    let out = match Watcher::postgres(url, &schema) {
+        Ok(watch) => lag::in_process(&rt, &seen, rate, total, per_call, || Ok(()), watch).await,
+        Err(e) => Err(e),
+    };
     rt.journal().close().await;
     drop_schema(url, &schema).await?;
     out
@@ -61,7 +65,10 @@ async fn across(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(Vec<
         schema.clone().into(),
         total.to_string().into(),
     ];
-    let out = lag::with_child(&rt, &args, rate, total, per_call).await;
+    let out = match Watcher::postgres(url, &schema) {
+        Ok(watch) => lag::with_child(&rt, &args, rate, total, per_call, watch).await,
+        Err(e) => Err(e),
+    };
     rt.journal().close().await;
     drop_schema(url, &schema).await?;
     out

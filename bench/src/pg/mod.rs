@@ -1,7 +1,7 @@
 //! The same shapes on Postgres: the outbox (`PgJournal` and a
 //! `PgProjectionStore` sharing its schema, through the runtime) against a
-//! plain client loop doing the same work with `sqlx` (one statement per
-//! row, the way an application would write it by hand). Runs when
+//! plain client loop doing the same work with `sqlx` (each batch one
+//! statement, as a careful engineer writes it by hand: see `raw`). Runs when
 //! `OUTBOX_TEST_DATABASE_URL` names a server (`cargo xtask bench` starts a
 //! throwaway one when it is not set); each round uses fresh schemas,
 //! dropped afterwards.

@@ -1,10 +1,10 @@
 //! W3: end-to-end lag at a fixed offered rate, open loop: each append is
 //! scheduled at a fixed interval and its lag runs from the scheduled time
-//! to the projection having applied it (wall clock). In-process
+//! to the projection's having applied it visibly: committed, as a reader
+//! of its checkpoints sees it (wall clock; see `crate::visible`). In-process
 //! (wake-on-append) and across processes (a worker in a child process,
 //! woken by the journal's wake source; the appender is producer-only).
 
-use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use super::ROUNDS;
 use crate::fixture::{self, Seen, stream, stream_name};
 use crate::report::{Better, Row, percentile};
 use crate::run::Ctx;
+use crate::visible::{Stamps, Watcher};
 
 pub(crate) const STREAMS: u64 = 100;
 const DEFAULT_RATE: f64 = 1000.0;
@@ -183,11 +184,13 @@ async fn one_run(
     let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
-    in_process(&rt, &seen, rate, total, per_call, gate).await
+    let watch = Watcher::sqlite(&dir.path().join("projections.db"))?;
+    in_process(&rt, &seen, rate, total, per_call, gate, watch).await
 }
 
 /// The open-loop run of [`one_run`] on any backend: `rt` has the apply
-/// worker and records into `seen`; returns the lags in ms and the rate the
+/// worker and records into `seen`, `watch` reads its projection's
+/// checkpoints; returns the lags to visibility in ms and the rate the
 /// appends achieved.
 pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     rt: &Outbox<J, P>,
@@ -196,35 +199,44 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     total: u64,
     per_call: u64,
     gate: impl FnOnce() -> Result<()>,
+    watch: Watcher,
 ) -> Result<(Vec<f64>, f64)> {
     let running = rt.start().await?;
     gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
     let offered = offer(rt, &streams, rate, total, per_call).await?;
     fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
+    let visible = watch.finish().await?;
     running.shutdown().await;
     fixture::verify(rt, seen, "l", &offered.heads).await?;
-    let at = seen.applied_at()?;
-    print_split(&offered, &at);
-    Ok((lags(offered.scheduled, &at)?, offered.rate))
+    print_split(&offered, &seen.applied_at()?, &visible);
+    Ok((lags(offered.scheduled, &visible)?, offered.rate))
 }
 
 /// Prints (stderr) the p50 and p99 of the time from each event's scheduled
-/// time to its call's acknowledgement (the appender's part of the lag), and
-/// from there to its apply.
-fn print_split(offered: &Offered, at: &HashMap<(String, u64), SystemTime>) {
+/// time to its call's acknowledgement (the appender's part of the lag),
+/// from there to the projection's apply of it (`applied`: stamped inside
+/// the apply transaction), and from the apply to its being visible
+/// (`visible`: the commit and the reader's poll).
+fn print_split(offered: &Offered, applied: &Stamps, visible: &Stamps) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut to_ack: Vec<f64> = Vec::with_capacity(offered.acked.len());
     let mut to_apply: Vec<f64> = Vec::with_capacity(offered.acked.len());
+    let mut to_visible: Vec<f64> = Vec::with_capacity(offered.acked.len());
     for ((s, seq, sent), ack) in offered.scheduled.iter().zip(&offered.acked) {
         to_ack.push(ms(ack.duration_since(*sent).unwrap_or_default()));
-        if let Some(applied) = at.get(&(s.clone(), *seq)) {
-            to_apply.push(ms(applied.duration_since(*ack).unwrap_or_default()));
+        let key = (s.clone(), *seq);
+        if let Some(at) = applied.get(&key) {
+            to_apply.push(ms(at.duration_since(*ack).unwrap_or_default()));
+            if let Some(seen) = visible.get(&key) {
+                to_visible.push(ms(seen.duration_since(*at).unwrap_or_default()));
+            }
         }
     }
     for (what, mut v) in [
         ("scheduled to acknowledged", to_ack),
         ("acknowledged to applied", to_apply),
+        ("applied to visible", to_visible),
     ] {
         v.sort_by(f64::total_cmp);
         if let Some(max) = v.last() {
@@ -360,17 +372,14 @@ async fn append_call<J: JournalBackend, P: ProjectionBackend>(
     ))
 }
 
-/// Each scheduled append's lag in ms, to when `at` says it was applied.
-pub(crate) fn lags(
-    scheduled: Vec<(String, u64, SystemTime)>,
-    at: &HashMap<(String, u64), SystemTime>,
-) -> Result<Vec<f64>> {
+/// Each scheduled append's lag in ms, to when `visible` says it was seen.
+pub(crate) fn lags(scheduled: Vec<(String, u64, SystemTime)>, visible: &Stamps) -> Result<Vec<f64>> {
     scheduled
         .into_iter()
         .map(|(s, seq, sent)| {
-            let applied = at
+            let applied = visible
                 .get(&(s.clone(), seq))
-                .with_context(|| format!("{s}/{seq} not applied"))?;
+                .with_context(|| format!("{s}/{seq} never seen applied"))?;
             Ok(applied.duration_since(sent).unwrap_or_default().as_secs_f64() * 1e3)
         })
         .collect()
@@ -396,19 +405,22 @@ async fn across_processes(
         dir.path().as_os_str().to_owned(),
         total.to_string().into(),
     ];
-    with_child(&rt, &args, rate, total, per_call).await
+    let watch = Watcher::sqlite(&dir.path().join("projections.db"))?;
+    with_child(&rt, &args, rate, total, per_call, watch).await
 }
 
 /// Starts this binary with `args` as the worker's process, waits for its
 /// `ready`, appends `total` events through `rt` (producer-only) at `rate`
-/// and returns each event's lag in ms, from the times the child reports,
-/// and the rate the appends achieved.
+/// and returns each event's lag to visibility in ms (as `watch`, in this
+/// process, sees the projection's checkpoints) and the rate the appends
+/// achieved.
 pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
     rt: &Outbox<J, P>,
     args: &[std::ffi::OsString],
     rate: f64,
     total: u64,
     per_call: u64,
+    watch: Watcher,
 ) -> Result<(Vec<f64>, f64)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
@@ -432,12 +444,13 @@ pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
     })
     .await??;
     anyhow::ensure!(child.wait()?.success(), "lag child failed");
-    let at: HashMap<(String, u64), SystemTime> = applied
+    let visible = watch.finish().await?;
+    let at: Stamps = applied
         .into_iter()
         .map(|(s, q, ns)| ((s, q), SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)))
         .collect();
-    print_split(&offered, &at);
-    Ok((lags(offered.scheduled, &at)?, offered.rate))
+    print_split(&offered, &at, &visible);
+    Ok((lags(offered.scheduled, &visible)?, offered.rate))
 }
 
 /// The child: opens the files in DIR with the apply worker and the

@@ -1,0 +1,162 @@
+//! When each event becomes visible (issue 43: lag is measured to
+//! visibility, after the commit): a reader of the measured projection's
+//! checkpoints on a connection of its own, the way an application's read
+//! side sees them, stamps each seq when a checkpoint first shows it. The
+//! checkpoint moves in the transaction that writes the document, so the
+//! stamp is when the document became readable, within one poll.
+//!
+//! On SQLite the reader wakes every [`SQLITE_POLL`] and reads only when
+//! the file's `data_version` says another connection committed; on
+//! Postgres it reads every [`PG_POLL`] (its lags are tens of ms and more).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, Result};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::fixture::PROJECTION;
+
+/// When each (stream, seq) was first seen applied.
+pub(crate) type Stamps = HashMap<(String, u64), SystemTime>;
+
+/// The pause between two looks at a SQLite file (the stamp's resolution).
+const SQLITE_POLL: Duration = Duration::from_micros(100);
+
+/// The pause between two reads on Postgres.
+const PG_POLL: Duration = Duration::from_millis(1);
+
+/// A running reader; [`finish`](Watcher::finish) stops it and returns its
+/// stamps.
+pub(crate) struct Watcher {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Result<Stamps>>,
+}
+
+/// Each stream's last seq seen, and the stamps.
+#[derive(Default)]
+struct Seen {
+    through: HashMap<String, u64>,
+    stamps: Stamps,
+}
+
+impl Seen {
+    /// Stamps every seq of `stream` above the last seen through `last`.
+    fn saw(&mut self, stream: String, last: u64, now: SystemTime) {
+        let through = self.through.entry(stream.clone()).or_insert(0);
+        for seq in *through + 1..=last {
+            self.stamps.insert((stream.clone(), seq), now);
+        }
+        *through = (*through).max(last);
+    }
+}
+
+impl Watcher {
+    /// Watches the projection file at `path` (it must exist).
+    pub(crate) fn sqlite(path: &Path) -> Result<Watcher> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("opening {} to watch it", path.display()))?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("visible".into())
+            .spawn(move || {
+                let mut seen = Seen::default();
+                let mut version = -1i64;
+                let mut read = conn
+                    .prepare("SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1")?;
+                loop {
+                    // Read once more after the stop, so nothing committed
+                    // before it is missed.
+                    let last_look = flag.load(Ordering::Acquire);
+                    let now_version: i64 = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+                    if now_version != version {
+                        version = now_version;
+                        let rows = read.query_map([PROJECTION], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                        let now = SystemTime::now();
+                        for row in rows {
+                            let (stream, last): (String, i64) = row?;
+                            seen.saw(stream, last as u64, now);
+                        }
+                    }
+                    if last_look {
+                        return Ok(seen.stamps);
+                    }
+                    std::thread::sleep(SQLITE_POLL);
+                }
+            })?;
+        Ok(Watcher { stop, handle })
+    }
+
+    /// Watches the checkpoints in `schema` of the server at `url`.
+    pub(crate) fn postgres(url: &str, schema: &str) -> Result<Watcher> {
+        use outbox_postgres::sqlx::{self, Connection as _};
+        let (url, schema) = (url.to_owned(), schema.to_owned());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("visible".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                rt.block_on(async move {
+                    let mut conn = sqlx::PgConnection::connect(&url).await?;
+                    let sql = format!(
+                        "SELECT stream, last_applied FROM \"{schema}\".outbox_checkpoints WHERE projection = $1"
+                    );
+                    let mut seen = Seen::default();
+                    loop {
+                        let last_look = flag.load(Ordering::Acquire);
+                        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                            .bind(PROJECTION)
+                            .fetch_all(&mut conn)
+                            .await?;
+                        let now = SystemTime::now();
+                        for (stream, last) in rows {
+                            seen.saw(stream, last as u64, now);
+                        }
+                        if last_look {
+                            return Ok(seen.stamps);
+                        }
+                        tokio::time::sleep(PG_POLL).await;
+                    }
+                })
+            })?;
+        Ok(Watcher { stop, handle })
+    }
+
+    /// Stops the reader (after one more look) and returns its stamps.
+    pub(crate) async fn finish(self) -> Result<Stamps> {
+        self.stop.store(true, Ordering::Release);
+        let handle = self.handle;
+        tokio::task::spawn_blocking(move || handle.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("the visibility reader panicked"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_stamps_every_seq_it_passed_once() {
+        let mut seen = Seen::default();
+        let (t1, t2) = (
+            SystemTime::UNIX_EPOCH,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1),
+        );
+        seen.saw("s".into(), 2, t1);
+        seen.saw("s".into(), 2, t2);
+        seen.saw("s".into(), 4, t2);
+        assert_eq!(seen.stamps.len(), 4);
+        assert_eq!(seen.stamps[&("s".to_string(), 2)], t1);
+        assert_eq!(seen.stamps[&("s".to_string(), 3)], t2);
+    }
+}
