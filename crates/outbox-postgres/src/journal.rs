@@ -46,6 +46,21 @@ fn decode_row(r: &PgRow) -> Result<OutboxRow> {
     outbox_sql::journal::decode_row(&crate::sql::to_row(r).map_err(|e| journal_undecodable("outbox row", e))?)
 }
 
+/// [`EventJournal::read_runs`] in one statement: `$1` streams, `$2` the
+/// first seq and `$3` the most events of each run; each row is an event's
+/// columns then the run's place in the arrays (1-based), in run then seq
+/// order.
+const READ_RUNS: &str = concat!(
+    "SELECT e.*, r.ord FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS r(stream, first, most, ord) \
+     CROSS JOIN LATERAL (SELECT ",
+    outbox_sql::event_columns!(),
+    " FROM events WHERE stream = r.stream AND seq >= r.first ORDER BY seq LIMIT r.most) e \
+     ORDER BY r.ord, e.seq"
+);
+
+/// The column of [`READ_RUNS`] that holds the run's place.
+const READ_RUNS_ORD: usize = 10;
+
 fn decode_event(r: &PgRow, stream: &StreamId) -> Result<Event> {
     outbox_sql::journal::decode_event(
         &crate::sql::to_row(r).map_err(|e| journal_undecodable("event", e))?,
@@ -547,6 +562,38 @@ impl EventJournal for PgJournal {
         .await
         .map_err(|e| storage(self.db.context("reading a stream"), e))?;
         rows.iter().map(|r| decode_event(r, stream)).collect()
+    }
+
+    /// One statement for every run (a sweep's reads were one round trip
+    /// per stream): each run's range, in the order asked.
+    async fn read_runs(&self, runs: &[(StreamId, Seq, usize)]) -> Result<Vec<Vec<Event>>> {
+        let mut streams = Vec::with_capacity(runs.len());
+        let (mut froms, mut limits) = (Vec::with_capacity(runs.len()), Vec::with_capacity(runs.len()));
+        for (stream, from, limit) in runs {
+            streams.push(stream.as_str());
+            froms.push(from.as_i64());
+            limits.push(validate_limit(*limit, MAX_PAGE)? as i64);
+        }
+        let rows = sqlx::query(READ_RUNS)
+            .bind(&streams)
+            .bind(&froms)
+            .bind(&limits)
+            .fetch_all(&self.db.pool)
+            .await
+            .map_err(|e| storage(self.db.context("reading runs of streams"), e))?;
+        let mut out: Vec<Vec<Event>> = runs.iter().map(|_| Vec::new()).collect();
+        for r in &rows {
+            // The run's place (1-based), after the event's columns.
+            let ord: i64 = r
+                .try_get(READ_RUNS_ORD)
+                .map_err(|e| journal_undecodable("a run's place", e))?;
+            let k = usize::try_from(ord - 1)
+                .ok()
+                .filter(|k| *k < runs.len())
+                .ok_or_else(|| journal_undecodable("a run's place", ord))?;
+            out[k].push(decode_event(r, &runs[k].0)?);
+        }
+        Ok(out)
     }
 
     async fn read_global(&self, after: u64, limit: usize) -> Result<Vec<Event>> {
