@@ -195,9 +195,13 @@ pub enum Backend {
 /// Runs the test `make()` builds on fresh stores of every backend this
 /// build has (features `sqlite`, `postgres`): memory, SQLite files in a
 /// temporary directory, and Postgres in a schema of its own when
-/// `OUTBOX_TEST_DATABASE_URL` names a server (skipped otherwise). Returns
-/// each backend with what the test returned, so the test can compare them
-/// (digests, views).
+/// `OUTBOX_TEST_DATABASE_URL` names a server. Returns each backend with
+/// what the test returned, so the test can compare them (digests, views).
+///
+/// Without that variable, in a build with the `postgres` feature, Postgres
+/// is skipped and this says so on stderr (one line per process, naming the
+/// variable); with `CI` set it is an error instead, so a CI run cannot
+/// pass by skipping. The returned backends say which ran.
 pub async fn on_every_backend<W, F>(mut make: F) -> Result<Vec<(Backend, W::Output)>>
 where
     W: WithStores,
@@ -219,17 +223,38 @@ where
         let _ = std::fs::remove_dir_all(&dir);
         out.push((Backend::Sqlite, result?));
     }
-    if cfg!(feature = "postgres")
-        && let Some(url) = std::env::var("OUTBOX_TEST_DATABASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-    {
-        let schema = format!("outbox_testing_{}_{}", std::process::id(), unique());
-        let result = open_stores(&url, &url, &created.clone().with_schema(&schema), make()).await;
-        drop_schema(&url, &schema).await;
-        out.push((Backend::Postgres, result?));
+    if cfg!(feature = "postgres") {
+        match std::env::var(TEST_DATABASE_URL).ok().filter(|u| !u.is_empty()) {
+            Some(url) => {
+                let schema = format!("outbox_testing_{}_{}", std::process::id(), unique());
+                let result = open_stores(&url, &url, &created.clone().with_schema(&schema), make()).await;
+                drop_schema(&url, &schema).await;
+                out.push((Backend::Postgres, result?));
+            }
+            None => postgres_skipped(std::env::var_os("CI").is_some())?,
+        }
     }
     Ok(out)
+}
+
+/// The variable naming the Postgres server of [`on_every_backend`].
+const TEST_DATABASE_URL: &str = "OUTBOX_TEST_DATABASE_URL";
+
+/// What [`on_every_backend`] does without a Postgres server: in CI
+/// (`ci`), an error; otherwise one line on stderr, the first time.
+fn postgres_skipped(ci: bool) -> Result<()> {
+    if ci {
+        return Err(Error::invalid(format!(
+            "{TEST_DATABASE_URL} is not set and CI is: a test on every backend must run on Postgres in CI"
+        )));
+    }
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!(
+            "outbox testing: Postgres skipped by on_every_backend: set {TEST_DATABASE_URL} to a server's URL to run it there too"
+        );
+    });
+    Ok(())
 }
 
 /// A number no other call in this process got.
@@ -255,3 +280,20 @@ async fn drop_schema(url: &str, schema: &str) {
 
 #[cfg(not(feature = "postgres"))]
 async fn drop_schema(_: &str, _: &str) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skipped_postgres_is_an_error_in_ci_naming_the_variable() {
+        let e = postgres_skipped(true).unwrap_err().to_string();
+        assert!(e.contains(TEST_DATABASE_URL) && e.contains("CI"), "{e}");
+    }
+
+    #[test]
+    fn a_skipped_postgres_outside_ci_goes_on() {
+        postgres_skipped(false).unwrap();
+        postgres_skipped(false).unwrap();
+    }
+}
