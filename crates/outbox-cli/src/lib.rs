@@ -269,16 +269,37 @@ where
 fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = output::safe(&cause.to_string().replace('\n', " "));
-        if line.contains(&text) {
-            continue;
+        let (text, last) = cause_text(cause);
+        let text = output::safe(&text.replace('\n', " "));
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
         }
-        if !line.is_empty() {
-            line.push_str(": ");
+        if last {
+            break;
         }
-        line.push_str(&text);
     }
     line
+}
+
+/// A cause's text for the error line, and whether it says all its own
+/// causes do. A Postgres server error is its message and SQLSTATE, as the
+/// adapter's own errors quote it (so the line names it once), and ends
+/// the line: the driver's text adds "error returned from database", and
+/// its source's "at line N", the line of the server's C source that raised
+/// it, which reads as a line of the user's.
+fn cause_text(cause: &(dyn std::error::Error + 'static)) -> (String, bool) {
+    #[cfg(feature = "postgres")]
+    if let Some(outbox_postgres::sqlx::Error::Database(d)) = cause.downcast_ref() {
+        let text = match d.code() {
+            Some(code) => format!("{} (SQLSTATE {code})", d.message()),
+            None => d.message().to_owned(),
+        };
+        return (text, true);
+    }
+    (cause.to_string(), false)
 }
 
 /// The whole `main` of an application's `outbox` binary: parses the process
