@@ -5,8 +5,9 @@
 //! worker dead-letters and one inline apply that rolls back. Every backend
 //! must hold the documents a plain-Rust model predicts, and the same digests.
 //!
-//! The Postgres test needs `OUTBOX_TEST_DATABASE_URL`; without it, it says
-//! so on one line and returns.
+//! The backends come from `testing::on_every_backend`: Postgres needs
+//! `OUTBOX_TEST_DATABASE_URL` (without it, it says so on one line and the
+//! test compares memory and SQLite).
 
 mod common;
 
@@ -14,14 +15,12 @@ use outbox_core::typed::DomainEvent as _;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{digests, drain, postgres_url};
-use outbox_core::{ExpectedVersion, RetryPolicy, StreamId};
+use common::{digests, drain};
+use outbox_core::{ExpectedVersion, LeaseAdmin, RetryPolicy, StreamId};
 use outbox_example_bank::{Account, BankEvent, DayTotals, accounts, day_totals, register};
-use outbox_memory::{MemoryJournal, MemoryProjectionStore};
-use outbox_postgres::testing::{DropSchemas, unique_schema};
-use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore};
+use outbox_runtime::open::WithStores;
+use outbox_runtime::testing::{self, Backend};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
-use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use outbox_testkit::Seed;
 
 const ACCOUNTS: [&str; 8] = [
@@ -269,57 +268,45 @@ where
     digests(&worker).await
 }
 
-async fn memory(plan: &Plan) -> BTreeMap<String, String> {
-    run(
-        "memory",
-        MemoryJournal::new(),
-        MemoryProjectionStore::new(),
-        plan,
-        1,
-    )
+/// [`run`] on the stores `on_every_backend` opens, at `batch_size`.
+struct OnBackend<'a> {
+    plan: &'a Plan,
+    batch_size: usize,
+}
+
+impl WithStores for OnBackend<'_> {
+    type Output = BTreeMap<String, String>;
+
+    async fn with<J, P>(self, journal: J, store: P) -> Self::Output
+    where
+        J: JournalBackend + LeaseAdmin + Clone,
+        P: ProjectionBackend + Clone,
+    {
+        let backend = format!("batch size {}", self.batch_size);
+        run(&backend, journal, store, self.plan, self.batch_size).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_backend_holds_what_memory_holds() {
+    let seed = Seed::pick("every_backend_holds_what_memory_holds");
+    let plan = Plan::random(seed);
+    // Memory, SQLite and Postgres are opened in that order; each drains in
+    // batches of its own size.
+    let mut sizes = [1, 3, 64].into_iter();
+    let runs = testing::on_every_backend(|| OnBackend {
+        plan: &plan,
+        batch_size: sizes.next().unwrap_or(64),
+    })
     .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_files_hold_what_memory_holds() {
-    let seed = Seed::pick("sqlite_files_hold_what_memory_holds");
-    let plan = Plan::random(seed);
-    let want = memory(&plan).await;
-
-    let dir = tempfile::tempdir().unwrap();
-    let journal = SqliteJournal::open(dir.path().join("journal.db"), SqliteOptions::default())
-        .await
-        .unwrap();
-    let store = SqliteProjectionStore::open(dir.path().join("projections.db"), SqliteOptions::default())
-        .await
-        .unwrap();
-    let got = run("sqlite", journal.clone(), store.clone(), &plan, 3).await;
-    journal.close().await;
-    store.close().await;
-    assert_eq!(got, want, "seed {}: SQLite vs memory digests", seed.0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_holds_what_memory_holds() {
-    let Some(url) = postgres_url("postgres_holds_what_memory_holds") else {
-        return;
-    };
-    let seed = Seed::pick("postgres_holds_what_memory_holds");
-    let plan = Plan::random(seed);
-    let want = memory(&plan).await;
-
-    let (js, ps) = (unique_schema("j"), unique_schema("p"));
-    let _drop = DropSchemas::new(&url, [js.clone(), ps.clone()]);
-    let options = |schema: &str| {
-        PgOptions::default()
-            .with_schema(schema)
-            .with_max_connections(4)
-            .with_acquire_timeout(Duration::from_secs(20))
-    };
-    let journal = PgJournal::connect(&url, options(&js)).await.unwrap();
-    let store = PgProjectionStore::connect(&url, options(&ps)).await.unwrap();
-    let got = run("postgres", journal.clone(), store.clone(), &plan, 64).await;
-    journal.close().await;
-    store.close().await;
-    assert_eq!(got, want, "seed {}: Postgres vs memory digests", seed.0);
+    .unwrap();
+    let (first, want) = &runs[0];
+    assert_eq!(*first, Backend::Memory);
+    assert!(
+        runs.iter().any(|(b, _)| *b == Backend::Sqlite),
+        "the bank builds SQLite"
+    );
+    for (backend, got) in &runs[1..] {
+        assert_eq!(got, want, "seed {}: {backend:?} vs memory digests", seed.0);
+    }
 }

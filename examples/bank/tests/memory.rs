@@ -6,7 +6,6 @@
 mod common;
 
 use outbox_core::typed::DomainEvent as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
@@ -14,15 +13,15 @@ use common::{
     sample_accounts,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, ManualClock, NewEvent, OutboxInspector,
-    ProjectionName, ProjectionStore, RetryPolicy, RunKind, RunState, Seq, SinkStatus, StreamId, Timestamp,
+    AppendOptions, AppendRequest, EventJournal, ExpectedVersion, NewEvent, OutboxInspector, ProjectionName,
+    ProjectionStore, RunKind, RunState, Seq, SinkStatus, StreamId,
 };
 use outbox_example_bank::{
     Account, BALANCES, BankEvent, DAILY_TOTALS, DailyTotals, DayTotals, account, day_totals, event_types,
     register,
 };
 use outbox_memory::{MemoryJournal, MemoryProjectionStore};
-use outbox_runtime::{Config, Outbox};
+use outbox_runtime::{Config, Outbox, testing};
 use tokio_util::sync::CancellationToken;
 
 type Rt = Outbox<MemoryJournal, MemoryProjectionStore>;
@@ -185,11 +184,12 @@ async fn an_overdraft_rolls_the_whole_apply_back() {
 
 #[tokio::test]
 async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
-    let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_772_409_600_000)));
+    // The testing module's clock and retries: due again once the clock
+    // moves by `testing::RETRY`, dead on the third failure.
+    let clock = testing::clock();
     let journal = MemoryJournal::with_clock(clock.clone());
     let store = MemoryProjectionStore::with_clock(clock.clone());
-    let retry = RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(1), 3).unwrap();
-    let config = Config::apply_worker().with_retry(retry);
+    let config = Config::apply_worker().with_retry(testing::fast_retry());
     let rt = register(Outbox::builder(journal.clone(), store.clone()))
         .config(config.clone())
         .build()
@@ -250,8 +250,8 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
     // Not due before the backoff; retried after it; dead on the third failure.
     let early = rt.tick().await.unwrap();
     assert_eq!((early.caught_up, early.failed), (0, 0), "{early:?}");
-    for attempt in 2..=3 {
-        clock.advance(Duration::from_secs(1));
+    for attempt in 2..=testing::DEAD_LETTER_AFTER {
+        clock.advance(testing::RETRY);
         let tick = rt.tick().await.unwrap();
         assert_eq!(
             (tick.caught_up, tick.failed + tick.dead_lettered),
@@ -259,10 +259,16 @@ async fn an_overdraft_is_retried_dead_lettered_and_applied_after_the_fix() {
             "attempt {attempt}: {tick:?}"
         );
     }
-    let dead = rt.projection_states(Some(SinkStatus::Dead), 10).await.unwrap();
+    let dead = testing::dead_letters(&rt).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(
-        (dead[0].stream.as_str(), dead[0].seq + 1, dead[0].attempt_count),
-        ("account-dave", 3, 3)
+        (
+            dead[0].projection.as_deref(),
+            dead[0].stream.as_str(),
+            dead[0].seq,
+            dead[0].attempt_count
+        ),
+        (Some(BALANCES), "account-dave", 3, testing::DEAD_LETTER_AFTER)
     );
     // Dead for the balances on Dave's account only, and it stays dead.
     clock.advance(Duration::from_secs(3600));

@@ -81,27 +81,19 @@ pub async fn append_sample<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<
 }
 
 /// Worker passes until the outbox is empty and every projection is back on
-/// the shared path; every pass must make progress and none may fail.
+/// the shared path (`testing::drain`: a failure names the rows and
+/// projections left, with their errors), none of them failing on the way.
 /// Returns the rows completed plus the events projections caught up on.
 pub async fn drain<J: JournalBackend, P: ProjectionBackend>(rt: &Outbox<J, P>, backend: &str) -> u64 {
-    let mut done = 0;
-    for _ in 0..1_000 {
-        if rt.journal().summary().await.unwrap().total() == 0
-            && rt.projection_states(None, 1).await.unwrap().is_empty()
-        {
-            return done;
-        }
-        let tick = rt.tick().await.unwrap_or_else(|e| panic!("{backend}: tick: {e}"));
-        assert_eq!(
-            (tick.failed, tick.dead_lettered, tick.storage_errors),
-            (0, 0, 0),
-            "{backend}: {tick:?}"
-        );
-        let progress = tick.completed + tick.caught_up;
-        assert!(progress > 0, "{backend}: a pass without progress: {tick:?}");
-        done += progress;
-    }
-    panic!("{backend}: the outbox was not drained after 1,000 passes");
+    let report = outbox_runtime::testing::drain(rt)
+        .await
+        .unwrap_or_else(|e| panic!("{backend}: {e}"));
+    assert_eq!(
+        (report.failed, report.dead_lettered, report.storage_errors),
+        (0, 0, 0),
+        "{backend}: {report:?}"
+    );
+    report.completed + report.caught_up
 }
 
 /// Each registered projection's digest, as hex (what `report --json` prints).
