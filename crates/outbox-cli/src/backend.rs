@@ -106,7 +106,7 @@ impl CliStore for PgProjectionStore {
     }
 }
 
-pub use outbox_runtime::open::{Location, open_url};
+pub use outbox_runtime::open::Location;
 
 /// How a command opens the databases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@ use std::process::ExitCode;
 use outbox_core::Error;
 
 pub use app::App;
-pub use backend::{Location, open_url};
+pub use backend::Location;
 pub use cli::{Cli, Command, GlobalArgs};
 pub use commands::execute;
 

@@ -7,6 +7,7 @@ mod event;
 mod generation;
 mod id;
 mod live;
+mod location;
 mod outbox;
 mod partition;
 mod policy;
@@ -37,6 +38,7 @@ pub use generation::{
     generation_storage, split_generation, validate_generation_base,
 };
 pub use id::{EventType, MAX_ID_LEN, Partition, ProjectionName, Seq, SinkName, StreamId, WorkerId};
+pub use location::Location;
 pub use outbox::{
     ClaimedRun, ENDED_WITHOUT_RESULT, FailureOutcome, Lease, MAX_ERROR_LEN, MAX_LEASE_TTL, MAX_PAGE,
     MIN_LEASE_TTL, OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, Take, UNFINISHED_ATTEMPT,

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use outbox_core::{Error, Result};
+use outbox_core::{Error, Location, Result};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, Transaction};
@@ -189,7 +189,7 @@ pub(crate) fn redacted(o: &PgConnectOptions) -> String {
 /// Parses a `postgres://` URL. The error never repeats the URL (it may hold a
 /// password).
 pub(crate) fn parse_url(url: &str) -> Result<PgConnectOptions> {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if !matches!(Location::parse(url), Ok(Location::Postgres(_))) {
         return Err(Error::invalid(
             "a postgres url must start with postgres:// or postgresql://",
         ));

@@ -51,76 +51,12 @@ pub const DEFAULT_SCHEMA: &str = "outbox";
 /// The environment variable [`OpenOptions::from_env`] reads the schema from.
 pub const SCHEMA_VAR: &str = "OUTBOX_PG_SCHEMA";
 
-/// A store location parsed from a URL by [`open_url`].
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Location {
-    /// `memory:`: the in-process adapter (nothing outlives the process).
-    Memory,
-    /// A SQLite file.
-    Sqlite(PathBuf),
-    /// A Postgres database: the `postgres://` or `postgresql://` URL as given
-    /// (never shown: it may hold a password).
-    Postgres(String),
-}
+pub use outbox_core::Location;
 
-impl std::fmt::Debug for Location {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Location::Memory => f.write_str("Memory"),
-            Location::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
-            Location::Postgres(_) => f.write_str("Postgres(<url not shown>)"),
-        }
-    }
-}
-
-/// Parses a store URL: `memory:`, `postgres://...` / `postgresql://...`,
-/// `sqlite://path`, `sqlite:path` or a plain path (SQLite). Errors never
-/// repeat a URL that may hold a password.
+/// [`Location::parse`]: the name said "open" but nothing is opened.
+#[deprecated(since = "0.1.1", note = "use `Location::parse` (outbox_core::Location)")]
 pub fn open_url(url: &str) -> Result<Location> {
-    match url.split_once(':') {
-        Some(("memory", rest)) if rest.is_empty() || rest == "//" => Ok(Location::Memory),
-        Some(("memory", _)) => Err(Error::invalid(
-            "a memory store URL is `memory:` alone (the store lives in this process)",
-        )),
-        Some(("sqlite", rest)) => {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            if path.is_empty() {
-                return Err(Error::invalid(format_args!("database URL {url:?} names no file")));
-            }
-            Ok(Location::Sqlite(PathBuf::from(path)))
-        }
-        Some(("postgres" | "postgresql", rest)) if rest.starts_with("//") => {
-            Ok(Location::Postgres(url.to_owned()))
-        }
-        Some(("postgres" | "postgresql", _)) => Err(Error::invalid(
-            "a postgres URL must start with postgres:// or postgresql:// (url not shown)",
-        )),
-        Some((scheme, rest)) if rest.starts_with("//") => Err(Error::invalid(format_args!(
-            "unsupported database URL scheme {scheme:?} (use memory:, sqlite://path or postgres://...)"
-        ))),
-        _ if url.is_empty() => Err(Error::invalid("the database URL is empty")),
-        // A mistyped URL (`postgres//app:pw@host/db`, `postgres:/...`) would
-        // otherwise be taken for a file name and printed, password and all.
-        _ if looks_like_a_url(url) => Err(Error::invalid(
-            "the database URL is neither postgres://... nor sqlite://path, and looks like a mistyped URL \
-             with credentials, not a file name (url not shown)",
-        )),
-        _ => Ok(Location::Sqlite(PathBuf::from(url))),
-    }
-}
-
-/// Whether a value that is no URL of ours looks like a mistyped one: it
-/// names a Postgres scheme, or carries `user:password@` before its first
-/// `/`-separated part ends.
-fn looks_like_a_url(value: &str) -> bool {
-    let lower = value.to_ascii_lowercase();
-    if lower.starts_with("postgres") {
-        return true;
-    }
-    value
-        .split_once('@')
-        .is_some_and(|(before, _)| before.contains(':'))
+    Location::parse(url)
 }
 
 /// How [`open_stores`] opens the stores.
@@ -222,7 +158,7 @@ pub async fn open_stores<W: WithStores>(
     options: &OpenOptions,
     with: W,
 ) -> Result<W::Output> {
-    match (open_url(journal_url)?, open_url(projection_url)?) {
+    match (Location::parse(journal_url)?, Location::parse(projection_url)?) {
         (Location::Memory, Location::Memory) => memory(with).await,
         (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(&j, &p, options, with).await,
         (Location::Postgres(j), Location::Postgres(p)) => postgres(&j, &p, options, with).await,
@@ -418,43 +354,5 @@ async fn pg_require(
             "postgres schema {schema} holds no outbox {what} (create it with `outbox migrate`, or open with \
              OpenOptions::create)"
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_pick_their_backend() {
-        assert_eq!(open_url("memory:").unwrap(), Location::Memory);
-        assert_eq!(
-            open_url("sqlite://a/b.db").unwrap(),
-            Location::Sqlite(PathBuf::from("a/b.db"))
-        );
-        assert_eq!(
-            open_url("sqlite:b.db").unwrap(),
-            Location::Sqlite(PathBuf::from("b.db"))
-        );
-        assert_eq!(
-            open_url("plain.db").unwrap(),
-            Location::Sqlite(PathBuf::from("plain.db"))
-        );
-        assert_eq!(
-            open_url("postgres://u@h/db").unwrap(),
-            Location::Postgres("postgres://u@h/db".into())
-        );
-        for bad in [
-            "",
-            "sqlite://",
-            "mysql://x",
-            "postgres:/u:pw@h/db",
-            "u:pw@host/db",
-            "memory:x",
-        ] {
-            let e = open_url(bad).expect_err(bad);
-            assert!(matches!(e, Error::InvalidInput(_)), "{bad}: {e}");
-            assert!(!e.to_string().contains("pw"), "a password is never shown: {e}");
-        }
     }
 }

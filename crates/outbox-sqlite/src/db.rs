@@ -7,7 +7,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use outbox_core::{Error, Result};
+use outbox_core::{Error, Location, Result};
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
@@ -114,26 +114,20 @@ pub(crate) fn migrate_error(context: impl fmt::Display, e: sqlx::migrate::Migrat
     outbox_sql::migrate_error!(context, e)
 }
 
-/// `sqlite://path`, `sqlite:path` (no query string) to a path.
+/// `sqlite://path`, `sqlite:path` to a path, by [`Location::parse`]'s
+/// rules (no options, no `:memory:`).
 pub(crate) fn path_from_url(url: &str) -> Result<PathBuf> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .ok_or_else(|| Error::invalid("a sqlite url must start with sqlite:// or sqlite:"))?;
-    if rest.is_empty() {
-        return Err(Error::invalid("the sqlite url names no file"));
-    }
-    if rest.contains('?') || rest.contains('#') {
+    if !url.starts_with("sqlite:") {
         return Err(Error::invalid(
-            "sqlite url options (?...) are not supported; use SqliteOptions instead",
+            "a sqlite url must start with sqlite:// or sqlite:",
         ));
     }
-    if rest == ":memory:" || rest.starts_with("file:") {
-        return Err(Error::invalid(
-            "in-memory and file: uri databases are not supported; give a file path (or use the memory adapter)",
-        ));
+    match Location::parse(url)? {
+        Location::Sqlite(path) => Ok(path),
+        _ => Err(Error::invalid(
+            "a sqlite url must start with sqlite:// or sqlite:",
+        )),
     }
-    Ok(PathBuf::from(rest))
 }
 
 fn io_invalid(path: &Path, what: &str, e: io::Error) -> Error {

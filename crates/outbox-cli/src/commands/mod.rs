@@ -20,7 +20,7 @@ use outbox_runtime::{Config, Outbox, retry_while_unavailable};
 use tokio_util::sync::CancellationToken;
 
 use crate::App;
-use crate::backend::{Access, CliJournal, CliStore, Location, open_url};
+use crate::backend::{Access, CliJournal, CliStore, Location};
 use crate::cli::{Cli, Command, PartitionsAction};
 
 /// The opened databases, the configuration and the application of one command.
@@ -305,7 +305,7 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         shutdown,
         partitions,
     };
-    match (open_url(&g.journal)?, open_url(&g.projection_db)?) {
+    match (Location::parse(&g.journal)?, Location::parse(&g.projection_db)?) {
         (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, open).await,
         (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, open).await,
         (Location::Memory, _) | (_, Location::Memory) => Err(Error::invalid(
