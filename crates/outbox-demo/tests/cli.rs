@@ -2174,7 +2174,8 @@ fn a_missing_database_is_not_created() {
             args,
             &[],
             3,
-            &[&site.journal.display().to_string(), "outbox migrate"],
+            // The hint names the binary that ran, not the stock `outbox`.
+            &[&site.journal.display().to_string(), "`outbox-demo migrate`"],
         );
     }
     // The journal exists, the projection database does not.

@@ -1012,6 +1012,18 @@ fn dead_rows_group_by_error_and_a_group_is_requeued_after_a_dry_run() {
     ] {
         assert!(row.body.contains(shown), "{shown}: {}", row.body);
     }
+    // The dead row's page offers its group's requeue, the same group.
+    assert!(
+        row.body
+            .contains("<p id=\"error-group\">Its error group: <code>cursed die on {stream}/#"),
+        "{}",
+        row.body
+    );
+    assert!(
+        row.body.contains(&format!("name=\"id\" value=\"{id}\"")),
+        "{}",
+        row.body
+    );
     assert_eq!(server.get("/row?stream=c-a&seq=999").status, 404);
     assert_eq!(server.get("/row?stream=c-a&seq=abc").status, 400);
 
@@ -1137,7 +1149,8 @@ fn the_search_box_finds_a_stream_with_its_checkpoints_and_rows() {
 
 /// The overview lists the consumers the journal knows and, with the
 /// token, pauses and resumes one (ADR 0032); a dead projection exception
-/// is requeued from its own table; the health banner names both.
+/// is requeued from its own table; the health banner names both, and a
+/// paused consumer while it is paused (on /metrics too).
 #[test]
 fn consumers_are_listed_paused_resumed_and_a_dead_projection_requeued() {
     let site = Site::migrated();
@@ -1175,6 +1188,14 @@ fn consumers_are_listed_paused_resumed_and_a_dead_projection_requeued() {
         .find(|c| c["projection"] == "character_tally")
         .unwrap();
     assert_eq!(tally["paused"], true, "{paused}");
+    // The banner and /metrics say so: a paused consumer's work is never
+    // due, so the worker lag cannot show it falling behind.
+    let home = server.get("/").body;
+    assert!(
+        home.contains("1 consumer(s) paused, falling behind until resumed: character_tally"),
+        "{home}"
+    );
+    assert_eq!(scrape(&server)["outbox_consumers_paused"], 1.0);
     let r = server.post(
         "/actions/resume-consumer",
         "sink=projection%3Acharacter_tally",
@@ -1185,6 +1206,8 @@ fn consumers_are_listed_paused_resumed_and_a_dead_projection_requeued() {
         "{}",
         r.body
     );
+    assert!(!server.get("/").body.contains("paused, falling behind"));
+    assert_eq!(scrape(&server)["outbox_consumers_paused"], 0.0);
     let r = server.post(
         "/actions/requeue-sink",
         "sink=projection%3Acharacter_tally&stream=c-bad",
