@@ -339,6 +339,7 @@ impl Waiting {
     }
 
     /// How many connections are still sending their request.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
