@@ -571,3 +571,35 @@ async fn a_request_being_answered_is_not_closed_for_a_newer_one() {
         0
     );
 }
+
+/// The monitor of an application's own binary names that binary in the
+/// command hints of its error answers (a port error names `outbox`);
+/// pages are left as they are.
+#[tokio::test]
+async fn error_answers_name_the_running_binary() {
+    let router = Router::new()
+        .route(
+            "/conflict",
+            get(async || {
+                super::text(
+                    axum::http::StatusCode::CONFLICT,
+                    "a run is active: wait for it or cancel it with `outbox runs cancel 3`",
+                )
+            }),
+        )
+        .route("/page", get(async || "run `outbox report`"))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::<str>::from("bankctl"),
+            super::name_the_binary,
+        ));
+    let door = Door::with_tokens(&config("127.0.0.1:9464"), None, None).unwrap();
+    let s = start(door, router).await;
+    let r = request(s.addr, "GET", "/conflict", &[], "").await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert_eq!(
+        r.body,
+        "a run is active: wait for it or cancel it with `bankctl runs cancel 3`\n"
+    );
+    let r = request(s.addr, "GET", "/page", &[], "").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "run `outbox report`"));
+}

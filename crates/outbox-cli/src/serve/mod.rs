@@ -134,7 +134,35 @@ fn monitor_router<J: CliJournal, P: CliStore>(monitor: Arc<Monitor<J, P>>) -> Ro
         .route("/actions/pause-consumer", post(fleet::pause_consumer::<J, P>))
         .route("/actions/resume-consumer", post(fleet::resume_consumer::<J, P>))
         .fallback(not_found)
-        .with_state(monitor)
+        .with_state(monitor.clone())
+        .layer(middleware::from_fn_with_state(
+            Arc::<str>::from(monitor.app.as_str()),
+            name_the_binary,
+        ))
+}
+
+/// The monitor's one-line error answers with their command hints naming
+/// the application's binary (`output::named_for`): a port error names the
+/// stock `outbox`, and the monitor of an application's own binary would
+/// tell its operator to run a command that is not installed.
+async fn name_the_binary(State(bin): State<Arc<str>>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let plain = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/plain"));
+    let error = res.status().is_client_error() || res.status().is_server_error();
+    if &*bin == "outbox" || !plain || !error {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    // One line, never more than a page of text: a larger body is not ours.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return text(parts.status, "error answer too large to show");
+    };
+    let named = crate::output::named_for(&String::from_utf8_lossy(&bytes), &bin);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(named))
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
