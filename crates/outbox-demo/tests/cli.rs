@@ -1331,7 +1331,7 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         &[
             "16 partitions by `crc32`",
             "not 32",
-            "outbox partitions resize --count 32 --yes",
+            "`outbox-demo partitions resize --count 32 --yes`",
         ],
     );
     site.refused(
