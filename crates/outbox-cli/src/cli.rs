@@ -37,7 +37,7 @@ env_vars! {
     OUTBOX_SERVE_TOKEN = "(unset)", "the operator token `outbox serve` asks for before an action (requeue, retry, cancel), at least 16 characters and not guessable (`openssl rand -hex 32`); unset: the pages are read-only. Off loopback it also opens the pages. Read from the environment only, never a flag";
     OUTBOX_SERVE_READ_TOKEN = "(unset)", "a token that opens the pages and `/metrics` of `outbox serve` and `work --metrics-addr` on a non-loopback bind (as Bearer or Basic), but no action; same strength rule. Read from the environment only, never a flag";
     OUTBOX_SERVE_ALLOWED_HOSTS = "", "the `Host` names the monitor and `--metrics-addr` answer to (`--allowed-hosts`, comma-separated, `*` for any); empty: localhost, 127.0.0.1, ::1 and the bound address";
-    OUTBOX_SERVE_MAX_CONNECTIONS = "256", "connections the monitor and `--metrics-addr` keep open at most (`--max-connections`); more are closed at once";
+    OUTBOX_SERVE_MAX_CONNECTIONS = "256", "connections the monitor and `--metrics-addr` keep open at most (`--max-connections`); a new one then closes the oldest that has not sent its whole request, or is closed at once when every open one has";
 }
 
 /// The default of one of [`ENV_VARS`].
@@ -214,7 +214,9 @@ pub struct HttpArgs {
     /// a 0.0.0.0 or :: bind). Others get 421 (DNS rebinding).
     #[arg(long, env = OUTBOX_SERVE_ALLOWED_HOSTS, default_value = default_of(OUTBOX_SERVE_ALLOWED_HOSTS), hide_default_value = true)]
     pub allowed_hosts: String,
-    /// Connections kept open at most; more are closed at once.
+    /// Connections kept open at most; a new one then closes the oldest
+    /// that has not sent its whole request, or is closed at once when
+    /// every open one has.
     #[arg(long, env = OUTBOX_SERVE_MAX_CONNECTIONS, default_value = default_of(OUTBOX_SERVE_MAX_CONNECTIONS),
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub max_connections: u64,

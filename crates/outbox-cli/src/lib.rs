@@ -257,7 +257,7 @@ where
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{bin}: error: {}", error_line(&e));
+            eprintln!("{bin}: error: {}", output::named_for(&error_line(&e), bin));
             ExitCode::from(exit_code(&e))
         }
     }
@@ -389,6 +389,23 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn hints_in_an_error_name_the_running_binary() {
+        let e = anyhow::Error::new(outbox_core::Error::NotFound(
+            "database file /x/journal.db (create it with `outbox migrate`)".into(),
+        ));
+        let line = crate::output::named_for(&super::error_line(&e), "bankctl");
+        assert!(line.contains("(create it with `bankctl migrate`)"), "{line}");
+        assert!(!line.contains("`outbox "), "{line}");
+        // The stock binary keeps its name; a table name is not a hint.
+        let plain = "no outbox tables (`outbox migrate`)";
+        assert_eq!(crate::output::named_for(plain, "outbox"), plain);
+        assert_eq!(
+            crate::output::named_for(plain, "bankctl"),
+            "no outbox tables (`bankctl migrate`)"
+        );
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Scrape<'a> {
     pub workers: Option<usize>,
     /// Registered consumers no live worker runs (ADR 0032).
     pub orphan_consumers: Option<u64>,
+    /// Registered consumers paused (ADR 0032): they fall behind until
+    /// resumed, and the worker lag does not count their work.
+    pub paused_consumers: Option<u64>,
     /// Each sink's delivery state.
     pub sinks: Option<&'a [SinkSummary]>,
     /// This process's worker counters (`outbox work`).
@@ -171,6 +174,14 @@ pub fn render(s: &Scrape<'_>) -> String {
             &mut reg,
             "consumers_without_live_worker",
             "Registered consumers (projections, sinks) that no live worker runs",
+            n,
+        );
+    }
+    if let Some(n) = s.paused_consumers {
+        gauge(
+            &mut reg,
+            "consumers_paused",
+            "Registered consumers (projections, sinks) paused: nothing is applied or delivered to them until resumed",
             n,
         );
     }

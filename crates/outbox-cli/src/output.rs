@@ -49,6 +49,19 @@ pub(crate) fn json_line<T: Serialize>(value: &T) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string(value)?)
 }
 
+/// `line` with every hint of a command, `` `outbox migrate` ``, naming the
+/// running binary instead (`` `bankctl migrate` ``). The libraries below the
+/// CLI (core, runtime, the adapters) cannot know the name of the binary an
+/// application built with [`crate::run`], so their errors name the stock
+/// command in backticks; what prints them (the error line, the monitor's
+/// error answers) renames it here, in one place.
+pub(crate) fn named_for(line: &str, bin: &str) -> String {
+    if bin == "outbox" {
+        return line.to_owned();
+    }
+    line.replace("`outbox ", &format!("`{bin} "))
+}
+
 /// Milliseconds as a short human duration.
 pub(crate) fn human_ms(ms: u64) -> String {
     match ms {

@@ -1,7 +1,10 @@
 //! The web monitor in a real headless browser (Chromium through
 //! chromedriver, driven with fantoccini): the overview's counts are
-//! `outbox report --json`'s; a requeue with the token applies the row; with a
-//! wrong token, and on the read-only monitor, nothing changes. Saves a
+//! `outbox report --json`'s; with a wrong token, and on the read-only
+//! monitor, nothing changes; at 3 a.m.: a dead row found by the search box,
+//! its page, its error group requeued with the token (a dry run first), and
+//! the banner of an overview left refreshing itself in another window
+//! clears. Saves a
 //! screenshot of each page into `target/screenshots/`, or the directory
 //! `OUTBOX_TEST_SCREENSHOT_DIR` names (`docs/img` for the runbook's).
 //!
@@ -216,11 +219,52 @@ fn the_monitor_in_a_headless_browser() {
         assert!(answer.contains("wrong operator token"), "{answer}");
         assert_eq!(site.counts(), [3, 0, 0, 1], "a refused requeue changes nothing");
 
-        // The blocked row's page, by its link: the event and its error.
-        c.goto(&format!("{base}/blocked")).await.expect("blocked");
-        c.find(Locator::Css("#blocked a[href^='/row?']"))
+        // The operator keeps the overview open, refreshing itself (a meta
+        // refresh: the CSP allows no script, and none is needed); the
+        // banner names the dead row.
+        let watching = c.window().await.expect("this window");
+        c.goto(&format!("{base}/?refresh=5")).await.expect("overview");
+        assert!(
+            c.find(Locator::Css("meta[http-equiv=refresh][content='5']"))
+                .await
+                .is_ok()
+        );
+        assert!(text(&c, "#health").await.contains("1 dead row(s)"));
+
+        // In another window: the dead rows by error, then the dead row
+        // found by the search box, its page, and its error group requeued
+        // from there with the token (a dry run first, which changes nothing).
+        let working = c.new_window(false).await.expect("a second window").handle;
+        c.switch_to_window(working).await.expect("to the second window");
+        c.goto(&format!("{base}/dead")).await.expect("dead rows by error");
+        assert!(
+            text(&c, "#dead-groups")
+                .await
+                .contains("cursed die on {stream}/#")
+        );
+        screenshot(&c, "serve-dead.png").await;
+        c.find(Locator::Css("nav input[name=stream]"))
             .await
-            .expect("a link to the row")
+            .expect("the search box")
+            .send_keys("campaign-cursed")
+            .await
+            .expect("type the stream");
+        c.find(Locator::Css("nav button"))
+            .await
+            .expect("Find")
+            .click()
+            .await
+            .expect("search");
+        let rows = c
+            .wait()
+            .at_most(support::PATIENCE)
+            .for_element(Locator::Css("#stream-rows"))
+            .await
+            .expect("the stream's page");
+        assert!(rows.text().await.expect("rows").contains("dead"));
+        c.find(Locator::Css("#stream-rows a[href^='/row?']"))
+            .await
+            .expect("a link to its head row")
             .click()
             .await
             .expect("open the row");
@@ -232,21 +276,12 @@ fn the_monitor_in_a_headless_browser() {
             .expect("the row page");
         assert!(!payload.text().await.expect("payload").is_empty());
         assert!(text(&c, "#row").await.contains("cursed die on campaign-cursed/4"));
-        screenshot(&c, "serve-row.png").await;
-
-        // The health banner names the dead row.
-        c.goto(&format!("{base}/")).await.expect("overview");
-        assert!(text(&c, "#health").await.contains("1 dead row(s)"));
-
-        // With the token its error group is requeued: a dry run first, which
-        // changes nothing, then the real one; a worker pass applies it.
-        c.goto(&format!("{base}/dead")).await.expect("dead rows by error");
         assert!(
-            text(&c, "#dead-groups")
+            text(&c, "#error-group")
                 .await
                 .contains("cursed die on {stream}/#")
         );
-        screenshot(&c, "serve-dead.png").await;
+        screenshot(&c, "serve-row.png").await;
         let answer = submit(&c, "/actions/requeue-group", TOKEN).await;
         assert!(answer.contains("Dry run: 1 dead row(s)"), "{answer}");
         assert_eq!(site.counts(), [3, 0, 0, 1], "a dry run changes nothing");
@@ -254,9 +289,33 @@ fn the_monitor_in_a_headless_browser() {
         assert!(answer.contains("requeued 1 dead row(s)"), "{answer}");
         assert!(!answer.contains(TOKEN), "the token is never shown");
         assert_eq!(site.counts(), [4, 0, 0, 0]);
-        c.goto(&format!("{base}/")).await.expect("overview");
-        let banner = text(&c, "#health").await;
-        assert!(!banner.contains("dead row"), "the banner clears: {banner}");
+
+        // Back at the overview, untouched: its refresh clears the banner.
+        c.switch_to_window(watching).await.expect("back to the overview");
+        let deadline = std::time::Instant::now() + support::PATIENCE;
+        loop {
+            let banner = match c.find(Locator::Css("#health")).await {
+                Ok(e) => e.text().await.unwrap_or_default(),
+                // Caught between two loads.
+                Err(_) => String::new(),
+            };
+            if banner.contains("no live worker") && !banner.contains("dead row") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the refreshing overview still says: {banner}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(
+            c.current_url()
+                .await
+                .expect("url")
+                .as_str()
+                .ends_with("/?refresh=5"),
+            "the page reloaded itself"
+        );
         site.ok(&["work", "--once"]);
         c.goto(&format!("{base}/")).await.expect("overview");
         assert_eq!(count(&c, "count-total").await, 0, "the requeued row was applied");

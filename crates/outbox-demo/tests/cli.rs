@@ -1331,7 +1331,7 @@ fn partitions_are_listed_and_resized_only_with_the_workers_stopped() {
         &[
             "16 partitions by `crc32`",
             "not 32",
-            "outbox partitions resize --count 32 --yes",
+            "`outbox-demo partitions resize --count 32 --yes`",
         ],
     );
     site.refused(
@@ -2174,7 +2174,8 @@ fn a_missing_database_is_not_created() {
             args,
             &[],
             3,
-            &[&site.journal.display().to_string(), "outbox migrate"],
+            // The hint names the binary that ran, not the stock `outbox`.
+            &[&site.journal.display().to_string(), "`outbox-demo migrate`"],
         );
     }
     // The journal exists, the projection database does not.

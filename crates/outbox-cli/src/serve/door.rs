@@ -1,8 +1,8 @@
 //! The front door of `outbox serve` and `outbox work --metrics-addr`: what
 //! every connection and request passes before a page or an action sees it.
 //!
-//! - **Connections.** At most `--max-connections` at once (more are closed
-//!   on accept, with a log line); one request per connection; the request
+//! - **Connections.** At most `--max-connections` at once (see the end of
+//!   this point for who gives way); one request per connection; the request
 //!   head must arrive within `--head-timeout-ms` (else 408), and is read
 //!   here before hyper sees it ([`read_head`]): a head too large, a target
 //!   too long or a malformed request line gets its one-line answer from
@@ -11,7 +11,9 @@
 //!   is answered within `--request-timeout-ms`, and the whole connection ends
 //!   within both and 5 s more. A client that opens sockets and sends
 //!   nothing, or sends a head or a body byte by byte, holds a slot for
-//!   seconds, not forever.
+//!   seconds, not forever; and when every slot is taken, a new connection
+//!   closes the oldest one still sending its request ([`Waiting`]), so
+//!   such clients cannot keep a real request out even for those seconds.
 //! - **Host allow-list.** The `Host` of every request must be one the
 //!   monitor answers to (`--allowed-hosts`; by default the loopback names
 //!   and the bound address, or any IP address on a `0.0.0.0` or `::`
@@ -48,6 +50,7 @@ use outbox_core::Error;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::{OUTBOX_SERVE_READ_TOKEN, OUTBOX_SERVE_TOKEN};
 
@@ -291,6 +294,110 @@ pub(crate) struct Door {
     full_logged: Mutex<Option<Instant>>,
     /// The last [`AUDIT_KEPT`] audit entries, newest last.
     audit: Mutex<VecDeque<AuditEntry>>,
+    /// The connections still sending their request.
+    pub(crate) waiting: Waiting,
+}
+
+/// The connections that have not sent their whole request yet (its head,
+/// and the body its `Content-Length` declares), by accept order. When every
+/// connection slot is taken, a new connection closes the oldest of them
+/// instead of being turned away: a client that opens sockets and sends
+/// nothing, or trickles its request, holds slots only until real requests
+/// need them. A connection whose request is in (a page being rendered, an
+/// action running) is never closed for another.
+#[derive(Default)]
+pub(crate) struct Waiting {
+    next: std::sync::atomic::AtomicU64,
+    open: Mutex<std::collections::BTreeMap<u64, (SocketAddr, Instant, CancellationToken)>>,
+    /// Connections closed for a newer one, since the last log line.
+    shed_unlogged: Mutex<(u64, Option<Instant>)>,
+    /// Connections closed for a newer one, in all.
+    pub(crate) shed_total: std::sync::atomic::AtomicU64,
+}
+
+/// A connection's place among the [`Waiting`] ones: left when dropped
+/// (its request is in, or it closed). `closed` fires when a newer
+/// connection took its slot.
+pub(crate) struct WaitingPlace {
+    door: Arc<Door>,
+    id: u64,
+    pub(crate) closed: CancellationToken,
+}
+
+impl Drop for WaitingPlace {
+    fn drop(&mut self) {
+        self.door.waiting.lock().remove(&self.id);
+    }
+}
+
+impl Waiting {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, (SocketAddr, Instant, CancellationToken)>>
+    {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many connections are still sending their request.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl Door {
+    /// Enters a connection just accepted from `peer` among the waiting
+    /// ones (called in accept order: the order is the accept loop's).
+    pub(crate) fn wait_for_request(self: &Arc<Self>, peer: SocketAddr) -> WaitingPlace {
+        let id = self
+            .waiting
+            .next
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let closed = CancellationToken::new();
+        self.waiting
+            .lock()
+            .insert(id, (peer, Instant::now(), closed.clone()));
+        WaitingPlace {
+            door: self.clone(),
+            id,
+            closed,
+        }
+    }
+
+    /// Closes the oldest connection still sending its request, for a new
+    /// one from `newcomer`; `false` when there is none (every open
+    /// connection is being answered). Logged at most once a minute, with
+    /// the count since the last line.
+    pub(crate) fn shed_oldest(&self, newcomer: SocketAddr) -> bool {
+        let Some((_, (peer, since, closed))) = self.waiting.lock().pop_first() else {
+            return false;
+        };
+        closed.cancel();
+        self.waiting
+            .shed_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut unlogged = self
+            .waiting
+            .shed_unlogged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        unlogged.0 += 1;
+        if unlogged.1.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            tracing::warn!(
+                target: "outbox::audit",
+                %peer,
+                %newcomer,
+                max = self.max_connections,
+                closed = unlogged.0,
+                "connection closed for a newer one: --max-connections are open and this one had not \
+                 sent its whole request in {:?} (the oldest such; logged once a minute, `closed` counts \
+                 them since the last line)",
+                since.elapsed()
+            );
+            *unlogged = (0, Some(Instant::now()));
+        }
+        true
+    }
 }
 
 impl Door {
@@ -334,6 +441,7 @@ impl Door {
             body_limit: c.body_limit,
             full_logged: Mutex::default(),
             audit: Mutex::default(),
+            waiting: Waiting::default(),
         })
     }
 
@@ -352,7 +460,7 @@ impl Door {
                 target: "outbox::audit",
                 %peer,
                 max = self.max_connections,
-                "connection refused: --max-connections are open (logged once a minute)"
+                "connection refused: --max-connections are open, each with its request in (logged once a minute)"
             );
         }
     }
@@ -683,11 +791,28 @@ fn one_line_errors(res: Response) -> Response {
 const MAX_HEADER_LINES: usize = 64;
 
 /// A connection whose request head was read already: the head is read
-/// again from the buffer, then the rest from the socket.
+/// again from the buffer, then the rest from the socket. It keeps its
+/// place among the [`Waiting`] connections until the body its head
+/// declares has been read (for ever with a chunked body, whose end this
+/// does not look for: browsers and scrapers send none).
 pub(crate) struct Prefixed {
     head: Vec<u8>,
     at: usize,
     stream: tokio::net::TcpStream,
+    /// Bytes read from the socket so far, head included.
+    received: u64,
+    /// Where the request ends, when its length is known.
+    request_end: Option<u64>,
+    place: Option<WaitingPlace>,
+}
+
+impl Prefixed {
+    fn received(&mut self, n: usize) {
+        self.received += n as u64;
+        if self.request_end.is_some_and(|end| self.received >= end) {
+            self.place = None;
+        }
+    }
 }
 
 impl tokio::io::AsyncRead for Prefixed {
@@ -703,7 +828,11 @@ impl tokio::io::AsyncRead for Prefixed {
             self.at += n;
             return std::task::Poll::Ready(Ok(()));
         }
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        self.received(n);
+        polled
     }
 }
 
@@ -742,6 +871,8 @@ struct HeadScan {
     line_from: usize,
     /// Header lines ended so far.
     lines: usize,
+    /// Where the head ends (past its empty line), once it has.
+    end: usize,
 }
 
 impl HeadScan {
@@ -770,6 +901,7 @@ impl HeadScan {
             }
             let line = &buf[self.line_from..i];
             if line.is_empty() || line == b"\r" {
+                self.end = i + 1;
                 return Ok(true);
             }
             self.lines += 1;
@@ -810,13 +942,38 @@ fn request_line(line: &[u8]) -> Result<(), (StatusCode, &'static str)> {
     Ok(())
 }
 
+/// The end of a request whose head is `head[..end]`: the head plus its
+/// `Content-Length` (none: no body); `None` for a chunked body.
+fn request_end(head: &[u8], end: usize) -> Option<u64> {
+    let mut length = 0;
+    for line in head[..end].split(|&b| b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            // Unparsable: hyper refuses the request; nothing to wait for.
+            length = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Some(end as u64 + length)
+}
+
 /// Reads the request head of a new connection within `--head-timeout-ms`
-/// and hands the connection on, head included; or answers it here with one
-/// line (408, 400, 414, 431; logged) and closes it: `None`.
+/// and hands the connection on, head included, with its `place` among the
+/// waiting ones; or answers it here with one line (408, 400, 414, 431;
+/// logged) and closes it: `None`.
 pub(crate) async fn read_head(
     door: &Door,
     mut stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    place: WaitingPlace,
 ) -> Option<Prefixed> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::with_capacity(1024);
@@ -841,7 +998,19 @@ pub(crate) async fn read_head(
         // Closed before a whole head: nothing to answer.
         Ok(None) => return None,
         Ok(Some(Ok(()))) => {
-            return Some(Prefixed { head, at: 0, stream });
+            let request_end = request_end(&head, scan.end);
+            let mut conn = Prefixed {
+                head,
+                at: 0,
+                stream,
+                received: 0,
+                request_end,
+                place: Some(place),
+            };
+            // The head's reads may hold the whole body already (or there
+            // is none): then the request is in.
+            conn.received(conn.head.len());
+            return Some(conn);
         }
         Ok(Some(Err(refused))) => refused,
         Err(_) if head.is_empty() => {
@@ -886,6 +1055,22 @@ pub(crate) async fn read_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_ends_after_the_body_its_head_declares() {
+        let end_of = |head: &[u8]| {
+            let mut scan = HeadScan::default();
+            assert_eq!(scan.feed(head), Ok(true));
+            assert_eq!(scan.end, head.len());
+            request_end(head, scan.end)
+        };
+        let get = b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        assert_eq!(end_of(get), Some(get.len() as u64));
+        let post = b"POST /a HTTP/1.1\r\ncontent-LENGTH: 12\r\n\r\n";
+        assert_eq!(end_of(post), Some(post.len() as u64 + 12));
+        let chunked = b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(end_of(chunked), None);
+    }
 
     #[test]
     fn guessable_tokens_are_refused() {

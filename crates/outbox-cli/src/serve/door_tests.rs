@@ -467,3 +467,139 @@ async fn refused_action_inputs_are_audited() {
     assert!(seen[2].2.starts_with("refused (400)"), "{seen:?}");
     assert!(audit.iter().all(|e| e.peer.ip().is_loopback()));
 }
+
+/// Waits until the door counts `n` connections still sending their
+/// request: each socket is accepted before the next one connects, so
+/// "oldest" is the order the test opened them in. A hang guard only.
+async fn waiting(door: &Door, n: usize) {
+    tokio::time::timeout(PATIENCE, async {
+        while door.waiting.len() != n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} connections waiting, not {n}", door.waiting.len()));
+}
+
+/// Reads what the server sends until it closes: nothing (a reset counts
+/// as nothing) for a connection closed without an answer.
+async fn closed_silently(mut s: TcpStream) -> bool {
+    let mut rest = Vec::new();
+    match tokio::time::timeout(PATIENCE, s.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+    {
+        Ok(_) => rest.is_empty(),
+        Err(_) => true,
+    }
+}
+
+/// Sockets that sent nothing, half a head, or a head whose declared body
+/// never comes fill every slot; a real request still gets its answer: it
+/// closes the oldest of them (here the trickling body) and the others stay.
+/// No timeout is involved (the head and request timeouts are an hour).
+#[tokio::test]
+async fn idle_and_trickling_sockets_at_the_cap_make_room_for_a_real_request() {
+    let mut c = config("127.0.0.1:9464");
+    c.max_connections = 3;
+    c.head_timeout = Duration::from_secs(3600);
+    c.request_timeout = Duration::from_secs(3600);
+    let door = Arc::new(Door::with_tokens(&c, None, None).unwrap());
+    let s = start_on(listener().await, door.clone(), pages());
+    let mut idle = Vec::new();
+    for sent in [
+        &b"POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nten bytes."[..],
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n",
+        b"",
+    ] {
+        let mut sock = TcpStream::connect(s.addr).await.unwrap();
+        sock.write_all(sent).await.unwrap();
+        idle.push(sock);
+        waiting(&door, idle.len()).await;
+    }
+    let r = request(s.addr, "GET", "/", &[], "").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "overview"), "{r:?}");
+    assert_eq!(
+        door.waiting.shed_total.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let mut idle = idle.into_iter();
+    assert!(
+        closed_silently(idle.next().unwrap()).await,
+        "the oldest made room"
+    );
+    waiting(&door, 2).await;
+}
+
+/// A connection whose request is in (a page being rendered) is never
+/// closed for a newer one: with it holding the only slot, the newcomer is
+/// turned away and the page is still answered.
+#[tokio::test]
+async fn a_request_being_answered_is_not_closed_for_a_newer_one() {
+    let (entered, mut inside) = tokio::sync::mpsc::channel::<()>(1);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let router = pages().route(
+        "/blocked",
+        get(move || {
+            let (entered, held) = (entered.clone(), held.clone());
+            async move {
+                entered.send(()).await.unwrap();
+                held.notified().await;
+                "blocked"
+            }
+        }),
+    );
+    let mut c = config("127.0.0.1:9464");
+    c.max_connections = 1;
+    let door = Arc::new(Door::with_tokens(&c, None, None).unwrap());
+    let s = start_on(listener().await, door.clone(), router);
+    let addr = s.addr;
+    let first = tokio::spawn(async move { request(addr, "GET", "/blocked", &[], "").await });
+    inside.recv().await.unwrap();
+    assert_eq!(door.waiting.len(), 0, "its request is in");
+    let mut late = TcpStream::connect(addr).await.unwrap();
+    late.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed_silently(late).await, "turned away");
+    release.notify_one();
+    let r = first.await.unwrap();
+    assert_eq!((r.status, r.body.as_str()), (200, "blocked"), "{r:?}");
+    assert_eq!(
+        door.waiting.shed_total.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// The monitor of an application's own binary names that binary in the
+/// command hints of its error answers (a port error names `outbox`);
+/// pages are left as they are.
+#[tokio::test]
+async fn error_answers_name_the_running_binary() {
+    let router = Router::new()
+        .route(
+            "/conflict",
+            get(async || {
+                super::text(
+                    axum::http::StatusCode::CONFLICT,
+                    "a run is active: wait for it or cancel it with `outbox runs cancel 3`",
+                )
+            }),
+        )
+        .route("/page", get(async || "run `outbox report`"))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::<str>::from("bankctl"),
+            super::name_the_binary,
+        ));
+    let door = Door::with_tokens(&config("127.0.0.1:9464"), None, None).unwrap();
+    let s = start(door, router).await;
+    let r = request(s.addr, "GET", "/conflict", &[], "").await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert_eq!(
+        r.body,
+        "a run is active: wait for it or cancel it with `bankctl runs cancel 3`\n"
+    );
+    let r = request(s.addr, "GET", "/page", &[], "").await;
+    assert_eq!((r.status, r.body.as_str()), (200, "run `outbox report`"));
+}

@@ -134,7 +134,35 @@ fn monitor_router<J: CliJournal, P: CliStore>(monitor: Arc<Monitor<J, P>>) -> Ro
         .route("/actions/pause-consumer", post(fleet::pause_consumer::<J, P>))
         .route("/actions/resume-consumer", post(fleet::resume_consumer::<J, P>))
         .fallback(not_found)
-        .with_state(monitor)
+        .with_state(monitor.clone())
+        .layer(middleware::from_fn_with_state(
+            Arc::<str>::from(monitor.app.as_str()),
+            name_the_binary,
+        ))
+}
+
+/// The monitor's one-line error answers with their command hints naming
+/// the application's binary (`output::named_for`): a port error names the
+/// stock `outbox`, and the monitor of an application's own binary would
+/// tell its operator to run a command that is not installed.
+async fn name_the_binary(State(bin): State<Arc<str>>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let plain = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/plain"));
+    let error = res.status().is_client_error() || res.status().is_server_error();
+    if &*bin == "outbox" || !plain || !error {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    // One line, never more than a page of text: a larger body is not ours.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return text(parts.status, "error answer too large to show");
+    };
+    let named = crate::output::named_for(&String::from_utf8_lossy(&bytes), &bin);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(named))
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
@@ -172,11 +200,32 @@ async fn run_server(
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            door.note_full(peer);
-            drop(stream);
-            continue;
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            // Every slot taken: the oldest connection still sending its
+            // request makes room (its task ends at once and gives its slot
+            // back), so idle or trickling sockets cannot keep this one out.
+            Err(_) if door.shed_oldest(peer) => {
+                let freed = tokio::select! {
+                    () = cancel.cancelled() => break,
+                    slot = slots.clone().acquire_owned() => slot,
+                };
+                match freed {
+                    Ok(slot) => slot,
+                    Err(_) => break,
+                }
+            }
+            // Every open connection has its request in: this one waits
+            // for none of them.
+            Err(_) => {
+                door.note_full(peer);
+                drop(stream);
+                continue;
+            }
         };
+        // In accept order, before the task runs: "oldest" is by accept.
+        let place = door.wait_for_request(peer);
+        let closed = place.closed.clone();
         let service = hyper_util::service::TowerToHyperService::new(
             app.clone()
                 .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
@@ -185,34 +234,53 @@ async fn run_server(
         let door = door.clone();
         tracker.spawn(async move {
             let _slot = slot;
-            let Some(stream) = door::read_head(&door, stream, peer).await else {
-                return;
-            };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(door.head_timeout)
-                .keep_alive(false)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            let deadline = door.connection_deadline();
-            let served = tokio::time::timeout(deadline, async {
-                tokio::select! {
-                    _ = conn.as_mut() => {}
-                    () = cancel.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.as_mut().await;
-                    }
-                }
-            })
-            .await;
-            if served.is_err() {
-                tracing::warn!(target: "outbox::audit", %peer, "connection closed after {deadline:?}");
+            tokio::select! {
+                biased;
+                // Closed for a newer connection while its request was not
+                // in yet (the place is left once it is: then never).
+                () = closed.cancelled() => {}
+                () = serve_connection(&door, stream, peer, place, service, &cancel) => {}
             }
         });
     }
     tracker.close();
     tracker.wait().await;
     Ok(())
+}
+
+/// One connection: its head read by the door, then served by hyper within
+/// [`Door::connection_deadline`].
+async fn serve_connection(
+    door: &door::Door,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    place: door::WaitingPlace,
+    service: hyper_util::service::TowerToHyperService<Router>,
+    cancel: &CancellationToken,
+) {
+    let Some(stream) = door::read_head(door, stream, peer, place).await else {
+        return;
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(door.head_timeout)
+        .keep_alive(false)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let deadline = door.connection_deadline();
+    let served = tokio::time::timeout(deadline, async {
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            () = cancel.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.as_mut().await;
+            }
+        }
+    })
+    .await;
+    if served.is_err() {
+        tracing::warn!(target: "outbox::audit", %peer, "connection closed after {deadline:?}");
+    }
 }
 
 /// The `/metrics` endpoint of `outbox work --metrics-addr`: this worker's
@@ -384,13 +452,29 @@ fn health_banner(
     lag_threshold_ms: u64,
     held_back: u64,
     exceptions: ExceptionCounts,
-    orphan_consumers: usize,
+    consumers: &[ConsumerStatus],
 ) -> String {
     let mut bad = Vec::new();
     let mut warn = Vec::new();
+    let orphan_consumers = consumers.iter().filter(|c| !c.live).count();
     if orphan_consumers > 0 {
         warn.push(format!(
             "{orphan_consumers} registered consumer(s) with no live worker (<a href=\"/#consumers\">consumers</a>)"
+        ));
+    }
+    // Amber, not red: a pause is an operator's decision (or an applier's
+    // `stop`), but its consumer falls behind until resumed, and the worker
+    // lag does not show it (a paused consumer's work is never due).
+    let paused: Vec<String> = consumers
+        .iter()
+        .filter(|c| c.info.paused)
+        .map(|c| esc(c.projection.as_deref().unwrap_or(c.info.key.as_str())))
+        .collect();
+    if !paused.is_empty() {
+        warn.push(format!(
+            "{} consumer(s) paused, falling behind until resumed: {} (<a href=\"/#consumers\">consumers</a>)",
+            paused.len(),
+            paused.join(", ")
         ));
     }
     if workers == 0 {
@@ -457,14 +541,13 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     let held_back = SinkSummary::held_back_of(&sinks);
     let (exceptions, listed) = projection_exceptions(&m.journal, None, m.limit).await?;
     let consumers = consumer_statuses(&m.journal).await?;
-    let orphans = consumers.iter().filter(|c| !c.live).count();
     let mut b = health_banner(
         &g,
         workers.len(),
         m.lag_threshold_ms,
         held_back,
         exceptions,
-        orphans,
+        &consumers,
     );
     let _ = write!(
         b,
@@ -1142,19 +1225,25 @@ async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
         };
         let workers = m.journal.workers().await?.len();
         let sinks = m.journal.sinks().await?;
-        let orphans = consumer_statuses(&m.journal)
-            .await?
-            .iter()
-            .filter(|c| !c.live)
-            .count() as u64;
-        Ok::<_, Error>((Gauges::from_summary(&summary), lag, workers, sinks, orphans))
+        let consumers = consumer_statuses(&m.journal).await?;
+        let count = |f: fn(&ConsumerStatus) -> bool| consumers.iter().filter(|c| f(c)).count() as u64;
+        let (orphans, paused) = (count(|c| !c.live), count(|c| c.info.paused));
+        Ok::<_, Error>((
+            Gauges::from_summary(&summary),
+            lag,
+            workers,
+            sinks,
+            orphans,
+            paused,
+        ))
     };
     match read.await {
-        Ok((g, lag, workers, sinks, orphans)) => metrics_response(&Scrape {
+        Ok((g, lag, workers, sinks, orphans, paused)) => metrics_response(&Scrape {
             gauges: Some(&g),
             lag: lag.as_ref(),
             workers: Some(workers),
             orphan_consumers: Some(orphans),
+            paused_consumers: Some(paused),
             sinks: Some(&sinks),
             worker: None,
         }),

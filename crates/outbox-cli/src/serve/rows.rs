@@ -253,6 +253,25 @@ pub(super) async fn row_page<J: CliJournal, P: CliStore>(
             OutboxStatus::Processing => {}
         }
     }
+    if row.status == OutboxStatus::Dead {
+        // The row's error group, so an operator who found one dead row
+        // (by the search box, a link) can requeue every row that died the
+        // same way once the cause is fixed, a dry run first.
+        let shape = error_shape(&row);
+        let _ = write!(
+            b,
+            "<p id=\"error-group\">Its error group: <code>{}</code> (all of them: \
+             <a href=\"/dead\">dead rows by error</a>)</p>",
+            esc(&shape)
+        );
+        if m.door.action.is_some() {
+            b.push_str(&action_form(
+                "/actions/requeue-group",
+                &[("id", group_id(&shape)), ("dry_run", "1".into())],
+                "Requeue its error group (dry run first)",
+            ));
+        }
+    }
     b.push_str("<h2>Event</h2>");
     match event {
         None => b.push_str("<p>The journal has no such event.</p>"),
