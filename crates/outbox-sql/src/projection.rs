@@ -482,12 +482,11 @@ pub async fn read_view_page(
 
 /// Implements `ViewStorage` for an adapter's transaction handle `$tx` (a
 /// [`transaction_handle!`](crate::transaction_handle): it implements
-/// [`Conn`](crate::Conn) and keeps [`ViewWrites`](crate::ViewWrites)), and
-/// `WatermarkStore` and `ViewStore` for its store `$store` whose `$db` field
-/// implements [`Database`](crate::Database), by delegating to this module.
+/// [`Conn`](crate::Conn) and keeps [`ViewWrites`](crate::ViewWrites)), by
+/// delegating to this module.
 #[macro_export]
-macro_rules! impl_projection_ports {
-    ($store:ty, $db:ident, $tx:ty) => {
+macro_rules! impl_view_storage {
+    ($tx:ty) => {
         #[::outbox_core::async_trait]
         impl ::outbox_core::spi::ViewStorage for $tx {
             fn generations(&self) -> &::outbox_core::spi::GenerationMap {
@@ -588,114 +587,6 @@ macro_rules! impl_projection_ports {
                 let deleted = $crate::projection::view_clear(&d, self, projection).await?;
                 self.views.cleared(projection, &deleted);
                 Ok(deleted.len() as u64)
-            }
-        }
-
-        impl ::outbox_core::ViewStore for $store {
-            async fn view_get(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                table: &str,
-                key: &str,
-            ) -> ::outbox_core::Result<Option<String>> {
-                $crate::projection::read_view(&*self.$db, projection, table, key).await
-            }
-
-            async fn view_scan(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                table: &str,
-                after: Option<&str>,
-                limit: usize,
-            ) -> ::outbox_core::Result<Vec<(String, String)>> {
-                $crate::projection::read_view_page(&*self.$db, projection, table, after, limit).await
-            }
-
-            async fn view_digests(&self) -> ::outbox_core::Result<Vec<::outbox_core::ViewDigest>> {
-                $crate::projection::view_digests(&*self.$db).await
-            }
-
-            async fn verify_view_digest(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-            ) -> ::outbox_core::Result<::outbox_core::ViewDigestCheck> {
-                $crate::projection::verify_view_digest(&*self.$db, projection).await
-            }
-        }
-
-        impl ::outbox_core::GenerationStore for $store {
-            async fn generation(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-            ) -> ::outbox_core::Result<Option<::outbox_core::GenerationInfo>> {
-                $crate::generations::generation(&*self.$db, projection).await
-            }
-
-            async fn generations(&self) -> ::outbox_core::Result<Vec<::outbox_core::GenerationInfo>> {
-                $crate::generations::generations(&*self.$db).await
-            }
-
-            async fn begin_generation(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                live_version: u32,
-                version: u32,
-            ) -> ::outbox_core::Result<::outbox_core::GenerationInfo> {
-                $crate::generations::begin_generation(&*self.$db, projection, live_version, version).await
-            }
-
-            async fn record_build_position(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                generation: u32,
-                position: u64,
-            ) -> ::outbox_core::Result<()> {
-                $crate::generations::record_build_position(&*self.$db, projection, generation, position).await
-            }
-
-            async fn swap_generation(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                generation: u32,
-                check: ::outbox_core::SwapCheck,
-            ) -> ::outbox_core::Result<::outbox_core::SwapOutcome> {
-                let out =
-                    $crate::generations::swap_generation(&*self.$db, projection, generation, check).await;
-                // This process's applies read the new map at once.
-                self.generations.invalidate();
-                out
-            }
-
-            async fn drop_generation(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-                generation: u32,
-            ) -> ::outbox_core::Result<u64> {
-                $crate::generations::drop_generation(&*self.$db, projection, generation).await
-            }
-
-            async fn stored_generations(
-                &self,
-                projection: &::outbox_core::ProjectionName,
-            ) -> ::outbox_core::Result<Vec<::outbox_core::StoredGeneration>> {
-                $crate::generations::stored_generations(&*self.$db, projection).await
-            }
-        }
-
-        impl ::outbox_core::WatermarkStore for $store {
-            async fn watermark(
-                &self,
-                stream: &::outbox_core::StreamId,
-            ) -> ::outbox_core::Result<Option<::outbox_core::Watermark>> {
-                $crate::projection::watermark(&*self.$db, stream).await
-            }
-
-            async fn watermarks(
-                &self,
-                after: Option<&::outbox_core::StreamId>,
-                limit: usize,
-            ) -> ::outbox_core::Result<Vec<::outbox_core::Watermark>> {
-                $crate::projection::watermarks(&*self.$db, after, limit).await
             }
         }
     };
