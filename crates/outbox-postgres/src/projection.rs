@@ -267,8 +267,6 @@ impl outbox_core::SkippedEvents for PgProjectionStore {
     }
 }
 
-outbox_sql::impl_view_storage!(PgTx);
-
 // The cold-path ports: the shared statements of `SqlProjections`, on
 // this schema with the projection role's clock.
 

@@ -14,6 +14,7 @@ mod projection_store;
 pub mod runs;
 pub mod sinks;
 pub mod skipped;
+mod transaction;
 mod value;
 mod view_writes;
 
@@ -22,5 +23,6 @@ pub use dialect::{Dialect, LockedDocuments};
 pub use journal_store::SqlJournal;
 pub use plumbing::{Role, digest_row, digest_rows};
 pub use projection_store::SqlProjections;
+pub use transaction::SqlTx;
 pub use value::{Arg, Row, Value, decode_json, json_text, json_text_unless_empty};
 pub use view_writes::{DigestWrites, DocumentWrites, Statement, ViewWrites};

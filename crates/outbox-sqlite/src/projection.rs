@@ -245,8 +245,6 @@ impl outbox_core::SkippedEvents for SqliteProjectionStore {
     }
 }
 
-outbox_sql::impl_view_storage!(SqliteTx);
-
 // The cold-path ports: the shared statements of `SqlProjections`.
 
 impl ViewStore for SqliteProjectionStore {
