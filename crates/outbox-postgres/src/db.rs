@@ -166,9 +166,22 @@ pub(crate) fn shown(e: &sqlx::Error) -> String {
     }
 }
 
-/// Maps a migration failure (see [`outbox_sql::migrate_error!`]).
+/// Maps a `sqlx` migration failure: a database error inside it (a
+/// connection reset while migrating, an admin shutdown, a busy file) is
+/// classified by [`storage`] like any statement's; a failure of the
+/// migration files themselves (checksum mismatch, a missing or dirty
+/// version) is a permanent storage error.
 pub(crate) fn migrate_error(context: impl fmt::Display, e: sqlx::migrate::MigrateError) -> Error {
-    outbox_sql::migrate_error!(context, e)
+    match e {
+        sqlx::migrate::MigrateError::Execute(db) | sqlx::migrate::MigrateError::ExecuteMigration(db, _) => {
+            storage(context, db)
+        }
+        other => Error::Storage {
+            message: format!("{context}: {other}"),
+            temporary: false,
+            source: Some(Box::new(other)),
+        },
+    }
 }
 
 /// A connection target shown without credentials: `user@host:port/db` or

@@ -11,10 +11,12 @@ use outbox_core::spi::{
     validate_ttl,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, Error, Event, EventJournal, FailureDecision, FailureOutcome,
-    Lease, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition, PartitionStatus, PartitionStore,
-    PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq, StreamEnd, StreamId, StreamVersion,
-    SweepLimits, Timestamp, WakeSource, WorkerId,
+    ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, DeadLetters, Error,
+    Event, EventJournal, FailureDecision, FailureOutcome, FeedPage, Lease, LeaseAdmin, LeaseEntry,
+    LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary,
+    Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash, Result,
+    RetryPolicy, Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd,
+    StreamId, StreamVersion, SweepLimits, Timestamp, WakeSource, WorkerId, WorkerInfo, WorkerRegistry,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row as _, Transaction};
@@ -23,7 +25,7 @@ use crate::PgOptions;
 use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::sql::RoleDb;
 use crate::wake::PgWakeSource;
-use outbox_sql::{Arg, Database as _};
+use outbox_sql::{Arg, SqlJournal};
 
 /// The Postgres journal database: implements [`EventJournal`](outbox_core::EventJournal),
 /// [`OutboxQueue`](outbox_core::OutboxQueue), [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one schema.
@@ -37,7 +39,7 @@ use outbox_sql::{Arg, Database as _};
 pub struct PgJournal {
     db: Arc<Db>,
     /// The shared cold-path statements on this schema, with the journal's clock.
-    sql: Arc<RoleDb>,
+    sql: SqlJournal<RoleDb>,
     /// The journal's partitioning, resolved and stored at connect.
     partitioning: Partitioning,
 }
@@ -349,7 +351,7 @@ impl PgJournal {
             }
         };
         Ok(PgJournal {
-            sql,
+            sql: SqlJournal::new(sql),
             db,
             partitioning,
         })
@@ -1346,7 +1348,8 @@ impl PartitionStore for PgJournal {
         wanted: &[Partition],
         ttl: Duration,
     ) -> Result<PartitionSync> {
-        outbox_sql::partitions::sync_partitions(&*self.sql, &self.partitioning, owner, wanted, ttl).await
+        outbox_sql::partitions::sync_partitions(self.sql.database(), &self.partitioning, owner, wanted, ttl)
+            .await
     }
 
     /// One statement (`CLAIM_PARTITIONED`): the owner's partition leases
@@ -1406,13 +1409,218 @@ impl PartitionStore for PgJournal {
     }
 
     async fn partitions(&self) -> Result<Vec<PartitionStatus>> {
-        outbox_sql::partitions::partitions(&*self.sql, self.partitioning.count()).await
+        outbox_sql::partitions::partitions(self.sql.database(), self.partitioning.count()).await
     }
 }
 
-outbox_sql::impl_journal_ports!(PgJournal, sql);
-outbox_sql::impl_sink_store!(PgJournal, sql);
-outbox_sql::impl_lease_store!(PgJournal, sql);
+// The cold-path ports: the shared statements of `SqlJournal`, on this
+// schema with the journal's clock.
+
+impl DeadLetters for PgJournal {
+    fn requeue(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send {
+        DeadLetters::requeue(&self.sql, stream, seq)
+    }
+
+    fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
+        DeadLetters::requeue_dead(&self.sql, limit)
+    }
+
+    fn retry(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send {
+        DeadLetters::retry(&self.sql, stream, seq)
+    }
+}
+
+impl OutboxInspector for PgJournal {
+    fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send {
+        OutboxInspector::row(&self.sql, stream, seq)
+    }
+
+    fn head(&self, stream: &StreamId) -> impl Future<Output = Result<Option<OutboxRow>>> + Send {
+        OutboxInspector::head(&self.sql, stream)
+    }
+
+    fn summary(&self) -> impl Future<Output = Result<OutboxSummary>> + Send {
+        OutboxInspector::summary(&self.sql)
+    }
+
+    fn list(
+        &self,
+        status: Option<OutboxStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
+        OutboxInspector::list(&self.sql, status, limit)
+    }
+
+    fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        OutboxInspector::lease(&self.sql, stream)
+    }
+
+    fn leases(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<LeaseEntry>>> + Send {
+        OutboxInspector::leases(&self.sql, after, limit)
+    }
+}
+
+impl LeaseAdmin for PgJournal {
+    fn break_lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        LeaseAdmin::break_lease(&self.sql, stream)
+    }
+}
+
+impl WorkerRegistry for PgJournal {
+    fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: Mode,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<WorkerInfo>> + Send {
+        WorkerRegistry::heartbeat(&self.sql, id, host, pid, mode, ttl)
+    }
+
+    fn workers(&self) -> impl Future<Output = Result<Vec<WorkerInfo>>> + Send {
+        WorkerRegistry::workers(&self.sql)
+    }
+
+    fn deregister(&self, id: &WorkerId) -> impl Future<Output = Result<bool>> + Send {
+        WorkerRegistry::deregister(&self.sql, id)
+    }
+
+    fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send {
+        WorkerRegistry::prune(&self.sql, grace)
+    }
+}
+
+impl ActivityLog for PgJournal {
+    fn record_activity(
+        &self,
+        id: &WorkerId,
+        counts: ActivityCounts,
+    ) -> impl Future<Output = Result<()>> + Send {
+        ActivityLog::record_activity(&self.sql, id, counts)
+    }
+
+    fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send {
+        ActivityLog::activity(&self.sql, minutes)
+    }
+}
+
+impl LeaseStore for PgJournal {
+    fn acquire(
+        &self,
+        stream: &StreamId,
+        owner: &WorkerId,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        LeaseStore::acquire(&self.sql, stream, owner, ttl)
+    }
+
+    fn renew(&self, lease: &Lease, ttl: Duration) -> impl Future<Output = Result<Lease>> + Send {
+        LeaseStore::renew(&self.sql, lease, ttl)
+    }
+
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send {
+        LeaseStore::release(&self.sql, lease)
+    }
+}
+
+impl SinkStore for PgJournal {
+    fn sink_states(
+        &self,
+        sink: &SinkName,
+        streams: &[StreamId],
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::sink_states(&self.sql, sink, streams)
+    }
+
+    fn advance_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        from: u64,
+        to: Seq,
+        more: bool,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        SinkStore::advance_sink(&self.sql, sink, stream, partition, from, to, more)
+    }
+
+    fn hold_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        at: u64,
+    ) -> impl Future<Output = Result<SinkStream>> + Send {
+        SinkStore::hold_sink(&self.sql, sink, stream, partition, at)
+    }
+
+    fn fail_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> impl Future<Output = Result<FailureOutcome>> + Send {
+        SinkStore::fail_sink(&self.sql, sink, stream, partition, seq, error, policy)
+    }
+
+    fn due_sink_streams(
+        &self,
+        sink: &SinkName,
+        partitions: &[Partition],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::due_sink_streams(&self.sql, sink, partitions, limit)
+    }
+
+    fn sink_streams(
+        &self,
+        sink: &SinkName,
+        status: Option<SinkStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::sink_streams(&self.sql, sink, status, limit)
+    }
+
+    fn requeue_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+    ) -> impl Future<Output = Result<SinkStream>> + Send {
+        SinkStore::requeue_sink(&self.sql, sink, stream)
+    }
+
+    fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send {
+        SinkStore::sinks(&self.sql)
+    }
+}
+
+impl SinkFeed for PgJournal {
+    async fn read_feed(&self, after: u64, limit: usize) -> Result<FeedPage> {
+        outbox_sql::sinks::read_feed(self, self.sql.database(), after, limit).await
+    }
+
+    fn sink_cursors(&self, sink: &SinkName) -> impl Future<Output = Result<Vec<(Partition, u64)>>> + Send {
+        outbox_sql::sinks::sink_cursors(self.sql.database(), sink)
+    }
+
+    fn advance_sink_cursor(
+        &self,
+        sink: &SinkName,
+        partition: Partition,
+        from: u64,
+        to: u64,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        outbox_sql::sinks::advance_sink_cursor(self.sql.database(), sink, partition, from, to)
+    }
+}
 
 impl outbox_core::ConsumerRegistry for PgJournal {
     async fn register_consumers(
@@ -1421,18 +1629,18 @@ impl outbox_core::ConsumerRegistry for PgJournal {
         version: &str,
         worker: &outbox_core::WorkerId,
     ) -> Result<()> {
-        outbox_sql::consumers::register_consumers(&*self.sql, consumers, version, worker).await
+        outbox_sql::consumers::register_consumers(self.sql.database(), consumers, version, worker).await
     }
 
     async fn consumers(&self) -> Result<Vec<outbox_core::ConsumerInfo>> {
-        outbox_sql::consumers::consumers(&*self.sql).await
+        outbox_sql::consumers::consumers(self.sql.database()).await
     }
 
     async fn set_paused(&self, key: &outbox_core::SinkName, paused: bool) -> Result<bool> {
-        outbox_sql::consumers::set_paused(&*self.sql, key, paused).await
+        outbox_sql::consumers::set_paused(self.sql.database(), key, paused).await
     }
 
     async fn retire_consumer(&self, key: &outbox_core::SinkName) -> Result<bool> {
-        outbox_sql::consumers::retire_consumer(&*self.sql, key).await
+        outbox_sql::consumers::retire_consumer(self.sql.database(), key).await
     }
 }

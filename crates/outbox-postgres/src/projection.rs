@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use outbox_core::spi::{all_applied, apply_in, apply_runs_in};
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
-    StreamId,
+    ApplyOutcome, Digest, DigestBuilder, Error, Event, GenerationInfo, GenerationStore, Projection,
+    ProjectionName, ProjectionStore, Result, StoredGeneration, StreamId, SwapCheck, SwapOutcome, ViewDigest,
+    ViewDigestCheck, ViewStore, Watermark, WatermarkStore,
 };
 use sqlx::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -14,7 +15,7 @@ use crate::db::{Db, Role, parse_url, pnow, storage};
 use crate::sql::RoleDb;
 use crate::tx::PgTx;
 use crate::{PgJournal, PgOptions, validate_identifier};
-use outbox_sql::generations::GenerationCache;
+use outbox_sql::SqlProjections;
 
 /// The Postgres projection database: implements [`ProjectionStore`]
 /// (appliers write through a [`PgTx`], inside the store's transaction),
@@ -31,19 +32,17 @@ use outbox_sql::generations::GenerationCache;
 #[derive(Clone, Debug)]
 pub struct PgProjectionStore {
     pub(crate) db: Arc<Db>,
-    /// The shared cold-path statements on this schema, with the projection
-    /// role's clock.
-    pub(crate) sql: Arc<RoleDb>,
-    /// The live generations apply transactions reuse (ADR 0021).
-    generations: Arc<GenerationCache>,
+    /// The shared cold-path ports on this schema, with the projection
+    /// role's clock, and the live generations apply transactions reuse
+    /// (ADR 0021).
+    pub(crate) sql: SqlProjections<RoleDb>,
 }
 
 impl PgProjectionStore {
     fn from_db(db: Arc<Db>) -> Self {
         PgProjectionStore {
-            sql: Arc::new(RoleDb::new(Arc::clone(&db), pnow!())),
+            sql: SqlProjections::new(Arc::new(RoleDb::new(Arc::clone(&db), pnow!()))),
             db,
-            generations: Arc::default(),
         }
     }
 
@@ -108,8 +107,8 @@ impl PgProjectionStore {
     /// the last apply resolved (an apply fenced by their epoch), otherwise
     /// they are read now (setup, reset).
     async fn begin(&self, cached: bool) -> Result<PgTx> {
-        let mut tx = PgTx::new(self.db.begin().await?, self.sql.dialect.clone());
-        tx.resolve_generations(cached.then_some(&*self.generations))
+        let mut tx = PgTx::new(self.db.begin().await?, self.sql.database().dialect.clone());
+        tx.resolve_generations(cached.then_some(self.sql.generation_cache()))
             .await?;
         Ok(tx)
     }
@@ -118,7 +117,7 @@ impl PgProjectionStore {
     /// makes an apply with the old ones fail, and the retry reads them again.
     fn forget_generations<T>(&self, result: Result<T>) -> Result<T> {
         if result.is_err() {
-            self.generations.invalidate();
+            self.sql.generation_cache().invalidate();
         }
         result
     }
@@ -129,7 +128,7 @@ impl ProjectionStore for PgProjectionStore {
 
     async fn setup(&self, projections: &[Arc<dyn Projection<PgTx>>]) -> Result<()> {
         let mut tx = self.begin(false).await?;
-        outbox_sql::projection::setup_in(&self.sql.dialect, &mut tx, projections).await?;
+        outbox_sql::projection::setup_in(&self.sql.database().dialect, &mut tx, projections).await?;
         tx.commit(|e| storage(self.db.context("setting up projections"), e))
             .await
     }
@@ -175,12 +174,12 @@ impl ProjectionStore for PgProjectionStore {
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
-        outbox_sql::projection::checkpoint(&*self.sql, projection, stream).await
+        outbox_sql::projection::checkpoint(self.sql.database(), projection, stream).await
     }
 
     async fn reset(&self, projection: &dyn Projection<PgTx>) -> Result<()> {
         let mut tx = self.begin(false).await?;
-        outbox_sql::projection::reset_in(&self.sql.dialect, &mut tx, projection).await?;
+        outbox_sql::projection::reset_in(&self.sql.database().dialect, &mut tx, projection).await?;
         tx.commit(|e| storage(self.db.context("resetting a projection"), e))
             .await
     }
@@ -194,9 +193,10 @@ impl ProjectionStore for PgProjectionStore {
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await
             .map_err(err)?;
-        let mut tx = PgTx::new(tx, self.sql.dialect.clone());
+        let mut tx = PgTx::new(tx, self.sql.database().dialect.clone());
         tx.resolve_generations(None).await?;
-        let digest = outbox_sql::projection::digest_in(&self.sql.dialect, &mut tx, projection).await?;
+        let digest =
+            outbox_sql::projection::digest_in(&self.sql.database().dialect, &mut tx, projection).await?;
         tx.commit(err).await?;
         Ok(digest)
     }
@@ -253,7 +253,7 @@ impl outbox_core::SkippedEvents for PgProjectionStore {
         projection: Option<&ProjectionName>,
         limit: usize,
     ) -> Result<Vec<outbox_core::SkippedEvent>> {
-        outbox_sql::skipped::skipped(&*self.sql, projection, limit).await
+        outbox_sql::skipped::skipped(self.sql.database(), projection, limit).await
     }
 
     async fn reapply(&self, event: &Event, projection: &Arc<dyn Projection<PgTx>>) -> Result<bool> {
@@ -267,4 +267,106 @@ impl outbox_core::SkippedEvents for PgProjectionStore {
     }
 }
 
-outbox_sql::impl_projection_ports!(PgProjectionStore, sql, PgTx);
+// The cold-path ports: the shared statements of `SqlProjections`, on
+// this schema with the projection role's clock.
+
+impl ViewStore for PgProjectionStore {
+    fn view_get(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send {
+        ViewStore::view_get(&self.sql, projection, table, key)
+    }
+
+    fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send {
+        ViewStore::view_scan(&self.sql, projection, table, after, limit)
+    }
+
+    fn view_digests(&self) -> impl Future<Output = Result<Vec<ViewDigest>>> + Send {
+        ViewStore::view_digests(&self.sql)
+    }
+
+    fn verify_view_digest(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<ViewDigestCheck>> + Send {
+        ViewStore::verify_view_digest(&self.sql, projection)
+    }
+}
+
+impl GenerationStore for PgProjectionStore {
+    fn generation(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<Option<GenerationInfo>>> + Send {
+        GenerationStore::generation(&self.sql, projection)
+    }
+
+    fn generations(&self) -> impl Future<Output = Result<Vec<GenerationInfo>>> + Send {
+        GenerationStore::generations(&self.sql)
+    }
+
+    fn begin_generation(
+        &self,
+        projection: &ProjectionName,
+        live_version: u32,
+        version: u32,
+    ) -> impl Future<Output = Result<GenerationInfo>> + Send {
+        GenerationStore::begin_generation(&self.sql, projection, live_version, version)
+    }
+
+    fn record_build_position(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+        position: u64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        GenerationStore::record_build_position(&self.sql, projection, generation, position)
+    }
+
+    fn swap_generation(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+        check: SwapCheck,
+    ) -> impl Future<Output = Result<SwapOutcome>> + Send {
+        GenerationStore::swap_generation(&self.sql, projection, generation, check)
+    }
+
+    fn drop_generation(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        GenerationStore::drop_generation(&self.sql, projection, generation)
+    }
+
+    fn stored_generations(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<Vec<StoredGeneration>>> + Send {
+        GenerationStore::stored_generations(&self.sql, projection)
+    }
+}
+
+impl WatermarkStore for PgProjectionStore {
+    fn watermark(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Watermark>>> + Send {
+        WatermarkStore::watermark(&self.sql, stream)
+    }
+
+    fn watermarks(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Watermark>>> + Send {
+        WatermarkStore::watermarks(&self.sql, after, limit)
+    }
+}

@@ -2,15 +2,56 @@
 //! [`Conn`] over the driver and the [`Database`] of an open file.
 
 use outbox_core::Result;
-use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
+use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
 use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Row as _, TypeInfo, ValueRef};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row as _, TypeInfo, ValueRef};
 
 use std::sync::Arc;
 
 use crate::db::{Db, storage};
 
-outbox_sql::driver_io!(PgConnection);
+/// Binds the shared arguments to a query, in order.
+pub(crate) fn bind<'q>(
+    mut q: Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments>,
+    args: &[Arg<'_>],
+) -> Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments> {
+    for a in args {
+        q = match *a {
+            Arg::Int(v) => q.bind(v),
+            Arg::OptInt(v) => q.bind(v),
+            Arg::Text(t) => q.bind(t.to_owned()),
+            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
+            Arg::Bool(b) => q.bind(b),
+        };
+    }
+    q
+}
+
+/// Binds `args` to `sql`, runs it and returns the rows it changed.
+pub(crate) async fn execute(conn: &mut PgConnection, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+    bind(sqlx::query(AssertSqlSafe(sql.to_owned())), args)
+        .execute(conn)
+        .await
+        .map(|r| r.rows_affected())
+        .map_err(|e| storage(what, e))
+}
+
+/// Binds `args` to `sql`, runs it and returns its rows.
+pub(crate) async fn fetch(
+    conn: &mut PgConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row>> {
+    let rows = bind(sqlx::query(AssertSqlSafe(sql.to_owned())), args)
+        .fetch_all(conn)
+        .await
+        .map_err(|e| storage(what, e))?;
+    rows.iter()
+        .map(|r| to_row(r).map_err(|e| storage(what, e)))
+        .collect()
+}
 
 /// A driver row as shared values, by each column's Postgres type.
 pub(crate) fn to_row(r: &PgRow) -> sqlx::Result<Row> {
@@ -37,7 +78,40 @@ pub(crate) fn to_row(r: &PgRow) -> sqlx::Result<Row> {
     Ok(Row(out))
 }
 
-outbox_sql::driver_conns!(sqlx::Postgres);
+/// A write transaction (or a read-only one: a snapshot).
+pub(crate) struct WriteTx(pub(crate) sqlx::Transaction<'static, Postgres>);
+
+/// A connection from the pool.
+pub(crate) struct ReadConn(pub(crate) sqlx::pool::PoolConnection<Postgres>);
+
+#[outbox_core::async_trait]
+impl Conn for WriteTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
+
+#[outbox_core::async_trait]
+impl Tx for WriteTx {
+    async fn commit(self: Box<Self>, what: &str) -> Result<()> {
+        self.0.commit().await.map_err(|e| storage(what, e))
+    }
+}
+
+#[outbox_core::async_trait]
+impl Conn for ReadConn {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
 
 /// One role's view of a schema: the pool and the clock of that role (the
 /// journal and the projection store keep their test clock offsets apart,

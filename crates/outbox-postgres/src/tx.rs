@@ -1,26 +1,160 @@
 //! The projection transaction handle: what appliers write through.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, CheckpointMove, StreamAdvance};
-use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use sqlx::PgConnection;
+use outbox_core::spi::{ApplyTx, CheckpointMove, GenerationMap, StreamAdvance, ViewRow, ViewStorage};
+use outbox_core::{Error, ProjectionName, Result, Seq, StreamId, async_trait};
+use outbox_sql::generations::GenerationCache;
+use outbox_sql::{Arg, Conn, Dialect, Row, SqlTx};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::db::{pnow, storage};
+use crate::sql::WriteTx;
 
-outbox_sql::transaction_handle!(
-    /// One transaction of the Postgres projection database (read committed for
-    /// an apply or a reset, a repeatable-read snapshot for a digest).
-    ///
-    /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-    /// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
-    /// Postgres. A hand-written projection (`Projection<PgTx>`, the escape
-    /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
-    /// through `DerefMut`. It must not commit, roll back or keep it.
-    PgTx,
-    sqlx::Postgres,
-    PgConnection
-);
+/// One transaction of the Postgres projection database (read committed for
+/// an apply or a reset, a repeatable-read snapshot for a digest).
+///
+/// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
+/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
+/// Postgres. A hand-written projection (`Projection<PgTx>`, the escape
+/// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
+/// through `DerefMut`. It must not commit, roll back or keep it.
+pub struct PgTx {
+    /// The driver's transaction, the live generations and the pending
+    /// document writes, as every SQL dialect keeps them.
+    sql: SqlTx<WriteTx>,
+    /// The transaction id the apply guard took.
+    guard: Option<i64>,
+}
+
+impl PgTx {
+    pub(crate) fn new(tx: Transaction<'static, Postgres>, dialect: Arc<Dialect>) -> Self {
+        PgTx {
+            sql: SqlTx::new(WriteTx(tx), dialect),
+            guard: None,
+        }
+    }
+
+    /// Resolves the live generations for this transaction: from `cache`
+    /// (`Some`), or read now.
+    pub(crate) async fn resolve_generations(&mut self, cache: Option<&GenerationCache>) -> Result<()> {
+        self.sql.resolve_generations(cache).await
+    }
+
+    /// Writes out the pending document writes (see [`ViewWrites`](outbox_sql::ViewWrites)).
+    pub(crate) async fn flush_views(&mut self) -> Result<()> {
+        self.sql.flush_views().await
+    }
+
+    /// The shared statements' dialect.
+    pub(crate) fn dialect(&self) -> Arc<Dialect> {
+        self.sql.dialect()
+    }
+
+    /// Writes out the pending documents and the running digest changes (one
+    /// statement per projection changed), then commits; `err` maps the
+    /// commit's own error.
+    pub(crate) async fn commit(self, err: impl FnOnce(sqlx::Error) -> Error) -> Result<()> {
+        let WriteTx(tx) = self.sql.finish().await?;
+        tx.commit().await.map_err(err)
+    }
+
+    /// The connection, inside the store's transaction.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.sql.conn().0
+    }
+}
+
+impl std::fmt::Debug for PgTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgTx")
+    }
+}
+
+impl std::ops::Deref for PgTx {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.sql.conn_ref().0
+    }
+}
+
+impl std::ops::DerefMut for PgTx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn()
+    }
+}
+
+/// The shared statements run on the store's transaction (setup, reset,
+/// digests, skip records).
+#[async_trait]
+impl Conn for PgTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        crate::sql::execute(self.conn(), what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        crate::sql::fetch(self.conn(), what, sql, args).await
+    }
+}
+
+/// The document writes of [`SqlTx`], the same on every SQL dialect.
+#[async_trait]
+impl ViewStorage for PgTx {
+    fn generations(&self) -> &GenerationMap {
+        self.sql.generations()
+    }
+
+    fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) {
+        self.sql.view_applying(projection, stream, seq);
+    }
+
+    async fn view_get(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
+        self.sql.view_get(projection, table, key).await
+    }
+
+    async fn view_put(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
+        self.sql.view_put(projection, table, key, value).await
+    }
+
+    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool> {
+        self.sql.view_delete(projection, table, key).await
+    }
+
+    async fn view_scan(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        self.sql.view_scan(projection, table, after, limit).await
+    }
+
+    async fn view_rows(
+        &mut self,
+        projection: &ProjectionName,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ViewRow>> {
+        self.sql.view_rows(projection, after, limit).await
+    }
+
+    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64> {
+        self.sql.view_clear(projection).await
+    }
+}
 
 /// Advances checkpoints by compare-and-set (`$2` names, `$3` new, `$4`
 /// old values on stream `$1`, each fenced by the generation record `$6` at
@@ -231,7 +365,7 @@ impl ApplyTx for PgTx {
             .iter()
             .map(|m| i64::try_from(m.from).unwrap_or(i64::MAX))
             .collect();
-        let generations = std::sync::Arc::clone(&self.generations);
+        let generations = std::sync::Arc::clone(self.sql.generations());
         let (fences, epochs): (Vec<&str>, Vec<i64>) = moves
             .iter()
             .map(|m| {
@@ -311,7 +445,7 @@ impl ApplyTx for PgTx {
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let (mut ss, mut ps, mut to, mut from) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut fences, mut epochs) = (Vec::new(), Vec::new());
-        let generations = std::sync::Arc::clone(&self.generations);
+        let generations = std::sync::Arc::clone(self.sql.generations());
         for a in advances {
             for m in &a.moves {
                 ss.push(a.stream.as_str());
@@ -342,5 +476,3 @@ impl ApplyTx for PgTx {
         Ok(u64::try_from(moved).unwrap_or(0))
     }
 }
-
-outbox_sql::impl_conn!(PgTx, |this| this.conn());

@@ -13,12 +13,12 @@ use outbox_core::{
     validate_activity_minutes,
 };
 
-use crate::{Arg, Conn, Database, Row, event_columns, outbox_row_columns};
+use crate::{Arg, Conn, Database, Row};
 
 /// The columns of an outbox row, in [`decode_row`]'s order.
-pub const ROW_COLUMNS: &str = outbox_row_columns!();
+pub const ROW_COLUMNS: &str = crate::outbox_row_columns!();
 
-/// An event of `stream` from the columns of [`event_columns!`]; a column
+/// An event of `stream` from the columns of [`event_columns!`](crate::event_columns); a column
 /// that does not decode is [`Error::Corrupt`] naming the event.
 pub fn decode_event(r: &Row, stream: &StreamId) -> Result<Event> {
     let seq = r.int(2).map_err(|e| journal_undecodable("event", e))?;
@@ -39,7 +39,7 @@ pub fn decode_event(r: &Row, stream: &StreamId) -> Result<Event> {
 }
 
 /// An event of whatever stream its row names (a read across streams, by
-/// global position), from the columns of [`event_columns!`]; a stream
+/// global position), from the columns of [`event_columns!`](crate::event_columns); a stream
 /// column that is not a valid stream id is an undecodable event.
 pub fn decode_any_event(r: &Row) -> Result<Event> {
     let stream = r
@@ -53,7 +53,7 @@ pub fn decode_any_event(r: &Row) -> Result<Event> {
 /// for both dialects (`$1` after, `$2` limit): a range seek on the primary key.
 pub const READ_GLOBAL: &str = concat!(
     "SELECT ",
-    event_columns!(),
+    crate::event_columns!(),
     " FROM events WHERE global_position > $1 ORDER BY global_position LIMIT $2"
 );
 

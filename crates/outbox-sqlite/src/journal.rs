@@ -9,11 +9,15 @@ use outbox_core::spi::{
     validate_limit, validate_ttl,
 };
 use outbox_core::{
-    AppendOptions, AppendRequest, Appended, ClaimedRun, Error, Event, EventJournal, FailureDecision,
-    FailureOutcome, Lease, LeaseStore, MAX_PAGE, OutboxQueue, OutboxRow, OutboxStatus, Partition,
-    PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash, Result, RetryPolicy, Seq,
-    StreamEnd, StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId,
+    ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, ClaimedRun,
+    DeadLetters, Error, Event, EventJournal, FailureDecision, FailureOutcome, FeedPage, Lease, LeaseAdmin,
+    LeaseEntry, LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus,
+    OutboxSummary, Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash,
+    Result, RetryPolicy, Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd,
+    StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo,
+    WorkerRegistry,
 };
+use outbox_sql::SqlJournal;
 use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
 use std::time::Duration;
@@ -39,6 +43,8 @@ pub struct SqliteJournal {
     db: Arc<Db>,
     /// Every port call.
     engine: Arc<JournalEngine>,
+    /// The cold-path ports, on the engine.
+    sql: SqlJournal<JournalEngine>,
     /// The journal's partitioning, resolved and stored at open.
     partitioning: Partitioning,
 }
@@ -687,9 +693,11 @@ impl SqliteJournal {
                 return Err(e);
             }
         };
+        let engine = Arc::new(engine);
         Ok(SqliteJournal {
             db: Arc::new(db),
-            engine: Arc::new(engine),
+            sql: SqlJournal::new(Arc::clone(&engine)),
+            engine,
             partitioning,
         })
     }
@@ -1129,8 +1137,195 @@ impl LeaseStore for SqliteJournal {
     }
 }
 
-outbox_sql::impl_journal_ports!(SqliteJournal, engine);
-outbox_sql::impl_sink_store!(SqliteJournal, engine);
+// The other cold-path ports: the shared statements of `SqlJournal`, run
+// by the engine's sessions.
+
+impl DeadLetters for SqliteJournal {
+    fn requeue(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send {
+        DeadLetters::requeue(&self.sql, stream, seq)
+    }
+
+    fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
+        DeadLetters::requeue_dead(&self.sql, limit)
+    }
+
+    fn retry(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send {
+        DeadLetters::retry(&self.sql, stream, seq)
+    }
+}
+
+impl OutboxInspector for SqliteJournal {
+    fn row(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Option<OutboxRow>>> + Send {
+        OutboxInspector::row(&self.sql, stream, seq)
+    }
+
+    fn head(&self, stream: &StreamId) -> impl Future<Output = Result<Option<OutboxRow>>> + Send {
+        OutboxInspector::head(&self.sql, stream)
+    }
+
+    fn summary(&self) -> impl Future<Output = Result<OutboxSummary>> + Send {
+        OutboxInspector::summary(&self.sql)
+    }
+
+    fn list(
+        &self,
+        status: Option<OutboxStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
+        OutboxInspector::list(&self.sql, status, limit)
+    }
+
+    fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        OutboxInspector::lease(&self.sql, stream)
+    }
+
+    fn leases(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<LeaseEntry>>> + Send {
+        OutboxInspector::leases(&self.sql, after, limit)
+    }
+}
+
+impl LeaseAdmin for SqliteJournal {
+    fn break_lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send {
+        LeaseAdmin::break_lease(&self.sql, stream)
+    }
+}
+
+impl WorkerRegistry for SqliteJournal {
+    fn heartbeat(
+        &self,
+        id: &WorkerId,
+        host: &str,
+        pid: u32,
+        mode: Mode,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<WorkerInfo>> + Send {
+        WorkerRegistry::heartbeat(&self.sql, id, host, pid, mode, ttl)
+    }
+
+    fn workers(&self) -> impl Future<Output = Result<Vec<WorkerInfo>>> + Send {
+        WorkerRegistry::workers(&self.sql)
+    }
+
+    fn deregister(&self, id: &WorkerId) -> impl Future<Output = Result<bool>> + Send {
+        WorkerRegistry::deregister(&self.sql, id)
+    }
+
+    fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send {
+        WorkerRegistry::prune(&self.sql, grace)
+    }
+}
+
+impl ActivityLog for SqliteJournal {
+    fn record_activity(
+        &self,
+        id: &WorkerId,
+        counts: ActivityCounts,
+    ) -> impl Future<Output = Result<()>> + Send {
+        ActivityLog::record_activity(&self.sql, id, counts)
+    }
+
+    fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send {
+        ActivityLog::activity(&self.sql, minutes)
+    }
+}
+
+impl SinkStore for SqliteJournal {
+    fn sink_states(
+        &self,
+        sink: &SinkName,
+        streams: &[StreamId],
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::sink_states(&self.sql, sink, streams)
+    }
+
+    fn advance_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        from: u64,
+        to: Seq,
+        more: bool,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        SinkStore::advance_sink(&self.sql, sink, stream, partition, from, to, more)
+    }
+
+    fn hold_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        at: u64,
+    ) -> impl Future<Output = Result<SinkStream>> + Send {
+        SinkStore::hold_sink(&self.sql, sink, stream, partition, at)
+    }
+
+    fn fail_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+        partition: Partition,
+        seq: Seq,
+        error: &str,
+        policy: &RetryPolicy,
+    ) -> impl Future<Output = Result<FailureOutcome>> + Send {
+        SinkStore::fail_sink(&self.sql, sink, stream, partition, seq, error, policy)
+    }
+
+    fn due_sink_streams(
+        &self,
+        sink: &SinkName,
+        partitions: &[Partition],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::due_sink_streams(&self.sql, sink, partitions, limit)
+    }
+
+    fn sink_streams(
+        &self,
+        sink: &SinkName,
+        status: Option<SinkStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SinkStream>>> + Send {
+        SinkStore::sink_streams(&self.sql, sink, status, limit)
+    }
+
+    fn requeue_sink(
+        &self,
+        sink: &SinkName,
+        stream: &StreamId,
+    ) -> impl Future<Output = Result<SinkStream>> + Send {
+        SinkStore::requeue_sink(&self.sql, sink, stream)
+    }
+
+    fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send {
+        SinkStore::sinks(&self.sql)
+    }
+}
+
+impl SinkFeed for SqliteJournal {
+    async fn read_feed(&self, after: u64, limit: usize) -> Result<FeedPage> {
+        outbox_sql::sinks::read_feed(self, &*self.engine, after, limit).await
+    }
+
+    fn sink_cursors(&self, sink: &SinkName) -> impl Future<Output = Result<Vec<(Partition, u64)>>> + Send {
+        outbox_sql::sinks::sink_cursors(&*self.engine, sink)
+    }
+
+    fn advance_sink_cursor(
+        &self,
+        sink: &SinkName,
+        partition: Partition,
+        from: u64,
+        to: u64,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        outbox_sql::sinks::advance_sink_cursor(&*self.engine, sink, partition, from, to)
+    }
+}
 
 /// A sweep's claim, checked and ready to run in the writer's transaction
 /// ([`Take::Due`](outbox_core::Take::Due) of [`OutboxQueue::take`]).

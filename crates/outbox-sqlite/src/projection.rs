@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use outbox_core::spi::{all_applied, apply_in, apply_runs_in};
 use outbox_core::{
-    ApplyOutcome, Digest, DigestBuilder, Error, Event, Projection, ProjectionName, ProjectionStore, Result,
-    StreamId,
+    ApplyOutcome, Digest, DigestBuilder, Error, Event, GenerationInfo, GenerationStore, Projection,
+    ProjectionName, ProjectionStore, Result, StoredGeneration, StreamId, SwapCheck, SwapOutcome, ViewDigest,
+    ViewDigestCheck, ViewStore, Watermark, WatermarkStore,
 };
 use sqlx::SqliteConnection;
 
 use crate::SqliteOptions;
 use crate::db::{Db, Role, path_from_url, storage};
 use crate::tx::SqliteTx;
-use outbox_sql::generations::GenerationCache;
+use outbox_sql::SqlProjections;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
@@ -25,8 +26,9 @@ use outbox_sql::generations::GenerationCache;
 #[derive(Clone, Debug)]
 pub struct SqliteProjectionStore {
     pub(crate) db: Arc<Db>,
-    /// The live generations apply transactions reuse (ADR 0021).
-    generations: Arc<GenerationCache>,
+    /// The cold-path ports, and the live generations apply transactions
+    /// reuse (ADR 0021).
+    pub(crate) sql: SqlProjections<Db>,
 }
 
 /// Checks a table or column name for use in SQL text: an ASCII letter or
@@ -81,9 +83,10 @@ impl SqliteProjectionStore {
     /// [`SqliteJournal::open`](crate::SqliteJournal::open), and a journal
     /// database.
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let db = Arc::new(Db::open(path.as_ref(), &options, Role::Projection).await?);
         Ok(SqliteProjectionStore {
-            db: Arc::new(Db::open(path.as_ref(), &options, Role::Projection).await?),
-            generations: Arc::default(),
+            sql: SqlProjections::new(Arc::clone(&db)),
+            db,
         })
     }
 
@@ -133,7 +136,7 @@ impl SqliteProjectionStore {
     /// read now (setup, reset).
     async fn begin(&self, cached: bool) -> Result<SqliteTx> {
         let mut tx = SqliteTx::new(self.db.begin().await?, self.db.dialect.clone());
-        tx.resolve_generations(cached.then_some(&*self.generations))
+        tx.resolve_generations(cached.then_some(self.sql.generation_cache()))
             .await?;
         Ok(tx)
     }
@@ -142,7 +145,7 @@ impl SqliteProjectionStore {
     /// makes an apply with the old ones fail, and the retry reads them again.
     fn forget_generations<T>(&self, result: Result<T>) -> Result<T> {
         if result.is_err() {
-            self.generations.invalidate();
+            self.sql.generation_cache().invalidate();
         }
         result
     }
@@ -242,4 +245,105 @@ impl outbox_core::SkippedEvents for SqliteProjectionStore {
     }
 }
 
-outbox_sql::impl_projection_ports!(SqliteProjectionStore, db, SqliteTx);
+// The cold-path ports: the shared statements of `SqlProjections`.
+
+impl ViewStore for SqliteProjectionStore {
+    fn view_get(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>>> + Send {
+        ViewStore::view_get(&self.sql, projection, table, key)
+    }
+
+    fn view_scan(
+        &self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, String)>>> + Send {
+        ViewStore::view_scan(&self.sql, projection, table, after, limit)
+    }
+
+    fn view_digests(&self) -> impl Future<Output = Result<Vec<ViewDigest>>> + Send {
+        ViewStore::view_digests(&self.sql)
+    }
+
+    fn verify_view_digest(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<ViewDigestCheck>> + Send {
+        ViewStore::verify_view_digest(&self.sql, projection)
+    }
+}
+
+impl GenerationStore for SqliteProjectionStore {
+    fn generation(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<Option<GenerationInfo>>> + Send {
+        GenerationStore::generation(&self.sql, projection)
+    }
+
+    fn generations(&self) -> impl Future<Output = Result<Vec<GenerationInfo>>> + Send {
+        GenerationStore::generations(&self.sql)
+    }
+
+    fn begin_generation(
+        &self,
+        projection: &ProjectionName,
+        live_version: u32,
+        version: u32,
+    ) -> impl Future<Output = Result<GenerationInfo>> + Send {
+        GenerationStore::begin_generation(&self.sql, projection, live_version, version)
+    }
+
+    fn record_build_position(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+        position: u64,
+    ) -> impl Future<Output = Result<()>> + Send {
+        GenerationStore::record_build_position(&self.sql, projection, generation, position)
+    }
+
+    fn swap_generation(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+        check: SwapCheck,
+    ) -> impl Future<Output = Result<SwapOutcome>> + Send {
+        GenerationStore::swap_generation(&self.sql, projection, generation, check)
+    }
+
+    fn drop_generation(
+        &self,
+        projection: &ProjectionName,
+        generation: u32,
+    ) -> impl Future<Output = Result<u64>> + Send {
+        GenerationStore::drop_generation(&self.sql, projection, generation)
+    }
+
+    fn stored_generations(
+        &self,
+        projection: &ProjectionName,
+    ) -> impl Future<Output = Result<Vec<StoredGeneration>>> + Send {
+        GenerationStore::stored_generations(&self.sql, projection)
+    }
+}
+
+impl WatermarkStore for SqliteProjectionStore {
+    fn watermark(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Watermark>>> + Send {
+        WatermarkStore::watermark(&self.sql, stream)
+    }
+
+    fn watermarks(
+        &self,
+        after: Option<&StreamId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Watermark>>> + Send {
+        WatermarkStore::watermarks(&self.sql, after, limit)
+    }
+}

@@ -4,14 +4,60 @@
 //! writes).
 
 use outbox_core::Result;
-use outbox_sql::{Conn, Database, Dialect, Row, Tx, Value};
+use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx, Value};
+use sqlx::query::Query;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row as _, SqliteConnection, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row as _, Sqlite, SqliteConnection, TypeInfo, ValueRef};
 
 use crate::db::{Db, storage};
 use crate::errors::internal;
 
-outbox_sql::driver_io!(SqliteConnection);
+/// Binds the shared arguments to a query, in order.
+pub(crate) fn bind<'q>(
+    mut q: Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>,
+    args: &[Arg<'_>],
+) -> Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments> {
+    for a in args {
+        q = match *a {
+            Arg::Int(v) => q.bind(v),
+            Arg::OptInt(v) => q.bind(v),
+            Arg::Text(t) => q.bind(t.to_owned()),
+            Arg::OptText(t) => q.bind(t.map(str::to_owned)),
+            Arg::Bool(b) => q.bind(b),
+        };
+    }
+    q
+}
+
+/// Binds `args` to `sql`, runs it and returns the rows it changed.
+pub(crate) async fn execute(
+    conn: &mut SqliteConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64> {
+    bind(sqlx::query(AssertSqlSafe(sql.to_owned())), args)
+        .execute(conn)
+        .await
+        .map(|r| r.rows_affected())
+        .map_err(|e| storage(what, e))
+}
+
+/// Binds `args` to `sql`, runs it and returns its rows.
+pub(crate) async fn fetch(
+    conn: &mut SqliteConnection,
+    what: &str,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Vec<Row>> {
+    let rows = bind(sqlx::query(AssertSqlSafe(sql.to_owned())), args)
+        .fetch_all(conn)
+        .await
+        .map_err(|e| storage(what, e))?;
+    rows.iter()
+        .map(|r| to_row(r).map_err(|e| storage(what, e)))
+        .collect()
+}
 
 /// A driver row as shared values, by each value's SQLite storage class.
 pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
@@ -33,7 +79,40 @@ pub(crate) fn to_row(r: &SqliteRow) -> sqlx::Result<Row> {
     Ok(Row(out))
 }
 
-outbox_sql::driver_conns!(sqlx::Sqlite);
+/// A write transaction (or a read-only one: a snapshot).
+pub(crate) struct WriteTx(pub(crate) sqlx::Transaction<'static, Sqlite>);
+
+/// A connection from the pool.
+pub(crate) struct ReadConn(pub(crate) sqlx::pool::PoolConnection<Sqlite>);
+
+#[outbox_core::async_trait]
+impl Conn for WriteTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
+
+#[outbox_core::async_trait]
+impl Tx for WriteTx {
+    async fn commit(self: Box<Self>, what: &str) -> Result<()> {
+        self.0.commit().await.map_err(|e| storage(what, e))
+    }
+}
+
+#[outbox_core::async_trait]
+impl Conn for ReadConn {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        execute(&mut self.0, what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        fetch(&mut self.0, what, sql, args).await
+    }
+}
 
 #[outbox_core::async_trait]
 impl Database for Db {
@@ -87,7 +166,7 @@ pub(crate) async fn execute_all(
         }
         anonymize(st, &mut sql, &mut args)?;
     }
-    let q = outbox_sql::bind_args!(sqlx::query(sqlx::AssertSqlSafe(sql)), &args);
+    let q = bind(sqlx::query(AssertSqlSafe(sql)), &args);
     let mut changed = Vec::with_capacity(statements.len());
     // The deprecation is of several statements in one `sqlx` statement,
     // which only the SQLite driver supports: that is the point here (ADR 0015).

@@ -1,27 +1,160 @@
 //! The projection transaction handle: what appliers write through.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use outbox_core::spi::{ApplyTx, CheckpointMove, StreamAdvance};
-use outbox_core::{ProjectionName, Result, StreamId, async_trait};
-use outbox_sql::{Arg, Statement};
-use sqlx::SqliteConnection;
+use outbox_core::spi::{ApplyTx, CheckpointMove, GenerationMap, StreamAdvance, ViewRow, ViewStorage};
+use outbox_core::{Error, ProjectionName, Result, Seq, StreamId, async_trait};
+use outbox_sql::generations::GenerationCache;
+use outbox_sql::{Arg, Conn, Dialect, Row, SqlTx, Statement};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 
 use crate::db::{now_ms, storage};
+use crate::sql::WriteTx;
 
-outbox_sql::transaction_handle!(
-    /// One transaction of the SQLite projection database (`BEGIN IMMEDIATE` for
-    /// an apply or a reset, a read transaction for a digest).
-    ///
-    /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-    /// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
-    /// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
-    /// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
-    /// through `DerefMut`. It must not commit, roll back or keep it.
-    SqliteTx,
-    sqlx::Sqlite,
-    SqliteConnection
-);
+/// One transaction of the SQLite projection database (`BEGIN IMMEDIATE` for
+/// an apply or a reset, a read transaction for a digest).
+///
+/// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
+/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
+/// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
+/// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
+/// through `DerefMut`. It must not commit, roll back or keep it.
+pub struct SqliteTx {
+    /// The driver's transaction, the live generations and the pending
+    /// document writes, as every SQL dialect keeps them.
+    sql: SqlTx<WriteTx>,
+    /// `Some` while the apply guard's savepoint is open.
+    guard: Option<i64>,
+}
+
+impl SqliteTx {
+    pub(crate) fn new(tx: Transaction<'static, Sqlite>, dialect: Arc<Dialect>) -> Self {
+        SqliteTx {
+            sql: SqlTx::new(WriteTx(tx), dialect),
+            guard: None,
+        }
+    }
+
+    /// Resolves the live generations for this transaction: from `cache`
+    /// (`Some`), or read now.
+    pub(crate) async fn resolve_generations(&mut self, cache: Option<&GenerationCache>) -> Result<()> {
+        self.sql.resolve_generations(cache).await
+    }
+
+    /// Writes out the pending document writes (see [`ViewWrites`](outbox_sql::ViewWrites)).
+    pub(crate) async fn flush_views(&mut self) -> Result<()> {
+        self.sql.flush_views().await
+    }
+
+    /// The shared statements' dialect.
+    pub(crate) fn dialect(&self) -> Arc<Dialect> {
+        self.sql.dialect()
+    }
+
+    /// Writes out the pending documents and the running digest changes (one
+    /// statement per projection changed), then commits; `err` maps the
+    /// commit's own error.
+    pub(crate) async fn commit(self, err: impl FnOnce(sqlx::Error) -> Error) -> Result<()> {
+        let WriteTx(tx) = self.sql.finish().await?;
+        tx.commit().await.map_err(err)
+    }
+
+    /// The connection, inside the store's transaction.
+    pub fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.sql.conn().0
+    }
+}
+
+impl std::fmt::Debug for SqliteTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SqliteTx")
+    }
+}
+
+impl std::ops::Deref for SqliteTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.sql.conn_ref().0
+    }
+}
+
+impl std::ops::DerefMut for SqliteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        self.conn()
+    }
+}
+
+/// The shared statements run on the store's transaction (setup, reset,
+/// digests, skip records).
+#[async_trait]
+impl Conn for SqliteTx {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        crate::sql::execute(self.conn(), what, sql, args).await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        crate::sql::fetch(self.conn(), what, sql, args).await
+    }
+}
+
+/// The document writes of [`SqlTx`], the same on every SQL dialect.
+#[async_trait]
+impl ViewStorage for SqliteTx {
+    fn generations(&self) -> &GenerationMap {
+        self.sql.generations()
+    }
+
+    fn view_applying(&mut self, projection: &ProjectionName, stream: &StreamId, seq: Seq) {
+        self.sql.view_applying(projection, stream, seq);
+    }
+
+    async fn view_get(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+    ) -> Result<Option<String>> {
+        self.sql.view_get(projection, table, key).await
+    }
+
+    async fn view_put(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
+        self.sql.view_put(projection, table, key, value).await
+    }
+
+    async fn view_delete(&mut self, projection: &ProjectionName, table: &str, key: &str) -> Result<bool> {
+        self.sql.view_delete(projection, table, key).await
+    }
+
+    async fn view_scan(
+        &mut self,
+        projection: &ProjectionName,
+        table: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>> {
+        self.sql.view_scan(projection, table, after, limit).await
+    }
+
+    async fn view_rows(
+        &mut self,
+        projection: &ProjectionName,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ViewRow>> {
+        self.sql.view_rows(projection, after, limit).await
+    }
+
+    async fn view_clear(&mut self, projection: &ProjectionName) -> Result<u64> {
+        self.sql.view_clear(projection).await
+    }
+}
 
 #[async_trait]
 impl ApplyTx for SqliteTx {
@@ -82,7 +215,7 @@ impl ApplyTx for SqliteTx {
         let mut moved = 0;
         for m in moves {
             // Fenced by the generation record's epoch (ADR 0021).
-            let (fence, epoch) = self.generations.fence(m.projection);
+            let (fence, epoch) = self.sql.generations().fence(m.projection);
             moved += sqlx::query(concat!(
                 "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
                  SELECT ?1, ?2, ?3, ",
@@ -191,17 +324,17 @@ impl ApplyTx for SqliteTx {
     /// checkpoints move, so the digests are final.
     async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
         let dialect = self.dialect();
-        let mut views = std::mem::take(&mut self.views);
+        let mut views = std::mem::take(self.sql.views());
         let documents = views.prepare_flush(&dialect, self).await;
         let digests = views.take_digests();
-        self.views = views;
+        *self.sql.views() = views;
         let documents = documents?;
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let moves: Vec<(&str, &str, i64, i64, &str, i64)> = advances
             .iter()
             .flat_map(|a| {
                 a.moves.iter().map(|m| {
-                    let (fence, epoch) = self.generations.fence(m.projection);
+                    let (fence, epoch) = self.sql.generations().fence(m.projection);
                     (
                         m.projection.as_str(),
                         a.stream.as_str(),
@@ -273,5 +406,3 @@ const RAISE_WATERMARKS: &str = concat!(
      ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
      updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
 );
-
-outbox_sql::impl_conn!(SqliteTx, |this| this.conn());
