@@ -697,11 +697,19 @@ async fn a_dead_workers_partitions_are_taken_over_after_its_heartbeat_ttl() {
     assert_eq!(
         state(&e).await.ledger.len(),
         0,
-        "nothing taken over while the zombie's partitions are live"
+        "nothing the zombie claimed is taken over while its claim holds the stream"
     );
-    assert!(
-        rt.held_partitions().is_empty(),
-        "the zombie holds every partition"
+    // The zombie looks live until its entry expires: the new worker took
+    // its own share from it at start (ADR 0022, "fair start"), no more.
+    let share = outbox_core::assigned_to(
+        rt.worker_id(),
+        &[zombie.clone(), rt.worker_id().clone()],
+        e.journal.partitioning().count(),
+    );
+    assert_eq!(
+        rt.held_partitions(),
+        share,
+        "its share while the zombie's entry lives"
     );
     wait_until_drained(&rt).await;
     assert_eq!(
@@ -1262,7 +1270,11 @@ async fn a_second_runtime_takes_its_share_at_start_and_both_apply_a_share_of_the
         .unwrap();
     let a = first.start().await.unwrap();
     let all: Vec<Partition> = Partition::all(e.journal.partitioning().count()).collect();
-    assert_eq!(first.held_partitions(), all, "alone, the first holds every partition");
+    assert_eq!(
+        first.held_partitions(),
+        all,
+        "alone, the first holds every partition"
+    );
     // The first's worker claims its first sweep and waits at the gate.
     tokio::task::yield_now().await;
     let second = runtime(&e, config("second")).await;
@@ -1274,10 +1286,17 @@ async fn a_second_runtime_takes_its_share_at_start_and_both_apply_a_share_of_the
         e.journal.partitioning().count(),
     );
     assert!(!want_theirs.is_empty(), "the second's share is not empty");
-    assert_eq!(theirs, want_theirs, "the second holds its share when its start returns");
+    assert_eq!(
+        theirs, want_theirs,
+        "the second holds its share when its start returns"
+    );
     let report = e.journal.partitions().await.unwrap();
     for p in &report {
-        let owner = if want_theirs.contains(&p.partition) { &second } else { &first };
+        let owner = if want_theirs.contains(&p.partition) {
+            &second
+        } else {
+            &first
+        };
         assert_eq!(
             p.owner.as_ref(),
             Some(owner.worker_id()),
@@ -1310,7 +1329,10 @@ async fn start_up_repair_runs_once_for_two_workers_started_together() {
     for i in 0..30 {
         let s = format!("u{i:02}");
         let req = AppendRequest::new(sid(&s), ExpectedVersion::NoStream, vec![add(2), add(2)]);
-        e.journal.append(&[req], AppendOptions::journal_only()).await.unwrap();
+        e.journal
+            .append(&[req], AppendOptions::journal_only())
+            .await
+            .unwrap();
         want.insert(s, Expected { through: 2, sum: 4 });
     }
     let config = |id: &str| worker_config().with_worker_id(WorkerId::new(id).unwrap());

@@ -554,7 +554,10 @@ async fn two_workers_started_together_share_the_drain_and_repair_once() {
                 .map(|id| AppendRequest::new(id.clone(), ExpectedVersion::NoStream, vec![add(1); n]))
                 .collect()
         };
-        journal.append(&reqs(&queued, 50), AppendOptions::enqueue()).await.unwrap();
+        journal
+            .append(&reqs(&queued, 50), AppendOptions::enqueue())
+            .await
+            .unwrap();
         journal
             .append(&reqs(&unqueued, 2), AppendOptions::journal_only())
             .await
@@ -583,7 +586,11 @@ async fn two_workers_started_together_share_the_drain_and_repair_once() {
         count,
     );
     assert!(!share.is_empty());
-    assert_eq!(second.held_partitions(), share, "the second holds its share when its start returns");
+    assert_eq!(
+        second.held_partitions(),
+        share,
+        "the second holds its share when its start returns"
+    );
     let (ra, rb) = (
         a.repair_report().expect("repair ran").clone(),
         b.repair_report().expect("repair ran").clone(),
@@ -602,7 +609,13 @@ async fn two_workers_started_together_share_the_drain_and_repair_once() {
     let mut want = BTreeMap::new();
     for (ids, n) in [(&queued, 50u64), (&unqueued, 2)] {
         for id in ids {
-            want.insert(id.to_string(), Expected { through: n, sum: n as i64 });
+            want.insert(
+                id.to_string(),
+                Expected {
+                    through: n,
+                    sum: n as i64,
+                },
+            );
         }
     }
     let state = read_state(first.store(), "oracle").await.expect("oracle state");

@@ -616,7 +616,13 @@ async fn enqueue_backlog(f: &Files, streams: usize, events: u64) -> Vec<StreamId
     for chunk in ids.chunks(20) {
         let reqs: Vec<AppendRequest> = chunk
             .iter()
-            .map(|s| AppendRequest::new(s.clone(), ExpectedVersion::NoStream, vec![add(1); events as usize]))
+            .map(|s| {
+                AppendRequest::new(
+                    s.clone(),
+                    ExpectedVersion::NoStream,
+                    vec![add(1); events as usize],
+                )
+            })
             .collect();
         journal.append(&reqs, AppendOptions::enqueue()).await.unwrap();
     }
@@ -650,7 +656,11 @@ async fn two_runtimes_on_one_journal_file_each_apply_a_share_of_the_drain() {
     let count = first.journal().partitioning().count();
     let a = first.start().await.unwrap();
     let all: Vec<Partition> = Partition::all(count).collect();
-    assert_eq!(first.held_partitions(), all, "alone, the first holds every partition");
+    assert_eq!(
+        first.held_partitions(),
+        all,
+        "alone, the first holds every partition"
+    );
     let b = second.start().await.unwrap();
     let share = outbox_core::assigned_to(
         second.worker_id(),
@@ -658,9 +668,17 @@ async fn two_runtimes_on_one_journal_file_each_apply_a_share_of_the_drain() {
         count,
     );
     assert!(!share.is_empty());
-    assert_eq!(second.held_partitions(), share, "the second holds its share when its start returns");
+    assert_eq!(
+        second.held_partitions(),
+        share,
+        "the second holds its share when its start returns"
+    );
     for s in first.journal().partitions().await.unwrap() {
-        let owner = if share.contains(&s.partition) { &second } else { &first };
+        let owner = if share.contains(&s.partition) {
+            &second
+        } else {
+            &first
+        };
         assert_eq!(s.owner.as_ref(), Some(owner.worker_id()), "{s:?}");
     }
     gate.send(true).unwrap();
@@ -694,7 +712,10 @@ async fn start_up_repair_runs_once_for_two_workers_on_one_journal_file() {
             .iter()
             .map(|s| AppendRequest::new(s.clone(), ExpectedVersion::NoStream, vec![add(2), add(2)]))
             .collect();
-        journal.append(&reqs, AppendOptions::journal_only()).await.unwrap();
+        journal
+            .append(&reqs, AppendOptions::journal_only())
+            .await
+            .unwrap();
         journal.close().await;
     }
     let config = |id: &str| {
