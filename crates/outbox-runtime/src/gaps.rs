@@ -50,7 +50,10 @@ pub struct RepairReport {
     pub stopped_at_head: u64,
     /// Streams whose watermark was behind the journal's version.
     pub watermark_behind: u64,
-    /// The lags found (at most the first 100), before repair.
+    /// The lags found (at most the first 100), before repair. Start-up
+    /// repair of an apply worker leaves out the streams behind their
+    /// watermark that already have a row at their last event: it hands
+    /// those over without reading their checkpoints.
     pub gaps: Vec<StreamLag>,
     /// Streams that could not be repaired, with the error.
     pub failures: Vec<InlineFailure>,
@@ -262,6 +265,25 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 report.streams_scanned += 1;
                 let stream = &v.stream;
+                // A stream behind its watermark with a row at its last event
+                // (a backlog) is the worker's already: handed over without
+                // reading every projection's checkpoint (one read, not one
+                // per projection and one more).
+                let mut tip_row = None;
+                if matches!(how, Repair::HandOver) && watermark < v.version {
+                    let tip = Seq::new(v.version)?;
+                    let row = inner
+                        .journal
+                        .row(stream, tip)
+                        .within(inner.config.store_deadline(), "row")
+                        .await?;
+                    if row.is_some() {
+                        report.watermark_behind += 1;
+                        report.handed_to_worker += 1;
+                        continue;
+                    }
+                    tip_row = Some(false);
+                }
                 let lag = self.lag(&v, watermark).await?;
                 if let Some(lag) = &lag {
                     if lag.watermark < lag.version {
@@ -283,13 +305,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         // costs less than a write that finds so).
                         let deadline = inner.config.store_deadline();
                         let tip = Seq::new(v.version)?;
-                        if inner
-                            .journal
-                            .row(stream, tip)
-                            .within(deadline, "row")
-                            .await?
-                            .is_none()
-                        {
+                        let has_row = match tip_row {
+                            Some(known) => known,
+                            None => inner
+                                .journal
+                                .row(stream, tip)
+                                .within(deadline, "row")
+                                .await?
+                                .is_some(),
+                        };
+                        if !has_row {
                             inner
                                 .journal
                                 .enqueue_catch_up(stream)

@@ -1354,6 +1354,7 @@ async fn start_up_repair_runs_once_for_two_workers_started_together() {
         (0, 0),
         "the second leaves the repair to the first: {rb:?}"
     );
+    assert_eq!((ra.left_to, rb.left_to), (None, Some(first.worker_id().clone())));
     wait_until_drained(&first).await;
     b.shutdown().await;
     a.shutdown().await;
@@ -1395,4 +1396,49 @@ async fn start_returns_without_draining_a_backlog_the_worker_drains() {
     wait_until_drained(&rt).await;
     running.shutdown().await;
     check_history(&state(&e).await, &want, &BTreeMap::new()).unwrap();
+}
+
+/// The bounds of "once per fleet": a worker started more than one
+/// heartbeat TTL after the first repairs for itself (something may have
+/// fallen behind since), and so does one that runs a projection no earlier
+/// worker registered (the first one's repair did not cover it).
+#[tokio::test(start_paused = true)]
+async fn start_up_repair_is_left_only_to_a_worker_started_just_before_with_the_same_projections() {
+    use outbox_core::WorkerId;
+    let e = env();
+    for i in 0..5 {
+        let req = AppendRequest::new(sid(&format!("u{i}")), ExpectedVersion::NoStream, vec![add(1)]);
+        e.journal
+            .append(&[req], AppendOptions::journal_only())
+            .await
+            .unwrap();
+    }
+    let config = |id: &str| worker_config().with_worker_id(WorkerId::new(id).unwrap());
+    let first = runtime(&e, config("first")).await;
+    let a = first.start().await.unwrap();
+    assert_eq!(a.repair_report().unwrap().streams_scanned, 5);
+    // Another projection: not registered by the first.
+    let extra = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(config("extra"))
+        .event_types(oracle_registry())
+        .projection(e.oracle.clone())
+        .view(Panicky {
+            name: outbox_core::ProjectionName::new("extra").unwrap(),
+            stream: sid("none"),
+        })
+        .build()
+        .await
+        .unwrap();
+    let x = extra.start().await.unwrap();
+    let rx = x.repair_report().unwrap().clone();
+    assert_eq!((rx.streams_scanned, rx.left_to.clone()), (5, None), "{rx:?}");
+    // Later than one heartbeat TTL (15 s by default) after the first.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let late = runtime(&e, config("late")).await;
+    let l = late.start().await.unwrap();
+    let rl = l.repair_report().unwrap().clone();
+    assert_eq!((rl.streams_scanned, rl.left_to.clone()), (5, None), "{rl:?}");
+    l.shutdown().await;
+    x.shutdown().await;
+    a.shutdown().await;
 }

@@ -733,6 +733,7 @@ async fn start_up_repair_runs_once_for_two_workers_on_one_journal_file() {
     );
     assert_eq!((ra.streams_scanned, ra.handed_to_worker), (40, 40), "{ra:?}");
     assert_eq!((rb.streams_scanned, rb.handed_to_worker), (0, 0), "{rb:?}");
+    assert_eq!(rb.left_to.as_ref(), Some(first.worker_id()));
     wait_drained(&first, Duration::from_secs(120)).await;
     b.shutdown().await;
     a.shutdown().await;
