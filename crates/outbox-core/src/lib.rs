@@ -44,9 +44,9 @@ pub use outbox::{
     MIN_LEASE_TTL, OutboxRow, OutboxStatus, OutboxSummary, StreamEnd, SweepLimits, Take, UNFINISHED_ATTEMPT,
 };
 pub use partition::{
-    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, PartitionLease, PartitionOptions, PartitionStatus,
-    PartitionStore, PartitionSync, Partitioner, Partitioning, assign, assigned_to, crc32,
-    validate_partition_count,
+    Crc32Partitioner, DEFAULT_PARTITIONS, MAX_PARTITIONS, PartitionHandover, PartitionLease,
+    PartitionOptions, PartitionStatus, PartitionStore, PartitionSync, Partitioner, Partitioning, assign,
+    assigned_to, crc32, validate_partition_count,
 };
 pub use policy::{FailureDecision, Mode, ModeFlags, ModeSelection, RetryPolicy, select_mode};
 pub use ports::{

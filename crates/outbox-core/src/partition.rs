@@ -416,6 +416,40 @@ pub trait PartitionStore: Send + Sync {
     fn partitions(&self) -> impl Future<Output = Result<Vec<PartitionStatus>>> + Send;
 }
 
+/// Handing partitions over from a live worker the assignment no longer
+/// gives them to, when a worker joins (issue 43, "fair start"; ADR 0022).
+/// An optional capability (ADR 0035): a journal without it hands nothing
+/// over, and a joining worker waits for the holders to release its share at
+/// their next look at the registry, as before.
+///
+/// # Contract
+/// - `sync_partitions_taking(owner, wanted, from, ttl)` is
+///   [`sync_partitions`](PartitionStore::sync_partitions) in ONE
+///   transaction, except that a wanted partition held unexpired by an owner
+///   listed in `from` (never `owner` itself) is acquired as a free one is:
+///   epoch + 1, `now + ttl`, listed in `acquired`. The old holder's claims,
+///   fails and renewals under it are then `LeaseLost`, as after an expiry;
+///   its completions stand. A partition another owner holds is still
+///   `waiting`.
+/// - The caller names in `from` only workers that would release the
+///   partition themselves (live workers of its mode, which compute the same
+///   assignment): it is the release they are about to make, made sooner.
+pub trait PartitionHandover: PartitionStore {
+    /// Brings `owner`'s partition leases to `wanted`, taking the wanted
+    /// partitions that a worker in `from` holds. The default hands nothing
+    /// over ([`sync_partitions`](PartitionStore::sync_partitions)).
+    fn sync_partitions_taking(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        from: &[WorkerId],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<PartitionSync>> + Send {
+        let _ = from;
+        self.sync_partitions(owner, wanted, ttl)
+    }
+}
+
 /// `InvalidInput` for a wanted partition outside the journal, else the
 /// wanted set sorted and without duplicates.
 pub fn validate_wanted(wanted: &[Partition], count: u16) -> Result<Vec<Partition>> {

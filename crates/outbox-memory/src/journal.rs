@@ -17,8 +17,8 @@ use outbox_core::{
     WorkerInfo, WorkerRegistry,
 };
 use outbox_core::{
-    Partition, PartitionLease, PartitionStatus, PartitionStore, PartitionSync, Partitioning, StreamEnd,
-    SweepLimits, Take,
+    Partition, PartitionHandover, PartitionLease, PartitionStatus, PartitionStore, PartitionSync,
+    Partitioning, StreamEnd, SweepLimits, Take,
 };
 
 /// The in-memory journal: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue) and
@@ -1026,15 +1026,14 @@ fn current_minute(now: Timestamp) -> Timestamp {
     Timestamp::from_millis(now.as_millis().div_euclid(MINUTE_MS) * MINUTE_MS)
 }
 
-impl PartitionStore for MemoryJournal {
-    fn partitioning(&self) -> &Partitioning {
-        &self.partitioning
-    }
-
-    async fn sync_partitions(
+impl MemoryJournal {
+    /// `sync_partitions`, taking the wanted partitions a worker in `from`
+    /// holds ([`PartitionHandover`]).
+    fn sync_partitions_from(
         &self,
         owner: &WorkerId,
         wanted: &[Partition],
+        from: &[WorkerId],
         ttl: Duration,
     ) -> Result<PartitionSync> {
         validate_ttl(ttl)?;
@@ -1060,7 +1059,10 @@ impl PartitionStore for MemoryJournal {
         }
         for p in wanted {
             let record = match st.partition_leases.get(&p) {
-                Some(r) if r.held_by_other(Some(owner), now) => {
+                Some(r)
+                    if r.held_by_other(Some(owner), now)
+                        && !r.owner.as_ref().is_some_and(|o| from.contains(o)) =>
+                {
                     out.waiting.push(p);
                     continue;
                 }
@@ -1092,6 +1094,33 @@ impl PartitionStore for MemoryJournal {
         }
         out.released.sort();
         Ok(out)
+    }
+}
+
+impl PartitionHandover for MemoryJournal {
+    async fn sync_partitions_taking(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        from: &[WorkerId],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
+        self.sync_partitions_from(owner, wanted, from, ttl)
+    }
+}
+
+impl PartitionStore for MemoryJournal {
+    fn partitioning(&self) -> &Partitioning {
+        &self.partitioning
+    }
+
+    async fn sync_partitions(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
+        self.sync_partitions_from(owner, wanted, &[], ttl)
     }
 
     async fn claim_partitioned(

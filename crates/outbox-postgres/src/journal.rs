@@ -1337,6 +1337,27 @@ pub(crate) const COMPLETE_ALL: &str = "WITH u AS (SELECT * FROM unnest($1::text[
               AND NOT EXISTS (SELECT 1 FROM first WHERE first.stream = n.stream)) \
      SELECT stream, c FROM n";
 
+/// A joining worker takes its share from live holders at once (ADR 0022).
+impl outbox_core::PartitionHandover for PgJournal {
+    async fn sync_partitions_taking(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        from: &[WorkerId],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
+        outbox_sql::partitions::sync_partitions_taking(
+            &*self.sql,
+            &self.partitioning,
+            owner,
+            wanted,
+            from,
+            ttl,
+        )
+        .await
+    }
+}
+
 impl PartitionStore for PgJournal {
     fn partitioning(&self) -> &Partitioning {
         &self.partitioning

@@ -3,11 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{OutboxStatus, Result, Seq, StreamId, StreamLag, StreamVersion};
+use outbox_core::{
+    OutboxStatus, Result, Seq, StreamId, StreamLag, StreamVersion, WorkerId, projection_consumer,
+};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::config::heartbeat_ttl;
 use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{InlineFailure, JournalBackend, Outbox, ProjectionBackend};
@@ -47,7 +50,10 @@ pub struct RepairReport {
     pub stopped_at_head: u64,
     /// Streams whose watermark was behind the journal's version.
     pub watermark_behind: u64,
-    /// The lags found (at most the first 100), before repair.
+    /// The lags found (at most the first 100), before repair. Start-up
+    /// repair of an apply worker leaves out the streams behind their
+    /// watermark that already have a row at their last event: it hands
+    /// those over without reading their checkpoints.
     pub gaps: Vec<StreamLag>,
     /// Streams that could not be repaired, with the error.
     pub failures: Vec<InlineFailure>,
@@ -55,6 +61,11 @@ pub struct RepairReport {
     /// streams it scanned are repaired; the rest are left for the worker,
     /// the next start-up repair or `outbox gaps --repair`).
     pub cancelled: bool,
+    /// Start-up repair left to this live worker of the same mode, started
+    /// shortly before this one and running the same projections: its own
+    /// start-up repair covers the journal, so this one scanned nothing
+    /// (once per fleet; see [`Outbox::start`]).
+    pub left_to: Option<WorkerId>,
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
@@ -185,6 +196,56 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         self.repair(how, cancel).await
     }
 
+    /// The worker whose start-up repair covers this one's, if any: the
+    /// first (by registration time on the store's clock, then by id) of the
+    /// live workers of this mode that registered before this one and at
+    /// most one heartbeat TTL earlier, provided every projection this
+    /// runtime runs is registered with its code version (by a worker of the
+    /// same code: a worker of other code may run other projections, and
+    /// this one then repairs for its own). Read after this worker's first
+    /// heartbeat and before it registers its consumers.
+    ///
+    /// Two workers started together therefore repair once: the first scans
+    /// the journal, the second finds it. A worker started later than one
+    /// heartbeat TTL after every other repairs for itself, as every worker
+    /// did before (a projection database restored since, say).
+    pub(crate) async fn fleet_repairer(&self) -> Result<Option<WorkerId>> {
+        let inner = &self.inner;
+        let deadline = inner.config.store_deadline();
+        let workers = inner.journal.workers().within(deadline, "workers").await?;
+        let me = &inner.worker_id;
+        let Some(mine) = workers.iter().find(|w| &w.id == me) else {
+            return Ok(None);
+        };
+        let window =
+            i64::try_from(heartbeat_ttl(inner.config.heartbeat_interval).as_millis()).unwrap_or(i64::MAX);
+        let first = workers
+            .iter()
+            .filter(|w| w.mode == mine.mode && &w.id != me && w.expires_at > mine.last_beat)
+            .filter(|w| (w.started_at, &w.id) < (mine.started_at, me))
+            .filter(|w| {
+                mine.started_at
+                    .as_millis()
+                    .saturating_sub(w.started_at.as_millis())
+                    <= window
+            })
+            .min_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        let consumers = inner.journal.consumers().within(deadline, "consumers").await?;
+        for p in &inner.projections {
+            let key = projection_consumer(p.name())?;
+            if !consumers
+                .iter()
+                .any(|c| c.key == key && c.version == inner.code_version)
+            {
+                return Ok(None);
+            }
+        }
+        Ok(Some(first.id.clone()))
+    }
+
     async fn repair(&self, how: Repair, cancel: &CancellationToken) -> Result<RepairReport> {
         let inner = &self.inner;
         let mut report = RepairReport::default();
@@ -204,6 +265,25 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 report.streams_scanned += 1;
                 let stream = &v.stream;
+                // A stream behind its watermark with a row at its last event
+                // (a backlog) is the worker's already: handed over without
+                // reading every projection's checkpoint (one read, not one
+                // per projection and one more).
+                let mut tip_row = None;
+                if matches!(how, Repair::HandOver) && watermark < v.version {
+                    let tip = Seq::new(v.version)?;
+                    let row = inner
+                        .journal
+                        .row(stream, tip)
+                        .within(inner.config.store_deadline(), "row")
+                        .await?;
+                    if row.is_some() {
+                        report.watermark_behind += 1;
+                        report.handed_to_worker += 1;
+                        continue;
+                    }
+                    tip_row = Some(false);
+                }
                 let lag = self.lag(&v, watermark).await?;
                 if let Some(lag) = &lag {
                     if lag.watermark < lag.version {
@@ -225,13 +305,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         // costs less than a write that finds so).
                         let deadline = inner.config.store_deadline();
                         let tip = Seq::new(v.version)?;
-                        if inner
-                            .journal
-                            .row(stream, tip)
-                            .within(deadline, "row")
-                            .await?
-                            .is_none()
-                        {
+                        let has_row = match tip_row {
+                            Some(known) => known,
+                            None => inner
+                                .journal
+                                .row(stream, tip)
+                                .within(deadline, "row")
+                                .await?
+                                .is_some(),
+                        };
+                        if !has_row {
                             inner
                                 .journal
                                 .enqueue_catch_up(stream)

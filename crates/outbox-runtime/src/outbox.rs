@@ -22,10 +22,11 @@ use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
 ///
-/// The capability traits (`SinkFeed`, `ActivityLog`; ADR 0035) are part of
-/// the bound, but an adapter without the capability writes an empty `impl`
-/// and takes its defaults: the runtime then refuses sinks and keeps no
-/// activity, and runs everything else.
+/// The capability traits (`SinkFeed`, `ActivityLog`, `PartitionHandover`;
+/// ADR 0035) are part of the bound, but an adapter without the capability
+/// writes an empty `impl` and takes its defaults: the runtime then refuses
+/// sinks, keeps no activity and lets a joining worker wait for its share,
+/// and runs everything else.
 pub trait JournalBackend:
     EventJournal
     + OutboxQueue
@@ -34,6 +35,7 @@ pub trait JournalBackend:
     + LeaseStore
     + WorkerRegistry
     + PartitionStore
+    + outbox_core::PartitionHandover
     + SinkStore
     + outbox_core::ConsumerRegistry
     + outbox_core::SinkFeed
@@ -49,6 +51,7 @@ impl<T> JournalBackend for T where
         + LeaseStore
         + WorkerRegistry
         + PartitionStore
+        + outbox_core::PartitionHandover
         + SinkStore
         + outbox_core::ConsumerRegistry
         + outbox_core::SinkFeed

@@ -96,20 +96,51 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// worker when partitions were acquired.
     pub(crate) async fn sync_partitions(&self) -> Result<PartitionSync> {
         let live = self.live_workers().await?;
-        self.sync_among(live).await
+        self.sync_among(live, false).await
+    }
+
+    /// The first synchronisation of a starting worker: its share among the
+    /// live workers of its mode, taken at once, including the partitions
+    /// those workers still hold ([`outbox_core::PartitionHandover`]): each of them
+    /// computes the same assignment and would release them at its next look
+    /// at the registry; the handover makes that release now, so a joining
+    /// worker never starts with an empty share while its partitions have
+    /// live holders. A partition held by anyone else (a worker of another
+    /// mode, one whose registry entry expired) is still waited for.
+    pub(crate) async fn join_partitions(&self) -> Result<PartitionSync> {
+        let live = self.live_workers().await?;
+        self.sync_among(live, true).await
+    }
+
+    /// [`join_partitions`](Self::join_partitions), a failure logged (the
+    /// next look synchronises); returns whether wanted partitions are
+    /// still held by others.
+    pub(crate) async fn join_partitions_or_warn(&self) -> bool {
+        still_waiting(self.join_partitions().await)
     }
 
     /// [`sync_partitions`](Self::sync_partitions) with the live workers
-    /// already read.
-    async fn sync_among(&self, live: Vec<WorkerId>) -> Result<PartitionSync> {
+    /// already read; `take` hands over the wanted partitions they hold.
+    async fn sync_among(&self, live: Vec<WorkerId>, take: bool) -> Result<PartitionSync> {
         let config = self.config();
         let me = self.worker_id();
         let wanted = assigned_to(me, &live, self.journal().partitioning().count());
-        let sync = self
-            .journal()
-            .sync_partitions(me, &wanted, self.partition_ttl())
-            .within(config.store_deadline(), "sync_partitions")
-            .await?;
+        let from: Vec<WorkerId> = if take {
+            live.iter().filter(|w| *w != me).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let sync = if from.is_empty() {
+            self.journal()
+                .sync_partitions(me, &wanted, self.partition_ttl())
+                .within(config.store_deadline(), "sync_partitions")
+                .await?
+        } else {
+            self.journal()
+                .sync_partitions_taking(me, &wanted, &from, self.partition_ttl())
+                .within(config.store_deadline(), "sync_partitions_taking")
+                .await?
+        };
         if !sync.acquired.is_empty() || !sync.released.is_empty() {
             info!(
                 workers = live.len().max(1),
@@ -164,7 +195,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if !waiting && live == self.inner.partitions.members() {
             return false;
         }
-        still_waiting(self.sync_among(live).await)
+        still_waiting(self.sync_among(live, false).await)
     }
 
     /// [`sync_partitions`](Self::sync_partitions), a failure logged; returns

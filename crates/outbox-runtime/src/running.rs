@@ -103,6 +103,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// nothing in the inline modes and the producer-only mode (which also
     /// skips the repair: it applies nothing).
     ///
+    /// A worker first registers (its first heartbeat) and, with partition
+    /// leasing, takes its share of the partitions among the live workers of
+    /// its mode, including the partitions those workers still hold
+    /// ([`PartitionHandover`](outbox_core::PartitionHandover)): when
+    /// `start` returns, [`held_partitions`](Outbox::held_partitions) is its
+    /// share, whoever held it before. An apply worker's start-up repair
+    /// applies nothing (it hands the streams behind the journal to the
+    /// worker), and it is left to a worker of the same mode and projections
+    /// registered at most one heartbeat TTL before this one
+    /// ([`RepairReport::left_to`]): workers started together repair once.
+    ///
     /// A runtime starts once at a time: a second `start()` on it (or on a
     /// clone) before the first [`Running`] is shut down or aborted is
     /// [`Error::InvalidState`]. In the worker modes the first heartbeat is
@@ -149,36 +160,57 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     async fn start_tasks(&self, started: Arc<AtomicBool>, outer: &CancellationToken) -> Result<Running> {
-        // A producer-only process applies nothing, so it repairs nothing.
         // Every store call of start-up rides out an unavailable database
         // (a restart, a failover) for `start_retry`; repair is idempotent
         // (catch-ups compare-and-set), so a retry repeats nothing.
         let budget = self.config().start_retry;
-        let repair = if self.config().repair_on_start && self.mode() != Mode::ProducerOnly {
-            let report =
-                retry_while_unavailable(budget, outer, "start-up repair", || self.start_up_repair(outer))
-                    .await?;
-            Some(report.unwrap_or_else(|| RepairReport {
-                cancelled: true,
-                ..RepairReport::default()
-            }))
-        } else {
-            None
-        };
         let tasks = self.planned_tasks();
         let cancel = outer.child_token();
         let mut stopped = cancel.is_cancelled();
+        // A worker registers and takes its share of the partitions first,
+        // so the workers of its mode see it at once: its share is handed
+        // over from them, and a start-up repair runs once for workers
+        // started together (the first one's).
+        let mut registered = false;
         if tasks.heartbeat && !stopped {
             stopped = retry_while_unavailable(budget, outer, "the first heartbeat", || self.beat())
                 .await?
                 .is_none();
+            registered = !stopped;
         }
         let leasing = self.config().leasing && (tasks.apply_worker || tasks.shadow_worker);
         if leasing && !stopped {
             // The worker claims only inside its partitions from its first
             // pass; the first share is taken before it starts.
             self.inner.partitions.set_active(true);
-            self.sync_partitions_or_warn().await;
+            self.join_partitions_or_warn().await;
+        }
+        // A producer-only process applies nothing, so it repairs nothing.
+        let repair = if self.config().repair_on_start && self.mode() != Mode::ProducerOnly {
+            let fleet = registered && self.mode().runs_apply_worker();
+            let report = retry_while_unavailable(budget, outer, "start-up repair", || async {
+                self.repair_at_start(fleet, outer).await
+            })
+            .await;
+            match report {
+                Ok(report) => Some(report.unwrap_or_else(|| RepairReport {
+                    cancelled: true,
+                    ..RepairReport::default()
+                })),
+                Err(e) => {
+                    if registered {
+                        self.leave(leasing).await;
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        stopped = stopped || cancel.is_cancelled();
+        if stopped && registered {
+            // Cancelled during start-up repair: leave no trace of a worker.
+            self.leave(leasing).await;
         }
         if stopped {
             info!(mode = %self.mode(), "start cancelled; no task started");
@@ -246,6 +278,47 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             repair,
             started,
         })
+    }
+
+    /// Start-up repair. An apply worker that registered first looks for a
+    /// worker of its mode started just before it ([`fleet_repairer`]): that
+    /// one's repair covers the journal, so this one leaves it (once per
+    /// fleet, issue 45). Either way it then registers its consumers, so the
+    /// workers started after it find them.
+    ///
+    /// [`fleet_repairer`]: Outbox::fleet_repairer
+    async fn repair_at_start(&self, fleet: bool, cancel: &CancellationToken) -> Result<RepairReport> {
+        if !fleet {
+            return self.start_up_repair(cancel).await;
+        }
+        let first = self.fleet_repairer().await?;
+        self.refresh_registry(true).await?;
+        match first {
+            Some(first) => {
+                info!(by = %first, "start-up repair left to the worker started just before this one");
+                Ok(RepairReport {
+                    left_to: Some(first),
+                    ..RepairReport::default()
+                })
+            }
+            None => self.start_up_repair(cancel).await,
+        }
+    }
+
+    /// Gives back what a start that does not go on took: its partitions and
+    /// its registry entry.
+    async fn leave(&self, leasing: bool) {
+        if leasing {
+            self.release_partitions().await;
+        }
+        if let Err(e) = self
+            .journal()
+            .deregister(self.worker_id())
+            .within(self.config().store_deadline(), "deregister")
+            .await
+        {
+            warn!(error = %e, "deregistering the worker failed; its entry will age out");
+        }
     }
 
     /// Runs the worker loop until shutdown, restarting it when it ends

@@ -697,11 +697,19 @@ async fn a_dead_workers_partitions_are_taken_over_after_its_heartbeat_ttl() {
     assert_eq!(
         state(&e).await.ledger.len(),
         0,
-        "nothing taken over while the zombie's partitions are live"
+        "nothing the zombie claimed is taken over while its claim holds the stream"
     );
-    assert!(
-        rt.held_partitions().is_empty(),
-        "the zombie holds every partition"
+    // The zombie looks live until its entry expires: the new worker took
+    // its own share from it at start (ADR 0022, "fair start"), no more.
+    let share = outbox_core::assigned_to(
+        rt.worker_id(),
+        &[zombie.clone(), rt.worker_id().clone()],
+        e.journal.partitioning().count(),
+    );
+    assert_eq!(
+        rt.held_partitions(),
+        share,
+        "its share while the zombie's entry lives"
     );
     wait_until_drained(&rt).await;
     assert_eq!(
@@ -1182,4 +1190,255 @@ async fn drain_applies_what_is_due_and_returns_when_a_projection_fails() {
     .expect("the healthy streams are applied, and poison for the projection beside the panicking one");
     // Nothing is due until the retry: a second drain does nothing.
     assert!(!rt.drain().await.unwrap().made_progress());
+}
+
+/// A projection that waits for its gate to open before every apply: a
+/// worker that runs it stops inside its first batch until the test says so.
+struct Gated {
+    inner: Arc<dyn Projection<MemoryTx>>,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[outbox_core::async_trait]
+impl Projection<MemoryTx> for Gated {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        self.inner.name()
+    }
+    async fn apply(&self, tx: &mut MemoryTx, e: &outbox_core::Event) -> Result<(), outbox_core::BoxError> {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.apply(tx, e).await
+    }
+    async fn reset(&self, tx: &mut MemoryTx) -> Result<(), outbox_core::BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(
+        &self,
+        tx: &mut MemoryTx,
+        out: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+/// `streams` streams of `events` events each (every value 1), enqueued
+/// and not applied; what each stream's oracle must end at.
+async fn backlog(e: &Env, streams: usize, events: usize) -> BTreeMap<String, Expected> {
+    let appender = runtime(e, worker_config()).await;
+    let mut want = BTreeMap::new();
+    for i in 0..streams {
+        let s = format!("s{i:03}");
+        append_values(&appender, &sid(&s), &vec![1; events]).await;
+        want.insert(
+            s,
+            Expected {
+                through: events as u64,
+                sum: events as i64,
+            },
+        );
+    }
+    want
+}
+
+/// Issue 43 point 4, "fair start": two runtimes started together on one
+/// journal, the first already inside its first sweep (held there by a
+/// gate, so nothing here depends on how fast either one runs). The second
+/// holds its share of the partitions as soon as its `start` returns, taken
+/// from the first at once (not at the first's next look at the registry),
+/// and each applies a share of a 20,000-event drain: every event exactly
+/// once, in stream order.
+#[tokio::test(start_paused = true)]
+async fn a_second_runtime_takes_its_share_at_start_and_both_apply_a_share_of_the_drain() {
+    use outbox_core::{Partition, PartitionStore, WorkerId};
+    let e = env();
+    let want = backlog(&e, 200, 100).await;
+    let config = |id: &str| {
+        worker_config()
+            .with_repair_on_start(false)
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let (gate, opens) = tokio::sync::watch::channel(false);
+    let first = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(config("first"))
+        .event_types(oracle_registry())
+        .projection(Arc::new(Gated {
+            inner: e.oracle.clone(),
+            open: opens,
+        }))
+        .build()
+        .await
+        .unwrap();
+    let a = first.start().await.unwrap();
+    let all: Vec<Partition> = Partition::all(e.journal.partitioning().count()).collect();
+    assert_eq!(
+        first.held_partitions(),
+        all,
+        "alone, the first holds every partition"
+    );
+    // The first's worker claims its first sweep and waits at the gate.
+    tokio::task::yield_now().await;
+    let second = runtime(&e, config("second")).await;
+    let b = second.start().await.unwrap();
+    let theirs = second.held_partitions();
+    let want_theirs = outbox_core::assigned_to(
+        second.worker_id(),
+        &[first.worker_id().clone(), second.worker_id().clone()],
+        e.journal.partitioning().count(),
+    );
+    assert!(!want_theirs.is_empty(), "the second's share is not empty");
+    assert_eq!(
+        theirs, want_theirs,
+        "the second holds its share when its start returns"
+    );
+    let report = e.journal.partitions().await.unwrap();
+    for p in &report {
+        let owner = if want_theirs.contains(&p.partition) {
+            &second
+        } else {
+            &first
+        };
+        assert_eq!(
+            p.owner.as_ref(),
+            Some(owner.worker_id()),
+            "every partition has its one owner in the store: {p:?}"
+        );
+    }
+    gate.send(true).unwrap();
+    wait_until_drained(&second).await;
+    b.shutdown().await;
+    a.shutdown().await;
+    let (by_first, by_second) = (first.metrics().applied, second.metrics().applied);
+    assert!(
+        by_first > 0 && by_second > 0 && by_first + by_second == 20_000,
+        "each applied a share: first {by_first}, second {by_second}"
+    );
+    check_history(&state(&e).await, &want, &BTreeMap::new()).unwrap();
+    assert_eq!(state(&e).await.ledger.len(), 20_000, "each event applied once");
+}
+
+/// Issue 45: two workers started together repair once. The streams behind
+/// the journal (appended without outbox rows, as after a crash in an inline
+/// mode) are handed to the workers by the first one's start-up repair; the
+/// second, started right after it, leaves the repair to it and scans
+/// nothing. Every stream is then applied exactly once by the two workers.
+#[tokio::test(start_paused = true)]
+async fn start_up_repair_runs_once_for_two_workers_started_together() {
+    use outbox_core::WorkerId;
+    let e = env();
+    let mut want = backlog(&e, 10, 3).await;
+    for i in 0..30 {
+        let s = format!("u{i:02}");
+        let req = AppendRequest::new(sid(&s), ExpectedVersion::NoStream, vec![add(2), add(2)]);
+        e.journal
+            .append(&[req], AppendOptions::journal_only())
+            .await
+            .unwrap();
+        want.insert(s, Expected { through: 2, sum: 4 });
+    }
+    let config = |id: &str| worker_config().with_worker_id(WorkerId::new(id).unwrap());
+    let first = runtime(&e, config("first")).await;
+    let second = runtime(&e, config("second")).await;
+    let a = first.start().await.unwrap();
+    let b = second.start().await.unwrap();
+    let (ra, rb) = (
+        a.repair_report().expect("repair ran").clone(),
+        b.repair_report().expect("repair ran").clone(),
+    );
+    assert_eq!(
+        (ra.streams_scanned, ra.handed_to_worker),
+        (40, 40),
+        "the first scans every stream and hands the 40 behind to the workers: {ra:?}"
+    );
+    assert_eq!(
+        (rb.streams_scanned, rb.handed_to_worker),
+        (0, 0),
+        "the second leaves the repair to the first: {rb:?}"
+    );
+    assert_eq!((ra.left_to, rb.left_to), (None, Some(first.worker_id().clone())));
+    wait_until_drained(&first).await;
+    b.shutdown().await;
+    a.shutdown().await;
+    check_history(&state(&e).await, &want, &BTreeMap::new()).unwrap();
+    assert_eq!(
+        first.metrics().applied + second.metrics().applied,
+        10 * 3 + 30 * 2,
+        "every event applied once"
+    );
+}
+
+/// `start()` returns without draining a backlog the worker can drain: the
+/// projection cannot apply anything until after `start` returned (its gate
+/// is shut), so `start` holding out for the backlog would never return.
+#[tokio::test(start_paused = true)]
+async fn start_returns_without_draining_a_backlog_the_worker_drains() {
+    let e = env();
+    let want = backlog(&e, 50, 20).await;
+    let (gate, opens) = tokio::sync::watch::channel(false);
+    let rt = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(worker_config())
+        .event_types(oracle_registry())
+        .projection(Arc::new(Gated {
+            inner: e.oracle.clone(),
+            open: opens,
+        }))
+        .build()
+        .await
+        .unwrap();
+    let running = rt.start().await.unwrap();
+    let report = running.repair_report().expect("repair ran").clone();
+    assert_eq!(
+        (report.events_applied, report.handed_to_worker),
+        (0, 50),
+        "nothing applied by start: {report:?}"
+    );
+    assert!(state(&e).await.ledger.is_empty(), "nothing applied yet");
+    gate.send(true).unwrap();
+    wait_until_drained(&rt).await;
+    running.shutdown().await;
+    check_history(&state(&e).await, &want, &BTreeMap::new()).unwrap();
+}
+
+/// The bounds of "once per fleet": a worker started more than one
+/// heartbeat TTL after the first repairs for itself (something may have
+/// fallen behind since), and so does one that runs a projection no earlier
+/// worker registered (the first one's repair did not cover it).
+#[tokio::test(start_paused = true)]
+async fn start_up_repair_is_left_only_to_a_worker_started_just_before_with_the_same_projections() {
+    use outbox_core::WorkerId;
+    let e = env();
+    for i in 0..5 {
+        let req = AppendRequest::new(sid(&format!("u{i}")), ExpectedVersion::NoStream, vec![add(1)]);
+        e.journal
+            .append(&[req], AppendOptions::journal_only())
+            .await
+            .unwrap();
+    }
+    let config = |id: &str| worker_config().with_worker_id(WorkerId::new(id).unwrap());
+    let first = runtime(&e, config("first")).await;
+    let a = first.start().await.unwrap();
+    assert_eq!(a.repair_report().unwrap().streams_scanned, 5);
+    // Another projection: not registered by the first.
+    let extra = Outbox::builder(e.journal.clone(), e.store.clone())
+        .config(config("extra"))
+        .event_types(oracle_registry())
+        .projection(e.oracle.clone())
+        .view(Panicky {
+            name: outbox_core::ProjectionName::new("extra").unwrap(),
+            stream: sid("none"),
+        })
+        .build()
+        .await
+        .unwrap();
+    let x = extra.start().await.unwrap();
+    let rx = x.repair_report().unwrap().clone();
+    assert_eq!((rx.streams_scanned, rx.left_to.clone()), (5, None), "{rx:?}");
+    // Later than one heartbeat TTL (15 s by default) after the first.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let late = runtime(&e, config("late")).await;
+    let l = late.start().await.unwrap();
+    let rl = l.repair_report().unwrap().clone();
+    assert_eq!((rl.streams_scanned, rl.left_to.clone()), (5, None), "{rl:?}");
+    l.shutdown().await;
+    x.shutdown().await;
+    a.shutdown().await;
 }

@@ -290,6 +290,7 @@ impl outbox_core::ConsumerRegistry for Journal {
 // The optional capabilities: nothing written, the defaults taken.
 impl outbox_core::SinkFeed for Journal {}
 impl outbox_core::ActivityLog for Journal {}
+impl outbox_core::PartitionHandover for Journal {}
 
 impl ProjectionStore for Store {
     type Tx = MemoryTx;

@@ -505,3 +505,122 @@ async fn a_sink_refuses_keys_of_another_server_until_the_feed_is_rekeyed() {
     assert_eq!(got, want, "the new event published, nothing twice");
     rt.journal().close().await;
 }
+
+/// A projection that waits for its gate to open before every apply.
+struct Gated {
+    inner: Arc<dyn Projection<PgTx>>,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[outbox_core::async_trait]
+impl Projection<PgTx> for Gated {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        self.inner.name()
+    }
+    async fn apply(&self, tx: &mut PgTx, e: &outbox_core::Event) -> Result<(), outbox_core::BoxError> {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.apply(tx, e).await
+    }
+    async fn reset(&self, tx: &mut PgTx) -> Result<(), outbox_core::BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(
+        &self,
+        tx: &mut PgTx,
+        out: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+/// Issues 43 (point 4) and 45 on Postgres: two workers started together,
+/// the first held inside its first sweep by a gate (nothing depends on
+/// speed). The second holds its share of the partitions when its `start`
+/// returns and leaves start-up repair to the first; each applies a share,
+/// every event once and in stream order, the streams without outbox rows
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_started_together_share_the_drain_and_repair_once() {
+    use outbox_core::{Partition, PartitionStore};
+    let Some(s) = Schemas::new("fleet") else { return };
+    let (p, _) = oracle();
+    let queued: Vec<StreamId> = (0..40).map(|i| sid(&format!("s{i:02}"))).collect();
+    let unqueued: Vec<StreamId> = (0..10).map(|i| sid(&format!("u{i:02}"))).collect();
+    {
+        let journal = s.journal().await;
+        let reqs = |ids: &[StreamId], n: usize| -> Vec<AppendRequest> {
+            ids.iter()
+                .map(|id| AppendRequest::new(id.clone(), ExpectedVersion::NoStream, vec![add(1); n]))
+                .collect()
+        };
+        journal
+            .append(&reqs(&queued, 50), AppendOptions::enqueue())
+            .await
+            .unwrap();
+        journal
+            .append(&reqs(&unqueued, 2), AppendOptions::journal_only())
+            .await
+            .unwrap();
+        journal.close().await;
+    }
+    let config = |id: &str| {
+        Config::apply_worker()
+            .with_poll_interval(Duration::from_millis(10))
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let (gate, opens) = tokio::sync::watch::channel(false);
+    let gated: Arc<dyn Projection<PgTx>> = Arc::new(Gated {
+        inner: p.clone(),
+        open: opens,
+    });
+    let first = open(&s, config("first"), &gated, false).await;
+    let second = open(&s, config("second"), &p, false).await;
+    let count = first.journal().partitioning().count();
+    let a = first.start().await.unwrap();
+    assert_eq!(first.held_partitions(), Partition::all(count).collect::<Vec<_>>());
+    let b = second.start().await.unwrap();
+    let share = outbox_core::assigned_to(
+        second.worker_id(),
+        &[first.worker_id().clone(), second.worker_id().clone()],
+        count,
+    );
+    assert!(!share.is_empty());
+    assert_eq!(
+        second.held_partitions(),
+        share,
+        "the second holds its share when its start returns"
+    );
+    let (ra, rb) = (
+        a.repair_report().expect("repair ran").clone(),
+        b.repair_report().expect("repair ran").clone(),
+    );
+    assert_eq!((ra.streams_scanned, ra.handed_to_worker), (50, 50), "{ra:?}");
+    assert_eq!((rb.streams_scanned, rb.handed_to_worker), (0, 0), "{rb:?}");
+    gate.send(true).unwrap();
+    wait_drained(&second, Duration::from_secs(120)).await;
+    b.shutdown().await;
+    a.shutdown().await;
+    let (by_first, by_second) = (first.metrics().applied, second.metrics().applied);
+    assert!(
+        by_first > 0 && by_second > 0 && by_first + by_second == 40 * 50 + 10 * 2,
+        "each applied a share: first {by_first}, second {by_second}"
+    );
+    let mut want = BTreeMap::new();
+    for (ids, n) in [(&queued, 50u64), (&unqueued, 2)] {
+        for id in ids {
+            want.insert(
+                id.to_string(),
+                Expected {
+                    through: n,
+                    sum: n as i64,
+                },
+            );
+        }
+    }
+    let state = read_state(first.store(), "oracle").await.expect("oracle state");
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+    assert_eq!(state.ledger.len(), 40 * 50 + 10 * 2, "each event applied once");
+    close(&first).await;
+    close(&second).await;
+}

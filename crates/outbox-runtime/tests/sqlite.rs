@@ -577,3 +577,169 @@ async fn a_sweep_applies_the_runs_its_claim_read_and_sends_an_undecodable_one_al
     let want = BTreeMap::from([("good".to_string(), Expected { through: 2, sum: 10 })]);
     check_history(&state, &want, &BTreeMap::new()).unwrap();
 }
+
+/// A projection that waits for its gate to open before every apply.
+struct Gated {
+    inner: Arc<dyn Projection<SqliteTx>>,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[outbox_core::async_trait]
+impl Projection<SqliteTx> for Gated {
+    fn name(&self) -> &outbox_core::ProjectionName {
+        self.inner.name()
+    }
+    async fn apply(&self, tx: &mut SqliteTx, e: &outbox_core::Event) -> Result<(), outbox_core::BoxError> {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|o| *o).await;
+        self.inner.apply(tx, e).await
+    }
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), outbox_core::BoxError> {
+        self.inner.reset(tx).await
+    }
+    async fn digest(
+        &self,
+        tx: &mut SqliteTx,
+        out: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
+        self.inner.digest(tx, out).await
+    }
+}
+
+/// `streams` streams of `events` enqueued events each (value 1), appended
+/// through a journal of their own, as another process would.
+async fn enqueue_backlog(f: &Files, streams: usize, events: u64) -> Vec<StreamId> {
+    let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
+        .await
+        .unwrap();
+    let ids: Vec<StreamId> = (0..streams).map(|i| sid(&format!("s{i:03}"))).collect();
+    for chunk in ids.chunks(20) {
+        let reqs: Vec<AppendRequest> = chunk
+            .iter()
+            .map(|s| {
+                AppendRequest::new(
+                    s.clone(),
+                    ExpectedVersion::NoStream,
+                    vec![add(1); events as usize],
+                )
+            })
+            .collect();
+        journal.append(&reqs, AppendOptions::enqueue()).await.unwrap();
+    }
+    journal.close().await;
+    ids
+}
+
+/// Issue 43 point 4 on SQLite: two runtimes on one journal file, the first
+/// held inside its first sweep by a gate (so nothing depends on speed). The
+/// second holds its share as soon as its `start` returns, and each applies
+/// a share of a 20,000-event drain, every event once and in stream order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runtimes_on_one_journal_file_each_apply_a_share_of_the_drain() {
+    use outbox_core::{Partition, WorkerId};
+    let f = files();
+    let (p, _) = oracle();
+    let ids = enqueue_backlog(&f, 200, 100).await;
+    let config = |id: &str| {
+        Config::apply_worker()
+            .with_poll_interval(Duration::from_millis(10))
+            .with_repair_on_start(false)
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let (gate, opens) = tokio::sync::watch::channel(false);
+    let gated: Arc<dyn Projection<SqliteTx>> = Arc::new(Gated {
+        inner: p.clone(),
+        open: opens,
+    });
+    let first = open(&f, config("first"), &gated).await;
+    let second = open(&f, config("second"), &p).await;
+    let count = first.journal().partitioning().count();
+    let a = first.start().await.unwrap();
+    let all: Vec<Partition> = Partition::all(count).collect();
+    assert_eq!(
+        first.held_partitions(),
+        all,
+        "alone, the first holds every partition"
+    );
+    let b = second.start().await.unwrap();
+    let share = outbox_core::assigned_to(
+        second.worker_id(),
+        &[first.worker_id().clone(), second.worker_id().clone()],
+        count,
+    );
+    assert!(!share.is_empty());
+    assert_eq!(
+        second.held_partitions(),
+        share,
+        "the second holds its share when its start returns"
+    );
+    for s in first.journal().partitions().await.unwrap() {
+        let owner = if share.contains(&s.partition) {
+            &second
+        } else {
+            &first
+        };
+        assert_eq!(s.owner.as_ref(), Some(owner.worker_id()), "{s:?}");
+    }
+    gate.send(true).unwrap();
+    wait_drained(&second, Duration::from_secs(300)).await;
+    b.shutdown().await;
+    a.shutdown().await;
+    let (by_first, by_second) = (first.metrics().applied, second.metrics().applied);
+    assert!(
+        by_first > 0 && by_second > 0 && by_first + by_second == 20_000,
+        "each applied a share: first {by_first}, second {by_second}"
+    );
+    let state = read_state(first.store(), "oracle").await.expect("oracle state");
+    check_history(&state, &expected(&ids, 100, 1), &BTreeMap::new()).unwrap();
+    assert_eq!(state.ledger.len(), 20_000, "each event applied once");
+}
+
+/// Issue 45 on SQLite: two workers started together on one journal file
+/// run start-up repair once: the second leaves it to the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_repair_runs_once_for_two_workers_on_one_journal_file() {
+    use outbox_core::WorkerId;
+    let f = files();
+    let (p, _) = oracle();
+    let queued = enqueue_backlog(&f, 10, 3).await;
+    let unqueued: Vec<StreamId> = (0..30).map(|i| sid(&format!("u{i:02}"))).collect();
+    {
+        let journal = SqliteJournal::open(&f.journal, SqliteOptions::default())
+            .await
+            .unwrap();
+        let reqs: Vec<AppendRequest> = unqueued
+            .iter()
+            .map(|s| AppendRequest::new(s.clone(), ExpectedVersion::NoStream, vec![add(2), add(2)]))
+            .collect();
+        journal
+            .append(&reqs, AppendOptions::journal_only())
+            .await
+            .unwrap();
+        journal.close().await;
+    }
+    let config = |id: &str| {
+        Config::apply_worker()
+            .with_poll_interval(Duration::from_millis(10))
+            .with_worker_id(WorkerId::new(id).unwrap())
+    };
+    let first = open(&f, config("first"), &p).await;
+    let second = open(&f, config("second"), &p).await;
+    let a = first.start().await.unwrap();
+    let b = second.start().await.unwrap();
+    let (ra, rb) = (
+        a.repair_report().expect("repair ran").clone(),
+        b.repair_report().expect("repair ran").clone(),
+    );
+    assert_eq!((ra.streams_scanned, ra.handed_to_worker), (40, 40), "{ra:?}");
+    assert_eq!((rb.streams_scanned, rb.handed_to_worker), (0, 0), "{rb:?}");
+    assert_eq!(rb.left_to.as_ref(), Some(first.worker_id()));
+    wait_drained(&first, Duration::from_secs(120)).await;
+    b.shutdown().await;
+    a.shutdown().await;
+    let mut want = expected(&queued, 3, 1);
+    want.extend(expected(&unqueued, 2, 2));
+    let state = read_state(first.store(), "oracle").await.expect("oracle state");
+    check_history(&state, &want, &BTreeMap::new()).unwrap();
+    assert_eq!(state.ledger.len(), 30 + 60, "each event applied once");
+}

@@ -88,6 +88,20 @@ pub async fn sync_partitions(
     wanted: &[Partition],
     ttl: Duration,
 ) -> Result<PartitionSync> {
+    sync_partitions_taking(db, partitioning, owner, wanted, &[], ttl).await
+}
+
+/// [`PartitionHandover::sync_partitions_taking`](outbox_core::PartitionHandover::sync_partitions_taking):
+/// [`sync_partitions`], where a wanted partition that a worker in `from`
+/// holds is taken over (compare-and-set on its holder, epoch + 1).
+pub async fn sync_partitions_taking(
+    db: &(impl Database + ?Sized),
+    partitioning: &Partitioning,
+    owner: &WorkerId,
+    wanted: &[Partition],
+    from: &[WorkerId],
+    ttl: Duration,
+) -> Result<PartitionSync> {
     validate_ttl(ttl)?;
     let wanted = validate_wanted(wanted, partitioning.count())?;
     let what = "synchronising partition leases";
@@ -120,13 +134,16 @@ pub async fn sync_partitions(
             out.released.push(p);
             continue;
         }
-        let row = tx
+        let mut row = tx
             .fetch_optional(
                 what,
                 &acquire,
                 &[no, Arg::Text(owner.as_str()), Arg::Int(duration_millis(ttl))],
             )
             .await?;
+        if row.is_none() && !from.is_empty() {
+            row = take_over(&mut *tx, d, p, owner, from, ttl).await?;
+        }
         match row {
             Some(r) => {
                 if held_before.binary_search(&p).is_err() {
@@ -144,6 +161,54 @@ pub async fn sync_partitions(
     }
     tx.commit(what).await?;
     Ok(out)
+}
+
+/// Takes partition `$1` for owner `$2` for `$3` ms from holder `$4` while
+/// that holder still holds it unexpired (epoch + 1); returns (epoch,
+/// expires_at), or no row when the holder changed.
+const PARTITION_TAKE_OVER: &str = "UPDATE outbox_partition_leases \
+     SET owner = $2, epoch = epoch + 1, expires_at = {now} + $3 \
+     WHERE partition_no = $1 AND owner = $4 AND expires_at > {now} \
+     RETURNING epoch, expires_at";
+
+/// Partition `p`'s unexpired holder, taken over for `owner` when it is one
+/// of `from` (inside [`sync_partitions_taking`]'s transaction).
+async fn take_over(
+    tx: &mut (dyn crate::Tx + '_),
+    d: &crate::Dialect,
+    p: Partition,
+    owner: &WorkerId,
+    from: &[WorkerId],
+    ttl: Duration,
+) -> Result<Option<Row>> {
+    let what = "taking a partition over";
+    let no = || Arg::Int(i64::from(p.get()));
+    let holder = tx
+        .fetch_optional(
+            what,
+            &d.sql(
+                "SELECT owner FROM outbox_partition_leases WHERE partition_no = $1 AND expires_at > {now}",
+            ),
+            &[no()],
+        )
+        .await?;
+    let Some(holder) = holder.map(|r| r.opt_text(0)).transpose()?.flatten() else {
+        return Ok(None);
+    };
+    if holder == owner.as_str() || !from.iter().any(|w| w.as_str() == holder) {
+        return Ok(None);
+    }
+    tx.fetch_optional(
+        what,
+        &d.sql(PARTITION_TAKE_OVER),
+        &[
+            no(),
+            Arg::Text(owner.as_str()),
+            Arg::Int(duration_millis(ttl)),
+            Arg::Text(&holder),
+        ],
+    )
+    .await
 }
 
 /// [`PartitionStore::partitions`](outbox_core::PartitionStore::partitions):

@@ -1549,6 +1549,27 @@ fn hold_head(conn: &Connection, lease: &Lease) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A joining worker takes its share from live holders at once (ADR 0022).
+impl outbox_core::PartitionHandover for SqliteJournal {
+    async fn sync_partitions_taking(
+        &self,
+        owner: &WorkerId,
+        wanted: &[Partition],
+        from: &[WorkerId],
+        ttl: Duration,
+    ) -> Result<PartitionSync> {
+        outbox_sql::partitions::sync_partitions_taking(
+            &*self.engine,
+            &self.partitioning,
+            owner,
+            wanted,
+            from,
+            ttl,
+        )
+        .await
+    }
+}
+
 impl PartitionStore for SqliteJournal {
     fn partitioning(&self) -> &Partitioning {
         &self.partitioning

@@ -31,6 +31,7 @@ pub trait Harness: Send + Sync + Sized + 'static {
         + LeaseAdmin
         + WorkerRegistry
         + PartitionStore
+        + outbox_core::PartitionHandover
         + SinkStore
         + outbox_core::SinkFeed
         + outbox_core::ActivityLog

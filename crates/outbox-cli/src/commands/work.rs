@@ -79,6 +79,9 @@ pub(super) async fn work<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &Wo
                 r.handed_to_worker
             )?;
         }
+        if let Some(first) = &r.left_to {
+            outln!("start-up repair: left to worker {first}, started just before this one")?;
+        }
     }
     if !a.quiet && !a.json {
         outln!("{} worker {} running (Ctrl-C to stop)", rt.mode(), rt.worker_id())?;

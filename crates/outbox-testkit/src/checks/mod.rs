@@ -147,6 +147,7 @@ macro_rules! for_each_check {
             read_feed_loses_nothing_to_many_late_commits,
             partition_sync_acquires_renews_and_releases,
             partition_held_by_another_waits_for_release_or_expiry,
+            partition_handover_takes_only_from_the_named_holders,
             partition_sync_rejects_unknown_partitions,
             partitioned_claim_takes_only_held_partitions,
             partitioned_claim_and_load_takes_what_the_claim_takes_with_the_runs_events,

@@ -4,7 +4,8 @@
 
 use outbox_core::{
     Error, EventJournal, Lease, LeaseStore, OutboxInspector, OutboxQueue, OutboxRow, Partition,
-    PartitionStore, RetryPolicy, StreamEnd, StreamId, SweepLimits, UNFINISHED_ATTEMPT, WorkerId,
+    PartitionHandover, PartitionStore, RetryPolicy, StreamEnd, StreamId, SweepLimits, UNFINISHED_ATTEMPT,
+    WorkerId,
 };
 
 use super::support::{TTL, enqueue, ms, now, owner, secs, seq};
@@ -194,6 +195,72 @@ pub async fn partitioned_claim_takes_only_held_partitions<H: Harness>(h: &H) {
         limited.iter().map(|(_, r)| r.len()).collect::<Vec<_>>(),
         [3, 2],
         "at most 2 streams, 3 rows each, 5 in all"
+    );
+}
+
+/// `sync_partitions_taking` (`PartitionHandover`): a wanted partition that
+/// a worker named in `from` holds unexpired is taken over at once (epoch +
+/// 1, listed as acquired), and its old holder's claims under it are
+/// `LeaseLost` and its partitioned claims stay out of it; a partition held
+/// by an owner not named still waits; with nobody named it is
+/// `sync_partitions`.
+pub async fn partition_handover_takes_only_from_the_named_holders<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let j = &f.journal;
+    let (a, b, c) = (owner("a"), owner("b"), owner("c"));
+    let s = stream_in(j, "s", p(3));
+    enqueue(j, s.as_str(), 2).await;
+    j.sync_partitions(&a, &[p(3), p(4)], TTL).await.unwrap();
+    j.sync_partitions(&c, &[p(5)], TTL).await.unwrap();
+    let stale = j.claim_partitioned(&a, TTL, LIMITS).await.unwrap()[0].0.clone();
+    let alone = j
+        .sync_partitions_taking(&b, &[p(3), p(5)], &[], TTL)
+        .await
+        .unwrap();
+    assert!(
+        alone.acquired.is_empty() && alone.waiting == [p(3), p(5)],
+        "nobody named: nothing taken, {alone:?}"
+    );
+    let took = j
+        .sync_partitions_taking(&b, &[p(3), p(5)], std::slice::from_ref(&a), TTL)
+        .await
+        .unwrap();
+    assert_eq!(took.acquired, [p(3)], "taken from the named holder: {took:?}");
+    assert_eq!(took.waiting, [p(5)], "c is not named: p05 waits");
+    assert_eq!(
+        (took.held.len(), took.held[0].owner.clone(), took.held[0].epoch),
+        (1, b.clone(), stale.epoch + 1),
+        "held by b, epoch raised"
+    );
+    let policy = RetryPolicy::default();
+    for (what, result) in [
+        ("claim", j.claim(&stale, 10).await.map(|_| ())),
+        ("fail", j.fail(&stale, seq(1), "boom", &policy).await.map(|_| ())),
+        ("renew", j.renew(&stale, TTL).await.map(|_| ())),
+    ] {
+        assert!(
+            matches!(result, Err(Error::LeaseLost { .. })),
+            "{what} under a partition handed over must be LeaseLost, got {result:?}"
+        );
+    }
+    let later = stream_in(j, "t", p(3));
+    enqueue(j, later.as_str(), 1).await;
+    assert!(
+        j.claim_partitioned(&a, TTL, LIMITS).await.unwrap().is_empty(),
+        "the old holder claims nothing in p03 any more"
+    );
+    let mine = j.claim_partitioned(&b, TTL, LIMITS).await.unwrap();
+    assert_eq!(
+        mine.iter().map(|(l, _)| l.stream.clone()).collect::<Vec<_>>(),
+        [later],
+        "the new holder claims in p03 (s is still in flight under a's claim)"
+    );
+    let report = j.partitions().await.unwrap();
+    let who = |n: usize| (report[n].owner.clone(), report[n].epoch);
+    assert_eq!(
+        (who(3), who(4), who(5)),
+        ((Some(b), 2), (Some(a), 1), (Some(c), 1)),
+        "only p03 changed hands"
     );
 }
 
