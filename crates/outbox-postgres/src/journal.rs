@@ -1347,7 +1347,7 @@ impl outbox_core::PartitionHandover for PgJournal {
         ttl: Duration,
     ) -> Result<PartitionSync> {
         outbox_sql::partitions::sync_partitions_taking(
-            &*self.sql,
+            self.sql.database(),
             &self.partitioning,
             owner,
             wanted,
