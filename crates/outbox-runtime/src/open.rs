@@ -39,7 +39,7 @@
 //! ```
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use outbox_core::{Error, LeaseAdmin, PartitionOptions, Result};
 
@@ -273,7 +273,7 @@ fn remove_new_database(path: &Path) {
     for suffix in ["-wal", "-shm", "-journal", "-turn"] {
         let mut beside = path.as_os_str().to_owned();
         beside.push(suffix);
-        files.push(PathBuf::from(beside));
+        files.push(std::path::PathBuf::from(beside));
     }
     for f in files {
         if let Err(e) = std::fs::remove_file(&f)
