@@ -59,7 +59,7 @@ pub(super) struct Reading {
 
 impl Figures {
     /// The last figures (a lock held for a clone of two fields).
-    pub fn read(&self) -> Reading {
+    pub(super) fn read(&self) -> Reading {
         let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         Reading {
             computed: last.computed.clone(),
@@ -71,7 +71,7 @@ impl Figures {
     /// Computes the figures once and stores them; waits for a computation
     /// already running to finish first (never two at once). A failure is
     /// stored as the last error and returned; the figures before it stay.
-    pub async fn compute<J: JournalBackend, P: CliStore>(
+    pub(super) async fn compute<J: JournalBackend, P: CliStore>(
         &self,
         journal: &J,
         store: &P,
@@ -80,7 +80,7 @@ impl Figures {
     ) -> Result<Arc<Computed>, Error> {
         let _running = self.running.lock().await;
         let started = Instant::now();
-        let result = async {
+        let result: Result<Computed, Error> = async {
             let as_of = journal.summary().await?.as_of;
             let lag = if projections.is_empty() || lag_streams == 0 {
                 None
