@@ -523,7 +523,8 @@ fn metrics_gauges_follow_the_backlog_as_it_drains() {
         LISTENING,
     );
     let pending = |m: &std::collections::BTreeMap<String, f64>| m["outbox_rows{status=\"pending\"}"];
-    let computations = |m: &std::collections::BTreeMap<String, f64>| m["outbox_monitor_figures_computations_total"];
+    let computations =
+        |m: &std::collections::BTreeMap<String, f64>| m["outbox_monitor_figures_computations_total"];
     let behind = |m: &std::collections::BTreeMap<String, f64>| m["outbox_projection_events_behind{projection=\"roster\"}"];
     let first = scrape(&server);
     assert_eq!(pending(&first), 42.0, "{first:?}");

@@ -30,7 +30,11 @@ impl<Tx: Send + 'static> Projection<Tx> for NeverApplied {
     async fn reset(&self, _: &mut Tx) -> Result<(), outbox_core::BoxError> {
         Ok(())
     }
-    async fn digest(&self, _: &mut Tx, _: &mut outbox_core::DigestBuilder) -> Result<(), outbox_core::BoxError> {
+    async fn digest(
+        &self,
+        _: &mut Tx,
+        _: &mut outbox_core::DigestBuilder,
+    ) -> Result<(), outbox_core::BoxError> {
         Ok(())
     }
 }
@@ -41,7 +45,11 @@ async fn append<J: EventJournal>(journal: &J, stream: &str, events: usize) {
         .collect();
     journal
         .append(
-            &[AppendRequest::new(StreamId::new(stream).unwrap(), ExpectedVersion::Any, events)],
+            &[AppendRequest::new(
+                StreamId::new(stream).unwrap(),
+                ExpectedVersion::Any,
+                events,
+            )],
             AppendOptions::enqueue(),
         )
         .await
@@ -54,7 +62,9 @@ fn sample(body: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-async fn scrape<J: crate::backend::CliJournal, P: crate::backend::CliStore>(m: &Arc<Monitor<J, P>>) -> String {
+async fn scrape<J: crate::backend::CliJournal, P: crate::backend::CliStore>(
+    m: &Arc<Monitor<J, P>>,
+) -> String {
     let res = metrics(State(m.clone())).await;
     assert_eq!(res.status(), 200);
     let bytes = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
@@ -63,7 +73,9 @@ async fn scrape<J: crate::backend::CliJournal, P: crate::backend::CliStore>(m: &
 
 /// The projection-lag row of the overview: (streams behind, events behind).
 fn lag_row(page: &str) -> String {
-    let at = page.find("id=\"projection-lag\"").expect("a projection lag section");
+    let at = page
+        .find("id=\"projection-lag\"")
+        .expect("a projection lag section");
     let table = &page[at..];
     table[table.find("<tbody>").unwrap_or(0)..table.find("</table>").expect("its table")].to_owned()
 }
@@ -110,7 +122,11 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
     let page = overview_body(&m, None).await.unwrap();
     assert!(page.contains("computing…"), "{page}");
     let body = scrape(&m).await;
-    assert_eq!(sample(&body, "outbox_monitor_figures_computations_total"), Some(0.0), "{body}");
+    assert_eq!(
+        sample(&body, "outbox_monitor_figures_computations_total"),
+        Some(0.0),
+        "{body}"
+    );
     assert!(!body.contains("outbox_projection_events_behind"), "{body}");
     assert!(!body.contains("outbox_monitor_figures_as_of_seconds"), "{body}");
 
@@ -133,15 +149,27 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
         assert!(page.contains(&format!("as of {}", first.as_of)), "{page}");
         assert!(lag_row(&page).contains("<span class=\"num\">1</span></td><td><span class=\"num\">3</span>"));
         let body = scrape(&m).await;
-        assert_eq!(sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"), Some(3.0), "{body}");
-        assert_eq!(sample(&body, "outbox_monitor_figures_computations_total"), Some(1.0), "{body}");
+        assert_eq!(
+            sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"),
+            Some(3.0),
+            "{body}"
+        );
+        assert_eq!(
+            sample(&body, "outbox_monitor_figures_computations_total"),
+            Some(1.0),
+            "{body}"
+        );
         assert_eq!(
             sample(&body, "outbox_monitor_figures_as_of_seconds"),
             Some(first.as_of.as_millis() as f64 / 1000.0),
             "{body}"
         );
     }
-    assert_eq!(m.figures.read().computations, 1, "a request never computes the figures");
+    assert_eq!(
+        m.figures.read().computations,
+        1,
+        "a request never computes the figures"
+    );
 
     // New events: the pages keep the last computation's figures (a request
     // that scanned would see them)...
@@ -149,9 +177,17 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
     let page = overview_body(&m, None).await.unwrap();
     assert!(lag_row(&page).contains("<span class=\"num\">1</span></td><td><span class=\"num\">3</span>"));
     let body = scrape(&m).await;
-    assert_eq!(sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"), Some(3.0), "{body}");
+    assert_eq!(
+        sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"),
+        Some(3.0),
+        "{body}"
+    );
     // ... while the cheap counts are per request.
-    assert_eq!(sample(&body, "outbox_rows{status=\"pending\"}"), Some(5.0), "{body}");
+    assert_eq!(
+        sample(&body, "outbox_rows{status=\"pending\"}"),
+        Some(5.0),
+        "{body}"
+    );
 
     // ... until the task computes again.
     let second = m
@@ -161,13 +197,28 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
         .unwrap();
     assert!(second.as_of >= first.as_of);
     let page = overview_body(&m, None).await.unwrap();
-    assert!(lag_row(&page).contains("<span class=\"num\">2</span></td><td><span class=\"num\">5</span>"), "{page}");
+    assert!(
+        lag_row(&page).contains("<span class=\"num\">2</span></td><td><span class=\"num\">5</span>"),
+        "{page}"
+    );
     assert!(
         page.contains(&format!("data-as-of-ms=\"{}\"", second.as_of.as_millis())),
         "{page}"
     );
     let body = scrape(&m).await;
-    assert_eq!(sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"), Some(5.0), "{body}");
-    assert_eq!(sample(&body, "outbox_projection_streams_behind{projection=\"tally\"}"), Some(2.0), "{body}");
-    assert_eq!(sample(&body, "outbox_monitor_figures_computations_total"), Some(2.0), "{body}");
+    assert_eq!(
+        sample(&body, "outbox_projection_events_behind{projection=\"tally\"}"),
+        Some(5.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "outbox_projection_streams_behind{projection=\"tally\"}"),
+        Some(2.0),
+        "{body}"
+    );
+    assert_eq!(
+        sample(&body, "outbox_monitor_figures_computations_total"),
+        Some(2.0),
+        "{body}"
+    );
 }

@@ -110,7 +110,12 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
     // next computation succeeds.
     if let Err(e) = monitor
         .figures
-        .compute(&monitor.journal, &monitor.store, &monitor.projections, monitor.lag_streams)
+        .compute(
+            &monitor.journal,
+            &monitor.store,
+            &monitor.projections,
+            monitor.lag_streams,
+        )
         .await
     {
         tracing::warn!("computing the monitor's figures failed: {e}");
@@ -738,7 +743,11 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
 /// The projections' checkpoint lag of the last computation of the figures
 /// (a background task's, every `--figures-interval-ms`), with when it was
 /// made: a page never scans the streams itself.
-fn lag_section<J, P: CliStore>(m: &Monitor<J, P>, f: &figures::Reading, now: outbox_core::Timestamp) -> String {
+fn lag_section<J, P: CliStore>(
+    m: &Monitor<J, P>,
+    f: &figures::Reading,
+    now: outbox_core::Timestamp,
+) -> String {
     if m.projections.is_empty() || m.lag_streams == 0 {
         return String::new();
     }
@@ -747,7 +756,10 @@ fn lag_section<J, P: CliStore>(m: &Monitor<J, P>, f: &figures::Reading, now: out
         let _ = write!(
             b,
             "<p class=\"note\" id=\"figures-as-of\">computing… (the first computation has not finished{})</p>",
-            f.error.as_deref().map(|e| format!(": {}", esc(e))).unwrap_or_default()
+            f.error
+                .as_deref()
+                .map(|e| format!(": {}", esc(e)))
+                .unwrap_or_default()
         );
         return b;
     };
@@ -783,7 +795,11 @@ fn lag_section<J, P: CliStore>(m: &Monitor<J, P>, f: &figures::Reading, now: out
         .iter()
         .map(|p| vec![esc(&p.projection), num(p.streams_behind), num(p.events_behind)])
         .collect();
-    b.push_str(&table("lag", &["projection", "streams behind", "events behind"], &rows));
+    b.push_str(&table(
+        "lag",
+        &["projection", "streams behind", "events behind"],
+        &rows,
+    ));
     b
 }
 
@@ -1285,13 +1301,7 @@ async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
         let consumers = consumer_statuses(&m.journal).await?;
         let count = |f: fn(&ConsumerStatus) -> bool| consumers.iter().filter(|c| f(c)).count() as u64;
         let (orphans, paused) = (count(|c| !c.live), count(|c| c.info.paused));
-        Ok::<_, Error>((
-            Gauges::from_summary(&summary),
-            workers,
-            sinks,
-            orphans,
-            paused,
-        ))
+        Ok::<_, Error>((Gauges::from_summary(&summary), workers, sinks, orphans, paused))
     };
     // The lag comes from the last computation (never a scan per scrape),
     // with its time and count so an alert can see it go stale.
