@@ -193,6 +193,11 @@ pub struct ServeArgs {
     /// `/metrics` and the overview (0: skip it).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub lag_streams: u64,
+    /// Milliseconds between two computations of the figures that scan the
+    /// streams (the projection lag): one background task computes them,
+    /// pages and `/metrics` show the last computation and its time.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub figures_interval_ms: u64,
     /// Blocked streams and rows listed at most per page.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,

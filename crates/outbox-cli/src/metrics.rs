@@ -2,9 +2,11 @@
 //! projections' checkpoint lag, and a worker process's own counters, in the
 //! OpenMetrics text format Prometheus scrapes (`prometheus-client`, ADR 0017).
 //!
-//! A scrape builds a fresh registry from one reading: nothing is kept
-//! between scrapes, so two processes (`outbox serve` and `outbox work
-//! --metrics-addr`) never disagree about what a gauge means.
+//! A scrape builds a fresh registry from one reading, so two processes
+//! (`outbox serve` and `outbox work --metrics-addr`) never disagree about
+//! what a gauge means. The one exception is `serve`'s projection lag: it is
+//! the last computation of a background task (ADR 0036's amendment), with
+//! its time as `outbox_monitor_figures_as_of_seconds`.
 
 use std::sync::atomic::AtomicU64;
 
@@ -41,6 +43,21 @@ pub struct Scrape<'a> {
     pub sinks: Option<&'a [SinkSummary]>,
     /// This process's worker counters (`outbox work`).
     pub worker: Option<&'a MetricsSnapshot>,
+    /// When the monitor's stored figures (the lag) were computed (`serve`).
+    pub figures: Option<FiguresAge>,
+}
+
+/// The age of the monitor's stored figures: the lag on a scrape is the
+/// last background computation's, not the scrape's own.
+#[derive(Debug, Clone, Copy)]
+pub struct FiguresAge {
+    /// When the last successful computation began (ms since the epoch, the
+    /// database's clock); `None` before the first.
+    pub as_of_ms: Option<i64>,
+    /// How long it took.
+    pub took: Option<std::time::Duration>,
+    /// Computations finished, failed ones included.
+    pub computations: u64,
 }
 
 type Labelled = Family<Vec<(String, String)>, Gauge>;
@@ -167,6 +184,32 @@ pub fn render(s: &Scrape<'_>) -> String {
             "projection_lag_complete",
             "1 when the lag scan covered every stream, 0 when it stopped at its bound",
             u64::from(lag.complete),
+        );
+    }
+    if let Some(f) = s.figures {
+        if let Some(ms) = f.as_of_ms {
+            let at: Gauge<f64, AtomicU64> = Gauge::default();
+            at.set(ms as f64 / 1000.0);
+            reg.register(
+                "monitor_figures_as_of_seconds",
+                "When the stored figures (the projection lag) were computed, seconds since the epoch",
+                at,
+            );
+        }
+        if let Some(took) = f.took {
+            let t: Gauge<f64, AtomicU64> = Gauge::default();
+            t.set(took.as_secs_f64());
+            reg.register(
+                "monitor_figures_duration_seconds",
+                "How long the last computation of the stored figures took",
+                t,
+            );
+        }
+        counter(
+            &mut reg,
+            "monitor_figures_computations",
+            "Computations of the stored figures finished, failed ones included",
+            f.computations,
         );
     }
     if let Some(n) = s.orphan_consumers {

@@ -514,8 +514,17 @@ fn metrics_gauges_follow_the_backlog_as_it_drains() {
     let names: Vec<String> = (0..6).map(|i| format!("m-{i}")).collect();
     let campaigns: Vec<(&str, bool)> = names.iter().map(|n| (n.as_str(), false)).collect();
     site.seed_backlog(&campaigns);
-    let server = Server::start(&site, SERVE, &[], LISTENING);
+    // The projection lag is computed before the monitor listens, then by
+    // its task every 100 ms; the rows by status are read per scrape.
+    let server = Server::start(
+        &site,
+        &[SERVE, &["--figures-interval-ms", "100"]].concat(),
+        &[],
+        LISTENING,
+    );
     let pending = |m: &std::collections::BTreeMap<String, f64>| m["outbox_rows{status=\"pending\"}"];
+    let computations =
+        |m: &std::collections::BTreeMap<String, f64>| m["outbox_monitor_figures_computations_total"];
     let behind = |m: &std::collections::BTreeMap<String, f64>| m["outbox_projection_events_behind{projection=\"roster\"}"];
     let first = scrape(&server);
     assert_eq!(pending(&first), 42.0, "{first:?}");
@@ -532,7 +541,15 @@ fn metrics_gauges_follow_the_backlog_as_it_drains() {
             &["work", "--once"],
             &[("OUTBOX_STREAMS_PER_PASS", "2"), ("OUTBOX_SWEEP_ROWS", "0")],
         );
-        let m = scrape(&server);
+        // Two computations ended after the pass: the second began after it
+        // (the first may have been running during it). No outcome depends
+        // on how long that takes.
+        let before = computations(&scrape(&server));
+        let mut m = scrape(&server);
+        support::eventually("two computations of the figures after the pass", || {
+            m = scrape(&server);
+            computations(&m) >= before + 2.0
+        });
         let [p, ..] = site.counts();
         assert_eq!(pending(&m), p as f64, "the gauge is the report's count");
         assert_eq!(
@@ -545,6 +562,8 @@ fn metrics_gauges_follow_the_backlog_as_it_drains() {
     assert_eq!(seen, [42.0, 28.0, 14.0, 0.0]);
     let last = scrape(&server);
     assert_eq!(last["outbox_oldest_due_age_seconds"], 0.0);
+    assert!(last["outbox_monitor_figures_as_of_seconds"] > 0.0, "{last:?}");
+    assert!(last["outbox_monitor_figures_duration_seconds"] >= 0.0, "{last:?}");
 }
 
 #[test]

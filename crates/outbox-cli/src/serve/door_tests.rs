@@ -94,6 +94,8 @@ async fn monitor(door: Arc<Door>, dir: &std::path::Path) -> Router {
         limit: 50,
         lag_streams: 10,
         lag_threshold_ms: 60_000,
+        figures: Arc::default(),
+        figures_interval: std::time::Duration::from_secs(5),
     }))
 }
 

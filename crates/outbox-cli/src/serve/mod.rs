@@ -12,6 +12,9 @@ mod chart;
 mod door;
 #[cfg(test)]
 mod door_tests;
+mod figures;
+#[cfg(test)]
+mod figures_tests;
 mod fleet;
 mod html;
 mod rows;
@@ -44,7 +47,7 @@ use crate::cli::{HttpArgs, ServeArgs};
 use crate::commands::Ctx;
 use crate::metrics::{CONTENT_TYPE, Scrape, render};
 use crate::output::human_ms;
-use crate::report::{digests, projection_lag};
+use crate::report::digests;
 
 /// The largest request body accepted (forms are a few hundred bytes).
 pub(crate) const BODY_LIMIT: usize = 8 * 1024;
@@ -77,6 +80,11 @@ struct Monitor<J, P: CliStore> {
     lag_streams: usize,
     /// Worker lag over this is shown as a problem in the health banner.
     lag_threshold_ms: u64,
+    /// The figures that cost a scan, kept by one background task
+    /// ([`figures::keep`]); pages and `/metrics` only read them.
+    figures: Arc<figures::Figures>,
+    /// The background task's cadence (shown with the figures).
+    figures_interval: std::time::Duration,
 }
 
 type St<J, P> = State<Arc<Monitor<J, P>>>;
@@ -93,8 +101,35 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
         lag_threshold_ms: a.lag_threshold_ms,
+        figures: Arc::default(),
+        figures_interval: std::time::Duration::from_millis(a.figures_interval_ms),
     });
     let read_only = monitor.door.action.is_none();
+    // The first figures before the first request (bounded by
+    // --lag-streams); a failure is shown on the pages until the task's
+    // next computation succeeds.
+    if let Err(e) = monitor
+        .figures
+        .compute(
+            &monitor.journal,
+            &monitor.store,
+            &monitor.projections,
+            monitor.lag_streams,
+        )
+        .await
+    {
+        tracing::warn!("computing the monitor's figures failed: {e}");
+    }
+    let cancel = outbox_runtime::cancel_on_shutdown_signal();
+    let keeper = tokio::spawn(figures::keep(
+        monitor.figures.clone(),
+        monitor.journal.clone(),
+        monitor.store.clone(),
+        monitor.projections.clone(),
+        monitor.lag_streams,
+        monitor.figures_interval,
+        cancel.clone(),
+    ));
     let router = monitor_router(monitor);
     let listener = bind(a.addr).await?;
     let local = listener.local_addr()?;
@@ -107,8 +142,10 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
             "actions need OUTBOX_SERVE_TOKEN"
         }
     )?;
-    let cancel = outbox_runtime::cancel_on_shutdown_signal();
-    run_server(listener, router, door, cancel).await
+    let served = run_server(listener, router, door, cancel.clone()).await;
+    cancel.cancel();
+    let _ = keeper.await;
+    served
 }
 
 /// The monitor's pages and actions (behind the front door once served).
@@ -635,29 +672,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
             "<p class=\"note\" id=\"read-only\">Read-only: set OUTBOX_SERVE_TOKEN to enable actions.</p>",
         );
     }
-    if !m.projections.is_empty() && m.lag_streams > 0 {
-        let lag = projection_lag(&m.journal, &m.store, &m.projections, m.lag_streams).await?;
-        let scope = if lag.complete {
-            format!("all {} stream(s)", lag.streams_scanned)
-        } else {
-            format!("the first {} stream(s) (--lag-streams)", lag.streams_scanned)
-        };
-        let _ = write!(
-            b,
-            "<h2>Projection lag</h2><p class=\"note\">over {}</p>",
-            esc(&scope)
-        );
-        let rows: Vec<Vec<String>> = lag
-            .projections
-            .iter()
-            .map(|p| vec![esc(&p.projection), num(p.streams_behind), num(p.events_behind)])
-            .collect();
-        b.push_str(&table(
-            "lag",
-            &["projection", "streams behind", "events behind"],
-            &rows,
-        ));
-    }
+    b.push_str(&lag_section(m, &m.figures.read(), summary.as_of));
     b.push_str(&sinks_section(&sinks));
     b.push_str("<h2>Workers</h2>");
     if workers.is_empty() {
@@ -723,6 +738,69 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
         }
     }
     Ok(b)
+}
+
+/// The projections' checkpoint lag of the last computation of the figures
+/// (a background task's, every `--figures-interval-ms`), with when it was
+/// made: a page never scans the streams itself.
+fn lag_section<J, P: CliStore>(
+    m: &Monitor<J, P>,
+    f: &figures::Reading,
+    now: outbox_core::Timestamp,
+) -> String {
+    if m.projections.is_empty() || m.lag_streams == 0 {
+        return String::new();
+    }
+    let mut b = String::from("<h2 id=\"projection-lag\">Projection lag</h2>");
+    let Some(c) = f.computed.as_deref() else {
+        let _ = write!(
+            b,
+            "<p class=\"note\" id=\"figures-as-of\">computing… (the first computation has not finished{})</p>",
+            f.error
+                .as_deref()
+                .map(|e| format!(": {}", esc(e)))
+                .unwrap_or_default()
+        );
+        return b;
+    };
+    let Some(lag) = &c.lag else {
+        return String::new();
+    };
+    let scope = if lag.complete {
+        format!("all {} stream(s)", lag.streams_scanned)
+    } else {
+        format!("the first {} stream(s) (--lag-streams)", lag.streams_scanned)
+    };
+    let _ = write!(
+        b,
+        "<p class=\"note\" id=\"figures-as-of\" data-as-of-ms=\"{}\">over {}, as of {} ({} before this page; \
+         computed in {}, every {})</p>",
+        c.as_of.as_millis(),
+        esc(&scope),
+        esc(&c.as_of.to_string()),
+        esc(&human_ms(now.duration_since(c.as_of).as_millis() as u64)),
+        esc(&human_ms(c.took.as_millis() as u64)),
+        esc(&human_ms(m.figures_interval.as_millis() as u64)),
+    );
+    if let Some(e) = &f.error {
+        let _ = write!(
+            b,
+            "<p class=\"note failed\" id=\"figures-error\">the last computation failed (these are the figures \
+             before it): {}</p>",
+            esc(e)
+        );
+    }
+    let rows: Vec<Vec<String>> = lag
+        .projections
+        .iter()
+        .map(|p| vec![esc(&p.projection), num(p.streams_behind), num(p.events_behind)])
+        .collect();
+    b.push_str(&table(
+        "lag",
+        &["projection", "streams behind", "events behind"],
+        &rows,
+    ));
+    b
 }
 
 /// Each sink's delivery, and the events a long-open transaction holds back
@@ -1218,29 +1296,26 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
 async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     let read = async {
         let summary = m.journal.summary().await?;
-        let lag = if m.projections.is_empty() || m.lag_streams == 0 {
-            None
-        } else {
-            Some(projection_lag(&m.journal, &m.store, &m.projections, m.lag_streams).await?)
-        };
         let workers = m.journal.workers().await?.len();
         let sinks = m.journal.sinks().await?;
         let consumers = consumer_statuses(&m.journal).await?;
         let count = |f: fn(&ConsumerStatus) -> bool| consumers.iter().filter(|c| f(c)).count() as u64;
         let (orphans, paused) = (count(|c| !c.live), count(|c| c.info.paused));
-        Ok::<_, Error>((
-            Gauges::from_summary(&summary),
-            lag,
-            workers,
-            sinks,
-            orphans,
-            paused,
-        ))
+        Ok::<_, Error>((Gauges::from_summary(&summary), workers, sinks, orphans, paused))
     };
+    // The lag comes from the last computation (never a scan per scrape),
+    // with its time and count so an alert can see it go stale.
+    let figures = m.figures.read();
+    let computed = figures.computed.as_deref();
     match read.await {
-        Ok((g, lag, workers, sinks, orphans, paused)) => metrics_response(&Scrape {
+        Ok((g, workers, sinks, orphans, paused)) => metrics_response(&Scrape {
             gauges: Some(&g),
-            lag: lag.as_ref(),
+            lag: computed.and_then(|c| c.lag.as_ref()),
+            figures: Some(crate::metrics::FiguresAge {
+                as_of_ms: computed.map(|c| c.as_of.as_millis()),
+                took: computed.map(|c| c.took),
+                computations: figures.computations,
+            }),
             workers: Some(workers),
             orphan_consumers: Some(orphans),
             paused_consumers: Some(paused),
