@@ -20,6 +20,14 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::fixture::PROJECTION;
 
+/// Set (to anything) to measure lag to the apply-time stamps, without the
+/// reader (an A/B of the reader's own cost on a small machine).
+pub(crate) const TO_APPLY_VAR: &str = "OUTBOX_BENCH_LAG_TO_APPLY";
+
+fn to_apply() -> bool {
+    std::env::var_os(TO_APPLY_VAR).is_some()
+}
+
 /// When each (stream, seq) was first seen applied.
 pub(crate) type Stamps = HashMap<(String, u64), SystemTime>;
 
@@ -129,6 +137,33 @@ impl Watcher {
                 })
             })?;
         Ok(Watcher { stop, handle })
+    }
+
+    /// [`Watcher::sqlite`], or none when [`TO_APPLY_VAR`] is set.
+    pub(crate) fn sqlite_unless_to_apply(path: &Path) -> Result<Option<Watcher>> {
+        if to_apply() {
+            Ok(None)
+        } else {
+            Watcher::sqlite(path).map(Some)
+        }
+    }
+
+    /// [`Watcher::postgres`], or none when [`TO_APPLY_VAR`] is set.
+    pub(crate) fn postgres_unless_to_apply(url: &str, schema: &str) -> Result<Option<Watcher>> {
+        if to_apply() {
+            Ok(None)
+        } else {
+            Watcher::postgres(url, schema).map(Some)
+        }
+    }
+
+    /// The stamps of `watch`, or `applied` (the apply-time stamps) when
+    /// there is no reader.
+    pub(crate) async fn finish_or(watch: Option<Watcher>, applied: Stamps) -> Result<Stamps> {
+        match watch {
+            Some(w) => w.finish().await,
+            None => Ok(applied),
+        }
     }
 
     /// Stops the reader (after one more look) and returns its stamps.

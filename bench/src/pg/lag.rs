@@ -45,7 +45,7 @@ async fn in_process(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(
     let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = open(url, &schema, config, seen.clone(), false).await?;
-    let out = match Watcher::postgres(url, &schema) {
+    let out = match Watcher::postgres_unless_to_apply(url, &schema) {
         Ok(watch) => lag::in_process(&rt, &seen, rate, total, per_call, || Ok(()), watch).await,
         Err(e) => Err(e),
     };
@@ -65,7 +65,7 @@ async fn across(url: &str, rate: f64, total: u64, per_call: u64) -> Result<(Vec<
         schema.clone().into(),
         total.to_string().into(),
     ];
-    let out = match Watcher::postgres(url, &schema) {
+    let out = match Watcher::postgres_unless_to_apply(url, &schema) {
         Ok(watch) => lag::with_child(&rt, &args, rate, total, per_call, watch).await,
         Err(e) => Err(e),
     };

@@ -184,7 +184,7 @@ async fn one_run(
     let seen = Arc::new(Seen::recording());
     let config = Config::apply_worker().with_repair_on_start(false);
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
-    let watch = Watcher::sqlite(&dir.path().join("projections.db"))?;
+    let watch = Watcher::sqlite_unless_to_apply(&dir.path().join("projections.db"))?;
     in_process(&rt, &seen, rate, total, per_call, gate, watch).await
 }
 
@@ -199,14 +199,14 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     total: u64,
     per_call: u64,
     gate: impl FnOnce() -> Result<()>,
-    watch: Watcher,
+    watch: Option<Watcher>,
 ) -> Result<(Vec<f64>, f64)> {
     let running = rt.start().await?;
     gate()?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("l", s)).collect::<Result<_>>()?;
     let offered = offer(rt, &streams, rate, total, per_call).await?;
     fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
-    let visible = watch.finish().await?;
+    let visible = Watcher::finish_or(watch, seen.applied_at()?).await?;
     running.shutdown().await;
     fixture::verify(rt, seen, "l", &offered.heads).await?;
     print_split(&offered, &seen.applied_at()?, &visible);
@@ -405,7 +405,7 @@ async fn across_processes(
         dir.path().as_os_str().to_owned(),
         total.to_string().into(),
     ];
-    let watch = Watcher::sqlite(&dir.path().join("projections.db"))?;
+    let watch = Watcher::sqlite_unless_to_apply(&dir.path().join("projections.db"))?;
     with_child(&rt, &args, rate, total, per_call, watch).await
 }
 
@@ -420,7 +420,7 @@ pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
     rate: f64,
     total: u64,
     per_call: u64,
-    watch: Watcher,
+    watch: Option<Watcher>,
 ) -> Result<(Vec<f64>, f64)> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(args)
@@ -444,11 +444,11 @@ pub(crate) async fn with_child<J: JournalBackend, P: ProjectionBackend>(
     })
     .await??;
     anyhow::ensure!(child.wait()?.success(), "lag child failed");
-    let visible = watch.finish().await?;
     let at: Stamps = applied
         .into_iter()
         .map(|(s, q, ns)| ((s, q), SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)))
         .collect();
+    let visible = Watcher::finish_or(watch, at.clone()).await?;
     print_split(&offered, &at, &visible);
     Ok((lags(offered.scheduled, &visible)?, offered.rate))
 }
