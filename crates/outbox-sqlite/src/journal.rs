@@ -1485,7 +1485,7 @@ fn claim_partitioned_body(
     due.sort();
     due.truncate(limits.streams);
     // Each due stream's run, read one by one within the rows budget, then
-    // marked and held all at once (two statements, not two per stream),
+    // marked (one range update per run) and held (one statement for all),
     // with the store's now of the last read as the claim's time.
     let mut runs: Vec<(Lease, Vec<(StoredOutboxRow, i64)>)> = Vec::new();
     let (mut rows, mut at) = (0, 0);
@@ -1507,20 +1507,30 @@ fn claim_partitioned_body(
     if runs.is_empty() {
         return Ok(Vec::new());
     }
-    let spans: Vec<(&str, i64, i64)> = runs
-        .iter()
-        .map(|(lease, run)| (lease.stream.as_str(), run[0].0.seq, run[run.len() - 1].0.seq))
-        .collect();
-    let spans = outbox_sql::json_text(&spans)?;
-    let marked = conn
-        .prepare_cached(concat!(
-            "UPDATE outbox SET ",
-            mark_processing!("?2", "?3"),
-            " FROM json_each(?1) AS j WHERE outbox.stream = j.value ->> 0 \
-             AND outbox.seq BETWEEN j.value ->> 1 AND j.value ->> 2"
-        ))
-        .and_then(|mut st| st.execute(params![spans, at, UNFINISHED_ATTEMPT]))
-        .map_err(&err)?;
+    // One range update per run, a primary-key seek each: measured cheaper
+    // than one `UPDATE … FROM json_each(…)`, which SQLite runs in two passes
+    // over a materialized join.
+    let mut marked = 0;
+    {
+        let mut mark = conn
+            .prepare_cached(concat!(
+                "UPDATE outbox SET ",
+                mark_processing!("?4", "?5"),
+                " WHERE stream = ?1 AND seq BETWEEN ?2 AND ?3"
+            ))
+            .map_err(&err)?;
+        for (lease, run) in &runs {
+            marked += mark
+                .execute(params![
+                    lease.stream.as_str(),
+                    run[0].0.seq,
+                    run[run.len() - 1].0.seq,
+                    at,
+                    UNFINISHED_ATTEMPT
+                ])
+                .map_err(&err)?;
+        }
+    }
     check_marked(marked, rows)?;
     let holds: Vec<(&str, i64)> = runs
         .iter()
