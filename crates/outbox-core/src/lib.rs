@@ -69,7 +69,7 @@ pub use skip::{SkippedEvent, SkippedEvents};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use view::{
     MAX_VIEW_KEY_LEN, MAX_VIEW_TABLE_LEN, MAX_VIEW_VALUE_LEN, ViewProjection, ViewReader, ViewTx,
-    generation_projection, validate_view_key, validate_view_table, view_projection,
+    generation_projection, validate_view_key, validate_view_table, view_of, view_projection,
     view_projection_with_candidate,
 };
 

@@ -56,6 +56,15 @@ pub trait Projection<Tx: Send>: Send + Sync {
     fn documents_only(&self) -> bool {
         false
     }
+
+    /// This projection as [`Any`](std::any::Any), so the library can
+    /// recognize the wrappers it builds itself: a plain
+    /// [`view_projection`](crate::view_projection) is known as a view
+    /// however it was registered ([`view_of`](crate::view_of)). A
+    /// hand-written projection keeps the default `None`.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// What happens to one batch of a stream's events for one projection.

@@ -287,6 +287,16 @@ pub fn view_projection<Tx: ViewStorage + 'static>(view: Arc<dyn ViewProjection>)
     })
 }
 
+/// The [`ViewProjection`] that `projection` applies, when `projection` is
+/// the plain wrapper [`view_projection`] made of it (not a pair with a
+/// candidate, nor a generation's copy): how the runtime knows a view
+/// registered as a projection, and keeps its view reads and blue/green
+/// rebuilds.
+pub fn view_of<Tx: Send>(projection: &dyn Projection<Tx>) -> Option<Arc<dyn ViewProjection>> {
+    let viewed = projection.as_any()?.downcast_ref::<Viewed>()?;
+    (viewed.candidate.is_none() && &viewed.name == viewed.main.name()).then(|| Arc::clone(&viewed.main))
+}
+
 /// `main` with a candidate version of it (ADR 0021): the candidate is
 /// applied instead of `main` wherever the projection's live generation was
 /// built by the candidate's version, that is after `outbox promote` made the
@@ -363,6 +373,10 @@ impl<Tx: ViewStorage + 'static> Projection<Tx> for Viewed {
     /// A view projection only reaches the transaction through `ViewTx`.
     fn documents_only(&self) -> bool {
         true
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError> {

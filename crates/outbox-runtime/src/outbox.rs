@@ -234,9 +234,11 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
     /// Adds a projection written against this backend's transaction handle
     /// (hand-written SQL: the escape hatch). Order matters only for rebuild-all.
     ///
-    /// A [`ViewProjection`] goes through [`OutboxBuilder::view`], not through
-    /// this with [`view_projection`]: registered here it applies, but the
-    /// runtime does not know it as a view (no `views` reads, shadow builds
+    /// A [`ViewProjection`] belongs in [`OutboxBuilder::view`]; one wrapped
+    /// by [`view_projection`] and passed here is recognized and registered
+    /// as a view all the same. A view wrapped with its candidate
+    /// ([`view_projection_with_candidate`]) is not: registered here it
+    /// applies, but the runtime does not know it as a view (no shadow builds
     /// or promotion), and `build` logs a warning saying so (it cannot refuse:
     /// a hand-written projection may write only documents too).
     pub fn projection(mut self, projection: Arc<dyn Projection<P::Tx>>) -> Self {
@@ -270,18 +272,27 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
         }
         let mut registered = Vec::with_capacity(self.projections.len());
         for r in self.projections {
+            // `view_projection(..)` passed to `projection` is a view all the
+            // same: known as one, it keeps its reads and blue/green rebuilds.
+            let r = match r {
+                Registered::Raw(p) => match outbox_core::view_of(&*p) {
+                    Some(v) => Registered::View(v),
+                    None => Registered::Raw(p),
+                },
+                view => view,
+            };
             registered.push(match r {
                 Registered::Raw(p) => {
                     if p.documents_only() {
-                        // Perhaps `view_projection(..)` passed to
-                        // `projection`: it applies, but is no view to the
-                        // runtime. (A hand-written projection may write only
-                        // documents too, so this is not refused.)
+                        // A view wrapped with a candidate or a generation's
+                        // copy passed to `projection`: it applies, but is no
+                        // view to the runtime. (A hand-written projection may
+                        // write only documents too, so this is not refused.)
                         warn!(
                             projection = %p.name(),
                             "projection writes only documents but was registered with `projection`: \
-                             if it is a ViewProjection, register it with `view` to keep view reads, \
-                             blue/green rebuilds and running digests for it"
+                             if it is a ViewProjection with a candidate, register it with `view` and \
+                             `candidate` to keep view reads, blue/green rebuilds and running digests for it"
                         );
                     }
                     p

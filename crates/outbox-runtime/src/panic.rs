@@ -82,6 +82,10 @@ impl<Tx: Send + 'static> Projection<Tx> for CatchPanic<Tx> {
         self.0.documents_only()
     }
 
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        self.0.as_any()
+    }
+
     async fn setup(&self, tx: &mut Tx) -> Result<(), BoxError> {
         CatchUnwind::new(self.0.setup(tx))
             .await

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use outbox_core::{
-    AppendRequest, BoxError, Error, Event, ExpectedVersion, GenerationStore, OutboxInspector, ProjectionName,
-    ProjectionStore, StreamId, ViewProjection, ViewTx, async_trait,
+    AppendRequest, BoxError, DigestBuilder, Error, Event, ExpectedVersion, GenerationStore, OutboxInspector,
+    Projection, ProjectionName, ProjectionStore, StreamId, ViewProjection, ViewTx, async_trait,
 };
-use outbox_memory::{MemoryJournal, MemoryProjectionStore};
+use outbox_memory::{MemoryJournal, MemoryProjectionStore, MemoryTx};
 use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
 use outbox_testkit::{add, oracle_registry, sid};
@@ -381,20 +381,70 @@ async fn promotion_on_sqlite() {
     .await;
 }
 
+/// A view wrapped with `view_projection` and registered with `projection`
+/// (issue 45: it silently lost blue/green rebuilds) is known as a view:
+/// its candidate is accepted, built beside it and promoted, and a
+/// blue/green rebuild of it runs.
+#[tokio::test]
+async fn a_view_registered_as_a_projection_keeps_its_blue_green_rebuilds() {
+    let streams = [sid("a1"), sid("b1")];
+    let rt = Outbox::builder(MemoryJournal::new(), MemoryProjectionStore::new())
+        .event_types(oracle_registry())
+        .projection(outbox_core::view_projection(counts(1, None, false)))
+        .candidate_arc(counts(2, None, true))
+        .build()
+        .await
+        .expect("the candidate's view is registered");
+    append(&rt, &streams, 3).await;
+    assert_eq!(total(&rt).await, 6, "view reads see it");
+    rt.shadow_build(COUNTS, &CancellationToken::new()).await.unwrap();
+    let swap = rt
+        .promote(COUNTS, false, &CancellationToken::new())
+        .await
+        .expect("agreeing candidate");
+    assert_eq!((swap.from, swap.to), (1, 2));
+    let rebuilt = rt
+        .rebuild_blue_green(COUNTS, &CancellationToken::new())
+        .await
+        .expect("a view's blue/green rebuild");
+    assert_eq!(total(&rt).await, 6, "{rebuilt:?}");
+}
+
+/// A projection of its own statements (here none): no view.
+struct HandWritten(ProjectionName);
+
+#[async_trait]
+impl Projection<MemoryTx> for HandWritten {
+    fn name(&self) -> &ProjectionName {
+        &self.0
+    }
+
+    async fn apply(&self, _: &mut MemoryTx, _: &Event) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    async fn reset(&self, _: &mut MemoryTx) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    async fn digest(&self, _: &mut MemoryTx, _: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
 /// Generations are for view projections: a projection registered as a
 /// `Projection<Tx>` is refused by name, and a registered name that looks like a generation's
 /// storage name is refused at build.
 #[tokio::test]
 async fn hand_written_projections_and_reserved_names_are_refused() {
-    let oracle = outbox_testkit::OracleProjection::new("oracle").shared();
     let rt = Outbox::builder(MemoryJournal::new(), MemoryProjectionStore::new())
         .event_types(oracle_registry())
-        .projection(oracle)
+        .projection(Arc::new(HandWritten(ProjectionName::new("hand").unwrap())))
         .build()
         .await
         .unwrap();
     let err = rt
-        .rebuild_blue_green("oracle", &CancellationToken::new())
+        .rebuild_blue_green("hand", &CancellationToken::new())
         .await
         .expect_err("hand-written");
     assert!(err.to_string().contains("OutboxBuilder::projection"), "{err}");
