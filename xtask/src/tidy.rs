@@ -1170,12 +1170,6 @@ const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[
          serve); left for now because outbox-cli is being changed on another branch",
     ),
     (
-        "crates/outbox-core",
-        &["error", "id"],
-        "issue 42: `Error`'s variants carry `StreamId` and `Seq` (id.rs), and the ids' \
-         constructors return `Error` (error.rs): two public types that name each other",
-    ),
-    (
         "crates/outbox-sqlite",
         &[
             "engine",
