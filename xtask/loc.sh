@@ -9,7 +9,8 @@
 # touched. Columns, per member:
 # - src: lines of the .rs files under src/; "unit tests": of those, the
 #   lines from a top-level `#[cfg(test)]` followed by `mod` to the end of
-#   its file (where this repository keeps its unit tests);
+#   its file (where this repository keeps its unit tests), and the whole
+#   files that a `#[cfg(test)] mod name;` declares;
 # - tests: lines of the .rs files under tests/, benches/ and examples/;
 # - pub items: lines of src/ starting with `pub` and then `fn`, `struct`,
 #   `enum`, `trait`, `type`, `const`, `static`, `mod`, `use` or `macro`
@@ -36,11 +37,37 @@ files() {
 
 lines() { xargs -r cat | wc -l; }
 
+# The files that a `#[cfg(test)]` `mod name;` declares (whole test files).
+test_files() {
+    xargs -r awk '
+        FNR == 1 { pending = 0 }
+        pending && match($0, /^(pub(\([a-z]+\))? )?mod [a-z_0-9]+;/) {
+            name = $0; sub(/^(pub(\([a-z]+\))? )?mod /, "", name); sub(/;.*/, "", name)
+            dir = FILENAME; sub(/\/[^\/]*$/, "", dir)
+            base = FILENAME; sub(/^.*\//, "", base)
+            if (base != "mod.rs" && base != "lib.rs" && base != "main.rs") {
+                sub(/\.rs$/, "", base); dir = dir "/" base
+            }
+            print dir "/" name ".rs"
+        }
+        { pending = /^#\[cfg\(test\)\]/ }'
+}
+
 unit_test_lines() {
+    list=$(cat)
+    whole=$(echo "$list" | test_files)
+    in_files=$(echo "$list" | grep -vxF "$whole" | in_file_tests)
+    [ -n "$whole" ] && whole_lines=$(echo "$whole" | xargs -r cat 2>/dev/null | wc -l) || whole_lines=0
+    echo $((in_files + whole_lines))
+}
+
+# Lines from a top-level `#[cfg(test)]` over an inline `mod` to the end of
+# its file.
+in_file_tests() {
     xargs -r awk '
         FNR == 1 { inside = 0; pending = 0 }
-        # The `#[cfg(test)]` line, once the `mod` under it is seen.
-        pending && /^(pub(\([a-z]+\))? )?mod / { inside = 1; n++ }
+        # The `#[cfg(test)]` line, once the inline `mod name {` under it is seen.
+        pending && /^(pub(\([a-z]+\))? )?mod [a-z_0-9]+ *\{/ { inside = 1; n++ }
         { pending = 0 }
         /^#\[cfg\(test\)\]/ && !inside { pending = 1 }
         inside { n++ }
