@@ -269,7 +269,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // (a backlog) is the worker's already: handed over without
                 // reading every projection's checkpoint (one read, not one
                 // per projection and one more).
-                let mut tip_row = None;
+                // Set when that read found no row at the last event: the
+                // hand-over below then enqueues one without reading again.
+                let mut no_row_at_tip = false;
                 if matches!(how, Repair::HandOver) && watermark < v.version {
                     let tip = Seq::new(v.version)?;
                     let row = inner
@@ -282,7 +284,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         report.handed_to_worker += 1;
                         continue;
                     }
-                    tip_row = Some(false);
+                    no_row_at_tip = true;
                 }
                 let lag = self.lag(&v, watermark).await?;
                 if let Some(lag) = &lag {
@@ -305,15 +307,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         // costs less than a write that finds so).
                         let deadline = inner.config.store_deadline();
                         let tip = Seq::new(v.version)?;
-                        let has_row = match tip_row {
-                            Some(known) => known,
-                            None => inner
+                        let has_row = !no_row_at_tip
+                            && inner
                                 .journal
                                 .row(stream, tip)
                                 .within(deadline, "row")
                                 .await?
-                                .is_some(),
-                        };
+                                .is_some();
                         if !has_row {
                             inner
                                 .journal

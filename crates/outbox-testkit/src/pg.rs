@@ -18,8 +18,12 @@
 //! }
 //! ```
 
+mod cluster;
+
 use std::io::Write;
 use std::sync::Once;
+
+use cluster::Cluster;
 
 /// The variable naming the tests' PostgreSQL server.
 pub const DATABASE_URL_VAR: &str = "OUTBOX_TEST_DATABASE_URL";
@@ -93,19 +97,18 @@ fn binary_name() -> String {
 }
 
 /// A PostgreSQL cluster of one test's own, which the test can stop and
-/// start (database restarts, outages), made the way `cargo xtask ci` makes
-/// its throwaway cluster (xtask/src/pg.rs): `initdb` into a temporary
-/// directory, a Unix socket in that directory and no TCP (so no port is
-/// taken), run as the system user `outbox-pg` when the tests run as root.
-/// Dropping it stops it (`-m immediate`) and deletes the directory.
+/// start (database restarts, outages), made as `cargo xtask ci` makes its
+/// throwaway cluster (the same code, `pg/cluster.rs`): `initdb` into a
+/// temporary directory, a Unix socket in that directory and no TCP (so no
+/// port is taken), run as the system user `outbox-pg` when the tests run as
+/// root. Dropping it stops it (`-m immediate`) and deletes the directory.
 pub struct OwnCluster {
-    dir: std::path::PathBuf,
-    bin: std::path::PathBuf,
-    user: Option<String>,
+    cluster: Cluster,
 }
 
-/// The system user a root test process runs its own clusters as.
-const CLUSTER_USER: &str = "outbox-pg";
+/// The settings of a test's own server: no fsync (it never has to survive
+/// a power loss), and few connections (one test uses it).
+const OWN_SETTINGS: &str = "-c fsync=off -c max_connections=100";
 
 impl OwnCluster {
     /// Starts a fresh cluster, or `None` (with one line on stderr) when the
@@ -116,8 +119,7 @@ impl OwnCluster {
     /// When the binaries are missing and `CI` is set (CI never passes by
     /// skipping), and when the cluster cannot be created or started.
     pub fn start(tag: &str) -> Option<OwnCluster> {
-        use std::process::Command;
-        let Some(bin) = cluster_bin() else {
+        let Some(bin) = cluster::find_bin() else {
             if std::env::var_os("CI").is_some() {
                 panic!(
                     "the PostgreSQL binaries (initdb, pg_ctl) are missing and CI is set: this test starts a \
@@ -132,11 +134,6 @@ impl OwnCluster {
             );
             return None;
         };
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // The socket directory goes into a URL and a server option: plain characters only.
@@ -145,163 +142,27 @@ impl OwnCluster {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         let dir = std::env::temp_dir().join(format!("outbox-own-pg-{safe}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("data")).expect("cluster directory");
-        let user = root.then(|| {
-            let exists = Command::new("id")
-                .arg(CLUSTER_USER)
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !exists {
-                let _ = Command::new("useradd")
-                    .args([
-                        "--system",
-                        "--no-create-home",
-                        "--shell",
-                        "/usr/sbin/nologin",
-                        CLUSTER_USER,
-                    ])
-                    .status();
-            }
-            let ok = Command::new("chown")
-                .args(["-R", CLUSTER_USER])
-                .arg(&dir)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "chown of {} to {CLUSTER_USER} failed", dir.display());
-            CLUSTER_USER.to_owned()
-        });
-        let cluster = OwnCluster { dir, bin, user };
-        let data = cluster.data();
-        cluster.pg(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ],
-        );
-        cluster.start_again();
-        Some(cluster)
-    }
-
-    fn data(&self) -> String {
-        self.dir.join("data").display().to_string()
+        let cluster = Cluster::create(dir, bin, OWN_SETTINGS).unwrap_or_else(|e| panic!("{e}"));
+        let own = OwnCluster { cluster };
+        own.start_again();
+        Some(own)
     }
 
     /// The connection URL (over the Unix socket in the cluster's directory).
     pub fn url(&self) -> String {
-        format!(
-            "postgres://postgres@localhost/postgres?host={}",
-            self.dir.display()
-        )
+        self.cluster.url()
     }
 
     /// Stops the server the way a crash or a kill does: `pg_ctl stop -m
     /// immediate` (every backend is killed; crash recovery at the next start).
     pub fn stop_immediate(&self) {
-        self.pg("pg_ctl", &["-D", &self.data(), "-m", "immediate", "-w", "stop"]);
+        self.cluster.stop_immediate().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Starts the (stopped) server and waits until it accepts connections.
     pub fn start_again(&self) {
-        let opts = format!(
-            "-c listen_addresses='' -c unix_socket_directories={} -c fsync=off -c max_connections=100",
-            self.dir.display()
-        );
-        let log = self.dir.join("postgres.log").display().to_string();
-        self.pg(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-o",
-                &opts,
-                "-l",
-                &log,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
+        self.cluster.start().unwrap_or_else(|e| panic!("{e}"));
     }
-
-    fn pg(&self, tool: &str, args: &[&str]) {
-        use std::process::{Command, Stdio};
-        let exe = self.bin.join(tool);
-        let mut cmd = match &self.user {
-            Some(u) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", u, "--"]).arg(&exe);
-                c
-            }
-            None => Command::new(&exe),
-        };
-        let status = cmd
-            .args(args)
-            .current_dir(&self.dir)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
-        if !status.success() {
-            let log = std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default();
-            panic!("{tool} failed ({status}); server log:\n{log}");
-        }
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        use std::process::{Command, Stdio};
-        // Not `pg`: no panic in a drop (a failed test is unwinding).
-        let exe = self.bin.join("pg_ctl");
-        let data = self.data();
-        let args = ["-D", data.as_str(), "-m", "immediate", "-w", "stop"];
-        let _ = match &self.user {
-            Some(u) => Command::new("runuser")
-                .args(["-u", u, "--"])
-                .arg(&exe)
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status(),
-            None => Command::new(&exe)
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status(),
-        };
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The directory of the newest installed PostgreSQL binaries, found like
-/// xtask finds them (`pg_config --bindir`, `/usr/lib/postgresql/*/bin`, `PATH`).
-fn cluster_bin() -> Option<std::path::PathBuf> {
-    use std::path::PathBuf;
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Ok(out) = std::process::Command::new("pg_config").arg("--bindir").output()
-        && out.status.success()
-    {
-        candidates.push(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
-    }
-    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
-        let mut versions: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("bin")).collect();
-        versions.sort();
-        candidates.extend(versions.into_iter().rev());
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path));
-    }
-    candidates
-        .into_iter()
-        .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@
 //! [`WHILE_MARKED`], since the holder pauses for it before its next
 //! transaction.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,12 +35,30 @@ const MARKED_TRIES: i32 = 50;
 thread_local! {
     /// This engine thread's busy timeout, and when the current wait began.
     static WAIT: Cell<(Duration, Option<Instant>)> = const { Cell::new((Duration::ZERO, None)) };
+    /// A writer thread's checkpointer's flag, set while that checkpointer
+    /// holds the write lock (its `RESTART` step, a few frames' copy; see
+    /// `checkpoint.rs`, which hands it over here).
+    static CHECKPOINTER_HOLDS_LOCK: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
 }
 
 /// Sets the busy timeout of the engine thread that calls it (each engine
 /// thread owns one connection).
 pub(crate) fn set_timeout(timeout: Duration) {
     WAIT.set((timeout, None));
+}
+
+/// Makes the busy handler of the calling (writer) thread wait for its own
+/// checkpointer as `holds_lock` says (`None`: it has none).
+pub(super) fn watch_checkpointer(holds_lock: Option<Arc<AtomicBool>>) {
+    CHECKPOINTER_HOLDS_LOCK.set(holds_lock);
+}
+
+/// Whether this writer thread's own checkpointer holds the write lock: the
+/// handler then waits for it without marking the turn file, which is for
+/// writers of other processes (`super::turn`). A database one process
+/// writes never gets one.
+fn checkpointer_holds_lock() -> bool {
+    CHECKPOINTER_HOLDS_LOCK.with_borrow(|f| f.as_ref().is_some_and(|f| f.load(Ordering::Acquire)))
 }
 
 /// The pause before try `n + 1` (`n` tries failed so far).
@@ -63,7 +83,7 @@ pub(crate) fn handler(n: i32) -> bool {
     if now.duration_since(started) >= timeout {
         return false;
     }
-    let pause = if super::checkpoint::restarting() {
+    let pause = if checkpointer_holds_lock() {
         // This engine's own checkpointer, for a few frames: no other
         // process's writer to mark the wait for.
         pause(n).min(WHILE_MARKED)

@@ -70,7 +70,9 @@ use outbox_core::Result;
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 
-use super::{Access, connect, values::engine_error};
+use super::busy;
+use super::connect::{Access, connect};
+use super::values::engine_error;
 use crate::SqliteOptions;
 use crate::errors::internal;
 use crate::options::WAL_SIZE_LIMIT;
@@ -96,20 +98,9 @@ struct Wakes {
     /// A pending wake-up (capacity one: wake-ups while one is pending are
     /// the same wake-up).
     wake: SyncSender<()>,
-    /// Set while the checkpointer's `RESTART` checkpoint holds the write
-    /// lock (see [`restarting`]).
-    restarting: Arc<AtomicBool>,
     /// Set by a pass that could not start the WAL again, for the writer to
     /// finish (see [`finish_on_writer`]).
     finish: Arc<AtomicBool>,
-}
-
-/// Whether this writer thread's own checkpointer holds the write lock (its
-/// `RESTART` step, a few frames' copy): the busy handler then waits for
-/// it without marking the turn file, which is for writers of other
-/// processes (`super::turn`). A database one process writes never gets one.
-pub(super) fn restarting() -> bool {
-    WAKES.with_borrow(|w| w.as_ref().is_some_and(|w| w.restarting.load(Ordering::Acquire)))
 }
 
 /// Whether a WAL of `frames` frames is due a checkpoint, the last one
@@ -168,6 +159,9 @@ fn hook(_: &Wal, frames: c_int) -> rusqlite::Result<()> {
 /// needs to wake it.
 pub(super) struct Checkpointer {
     wakes: Wakes,
+    /// Set while the checkpointer's `RESTART` checkpoint holds the write
+    /// lock: the writer's busy handler reads it (`busy::watch_checkpointer`).
+    restarting: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
@@ -191,7 +185,7 @@ impl Checkpointer {
             .spawn(move || {
                 // Never waits for a lock: a checkpoint that finds one taken
                 // does what it can and the next pass tries again.
-                super::busy::set_timeout(Duration::ZERO);
+                busy::set_timeout(Duration::ZERO);
                 let shrinking = Shrinking {
                     wal,
                     quiet: QUIET,
@@ -211,9 +205,9 @@ impl Checkpointer {
             wakes: Wakes {
                 looked_at,
                 wake,
-                restarting,
                 finish,
             },
+            restarting,
             thread,
         })
     }
@@ -222,9 +216,15 @@ impl Checkpointer {
     /// checkpointer, then stops the checkpointer and waits for it: its
     /// connection is closed when this returns.
     pub(super) fn serve<T>(self, serve: impl FnOnce() -> T) -> T {
-        let Checkpointer { wakes, thread } = self;
+        let Checkpointer {
+            wakes,
+            restarting,
+            thread,
+        } = self;
         WAKES.set(Some(wakes));
+        busy::watch_checkpointer(Some(restarting));
         let out = serve();
+        busy::watch_checkpointer(None);
         // Dropping the sender ends the checkpointer's loop.
         drop(WAKES.take());
         if thread.join().is_err() {
@@ -335,7 +335,7 @@ enum Shrunk {
 /// (this thread's busy timeout is zero): it copies what is left of the WAL
 /// and truncates it only if no reader uses it and no writer holds the
 /// lock. While it holds the write lock, this engine's writer waits for it
-/// as for a `RESTART` ([`restarting`]).
+/// as for a `RESTART` (`Checkpointer::restarting`).
 fn shrink(conn: &Connection, restarting: &AtomicBool, wal: &Path, limit: u64) -> rusqlite::Result<Shrunk> {
     let grown = std::fs::metadata(wal).is_ok_and(|m| m.len() > limit);
     if !grown {
@@ -526,7 +526,6 @@ mod tests {
         WAKES.set(Some(Wakes {
             looked_at: Arc::new(AtomicI64::new(blocked.frames)),
             wake,
-            restarting: Arc::new(AtomicBool::new(false)),
             finish: Arc::clone(&finish),
         }));
         finish_on_writer(&writer);
@@ -665,13 +664,7 @@ mod tests {
         turn::take_part(&path);
         busy::set_timeout(Duration::from_secs(5));
         let restarting = Arc::new(AtomicBool::new(true));
-        let (wake, _woken) = mpsc::sync_channel(1);
-        WAKES.set(Some(Wakes {
-            looked_at: Arc::new(AtomicI64::new(0)),
-            wake,
-            restarting: Arc::clone(&restarting),
-            finish: Arc::new(AtomicBool::new(false)),
-        }));
+        busy::watch_checkpointer(Some(Arc::clone(&restarting)));
         assert!(busy::handler(0), "gave up at once");
         assert!(
             !turn::path_of(&path).exists(),
@@ -684,7 +677,7 @@ mod tests {
             "a wait for another writer is not marked"
         );
         turn::waited();
-        drop(WAKES.take());
+        busy::watch_checkpointer(None);
     }
 
     /// The hook wakes the checkpointer once a thousand frames were
@@ -705,7 +698,6 @@ mod tests {
         WAKES.set(Some(Wakes {
             looked_at: Arc::new(AtomicI64::new(0)),
             wake,
-            restarting: Arc::new(AtomicBool::new(false)),
             finish: Arc::new(AtomicBool::new(false)),
         }));
         // The WAL's frames (3.51's NOOP mode reads them without checkpointing).

@@ -24,29 +24,39 @@
 //! **Sessions** ([`Session`]) hand the thread to one caller for a
 //! statement-by-statement transaction: the shared cold-path statements of
 //! `outbox_sql` run that way. Dropping a session rolls it back.
+//!
+//! **Layout.** This file holds the callers' handle ([`Engine`], and the
+//! journal file's pair of them) and the thread's loop (`Worker`). What both
+//! sides hand each other is in `work.rs`, the opening of connections in
+//! `connect.rs`; group.rs adds the group commit to `Worker`. Only group.rs
+//! imports this file, and this file names nothing of group.rs, so no two
+//! modules import each other (`cargo xtask tidy` checks it).
 
 mod beside;
 mod busy;
 mod checkpoint;
+mod connect;
 mod group;
 mod session;
 mod turn;
 mod values;
+mod work;
 
 use std::cell::Cell;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
 use outbox_core::{Error, Result};
-use rusqlite::{Connection, OpenFlags};
+use outbox_sql::{Conn, Database, Dialect, Tx};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use group::{Commit, Job, WriteJob};
-pub(crate) use session::{JournalEngine, Session};
+use connect::{Access, connect};
+use session::Session;
 pub(crate) use values::{engine_error, to_row};
+use work::{Commit, Job, Msg, Step, guarded};
 
 use crate::errors::internal;
 use crate::{SqliteOptions, Synchronous};
@@ -55,100 +65,12 @@ use crate::{SqliteOptions, Synchronous};
 /// timeout expired, before the jobs get a temporary error.
 const BUSY_RETRIES: u32 = 3;
 
-/// Runs `f`, turning a panic into an error instead of killing the thread.
-fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let why = p
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
-        Err(internal(format!("the sqlite engine caught a panic: {why}")))
-    })
-}
-
-type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
-
-/// A statement-by-statement step of a session.
-enum Step {
-    Run(ReadJob),
-    Commit(String, oneshot::Sender<Result<()>>),
-}
-
-/// What the thread is asked to do.
-enum Msg {
-    Write(Box<dyn WriteJob>),
-    Read(ReadJob),
-    Session {
-        begin: &'static str,
-        steps: mpsc::Receiver<Step>,
-        ready: oneshot::Sender<Result<()>>,
-    },
-}
-
-/// Whether an engine writes (`BEGIN IMMEDIATE` groups) or only reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    Write,
-    Read,
-}
-
 /// One connection and the thread that owns it.
 #[derive(Debug)]
 pub(crate) struct Engine {
     sender: Mutex<Option<mpsc::Sender<Msg>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     path: PathBuf,
-}
-
-/// Opens a connection to an existing, migrated database file.
-fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
-    let flags = match access {
-        Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE,
-        Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY,
-    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let open = |e| engine_error(format_args!("opening {}", path.display()), e);
-    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
-    conn.busy_handler(Some(busy::handler)).map_err(open)?;
-    conn.set_prepared_statement_cache_capacity(128);
-    // Plans must not depend on bound values: SQLite 3.51 plans `LIMIT ?`
-    // with the value bound, so otherwise every new binding makes a cached
-    // statement parse and plan again at its next step. No statement may
-    // rely on a bound value to pick an index: partial indexes are matched
-    // by literals in the SQL text (see `outbox_sql::journal::list_statement`).
-    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
-        .map_err(open)?;
-    let sync = match options.synchronous {
-        Synchronous::Full => "FULL",
-        Synchronous::Normal => "NORMAL",
-        Synchronous::Off => "OFF",
-    };
-    // SQLite's default page cache (2 MiB) stays: a larger one fills up with
-    // a large backlog and the worker's memory grows with it.
-    // The writer keeps savepoint and statement journals in memory: by
-    // default one spills to a temp file past 64 KiB, and a group's per-job
-    // savepoints and the claims' multi-row updates wrote more there than to
-    // the WAL (never synced; bounded by one group's transaction). Readers
-    // keep the default, so a sort over a whole backlog (the queue summary's
-    // `GROUP BY`) spills to disk instead of growing the process.
-    let temp_store = match access {
-        Access::Write => "MEMORY",
-        Access::Read => "DEFAULT",
-    };
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = {temp_store};"
-    ))
-    .map_err(open)?;
-    if access == Access::Write {
-        // Commits never truncate the WAL file: the checkpointer shrinks it
-        // once the writer is quiet (see `options::WAL_SIZE_LIMIT`). A pragma that
-        // sets a value also returns it: read, not executed.
-        conn.query_row("PRAGMA journal_size_limit = -1", [], |_| Ok(()))
-            .map_err(open)?;
-    }
-    // The clock the statements read (`crate::clock`).
-    crate::clock::install_on(&conn, options.clock).map_err(open)?;
-    Ok(conn)
 }
 
 impl Engine {
@@ -307,6 +229,71 @@ impl Engine {
         if let Some(stopped) = stopped {
             let _ = stopped.await;
         }
+    }
+}
+
+/// The journal file's two engines: the single writer and a reader.
+#[derive(Debug)]
+pub(crate) struct JournalEngine {
+    pub(crate) writer: Engine,
+    pub(crate) reader: Engine,
+    dialect: Arc<Dialect>,
+    /// The shared lease statements, rendered once for this file.
+    pub(crate) leases: LeaseSql,
+}
+
+/// [`outbox_sql::journal`]'s lease statements in this dialect.
+#[derive(Debug)]
+pub(crate) struct LeaseSql {
+    pub(crate) acquire: Arc<str>,
+    pub(crate) renew: Arc<str>,
+    /// The renewal of a partitioned claim's lease (its partition's).
+    pub(crate) renew_partition: Arc<str>,
+    pub(crate) release: Arc<str>,
+}
+
+impl JournalEngine {
+    pub(crate) fn start(
+        path: &Path,
+        options: &SqliteOptions,
+        dialect: Arc<Dialect>,
+    ) -> Result<JournalEngine> {
+        let leases = LeaseSql {
+            acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
+            renew: dialect.sql(outbox_sql::journal::RENEW).into(),
+            renew_partition: dialect.sql(outbox_sql::partitions::PARTITION_RENEW).into(),
+            release: dialect.sql(outbox_sql::journal::RELEASE).into(),
+        };
+        Ok(JournalEngine {
+            writer: Engine::start(path, options, Access::Write)?,
+            reader: Engine::start(path, options, Access::Read)?,
+            dialect,
+            leases,
+        })
+    }
+
+    pub(crate) async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+}
+
+#[outbox_core::async_trait]
+impl Database for JournalEngine {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    async fn begin(&self) -> Result<Box<dyn Tx + '_>> {
+        Ok(Box::new(self.writer.session("BEGIN IMMEDIATE").await?))
+    }
+
+    async fn read(&self) -> Result<Box<dyn Conn + '_>> {
+        Ok(Box::new(self.reader.session("").await?))
+    }
+
+    async fn snapshot(&self) -> Result<Box<dyn Tx + '_>> {
+        Ok(Box::new(self.reader.session("BEGIN").await?))
     }
 }
 

@@ -1,17 +1,16 @@
-//! Statement-by-statement transactions on an engine thread, and the
-//! journal's [`Database`] for the shared cold-path statements.
+//! Statement-by-statement transactions on an engine thread: the caller's
+//! side of a session (the thread's side is `Worker::session`).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::path::PathBuf;
+use std::sync::mpsc;
 
 use outbox_core::{Error, Result};
-use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx};
+use outbox_sql::{Arg, Conn, Row, Tx};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::values::{OwnedArg, engine_error, to_row};
-use super::{Access, Engine, Step};
-use crate::SqliteOptions;
+use super::work::{Step, guarded};
 
 /// The thread, held by one caller until it commits or drops the session.
 pub(crate) struct Session {
@@ -41,7 +40,7 @@ impl Session {
         let (reply, rx) = oneshot::channel();
         self.steps
             .send(Step::Run(Box::new(move |conn| {
-                let _ = reply.send(super::guarded(|| body(conn)));
+                let _ = reply.send(guarded(|| body(conn)));
             })))
             .map_err(|_| self.gone())?;
         rx.await.map_err(|_| self.gone())?
@@ -87,70 +86,5 @@ impl Tx for Session {
             .send(Step::Commit(what.to_owned(), reply))
             .map_err(|_| self.gone())?;
         rx.await.map_err(|_| self.gone())?
-    }
-}
-
-/// The journal file's two engines: the single writer and a reader.
-#[derive(Debug)]
-pub(crate) struct JournalEngine {
-    pub(crate) writer: Engine,
-    pub(crate) reader: Engine,
-    dialect: Arc<Dialect>,
-    /// The shared lease statements, rendered once for this file.
-    pub(crate) leases: LeaseSql,
-}
-
-/// [`outbox_sql::journal`]'s lease statements in this dialect.
-#[derive(Debug)]
-pub(crate) struct LeaseSql {
-    pub(crate) acquire: Arc<str>,
-    pub(crate) renew: Arc<str>,
-    /// The renewal of a partitioned claim's lease (its partition's).
-    pub(crate) renew_partition: Arc<str>,
-    pub(crate) release: Arc<str>,
-}
-
-impl JournalEngine {
-    pub(crate) fn start(
-        path: &Path,
-        options: &SqliteOptions,
-        dialect: Arc<Dialect>,
-    ) -> Result<JournalEngine> {
-        let leases = LeaseSql {
-            acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
-            renew: dialect.sql(outbox_sql::journal::RENEW).into(),
-            renew_partition: dialect.sql(outbox_sql::partitions::PARTITION_RENEW).into(),
-            release: dialect.sql(outbox_sql::journal::RELEASE).into(),
-        };
-        Ok(JournalEngine {
-            writer: Engine::start(path, options, Access::Write)?,
-            reader: Engine::start(path, options, Access::Read)?,
-            dialect,
-            leases,
-        })
-    }
-
-    pub(crate) async fn close(&self) {
-        self.writer.close().await;
-        self.reader.close().await;
-    }
-}
-
-#[outbox_core::async_trait]
-impl Database for JournalEngine {
-    fn dialect(&self) -> &Dialect {
-        &self.dialect
-    }
-
-    async fn begin(&self) -> Result<Box<dyn Tx + '_>> {
-        Ok(Box::new(self.writer.session("BEGIN IMMEDIATE").await?))
-    }
-
-    async fn read(&self) -> Result<Box<dyn Conn + '_>> {
-        Ok(Box::new(self.reader.session("").await?))
-    }
-
-    async fn snapshot(&self) -> Result<Box<dyn Tx + '_>> {
-        Ok(Box::new(self.reader.session("BEGIN").await?))
     }
 }
