@@ -82,7 +82,7 @@ pub(crate) fn stream(prefix: &str, i: u64) -> Result<StreamId> {
 pub(crate) struct Seen {
     /// Events applied, all streams.
     pub(crate) applied: AtomicU64,
-    /// Applies per stream (a duplicate would show as a count above the head).
+    /// Applies per stream (a duplicate would show as a count above the version).
     pub(crate) per_stream: Mutex<HashMap<String, u64>>,
     /// When each event of a stream was applied, by seq (wall clock,
     /// comparable across processes), when recording is on.
@@ -255,7 +255,7 @@ pub(crate) fn new_event<J: JournalBackend, P: ProjectionBackend>(
 /// Appends `per_stream` events to each of `streams` streams, `per_call`
 /// events per `append_batch` (requests of one event to distinct streams,
 /// or of many events to one stream when `per_call` exceeds the streams).
-/// Returns the heads.
+/// Returns the versions.
 pub(crate) async fn prefill<J: JournalBackend, P: ProjectionBackend>(
     rt: &Outbox<J, P>,
     prefix: &str,
@@ -263,7 +263,7 @@ pub(crate) async fn prefill<J: JournalBackend, P: ProjectionBackend>(
     per_stream: u64,
     per_call: u64,
 ) -> Result<Vec<u64>> {
-    let mut heads = vec![0u64; streams as usize];
+    let mut versions = vec![0u64; streams as usize];
     let mut i = 0u64;
     if per_call <= streams {
         for _round in 0..per_stream {
@@ -273,10 +273,10 @@ pub(crate) async fn prefill<J: JournalBackend, P: ProjectionBackend>(
                 for s in chunk_start..end {
                     batch.push(AppendRequest::new(
                         stream(prefix, s)?,
-                        ExpectedVersion::Exact(heads[s as usize]),
+                        ExpectedVersion::Exact(versions[s as usize]),
                         vec![new_event(rt, i)?],
                     ));
-                    heads[s as usize] += 1;
+                    versions[s as usize] += 1;
                     i += 1;
                 }
                 rt.append_batch(batch).await?;
@@ -291,16 +291,16 @@ pub(crate) async fn prefill<J: JournalBackend, P: ProjectionBackend>(
                 i += n;
                 rt.append(
                     &stream(prefix, s)?,
-                    ExpectedVersion::Exact(heads[s as usize]),
+                    ExpectedVersion::Exact(versions[s as usize]),
                     events,
                 )
                 .await?;
-                heads[s as usize] += n;
+                versions[s as usize] += n;
                 left -= n;
             }
         }
     }
-    Ok(heads)
+    Ok(versions)
 }
 
 /// Waits until `seen` has applied `total` events and the outbox is empty.
@@ -330,13 +330,13 @@ pub(crate) async fn wait_drained<J: JournalBackend, P: ProjectionBackend>(
     }
 }
 
-/// The oracle: every stream's document is at its head and every stream
-/// was applied exactly head times.
+/// The oracle: every stream's document is at its version and every stream
+/// was applied exactly version times.
 pub(crate) async fn verify<J: JournalBackend, P: ProjectionBackend>(
     rt: &Outbox<J, P>,
     seen: &Seen,
     prefix: &str,
-    heads: &[u64],
+    versions: &[u64],
 ) -> Result<()> {
     let per_stream = seen
         .per_stream
@@ -356,13 +356,13 @@ pub(crate) async fn verify<J: JournalBackend, P: ProjectionBackend>(
         }
         after = Some(last);
     }
-    for (i, &head) in heads.iter().enumerate() {
+    for (i, &version) in versions.iter().enumerate() {
         let name = stream_name(prefix, i as u64);
         let doc = docs.get(&name).copied().unwrap_or(0);
         let n = per_stream.get(&name).copied().unwrap_or(0);
         ensure!(
-            doc == head && n == head,
-            "ORACLE FAILED: stream {name}: appended {head}, projection document at seq {doc}, applied {n} times"
+            doc == version && n == version,
+            "ORACLE FAILED: stream {name}: appended {version}, projection document at seq {doc}, applied {n} times"
         );
     }
     Ok(())

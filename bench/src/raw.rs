@@ -6,7 +6,7 @@
 //! statement, with the lease's end and a retry's due time in one column);
 //! the apply with a checkpoint compare-and-set (one statement) and the
 //! projection's own writes; the claimed rows deleted. No statement exists
-//! here because of the outbox's design (no heads table, no payload hash,
+//! here because of the outbox's design (no versions table, no payload hash,
 //! no lease table), and the durability is the outbox's on every commit:
 //! appends and projection commits at `synchronous = FULL`, claims and
 //! deletes at `NORMAL` (a lost claim or delete is redone and the checkpoint
@@ -125,14 +125,14 @@ impl Journal {
                 tx.prepare_cached("INSERT INTO outbox (stream, seq, available_at) VALUES (?1, ?2, ?3)")?;
             let now = now_ms();
             for &(stream, n) in requests {
-                let head: i64 = version
+                let version: i64 = version
                     .query_row([stream], |r| r.get::<_, Option<i64>>(0))?
                     .unwrap_or(0);
                 for k in 1..=n as i64 {
                     let p = payload(self.next_payload);
                     self.next_payload += 1;
-                    ins_event.execute(params![stream, head + k, "bench_event", p, now])?;
-                    ins_outbox.execute(params![stream, head + k, now])?;
+                    ins_event.execute(params![stream, version + k, "bench_event", p, now])?;
+                    ins_outbox.execute(params![stream, version + k, now])?;
                 }
             }
         }
@@ -140,7 +140,7 @@ impl Journal {
         Ok(())
     }
 
-    /// Claim cost: claim up to `max` rows of `stream`'s head, then give
+    /// Claim cost: claim up to `max` rows of `stream`'s version, then give
     /// them back; one relaxed transaction each. Returns rows claimed.
     pub(crate) fn claim_cycle(&mut self, stream: &str, max: i64) -> Result<usize> {
         self.set_full(false)?;
@@ -175,15 +175,15 @@ impl Projection {
         Ok(Projection { conn })
     }
 
-    /// The oracle: each stream's row is at its head.
-    pub(crate) fn verify(&self, streams: &[String], heads: &[u64]) -> Result<()> {
+    /// The oracle: each stream's row is at its version.
+    pub(crate) fn verify(&self, streams: &[String], versions: &[u64]) -> Result<()> {
         let mut st = self.conn.prepare("SELECT value FROM rows WHERE stream = ?1")?;
-        for (s, &head) in streams.iter().zip(heads) {
+        for (s, &version) in streams.iter().zip(versions) {
             let v: Option<String> = st.query_row([s], |r| r.get(0)).optional()?;
-            let want = doc(head as i64, crate::fixture::PAYLOAD_BYTES);
+            let want = doc(version as i64, crate::fixture::PAYLOAD_BYTES);
             ensure!(
                 v.as_deref() == Some(want.as_str()),
-                "RAW ORACLE FAILED: stream {s}: appended {head}, row {v:?}"
+                "RAW ORACLE FAILED: stream {s}: appended {version}, row {v:?}"
             );
         }
         Ok(())

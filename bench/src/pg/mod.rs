@@ -121,7 +121,7 @@ async fn append_round(url: &str, total: u64, per_txn: u64) -> Result<f64> {
     )
     .await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
-    let mut heads = vec![0u64; STREAMS as usize];
+    let mut versions = vec![0u64; STREAMS as usize];
     let t = Instant::now();
     let mut i = 0u64;
     while i < total {
@@ -130,10 +130,10 @@ async fn append_round(url: &str, total: u64, per_txn: u64) -> Result<f64> {
             let s = (i % STREAMS) as usize;
             batch.push(AppendRequest::new(
                 streams[s].clone(),
-                ExpectedVersion::Exact(heads[s]),
+                ExpectedVersion::Exact(versions[s]),
                 vec![fixture::new_event(&rt, i)?],
             ));
-            heads[s] += 1;
+            versions[s] += 1;
             i += 1;
         }
         rt.append_batch(batch).await?;
@@ -207,7 +207,7 @@ async fn drain_round(
         config = config.with_sweep_rows(0);
     }
     let rt = open(url, &schema, config, seen.clone(), false).await?;
-    let heads = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
+    let versions = fixture::prefill(&rt, "d", STREAMS, per_stream, STREAMS).await?;
     let total = STREAMS * per_stream;
     gate()?;
     let t = Instant::now();
@@ -215,7 +215,7 @@ async fn drain_round(
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
     let rate = total as f64 / t.elapsed().as_secs_f64();
     running.shutdown().await;
-    fixture::verify(&rt, &seen, "d", &heads).await?;
+    fixture::verify(&rt, &seen, "d", &versions).await?;
     rt.journal().close().await;
     drop_schema(url, &schema).await?;
     Ok(rate)

@@ -96,7 +96,7 @@ pub(crate) async fn append_round(url: &str, schema: &str, total: u64, per_txn: u
     );
     let mut c = create(url, schema).await?;
     let names: Vec<String> = (0..super::setup::STREAMS).map(|s| stream_name("a", s)).collect();
-    let mut heads = vec![0i64; names.len()];
+    let mut versions = vec![0i64; names.len()];
     let (mut streams, mut seqs) = (Vec::new(), Vec::new());
     let t = Instant::now();
     let mut i = 0u64;
@@ -106,9 +106,9 @@ pub(crate) async fn append_round(url: &str, schema: &str, total: u64, per_txn: u
         seqs.clear();
         for k in 0..n {
             let s = ((i + k) % super::setup::STREAMS) as usize;
-            heads[s] += 1;
+            versions[s] += 1;
             streams.push(names[s].as_str());
-            seqs.push(heads[s]);
+            seqs.push(versions[s]);
         }
         append(&mut c, &streams, &seqs, i).await?;
         i += n;

@@ -65,7 +65,7 @@ pub(crate) async fn outbox_round(
     let dir = fixture::tempdir(tmp)?;
     let rt = fixture::open(dir.path(), Config::producer_only(), Seen::default().into()).await?;
     let streams: Vec<_> = (0..STREAMS).map(|s| stream("a", s)).collect::<Result<_>>()?;
-    let mut heads = vec![0u64; STREAMS as usize];
+    let mut versions = vec![0u64; STREAMS as usize];
     gate()?;
     let mut next_stream = 0u64;
     let t = Instant::now();
@@ -77,10 +77,10 @@ pub(crate) async fn outbox_round(
             next_stream += 1;
             batch.push(AppendRequest::new(
                 streams[s].clone(),
-                ExpectedVersion::Exact(heads[s]),
+                ExpectedVersion::Exact(versions[s]),
                 vec![fixture::new_event(&rt, i)?],
             ));
-            heads[s] += 1;
+            versions[s] += 1;
             i += 1;
         }
         rt.append_batch(batch).await?;

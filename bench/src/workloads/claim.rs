@@ -1,4 +1,4 @@
-//! W4: the cost of claiming one stream's head at a small and a large
+//! W4: the cost of claiming one stream's version at a small and a large
 //! backlog. The outbox: acquire the lease, claim up to 64 rows, abandon
 //! them, release. The raw loop: claim up to 64 rows in one statement, give
 //! them back in another (its claim is its lease).

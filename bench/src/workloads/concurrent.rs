@@ -78,15 +78,15 @@ async fn outbox_round(tmp: &std::path::Path, total: u64, gate: impl FnOnce() -> 
         let (rt, next) = (rt.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             let s = stream("c", task)?;
-            let mut head = 0u64;
+            let mut version = 0u64;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
-                    return anyhow::Ok(head);
+                    return anyhow::Ok(version);
                 }
                 let e = fixture::new_event(&rt, i)?;
-                rt.append(&s, ExpectedVersion::Exact(head), vec![e]).await?;
-                head += 1;
+                rt.append(&s, ExpectedVersion::Exact(version), vec![e]).await?;
+                version += 1;
             }
         }));
     }

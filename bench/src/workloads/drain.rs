@@ -117,7 +117,7 @@ pub(crate) async fn outbox_round(
         config = config.with_sweep_rows(0);
     }
     let rt = fixture::open(dir.path(), config, seen.clone()).await?;
-    let heads = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
+    let versions = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
     let total = streams * per_stream;
     gate()?;
     let t = Instant::now();
@@ -125,7 +125,7 @@ pub(crate) async fn outbox_round(
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
     let rate = total as f64 / t.elapsed().as_secs_f64();
     running.shutdown().await;
-    fixture::verify(&rt, &seen, "d", &heads).await?;
+    fixture::verify(&rt, &seen, "d", &versions).await?;
     Ok(rate)
 }
 

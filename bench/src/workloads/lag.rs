@@ -208,7 +208,7 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     fixture::wait_drained(rt, seen, total, Duration::from_secs(120)).await?;
     let visible = Watcher::finish_or(watch, seen.applied_at()?).await?;
     running.shutdown().await;
-    fixture::verify(rt, seen, "l", &offered.heads).await?;
+    fixture::verify(rt, seen, "l", &offered.versions).await?;
     print_split(&offered, &seen.applied_at()?, &visible);
     Ok((lags(offered.scheduled, &visible)?, offered.rate))
 }
@@ -255,8 +255,8 @@ pub(crate) struct Offered {
     pub(crate) scheduled: Vec<(String, u64, SystemTime)>,
     /// When each event's call was acknowledged (as `scheduled`).
     pub(crate) acked: Vec<SystemTime>,
-    /// Each stream's head.
-    pub(crate) heads: Vec<u64>,
+    /// Each stream's version.
+    pub(crate) versions: Vec<u64>,
     /// The rate the appends achieved: events over the time to the last
     /// acknowledgement.
     pub(crate) rate: f64,
@@ -305,13 +305,13 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
         tasks
     })
     .await?;
-    let mut heads = vec![0u64; streams.len()];
+    let mut versions = vec![0u64; streams.len()];
     let mut scheduled = Vec::with_capacity(total as usize);
     let mut acked = Vec::with_capacity(total as usize);
     for task in tasks {
         let (events, ack) = task.await??;
         for (s, seq, at) in events {
-            heads[s] = heads[s].max(seq);
+            versions[s] = versions[s].max(seq);
             scheduled.push((stream_name("l", s as u64), seq, at));
             acked.push(ack);
         }
@@ -319,7 +319,7 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
     Ok(Offered {
         scheduled,
         acked,
-        heads,
+        versions,
         rate: total as f64 / t0.elapsed().as_secs_f64(),
     })
 }
@@ -492,10 +492,10 @@ pub(crate) async fn serve_child<J: JournalBackend, P: ProjectionBackend>(
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .clone();
-    let heads: Vec<u64> = (0..STREAMS)
+    let versions: Vec<u64> = (0..STREAMS)
         .map(|s| per_stream.get(&stream_name("l", s)).copied().unwrap_or(0))
         .collect();
-    fixture::verify(rt, seen, "l", &heads).await?;
+    fixture::verify(rt, seen, "l", &versions).await?;
     let at = seen.applied_at()?;
     let rows: Vec<(String, u64, u64)> = at
         .iter()

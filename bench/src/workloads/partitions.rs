@@ -157,7 +157,7 @@ async fn drain<J: JournalBackend, P: ProjectionBackend>(
     seen: &Seen,
     per_stream: u64,
 ) -> Result<f64> {
-    let heads = fixture::prefill(&rts[0], "p", STREAMS, per_stream, STREAMS).await?;
+    let versions = fixture::prefill(&rts[0], "p", STREAMS, per_stream, STREAMS).await?;
     for rt in rts {
         rt.journal()
             .heartbeat(
@@ -180,6 +180,6 @@ async fn drain<J: JournalBackend, P: ProjectionBackend>(
     for r in running {
         r.shutdown().await;
     }
-    fixture::verify(&rts[0], seen, "p", &heads).await?;
+    fixture::verify(&rts[0], seen, "p", &versions).await?;
     Ok(rate)
 }

@@ -91,10 +91,10 @@ pub(crate) fn child(mut args: impl Iterator<Item = String>) -> Result<()> {
             .lock()
             .map_err(|_| anyhow::anyhow!("poisoned"))?
             .clone();
-        let heads: Vec<u64> = (0..streams)
+        let versions: Vec<u64> = (0..streams)
             .map(|s| per_stream.get(&stream_name("k", s)).copied().unwrap_or(0))
             .collect();
-        fixture::verify(&rt, &seen, "k", &heads).await?;
+        fixture::verify(&rt, &seen, "k", &versions).await?;
         let applied = seen.applied.load(Ordering::Relaxed);
         println!(
             "{}",

@@ -504,20 +504,21 @@ mod tests {
 pub struct AppendPlan<'a> {
     /// The first seq of each request, in batch order.
     pub firsts: Vec<u64>,
-    /// Each stream's head before the batch, in first-appearance order.
+    /// Each stream's version (last seq) before the batch, in
+    /// first-appearance order.
     pub before: Vec<(&'a StreamId, u64)>,
-    /// Each stream's head after the batch, same order.
+    /// Each stream's version after the batch, same order.
     pub after: Vec<(&'a StreamId, u64)>,
 }
 
-/// Checks every request's expected version against its stream's head (from
-/// `head`, asked once per stream; later requests for a stream see the
+/// Checks every request's expected version against its stream's version
+/// (from `version`, asked once per stream; later requests for a stream see the
 /// earlier ones), in batch order: the first mismatch is the batch's
 /// [`Error::Conflict`], and a stream pushed past [`Seq::MAX`] is invalid
 /// input. Every adapter's append runs this before writing, so all agree.
 pub fn plan_append<'a>(
     batch: &'a [AppendRequest],
-    mut head: impl FnMut(&StreamId) -> u64,
+    mut version: impl FnMut(&StreamId) -> u64,
 ) -> Result<AppendPlan<'a>> {
     let mut plan = AppendPlan {
         firsts: Vec::with_capacity(batch.len()),
@@ -527,9 +528,9 @@ pub fn plan_append<'a>(
     let mut index: std::collections::HashMap<&StreamId, usize> = std::collections::HashMap::new();
     for req in batch {
         let at = *index.entry(&req.stream).or_insert_with(|| {
-            let h = head(&req.stream);
-            plan.before.push((&req.stream, h));
-            plan.after.push((&req.stream, h));
+            let v = version(&req.stream);
+            plan.before.push((&req.stream, v));
+            plan.after.push((&req.stream, v));
             plan.after.len() - 1
         });
         let actual = plan.after[at].1;

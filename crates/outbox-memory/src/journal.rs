@@ -169,7 +169,7 @@ impl MemoryJournal {
 }
 
 impl State {
-    pub(crate) fn head_of(&self, stream: &StreamId) -> u64 {
+    pub(crate) fn version_of(&self, stream: &StreamId) -> u64 {
         self.streams.get(stream).map_or(0, |v| v.len() as u64)
     }
 
@@ -319,10 +319,10 @@ impl EventJournal for MemoryJournal {
         let now = self.now();
         let mut st = self.lock();
         // Check every request before writing anything: all or nothing.
-        plan_append(batch, |s| st.head_of(s))?;
+        plan_append(batch, |s| st.version_of(s))?;
         let mut out = Vec::with_capacity(batch.len());
         for req in batch {
-            let first = st.head_of(&req.stream) + 1;
+            let first = st.version_of(&req.stream) + 1;
             let first_global = st.next_global;
             for (i, new) in req.events.iter().enumerate() {
                 let seq = Seq::new(first + i as u64)?;
@@ -404,7 +404,7 @@ impl EventJournal for MemoryJournal {
     }
 
     async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
-        Ok(self.lock().head_of(stream))
+        Ok(self.lock().version_of(stream))
     }
 
     async fn stream_versions(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamVersion>> {

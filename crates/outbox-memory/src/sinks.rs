@@ -60,7 +60,8 @@ impl SinkStore for MemoryJournal {
                 next_attempt_at: now,
                 ..before.unwrap_or_else(|| SinkStream::new(sink, stream))
             }
-        } else if before.as_ref().is_some_and(|b| b.status != SinkStatus::Ok) && to.get() < st.head_of(stream)
+        } else if before.as_ref().is_some_and(|b| b.status != SinkStatus::Ok)
+            && to.get() < st.version_of(stream)
         {
             // Not ok when read, and not at the stream's end: scan cursors
             // may have passed its later events, so only a catch-up to the

@@ -610,12 +610,13 @@ impl EventJournal for PgJournal {
     }
 
     async fn stream_version(&self, stream: &StreamId) -> Result<u64> {
-        let head: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = $1")
+        // The version's column is named `head` (the first schema's name).
+        let version: Option<i64> = sqlx::query_scalar("SELECT head FROM streams WHERE stream = $1")
             .bind(stream.as_str())
             .fetch_optional(&self.db.pool)
             .await
-            .map_err(|e| storage(self.db.context("reading a stream head"), e))?;
-        Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
+            .map_err(|e| storage(self.db.context("reading a stream version"), e))?;
+        Ok(u64::try_from(version.unwrap_or(0)).unwrap_or(0))
     }
 
     async fn stream_versions(&self, after: Option<&StreamId>, limit: usize) -> Result<Vec<StreamVersion>> {

@@ -13,7 +13,7 @@ use sqlx::SqliteConnection;
 
 use crate::clock::Clock;
 use crate::db::storage;
-use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_HEAD, UPSERT_STREAM};
+use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_VERSION, UPSERT_STREAM};
 
 fn seq_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -32,7 +32,7 @@ pub(crate) async fn append_tx(
     let mut current: HashMap<&StreamId, u64> = HashMap::new();
     for req in batch {
         if !current.contains_key(&req.stream) {
-            let h: Option<i64> = sqlx::query_scalar(READ_HEAD)
+            let h: Option<i64> = sqlx::query_scalar(READ_VERSION)
                 .bind(req.stream.as_str())
                 .fetch_optional(&mut *conn)
                 .await
@@ -97,10 +97,10 @@ pub(crate) async fn append_tx(
             recorded_at: Timestamp::from_millis(now),
         });
     }
-    for (stream, head) in &plan.after {
+    for (stream, version) in &plan.after {
         sqlx::query(UPSERT_STREAM)
             .bind(stream.as_str())
-            .bind(seq_i64(*head))
+            .bind(seq_i64(*version))
             .execute(&mut *conn)
             .await
             .map_err(err)?;

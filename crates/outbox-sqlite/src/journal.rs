@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::SqliteOptions;
 use crate::db::{Db, Role, now_ms, path_from_url, storage};
 use crate::engine::{JournalEngine, engine_error, to_row};
-use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_HEAD, UPSERT_STREAM};
+use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_VERSION, UPSERT_STREAM};
 
 /// The SQLite journal database: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue),
 /// [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one file.
@@ -182,10 +182,10 @@ fn append_body(
     let err = ctx("appending events");
     let mut current: HashMap<&StreamId, u64> = HashMap::new();
     {
-        let mut read_head = conn.prepare_cached(READ_HEAD).map_err(&err)?;
+        let mut read_version = conn.prepare_cached(READ_VERSION).map_err(&err)?;
         for req in batch {
             if !current.contains_key(&req.stream) {
-                let h: Option<i64> = read_head
+                let h: Option<i64> = read_version
                     .query_row([req.stream.as_str()], |r| r.get(0))
                     .optional()
                     .map_err(&err)?;
@@ -247,9 +247,9 @@ fn append_body(
         });
     }
     let mut upsert_stream = conn.prepare_cached(UPSERT_STREAM).map_err(&err)?;
-    for (stream, head) in &plan.after {
+    for (stream, version) in &plan.after {
         upsert_stream
-            .execute(params![stream.as_str(), seq_i64(*head)])
+            .execute(params![stream.as_str(), seq_i64(*version)])
             .map_err(&err)?;
     }
     Ok(out)
@@ -869,11 +869,11 @@ impl EventJournal for SqliteJournal {
         self.engine
             .reader
             .read(move |conn| {
-                let head: Option<i64> = conn
-                    .prepare_cached("SELECT head FROM streams WHERE stream = ?1")
+                let version: Option<i64> = conn
+                    .prepare_cached(READ_VERSION)
                     .and_then(|mut st| st.query_row([stream.as_str()], |r| r.get(0)).optional())
-                    .map_err(ctx("reading a stream head"))?;
-                Ok(u64::try_from(head.unwrap_or(0)).unwrap_or(0))
+                    .map_err(ctx("reading a stream version"))?;
+                Ok(u64::try_from(version.unwrap_or(0)).unwrap_or(0))
             })
             .await
     }

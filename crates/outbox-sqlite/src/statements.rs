@@ -1,8 +1,9 @@
 //! The append's statements, shared by the engine's append (`journal.rs`)
 //! and the append inside a caller's transaction (`append_in.rs`).
 
-/// A stream's head (its last seq), if it has events.
-pub(crate) const READ_HEAD: &str = "SELECT head FROM streams WHERE stream = ?1";
+/// A stream's version (its last seq; the column is named `head`), if it
+/// has events.
+pub(crate) const READ_VERSION: &str = "SELECT head FROM streams WHERE stream = ?1";
 
 /// One event.
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (stream, seq, event_type, intent, payload, \
@@ -18,6 +19,6 @@ pub(crate) const INSERT_ROW: &str = "INSERT INTO outbox (stream, seq, event_type
 pub(crate) const INSERT_HEAD: &str = "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
      VALUES (?1, ?2, ?3, ?4) ON CONFLICT (stream) DO NOTHING";
 
-/// The stream's new head.
+/// The stream's new version.
 pub(crate) const UPSERT_STREAM: &str = "INSERT INTO streams (stream, head) VALUES (?1, ?2) \
      ON CONFLICT (stream) DO UPDATE SET head = excluded.head";
