@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use outbox_core::spi::{
-    StoredOutboxRow, duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost,
-    validate_limit, validate_ttl,
+    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, plan_append, truncate_error,
+    unless_lease_lost, validate_limit, validate_ttl,
 };
 use outbox_core::{
     ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, ClaimedRun,
@@ -642,20 +642,42 @@ fn due_body(conn: &Connection, limit: usize) -> Result<Vec<String>> {
 }
 
 fn read_events(conn: &Connection, stream: &StreamId, from: i64, limit: i64) -> Result<Vec<Event>> {
-    let rows: Vec<outbox_sql::Row> = conn
+    let err = ctx("reading a stream");
+    let mut st = conn
         .prepare_cached(concat!(
             "SELECT ",
             outbox_sql::event_columns!(),
             " FROM events WHERE stream = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3"
         ))
-        .and_then(|mut st| {
-            st.query_map(params![stream.as_str(), from, limit], to_row)?
-                .collect()
-        })
-        .map_err(ctx("reading a stream"))?;
-    rows.iter()
-        .map(|r| outbox_sql::journal::decode_event(r, stream))
-        .collect()
+        .map_err(&err)?;
+    let mut rows = st.query(params![stream.as_str(), from, limit]).map_err(&err)?;
+    let mut events = Vec::new();
+    while let Some(r) = rows.next().map_err(&err)? {
+        events.push(stored_event(r, stream)?.into_event(stream)?);
+    }
+    Ok(events)
+}
+
+/// An event's row of [`outbox_sql::event_columns!`], read straight into
+/// its stored form: each text and the payload are copied once, not into a
+/// row of owned values first (the hot path of every claim's load). A
+/// column of the wrong type is [`Error::Corrupt`] naming the event, as
+/// [`outbox_sql::journal::decode_event`] has it.
+fn stored_event(r: &rusqlite::Row<'_>, stream: &StreamId) -> Result<StoredEvent> {
+    let seq: i64 = r.get(2).map_err(|e| journal_undecodable("event", e))?;
+    let bad = |e: rusqlite::Error| StoredEvent::column_error(stream, seq, e);
+    Ok(StoredEvent {
+        global_position: r.get(0).map_err(bad)?,
+        stream: r.get(1).map_err(bad)?,
+        seq,
+        event_type: r.get(3).map_err(bad)?,
+        intent: r.get(4).map_err(bad)?,
+        payload: r.get(5).map_err(bad)?,
+        payload_hash: r.get(6).map_err(bad)?,
+        recorded_at: r.get(7).map_err(bad)?,
+        correlation_id: r.get(8).map_err(bad)?,
+        causation_id: r.get(9).map_err(bad)?,
+    })
 }
 
 impl SqliteJournal {
