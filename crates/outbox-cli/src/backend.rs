@@ -120,6 +120,10 @@ pub(crate) enum Access {
     /// and administration, which any build may run on any application's
     /// databases (an older schema is `SchemaTooOld`, nothing changed).
     Existing,
+    /// Existing SQLite databases at this build's schema, opened read-only:
+    /// the commands that only read, on `?mode=ro` URLs or files this user
+    /// cannot write. Nothing is created, migrated or written.
+    ReadOnly,
 }
 
 impl Access {
@@ -127,7 +131,8 @@ impl Access {
     fn options(self, partitions: outbox_core::PartitionOptions) -> OpenOptions {
         OpenOptions::default()
             .with_create(self == Access::Create)
-            .with_migrate(self != Access::Existing)
+            .with_migrate(matches!(self, Access::Create | Access::Migrate))
+            .with_read_only(self == Access::ReadOnly)
             .with_partitions(partitions)
     }
 }

@@ -99,16 +99,42 @@ pub(crate) struct Engine {
     sender: Mutex<Option<mpsc::Sender<Msg>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     path: PathBuf,
+    /// Opened on a read-only store ([`SqliteOptions::read_only`]): its
+    /// connection is read-only and every write is refused before it is
+    /// queued.
+    read_only: bool,
+}
+
+/// The name SQLite opens `path` by: the path itself, or for a read-only
+/// store with no `-wal` beside it a `file:` URI with `immutable=1` (no
+/// `-wal` or `-shm` file is created; see [`SqliteOptions::read_only`]).
+fn open_name(path: &Path, options: &SqliteOptions) -> (String, OpenFlags) {
+    let plain = path.to_string_lossy().into_owned();
+    if !(options.read_only && crate::db::read_as_immutable(path)) {
+        return (plain, OpenFlags::empty());
+    }
+    let mut uri = String::from("file:");
+    for b in plain.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'-' | b'_') {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    (uri, OpenFlags::SQLITE_OPEN_URI)
 }
 
 /// Opens a connection to an existing, migrated database file.
 fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
+    let (name, uri) = open_name(path, options);
     let flags = match access {
         Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE,
         Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY,
-    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | uri;
     let open = |e| engine_error(format_args!("opening {}", path.display()), e);
-    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
+    let conn = Connection::open_with_flags(name, flags).map_err(open)?;
     conn.busy_handler(Some(busy::handler)).map_err(open)?;
     conn.set_prepared_statement_cache_capacity(128);
     // Plans must not depend on bound values: SQLite 3.51 plans `LIMIT ?`
@@ -154,6 +180,9 @@ fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Conne
 impl Engine {
     /// Opens a connection and starts its thread.
     pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
+        // A read-only store's writer is a reader that refuses writes.
+        let read_only = options.read_only;
+        let access = if read_only { Access::Read } else { access };
         let conn = connect(path, options, access)?;
         // A writer's jobs read after their commits on a read-only
         // connection of their own (see `group`).
@@ -198,7 +227,16 @@ impl Engine {
             sender: Mutex::new(Some(sender)),
             stopped: Mutex::new(Some(stopped)),
             path: path.to_owned(),
+            read_only,
         })
+    }
+
+    /// Refuses a write on a read-only store, before it is queued.
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(crate::db::read_only_error(&self.path, what));
+        }
+        Ok(())
     }
 
     fn send(&self, msg: Msg) -> Result<()> {
@@ -258,6 +296,7 @@ impl Engine {
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
         A: FnOnce(&Connection, &mut T) + Send + 'static,
     {
+        self.writable("writing")?;
         let (reply, rx) = oneshot::channel();
         let job = Job::new(body, reply, Commit::Relaxed).then(Box::new(after));
         self.send(Msg::Write(Box::new(job)))?;
@@ -270,6 +309,7 @@ impl Engine {
         T: Send + 'static,
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
+        self.writable("writing")?;
         let (reply, rx) = oneshot::channel();
         self.send(Msg::Write(Box::new(Job::new(body, reply, commit))))?;
         Ok(rx)
@@ -292,6 +332,9 @@ impl Engine {
     /// Takes the thread for a statement-by-statement transaction opened
     /// with `begin` (`""` for none).
     pub(crate) async fn session(&self, begin: &'static str) -> Result<Session> {
+        if begin.contains("IMMEDIATE") {
+            self.writable("starting a write transaction")?;
+        }
         let (steps_tx, steps) = mpsc::channel();
         let (ready, rx) = oneshot::channel();
         self.send(Msg::Session { begin, steps, ready })?;

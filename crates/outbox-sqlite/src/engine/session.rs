@@ -90,6 +90,38 @@ impl Tx for Session {
     }
 }
 
+/// [`Database::read`] on an engine: each statement sent as one read job.
+struct Reads<'e>(&'e Engine);
+
+#[outbox_core::async_trait]
+impl Conn for Reads<'_> {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
+        self.0
+            .read(move |conn| {
+                let n = statement(conn, &what, &sql)?
+                    .execute(rusqlite::params_from_iter(args))
+                    .map_err(|e| engine_error(&what, e))?;
+                Ok(n as u64)
+            })
+            .await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
+        self.0
+            .read(move |conn| {
+                let mut st = statement(conn, &what, &sql)?;
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(args), to_row)
+                    .map_err(|e| engine_error(&what, e))?;
+                rows.collect::<rusqlite::Result<Vec<Row>>>()
+                    .map_err(|e| engine_error(&what, e))
+            })
+            .await
+    }
+}
+
 /// The journal file's two engines: the single writer and a reader.
 #[derive(Debug)]
 pub(crate) struct JournalEngine {
@@ -146,8 +178,11 @@ impl Database for JournalEngine {
         Ok(Box::new(self.writer.session("BEGIN IMMEDIATE").await?))
     }
 
+    /// Each statement its own read job on the reader thread: one round
+    /// trip per statement, none to set a session up (a read connection
+    /// runs each statement on its own, outside a transaction, anyway).
     async fn read(&self) -> Result<Box<dyn Conn + '_>> {
-        Ok(Box::new(self.reader.session("").await?))
+        Ok(Box::new(Reads(&self.reader)))
     }
 
     async fn snapshot(&self) -> Result<Box<dyn Tx + '_>> {
