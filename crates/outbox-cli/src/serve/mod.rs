@@ -33,8 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use outbox_core::{Error, Projection, Seq, SinkStatus, SinkSummary};
 use outbox_runtime::consumers::{
-    ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses_with, projection_exceptions,
-    projection_exceptions_of,
+    ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses_with, projection_exceptions_of,
 };
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
