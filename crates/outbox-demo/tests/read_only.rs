@@ -165,6 +165,8 @@ fn a_journal_given_with_mode_ro_is_inspected_and_served_without_a_write() {
         &["migrate"],
         &["work", "--once"],
         &["leases", "--break", "c-bad", "--yes"],
+        // It builds the runtime, which sets the projections up.
+        &["wait", "--stream", "c-ok1", "--seq", "1"],
     ] {
         let (code, out, err) = site.run_env(args, &env);
         assert_eq!(code, Some(2), "`{}`: {err}", args.join(" "));

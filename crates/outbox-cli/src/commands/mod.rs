@@ -163,7 +163,7 @@ fn applies_events(command: &Command) -> Option<&'static str> {
 fn writes(command: &Command) -> Option<&'static str> {
     use crate::cli::{ConsumersArgs, LeasesArgs, RunsAction, RunsArgs, SinksArgs, SkippedArgs};
     Some(match command {
-        Command::Report(_) | Command::Row(_) | Command::Workers(_) | Command::Wait(_) => return None,
+        Command::Report(_) | Command::Row(_) | Command::Workers(_) => return None,
         #[cfg(feature = "serve")]
         Command::Serve(_) => return None,
         Command::Leases(LeasesArgs {
@@ -179,6 +179,8 @@ fn writes(command: &Command) -> Option<&'static str> {
             ..
         }) => return None,
         Command::Work(_) => "work",
+        // It builds the runtime, which sets the projections up (writes).
+        Command::Wait(_) => "wait",
         Command::Requeue(_) => "requeue",
         Command::RequeueDead(_) => "requeue-dead",
         Command::Retry(_) => "retry",
