@@ -245,3 +245,28 @@ fn a_schema_behind_this_build_on_a_read_only_journal_names_migrate() {
     assert_eq!(files(&site.dir), before, "a file was created or changed");
     chmod(&site.journal, 0o600);
 }
+
+/// A monitor that read the journal as a snapshot (read-only, no `-wal`
+/// beside it) says so once a process opens the journal for writing: its
+/// pages do not show that process's writes.
+#[test]
+fn a_snapshot_monitor_warns_once_a_process_opens_the_journal() {
+    let site = site();
+    let urls = read_only_urls(&site);
+    let mut cmd = site.command(&["serve", "--addr", "127.0.0.1:0"]);
+    cmd.envs(urls.iter().map(|(k, v)| (*k, v.as_str())));
+    let server = Server::spawn(cmd, LISTENING);
+    let warning = "these pages do not show its writes";
+    let page = server.get("/").body;
+    assert!(!page.contains(warning), "{page}");
+    let writer = support::block_on(outbox_sqlite::SqliteJournal::open(
+        &site.journal,
+        outbox_sqlite::SqliteOptions::default(),
+    ))
+    .expect("a writer opens the journal");
+    let page = server.get("/").body;
+    assert!(page.contains(warning), "{page}");
+    support::block_on(writer.close());
+    let status = server.stop();
+    assert!(status.success(), "{status:?}");
+}

@@ -34,7 +34,8 @@ pub(crate) struct Ctx<'a, J, P> {
     /// waiting for the database.
     pub(crate) shutdown: Option<CancellationToken>,
     /// The databases are open read-only (`?mode=ro`, or files this user
-    /// cannot write): the command only reads.
+    /// cannot write): the command only reads (the monitor offers no action).
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))]
     pub(crate) read_only: bool,
 }
 

@@ -97,6 +97,7 @@ async fn monitor(door: Arc<Door>, dir: &std::path::Path) -> Router {
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_secs(5),
         exact_rows: 100_000,
+        snapshot_of: None,
     }))
 }
 

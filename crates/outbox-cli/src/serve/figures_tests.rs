@@ -115,6 +115,7 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_secs(5),
         exact_rows: 100_000,
+        snapshot_of: None,
     });
     append(&m.journal, "s-1", 3).await;
 
@@ -261,6 +262,7 @@ async fn past_exact_rows_the_counts_are_the_figures_and_say_so() {
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_secs(5),
         exact_rows: 2,
+        snapshot_of: None,
     });
     append(&m.journal, "s-1", 2).await;
     m.figures

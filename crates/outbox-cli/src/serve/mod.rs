@@ -87,6 +87,10 @@ struct Monitor<J, P: CliStore> {
     figures_interval: std::time::Duration,
     /// Outbox rows up to which a page counts them itself (`--exact-rows`).
     exact_rows: u64,
+    /// On a journal opened read-only with no `-wal` beside it (read as
+    /// immutable: a snapshot), that file: once it exists, a process writes
+    /// the journal and the pages say the monitor does not see it.
+    snapshot_of: Option<std::path::PathBuf>,
 }
 
 /// The rows by status a page shows: counted now, or, once the last figures
@@ -136,6 +140,10 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_millis(a.figures_interval_ms),
         exact_rows: a.exact_rows,
+        snapshot_of: ctx
+            .journal
+            .wal_file()
+            .filter(|wal| ctx.read_only && !wal.exists()),
     });
     let read_only = !monitor.door.acts();
     // The first figures before the first request (bounded by
@@ -525,6 +533,7 @@ fn health_banner(
     held_back: u64,
     exceptions: ExceptionCounts,
     consumers: &[ConsumerStatus],
+    stale_snapshot: bool,
 ) -> String {
     let mut bad = Vec::new();
     let mut warn = Vec::new();
@@ -548,6 +557,13 @@ fn health_banner(
             paused.len(),
             paused.join(", ")
         ));
+    }
+    if stale_snapshot {
+        warn.push(
+            "a process has opened the journal since this monitor read it as a read-only snapshot: these pages \
+             do not show its writes (restart the monitor)"
+                .to_owned(),
+        );
     }
     if workers == 0 {
         bad.push("no live worker is registered: nothing is being applied".to_owned());
@@ -624,6 +640,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
         held_back,
         exceptions,
         &consumers,
+        m.snapshot_of.as_deref().is_some_and(std::path::Path::exists),
     );
     if stored {
         b.push_str(&stored_counts_note(m, &summary));
