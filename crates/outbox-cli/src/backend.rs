@@ -1,7 +1,6 @@
 //! Backends: the one place a URL scheme picks SQLite or Postgres, and what
 //! the commands need of each.
 
-#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,6 +20,13 @@ pub(crate) trait CliJournal: JournalBackend + LeaseAdmin + Clone {
     fn wake(&self) -> Option<Arc<dyn WakeSource>>;
     /// Closes its connections.
     fn shut(&self) -> impl Future<Output = ()> + Send;
+    /// The write-ahead log file beside it, where it has one (SQLite's
+    /// `-wal`): a read-only monitor that found none reads the file as
+    /// immutable, and warns once one appears (a process writes it now).
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))]
+    fn wal_file(&self) -> Option<PathBuf> {
+        None
+    }
     /// Re-keys the sinks' feed after a logical restore (`outbox sinks
     /// rekey`): the events re-keyed, or `None` where the feed's keys are
     /// global positions, which need none.
@@ -50,6 +56,11 @@ pub(crate) trait CliStore: ProjectionBackend + Clone {
 impl CliJournal for SqliteJournal {
     fn describe(&self) -> String {
         self.path().display().to_string()
+    }
+    fn wal_file(&self) -> Option<PathBuf> {
+        let mut name = self.path().as_os_str().to_owned();
+        name.push("-wal");
+        Some(PathBuf::from(name))
     }
     fn wake(&self) -> Option<Arc<dyn WakeSource>> {
         Some(self.wake_source())
@@ -120,6 +131,10 @@ pub(crate) enum Access {
     /// and administration, which any build may run on any application's
     /// databases (an older schema is `SchemaTooOld`, nothing changed).
     Existing,
+    /// Existing SQLite databases at this build's schema, opened read-only:
+    /// the commands that only read, on `?mode=ro` URLs or files this user
+    /// cannot write. Nothing is created, migrated or written.
+    ReadOnly,
 }
 
 impl Access {
@@ -127,7 +142,8 @@ impl Access {
     fn options(self, partitions: outbox_core::PartitionOptions) -> OpenOptions {
         OpenOptions::default()
             .with_create(self == Access::Create)
-            .with_migrate(self != Access::Existing)
+            .with_migrate(matches!(self, Access::Create | Access::Migrate))
+            .with_read_only(self == Access::ReadOnly)
             .with_partitions(partitions)
     }
 }

@@ -58,6 +58,20 @@ where
     J: OutboxInspector + EventJournal,
 {
     let as_of = journal.summary().await?.as_of;
+    blocked_streams_at(journal, limit, as_of).await
+}
+
+/// [`blocked_streams`] with "now" given (a page that read the summary
+/// already, or shows the monitor's stored figures): the failing times are
+/// counted to `as_of`. Reads only.
+pub async fn blocked_streams_at<J>(
+    journal: &J,
+    limit: usize,
+    as_of: Timestamp,
+) -> Result<BlockedReport, Error>
+where
+    J: OutboxInspector + EventJournal,
+{
     let mut streams = Vec::new();
     let mut complete = true;
     for status in [OutboxStatus::Dead, OutboxStatus::Failed] {

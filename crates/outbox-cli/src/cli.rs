@@ -77,7 +77,10 @@ pub struct Cli {
 /// The options every subcommand takes: where the databases are, and logging.
 #[derive(Clone, Debug, Args)]
 pub struct GlobalArgs {
-    /// The journal database (events, outbox rows, leases).
+    /// The journal database (events, outbox rows, leases). A `sqlite://`
+    /// URL ending in `?mode=ro` is opened read-only (as are files this user
+    /// cannot write): the commands that only read (report, row, serve, ...)
+    /// run and write nothing; the others refuse.
     #[arg(
         long,
         visible_alias = "journal-db",
@@ -87,7 +90,8 @@ pub struct GlobalArgs {
     )]
     pub journal: String,
 
-    /// The projection database (checkpoints, watermarks, runs, projection tables).
+    /// The projection database (checkpoints, watermarks, runs, projection
+    /// tables); `?mode=ro` as for --journal.
     // Not `--projection`: that flag of `replay` and `rebuild` names a
     // projection, and one id for both made either overwrite the other.
     #[arg(
@@ -120,7 +124,8 @@ pub enum Command {
     /// Run the configured worker (apply or shadow, from OUTBOX_* variables;
     /// the apply worker when none is set).
     Work(WorkArgs),
-    /// Queue counts, oldest due row and lag, dead letters, rows, digests.
+    /// Queue counts, oldest due row and lag, dead letters, rows, digests
+    /// (reads only: runs on read-only databases).
     Report(ReportArgs),
     /// Requeue one dead row (status pending, attempts 0, due now) and every
     /// projection dead-lettered on that event (or one, with --projection).
@@ -176,7 +181,8 @@ pub enum Command {
     /// compare them with the recorded ones (exit 4 on a difference).
     Verify(VerifyArgs),
     /// The web monitor and Prometheus `/metrics` (127.0.0.1:9464 by default;
-    /// actions need OUTBOX_SERVE_TOKEN).
+    /// actions need OUTBOX_SERVE_TOKEN, and write access: on read-only
+    /// databases every action is refused).
     #[cfg(feature = "serve")]
     Serve(ServeArgs),
 }
@@ -198,6 +204,11 @@ pub struct ServeArgs {
     /// pages and `/metrics` show the last computation and its time.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub figures_interval_ms: u64,
+    /// Outbox rows up to which pages and `/metrics` count the rows by
+    /// status on every request (exact; the count walks every row). Past it
+    /// they show the counts of the last figures computation, with its time.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(0..=u64::MAX))]
+    pub exact_rows: u64,
     /// Blocked streams and rows listed at most per page.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub limit: u64,

@@ -73,6 +73,32 @@ impl Location {
             _ => Ok(Location::Sqlite(PathBuf::from(url))),
         }
     }
+
+    /// [`Location::parse`], also taking a SQLite URL's one option
+    /// `?mode=ro`: the location, and whether the URL asks for the store to
+    /// be opened read-only (inspection with read access only; the `outbox`
+    /// command's read-only commands take it). Any other option is refused
+    /// as [`Location::parse`] refuses it.
+    ///
+    /// ```
+    /// use outbox_core::Location;
+    ///
+    /// assert_eq!(Location::parse_mode("sqlite://j.db?mode=ro")?, (Location::Sqlite("j.db".into()), true));
+    /// assert_eq!(Location::parse_mode("sqlite://j.db")?, (Location::Sqlite("j.db".into()), false));
+    /// assert!(Location::parse_mode("sqlite://j.db?mode=rwc").is_err());
+    /// # Ok::<(), outbox_core::Error>(())
+    /// ```
+    pub fn parse_mode(url: &str) -> Result<(Location, bool)> {
+        if let Some(base) = url.strip_suffix("?mode=ro")
+            && base.starts_with("sqlite:")
+        {
+            return match Location::parse(base)? {
+                l @ Location::Sqlite(_) => Ok((l, true)),
+                _ => Err(Error::invalid("?mode=ro is an option of sqlite URLs only")),
+            };
+        }
+        Location::parse(url).map(|l| (l, false))
+    }
 }
 
 /// The file of a `sqlite:` URL, its scheme and `//` taken off.
@@ -150,6 +176,41 @@ mod tests {
             let e = Location::parse(bad).expect_err(bad);
             assert!(matches!(e, Error::InvalidInput(_)), "{bad}: {e}");
             assert!(!e.to_string().contains("pw"), "a password is never shown: {e}");
+        }
+    }
+
+    #[test]
+    fn a_read_only_sqlite_url_is_its_location_and_a_flag() {
+        for (url, path) in [
+            ("sqlite://a/j.db?mode=ro", "a/j.db"),
+            ("sqlite:j.db?mode=ro", "j.db"),
+        ] {
+            assert_eq!(
+                Location::parse_mode(url).unwrap(),
+                (Location::Sqlite(path.into()), true),
+                "{url}"
+            );
+            assert!(
+                Location::parse(url).is_err(),
+                "parse alone never drops the mode: {url}"
+            );
+        }
+        assert_eq!(
+            Location::parse_mode("plain.db").unwrap(),
+            (Location::Sqlite("plain.db".into()), false)
+        );
+        for bad in [
+            "sqlite://j.db?mode=rw",
+            "sqlite://j.db?mode=ro&cache=shared",
+            "sqlite://?mode=ro",
+            "plain.db?mode=ro",
+            "postgres://u:pw@h/db?mode=ro",
+        ] {
+            match Location::parse_mode(bad) {
+                Ok((Location::Sqlite(_), true)) => panic!("{bad} taken as read-only"),
+                Ok((Location::Postgres(_), ro)) => assert!(!ro, "{bad}"),
+                Ok(_) | Err(_) => {}
+            }
         }
     }
 

@@ -740,12 +740,23 @@ pub async fn projection_exceptions<J: outbox_core::SinkStore>(
     status: Option<SinkStatus>,
     limit: usize,
 ) -> Result<(ExceptionCounts, Vec<ProjectionException>)> {
+    let summaries = journal.sinks().await?;
+    projection_exceptions_of(journal, &summaries, status, limit).await
+}
+
+/// [`projection_exceptions`] from the consumer summaries already read with
+/// [`SinkStore::sinks`](outbox_core::SinkStore::sinks) (a page that shows
+/// the sinks too reads them once).
+pub async fn projection_exceptions_of<J: outbox_core::SinkStore>(
+    journal: &J,
+    summaries: &[outbox_core::SinkSummary],
+    status: Option<SinkStatus>,
+    limit: usize,
+) -> Result<(ExceptionCounts, Vec<ProjectionException>)> {
     let mut counts = ExceptionCounts::default();
     let mut out = Vec::new();
-    let mut keys: Vec<_> = journal
-        .sinks()
-        .await?
-        .into_iter()
+    let mut keys: Vec<_> = summaries
+        .iter()
         .filter(|s| outbox_core::consumer_projection(&s.sink).is_some())
         .collect();
     keys.sort_by(|a, b| a.sink.cmp(&b.sink));
@@ -877,7 +888,17 @@ pub struct ConsumerStatus {
 pub async fn consumer_statuses<J: outbox_core::ConsumerRegistry + outbox_core::WorkerRegistry>(
     journal: &J,
 ) -> Result<Vec<ConsumerStatus>> {
-    let live: std::collections::BTreeSet<_> = journal.workers().await?.into_iter().map(|w| w.id).collect();
+    let workers = journal.workers().await?;
+    consumer_statuses_with(journal, &workers).await
+}
+
+/// [`consumer_statuses`] with the live workers already read (a page that
+/// lists them too reads them once).
+pub async fn consumer_statuses_with<J: outbox_core::ConsumerRegistry>(
+    journal: &J,
+    workers: &[outbox_core::WorkerInfo],
+) -> Result<Vec<ConsumerStatus>> {
+    let live: std::collections::BTreeSet<_> = workers.iter().map(|w| &w.id).collect();
     Ok(journal
         .consumers()
         .await?

@@ -75,6 +75,11 @@ pub struct OpenOptions {
     pub migrate: bool,
     /// The journal's partitioning.
     pub partitions: PartitionOptions,
+    /// Open SQLite files read-only (inspection with read access only:
+    /// nothing is created, migrated or written; see
+    /// `outbox_sqlite::SqliteOptions::read_only`). Default `false`. Ignored
+    /// by Postgres, whose role's grants say what it may write.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -84,6 +89,7 @@ impl Default for OpenOptions {
             create: false,
             migrate: true,
             partitions: PartitionOptions::default(),
+            read_only: false,
         }
     }
 }
@@ -118,6 +124,12 @@ impl OpenOptions {
     /// Sets [`OpenOptions::migrate`].
     pub fn with_migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Sets [`OpenOptions::read_only`].
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -240,7 +252,8 @@ pub async fn open_sqlite(
     use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore};
     let mut opts = SqliteOptions::default()
         .with_create_if_missing(options.create)
-        .with_migrate(options.migrate);
+        .with_migrate(options.migrate)
+        .with_read_only(options.read_only);
     opts.partitions = options.partitions.clone();
     if journal_path == projection_path {
         return Err(Error::invalid(format_args!(

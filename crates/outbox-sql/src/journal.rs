@@ -601,21 +601,42 @@ pub const SUMMARY_COUNTS: &str = "SELECT (SELECT COUNT(*) FROM outbox), \
      (SELECT COUNT(*) FROM outbox WHERE status = 'dead')";
 
 /// [`OutboxInspector::summary`](outbox_core::OutboxInspector::summary): the
-/// counts, the oldest retry-eligible row and `now`, in one snapshot.
+/// counts, the oldest retry-eligible row and `now`, in one snapshot: one
+/// statement (a statement reads one snapshot on SQLite and Postgres), so a
+/// summary costs one round trip to the database, not a transaction's
+/// five (the monitor's pages read it on every request).
 pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
     let what = "summarizing the outbox";
     let d = db.dialect();
-    let mut tx = db.snapshot().await?;
-    let as_of = tx
-        .fetch_optional(what, &d.sql("SELECT {now}"), &[])
+    // The counts as in SUMMARY_COUNTS; the oldest applicable due time
+    // (`IS NOT NULL` lets the partial index of due heads answer the min:
+    // without it SQLite walked every head); the oldest pending or failed
+    // row, joined on when there is one.
+    let sql = format!(
+        "SELECT c.now_ms, c.total, c.processing, c.failed, c.dead, c.applicable, o.* FROM (SELECT \
+           {{now}} AS now_ms, \
+           (SELECT COUNT(*) FROM outbox) AS total, \
+           (SELECT COUNT(*) FROM outbox WHERE status = 'processing') AS processing, \
+           (SELECT COUNT(*) FROM outbox WHERE status = 'failed') AS failed, \
+           (SELECT COUNT(*) FROM outbox WHERE status = 'dead') AS dead, \
+           (SELECT min(due_at) FROM outbox_heads WHERE due_at IS NOT NULL) AS applicable) AS c \
+         LEFT JOIN (SELECT * FROM (SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'pending' \
+             ORDER BY next_attempt_at, stream, seq LIMIT 1) AS p \
+           UNION ALL SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'failed' \
+             ORDER BY next_attempt_at, stream, seq LIMIT 1) AS f) AS pf \
+           ORDER BY next_attempt_at, stream, seq LIMIT 1) AS o ON 1 = 1"
+    );
+    let mut conn = db.read().await?;
+    let r = conn
+        .fetch(what, &d.sql(&sql), &[])
         .await?
-        .ok_or_else(|| journal_undecodable("clock", "no row"))?
-        .int(0)?;
-    let counts = tx
-        .fetch_optional(what, &d.sql(SUMMARY_COUNTS), &[])
-        .await?
-        .ok_or_else(|| journal_undecodable("outbox counts", "no row"))?;
-    let (total, processing, failed, dead) = (counts.int(0)?, counts.int(1)?, counts.int(2)?, counts.int(3)?);
+        .into_iter()
+        .next()
+        .ok_or_else(|| journal_undecodable("outbox summary", "no row"))?;
+    drop(conn);
+    let as_of = r.int(0)?;
+    let (total, processing, failed, dead) = (r.int(1)?, r.int(2)?, r.int(3)?, r.int(4)?);
+    let applicable = r.opt_int(5)?;
     // The status column only takes these four values (a CHECK constraint).
     let counts = [
         ("pending", total - processing - failed - dead),
@@ -624,27 +645,13 @@ pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
         ("dead", dead),
     ]
     .map(|(status, n)| (status.to_owned(), n));
-    let oldest = format!(
-        "SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'pending' \
-           ORDER BY next_attempt_at, stream, seq LIMIT 1) AS p \
-         UNION ALL SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'failed' \
-           ORDER BY next_attempt_at, stream, seq LIMIT 1) AS f \
-         ORDER BY next_attempt_at, stream, seq LIMIT 1"
-    );
-    let oldest = tx.fetch_optional(what, &d.sql(&oldest), &[]).await?;
-    // A dead head's `due_at` is NULL: what is behind it is not applicable.
-    let applicable = tx
-        .fetch_optional(what, "SELECT min(due_at) FROM outbox_heads", &[])
-        .await?
-        .map(|r| r.opt_int(0))
-        .transpose()?
-        .flatten();
-    tx.commit(what).await?;
-    let mut s = OutboxSummary::from_counts(
-        Timestamp::from_millis(as_of),
-        oldest.as_ref().map(decode_row).transpose()?,
-        counts,
-    )?;
+    // The joined row's columns follow the six figures; a NULL stream is
+    // no row.
+    let oldest = match r.0.get(6) {
+        Some(crate::Value::Null) | None => None,
+        Some(_) => Some(decode_row(&Row(r.0[6..].to_vec()))?),
+    };
+    let mut s = OutboxSummary::from_counts(Timestamp::from_millis(as_of), oldest, counts)?;
     s.oldest_applicable_due = applicable.map(Timestamp::from_millis);
     Ok(s)
 }

@@ -282,6 +282,51 @@ pub async fn partitions(db: &(impl Database + ?Sized), count: u16) -> Result<Vec
     Ok(out.into_values().collect())
 }
 
+/// [`open_partitioning`] on a journal opened read-only: the stored
+/// partitioning, checked against `count` and `partitioner` as there, and
+/// nothing written. A journal that stores none yet (created before
+/// partitions) is refused: opening it once with write access stores it.
+pub async fn read_partitioning(
+    db: &(impl Database + ?Sized),
+    meta: &str,
+    count: Option<u16>,
+    partitioner: std::sync::Arc<dyn outbox_core::Partitioner>,
+) -> Result<Partitioning> {
+    let what = "reading the journal's partitioning";
+    let mut tx = db.snapshot().await?;
+    let stored = tx
+        .fetch(
+            what,
+            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitions', 'partitioner')"),
+            &[],
+        )
+        .await?;
+    tx.commit(what).await?;
+    let (mut stored_count, mut stored_name) = (None, None);
+    for r in &stored {
+        match r.text(0)?.as_str() {
+            "partitions" => {
+                let v = r.text(1)?;
+                stored_count = Some(
+                    v.parse::<u16>()
+                        .map_err(|e| journal_undecodable("partition count", e))?,
+                );
+            }
+            _ => stored_name = Some(r.text(1)?),
+        }
+    }
+    let (Some(c), Some(n)) = (stored_count, stored_name) else {
+        return Err(Error::InvalidState(
+            "the journal stores no partitioning yet and is open read-only: open it once with write access \
+             (`outbox migrate`) to store it"
+                .into(),
+        ));
+    };
+    let resolved = Partitioning::new(count.unwrap_or(c), partitioner)?;
+    resolved.check_stored(c, &n)?;
+    Ok(resolved)
+}
+
 /// Resolves and stores the journal's partitioning at open (`meta` is the
 /// journal's meta table): `count` partitions (when given; else the stored
 /// count, or [`DEFAULT_PARTITIONS`](outbox_core::DEFAULT_PARTITIONS) for a

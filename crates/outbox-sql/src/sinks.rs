@@ -443,37 +443,46 @@ pub async fn advance_sink_cursor(
     Ok(n > 0)
 }
 
+/// Each sink's states: (sink, streams, failed, dead, tag 0).
+const SINK_STATES: &str = "SELECT sink, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), \
+     sum(CASE WHEN status = 'dead' THEN 1 ELSE 0 END), 0 FROM outbox_sink_streams GROUP BY sink";
+/// Each sink's cursors: (sink, lowest position, partitions, NULL, tag 1).
+const SINK_CURSORS: &str =
+    "SELECT sink, min(position), count(*), NULL, 1 FROM outbox_sink_cursors GROUP BY sink";
+
 /// [`SinkStore::sinks`](outbox_core::SinkStore::sinks).
 pub async fn sinks(db: &(impl Database + ?Sized)) -> Result<Vec<SinkSummary>> {
     let what = "summarising sinks";
-    let mut tx = db.snapshot().await?;
-    let states = tx
-        .fetch(
-            what,
-            "SELECT sink, count(*), sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), \
-             sum(CASE WHEN status = 'dead' THEN 1 ELSE 0 END) FROM outbox_sink_streams GROUP BY sink ORDER BY sink",
-            &[],
-        )
-        .await?;
-    let cursors = tx
-        .fetch(
-            what,
-            "SELECT sink, min(position), count(*) FROM outbox_sink_cursors GROUP BY sink ORDER BY sink",
-            &[],
-        )
-        .await?;
-    let held_back = match db.dialect().feed() {
-        Some(feed) => tx
-            .fetch_optional(
-                what,
-                feed.held_back,
-                &[Arg::Int(SinkSummary::HELD_BACK_CAP as i64)],
-            )
-            .await?
-            .map_or(Ok(0), |r| r.int(0))?,
-        None => 0,
+    let (states, cursors, held_back) = match db.dialect().feed() {
+        // Positions in commit order (SQLite): nothing is held back, and
+        // the states and cursors come in one statement, one snapshot, one
+        // round trip (the monitor reads this on every page).
+        None => {
+            let mut conn = db.read().await?;
+            let rows = conn
+                .fetch(what, &format!("{SINK_STATES} UNION ALL {SINK_CURSORS}"), &[])
+                .await?;
+            drop(conn);
+            let (states, cursors): (Vec<Row>, Vec<Row>) =
+                rows.into_iter().partition(|r| r.int(4).is_ok_and(|tag| tag == 0));
+            (states, cursors, 0)
+        }
+        Some(feed) => {
+            let mut tx = db.snapshot().await?;
+            let states = tx.fetch(what, SINK_STATES, &[]).await?;
+            let cursors = tx.fetch(what, SINK_CURSORS, &[]).await?;
+            let held_back = tx
+                .fetch_optional(
+                    what,
+                    feed.held_back,
+                    &[Arg::Int(SinkSummary::HELD_BACK_CAP as i64)],
+                )
+                .await?
+                .map_or(Ok(0), |r| r.int(0))?;
+            tx.commit(what).await?;
+            (states, cursors, held_back)
+        }
     };
-    tx.commit(what).await?;
     let mut out: std::collections::BTreeMap<String, SinkSummary> = std::collections::BTreeMap::new();
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     let held_back = n(held_back);

@@ -53,6 +53,9 @@ pub(crate) struct Db {
     pub(crate) clock: crate::clock::Clock,
     pub(crate) path: PathBuf,
     busy_timeout: Duration,
+    /// Opened read-only ([`SqliteOptions::read_only`]): [`Db::begin`]
+    /// refuses.
+    pub(crate) read_only: bool,
     /// The shared statements' dialect, with this file's clock.
     pub(crate) dialect: std::sync::Arc<outbox_sql::Dialect>,
 }
@@ -204,6 +207,9 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
     let abs = dir.join(name);
     let shown = abs.display();
 
+    if options.read_only {
+        return prepare_read_only(abs);
+    }
     if !options.create_if_missing {
         // `exists()` reads "cannot look" as "absent"; an unreadable
         // directory is a permission problem, not a database to create.
@@ -269,6 +275,72 @@ fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathBuf> {
         .open(&abs)
         .map_err(|e| io_invalid(&abs, "it is not writable", e))?;
     Ok(abs)
+}
+
+/// [`prepare_path`] for a read-only open: the file exists, is a regular,
+/// non-empty file with SQLite's header; nothing is created or opened for
+/// writing.
+fn prepare_read_only(abs: PathBuf) -> Result<PathBuf> {
+    let shown = abs.display();
+    match abs.try_exists() {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(Error::NotFound(format!(
+                "database file {shown} (opened read-only, so it is not created; create it with `outbox migrate`)"
+            )));
+        }
+        Err(e) => return Err(io_invalid(&abs, "cannot look for it", e)),
+    }
+    let meta = std::fs::metadata(&abs).map_err(|e| io_invalid(&abs, "reading its metadata failed", e))?;
+    if !meta.is_file() {
+        return Err(Error::invalid(format_args!(
+            "cannot open {shown}: not a regular file"
+        )));
+    }
+    if meta.len() == 0 {
+        return Err(Error::NotFound(format!(
+            "database file {shown} is empty (create it with `outbox migrate`)"
+        )));
+    }
+    let mut header = [0u8; 16];
+    let mut file = OpenOptions::new()
+        .read(true)
+        .open(&abs)
+        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
+    file.read_exact(&mut header)
+        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
+    if &header != SQLITE_HEADER {
+        return Err(Error::invalid(format_args!("{shown} is not a SQLite database")));
+    }
+    Ok(abs)
+}
+
+/// The file beside the database `path` with `suffix` (`-wal`, `-shm`).
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Whether a read-only open of `path` reads it as immutable: when no `-wal`
+/// file is beside it, no process has it open in WAL mode, and a read-only
+/// connection would otherwise create the `-wal` and `-shm` files (or, in a
+/// directory it cannot write, fail to open).
+pub(crate) fn read_as_immutable(path: &Path) -> bool {
+    !beside(path, "-wal").exists()
+}
+
+/// The error of a write asked of a store opened read-only.
+pub(crate) fn read_only_error(path: &Path, what: impl fmt::Display) -> Error {
+    Error::Storage {
+        message: format!(
+            "{what}: {} is open read-only (sqlite://…?mode=ro, or a file this user cannot write); \
+             this needs write access",
+            path.display()
+        ),
+        temporary: false,
+        source: None,
+    }
 }
 
 /// What an existing file says about itself.
@@ -354,6 +426,11 @@ impl Db {
             // `options::WAL_SIZE_LIMIT`; an engine's writer leaves that to its
             // checkpointer).
             .pragma("journal_size_limit", crate::options::WAL_SIZE_LIMIT.to_string());
+        let connect = if options.read_only {
+            connect.read_only(true).immutable(read_as_immutable(&abs))
+        } else {
+            connect
+        };
 
         let clock = options.clock;
         // The single writer: one connection, kept open for the store's life.
@@ -383,6 +460,7 @@ impl Db {
             clock,
             path: abs,
             busy_timeout: options.busy_timeout,
+            read_only: options.read_only,
             dialect: std::sync::Arc::new(outbox_sql::Dialect::sqlite(now_ms!())),
         };
         if let Err(e) = db.setup(role, options.migrate).await {
@@ -409,12 +487,17 @@ impl Db {
             let found = inspect(&mut conn, path).await?;
             check(&found, role, path, newest)?;
             let version = found.version.unwrap_or(0);
-            if !migrate && version < newest {
+            if (!migrate || self.read_only) && version < newest {
                 return Err(Error::SchemaTooOld {
                     database: format!("{role} database {}", path.display()),
                     found: version,
                     supported: newest,
                 });
+            }
+            // Read-only: no WAL switch (a database of ours is in WAL mode
+            // since its first migration), no migration, no role record.
+            if self.read_only {
+                return Ok(());
             }
 
             // 2. WAL. Switching needs an exclusive lock that the busy handler
@@ -488,6 +571,9 @@ impl Db {
     /// connection is closed and replaced once, instead of failing every write
     /// for the rest of the store's life.
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
+        if self.read_only {
+            return Err(read_only_error(&self.path, "starting a write transaction"));
+        }
         let mut attempt = 0;
         let mut replaced = false;
         loop {

@@ -684,8 +684,12 @@ impl SqliteJournal {
     /// Opens (creating if needed, mode 0600) the journal database at `path`
     /// and applies its migrations.
     ///
+    /// With [`SqliteOptions::read_only`] it is opened read-only instead:
+    /// nothing is created, migrated or written, and every write it is asked
+    /// for fails with one line saying so.
+    ///
     /// Refused, leaving the file as it was: a file that is not a SQLite
-    /// database, a read-only file, a missing directory (unless
+    /// database, a read-only file (unless opened read-only), a missing directory (unless
     /// [`SqliteOptions::create_dirs`]), a projection database
     /// ([`Error::InvalidInput`]), a schema newer than this build
     /// ([`Error::SchemaTooNew`]).
@@ -699,15 +703,25 @@ impl SqliteJournal {
             }
         };
         let p = &options.partitions;
-        let partitioning = match outbox_sql::partitions::open_partitioning(
-            &engine,
-            "outbox_meta",
-            p.count,
-            Arc::clone(&p.partitioner),
-            p.repartition,
-        )
-        .await
-        {
+        let partitioning = if options.read_only {
+            outbox_sql::partitions::read_partitioning(
+                &engine,
+                "outbox_meta",
+                p.count,
+                Arc::clone(&p.partitioner),
+            )
+            .await
+        } else {
+            outbox_sql::partitions::open_partitioning(
+                &engine,
+                "outbox_meta",
+                p.count,
+                Arc::clone(&p.partitioner),
+                p.repartition,
+            )
+            .await
+        };
+        let partitioning = match partitioning {
             Ok(partitioning) => partitioning,
             Err(e) => {
                 engine.close().await;

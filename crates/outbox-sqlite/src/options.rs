@@ -86,6 +86,16 @@ pub struct SqliteOptions {
     /// another. Ignored by the projection store. Default: the journal's
     /// stored count (16 for a new journal) by CRC-32, never repartitioning.
     pub partitions: outbox_core::PartitionOptions,
+    /// Open the file read-only (`SQLITE_OPEN_READONLY`): inspection with
+    /// read access only. Nothing is created, migrated or written (no WAL
+    /// switch, no checkpoint, no partitioning stored): a schema behind this
+    /// build is [`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld),
+    /// and every write the store is asked for fails with one line saying the
+    /// store is read-only. When no `-wal` file is beside the database (no
+    /// process has it open), it is read as immutable, so no `-wal` or `-shm`
+    /// file is created either: a process that starts writing it later is not
+    /// seen until the store is opened again. Default `false`.
+    pub read_only: bool,
     /// The clock the store's statements read (see `crate::clock`): SQLite's
     /// own unless a test opens the store with the test clock.
     pub(crate) clock: crate::clock::Clock,
@@ -101,6 +111,7 @@ impl Default for SqliteOptions {
             read_connections: 4,
             migrate: true,
             partitions: outbox_core::PartitionOptions::default(),
+            read_only: false,
             clock: crate::clock::Clock::System,
         }
     }
@@ -144,6 +155,12 @@ impl SqliteOptions {
     /// Sets [`SqliteOptions::migrate`].
     pub fn with_migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
+        self
+    }
+
+    /// Sets [`SqliteOptions::read_only`].
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 

@@ -152,6 +152,96 @@ async fn read_only_file_is_refused_and_untouched() {
     assert_untouched(&path, &before, "read-only");
 }
 
+/// Opened read-only (`SqliteOptions::read_only`), a closed journal in a
+/// read-only directory is read as it is, every write is refused with one
+/// line saying so, and nothing is created or changed: no `-wal`, `-shm` or
+/// `-turn` file, the same bytes. A journal with a live writer (its `-wal`
+/// beside it) is read through its WAL: the reader sees the writer's
+/// commits.
+#[tokio::test]
+async fn a_read_only_open_reads_and_refuses_every_write_without_a_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    let before = std::fs::read(&path).unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let files_before = listing();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+    let ro = test_options().with_create_if_missing(false).with_read_only(true);
+    let j = SqliteJournal::open(&path, ro.clone())
+        .await
+        .expect("read-only open");
+    assert_eq!(j.stream_version(&sid("s")).await.unwrap(), 1);
+    let err = j
+        .append(
+            &[AppendRequest::new(sid("s"), ExpectedVersion::Any, vec![add(2)])],
+            AppendOptions::enqueue(),
+        )
+        .await
+        .unwrap_err();
+    let line = err.to_string();
+    assert!(
+        line.contains("is open read-only") && !line.contains('\n'),
+        "{line}"
+    );
+    assert!(!err.is_temporary(), "{err:?}");
+    j.close().await;
+    let p = SqliteProjectionStore::open(dir.path().join("missing.db"), ro.clone()).await;
+    assert!(matches!(p, Err(Error::NotFound(_))), "{p:?}");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(listing(), files_before, "a file was created");
+    assert_untouched(&path, &before, "read-only open");
+
+    // A live writer: the read-only store sees its commits through the WAL.
+    let w = SqliteJournal::open(&path, test_options()).await.unwrap();
+    append_one(&w).await;
+    let j = SqliteJournal::open(&path, ro)
+        .await
+        .expect("read-only open beside a writer");
+    assert_eq!(j.stream_version(&sid("s")).await.unwrap(), 2);
+    append_one(&w).await;
+    assert_eq!(
+        j.stream_version(&sid("s")).await.unwrap(),
+        3,
+        "a later commit is seen"
+    );
+    j.close().await;
+    w.close().await;
+}
+
+/// A read-only open of a journal whose schema is behind this build is
+/// refused as too old (it cannot be migrated), the file untouched.
+#[tokio::test]
+async fn a_read_only_open_of_an_older_schema_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    {
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query(
+            "DELETE FROM _outbox_migrations WHERE version = (SELECT MAX(version) FROM _outbox_migrations)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let _ = sqlx::Connection::close(conn).await;
+    }
+    let before = std::fs::read(&path).unwrap();
+    let ro = test_options().with_read_only(true);
+    let err = SqliteJournal::open(&path, ro).await.unwrap_err();
+    assert!(matches!(err, Error::SchemaTooOld { .. }), "{err:?}");
+    assert_untouched(&path, &before, "older schema, read-only");
+}
+
 #[tokio::test]
 async fn journal_file_is_not_a_projection_store_and_vice_versa() {
     let dir = tempfile::tempdir().unwrap();

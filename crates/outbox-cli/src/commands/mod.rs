@@ -33,6 +33,10 @@ pub(crate) struct Ctx<'a, J, P> {
     /// the databases are opened so a signal stops a start-up that is still
     /// waiting for the database.
     pub(crate) shutdown: Option<CancellationToken>,
+    /// The databases are open read-only (`?mode=ro`, or files this user
+    /// cannot write): the command only reads (the monitor offers no action).
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))]
+    pub(crate) read_only: bool,
 }
 
 impl<J: CliJournal, P: CliStore> Ctx<'_, J, P> {
@@ -153,6 +157,66 @@ fn applies_events(command: &Command) -> Option<&'static str> {
         }) => Some("skipped reapply"),
         _ => None,
     }
+}
+
+/// The command's name (as typed) if it may write to the databases; `None`
+/// for the commands that only read, which run on databases open read-only.
+fn writes(command: &Command) -> Option<&'static str> {
+    use crate::cli::{ConsumersArgs, LeasesArgs, RunsAction, RunsArgs, SinksArgs, SkippedArgs};
+    Some(match command {
+        Command::Report(_) | Command::Row(_) | Command::Workers(_) => return None,
+        #[cfg(feature = "serve")]
+        Command::Serve(_) => return None,
+        Command::Leases(LeasesArgs {
+            break_stream: None, ..
+        })
+        | Command::Partitions(crate::cli::PartitionsArgs { resize: None, .. })
+        | Command::Sinks(SinksArgs { action: None, .. })
+        | Command::Consumers(ConsumersArgs { action: None, .. })
+        | Command::Skipped(SkippedArgs { action: None, .. })
+        | Command::Generations(crate::cli::GenerationsArgs { drop: None, .. })
+        | Command::Runs(RunsArgs {
+            action: None | Some(RunsAction::List { .. } | RunsAction::Show { .. }),
+            ..
+        }) => return None,
+        Command::Work(_) => "work",
+        // It builds the runtime, which sets the projections up (writes).
+        Command::Wait(_) => "wait",
+        Command::Requeue(_) => "requeue",
+        Command::RequeueDead(_) => "requeue-dead",
+        Command::Retry(_) => "retry",
+        Command::Leases(_) => "leases --break",
+        Command::Replay(_) => "replay",
+        Command::Rebuild(_) => "rebuild",
+        Command::Runs(_) => "runs cancel",
+        Command::Generations(_) => "generations drop",
+        Command::Shadow(_) => "shadow",
+        Command::Promote(_) => "promote",
+        Command::Gaps(_) => "gaps",
+        Command::Partitions(_) => "partitions resize",
+        Command::Sinks(_) => "sinks",
+        Command::Consumers(_) => "consumers retire",
+        Command::Skipped(_) => "skipped reapply",
+        Command::Migrate(_) => "migrate",
+        Command::Verify(_) => "verify",
+    })
+}
+
+/// Whether a SQLite database file cannot be written by this process: no
+/// write bit on it or on its directory (honoured even for root, who may
+/// write anyway), or opening it for writing is refused. Never writes.
+fn unwritable(path: &std::path::Path) -> bool {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let no_write_bit = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly());
+    no_write_bit(path)
+        || no_write_bit(dir)
+        || std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
 /// Runs one parsed command line for `app`.
@@ -276,12 +340,31 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         }
         _ => {}
     }
+    let g = &cli.global;
+    let (journal_at, journal_ro) = Location::parse_mode(&g.journal)?;
+    let (projections_at, projections_ro) = Location::parse_mode(&g.projection_db)?;
+    let asked_read_only = journal_ro || projections_ro;
+    if asked_read_only && let Some(name) = writes(&cli.command) {
+        return Err(Error::invalid(format_args!(
+            "`{} {name}` writes to the databases, which are given read-only (?mode=ro): nothing was opened; \
+             run it without ?mode=ro as a user that may write them",
+            app.name
+        ))
+        .into());
+    }
+    // A read-only command opens the SQLite files read-only when asked to,
+    // or when this user cannot write them: it never writes either way.
+    let read_only = writes(&cli.command).is_none()
+        && (asked_read_only
+            || [&journal_at, &projections_at]
+                .iter()
+                .any(|l| matches!(l, Location::Sqlite(p) if unwritable(p))));
     let access = match cli.command {
         Command::Migrate(_) => Access::Create,
         _ if applies_events(&cli.command).is_some() => Access::Migrate,
+        _ if read_only => Access::ReadOnly,
         _ => Access::Existing,
     };
-    let g = &cli.global;
     // `work` rides out a database that is unavailable while it starts.
     let shutdown = matches!(cli.command, Command::Work(_)).then(outbox_runtime::cancel_on_shutdown_signal);
     let mut partitions = outbox_core::PartitionOptions {
@@ -305,7 +388,7 @@ pub async fn execute(app: &App, cli: Cli) -> Result<()> {
         shutdown,
         partitions,
     };
-    match (Location::parse(&g.journal)?, Location::parse(&g.projection_db)?) {
+    match (journal_at, projections_at) {
         (Location::Sqlite(j), Location::Sqlite(p)) => sqlite(app, &cli, j, p, open).await,
         (Location::Postgres(j), Location::Postgres(p)) => postgres(app, &cli, &j, &p, open).await,
         (Location::Memory, _) | (_, Location::Memory) => Err(Error::invalid(
@@ -380,11 +463,24 @@ async fn sqlite(
                 open.partitions.clone(),
             )
         })
-        .await?;
+        .await
+        .map_err(|e| read_only_hint(e, open.access))?;
     let Some((journal, store)) = opened else {
         return stopped_while_opening();
     };
     run_with(app, cli, journal, store, open).await
+}
+
+/// A schema behind this build on databases open read-only: they cannot be
+/// upgraded here, whatever `migrate` the error suggests.
+fn read_only_hint(e: Error, access: Access) -> anyhow::Error {
+    match e {
+        e @ Error::SchemaTooOld { .. } if access == Access::ReadOnly => anyhow::Error::new(e).context(
+            "the databases are open read-only and are not upgraded: run `outbox migrate` as a user that may \
+             write them, then this command again",
+        ),
+        e => e.into(),
+    }
 }
 
 #[cfg(not(feature = "sqlite"))]
@@ -440,6 +536,7 @@ async fn run_with<J: CliJournal, P: CliStore>(
         store,
         config: open.config,
         shutdown: open.shutdown,
+        read_only: open.access == Access::ReadOnly,
     };
     let result = dispatch(cli, &ctx).await;
     ctx.journal.shut().await;

@@ -62,6 +62,10 @@ const MAX_HEADERS: usize = 16 * 1024;
 pub(crate) const MAX_FAILURES: usize = 10;
 /// How long refused credentials are remembered, and a lockout lasts.
 pub(crate) const LOCKOUT: Duration = Duration::from_secs(300);
+/// The refusal of every action on databases open read-only.
+pub(crate) const STORE_READ_ONLY: &str = "actions are disabled: the journal is open read-only (?mode=ro, or files \
+     this user cannot write); the monitor only shows";
+
 /// Audit entries the monitor keeps to show (`/audit`).
 const AUDIT_KEPT: usize = 200;
 /// The fewest bits a token must look like it carries (see [`check_strength`]).
@@ -280,6 +284,9 @@ pub(crate) struct Door {
     hosts: Hosts,
     /// The operator token (actions; reads too).
     pub(crate) action: Option<Token>,
+    /// Whether the databases are open read-only (`?mode=ro`, or files this
+    /// user cannot write): every action is refused, token or not.
+    pub(crate) store_read_only: bool,
     /// Whether reads need credentials (a non-loopback bind).
     reads_need_credentials: bool,
     read: Option<Token>,
@@ -430,6 +437,7 @@ impl Door {
         Ok(Door {
             hosts: Hosts::parse(c.allowed_hosts, c.bound)?,
             action,
+            store_read_only: false,
             reads_need_credentials: public,
             read,
             failures: Mutex::default(),
@@ -502,6 +510,9 @@ impl Door {
         action: &str,
         given: Option<&str>,
     ) -> Result<String, (StatusCode, String)> {
+        if self.store_read_only {
+            return Err(self.refused(peer, action, StatusCode::FORBIDDEN, STORE_READ_ONLY));
+        }
         let Some(expected) = &self.action else {
             return Err(self.refused(
                 peer,
@@ -526,6 +537,12 @@ impl Door {
                 Err(self.refused(peer, action, StatusCode::FORBIDDEN, "wrong operator token"))
             }
         }
+    }
+
+    /// Whether the monitor offers actions: a token is set and the
+    /// databases are not open read-only.
+    pub(crate) fn acts(&self) -> bool {
+        self.action.is_some() && !self.store_read_only
     }
 
     /// Logs a refusal on the audit target and returns it.

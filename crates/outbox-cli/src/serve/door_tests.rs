@@ -96,6 +96,8 @@ async fn monitor(door: Arc<Door>, dir: &std::path::Path) -> Router {
         lag_threshold_ms: 60_000,
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_secs(5),
+        exact_rows: 100_000,
+        snapshot_of: None,
     }))
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use outbox_core::{Error, Projection, Timestamp};
+use outbox_core::{Error, OutboxSummary, Projection, Timestamp};
 use outbox_runtime::JournalBackend;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +23,9 @@ pub(super) struct Computed {
     pub as_of: Timestamp,
     /// How long it took.
     pub took: Duration,
+    /// The outbox summary read as it began (the counts pages show past
+    /// `--exact-rows`, instead of counting every row per request).
+    pub summary: OutboxSummary,
     /// The projections' checkpoint lag (`None`: no projection registered,
     /// or `--lag-streams 0`).
     pub lag: Option<LagReport>,
@@ -81,7 +84,8 @@ impl Figures {
         let _running = self.running.lock().await;
         let started = Instant::now();
         let result: Result<Computed, Error> = async {
-            let as_of = journal.summary().await?.as_of;
+            let summary = journal.summary().await?;
+            let as_of = summary.as_of;
             let lag = if projections.is_empty() || lag_streams == 0 {
                 None
             } else {
@@ -90,6 +94,7 @@ impl Figures {
             Ok(Computed {
                 as_of,
                 took: started.elapsed(),
+                summary,
                 lag,
             })
         }

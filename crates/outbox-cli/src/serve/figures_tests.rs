@@ -114,6 +114,8 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
         lag_threshold_ms: 60_000,
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_secs(5),
+        exact_rows: 100_000,
+        snapshot_of: None,
     });
     append(&m.journal, "s-1", 3).await;
 
@@ -221,4 +223,81 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
         Some(2.0),
         "{body}"
     );
+}
+
+/// Past `--exact-rows` (here 2), pages and `/metrics` show the last
+/// computation's counts, say so and when they were made, and count nothing
+/// themselves; under it they count per request.
+#[tokio::test]
+async fn past_exact_rows_the_counts_are_the_figures_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, store) = open_sqlite(
+        dir.path().join("journal.db"),
+        dir.path().join("projections.db"),
+        Access::Create,
+        outbox_core::PartitionOptions::default(),
+    )
+    .await
+    .unwrap();
+    let door = Door::new(&DoorConfig {
+        bound: "127.0.0.1:0".parse().unwrap(),
+        allowed_hosts: None,
+        max_connections: 16,
+        head_timeout: std::time::Duration::from_secs(60),
+        request_timeout: std::time::Duration::from_secs(60),
+        busy_pages: 4,
+        body_limit: BODY_LIMIT,
+        what: "the monitor",
+    })
+    .unwrap();
+    let m = Arc::new(Monitor {
+        app: "test".into(),
+        journal,
+        store,
+        projections: vec![],
+        door: Arc::new(door),
+        limit: 50,
+        lag_streams: 100,
+        lag_threshold_ms: 60_000,
+        figures: Arc::default(),
+        figures_interval: std::time::Duration::from_secs(5),
+        exact_rows: 2,
+        snapshot_of: None,
+    });
+    append(&m.journal, "s-1", 2).await;
+    m.figures
+        .compute(&m.journal, &m.store, &m.projections, m.lag_streams)
+        .await
+        .unwrap();
+    // 2 rows: not over the limit, counted per request.
+    append(&m.journal, "s-2", 1).await;
+    let page = overview_body(&m, None).await.unwrap();
+    assert!(page.contains("<span id=\"count-pending\">3</span>"), "{page}");
+    assert!(!page.contains("counts-stored"), "{page}");
+    // The task counts 3: over the limit, the pages show its counts.
+    let third = m
+        .figures
+        .compute(&m.journal, &m.store, &m.projections, m.lag_streams)
+        .await
+        .unwrap();
+    append(&m.journal, "s-3", 4).await;
+    let page = overview_body(&m, None).await.unwrap();
+    assert!(page.contains("<span id=\"count-pending\">3</span>"), "{page}");
+    assert!(
+        page.contains("id=\"counts-stored\"") && page.contains(&format!("as of {}", third.as_of)),
+        "{page}"
+    );
+    let body = scrape(&m).await;
+    assert_eq!(
+        sample(&body, "outbox_rows{status=\"pending\"}"),
+        Some(3.0),
+        "{body}"
+    );
+    // The next computation moves them.
+    m.figures
+        .compute(&m.journal, &m.store, &m.projections, m.lag_streams)
+        .await
+        .unwrap();
+    let page = overview_body(&m, None).await.unwrap();
+    assert!(page.contains("<span id=\"count-pending\">7</span>"), "{page}");
 }

@@ -92,7 +92,7 @@ pub(super) async fn sinks_page<J: CliJournal, P: CliStore>(State(m): St<J, P>) -
         let rows: Vec<Vec<String>> = streams
             .iter()
             .map(|f| {
-                let action = if m.door.action.is_some() {
+                let action = if m.door.acts() {
                     action_form(
                         "/actions/requeue-sink",
                         &[("sink", f.sink.to_string()), ("stream", f.stream.to_string())],

@@ -33,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use outbox_core::{Error, Projection, Seq, SinkStatus, SinkSummary};
 use outbox_runtime::consumers::{
-    ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses, projection_exceptions,
+    ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses_with, projection_exceptions_of,
 };
 use outbox_runtime::{Gauges, JournalBackend, MetricsSnapshot, Outbox};
 use serde::Deserialize;
@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use self::door::{Door, DoorConfig};
 use self::html::{action_form, esc, page, table};
 use crate::backend::{CliJournal, CliStore};
-use crate::blocked::blocked_streams;
+use crate::blocked::blocked_streams_at;
 use crate::cli::{HttpArgs, ServeArgs};
 use crate::commands::Ctx;
 use crate::metrics::{CONTENT_TYPE, Scrape, render};
@@ -85,13 +85,49 @@ struct Monitor<J, P: CliStore> {
     figures: Arc<figures::Figures>,
     /// The background task's cadence (shown with the figures).
     figures_interval: std::time::Duration,
+    /// Outbox rows up to which a page counts them itself (`--exact-rows`).
+    exact_rows: u64,
+    /// On a journal opened read-only with no `-wal` beside it (read as
+    /// immutable: a snapshot), that file: once it exists, a process writes
+    /// the journal and the pages say the monitor does not see it.
+    snapshot_of: Option<std::path::PathBuf>,
+}
+
+/// The rows by status a page shows: counted now, or, once the last figures
+/// counted more than `--exact-rows` rows, that computation's counts (a
+/// count walks every row: at millions a page would cost a scan), with
+/// `true`: the page says they are the figures' and when they were made.
+async fn page_summary<J: JournalBackend, P: CliStore>(
+    m: &Monitor<J, P>,
+) -> Result<(outbox_core::OutboxSummary, bool), Error> {
+    if let Some(c) = m.figures.read().computed.as_deref()
+        && c.summary.total() > m.exact_rows
+    {
+        return Ok((c.summary.clone(), true));
+    }
+    Ok((m.journal.summary().await?, false))
+}
+
+/// The note of a page whose counts are the figures' ([`page_summary`]).
+fn stored_counts_note<J, P: CliStore>(m: &Monitor<J, P>, s: &outbox_core::OutboxSummary) -> String {
+    format!(
+        "<p class=\"note\" id=\"counts-stored\">{} rows in the outbox, over --exact-rows {}: these counts and \
+         lags are the last figures computation's, as of {} (every {}), not counted per page.</p>",
+        s.total(),
+        m.exact_rows,
+        esc(&s.as_of.to_string()),
+        esc(&human_ms(m.figures_interval.as_millis() as u64)),
+    )
 }
 
 type St<J, P> = State<Arc<Monitor<J, P>>>;
 
 /// `outbox serve`: runs until SIGTERM or Ctrl-C.
 pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ServeArgs) -> Result<()> {
-    let door = door(a.addr, &a.http, "the monitor")?;
+    let mut door = door(a.addr, &a.http, "the monitor")?;
+    if let Some(d) = Arc::get_mut(&mut door) {
+        d.store_read_only = ctx.read_only;
+    }
     let monitor = Arc::new(Monitor {
         app: ctx.app.name().to_owned(),
         journal: ctx.journal.clone(),
@@ -103,8 +139,13 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         lag_threshold_ms: a.lag_threshold_ms,
         figures: Arc::default(),
         figures_interval: std::time::Duration::from_millis(a.figures_interval_ms),
+        exact_rows: a.exact_rows,
+        snapshot_of: ctx
+            .journal
+            .wal_file()
+            .filter(|wal| ctx.read_only && !wal.exists()),
     });
-    let read_only = monitor.door.action.is_none();
+    let read_only = !monitor.door.acts();
     // The first figures before the first request (bounded by
     // --lag-streams); a failure is shown on the pages until the task's
     // next computation succeeds.
@@ -136,7 +177,9 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
     outln!(
         "serving the {} monitor on http://{local}/ ({})",
         ctx.app.name(),
-        if read_only {
+        if ctx.read_only {
+            "read-only: the journal is open read-only"
+        } else if read_only {
             "read-only: OUTBOX_SERVE_TOKEN is not set"
         } else {
             "actions need OUTBOX_SERVE_TOKEN"
@@ -490,6 +533,7 @@ fn health_banner(
     held_back: u64,
     exceptions: ExceptionCounts,
     consumers: &[ConsumerStatus],
+    stale_snapshot: bool,
 ) -> String {
     let mut bad = Vec::new();
     let mut warn = Vec::new();
@@ -513,6 +557,13 @@ fn health_banner(
             paused.len(),
             paused.join(", ")
         ));
+    }
+    if stale_snapshot {
+        warn.push(
+            "a process has opened the journal since this monitor read it as a read-only snapshot: these pages \
+             do not show its writes (restart the monitor)"
+                .to_owned(),
+        );
     }
     if workers == 0 {
         bad.push("no live worker is registered: nothing is being applied".to_owned());
@@ -571,13 +622,17 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
     m: &Monitor<J, P>,
     refresh: Option<u32>,
 ) -> Result<String, Error> {
-    let summary = m.journal.summary().await?;
+    let (summary, stored) = page_summary(m).await?;
     let g = Gauges::from_summary(&summary);
+    // Each read once: the consumer summaries give the sinks and the
+    // projections' exceptions, the live workers the consumers' liveness.
     let workers = m.journal.workers().await?;
-    let sinks = only_sinks(m.journal.sinks().await?);
+    let consumer_summaries = m.journal.sinks().await?;
+    let (exceptions, listed) =
+        projection_exceptions_of(&m.journal, &consumer_summaries, None, m.limit).await?;
+    let sinks = only_sinks(consumer_summaries);
     let held_back = SinkSummary::held_back_of(&sinks);
-    let (exceptions, listed) = projection_exceptions(&m.journal, None, m.limit).await?;
-    let consumers = consumer_statuses(&m.journal).await?;
+    let consumers = consumer_statuses_with(&m.journal, &workers).await?;
     let mut b = health_banner(
         &g,
         workers.len(),
@@ -585,7 +640,11 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
         held_back,
         exceptions,
         &consumers,
+        m.snapshot_of.as_deref().is_some_and(std::path::Path::exists),
     );
+    if stored {
+        b.push_str(&stored_counts_note(m, &summary));
+    }
     let _ = write!(
         b,
         "<p class=\"note\">as of {} (the database's clock); {}</p>",
@@ -659,7 +718,7 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
              or the <a href=\"/dead\">dead rows by error</a>.</p>",
             summary.dead
         );
-        if m.door.action.is_some() {
+        if m.door.acts() {
             b.push_str(&action_form(
                 "/actions/requeue-dead",
                 &[("limit", summary.dead.min(10_000).to_string())],
@@ -667,7 +726,12 @@ async fn overview_body<J: JournalBackend, P: CliStore>(
             ));
         }
     }
-    if m.door.action.is_none() {
+    if m.door.store_read_only {
+        b.push_str(
+            "<p class=\"note\" id=\"read-only\">Read-only: the journal is open read-only (?mode=ro, or files \
+             this user cannot write); actions need write access.</p>",
+        );
+    } else if !m.door.acts() {
         b.push_str(
             "<p class=\"note\" id=\"read-only\">Read-only: set OUTBOX_SERVE_TOKEN to enable actions.</p>",
         );
@@ -844,7 +908,7 @@ fn consumers_section<J: JournalBackend, P: CliStore>(
                 } else {
                     "running".into()
                 },
-                if m.door.action.is_some() {
+                if m.door.acts() {
                     let (path, label) = if c.info.paused {
                         ("/actions/resume-consumer", "Resume")
                     } else {
@@ -936,7 +1000,7 @@ fn exceptions_section<J: JournalBackend, P: CliStore>(
     let rows: Vec<Vec<String>> = listed
         .iter()
         .map(|e| {
-            let action = if m.door.action.is_some() && e.status == SinkStatus::Dead {
+            let action = if m.door.acts() && e.status == SinkStatus::Dead {
                 action_form(
                     "/actions/requeue-sink",
                     &[
@@ -1026,11 +1090,18 @@ fn sinks_section(sinks: &[SinkSummary]) -> String {
 }
 
 async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
-    let r = match blocked_streams(&m.journal, m.limit).await {
+    let r = async {
+        let (summary, stored) = page_summary(&m).await?;
+        let r = blocked_streams_at(&m.journal, m.limit, summary.as_of).await?;
+        Ok::<_, Error>((r, stored.then(|| stored_counts_note(&m, &summary))))
+    };
+    let (r, note) = match r.await {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    let mut b = format!(
+    let mut b = note.unwrap_or_default();
+    let _ = write!(
+        b,
         "<p class=\"note\">as of {}; every stream whose head row is failed or dead, \
          failing since its head row's first failure (a requeue starts it afresh).</p>",
         esc(&r.as_of)
@@ -1042,14 +1113,14 @@ async fn blocked<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
             .streams
             .iter()
             .map(|s| {
-                let action = match (&m.door.action, s.status) {
-                    (None, _) => String::new(),
-                    (Some(_), outbox_core::OutboxStatus::Dead) => action_form(
+                let action = match (m.door.acts(), s.status) {
+                    (false, _) => String::new(),
+                    (true, outbox_core::OutboxStatus::Dead) => action_form(
                         "/actions/requeue",
                         &[("stream", s.stream.clone()), ("seq", s.seq.to_string())],
                         "Requeue",
                     ),
-                    (Some(_), _) => action_form(
+                    (true, _) => action_form(
                         "/actions/retry",
                         &[("stream", s.stream.clone()), ("seq", s.seq.to_string())],
                         "Retry now",
@@ -1187,7 +1258,7 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
                     (Some(s), Some(q)) => format!("{s}/{q}"),
                     _ => String::new(),
                 };
-                let cancel = if r.state.is_active() && !r.cancel_requested && m.door.action.is_some() {
+                let cancel = if r.state.is_active() && !r.cancel_requested && m.door.acts() {
                     action_form("/actions/cancel-run", &[("id", r.id.to_string())], "Cancel")
                 } else if r.cancel_requested && r.state.is_active() {
                     "cancel requested".into()
@@ -1295,10 +1366,11 @@ async fn runs_body<J: JournalBackend, P: CliStore>(
 
 async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     let read = async {
-        let summary = m.journal.summary().await?;
-        let workers = m.journal.workers().await?.len();
+        let (summary, _) = page_summary(&m).await?;
+        let live = m.journal.workers().await?;
+        let workers = live.len();
         let sinks = m.journal.sinks().await?;
-        let consumers = consumer_statuses(&m.journal).await?;
+        let consumers = consumer_statuses_with(&m.journal, &live).await?;
         let count = |f: fn(&ConsumerStatus) -> bool| consumers.iter().filter(|c| f(c)).count() as u64;
         let (orphans, paused) = (count(|c| !c.live), count(|c| c.info.paused));
         Ok::<_, Error>((Gauges::from_summary(&summary), workers, sinks, orphans, paused))
@@ -1355,7 +1427,7 @@ fn authorize<J, P: CliStore>(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<(ActionForm, String), Refusal> {
     let refused = |(status, why): (StatusCode, String)| Refusal(status, why);
-    if m.door.action.is_none() {
+    if !m.door.acts() {
         return Err(refused(m.door.check_action(peer, action, None).unwrap_err()));
     }
     if let Some(why) = cross_origin(headers) {

@@ -243,7 +243,7 @@ pub(super) async fn row_page<J: CliJournal, P: CliStore>(
         "<p class=\"note\">The attempt count and the last error are what the store keeps: every \
          failure counts one attempt and replaces the error.</p>",
     );
-    if m.door.action.is_some() {
+    if m.door.acts() {
         let fields = [("stream", row.stream.to_string()), ("seq", row.seq.to_string())];
         match row.status {
             OutboxStatus::Dead => b.push_str(&action_form("/actions/requeue", &fields, "Requeue")),
@@ -264,7 +264,7 @@ pub(super) async fn row_page<J: CliJournal, P: CliStore>(
              <a href=\"/dead\">dead rows by error</a>)</p>",
             esc(&shape)
         );
-        if m.door.action.is_some() {
+        if m.door.acts() {
             b.push_str(&action_form(
                 "/actions/requeue-group",
                 &[("id", group_id(&shape)), ("dry_run", "1".into())],
@@ -394,7 +394,7 @@ pub(super) async fn dead_page<J: CliJournal, P: CliStore>(State(m): St<J, P>) ->
                     )
                 })
                 .collect();
-            let action = if m.door.action.is_some() {
+            let action = if m.door.acts() {
                 action_form(
                     "/actions/requeue-group",
                     &[("id", group_id(shape)), ("dry_run", "1".into())],

@@ -17,14 +17,36 @@ pub(crate) enum Access {
     Read,
 }
 
+/// The name SQLite opens `path` by: the path itself, or for a read-only
+/// store with no `-wal` beside it a `file:` URI with `immutable=1` (no
+/// `-wal` or `-shm` file is created; see [`SqliteOptions::read_only`]).
+fn open_name(path: &Path, options: &SqliteOptions) -> (String, OpenFlags) {
+    let plain = path.to_string_lossy().into_owned();
+    if !(options.read_only && crate::db::read_as_immutable(path)) {
+        return (plain, OpenFlags::empty());
+    }
+    let mut uri = String::from("file:");
+    for b in plain.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'-' | b'_') {
+            uri.push(char::from(b));
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    (uri, OpenFlags::SQLITE_OPEN_URI)
+}
+
 /// Opens a connection to an existing, migrated database file.
 pub(super) fn connect(path: &Path, options: &SqliteOptions, access: Access) -> Result<Connection> {
+    let (name, uri) = open_name(path, options);
     let flags = match access {
         Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE,
         Access::Read => OpenFlags::SQLITE_OPEN_READ_ONLY,
-    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | uri;
     let open = |e| engine_error(format_args!("opening {}", path.display()), e);
-    let conn = Connection::open_with_flags(path, flags).map_err(open)?;
+    let conn = Connection::open_with_flags(name, flags).map_err(open)?;
     conn.busy_handler(Some(busy::handler)).map_err(open)?;
     conn.set_prepared_statement_cache_capacity(128);
     // Plans must not depend on bound values: SQLite 3.51 plans `LIMIT ?`

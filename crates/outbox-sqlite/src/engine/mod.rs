@@ -49,12 +49,13 @@ use std::thread;
 use std::time::Duration;
 
 use outbox_core::{Error, Result};
-use outbox_sql::{Conn, Database, Dialect, Tx};
+use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use connect::{Access, connect};
 use session::Session;
+use values::OwnedArg;
 pub(crate) use values::{engine_error, to_row};
 use work::{Commit, Job, Msg, Step, guarded};
 
@@ -71,11 +72,18 @@ pub(crate) struct Engine {
     sender: Mutex<Option<mpsc::Sender<Msg>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     path: PathBuf,
+    /// Opened on a read-only store ([`SqliteOptions::read_only`]): its
+    /// connection is read-only and every write is refused before it is
+    /// queued.
+    read_only: bool,
 }
 
 impl Engine {
     /// Opens a connection and starts its thread.
     pub(crate) fn start(path: &Path, options: &SqliteOptions, access: Access) -> Result<Engine> {
+        // A read-only store's writer is a reader that refuses writes.
+        let read_only = options.read_only;
+        let access = if read_only { Access::Read } else { access };
         let conn = connect(path, options, access)?;
         // A writer's jobs read after their commits on a read-only
         // connection of their own (see `group`).
@@ -120,7 +128,16 @@ impl Engine {
             sender: Mutex::new(Some(sender)),
             stopped: Mutex::new(Some(stopped)),
             path: path.to_owned(),
+            read_only,
         })
+    }
+
+    /// Refuses a write on a read-only store, before it is queued.
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(crate::db::read_only_error(&self.path, what));
+        }
+        Ok(())
     }
 
     fn send(&self, msg: Msg) -> Result<()> {
@@ -180,6 +197,7 @@ impl Engine {
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
         A: FnOnce(&Connection, &mut T) + Send + 'static,
     {
+        self.writable("writing")?;
         let (reply, rx) = oneshot::channel();
         let job = Job::new(body, reply, Commit::Relaxed).then(Box::new(after));
         self.send(Msg::Write(Box::new(job)))?;
@@ -192,6 +210,7 @@ impl Engine {
         T: Send + 'static,
         F: FnMut(&Connection) -> Result<T> + Send + 'static,
     {
+        self.writable("writing")?;
         let (reply, rx) = oneshot::channel();
         self.send(Msg::Write(Box::new(Job::new(body, reply, commit))))?;
         Ok(rx)
@@ -214,6 +233,9 @@ impl Engine {
     /// Takes the thread for a statement-by-statement transaction opened
     /// with `begin` (`""` for none).
     pub(crate) async fn session(&self, begin: &'static str) -> Result<Session> {
+        if begin.contains("IMMEDIATE") {
+            self.writable("starting a write transaction")?;
+        }
         let (steps_tx, steps) = mpsc::channel();
         let (ready, rx) = oneshot::channel();
         self.send(Msg::Session { begin, steps, ready })?;
@@ -278,6 +300,38 @@ impl JournalEngine {
     }
 }
 
+/// [`Database::read`] on an engine: each statement sent as one read job.
+struct Reads<'e>(&'e Engine);
+
+#[outbox_core::async_trait]
+impl Conn for Reads<'_> {
+    async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
+        self.0
+            .read(move |conn| {
+                let n = session::statement(conn, &what, &sql)?
+                    .execute(rusqlite::params_from_iter(args))
+                    .map_err(|e| engine_error(&what, e))?;
+                Ok(n as u64)
+            })
+            .await
+    }
+
+    async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
+        self.0
+            .read(move |conn| {
+                let mut st = session::statement(conn, &what, &sql)?;
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(args), to_row)
+                    .map_err(|e| engine_error(&what, e))?;
+                rows.collect::<rusqlite::Result<Vec<Row>>>()
+                    .map_err(|e| engine_error(&what, e))
+            })
+            .await
+    }
+}
+
 #[outbox_core::async_trait]
 impl Database for JournalEngine {
     fn dialect(&self) -> &Dialect {
@@ -288,8 +342,11 @@ impl Database for JournalEngine {
         Ok(Box::new(self.writer.session("BEGIN IMMEDIATE").await?))
     }
 
+    /// Each statement its own read job on the reader thread: one round
+    /// trip per statement, none to set a session up (a read connection
+    /// runs each statement on its own, outside a transaction, anyway).
     async fn read(&self) -> Result<Box<dyn Conn + '_>> {
-        Ok(Box::new(self.reader.session("").await?))
+        Ok(Box::new(Reads(&self.reader)))
     }
 
     async fn snapshot(&self) -> Result<Box<dyn Tx + '_>> {

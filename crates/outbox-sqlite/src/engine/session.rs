@@ -47,7 +47,11 @@ impl Session {
     }
 }
 
-fn statement<'c>(conn: &'c Connection, what: &str, sql: &str) -> Result<rusqlite::CachedStatement<'c>> {
+pub(super) fn statement<'c>(
+    conn: &'c Connection,
+    what: &str,
+    sql: &str,
+) -> Result<rusqlite::CachedStatement<'c>> {
     conn.prepare_cached(sql).map_err(|e| engine_error(what, e))
 }
 
