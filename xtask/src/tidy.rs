@@ -1148,25 +1148,10 @@ const CYCLE_DIRS: &[&str] = &["crates/*", "xtask", "bench", "crash"];
 /// is a problem (the list only shrinks).
 const ALLOWED_CYCLES: &[(&str, &[&str], &str)] = &[(
     "crates/outbox-cli",
-    &[
-        "commands",
-        "commands::gaps",
-        "commands::generations",
-        "commands::leases",
-        "commands::maintenance",
-        "commands::partitions",
-        "commands::replay",
-        "commands::sinks",
-        "commands::skipped",
-        "commands::wait",
-        "commands::work",
-        "serve",
-        "serve::fleet",
-        "serve::rows",
-    ],
-    "issue 42: commands/mod.rs dispatches to each subcommand's module, which imports its \
-         shared helpers back (serve/mod.rs likewise with fleet.rs and rows.rs, and commands with \
-         serve); left for now because outbox-cli is being changed on another branch",
+    &["serve", "serve::fleet", "serve::rows"],
+    "issue 42: serve/mod.rs routes to the fleet and row pages, which import its shared \
+     helpers back (the state type, authorization, refusals): those helpers need the monitor \
+     type that mod.rs defines, so splitting them moves most of mod.rs",
 )];
 
 /// One crate root's modules: each module's path (`a::b`, `crate` for the

@@ -4,7 +4,7 @@ use anyhow::Result;
 use outbox_core::Error;
 use outbox_core::StreamLag;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::GapsArgs;
 use crate::output::json;

@@ -6,7 +6,7 @@ use outbox_core::{Error, GenerationInfo, ProjectionName, StoredGeneration};
 use outbox_runtime::{GenerationBuild, ShadowDiff, Swap};
 use serde::Serialize;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{GenerationsAction, GenerationsArgs, PromoteArgs, ShadowAction, ShadowArgs};
 use crate::output::json;

@@ -5,7 +5,7 @@ use anyhow::Result;
 use outbox_core::{Error, LeaseEntry, StreamId};
 use serde::Serialize;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::LeasesArgs;
 use crate::output::json;

@@ -6,7 +6,7 @@ use anyhow::Result;
 use outbox_core::{Error, ProjectionName, Seq, StreamId, ViewDigestCheck, WorkerInfo};
 use serde::Serialize;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{JsonArg, ReportArgs, RequeueArgs, RequeueDeadArgs, RetryArgs, RowArgs, VerifyArgs};
 use crate::output::json;
@@ -26,7 +26,7 @@ pub(super) async fn report<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &
         crate::blocked::print_blocked(&r)?;
         return Ok(());
     }
-    let projections = super::projections::<P>(ctx.app);
+    let projections = super::ctx::projections::<P>(ctx.app);
     let r = build_report(
         &ctx.journal,
         &ctx.store,
@@ -252,7 +252,7 @@ pub(super) async fn migrate<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: 
     let out = Migrated {
         journal: ctx.journal.describe(),
         projection: ctx.store.describe(),
-        projections: super::projections::<P>(ctx.app)
+        projections: super::ctx::projections::<P>(ctx.app)
             .iter()
             .map(|p| p.name().to_string())
             .collect(),

@@ -7,7 +7,7 @@ use anyhow::Result;
 use outbox_core::{PartitionStatus, Timestamp};
 use serde::Serialize;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{PartitionsAction, PartitionsArgs};
 use crate::output::json;

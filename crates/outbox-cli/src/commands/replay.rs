@@ -4,7 +4,7 @@ use anyhow::Result;
 use outbox_core::{Error, RunBounds, RunRecord};
 use outbox_runtime::ReplayOptions;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{RebuildArgs, ReplayArgs, RunsAction, RunsArgs};
 use crate::output::json;

@@ -6,7 +6,7 @@ use anyhow::Result;
 use outbox_core::{SinkName, SinkStatus, SinkStream, SinkSummary, StreamId};
 use serde::Serialize;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{SinksAction, SinksArgs};
 use crate::output::json;

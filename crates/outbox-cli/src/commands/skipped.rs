@@ -4,7 +4,7 @@
 use anyhow::Result;
 use outbox_core::{ProjectionName, Seq, StreamId};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::{SkippedAction, SkippedArgs};
 use crate::output::{json, visible};

@@ -6,7 +6,7 @@ use anyhow::Result;
 use outbox_core::{ProjectionName, Seq, StreamId};
 use outbox_runtime::wait::AppendToken;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::backend::{CliJournal, CliStore};
 use crate::cli::WaitArgs;
 use crate::output::json;

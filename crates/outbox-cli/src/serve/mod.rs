@@ -44,7 +44,7 @@ use self::html::{action_form, esc, page, table};
 use crate::backend::{CliJournal, CliStore};
 use crate::blocked::blocked_streams_at;
 use crate::cli::{HttpArgs, ServeArgs};
-use crate::commands::Ctx;
+use crate::commands::ctx::Ctx;
 use crate::metrics::{CONTENT_TYPE, Scrape, render};
 use crate::output::human_ms;
 use crate::report::digests;
@@ -132,7 +132,7 @@ pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &S
         app: ctx.app.name().to_owned(),
         journal: ctx.journal.clone(),
         store: ctx.store.clone(),
-        projections: crate::commands::projections::<P>(ctx.app),
+        projections: crate::commands::ctx::projections::<P>(ctx.app),
         door: door.clone(),
         limit: a.limit as usize,
         lag_streams: a.lag_streams as usize,
