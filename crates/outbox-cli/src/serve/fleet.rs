@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use outbox_core::{SinkName, SinkStatus, StreamId};
 
 use super::html::{action_form, esc, page, table};
-use super::{
+use super::kit::{
     ActionForm, St, authorize, bad_input, checked, fail, field, finish, html, num, refusal, sinks_section,
 };
 use crate::backend::{CliJournal, CliStore};
@@ -70,7 +70,7 @@ pub(super) async fn partitions_page<J: CliJournal, P: CliStore>(State(m): St<J, 
 /// first `--limit` of each), with a requeue of each behind the token.
 pub(super) async fn sinks_page<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     let sinks = match m.journal.sinks().await {
-        Ok(s) => super::only_sinks(s),
+        Ok(s) => super::kit::only_sinks(s),
         Err(e) => return fail(&e),
     };
     let mut b = sinks_section(&sinks);
@@ -189,7 +189,7 @@ pub(super) async fn resume_consumer<J: CliJournal, P: CliStore>(
 }
 
 async fn set_paused<J: CliJournal, P: CliStore>(
-    m: std::sync::Arc<super::Monitor<J, P>>,
+    m: std::sync::Arc<super::kit::Monitor<J, P>>,
     peer: SocketAddr,
     headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,

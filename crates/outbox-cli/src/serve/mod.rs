@@ -17,6 +17,7 @@ mod figures;
 mod figures_tests;
 mod fleet;
 mod html;
+mod kit;
 mod rows;
 
 use std::fmt::Write;
@@ -31,7 +32,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use outbox_core::{Error, Projection, Seq, SinkStatus, SinkSummary};
+use outbox_core::{Error, Seq, SinkStatus, SinkSummary};
 use outbox_runtime::consumers::{
     ConsumerStatus, ExceptionCounts, ProjectionException, consumer_statuses_with, projection_exceptions_of,
 };
@@ -41,6 +42,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::door::{Door, DoorConfig};
 use self::html::{action_form, esc, page, table};
+pub(crate) use self::kit::BODY_LIMIT;
+use self::kit::{
+    ActionForm, Monitor, Refusal, St, authorize, bad_input, checked, fail, field, finish, html, num, number,
+    only_sinks, refusal, refuse, sinks_section, text,
+};
 use crate::backend::{CliJournal, CliStore};
 use crate::blocked::blocked_streams_at;
 use crate::cli::{HttpArgs, ServeArgs};
@@ -49,8 +55,6 @@ use crate::metrics::{CONTENT_TYPE, Scrape, render};
 use crate::output::human_ms;
 use crate::report::digests;
 
-/// The largest request body accepted (forms are a few hundred bytes).
-pub(crate) const BODY_LIMIT: usize = 8 * 1024;
 /// The minutes the overview's throughput chart covers.
 const CHART_MINUTES: u32 = 60;
 /// Checks the front door's configuration (tokens, bind, hosts) before
@@ -67,30 +71,6 @@ pub(crate) fn door(addr: SocketAddr, http: &HttpArgs, what: &str) -> Result<Arc<
         what,
     })
     .map(Arc::new)
-}
-
-/// The monitor's shared state.
-struct Monitor<J, P: CliStore> {
-    app: String,
-    journal: J,
-    store: P,
-    projections: Vec<Arc<dyn Projection<P::Tx>>>,
-    door: Arc<Door>,
-    limit: usize,
-    lag_streams: usize,
-    /// Worker lag over this is shown as a problem in the health banner.
-    lag_threshold_ms: u64,
-    /// The figures that cost a scan, kept by one background task
-    /// ([`figures::keep`]); pages and `/metrics` only read them.
-    figures: Arc<figures::Figures>,
-    /// The background task's cadence (shown with the figures).
-    figures_interval: std::time::Duration,
-    /// Outbox rows up to which a page counts them itself (`--exact-rows`).
-    exact_rows: u64,
-    /// On a journal opened read-only with no `-wal` beside it (read as
-    /// immutable: a snapshot), that file: once it exists, a process writes
-    /// the journal and the pages say the monitor does not see it.
-    snapshot_of: Option<std::path::PathBuf>,
 }
 
 /// The rows by status a page shows: counted now, or, once the last figures
@@ -119,8 +99,6 @@ fn stored_counts_note<J, P: CliStore>(m: &Monitor<J, P>, s: &outbox_core::Outbox
         esc(&human_ms(m.figures_interval.as_millis() as u64)),
     )
 }
-
-type St<J, P> = State<Arc<Monitor<J, P>>>;
 
 /// `outbox serve`: runs until SIGTERM or Ctrl-C.
 pub(crate) async fn serve<J: CliJournal, P: CliStore>(ctx: &Ctx<'_, J, P>, a: &ServeArgs) -> Result<()> {
@@ -422,57 +400,6 @@ async fn security_headers(req: Request, next: Next) -> Response {
     res
 }
 
-/// A refused request: its status and one-line reason.
-struct Refusal(StatusCode, String);
-
-impl IntoResponse for Refusal {
-    /// One line; a 401 challenges Bearer (actions take no Basic).
-    fn into_response(self) -> Response {
-        let mut r = text(self.0, self.1);
-        if self.0 == StatusCode::UNAUTHORIZED {
-            door::challenge(&mut r, false);
-        }
-        r
-    }
-}
-
-fn refuse(status: StatusCode, msg: impl Into<String>) -> Refusal {
-    Refusal(status, msg.into())
-}
-
-/// A one-line plain-text answer.
-fn text(status: StatusCode, msg: impl Into<String>) -> Response {
-    let mut line = msg.into().replace('\n', " ");
-    line.push('\n');
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        line,
-    )
-        .into_response()
-}
-
-fn html(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
-}
-
-/// The status of a port error: not found 404, wrong state 409, bad input
-/// 400, anything else 500. One line, no secret (adapters never put a URL in
-/// their messages).
-fn fail(e: &Error) -> Response {
-    refusal(e).into_response()
-}
-
-fn refusal(e: &Error) -> Refusal {
-    let status = match e {
-        Error::NotFound(_) => StatusCode::NOT_FOUND,
-        Error::InvalidState(_) | Error::Conflict { .. } => StatusCode::CONFLICT,
-        Error::InvalidInput(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    refuse(status, e.to_string())
-}
-
 async fn not_found() -> Response {
     text(StatusCode::NOT_FOUND, "no such page")
 }
@@ -483,10 +410,6 @@ async fn style() -> Response {
 
 fn metrics_response(s: &Scrape<'_>) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], render(s)).into_response()
-}
-
-fn num(n: impl std::fmt::Display) -> String {
-    format!("<span class=\"num\">{n}</span>")
 }
 
 // ---------------------------------------------------------------------------
@@ -867,17 +790,6 @@ fn lag_section<J, P: CliStore>(
     b
 }
 
-/// Each sink's delivery, and the events a long-open transaction holds back
-/// from every sink (ADR 0030): nothing is lost, but nothing committed after
-/// that transaction began is published until it ends.
-/// The sinks' summaries among the consumer summaries the journal keeps
-/// (the projections' exceptions are shown apart, ADR 0032).
-pub(super) fn only_sinks(all: Vec<SinkSummary>) -> Vec<SinkSummary> {
-    all.into_iter()
-        .filter(|s| outbox_core::consumer_projection(&s.sink).is_none())
-        .collect()
-}
-
 /// The consumers the journal knows, with whether a live worker runs each.
 fn consumers_section<J: JournalBackend, P: CliStore>(
     m: &Monitor<J, P>,
@@ -1044,48 +956,6 @@ fn exceptions_section<J: JournalBackend, P: CliStore>(
         ],
         &rows,
     ));
-    b
-}
-
-fn sinks_section(sinks: &[SinkSummary]) -> String {
-    let mut b = String::from("<h2>Sinks</h2>");
-    if sinks.is_empty() {
-        b.push_str("<p>No sink has delivered anything yet.</p>");
-        return b;
-    }
-    let rows: Vec<Vec<String>> = sinks
-        .iter()
-        .map(|s| {
-            vec![
-                esc(s.sink.as_str()),
-                num(s.streams),
-                format!("<span class=\"failed\">{}</span>", s.failed),
-                format!("<span class=\"dead\">{}</span>", s.dead),
-                num(s.position),
-            ]
-        })
-        .collect();
-    b.push_str(&table(
-        "sinks",
-        &["sink", "streams", "failing", "dead", "scanned through"],
-        &rows,
-    ));
-    // The count is the same for every sink: the feed is the journal's.
-    let held = SinkSummary::held_back_of(sinks);
-    if held > 0 {
-        let _ = write!(
-            b,
-            "<p class=\"failed\" id=\"sinks-held-back\" data-events=\"{held}\">Held back: {}{} \
-             committed event(s) wait for an older transaction still open on the database server; \
-             every sink publishes them once it ends (see the runbook, \"Sinks\").</p>",
-            num(held),
-            if held >= SinkSummary::HELD_BACK_CAP {
-                "+"
-            } else {
-                ""
-            }
-        );
-    }
     b
 }
 
@@ -1402,133 +1272,6 @@ async fn metrics<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
 // actions
 // ---------------------------------------------------------------------------
 
-/// Every action's form fields (each action reads the ones it needs).
-#[derive(Deserialize)]
-struct ActionForm {
-    token: Option<String>,
-    stream: Option<String>,
-    seq: Option<String>,
-    limit: Option<String>,
-    id: Option<String>,
-    dry_run: Option<String>,
-    sink: Option<String>,
-}
-
-/// Checks an action request: a token is configured, the request is not
-/// cross-origin, the form parsed, the address is not locked out, and the
-/// token matches (in constant time). `Ok` has the form and the token's id;
-/// `Err` is the refusal (logged on the audit target); nothing has been read
-/// or changed.
-fn authorize<J, P: CliStore>(
-    m: &Monitor<J, P>,
-    peer: SocketAddr,
-    action: &str,
-    headers: &HeaderMap,
-    form: Result<Form<ActionForm>, FormRejection>,
-) -> Result<(ActionForm, String), Refusal> {
-    let refused = |(status, why): (StatusCode, String)| Refusal(status, why);
-    if !m.door.acts() {
-        return Err(refused(m.door.check_action(peer, action, None).unwrap_err()));
-    }
-    if let Some(why) = cross_origin(headers) {
-        return Err(refused(m.door.refused(
-            peer,
-            action,
-            StatusCode::FORBIDDEN,
-            &format!("cross-origin request refused ({why})"),
-        )));
-    }
-    let form = match form {
-        Ok(Form(f)) => f,
-        Err(e) => {
-            let (status, why) = match e.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body too large (limit {BODY_LIMIT} bytes)"),
-                ),
-                StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "actions take an application/x-www-form-urlencoded body".to_owned(),
-                ),
-                _ => (StatusCode::BAD_REQUEST, "malformed form body".to_owned()),
-            };
-            return Err(refused(m.door.refused(peer, action, status, &why)));
-        }
-    };
-    let given = door::bearer(headers).or(form.token.as_deref().filter(|t| !t.is_empty()));
-    let token = m.door.check_action(peer, action, given).map_err(refused)?;
-    Ok((form, token))
-}
-
-/// Logs an action's outcome on the audit target (who, what, on what,
-/// result) and answers with it.
-fn finish<J, P: CliStore>(
-    m: &Monitor<J, P>,
-    who: (SocketAddr, &str),
-    action: &str,
-    on: &str,
-    result: Result<String, Error>,
-    back: &str,
-) -> Response {
-    let (peer, token) = who;
-    let on = crate::output::visible(on);
-    let (outcome, response) = match result {
-        Ok(what) => {
-            tracing::info!(target: "outbox::audit", %peer, token, action, on = %on, "done: {}", crate::output::visible(&what));
-            (format!("done: {what}"), done(m, &what, back))
-        }
-        Err(e) => {
-            tracing::warn!(target: "outbox::audit", %peer, token, action, on = %on, "failed: {}", crate::output::visible(&e.to_string()));
-            (format!("failed: {e}"), fail(&e))
-        }
-    };
-    m.door.record(door::AuditEntry {
-        at: door::now(),
-        peer,
-        token: Some(token.to_owned()),
-        action: action.to_owned(),
-        on: on.into_owned(),
-        result: outcome,
-    });
-    response
-}
-
-/// An authorized action refused for its input (a missing or malformed
-/// field, nothing to act on): logged on the audit target with the token's
-/// id, kept for the audit page, answered with its one line.
-fn bad_input<J, P: CliStore>(
-    m: &Monitor<J, P>,
-    who: (SocketAddr, &str),
-    action: &str,
-    refusal: Refusal,
-) -> Response {
-    let (peer, token) = who;
-    let Refusal(status, why) = &refusal;
-    tracing::warn!(target: "outbox::audit", %peer, token, action, status = status.as_u16(),
-        "refused: {}", crate::output::visible(why));
-    m.door.record(door::AuditEntry {
-        at: door::now(),
-        peer,
-        token: Some(token.to_owned()),
-        action: action.to_owned(),
-        on: String::new(),
-        result: format!("refused ({}): {why}", status.as_u16()),
-    });
-    refusal.into_response()
-}
-
-/// The value of an action's input check, or the audited refusal
-/// ([`bad_input`]) returned from the handler.
-macro_rules! checked {
-    ($m:expr, $who:expr, $action:expr, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return bad_input(&$m, $who, $action, r),
-        }
-    };
-}
-pub(crate) use checked;
-
 /// `/audit`: the last actions and refusals of this monitor, newest first.
 async fn audit<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     let entries = m.door.audit_entries();
@@ -1562,61 +1305,10 @@ async fn audit<J: CliJournal, P: CliStore>(State(m): St<J, P>) -> Response {
     html(StatusCode::OK, page(&m.app, "Audit", &b))
 }
 
-/// Why a request is cross-origin, if it is: an `Origin` other than this
-/// host, or `Sec-Fetch-Site` other than same-origin or none.
-fn cross_origin(headers: &HeaderMap) -> Option<String> {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && !matches!(site, "same-origin" | "none")
-    {
-        return Some(format!("Sec-Fetch-Site: {site}"));
-    }
-    let origin = headers.get(header::ORIGIN)?;
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    let origin = origin.to_str().unwrap_or("");
-    let same = host.is_some_and(|h| origin == format!("http://{h}") || origin == format!("https://{h}"));
-    (!same).then(|| "Origin does not match Host".to_string())
-}
-
-fn field<'a>(v: &'a Option<String>, name: &str) -> Result<&'a str, Refusal> {
-    match v.as_deref().map(str::trim) {
-        Some(s) if !s.is_empty() => Ok(s),
-        _ => Err(refuse(
-            StatusCode::BAD_REQUEST,
-            format!("missing form field `{name}`"),
-        )),
-    }
-}
-
-fn number(v: &Option<String>, name: &str) -> Result<u64, Refusal> {
-    let s = field(v, name)?;
-    s.parse::<u64>().map_err(|_| {
-        refuse(
-            StatusCode::BAD_REQUEST,
-            format!("`{name}` must be a positive whole number, not {s:?}"),
-        )
-    })
-}
-
 fn stream_seq(f: &ActionForm) -> Result<(outbox_core::StreamId, Seq), Refusal> {
     let stream = outbox_core::StreamId::new(field(&f.stream, "stream")?).map_err(|e| refusal(&e))?;
     let seq = Seq::new(number(&f.seq, "seq")?).map_err(|e| refusal(&e))?;
     Ok((stream, seq))
-}
-
-/// The page an action answers with: what was done and a link back.
-fn done<J, P: CliStore>(m: &Monitor<J, P>, what: &str, back: &str) -> Response {
-    html(
-        StatusCode::OK,
-        page(
-            &m.app,
-            "Done",
-            &format!(
-                "<p class=\"msg\" id=\"result\">{}</p><p><a href=\"{}\">Back</a></p>",
-                esc(what),
-                esc(back)
-            ),
-        ),
-    )
 }
 
 macro_rules! try_resp {
@@ -1730,6 +1422,7 @@ async fn cancel_run<J: CliJournal, P: CliStore>(
 
 #[cfg(test)]
 mod tests {
+    use super::kit::cross_origin;
     use super::*;
 
     #[test]

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::html::{action_form, esc, page, table};
-use super::{ActionForm, St, authorize, bad_input, fail, finish, html, num, refuse, text};
+use super::kit::{ActionForm, St, authorize, bad_input, fail, finish, html, num, refuse, text};
 use crate::backend::{CliJournal, CliStore};
 
 /// The most payload bytes the row page shows.
@@ -57,7 +57,7 @@ pub(super) async fn stream_page<J: CliJournal, P: CliStore>(
 }
 
 async fn stream_body<J: CliJournal, P: CliStore>(
-    m: &super::Monitor<J, P>,
+    m: &super::kit::Monitor<J, P>,
     stream: &StreamId,
 ) -> Result<String, Error> {
     let version = m.journal.stream_version(stream).await?;
