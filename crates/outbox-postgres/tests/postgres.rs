@@ -360,6 +360,174 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     );
 }
 
+/// The partitioned claim's runs, on rows written in SQL so that every
+/// kind of cut sits behind a due head in one claim: each stream's run ends
+/// at the first hole, dead row, row not due yet, row in flight or row
+/// applied alone; a head applied alone (`alone`, or found `processing`) is
+/// a run of one, marked as ADR 0029 says; runs come in due order and the
+/// row budget stops the claim at the stream it cannot reach. (The claim
+/// cuts each run to a seq range per stream: this pins that down against
+/// rows the range would hold but the run must not.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_claim_cuts_each_run_where_claim_would() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("cuts");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    let pool = j.pool();
+    // (stream, seq, status, due, alone); every head due, oldest first in
+    // this order; `later` is a time far ahead of the journal clock.
+    let later = 4_000_000_000_000i64;
+    let rows: &[(&str, i64, &str, i64, i16)] = &[
+        ("a-hole", 1, "pending", 0, 0),
+        ("a-hole", 2, "pending", 0, 0),
+        ("a-hole", 4, "pending", 0, 0),
+        ("b-dead", 3, "pending", 0, 0),
+        ("b-dead", 4, "dead", 0, 0),
+        ("b-dead", 5, "pending", 0, 0),
+        ("c-later", 1, "failed", 0, 0),
+        ("c-later", 2, "pending", later, 0),
+        ("d-flight", 1, "pending", 0, 0),
+        ("d-flight", 2, "processing", 0, 0),
+        ("e-alone", 1, "pending", 0, 0),
+        ("e-alone", 2, "pending", 0, 1),
+        ("f-alone-head", 1, "pending", 0, 1),
+        ("f-alone-head", 2, "pending", 0, 0),
+        ("g-unfinished", 1, "processing", 0, 2),
+        ("g-unfinished", 2, "pending", 0, 0),
+        ("h-whole", 1, "pending", 0, 0),
+        ("h-whole", 2, "pending", 0, 0),
+        ("h-whole", 3, "pending", 0, 0),
+        ("i-beyond", 1, "pending", 0, 0),
+    ];
+    for &(stream, seq, status, due, alone) in rows {
+        sqlx::query(
+            "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, \
+             updated_at, alone) VALUES ($1, $2, 'oracle.add', $3, 0, $4, 0, $5)",
+        )
+        .bind(stream)
+        .bind(seq)
+        .bind(status)
+        .bind(due)
+        .bind(alone)
+        .execute(pool)
+        .await
+        .expect("row");
+    }
+    sqlx::query(
+        "INSERT INTO outbox_heads (stream, head_seq, due_at) \
+         SELECT stream, min(seq), rank() OVER (ORDER BY stream) FROM outbox GROUP BY stream",
+    )
+    .execute(pool)
+    .await
+    .expect("heads");
+    sqlx::query("INSERT INTO streams (stream, head) SELECT stream, max(seq) FROM outbox GROUP BY stream")
+        .execute(pool)
+        .await
+        .expect("versions");
+    sqlx::query(
+        "INSERT INTO outbox_partition_leases (partition_no, owner, epoch, expires_at) \
+         VALUES (0, 'w', 1, $1)",
+    )
+    .bind(later)
+    .execute(pool)
+    .await
+    .expect("hold partition 0");
+
+    // The streams' bounds (each one's version less its head, at most 4:
+    // 4, 3, 2, 2, 2, 2, 2 and 3) add up to 20 before `i-beyond`: a budget
+    // of 20 rows reads every stream but that one.
+    let limits = SweepLimits {
+        streams: 64,
+        per_stream: 4,
+        rows: 20,
+    };
+    let taken = j
+        .claim_partitioned(&WorkerId::new("w").unwrap(), Duration::from_secs(30), limits)
+        .await
+        .expect("claim");
+    let runs: Vec<(String, Vec<u64>)> = taken
+        .iter()
+        .map(|(lease, run)| {
+            (
+                lease.stream.as_str().to_owned(),
+                run.iter().map(|r| r.seq.get()).collect(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Vec<u64>)> = [
+        ("a-hole", vec![1, 2]),
+        ("b-dead", vec![3]),
+        ("c-later", vec![1]),
+        ("d-flight", vec![1]),
+        ("e-alone", vec![1]),
+        ("f-alone-head", vec![1]),
+        ("g-unfinished", vec![1]),
+        ("h-whole", vec![1, 2, 3]),
+    ]
+    .into_iter()
+    .map(|(s, r)| (s.to_owned(), r))
+    .collect();
+    assert_eq!(runs, expected, "the runs, in due order");
+    for (lease, run) in &taken {
+        for row in run {
+            assert_eq!(row.status, outbox_core::OutboxStatus::Processing, "{row:?}");
+        }
+        assert_eq!(lease.partition, Some(Partition::new(0)), "{lease:?}");
+    }
+    let row = |name: &str| {
+        taken
+            .iter()
+            .find(|(l, _)| l.stream.as_str() == name)
+            .map(|(_, run)| run[0].clone())
+            .unwrap()
+    };
+    assert!(row("f-alone-head").alone && !row("f-alone-head").ended_unfinished());
+    assert!(
+        row("g-unfinished").ended_unfinished(),
+        "{:?}",
+        row("g-unfinished")
+    );
+    assert!(!row("a-hole").alone && row("a-hole").last_error.is_none());
+
+    // Only the claimed rows changed: the rows behind each cut are as they were.
+    let untouched: Vec<(String, i64, String, i16)> = sqlx::query_as(
+        "SELECT stream, seq, status, alone FROM outbox \
+         WHERE NOT (stream, seq) IN (SELECT * FROM unnest($1::text[], $2::bigint[])) ORDER BY stream, seq",
+    )
+    .bind(
+        runs.iter()
+            .flat_map(|(s, r)| r.iter().map(move |_| s.clone()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        runs.iter()
+            .flat_map(|(_, r)| r.iter().map(|&q| q as i64))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(pool)
+    .await
+    .expect("rows");
+    let left: Vec<(&str, i64, &str, i16)> = untouched
+        .iter()
+        .map(|(s, q, st, a)| (s.as_str(), *q, st.as_str(), *a))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ("a-hole", 4, "pending", 0),
+            ("b-dead", 4, "dead", 0),
+            ("b-dead", 5, "pending", 0),
+            ("c-later", 2, "pending", 0),
+            ("d-flight", 2, "processing", 0),
+            ("e-alone", 2, "pending", 1),
+            ("f-alone-head", 2, "pending", 0),
+            ("g-unfinished", 2, "pending", 0),
+            ("i-beyond", 1, "pending", 0),
+        ]
+    );
+}
+
 /// A waiter on one journal instance is woken by an append through another
 /// (its own pool), and not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
