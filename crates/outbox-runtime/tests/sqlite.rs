@@ -544,12 +544,18 @@ async fn a_sweep_applies_the_runs_its_claim_read_and_sends_an_undecodable_one_al
     rt.append(&good, ExpectedVersion::NoStream, vec![add(5), add(5)])
         .await
         .unwrap();
-    let mut tx = rt.journal().begin().await.unwrap();
-    outbox_sqlite::sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
-        .execute(&mut *tx)
+    rt.journal()
+        .transaction(|tx| {
+            tx.conn()
+                .execute(
+                    "UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2",
+                    [],
+                )
+                .expect("damage the hash");
+            Ok::<(), outbox_core::Error>(())
+        })
         .await
         .unwrap();
-    tx.commit().await.unwrap();
     let report = rt.tick().await.unwrap();
     assert_eq!(
         (report.completed, report.failed),

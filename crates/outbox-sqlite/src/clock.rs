@@ -44,19 +44,6 @@ const SYSTEM: &str =
 const TEST: &str = "CREATE TEMP VIEW outbox_clock (ms) AS SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) \
      + COALESCE((SELECT CAST(value AS INTEGER) FROM main.outbox_meta WHERE key = 'test_clock_offset_ms'), 0)";
 
-/// A query of the clock for a connection that may not have the view (the
-/// caller's own, in `append_in`): the view's expression itself.
-pub(crate) fn now_query(clock: Clock) -> &'static str {
-    match clock {
-        Clock::System => "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)",
-        #[cfg(feature = "test-util")]
-        Clock::Test => {
-            "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) + COALESCE((SELECT CAST(value AS INTEGER) \
-             FROM main.outbox_meta WHERE key = 'test_clock_offset_ms'), 0)"
-        }
-    }
-}
-
 /// Whether the database has its meta table (the test clock's view reads it,
 /// and SQLite refuses a view of a table that does not exist yet).
 const HAS_META: &str =
@@ -84,6 +71,12 @@ impl Clock {
     }
 }
 
+/// The database's clock, read on the engine connection `conn`.
+pub(crate) fn now(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached(concat!("SELECT ", now_ms!()))?
+        .query_row([], |r| r.get(0))
+}
+
 /// Creates (or replaces) the clock view on the sqlx connection `conn`.
 pub(crate) async fn install(conn: &mut sqlx::SqliteConnection, clock: Clock) -> sqlx::Result<()> {
     let has_meta = clock.reads_meta()
@@ -103,6 +96,11 @@ pub(crate) fn install_on(conn: &rusqlite::Connection, clock: Clock) -> rusqlite:
     conn.execute_batch("DROP VIEW IF EXISTS temp.outbox_clock")?;
     conn.execute_batch(clock.view(has_meta))
 }
+
+/// Moves the test clock forward by `?1` milliseconds.
+#[cfg(feature = "test-util")]
+pub(crate) const ADVANCE_TEST_CLOCK: &str = "INSERT INTO outbox_meta (key, value) VALUES ('test_clock_offset_ms', ?1) \
+     ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + ?1";
 
 /// A store's connections read the clock it was opened with; `Ok` unless a
 /// test asks to move the clock of a store opened without the test clock.

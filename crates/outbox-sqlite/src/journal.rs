@@ -1,12 +1,11 @@
 //! The journal database: events, outbox rows, outbox heads, stream leases.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use outbox_core::spi::{
-    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, plan_append, truncate_error,
-    unless_lease_lost, validate_limit, validate_ttl,
+    StoredEvent, StoredOutboxRow, duration_millis, journal_undecodable, truncate_error, unless_lease_lost,
+    validate_limit, validate_ttl,
 };
 use outbox_core::{
     ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, ClaimedRun,
@@ -19,13 +18,15 @@ use outbox_core::{
 };
 use outbox_sql::SqlJournal;
 use rusqlite::{Connection, OptionalExtension, params};
-use sqlx::{Connection as _, Sqlite, SqliteConnection, Transaction};
 use std::time::Duration;
 
 use crate::SqliteOptions;
-use crate::db::{Db, Role, now_ms, path_from_url, storage};
+use crate::append::{READ_VERSION, append_body};
+use crate::clock::now_ms;
 use crate::engine::{JournalEngine, engine_error, to_row};
-use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_VERSION, UPSERT_STREAM};
+use crate::files::path_from_url;
+use crate::journal_tx::JournalTx;
+use outbox_sql::Role;
 
 /// The SQLite journal database: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue),
 /// [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one file.
@@ -39,8 +40,11 @@ use crate::statements::{INSERT_EVENT, INSERT_HEAD, INSERT_ROW, READ_VERSION, UPS
 /// Clones share the connections.
 #[derive(Clone, Debug)]
 pub struct SqliteJournal {
-    /// Opening, migrations, [`SqliteJournal::begin`] and test support.
-    db: Arc<Db>,
+    /// The database file's absolute path.
+    path: Arc<Path>,
+    /// The clock the engine's connections read (test support).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    clock: crate::clock::Clock,
     /// Every port call.
     engine: Arc<JournalEngine>,
     /// The cold-path ports, on the engine.
@@ -162,97 +166,6 @@ fn processing_row(conn: &Connection, lease: &Lease, seq: Seq) -> Result<u32> {
         )));
     }
     Ok(u32::try_from(attempts.max(0)).unwrap_or(u32::MAX))
-}
-
-fn db_now(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached(concat!("SELECT ", now_ms!()))?
-        .query_row([], |r| r.get(0))
-}
-
-/// The append itself, inside the engine's transaction: checks every
-/// expected version first (nothing is written on a conflict), then writes
-/// one statement per event and one per stream, all prepared once and reused.
-fn append_body(
-    conn: &Connection,
-    batch: &[AppendRequest],
-    hashes: &[PayloadHash],
-    partitions: &[i64],
-    enqueue: bool,
-) -> Result<Vec<Appended>> {
-    let err = ctx("appending events");
-    let mut current: HashMap<&StreamId, u64> = HashMap::new();
-    {
-        let mut read_version = conn.prepare_cached(READ_VERSION).map_err(&err)?;
-        for req in batch {
-            if !current.contains_key(&req.stream) {
-                let h: Option<i64> = read_version
-                    .query_row([req.stream.as_str()], |r| r.get(0))
-                    .optional()
-                    .map_err(&err)?;
-                current.insert(&req.stream, u64::try_from(h.unwrap_or(0)).unwrap_or(0));
-            }
-        }
-    }
-    let plan = plan_append(batch, |s| current[s])?;
-
-    let now = db_now(conn).map_err(&err)?;
-    let mut insert_event = conn.prepare_cached(INSERT_EVENT).map_err(&err)?;
-    let mut insert_row = conn.prepare_cached(INSERT_ROW).map_err(&err)?;
-    let mut insert_head = conn.prepare_cached(INSERT_HEAD).map_err(&err)?;
-    let mut out = Vec::with_capacity(batch.len());
-    let mut hashes = hashes.iter();
-    for ((req, &first), &partition) in batch.iter().zip(&plan.firsts).zip(partitions) {
-        let mut first_global = None;
-        for (i, e) in req.events.iter().enumerate() {
-            let seq = seq_i64(first + i as u64);
-            let hash = hashes.next().expect("one hash per event");
-            insert_event
-                .execute(params![
-                    req.stream.as_str(),
-                    seq,
-                    e.event_type.as_str(),
-                    e.intent.as_str(),
-                    e.payload.as_slice(),
-                    hash.0.as_slice(),
-                    now,
-                    e.metadata.correlation_id.as_deref(),
-                    e.metadata.causation_id.as_deref(),
-                ])
-                .map_err(&err)?;
-            first_global.get_or_insert(conn.last_insert_rowid());
-            if enqueue {
-                insert_row
-                    .execute(params![
-                        req.stream.as_str(),
-                        seq,
-                        e.event_type.as_str(),
-                        now,
-                        partition
-                    ])
-                    .map_err(&err)?;
-            }
-        }
-        if enqueue {
-            insert_head
-                .execute(params![req.stream.as_str(), seq_i64(first), now, partition])
-                .map_err(&err)?;
-        }
-        let last = first + req.events.len() as u64 - 1;
-        out.push(Appended {
-            stream: req.stream.clone(),
-            first_seq: Seq::new(first)?,
-            last_seq: Seq::new(last)?,
-            first_global_position: u64::try_from(first_global.unwrap_or(0)).unwrap_or(0),
-            recorded_at: Timestamp::from_millis(now),
-        });
-    }
-    let mut upsert_stream = conn.prepare_cached(UPSERT_STREAM).map_err(&err)?;
-    for (stream, version) in &plan.after {
-        upsert_stream
-            .execute(params![stream.as_str(), seq_i64(*version)])
-            .map_err(&err)?;
-    }
-    Ok(out)
 }
 
 /// The claim: the head run of the stream under a valid lease, marked
@@ -515,7 +428,7 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
 /// `OutboxQueue::enqueue_catch_up`): one insert, then the stream's head.
 fn enqueue_catch_up_body(conn: &Connection, stream: &str, partition: i64) -> Result<bool> {
     let err = ctx("enqueueing a catch-up row");
-    let now = db_now(conn).map_err(&err)?;
+    let now = crate::clock::now(conn).map_err(&err)?;
     let inserted = conn
         .prepare_cached(
             "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, \
@@ -694,14 +607,9 @@ impl SqliteJournal {
     /// ([`Error::InvalidInput`]), a schema newer than this build
     /// ([`Error::SchemaTooNew`]).
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
-        let db = Db::open(path.as_ref(), &options, Role::Journal).await?;
-        let engine = match JournalEngine::start(&db.path, &options, db.dialect.clone()) {
-            Ok(engine) => engine,
-            Err(e) => {
-                db.close().await;
-                return Err(e);
-            }
-        };
+        let path = crate::migrate::prepare(path.as_ref(), &options, Role::Journal).await?;
+        let dialect = Arc::new(outbox_sql::Dialect::sqlite(now_ms!()));
+        let engine = JournalEngine::start(&path, &options, dialect)?;
         let p = &options.partitions;
         let partitioning = if options.read_only {
             outbox_sql::partitions::read_partitioning(
@@ -725,13 +633,13 @@ impl SqliteJournal {
             Ok(partitioning) => partitioning,
             Err(e) => {
                 engine.close().await;
-                db.close().await;
                 return Err(e);
             }
         };
         let engine = Arc::new(engine);
         Ok(SqliteJournal {
-            db: Arc::new(db),
+            path: path.into(),
+            clock: options.clock,
             sql: SqlJournal::new(Arc::clone(&engine)),
             engine,
             partitioning,
@@ -745,7 +653,7 @@ impl SqliteJournal {
 
     /// The database file's absolute path.
     pub fn path(&self) -> &Path {
-        &self.db.path
+        &self.path
     }
 
     /// Closes the connections of this instance and its clones (later calls
@@ -753,7 +661,6 @@ impl SqliteJournal {
     /// `close` waits, so the files can be reopened or copied right after.
     pub async fn close(&self) {
         self.engine.close().await;
-        self.db.close().await;
     }
 
     /// A wake-up source for workers: resolves within about a millisecond
@@ -763,52 +670,56 @@ impl SqliteJournal {
     /// process applies what another process appends without waiting for its
     /// poll.
     pub fn wake_source(&self) -> Arc<dyn outbox_core::WakeSource> {
-        Arc::new(crate::SqliteWakeSource::new(&self.db.path))
+        Arc::new(crate::SqliteWakeSource::new(&self.path))
     }
 
-    /// Starts a `BEGIN IMMEDIATE` transaction on this store's writer
-    /// connection, for [`SqliteJournal::append_in`] alongside the caller's own
-    /// writes to the journal file. Commit it with `tx.commit()`; dropping it
-    /// rolls back. It runs on a connection of its own: the store's other
-    /// writes (and other processes') wait for SQLite's write lock until it
-    /// ends, so keep it short.
-    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>> {
-        self.db.begin().await
-    }
-
-    /// The transactional append: appends `batch` inside the caller's open
-    /// transaction on the journal file (from [`SqliteJournal::begin`], or the
-    /// caller's own `BEGIN IMMEDIATE` on a connection to this file), so the
-    /// events and their outbox rows commit or roll back together with the
-    /// caller's writes. This is the adapter's answer to "append in my
-    /// transaction" (the port itself has no transaction parameter).
+    /// Runs `body` in a write transaction on the journal's writer
+    /// connection (`BEGIN IMMEDIATE`), and commits it if `body` returns
+    /// `Ok`: the application's own writes to the journal file
+    /// ([`JournalTx::conn`]) and its appends ([`JournalTx::append`]) commit
+    /// or roll back together. This is the adapter's answer to "append in
+    /// my transaction" (the port itself has no transaction parameter).
     ///
-    /// Same contract as [`EventJournal::append`]; on any error the batch has
-    /// written nothing (it runs in a savepoint) and the caller's transaction
-    /// is still usable. Seqs and global positions are final only once the
-    /// caller commits.
-    pub async fn append_in(
-        &self,
-        conn: &mut SqliteConnection,
-        batch: &[AppendRequest],
-        options: AppendOptions,
-    ) -> Result<Vec<Appended>> {
-        options.validate(batch)?;
-        if !conn.is_in_transaction() {
-            return Err(Error::invalid(
-                "append_in needs a connection inside a transaction (see SqliteJournal::begin)",
-            ));
+    /// `body` runs once, on the engine's writer thread, while every other
+    /// write of this store waits: keep it short and never block in it. An
+    /// `Err` from `body`, or a panic in it (reported as an error), rolls
+    /// the transaction back. Refused on a store opened read-only.
+    ///
+    /// ```no_run
+    /// # async fn demo(journal: outbox_sqlite::SqliteJournal, batch: Vec<outbox_core::AppendRequest>) -> outbox_core::Result<()> {
+    /// use outbox_core::AppendOptions;
+    ///
+    /// let appended = journal
+    ///     .transaction(move |tx| {
+    ///         tx.conn()
+    ///             .execute("INSERT INTO orders (id) VALUES (?1)", ["o-1"])
+    ///             .map_err(|e| outbox_core::Error::invalid(e.to_string()))?;
+    ///         tx.append(&batch, AppendOptions::default())
+    ///     })
+    ///     .await?;
+    /// # let _ = appended;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transaction<T, E, F>(&self, body: F) -> std::result::Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+        F: FnOnce(&JournalTx<'_>) -> std::result::Result<T, E> + Send + 'static,
+    {
+        let session = self.engine.writer.session("BEGIN IMMEDIATE").await?;
+        let partitioning = self.partitioning.clone();
+        // The session rolls back when it is dropped without a commit.
+        match session
+            .run(move |conn| Ok(body(&JournalTx::new(conn, &partitioning))))
+            .await?
+        {
+            Ok(out) => {
+                outbox_sql::Tx::commit(Box::new(session), "committing the caller's transaction").await?;
+                Ok(out)
+            }
+            Err(e) => Err(e),
         }
-        let mut sp = conn
-            .begin()
-            .await
-            .map_err(|e| storage("starting a savepoint", e))?;
-        let out =
-            crate::append_in::append_tx(&mut sp, batch, options, &self.partitioning, self.db.clock).await?;
-        sp.commit()
-            .await
-            .map_err(|e| storage("releasing a savepoint", e))?;
-        Ok(out)
     }
 
     #[cfg(feature = "test-util")]
@@ -819,7 +730,16 @@ impl SqliteJournal {
     /// call it on a production database.
     #[doc(hidden)]
     pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
-        self.db.advance_clock(duration_millis(d)).await
+        crate::clock::check_test_clock(self.clock, &self.path)?;
+        let ms = duration_millis(d);
+        self.engine
+            .writer
+            .write(move |conn| {
+                conn.execute(crate::clock::ADVANCE_TEST_CLOCK, [ms])
+                    .map(drop)
+                    .map_err(ctx("advancing the test clock"))
+            })
+            .await
     }
 }
 

@@ -1,20 +1,23 @@
 #![doc = include_str!("../README.md")]
 
-mod append_in;
+mod append;
 mod clock;
 mod db;
 mod engine;
 mod errors;
+mod files;
 mod journal;
+mod journal_tx;
+mod migrate;
 mod options;
 mod projection;
 mod runs;
 mod sql;
-mod statements;
 mod tx;
 mod wake;
 
 pub use journal::SqliteJournal;
+pub use journal_tx::JournalTx;
 pub use options::{SqliteOptions, Synchronous};
 pub use projection::{SqliteProjectionStore, digest_table, validate_identifier};
 pub use tx::SqliteTx;
@@ -23,9 +26,14 @@ pub use wake::SqliteWakeSource;
 /// The adapter's types, with the core prelude (the port traits, so their
 /// methods can be called on the stores): `use outbox_sqlite::prelude::*;`.
 pub mod prelude {
-    pub use crate::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx, Synchronous};
+    pub use crate::{JournalTx, SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx, Synchronous};
     pub use outbox_core::prelude::*;
 }
 
-/// The driver, re-exported so hand-written projections use the same `sqlx`.
+/// The projection database's driver, re-exported so hand-written
+/// projections use the same `sqlx`.
 pub use sqlx;
+
+/// The journal's driver, re-exported so an application's own statements in
+/// [`SqliteJournal::transaction`] use the same `rusqlite`.
+pub use rusqlite;

@@ -12,7 +12,8 @@ use outbox_core::{
 use sqlx::SqliteConnection;
 
 use crate::SqliteOptions;
-use crate::db::{Db, Role, path_from_url, storage};
+use crate::db::{Db, storage};
+use crate::files::path_from_url;
 use crate::tx::SqliteTx;
 use outbox_sql::SqlProjections;
 
@@ -83,7 +84,7 @@ impl SqliteProjectionStore {
     /// [`SqliteJournal::open`](crate::SqliteJournal::open), and a journal
     /// database.
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
-        let db = Arc::new(Db::open(path.as_ref(), &options, Role::Projection).await?);
+        let db = Arc::new(Db::open(path.as_ref(), &options).await?);
         Ok(SqliteProjectionStore {
             sql: SqlProjections::new(Arc::clone(&db)),
             db,

@@ -508,3 +508,54 @@ fn the_alone_migration_names_the_unfinished_and_the_recorded_messages() {
         assert!(sql.contains(&format!("'{text}'")), "0008 lacks {text:?}");
     }
 }
+
+/// The migration record written on open is the one `sqlx`'s migrator
+/// wrote and reads (the files' checksums and descriptions): a file
+/// migrated here needs nothing from that migrator (an earlier release
+/// opening it, or a tool using it), and a file it migrated opens here
+/// (`a_0001_journal_migrates_forward_on_open`).
+#[tokio::test]
+async fn the_migration_record_is_the_one_sqlx_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = closed_journal(dir.path()).await;
+    let mut migrator =
+        sqlx::migrate::Migrator::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/journal"))
+            .await
+            .unwrap();
+    migrator.dangerous_set_table_name("_outbox_migrations");
+    let mut conn = SqliteConnectOptions::new()
+        .filename(&path)
+        .connect()
+        .await
+        .unwrap();
+    let records = || "SELECT version, description, checksum FROM _outbox_migrations ORDER BY version";
+    let before: Vec<(i64, String, Vec<u8>)> = sqlx::query_as(records()).fetch_all(&mut conn).await.unwrap();
+    migrator
+        .run_direct(None, &mut conn, false)
+        .await
+        .expect("sqlx's migrator accepts every checksum and has nothing to apply");
+    let after: Vec<(i64, String, Vec<u8>)> = sqlx::query_as(records()).fetch_all(&mut conn).await.unwrap();
+    assert_eq!(before, after, "nothing applied again");
+    let want: Vec<(i64, String)> = migrator
+        .iter()
+        .map(|m| (m.version, m.description.to_string()))
+        .collect();
+    let got: Vec<(i64, String)> = after.into_iter().map(|(v, d, _)| (v, d)).collect();
+    assert_eq!(got, want);
+
+    // A record whose checksum differs (the file was migrated by a build
+    // whose migration text differed) is refused, the file left as it was.
+    sqlx::query("UPDATE _outbox_migrations SET checksum = x'00' WHERE version = 2")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::Connection::close(conn).await.unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteJournal::open(&path, test_options()).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("migration 2 was previously applied but has been modified"),
+        "{err}"
+    );
+    assert_untouched(&path, &before, "a modified migration");
+}

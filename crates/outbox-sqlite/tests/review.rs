@@ -212,8 +212,9 @@ async fn reset_refuses_a_transaction_rolled_back_by_the_projection() {
 }
 
 /// The journal's writer connection recovers when a caller's transaction from
-/// `SqliteJournal::begin` was ended by SQLite (here: `INSERT OR ROLLBACK` on a
-/// conflict, error swallowed) instead of failing every later write.
+/// A caller's transaction (`SqliteJournal::transaction`) that SQLite ended
+/// by itself (here: `INSERT OR ROLLBACK` on a conflict, error swallowed)
+/// fails at its commit, and later writes work instead of failing.
 #[tokio::test]
 async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
     let dir = tempfile::tempdir().unwrap();
@@ -229,14 +230,18 @@ async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
             .await
     };
     append().await.expect("first append");
-    {
-        let mut tx = journal.begin().await.unwrap();
-        let r = sqlx::query("INSERT OR ROLLBACK INTO outbox_meta (key, value) VALUES ('role', 'x')")
-            .execute(&mut *tx)
-            .await;
-        assert!(r.is_err(), "the conflicting insert fails and SQLite rolls back");
-        // Dropped: the driver's ROLLBACK fails (no transaction is active).
-    }
+    let ended = journal
+        .transaction(|tx| {
+            let r = tx.conn().execute(
+                "INSERT OR ROLLBACK INTO outbox_meta (key, value) VALUES ('role', 'x')",
+                [],
+            );
+            assert!(r.is_err(), "the conflicting insert fails and SQLite rolls back");
+            Ok::<(), outbox_core::Error>(())
+        })
+        .await;
+    let err = ended.expect_err("the commit finds no transaction");
+    assert!(err.to_string().contains("had already ended"), "{err}");
     append().await.expect("a later append works");
     assert_eq!(journal.stream_version(&sid("s")).await.unwrap(), 2);
 }
@@ -245,12 +250,18 @@ async fn journal_writer_survives_a_transaction_ended_behind_the_driver() {
 /// event no longer decodes (its stored payload hash is one byte).
 async fn journal_with_an_undecodable_run(dir: &std::path::Path) -> SqliteJournal {
     let journal = journal_with_two_events_in(dir, ["good", "bad"]).await;
-    let mut tx = journal.begin().await.unwrap();
-    sqlx::query("UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2")
-        .execute(&mut *tx)
+    journal
+        .transaction(|tx| {
+            tx.conn()
+                .execute(
+                    "UPDATE events SET payload_hash = x'00' WHERE stream = 'bad' AND seq = 2",
+                    [],
+                )
+                .expect("damage the hash");
+            Ok::<(), outbox_core::Error>(())
+        })
         .await
         .unwrap();
-    tx.commit().await.unwrap();
     journal
 }
 

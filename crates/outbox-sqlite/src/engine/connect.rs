@@ -20,9 +20,9 @@ pub(crate) enum Access {
 /// The name SQLite opens `path` by: the path itself, or for a read-only
 /// store with no `-wal` beside it a `file:` URI with `immutable=1` (no
 /// `-wal` or `-shm` file is created; see [`SqliteOptions::read_only`]).
-fn open_name(path: &Path, options: &SqliteOptions) -> (String, OpenFlags) {
+pub(crate) fn open_name(path: &Path, options: &SqliteOptions) -> (String, OpenFlags) {
     let plain = path.to_string_lossy().into_owned();
-    if !(options.read_only && crate::db::read_as_immutable(path)) {
+    if !(options.read_only && crate::files::read_as_immutable(path)) {
         return (plain, OpenFlags::empty());
     }
     let mut uri = String::from("file:");

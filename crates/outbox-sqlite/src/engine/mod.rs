@@ -53,10 +53,11 @@ use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+pub(crate) use connect::open_name;
 use connect::{Access, connect};
 use session::Session;
 use values::OwnedArg;
-pub(crate) use values::{engine_error, to_row};
+pub(crate) use values::{engine_error, is_busy, to_row};
 use work::{Commit, Job, Msg, Step, guarded};
 
 use crate::errors::internal;
@@ -135,7 +136,7 @@ impl Engine {
     /// Refuses a write on a read-only store, before it is queued.
     fn writable(&self, what: &str) -> Result<()> {
         if self.read_only {
-            return Err(crate::db::read_only_error(&self.path, what));
+            return Err(crate::files::read_only_error(&self.path, what));
         }
         Ok(())
     }
@@ -294,9 +295,12 @@ impl JournalEngine {
         })
     }
 
+    /// Closes the reader first: the last connection to a file checkpoints
+    /// its WAL into it and removes it when it closes, which a read-only
+    /// connection cannot do, so a writable one must be last.
     pub(crate) async fn close(&self) {
-        self.writer.close().await;
         self.reader.close().await;
+        self.writer.close().await;
     }
 }
 
@@ -356,10 +360,11 @@ impl Database for JournalEngine {
 
 /// The thread's side.
 struct Worker {
-    conn: Connection,
     /// A writer's read-only connection for the reads its jobs make after
-    /// their commits: their pages do not crowd the writer's cache.
+    /// their commits: their pages do not crowd the writer's cache. Declared
+    /// (so dropped) before `conn`: see [`JournalEngine::close`].
     loader: Option<Connection>,
+    conn: Connection,
     path: String,
     /// Whether the database is `synchronous = FULL`: only then do relaxed
     /// writes commit at a lower level.
@@ -553,7 +558,7 @@ mod tests {
     async fn listing_failed_or_dead_rows_walks_their_partial_index() {
         let dir = tempfile::tempdir().expect("tempdir");
         let conn = new_journal_reader(dir.path()).await;
-        let dialect = outbox_sql::Dialect::sqlite(crate::db::now_ms!());
+        let dialect = outbox_sql::Dialect::sqlite(crate::clock::now_ms!());
         for (status, index) in [
             (outbox_core::OutboxStatus::Failed, "outbox_failed"),
             (outbox_core::OutboxStatus::Dead, "outbox_dead"),

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use outbox_core::{AppendOptions, AppendRequest, EventJournal, Seq, StreamId};
-use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, Synchronous};
 use outbox_testkit::{Fixture, Harness, HeldAppend};
 
@@ -93,26 +92,29 @@ impl Harness for SqliteHarness {
     }
 
     async fn corrupt_payload(&self, ctx: &Ctx, stream: &StreamId, seq: Seq) {
-        let mut tx = ctx.journal.begin().await.expect("begin");
-        let mut payload: Vec<u8> =
-            sqlx::query_scalar("SELECT payload FROM events WHERE stream = ?1 AND seq = ?2")
-                .bind(stream.as_str())
-                .bind(seq.as_i64())
-                .fetch_optional(&mut *tx)
-                .await
-                .expect("read payload")
-                .unwrap_or_else(|| panic!("no event {stream}/{seq} to corrupt"));
-        match payload.first_mut() {
-            Some(b) => *b ^= 0xff,
-            None => payload.push(0),
-        }
-        sqlx::query("UPDATE events SET payload = ?3 WHERE stream = ?1 AND seq = ?2")
-            .bind(stream.as_str())
-            .bind(seq.as_i64())
-            .bind(payload)
-            .execute(&mut *tx)
+        let (stream, seq) = (stream.clone(), seq.as_i64());
+        ctx.journal
+            .transaction(move |tx| {
+                let conn = tx.conn();
+                let mut payload: Vec<u8> = conn
+                    .query_row(
+                        "SELECT payload FROM events WHERE stream = ?1 AND seq = ?2",
+                        outbox_sqlite::rusqlite::params![stream.as_str(), seq],
+                        |r| r.get(0),
+                    )
+                    .unwrap_or_else(|e| panic!("no event {stream}/{seq} to corrupt: {e}"));
+                match payload.first_mut() {
+                    Some(b) => *b ^= 0xff,
+                    None => payload.push(0),
+                }
+                conn.execute(
+                    "UPDATE events SET payload = ?3 WHERE stream = ?1 AND seq = ?2",
+                    outbox_sqlite::rusqlite::params![stream.as_str(), seq, payload],
+                )
+                .expect("corrupt payload");
+                Ok::<(), outbox_core::Error>(())
+            })
             .await
-            .expect("corrupt payload");
-        tx.commit().await.expect("commit");
+            .expect("commit");
     }
 }
