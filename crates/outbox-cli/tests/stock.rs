@@ -275,22 +275,23 @@ async fn stock_commands_leave_the_projection_database_byte_for_byte() {
     let p = SqliteProjectionStore::open(&site.projection, SqliteOptions::default())
         .await
         .unwrap();
-    let mut conn = p.read().await.unwrap();
-    let projections: Vec<String> =
-        outbox_sqlite::sqlx::query_scalar("SELECT DISTINCT projection FROM outbox_views ORDER BY 1")
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
+    let (projections, tables): (Vec<String>, Vec<String>) = p
+        .read(|conn| {
+            let all = |sql: &str| -> outbox_sqlite::rusqlite::Result<Vec<String>> {
+                conn.prepare(sql)?.query_map([], |r| r.get(0))?.collect()
+            };
+            Ok((
+                all("SELECT DISTINCT projection FROM outbox_views ORDER BY 1")?,
+                all(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'outbox%' \
+                     AND name NOT LIKE '\\_outbox%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY 1",
+                )?,
+            ))
+        })
+        .await
+        .unwrap();
     assert_eq!(projections, ["parcels"]);
-    let tables: Vec<String> = outbox_sqlite::sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'outbox%' \
-         AND name NOT LIKE '\\_outbox%' ESCAPE '\\' AND name NOT LIKE 'sqlite%' ORDER BY 1",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .unwrap();
     assert_eq!(tables, Vec::<String>::new(), "tables outside the outbox's own");
-    drop(conn);
     p.close().await;
 }
 
@@ -325,31 +326,18 @@ async fn an_older_schema_is_refused_unchanged_until_migrated() {
     let site = application().await;
     // Roll the projection database back to the schema before the last migration.
     {
-        use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
-        let mut conn = SqliteConnectOptions::new()
-            .filename(&site.projection)
-            .connect()
-            .await
+        let conn = outbox_sqlite::rusqlite::Connection::open(&site.projection).unwrap();
+        let last: i64 = conn
+            .query_row("SELECT MAX(version) FROM _outbox_migrations", [], |r| r.get(0))
             .unwrap();
-        let last: i64 = sqlx::query_scalar("SELECT MAX(version) FROM _outbox_migrations")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-        sqlx::query("DELETE FROM _outbox_migrations WHERE version = ?1")
-            .bind(last)
-            .execute(&mut conn)
-            .await
+        conn.execute("DELETE FROM _outbox_migrations WHERE version = ?1", [last])
             .unwrap();
         // The last projection migration (0008) adds the skip records' table.
         assert_eq!(
             last, 8,
             "this test undoes migration 0008: update it with the last migration"
         );
-        sqlx::query("DROP TABLE outbox_skipped")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let _ = sqlx::Connection::close(conn).await;
+        conn.execute_batch("DROP TABLE outbox_skipped").unwrap();
     }
     let before = projection_files(&site.projection);
     for args in [&["report", "--json"][..], &["runs", "list"], &["workers"]] {
@@ -384,18 +372,9 @@ async fn a_database_of_another_application_is_refused_as_holding_no_outbox() {
     let site = application().await;
     let foreign = site.journal.with_file_name("users.db");
     {
-        let opts = outbox_sqlite::sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&foreign)
-            .create_if_missing(true);
-        let mut conn =
-            <outbox_sqlite::sqlx::SqliteConnection as outbox_sqlite::sqlx::Connection>::connect_with(&opts)
-                .await
-                .unwrap();
-        outbox_sqlite::sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
-            .execute(&mut conn)
-            .await
+        outbox_sqlite::rusqlite::Connection::open(&foreign)
+            .and_then(|c| c.execute_batch("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)"))
             .unwrap();
-        let _ = outbox_sqlite::sqlx::Connection::close(conn).await;
     }
     let before = std::fs::read(&foreign).unwrap();
     let out = outbox_on(&foreign, &site.projection, &["report"]);

@@ -2550,35 +2550,22 @@ fn rebuild_with_complete_rows_resolves_a_dead_row_on_the_live_database() {
 // ---------------------------------------------------------------------------
 
 /// Holds the journal's write lock from "another process" (a connection of
-/// its own, on a runtime of its own) until released.
+/// its own) until released.
 struct JournalLock {
-    rt: tokio::runtime::Runtime,
-    conn: Option<outbox_sqlite::sqlx::SqliteConnection>,
+    conn: Option<outbox_sqlite::rusqlite::Connection>,
 }
 
 impl JournalLock {
     fn take(site: &Site) -> JournalLock {
-        use outbox_sqlite::sqlx::{self, Connection};
-        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-        let url = format!("sqlite://{}", site.journal.display());
-        let conn = rt.block_on(async {
-            let mut c = sqlx::SqliteConnection::connect(&url).await.expect("connect");
-            sqlx::query("BEGIN EXCLUSIVE")
-                .execute(&mut c)
-                .await
-                .expect("lock");
-            c
-        });
-        JournalLock { rt, conn: Some(conn) }
+        let c = outbox_sqlite::rusqlite::Connection::open(&site.journal).expect("connect");
+        c.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+        JournalLock { conn: Some(c) }
     }
 
     fn release(mut self) {
-        use outbox_sqlite::sqlx::{self, Connection};
-        let mut c = self.conn.take().expect("held");
-        self.rt.block_on(async {
-            sqlx::query("ROLLBACK").execute(&mut c).await.expect("unlock");
-            c.close().await.expect("close");
-        });
+        let c = self.conn.take().expect("held");
+        c.execute_batch("ROLLBACK").expect("unlock");
+        c.close().map_err(|(_, e)| e).expect("close");
     }
 }
 

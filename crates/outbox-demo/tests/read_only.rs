@@ -213,21 +213,13 @@ fn a_read_only_directory_is_inspected_and_served_without_a_write() {
 fn a_schema_behind_this_build_on_a_read_only_journal_names_migrate() {
     let site = site();
     // Undo the journal's last migration's record: its schema is behind.
-    support::block_on(async {
-        use outbox_sqlite::sqlx::{self, ConnectOptions as _, sqlite::SqliteConnectOptions};
-        let mut conn = SqliteConnectOptions::new()
-            .filename(&site.journal)
-            .connect()
-            .await
-            .expect("connect");
-        sqlx::query(
-            "DELETE FROM _outbox_migrations WHERE version = (SELECT MAX(version) FROM _outbox_migrations)",
-        )
-        .execute(&mut conn)
-        .await
+    outbox_sqlite::rusqlite::Connection::open(&site.journal)
+        .and_then(|c| {
+            c.execute_batch(
+                "DELETE FROM _outbox_migrations WHERE version = (SELECT MAX(version) FROM _outbox_migrations)",
+            )
+        })
         .expect("delete");
-        let _ = sqlx::Connection::close(conn).await;
-    });
     chmod(&site.journal, 0o400);
     let before = files(&site.dir);
     for args in [&["report"][..], &["serve", "--addr", "127.0.0.1:0"]] {

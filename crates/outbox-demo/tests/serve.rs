@@ -122,20 +122,16 @@ fn look_alikes_and_control_characters_are_shown_as_their_codes() {
     // An application's error text with a terminal escape: retitle the
     // window and clear the screen.
     let escape = "bad\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m";
-    support::block_on(async {
-        use outbox_sqlite::sqlx::{self, Connection};
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", site.journal.display()))
-            .await
+    {
+        let c = outbox_sqlite::rusqlite::Connection::open(&site.journal).unwrap();
+        let done = c
+            .execute(
+                "UPDATE outbox SET last_error = ?1 WHERE stream = ?2 AND status = 'dead'",
+                [escape, reversed],
+            )
             .unwrap();
-        let done = sqlx::query("UPDATE outbox SET last_error = ?1 WHERE stream = ?2 AND status = 'dead'")
-            .bind(escape)
-            .bind(reversed)
-            .execute(&mut c)
-            .await
-            .unwrap();
-        assert_eq!(done.rows_affected(), 1);
-        c.close().await.unwrap();
-    });
+        assert_eq!(done, 1);
+    }
     let server = Server::start(&site, SERVE, &with_token(), LISTENING);
     let page = server.get("/blocked").body;
     // What the page shows: everything but the forms' hidden fields.

@@ -15,7 +15,6 @@ use outbox_core::{
     ProjectionName, StreamId, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
-use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteOptions, SqliteProjectionStore, SqliteTx, digest_table};
 
 /// Records when each event was applied, and upserts a row like a real projection.
@@ -30,19 +29,22 @@ impl Projection<SqliteTx> for Probe {
         &self.name
     }
     async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS probe (stream TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
-        )
-        .execute(tx.conn())
+        tx.run(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS probe (stream TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+            )
+        })
         .await?;
         Ok(())
     }
     async fn apply(&self, tx: &mut SqliteTx, e: &Event) -> Result<(), BoxError> {
-        sqlx::query(
-            "INSERT INTO probe (stream, n) VALUES (?1, 1) ON CONFLICT (stream) DO UPDATE SET n = n + 1",
-        )
-        .bind(e.stream.as_str())
-        .execute(tx.conn())
+        let stream = e.stream.as_str().to_owned();
+        tx.run(move |conn| {
+            conn.execute(
+                "INSERT INTO probe (stream, n) VALUES (?1, 1) ON CONFLICT (stream) DO UPDATE SET n = n + 1",
+                [stream],
+            )
+        })
         .await?;
         self.applied
             .lock()
@@ -51,11 +53,11 @@ impl Projection<SqliteTx> for Probe {
         Ok(())
     }
     async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM probe").execute(tx.conn()).await?;
+        tx.run(|conn| conn.execute_batch("DELETE FROM probe")).await?;
         Ok(())
     }
     async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
-        digest_table(tx.conn(), "probe", out).await?;
+        digest_table(tx, "probe", out).await?;
         Ok(())
     }
 }

@@ -428,7 +428,6 @@ async fn a_worker_wakes_on_another_connections_append_without_polling() {
 /// the lock is held, and the liveness bound after release is generous.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_rides_out_a_journal_locked_past_the_busy_timeout() {
-    use outbox_sqlite::sqlx::{Connection, SqliteConnection};
     let f = files();
     let (p, _) = oracle();
     let opts = SqliteOptions::default().with_busy_timeout(Duration::from_millis(50));
@@ -457,12 +456,8 @@ async fn start_rides_out_a_journal_locked_past_the_busy_timeout() {
         .await
         .unwrap();
     // "Another process": a connection of its own holding the write lock.
-    let url = format!("sqlite://{}", f.journal.display());
-    let mut other = SqliteConnection::connect(&url).await.unwrap();
-    outbox_sqlite::sqlx::query("BEGIN EXCLUSIVE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let other = outbox_sqlite::rusqlite::Connection::open(&f.journal).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let starting = tokio::spawn({
         let rt = rt.clone();
         async move { rt.start().await }
@@ -473,11 +468,8 @@ async fn start_rides_out_a_journal_locked_past_the_busy_timeout() {
         !starting.is_finished(),
         "start() must wait for the lock, not fail"
     );
-    outbox_sqlite::sqlx::query("COMMIT")
-        .execute(&mut other)
-        .await
-        .unwrap();
-    other.close().await.unwrap();
+    other.execute_batch("COMMIT").unwrap();
+    drop(other);
     let running = tokio::time::timeout(Duration::from_secs(120), starting)
         .await
         .expect("start() finishes once the lock is released")
@@ -494,7 +486,6 @@ async fn start_rides_out_a_journal_locked_past_the_busy_timeout() {
 /// With no budget, the same lock fails `start()` at once with one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_with_no_retry_budget_fails_fast_with_one_line() {
-    use outbox_sqlite::sqlx::{Connection, SqliteConnection};
     let f = files();
     let (p, _) = oracle();
     let opts = SqliteOptions::default().with_busy_timeout(Duration::from_millis(50));
@@ -507,12 +498,8 @@ async fn start_with_no_retry_budget_fails_fast_with_one_line() {
         .build()
         .await
         .unwrap();
-    let url = format!("sqlite://{}", f.journal.display());
-    let mut other = SqliteConnection::connect(&url).await.unwrap();
-    outbox_sqlite::sqlx::query("BEGIN EXCLUSIVE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let other = outbox_sqlite::rusqlite::Connection::open(&f.journal).unwrap();
+    other.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let err = match rt.start().await {
         Ok(_) => panic!("start() succeeded under a held lock"),
         Err(e) => e,
@@ -523,10 +510,7 @@ async fn start_with_no_retry_budget_fails_fast_with_one_line() {
         msg.contains("1 attempt(s)") && msg.contains("OUTBOX_START_RETRY_MS"),
         "{msg}"
     );
-    outbox_sqlite::sqlx::query("ROLLBACK")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    other.execute_batch("ROLLBACK").unwrap();
 }
 
 /// A sweep whose claim read every run but one (an event that no longer

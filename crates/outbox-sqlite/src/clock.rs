@@ -77,19 +77,6 @@ pub(crate) fn now(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-/// Creates (or replaces) the clock view on the sqlx connection `conn`.
-pub(crate) async fn install(conn: &mut sqlx::SqliteConnection, clock: Clock) -> sqlx::Result<()> {
-    let has_meta = clock.reads_meta()
-        && sqlx::query_scalar::<_, bool>(HAS_META)
-            .fetch_one(&mut *conn)
-            .await?;
-    sqlx::query("DROP VIEW IF EXISTS temp.outbox_clock")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(clock.view(has_meta)).execute(&mut *conn).await?;
-    Ok(())
-}
-
 /// Creates (or replaces) the clock view on the engine connection `conn`.
 pub(crate) fn install_on(conn: &rusqlite::Connection, clock: Clock) -> rusqlite::Result<()> {
     let has_meta = clock.reads_meta() && conn.query_row(HAS_META, [], |r| r.get::<_, bool>(0))?;

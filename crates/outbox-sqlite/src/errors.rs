@@ -1,7 +1,6 @@
-//! What both driver layers agree on about errors (the sqlx side in db.rs,
-//! the rusqlite engine in engine/): SQLite's result codes, which of them are
-//! temporary, and the adapter's own errors. A leaf, so that neither layer
-//! imports the other for them.
+//! SQLite's result codes, which of them are temporary, and the adapter's
+//! own errors. A leaf: the engine (`engine/`) and the migrations
+//! (`migrate.rs`) both use it without importing each other.
 
 use outbox_core::Error;
 
@@ -18,8 +17,7 @@ pub(crate) const SQLITE_NOTADB: i32 = 26;
 /// the lock past the busy timeout (`BUSY`, `LOCKED`), the file could not be
 /// read or written or opened right now (`IOERR`, `CANTOPEN`: a file whose
 /// permissions or mount are briefly wrong), the disk is full (`FULL`), or a
-/// WAL lock race (`PROTOCOL`). Shared by the sqlx side (`db::is_temporary`)
-/// and the engine's `engine_error` (rusqlite).
+/// WAL lock race (`PROTOCOL`). Used by the engine's `engine_error`.
 pub(crate) fn temporary_code(code: i32) -> bool {
     matches!(
         code & 0xff,

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::SqliteOptions;
 use crate::append::{READ_VERSION, append_body};
 use crate::clock::now_ms;
-use crate::engine::{JournalEngine, engine_error, to_row};
+use crate::engine::{Engines, engine_error, to_row};
 use crate::files::path_from_url;
 use crate::journal_tx::JournalTx;
 use outbox_sql::Role;
@@ -46,11 +46,23 @@ pub struct SqliteJournal {
     #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
     clock: crate::clock::Clock,
     /// Every port call.
-    engine: Arc<JournalEngine>,
+    engine: Arc<Engines>,
+    /// The shared lease statements, rendered once for this file.
+    leases: Arc<LeaseSql>,
     /// The cold-path ports, on the engine.
-    sql: SqlJournal<JournalEngine>,
+    sql: SqlJournal<Engines>,
     /// The journal's partitioning, resolved and stored at open.
     partitioning: Partitioning,
+}
+
+/// [`outbox_sql::journal`]'s lease statements in this dialect.
+#[derive(Debug)]
+struct LeaseSql {
+    acquire: Arc<str>,
+    renew: Arc<str>,
+    /// The renewal of a partitioned claim's lease (its partition's).
+    renew_partition: Arc<str>,
+    release: Arc<str>,
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -609,7 +621,13 @@ impl SqliteJournal {
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         let path = crate::migrate::prepare(path.as_ref(), &options, Role::Journal).await?;
         let dialect = Arc::new(outbox_sql::Dialect::sqlite(now_ms!()));
-        let engine = JournalEngine::start(&path, &options, dialect)?;
+        let leases = Arc::new(LeaseSql {
+            acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
+            renew: dialect.sql(outbox_sql::journal::RENEW).into(),
+            renew_partition: dialect.sql(outbox_sql::partitions::PARTITION_RENEW).into(),
+            release: dialect.sql(outbox_sql::journal::RELEASE).into(),
+        });
+        let engine = Engines::start(&path, &options, dialect)?;
         let p = &options.partitions;
         let partitioning = if options.read_only {
             outbox_sql::partitions::read_partitioning(
@@ -642,6 +660,7 @@ impl SqliteJournal {
             clock: options.clock,
             sql: SqlJournal::new(Arc::clone(&engine)),
             engine,
+            leases,
             partitioning,
         })
     }
@@ -905,11 +924,7 @@ impl OutboxQueue for SqliteJournal {
         match what {
             Take::Stream { stream, max } => {
                 let max = validate_limit(max, MAX_PAGE)?;
-                let (stream, owner, sql) = (
-                    stream.clone(),
-                    owner.clone(),
-                    Arc::clone(&self.engine.leases.acquire),
-                );
+                let (stream, owner, sql) = (stream.clone(), owner.clone(), Arc::clone(&self.leases.acquire));
                 self.engine
                     .writer
                     .write_relaxed(move |conn| {
@@ -941,7 +956,7 @@ impl OutboxQueue for SqliteJournal {
 
     /// One transaction: every pass's completion, abandon and release.
     async fn finish(&self, ends: &[StreamEnd]) -> Result<u64> {
-        let (ends, sql) = (ends.to_vec(), Arc::clone(&self.engine.leases.release));
+        let (ends, sql) = (ends.to_vec(), Arc::clone(&self.leases.release));
         self.engine
             .writer
             .write_relaxed(move |conn| {
@@ -1026,11 +1041,7 @@ impl OutboxQueue for SqliteJournal {
 impl LeaseStore for SqliteJournal {
     async fn acquire(&self, stream: &StreamId, owner: &WorkerId, ttl: Duration) -> Result<Option<Lease>> {
         validate_ttl(ttl)?;
-        let (stream, owner, sql) = (
-            stream.clone(),
-            owner.clone(),
-            Arc::clone(&self.engine.leases.acquire),
-        );
+        let (stream, owner, sql) = (stream.clone(), owner.clone(), Arc::clone(&self.leases.acquire));
         self.engine
             .writer
             .write_relaxed(move |conn| acquire_body(conn, &sql, &stream, &owner, duration_millis(ttl)))
@@ -1042,8 +1053,8 @@ impl LeaseStore for SqliteJournal {
         let (lease, sql) = (
             lease.clone(),
             match lease.partition {
-                Some(_) => Arc::clone(&self.engine.leases.renew_partition),
-                None => Arc::clone(&self.engine.leases.renew),
+                Some(_) => Arc::clone(&self.leases.renew_partition),
+                None => Arc::clone(&self.leases.renew),
             },
         );
         self.engine
@@ -1085,7 +1096,7 @@ impl LeaseStore for SqliteJournal {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let (lease, sql) = (lease.clone(), Arc::clone(&self.engine.leases.release));
+        let (lease, sql) = (lease.clone(), Arc::clone(&self.leases.release));
         self.engine
             .writer
             .write_relaxed(move |conn| release_body(conn, &sql, &lease))
@@ -1301,8 +1312,8 @@ impl SqliteJournal {
             owner: owner.clone(),
             ttl: duration_millis(ttl),
             limits: limits.validated()?,
-            acquire: Arc::clone(&self.engine.leases.acquire),
-            release: Arc::clone(&self.engine.leases.release),
+            acquire: Arc::clone(&self.leases.acquire),
+            release: Arc::clone(&self.leases.release),
         })
     }
 }

@@ -2,7 +2,6 @@
 
 mod append;
 mod clock;
-mod db;
 mod engine;
 mod errors;
 mod files;
@@ -12,7 +11,6 @@ mod migrate;
 mod options;
 mod projection;
 mod runs;
-mod sql;
 mod tx;
 mod wake;
 
@@ -30,10 +28,7 @@ pub mod prelude {
     pub use outbox_core::prelude::*;
 }
 
-/// The projection database's driver, re-exported so hand-written
-/// projections use the same `sqlx`.
-pub use sqlx;
-
-/// The journal's driver, re-exported so an application's own statements in
-/// [`SqliteJournal::transaction`] use the same `rusqlite`.
+/// The driver, re-exported so hand-written projections
+/// ([`SqliteTx::run`]) and an application's own statements
+/// ([`SqliteJournal::transaction`]) use the same `rusqlite`.
 pub use rusqlite;

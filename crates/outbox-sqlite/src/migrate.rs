@@ -99,9 +99,16 @@ pub(crate) async fn prepare(path: &Path, options: &SqliteOptions, role: Role) ->
     options.validate()?;
     let abs = crate::files::prepare_path(path, options)?;
     let (options, file) = (options.clone(), abs.clone());
-    tokio::task::spawn_blocking(move || setup(&file, &options, role))
-        .await
-        .map_err(|e| crate::errors::internal(format!("preparing {}: {e}", abs.display())))??;
+    // Off the async runtime: opening may wait for another process's locks.
+    let (reply, done) = tokio::sync::oneshot::channel();
+    thread::Builder::new()
+        .name("outbox-sqlite-open".into())
+        .spawn(move || {
+            let _ = reply.send(setup(&file, &options, role));
+        })
+        .map_err(|e| crate::errors::internal(format!("preparing {}: {e}", abs.display())))?;
+    done.await
+        .map_err(|_| crate::errors::internal(format!("preparing {}: the thread stopped", abs.display())))??;
     Ok(abs)
 }
 

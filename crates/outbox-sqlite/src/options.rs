@@ -33,16 +33,6 @@ pub enum Synchronous {
     Off,
 }
 
-impl Synchronous {
-    pub(crate) fn to_sqlx(self) -> sqlx::sqlite::SqliteSynchronous {
-        match self {
-            Synchronous::Full => sqlx::sqlite::SqliteSynchronous::Full,
-            Synchronous::Normal => sqlx::sqlite::SqliteSynchronous::Normal,
-            Synchronous::Off => sqlx::sqlite::SqliteSynchronous::Off,
-        }
-    }
-}
-
 /// How [`SqliteJournal`](crate::SqliteJournal) and
 /// [`SqliteProjectionStore`](crate::SqliteProjectionStore) open their file.
 ///
@@ -53,9 +43,8 @@ impl Synchronous {
 /// let options = SqliteOptions::default()
 ///     .with_synchronous(Synchronous::Normal)
 ///     .with_busy_timeout(Duration::from_secs(10))
-///     .with_create_dirs(true)
-///     .with_read_connections(2);
-/// assert_eq!(options.read_connections, 2);
+///     .with_create_dirs(true);
+/// assert_eq!(options.busy_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -73,9 +62,6 @@ pub struct SqliteOptions {
     /// maintenance tools turn it off so a mistyped path is an error, not a
     /// new empty database.
     pub create_if_missing: bool,
-    /// Read-only connections for listings, loads and digests (writes always
-    /// go through the store's single writer connection). Default 4.
-    pub read_connections: u32,
     /// Apply pending migrations when opening. Default `true`; inspection
     /// tools turn it off, so a database of an older schema is refused
     /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
@@ -108,7 +94,6 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             create_dirs: false,
             create_if_missing: true,
-            read_connections: 4,
             migrate: true,
             partitions: outbox_core::PartitionOptions::default(),
             read_only: false,
@@ -149,9 +134,6 @@ impl SqliteOptions {
         self
     }
 
-    /// The largest accepted [`SqliteOptions::read_connections`].
-    pub const MAX_READ_CONNECTIONS: u32 = 64;
-
     /// Sets [`SqliteOptions::migrate`].
     pub fn with_migrate(mut self, migrate: bool) -> Self {
         self.migrate = migrate;
@@ -188,24 +170,11 @@ impl SqliteOptions {
         self
     }
 
-    /// Sets [`SqliteOptions::read_connections`].
-    pub fn with_read_connections(mut self, n: u32) -> Self {
-        self.read_connections = n;
-        self
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
         if self.busy_timeout < Duration::from_millis(1) || self.busy_timeout > Duration::from_secs(3600) {
             return Err(Error::Config(format!(
                 "sqlite busy timeout {:?} is outside 1ms..=1h",
                 self.busy_timeout
-            )));
-        }
-        if self.read_connections == 0 || self.read_connections > Self::MAX_READ_CONNECTIONS {
-            return Err(Error::Config(format!(
-                "sqlite read connections must be between 1 and {}, got {}",
-                Self::MAX_READ_CONNECTIONS,
-                self.read_connections
             )));
         }
         Ok(())
@@ -216,8 +185,5 @@ impl SqliteOptions {
 /// while a reader held it (a long backup, a burst) does not keep its
 /// largest size on disk until the last connection closes. An engine's
 /// writer never truncates the file itself (`journal_size_limit = -1`); its
-/// checkpointer does, once the writer is quiet (`engine::checkpoint`). The
-/// `sqlx` connections, which write the journal only on cold paths and are
-/// the projection file's only writers, truncate at this size as SQLite
-/// does (`journal_size_limit`).
+/// checkpointer does, once the writer is quiet (`engine::checkpoint`).
 pub(crate) const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;

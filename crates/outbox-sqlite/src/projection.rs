@@ -9,27 +9,33 @@ use outbox_core::{
     ProjectionName, ProjectionStore, Result, StoredGeneration, StreamId, SwapCheck, SwapOutcome, ViewDigest,
     ViewDigestCheck, ViewStore, Watermark, WatermarkStore,
 };
-use sqlx::SqliteConnection;
+use outbox_sql::{Role, SqlProjections};
 
 use crate::SqliteOptions;
-use crate::db::{Db, storage};
+use crate::clock::now_ms;
+use crate::engine::{Engines, engine_error};
 use crate::files::path_from_url;
 use crate::tx::SqliteTx;
-use outbox_sql::SqlProjections;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
 /// transaction), [`WatermarkStore`](outbox_core::WatermarkStore) and [`ViewStore`](outbox_core::ViewStore).
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
-/// watermarks live in one file, so an apply commits them together. Clones
-/// share the connections.
+/// watermarks live in one file, so an apply commits them together. Like
+/// the journal, the file has one writer connection, owned by an engine
+/// thread (ADR 0038), and one reader. Clones share the connections.
 #[derive(Clone, Debug)]
 pub struct SqliteProjectionStore {
-    pub(crate) db: Arc<Db>,
+    engines: Arc<Engines>,
+    /// The database file's absolute path.
+    path: Arc<Path>,
+    /// The clock the engine's connections read (test support).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+    clock: crate::clock::Clock,
     /// The cold-path ports, and the live generations apply transactions
     /// reuse (ADR 0021).
-    pub(crate) sql: SqlProjections<Db>,
+    pub(crate) sql: SqlProjections<Engines>,
 }
 
 /// Checks a table or column name for use in SQL text: an ASCII letter or
@@ -60,20 +66,18 @@ pub fn validate_identifier(name: &str) -> Result<&str> {
 /// body of a SQLite projection's [`Projection::digest`].
 ///
 /// `table` must pass [`validate_identifier`] and exist.
-pub async fn digest_table(conn: &mut SqliteConnection, table: &str, out: &mut DigestBuilder) -> Result<()> {
+pub async fn digest_table(tx: &mut SqliteTx, table: &str, out: &mut DigestBuilder) -> Result<()> {
     validate_identifier(table)?;
-    let err = |e| storage(format_args!("digesting table {table}"), e);
-    let columns: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pragma_table_info(?1)")
-        .bind(table)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(err)?;
+    let name = table.to_owned();
+    let columns: i64 = tx
+        .run(move |conn| conn.query_row("SELECT COUNT(*) FROM pragma_table_info(?1)", [name], |r| r.get(0)))
+        .await?;
     if columns == 0 {
         return Err(Error::invalid(format_args!("table {table} does not exist")));
     }
     let order: Vec<String> = (1..=columns).map(|i| i.to_string()).collect();
     let sql = format!("SELECT * FROM \"{table}\" ORDER BY {}", order.join(", "));
-    let rows = crate::sql::fetch(conn, &format!("digesting table {table}"), &sql, &[]).await?;
+    let rows = outbox_sql::Conn::fetch(tx, &format!("digesting table {table}"), &sql, &[]).await?;
     outbox_sql::digest_rows(out, table, &rows);
     Ok(())
 }
@@ -84,10 +88,14 @@ impl SqliteProjectionStore {
     /// [`SqliteJournal::open`](crate::SqliteJournal::open), and a journal
     /// database.
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
-        let db = Arc::new(Db::open(path.as_ref(), &options).await?);
+        let path = crate::migrate::prepare(path.as_ref(), &options, Role::Projection).await?;
+        let dialect = Arc::new(outbox_sql::Dialect::sqlite(now_ms!()));
+        let engines = Arc::new(Engines::start(&path, &options, dialect)?);
         Ok(SqliteProjectionStore {
-            sql: SqlProjections::new(Arc::clone(&db)),
-            db,
+            sql: SqlProjections::new(Arc::clone(&engines)),
+            engines,
+            path: path.into(),
+            clock: options.clock,
         })
     }
 
@@ -103,25 +111,33 @@ impl SqliteProjectionStore {
     /// `Outbox::wait_for` in one process wakes when a worker in another
     /// applies.
     pub fn wake_source(&self) -> Arc<dyn outbox_core::WakeSource> {
-        Arc::new(crate::SqliteWakeSource::new(&self.db.path))
+        Arc::new(crate::SqliteWakeSource::new(&self.path))
     }
 
     /// The database file's absolute path.
     pub fn path(&self) -> &Path {
-        &self.db.path
+        &self.path
     }
 
     /// Closes the connections of this instance and its clones (later calls
     /// fail). Dropping every clone also closes them, in the background;
     /// `close` waits, so the files can be reopened or copied right after.
     pub async fn close(&self) {
-        self.db.close().await;
+        self.engines.close().await;
     }
 
-    /// A read-only connection to the projection database, for queries by the
-    /// application (projection tables, checkpoints).
-    pub async fn read(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Sqlite>> {
-        self.db.read().await
+    /// Runs `body` on the store's read-only connection, for queries by the
+    /// application (projection tables, checkpoints); each statement reads
+    /// the latest commit. Its error is mapped as the store's own.
+    pub async fn read<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.engines
+            .reader
+            .read(move |conn| body(conn).map_err(|e| engine_error("reading the projection database", e)))
+            .await
     }
 
     #[cfg(feature = "test-util")]
@@ -129,14 +145,24 @@ impl SqliteProjectionStore {
     /// [`SqliteJournal::advance_clock_for_tests`](crate::SqliteJournal).
     #[doc(hidden)]
     pub async fn advance_clock_for_tests(&self, d: std::time::Duration) -> Result<()> {
-        self.db.advance_clock(outbox_core::spi::duration_millis(d)).await
+        crate::clock::check_test_clock(self.clock, &self.path)?;
+        let ms = outbox_core::spi::duration_millis(d);
+        self.engines
+            .writer
+            .write(move |conn| {
+                conn.execute(crate::clock::ADVANCE_TEST_CLOCK, [ms])
+                    .map(drop)
+                    .map_err(|e| engine_error("advancing the test clock", e))
+            })
+            .await
     }
 
     /// A write transaction; `cached` reuses the live generations the last
     /// apply resolved (an apply fenced by their epoch), otherwise they are
     /// read now (setup, reset).
     async fn begin(&self, cached: bool) -> Result<SqliteTx> {
-        let mut tx = SqliteTx::new(self.db.begin().await?, self.db.dialect.clone());
+        let session = self.engines.writer.session("BEGIN IMMEDIATE").await?;
+        let mut tx = SqliteTx::new(session, Arc::clone(self.engines.dialect()));
         tx.resolve_generations(cached.then_some(self.sql.generation_cache()))
             .await?;
         Ok(tx)
@@ -152,7 +178,7 @@ impl SqliteProjectionStore {
     }
 
     async fn commit(&self, tx: SqliteTx, what: &str) -> Result<()> {
-        tx.commit(|e| storage(self.db.context(what), e)).await
+        tx.commit(&format!("{what} on {}", self.path.display())).await
     }
 }
 
@@ -161,7 +187,7 @@ impl ProjectionStore for SqliteProjectionStore {
 
     async fn setup(&self, projections: &[Arc<dyn Projection<SqliteTx>>]) -> Result<()> {
         let mut tx = self.begin(false).await?;
-        outbox_sql::projection::setup_in(&self.db.dialect, &mut tx, projections).await?;
+        outbox_sql::projection::setup_in(self.engines.dialect(), &mut tx, projections).await?;
         self.commit(tx, "setting up projections").await
     }
 
@@ -204,25 +230,23 @@ impl ProjectionStore for SqliteProjectionStore {
     }
 
     async fn checkpoint(&self, projection: &ProjectionName, stream: &StreamId) -> Result<u64> {
-        outbox_sql::projection::checkpoint(&*self.db, projection, stream).await
+        outbox_sql::projection::checkpoint(&*self.engines, projection, stream).await
     }
 
     async fn reset(&self, projection: &dyn Projection<SqliteTx>) -> Result<()> {
         let mut tx = self.begin(false).await?;
-        outbox_sql::projection::reset_in(&self.db.dialect, &mut tx, projection).await?;
+        outbox_sql::projection::reset_in(self.engines.dialect(), &mut tx, projection).await?;
         self.commit(tx, "resetting a projection").await
     }
 
     async fn digest(&self, projection: &dyn Projection<SqliteTx>) -> Result<Digest> {
-        let err = |e| storage(self.db.context("digesting a projection"), e);
         // One read transaction: the documents, tables and checkpoints are one snapshot.
-        let mut tx = SqliteTx::new(
-            self.db.reader.begin().await.map_err(err)?,
-            self.db.dialect.clone(),
-        );
+        let session = self.engines.reader.session("BEGIN").await?;
+        let mut tx = SqliteTx::new(session, Arc::clone(self.engines.dialect()));
         tx.resolve_generations(None).await?;
-        let digest = outbox_sql::projection::digest_in(&self.db.dialect, &mut tx, projection).await?;
-        tx.commit(err).await?;
+        let digest = outbox_sql::projection::digest_in(self.engines.dialect(), &mut tx, projection).await?;
+        tx.commit(&format!("digesting a projection on {}", self.path.display()))
+            .await?;
         Ok(digest)
     }
 }
@@ -233,7 +257,7 @@ impl outbox_core::SkippedEvents for SqliteProjectionStore {
         projection: Option<&ProjectionName>,
         limit: usize,
     ) -> Result<Vec<outbox_core::SkippedEvent>> {
-        outbox_sql::skipped::skipped(&*self.db, projection, limit).await
+        outbox_sql::skipped::skipped(&*self.engines, projection, limit).await
     }
 
     async fn reapply(&self, event: &Event, projection: &Arc<dyn Projection<SqliteTx>>) -> Result<bool> {

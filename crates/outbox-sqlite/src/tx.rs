@@ -1,37 +1,38 @@
 //! The projection transaction handle: what appliers write through.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use outbox_core::spi::{ApplyTx, CheckpointMove, GenerationMap, StreamAdvance, ViewRow, ViewStorage};
-use outbox_core::{Error, ProjectionName, Result, Seq, StreamId, async_trait};
+use outbox_core::{ProjectionName, Result, Seq, StreamId, async_trait};
 use outbox_sql::generations::GenerationCache;
 use outbox_sql::{Arg, Conn, Dialect, Row, SqlTx, Statement};
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use rusqlite::{Connection, OptionalExtension as _, params};
 
-use crate::db::{now_ms, storage};
-use crate::sql::WriteTx;
+use crate::clock::now_ms;
+use crate::engine::{Session, engine_error};
 
 /// One transaction of the SQLite projection database (`BEGIN IMMEDIATE` for
-/// an apply or a reset, a read transaction for a digest).
+/// an apply or a reset, a read transaction for a digest), on the store's
+/// engine thread.
 ///
 /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
 /// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
 /// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
-/// hatch) runs its own SQL on the connection: `tx.conn()`, or `&mut **tx`
-/// through `DerefMut`. It must not commit, roll back or keep it.
+/// hatch) runs its own SQL with [`SqliteTx::run`]: a closure that gets the
+/// store's [`rusqlite`] connection inside the transaction. It must not
+/// commit or roll back.
 pub struct SqliteTx {
-    /// The driver's transaction, the live generations and the pending
-    /// document writes, as every SQL dialect keeps them.
-    sql: SqlTx<WriteTx>,
+    /// The engine session, the live generations and the pending document
+    /// writes, as every SQL dialect keeps them.
+    sql: SqlTx<Session>,
     /// `Some` while the apply guard's savepoint is open.
-    guard: Option<i64>,
+    guard: Option<()>,
 }
 
 impl SqliteTx {
-    pub(crate) fn new(tx: Transaction<'static, Sqlite>, dialect: Arc<Dialect>) -> Self {
+    pub(crate) fn new(session: Session, dialect: Arc<Dialect>) -> Self {
         SqliteTx {
-            sql: SqlTx::new(WriteTx(tx), dialect),
+            sql: SqlTx::new(session, dialect),
             guard: None,
         }
     }
@@ -53,16 +54,44 @@ impl SqliteTx {
     }
 
     /// Writes out the pending documents and the running digest changes (one
-    /// statement per projection changed), then commits; `err` maps the
-    /// commit's own error.
-    pub(crate) async fn commit(self, err: impl FnOnce(sqlx::Error) -> Error) -> Result<()> {
-        let WriteTx(tx) = self.sql.finish().await?;
-        tx.commit().await.map_err(err)
+    /// statement per projection changed), then commits.
+    pub(crate) async fn commit(self, what: &str) -> Result<()> {
+        let session = self.sql.finish().await?;
+        outbox_sql::Tx::commit(Box::new(session), what).await
     }
 
-    /// The connection, inside the store's transaction.
-    pub fn conn(&mut self) -> &mut SqliteConnection {
-        &mut self.sql.conn().0
+    /// Runs `body` on the store's connection, inside this transaction, on
+    /// the store's engine thread: one handoff for the whole body, however
+    /// many statements it runs. Its error is mapped as the store's own
+    /// (a busy or full database is temporary); a panic in it is an error.
+    ///
+    /// The body must be `'static`: copy what it needs from the event first.
+    ///
+    /// ```no_run
+    /// # async fn demo(tx: &mut outbox_sqlite::SqliteTx, event: &outbox_core::Event) -> outbox_core::Result<()> {
+    /// use outbox_sqlite::rusqlite::params;
+    ///
+    /// let stream = event.stream.as_str().to_owned();
+    /// tx.run(move |conn| {
+    ///     conn.execute(
+    ///         "INSERT INTO counts (stream, n) VALUES (?1, 1) \
+    ///          ON CONFLICT (stream) DO UPDATE SET n = n + 1",
+    ///         params![stream],
+    ///     )
+    /// })
+    /// .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run<T, F>(&mut self, body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.sql
+            .conn()
+            .run(move |conn| body(conn).map_err(|e| engine_error("a projection's statement", e)))
+            .await
     }
 }
 
@@ -72,29 +101,16 @@ impl std::fmt::Debug for SqliteTx {
     }
 }
 
-impl std::ops::Deref for SqliteTx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
-        &self.sql.conn_ref().0
-    }
-}
-
-impl std::ops::DerefMut for SqliteTx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        self.conn()
-    }
-}
-
 /// The shared statements run on the store's transaction (setup, reset,
 /// digests, skip records).
 #[async_trait]
 impl Conn for SqliteTx {
     async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
-        crate::sql::execute(self.conn(), what, sql, args).await
+        self.sql.conn().execute(what, sql, args).await
     }
 
     async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
-        crate::sql::fetch(self.conn(), what, sql, args).await
+        self.sql.conn().fetch(what, sql, args).await
     }
 }
 
@@ -156,32 +172,46 @@ impl ViewStorage for SqliteTx {
     }
 }
 
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The checkpoint of (`projection`, `stream`), 0 when there is none.
+fn checkpoint(conn: &Connection, projection: &str, stream: &str) -> rusqlite::Result<u64> {
+    let cp: Option<i64> = conn
+        .prepare_cached("SELECT last_applied FROM outbox_checkpoints WHERE projection = ?1 AND stream = ?2")?
+        .query_row(params![projection, stream], |r| r.get(0))
+        .optional()?;
+    Ok(u64::try_from(cp.unwrap_or(0)).unwrap_or(0))
+}
+
 #[async_trait]
 impl ApplyTx for SqliteTx {
     async fn checkpoints(&mut self, stream: &StreamId, projections: &[&ProjectionName]) -> Result<Vec<u64>> {
         // Under BEGIN IMMEDIATE this transaction is the only writer: reading is locking.
-        let mut out = Vec::with_capacity(projections.len());
-        for p in projections {
-            let cp: Option<i64> = sqlx::query_scalar(
-                "SELECT last_applied FROM outbox_checkpoints WHERE projection = ?1 AND stream = ?2",
-            )
-            .bind(p.as_str())
-            .bind(stream.as_str())
-            .fetch_optional(self.conn())
+        let stream = stream.as_str().to_owned();
+        let projections: Vec<String> = projections.iter().map(|p| p.as_str().to_owned()).collect();
+        self.sql
+            .conn()
+            .run(move |conn| {
+                projections
+                    .iter()
+                    .map(|p| checkpoint(conn, p, &stream))
+                    .collect::<rusqlite::Result<Vec<u64>>>()
+                    .map_err(|e| engine_error("reading a checkpoint", e))
+            })
             .await
-            .map_err(|e| storage("reading a checkpoint", e))?;
-            out.push(u64::try_from(cp.unwrap_or(0)).unwrap_or(0));
-        }
-        Ok(out)
     }
 
     /// A savepoint right after `BEGIN IMMEDIATE`, before user code runs.
+    /// Sent without waiting for it (the next step reports its error): the
+    /// `BEGIN`, the savepoint and the checkpoint read are one round trip.
     async fn guard(&mut self) -> Result<()> {
-        sqlx::query("SAVEPOINT outbox_guard")
-            .execute(self.conn())
-            .await
-            .map_err(|e| storage("opening the apply guard", e))?;
-        self.guard = Some(0);
+        self.sql.conn().send(|conn| {
+            conn.execute_batch("SAVEPOINT outbox_guard")
+                .map_err(|e| engine_error("opening the apply guard", e))
+        });
+        self.guard = Some(());
         Ok(())
     }
 
@@ -196,11 +226,18 @@ impl ApplyTx for SqliteTx {
         }
         // The batch's document writes, inside the guard.
         self.flush_views().await?;
-        Ok(sqlx::query("RELEASE outbox_guard")
-            .execute(self.conn())
+        self.sql
+            .conn()
+            .run(|conn| {
+                Ok(if conn.is_autocommit() {
+                    Some("the transaction had ended".to_owned())
+                } else {
+                    conn.execute_batch("RELEASE outbox_guard")
+                        .err()
+                        .map(|e| e.to_string())
+                })
+            })
             .await
-            .err()
-            .map(|e| e.to_string()))
     }
 
     async fn advance(
@@ -211,46 +248,42 @@ impl ApplyTx for SqliteTx {
     ) -> Result<u64> {
         // Nothing may stay pending once the checkpoints move.
         self.flush_views().await?;
-        let err = |e| storage("advancing checkpoints", e);
-        let mut moved = 0;
-        for m in moves {
-            // Fenced by the generation record's epoch (ADR 0021).
-            let (fence, epoch) = self.sql.generations().fence(m.projection);
-            moved += sqlx::query(concat!(
-                "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
-                 SELECT ?1, ?2, ?3, ",
-                now_ms!(),
-                " WHERE COALESCE((SELECT epoch FROM outbox_generations WHERE projection = ?5), 0) = ?6 \
-                 ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
-                 updated_at = excluded.updated_at WHERE outbox_checkpoints.last_applied = ?4"
-            ))
-            .bind(m.projection.as_str())
-            .bind(stream.as_str())
-            .bind(i64::try_from(m.to).unwrap_or(i64::MAX))
-            .bind(i64::try_from(m.from).unwrap_or(i64::MAX))
-            .bind(fence.as_str())
-            .bind(i64::try_from(epoch).unwrap_or(i64::MAX))
-            .execute(self.conn())
+        let moves: Vec<(String, i64, i64, String, i64)> = moves
+            .iter()
+            .map(|m| {
+                // Fenced by the generation record's epoch (ADR 0021).
+                let (fence, epoch) = self.sql.generations().fence(m.projection);
+                (
+                    m.projection.as_str().to_owned(),
+                    int(m.to),
+                    int(m.from),
+                    fence.as_str().to_owned(),
+                    int(epoch),
+                )
+            })
+            .collect();
+        let (stream, through) = (stream.as_str().to_owned(), int(through));
+        self.sql
+            .conn()
+            .run(move |conn| {
+                let advance = || -> rusqlite::Result<u64> {
+                    let mut moved = 0;
+                    let mut advance = conn.prepare_cached(ADVANCE_ONE)?;
+                    for (projection, to, from, fence, epoch) in &moves {
+                        moved += advance.execute(params![projection, stream, to, from, fence, epoch])? as u64;
+                    }
+                    // A moved checkpoint raises the watermark itself (a
+                    // trigger, projection migration 0007): `through` is
+                    // every moved checkpoint's new value.
+                    if moves.is_empty() {
+                        conn.prepare_cached(RAISE_ONE_WATERMARK)?
+                            .execute(params![stream, through])?;
+                    }
+                    Ok(moved)
+                };
+                advance().map_err(|e| engine_error("advancing checkpoints", e))
+            })
             .await
-            .map_err(err)?
-            .rows_affected();
-        }
-        // A moved checkpoint raises the watermark itself (a trigger, projection
-        // migration 0007): `through` is every moved checkpoint's new value.
-        if moves.is_empty() {
-            sqlx::query(concat!(
-                "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
-                now_ms!(),
-                ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
-                 updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
-            ))
-            .bind(stream.as_str())
-            .bind(i64::try_from(through).unwrap_or(i64::MAX))
-            .execute(self.conn())
-            .await
-            .map_err(err)?;
-        }
-        Ok(moved)
     }
 
     async fn record_skip(
@@ -274,54 +307,33 @@ impl ApplyTx for SqliteTx {
         outbox_sql::skipped::take_skip_in(&d, self, projection, stream, seq).await
     }
 
-    /// One statement for every (projection, stream) pair.
+    /// One step for every (projection, stream) pair.
     async fn checkpoints_of(
         &mut self,
         streams: &[&StreamId],
         projections: &[&ProjectionName],
     ) -> Result<Vec<Vec<u64>>> {
-        let pairs: Vec<(&str, &str)> = streams
-            .iter()
-            .flat_map(|s| projections.iter().map(move |p| (p.as_str(), s.as_str())))
-            .collect();
-        // One row holding every checkpoint found: `sqlx` hands rows over
-        // from its thread one by one, each a wake-up of this task.
-        let what = "reading checkpoints";
-        let found: String = sqlx::query_scalar(
-            "SELECT json_group_array(json_array(projection, stream, last_applied)) FROM outbox_checkpoints \
-             WHERE (projection, stream) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?1))",
-        )
-        .bind(outbox_sql::json_text(&pairs)?)
-        .fetch_one(self.conn())
-        .await
-        .map_err(|e| storage(what, e))?;
-        let found: Vec<(String, String, i64)> = outbox_sql::decode_json(what, &found)?;
-        let found: HashMap<(&str, &str), i64> = found
-            .iter()
-            .map(|(p, s, cp)| ((p.as_str(), s.as_str()), *cp))
-            .collect();
-        Ok(streams
-            .iter()
-            .map(|s| {
-                projections
+        let streams: Vec<String> = streams.iter().map(|s| s.as_str().to_owned()).collect();
+        let projections: Vec<String> = projections.iter().map(|p| p.as_str().to_owned()).collect();
+        self.sql
+            .conn()
+            .run(move |conn| {
+                streams
                     .iter()
-                    .map(|p| {
-                        let cp = found.get(&(p.as_str(), s.as_str())).copied().unwrap_or(0);
-                        u64::try_from(cp).unwrap_or(0)
-                    })
-                    .collect()
+                    .map(|s| projections.iter().map(|p| checkpoint(conn, p, s)).collect())
+                    .collect::<rusqlite::Result<Vec<Vec<u64>>>>()
+                    .map_err(|e| engine_error("reading checkpoints", e))
             })
-            .collect())
+            .await
     }
 
-    /// One command for every stream at once, after the read of the
-    /// documents the pending writes replace: the documents, the
-    /// checkpoints (each set only where it still is `from` and the
-    /// generation epoch is the one resolved, ADR 0021), whose trigger raises
-    /// the watermarks, the watermarks of streams whose checkpoints did not
-    /// move, and the running digests. Each statement would otherwise be a
-    /// handoff to the driver's thread of its own; nothing writes after the
-    /// checkpoints move, so the digests are final.
+    /// One step for every stream at once, after the read of the documents
+    /// the pending writes replace: the documents, the checkpoints (each set
+    /// only where it still is `from` and the generation epoch is the one
+    /// resolved, ADR 0021), whose trigger raises the watermarks, the
+    /// watermarks of streams whose checkpoints did not move, and the running
+    /// digests. Nothing writes after the checkpoints move, so the digests
+    /// are final.
     async fn advance_all(&mut self, advances: &[StreamAdvance<'_>]) -> Result<u64> {
         let dialect = self.dialect();
         let mut views = std::mem::take(self.sql.views());
@@ -329,7 +341,6 @@ impl ApplyTx for SqliteTx {
         let digests = views.take_digests();
         *self.sql.views() = views;
         let documents = documents?;
-        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let moves: Vec<(&str, &str, i64, i64, &str, i64)> = advances
             .iter()
             .flat_map(|a| {
@@ -374,13 +385,32 @@ impl ApplyTx for SqliteTx {
             });
         }
         statements.extend(digests.statements(&dialect));
-        let changed = crate::sql::execute_all(self.conn(), "advancing checkpoints", &statements).await?;
+        let changed = self.sql.conn().execute_all(&statements).await?;
         Ok(match moves {
             Some(_) => changed[checkpoints],
             None => 0,
         })
     }
 }
+
+/// Sets the checkpoint of (`?1`, `?2`) to `?3` where it still is `?4` and
+/// the generation epoch of `?5` is `?6`.
+const ADVANCE_ONE: &str = concat!(
+    "INSERT INTO outbox_checkpoints (projection, stream, last_applied, updated_at) \
+     SELECT ?1, ?2, ?3, ",
+    now_ms!(),
+    " WHERE COALESCE((SELECT epoch FROM outbox_generations WHERE projection = ?5), 0) = ?6 \
+     ON CONFLICT (projection, stream) DO UPDATE SET last_applied = excluded.last_applied, \
+     updated_at = excluded.updated_at WHERE outbox_checkpoints.last_applied = ?4"
+);
+
+/// Raises the watermark of `?1` to `?2`, never lowering it.
+const RAISE_ONE_WATERMARK: &str = concat!(
+    "INSERT INTO outbox_watermarks (stream, applied_through, updated_at) VALUES (?1, ?2, ",
+    now_ms!(),
+    ") ON CONFLICT (stream) DO UPDATE SET applied_through = excluded.applied_through, \
+     updated_at = excluded.updated_at WHERE excluded.applied_through > outbox_watermarks.applied_through"
+);
 
 /// Sets every checkpoint of `?1` (`[projection, stream, from, to, fenced
 /// projection, epoch]` rows) that still is `from` under the epoch given.

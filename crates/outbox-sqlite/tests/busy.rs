@@ -19,8 +19,8 @@ use outbox_core::{
     AppendOptions, AppendRequest, EventJournal, EventType, ExpectedVersion, Intent, NewEvent, WorkerRegistry,
 };
 use outbox_sqlite::SqliteJournal;
-use outbox_sqlite::sqlx::{self, Connection, SqliteConnection};
 use outbox_testkit::sid;
+use sqlx::{self, Connection, SqliteConnection};
 
 fn req(stream: &str) -> AppendRequest {
     AppendRequest::new(

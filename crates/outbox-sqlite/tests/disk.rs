@@ -18,8 +18,8 @@ use outbox_core::{
     AppendOptions, AppendRequest, Error, EventJournal, EventType, ExpectedVersion, Intent, NewEvent, Seq,
 };
 use outbox_sqlite::SqliteJournal;
-use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
 use outbox_testkit::sid;
+use sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
 
 /// Payload size: a 3 MiB filesystem fills in well under a few hundred appends.
 const PAYLOAD_BYTES: usize = 16 * 1024;

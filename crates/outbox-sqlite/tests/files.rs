@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use common::test_options;
 use outbox_core::{AppendOptions, AppendRequest, Error, EventJournal, ExpectedVersion};
-use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore};
 use outbox_testkit::{add, sid};
+use sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
@@ -467,7 +467,7 @@ async fn a_directory_is_not_a_database() {
 async fn invalid_options_are_config_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.db");
-    let err = SqliteJournal::open(&path, test_options().with_read_connections(0))
+    let err = SqliteJournal::open(&path, test_options().with_busy_timeout(std::time::Duration::ZERO))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err:?}");

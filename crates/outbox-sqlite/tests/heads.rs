@@ -14,8 +14,8 @@ use outbox_core::{
     OutboxQueue, OutboxStatus, RetryPolicy, WorkerId,
 };
 use outbox_sqlite::SqliteJournal;
-use outbox_sqlite::sqlx::{self, ConnectOptions, SqliteConnection, sqlite::SqliteConnectOptions};
 use outbox_testkit::{Seed, add, stream_ids};
+use sqlx::{self, ConnectOptions, SqliteConnection, sqlite::SqliteConnectOptions};
 
 type Head = (String, i64, Option<i64>);
 

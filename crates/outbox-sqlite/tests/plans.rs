@@ -6,7 +6,7 @@ mod common;
 
 use common::test_options;
 use outbox_sqlite::SqliteJournal;
-use outbox_sqlite::sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
+use sqlx::{self, ConnectOptions, sqlite::SqliteConnectOptions};
 
 const HOT: &[(&str, &str)] = &[
     (

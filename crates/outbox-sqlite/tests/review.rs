@@ -14,7 +14,6 @@ use outbox_core::{
     SweepLimits, WorkerId,
 };
 use outbox_sqlite::SqliteTx;
-use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, digest_table};
 use outbox_testkit::{add, sid};
 
@@ -38,43 +37,40 @@ impl Projection<SqliteTx> for Saboteur {
         &self.0
     }
     async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS written (seq INTEGER PRIMARY KEY)")
-            .execute(&mut **tx)
+        tx.run(|conn| conn.execute_batch("CREATE TABLE IF NOT EXISTS written (seq INTEGER PRIMARY KEY)"))
             .await?;
         Ok(())
     }
     async fn apply(&self, tx: &mut SqliteTx, e: &outbox_core::Event) -> Result<(), BoxError> {
-        sqlx::query("INSERT INTO written (seq) VALUES (?1)")
-            .bind(e.seq.as_i64())
-            .execute(&mut **tx)
-            .await?;
-        match self.1 {
-            Sabotage::RollbackAndSwallow => {
-                let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (?1)")
-                    .bind(e.seq.as_i64())
-                    .execute(&mut **tx)
-                    .await;
-                assert!(r.is_err(), "the conflicting insert fails");
+        let (seq, sabotage) = (e.seq.as_i64(), self.1);
+        tx.run(move |conn| {
+            conn.execute("INSERT INTO written (seq) VALUES (?1)", [seq])?;
+            match sabotage {
+                Sabotage::RollbackAndSwallow => {
+                    let r = conn.execute("INSERT OR ROLLBACK INTO written (seq) VALUES (?1)", [seq]);
+                    assert!(r.is_err(), "the conflicting insert fails");
+                }
+                Sabotage::Commit => conn.execute_batch("COMMIT")?,
+                Sabotage::None => {}
             }
-            Sabotage::Commit => {
-                sqlx::query("COMMIT").execute(&mut **tx).await?;
-            }
-            Sabotage::None => {}
-        }
+            Ok(())
+        })
+        .await?;
         Ok(())
     }
     async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
-        sqlx::query("DELETE FROM written").execute(&mut **tx).await?;
-        if let Sabotage::RollbackAndSwallow = self.1 {
-            // Make SQLite roll the transaction back, and swallow the error.
-            sqlx::query("INSERT INTO written (seq) VALUES (-1)")
-                .execute(&mut **tx)
-                .await?;
-            let r = sqlx::query("INSERT OR ROLLBACK INTO written (seq) VALUES (-1)")
-                .execute(&mut **tx)
-                .await;
-            assert!(r.is_err(), "the conflicting insert fails");
-        }
+        let sabotage = self.1;
+        tx.run(move |conn| {
+            conn.execute_batch("DELETE FROM written")?;
+            if let Sabotage::RollbackAndSwallow = sabotage {
+                // Make SQLite roll the transaction back, and swallow the error.
+                conn.execute_batch("INSERT INTO written (seq) VALUES (-1)")?;
+                let r = conn.execute_batch("INSERT OR ROLLBACK INTO written (seq) VALUES (-1)");
+                assert!(r.is_err(), "the conflicting insert fails");
+            }
+            Ok(())
+        })
+        .await?;
         Ok(())
     }
     async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
@@ -83,9 +79,12 @@ impl Projection<SqliteTx> for Saboteur {
 }
 
 async fn written(store: &SqliteProjectionStore) -> Vec<i64> {
-    let mut conn = store.read().await.unwrap();
-    sqlx::query_scalar("SELECT seq FROM written ORDER BY seq")
-        .fetch_all(&mut *conn)
+    store
+        .read(|conn| {
+            conn.prepare("SELECT seq FROM written ORDER BY seq")?
+                .query_map([], |r| r.get(0))?
+                .collect()
+        })
         .await
         .unwrap()
 }

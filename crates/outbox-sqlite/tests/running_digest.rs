@@ -13,7 +13,6 @@ use outbox_core::{
     ProjectionName, ProjectionStore, RunningDigest, ViewProjection, ViewStore, ViewTx, async_trait,
     view_projection,
 };
-use outbox_sqlite::sqlx;
 use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, SqliteTx};
 use outbox_testkit::{add, sid};
 
@@ -41,7 +40,8 @@ impl Projection<SqliteTx> for Behind {
         &self.0
     }
     async fn apply(&self, tx: &mut SqliteTx, _: &Event) -> Result<(), BoxError> {
-        sqlx::query(self.1).execute(&mut **tx).await?;
+        let sql = self.1;
+        tx.run(move |conn| conn.execute_batch(sql)).await?;
         Ok(())
     }
     async fn reset(&self, _: &mut SqliteTx) -> Result<(), BoxError> {
@@ -173,7 +173,7 @@ async fn the_migration_marks_existing_documents_untracked() {
     st.store.close().await;
     // Roll the file back to the schema before migration 0004, documents kept.
     {
-        use outbox_sqlite::sqlx::{ConnectOptions, sqlite::SqliteConnectOptions};
+        use sqlx::{ConnectOptions, sqlite::SqliteConnectOptions};
         let mut conn = SqliteConnectOptions::new()
             .filename(&path)
             .connect()

@@ -47,7 +47,12 @@ pub(super) fn connect(path: &Path, options: &SqliteOptions, access: Access) -> R
         | uri;
     let open = |e| engine_error(format_args!("opening {}", path.display()), e);
     let conn = Connection::open_with_flags(name, flags).map_err(open)?;
-    conn.busy_handler(Some(busy::handler)).map_err(open)?;
+    // SQLite's own busy handler while the connection is set up here, on the
+    // caller's thread: the engine's handler reads its thread's timeout
+    // (`busy::set_timeout`), which only the engine thread sets, and would
+    // give up at once when a checkpoint of another connection briefly
+    // holds the WAL index. The engine's handler takes over at the end.
+    conn.busy_timeout(options.busy_timeout).map_err(open)?;
     conn.set_prepared_statement_cache_capacity(128);
     // Plans must not depend on bound values: SQLite 3.51 plans `LIMIT ?`
     // with the value bound, so otherwise every new binding makes a cached
@@ -86,5 +91,6 @@ pub(super) fn connect(path: &Path, options: &SqliteOptions, access: Access) -> R
     }
     // The clock the statements read (`crate::clock`).
     crate::clock::install_on(&conn, options.clock).map_err(open)?;
+    conn.busy_handler(Some(busy::handler)).map_err(open)?;
     Ok(conn)
 }

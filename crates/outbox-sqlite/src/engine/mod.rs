@@ -1,4 +1,4 @@
-//! The journal's engine: a thread per connection that runs whole
+//! The SQLite engine: a thread per connection that runs whole
 //! transactions on SQLite's C API (through `rusqlite`).
 //!
 //! Why: an async driver that runs each connection on its own thread pays a
@@ -26,7 +26,7 @@
 //! `outbox_sql` run that way. Dropping a session rolls it back.
 //!
 //! **Layout.** This file holds the callers' handle ([`Engine`], and the
-//! journal file's pair of them) and the thread's loop (`Worker`). What both
+//! file's pair of them, [`Engines`]) and the thread's loop (`Worker`). What both
 //! sides hand each other is in `work.rs`, the opening of connections in
 //! `connect.rs`; group.rs adds the group commit to `Worker`. Only group.rs
 //! imports this file, and this file names nothing of group.rs, so no two
@@ -55,7 +55,7 @@ use tokio::sync::oneshot;
 
 pub(crate) use connect::open_name;
 use connect::{Access, connect};
-use session::Session;
+pub(crate) use session::Session;
 use values::OwnedArg;
 pub(crate) use values::{engine_error, is_busy, to_row};
 use work::{Commit, Job, Msg, Step, guarded};
@@ -232,16 +232,17 @@ impl Engine {
     }
 
     /// Takes the thread for a statement-by-statement transaction opened
-    /// with `begin` (`""` for none).
+    /// with `begin` (`""` for none). Does not wait for the `begin`: its
+    /// result comes back with the session's first step (one round trip for
+    /// both), so a failed `begin` is that step's error.
     pub(crate) async fn session(&self, begin: &'static str) -> Result<Session> {
         if begin.contains("IMMEDIATE") {
             self.writable("starting a write transaction")?;
         }
         let (steps_tx, steps) = mpsc::channel();
-        let (ready, rx) = oneshot::channel();
+        let (ready, begun) = oneshot::channel();
         self.send(Msg::Session { begin, steps, ready })?;
-        rx.await.map_err(|_| self.gone())??;
-        Ok(Session::new(steps_tx, self.path.clone()))
+        Ok(Session::new(steps_tx, begun, self.path.clone()))
     }
 
     /// Stops taking work, lets the queued work finish and closes the
@@ -255,44 +256,27 @@ impl Engine {
     }
 }
 
-/// The journal file's two engines: the single writer and a reader.
+/// A database file's two engines: the single writer and a reader. The
+/// journal and the projection database each open one.
 #[derive(Debug)]
-pub(crate) struct JournalEngine {
+pub(crate) struct Engines {
     pub(crate) writer: Engine,
     pub(crate) reader: Engine,
     dialect: Arc<Dialect>,
-    /// The shared lease statements, rendered once for this file.
-    pub(crate) leases: LeaseSql,
 }
 
-/// [`outbox_sql::journal`]'s lease statements in this dialect.
-#[derive(Debug)]
-pub(crate) struct LeaseSql {
-    pub(crate) acquire: Arc<str>,
-    pub(crate) renew: Arc<str>,
-    /// The renewal of a partitioned claim's lease (its partition's).
-    pub(crate) renew_partition: Arc<str>,
-    pub(crate) release: Arc<str>,
-}
-
-impl JournalEngine {
-    pub(crate) fn start(
-        path: &Path,
-        options: &SqliteOptions,
-        dialect: Arc<Dialect>,
-    ) -> Result<JournalEngine> {
-        let leases = LeaseSql {
-            acquire: dialect.sql(outbox_sql::journal::ACQUIRE).into(),
-            renew: dialect.sql(outbox_sql::journal::RENEW).into(),
-            renew_partition: dialect.sql(outbox_sql::partitions::PARTITION_RENEW).into(),
-            release: dialect.sql(outbox_sql::journal::RELEASE).into(),
-        };
-        Ok(JournalEngine {
+impl Engines {
+    pub(crate) fn start(path: &Path, options: &SqliteOptions, dialect: Arc<Dialect>) -> Result<Engines> {
+        Ok(Engines {
             writer: Engine::start(path, options, Access::Write)?,
             reader: Engine::start(path, options, Access::Read)?,
             dialect,
-            leases,
         })
+    }
+
+    /// The shared statements' dialect, with this file's clock.
+    pub(crate) fn dialect(&self) -> &Arc<Dialect> {
+        &self.dialect
     }
 
     /// Closes the reader first: the last connection to a file checkpoints
@@ -337,7 +321,7 @@ impl Conn for Reads<'_> {
 }
 
 #[outbox_core::async_trait]
-impl Database for JournalEngine {
+impl Database for Engines {
     fn dialect(&self) -> &Dialect {
         &self.dialect
     }
@@ -362,7 +346,7 @@ impl Database for JournalEngine {
 struct Worker {
     /// A writer's read-only connection for the reads its jobs make after
     /// their commits: their pages do not crowd the writer's cache. Declared
-    /// (so dropped) before `conn`: see [`JournalEngine::close`].
+    /// (so dropped) before `conn`: see [`Engines::close`].
     loader: Option<Connection>,
     conn: Connection,
     path: String,
