@@ -5,10 +5,28 @@
 use std::collections::HashMap;
 
 use outbox_core::spi::plan_append;
-use outbox_core::{AppendRequest, Appended, PayloadHash, Result, Seq, StreamId, Timestamp};
+use outbox_core::{AppendRequest, Appended, Partitioning, PayloadHash, Result, Seq, StreamId, Timestamp};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::engine::engine_error;
+
+/// What the append body needs besides the batch, computed off the writer
+/// thread where it can be: every event's payload hash, in order, and each
+/// request's partition.
+pub(crate) fn append_inputs(
+    batch: &[AppendRequest],
+    partitioning: &Partitioning,
+) -> (Vec<PayloadHash>, Vec<i64>) {
+    let hashes = batch
+        .iter()
+        .flat_map(|r| r.events.iter().map(|e| PayloadHash::of(&e.payload)))
+        .collect();
+    let partitions = batch
+        .iter()
+        .map(|r| i64::from(partitioning.of(&r.stream).get()))
+        .collect();
+    (hashes, partitions)
+}
 
 fn seq_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

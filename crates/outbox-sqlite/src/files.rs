@@ -114,36 +114,9 @@ pub(crate) fn prepare_path(path: &Path, options: &SqliteOptions) -> Result<PathB
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io_invalid(&abs, "creating the file failed", e)),
     }
-    let meta = std::fs::metadata(&abs).map_err(|e| io_invalid(&abs, "reading its metadata failed", e))?;
-    if !meta.is_file() {
-        return Err(Error::invalid(format_args!(
-            "cannot open {shown}: not a regular file"
-        )));
-    }
-    if meta.len() == 0 && !options.create_if_missing {
-        // An empty file is a database that was never created; only a
-        // command allowed to create databases may initialize it.
-        return Err(Error::NotFound(format!(
-            "database file {shown} is empty (create it with `outbox migrate`)"
-        )));
-    }
-    let mut header = [0u8; 16];
-    let mut file = OpenOptions::new()
-        .read(true)
-        .open(&abs)
-        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
-    let mut got = 0;
-    while got < header.len() {
-        match file.read(&mut header[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_invalid(&abs, "reading it failed", e)),
-        }
-    }
-    if got != 0 && (got < header.len() || &header != SQLITE_HEADER) {
-        return Err(Error::invalid(format_args!("{shown} is not a SQLite database")));
-    }
+    // An empty file is a database that was never created; only a command
+    // allowed to create databases may initialize it.
+    let meta = check_existing(&abs, options.create_if_missing)?;
     // `readonly()` means no write bit at all: honoured even when running as
     // root, who would otherwise be allowed to write.
     if meta.permissions().readonly() {
@@ -172,13 +145,24 @@ fn prepare_read_only(abs: PathBuf) -> Result<PathBuf> {
         }
         Err(e) => return Err(io_invalid(&abs, "cannot look for it", e)),
     }
-    let meta = std::fs::metadata(&abs).map_err(|e| io_invalid(&abs, "reading its metadata failed", e))?;
+    check_existing(&abs, false)?;
+    Ok(abs)
+}
+
+/// Checks an existing file at `abs`: a regular file with SQLite's header,
+/// or (when `may_be_empty`) an empty one. Returns its metadata.
+fn check_existing(abs: &Path, may_be_empty: bool) -> Result<std::fs::Metadata> {
+    let shown = abs.display();
+    let meta = std::fs::metadata(abs).map_err(|e| io_invalid(abs, "reading its metadata failed", e))?;
     if !meta.is_file() {
         return Err(Error::invalid(format_args!(
             "cannot open {shown}: not a regular file"
         )));
     }
     if meta.len() == 0 {
+        if may_be_empty {
+            return Ok(meta);
+        }
         return Err(Error::NotFound(format!(
             "database file {shown} is empty (create it with `outbox migrate`)"
         )));
@@ -186,14 +170,21 @@ fn prepare_read_only(abs: PathBuf) -> Result<PathBuf> {
     let mut header = [0u8; 16];
     let mut file = OpenOptions::new()
         .read(true)
-        .open(&abs)
-        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
-    file.read_exact(&mut header)
-        .map_err(|e| io_invalid(&abs, "reading it failed", e))?;
-    if &header != SQLITE_HEADER {
+        .open(abs)
+        .map_err(|e| io_invalid(abs, "reading it failed", e))?;
+    let mut got = 0;
+    while got < header.len() {
+        match file.read(&mut header[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_invalid(abs, "reading it failed", e)),
+        }
+    }
+    if got < header.len() || &header != SQLITE_HEADER {
         return Err(Error::invalid(format_args!("{shown} is not a SQLite database")));
     }
-    Ok(abs)
+    Ok(meta)
 }
 
 /// The file beside the database `path` with `suffix` (`-wal`, `-shm`).

@@ -11,8 +11,8 @@ use outbox_core::{
     ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, ClaimedRun,
     DeadLetters, Error, Event, EventJournal, FailureDecision, FailureOutcome, FeedPage, Lease, LeaseAdmin,
     LeaseEntry, LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus,
-    OutboxSummary, Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash,
-    Result, RetryPolicy, Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd,
+    OutboxSummary, Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, Result,
+    RetryPolicy, Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd,
     StreamId, StreamVersion, SweepLimits, Timestamp, UNFINISHED_ATTEMPT, WorkerId, WorkerInfo,
     WorkerRegistry,
 };
@@ -21,7 +21,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::time::Duration;
 
 use crate::SqliteOptions;
-use crate::append::{READ_VERSION, append_body};
+use crate::append::{READ_VERSION, append_body, append_inputs};
 use crate::clock::now_ms;
 use crate::engine::{Engines, engine_error, to_row};
 use crate::files::path_from_url;
@@ -766,14 +766,7 @@ impl EventJournal for SqliteJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
         // Hashing happens here, off the writer thread.
-        let hashes: Vec<PayloadHash> = batch
-            .iter()
-            .flat_map(|r| r.events.iter().map(|e| PayloadHash::of(&e.payload)))
-            .collect();
-        let partitions: Vec<i64> = batch
-            .iter()
-            .map(|r| i64::from(self.partitioning.of(&r.stream).get()))
-            .collect();
+        let (hashes, partitions) = append_inputs(batch, &self.partitioning);
         let batch = batch.to_vec();
         let enqueue = options.enqueues();
         self.engine

@@ -3,10 +3,10 @@
 //! writes and an append commit or roll back together, on the journal's one
 //! writer connection.
 
-use outbox_core::{AppendOptions, AppendRequest, Appended, Partitioning, PayloadHash, Result};
+use outbox_core::{AppendOptions, AppendRequest, Appended, Partitioning, Result};
 use rusqlite::Connection;
 
-use crate::append::append_body;
+use crate::append::{append_body, append_inputs};
 use crate::engine::engine_error;
 
 /// A write transaction on the journal file, open while the body given to
@@ -41,14 +41,7 @@ impl<'c> JournalTx<'c> {
     /// Seqs and global positions are final once the transaction commits.
     pub fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
-        let hashes: Vec<PayloadHash> = batch
-            .iter()
-            .flat_map(|r| r.events.iter().map(|e| PayloadHash::of(&e.payload)))
-            .collect();
-        let partitions: Vec<i64> = batch
-            .iter()
-            .map(|r| i64::from(self.partitioning.of(&r.stream).get()))
-            .collect();
+        let (hashes, partitions) = append_inputs(batch, self.partitioning);
         let savepoint = |sql: &str| {
             self.conn
                 .execute_batch(sql)

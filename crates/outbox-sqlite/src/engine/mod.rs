@@ -296,26 +296,14 @@ impl Conn for Reads<'_> {
     async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
         self.0
-            .read(move |conn| {
-                let n = session::statement(conn, &what, &sql)?
-                    .execute(rusqlite::params_from_iter(args))
-                    .map_err(|e| engine_error(&what, e))?;
-                Ok(n as u64)
-            })
+            .read(move |conn| session::execute(conn, &what, &sql, &args))
             .await
     }
 
     async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
         self.0
-            .read(move |conn| {
-                let mut st = session::statement(conn, &what, &sql)?;
-                let rows = st
-                    .query_map(rusqlite::params_from_iter(args), to_row)
-                    .map_err(|e| engine_error(&what, e))?;
-                rows.collect::<rusqlite::Result<Vec<Row>>>()
-                    .map_err(|e| engine_error(&what, e))
-            })
+            .read(move |conn| session::fetch(conn, &what, &sql, &args))
             .await
     }
 }

@@ -121,16 +121,28 @@ impl Session {
         self.run(move |conn| {
             owned
                 .iter()
-                .map(|(what, sql, args)| {
-                    statement(conn, what, sql)?
-                        .execute(rusqlite::params_from_iter(args))
-                        .map(|n| n as u64)
-                        .map_err(|e| engine_error(what, e))
-                })
+                .map(|(what, sql, args)| execute(conn, what, sql, args))
                 .collect()
         })
         .await
     }
+}
+
+/// Runs one shared statement on `conn` (a session's or a read job's) and
+/// returns the rows it changed.
+pub(super) fn execute(conn: &Connection, what: &str, sql: &str, args: &[OwnedArg]) -> Result<u64> {
+    statement(conn, what, sql)?
+        .execute(rusqlite::params_from_iter(args))
+        .map(|n| n as u64)
+        .map_err(|e| engine_error(what, e))
+}
+
+/// Runs one shared query on `conn` and returns its rows.
+pub(super) fn fetch(conn: &Connection, what: &str, sql: &str, args: &[OwnedArg]) -> Result<Vec<Row>> {
+    statement(conn, what, sql)?
+        .query_map(rusqlite::params_from_iter(args), to_row)
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<Row>>>())
+        .map_err(|e| engine_error(what, e))
 }
 
 pub(super) fn statement<'c>(
@@ -145,26 +157,12 @@ pub(super) fn statement<'c>(
 impl Conn for Session {
     async fn execute(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
-        self.run(move |conn| {
-            let n = statement(conn, &what, &sql)?
-                .execute(rusqlite::params_from_iter(args))
-                .map_err(|e| engine_error(&what, e))?;
-            Ok(n as u64)
-        })
-        .await
+        self.run(move |conn| execute(conn, &what, &sql, &args)).await
     }
 
     async fn fetch(&mut self, what: &str, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let (what, sql, args) = (what.to_owned(), sql.to_owned(), OwnedArg::from_args(args));
-        self.run(move |conn| {
-            let mut st = statement(conn, &what, &sql)?;
-            let rows = st
-                .query_map(rusqlite::params_from_iter(args), to_row)
-                .map_err(|e| engine_error(&what, e))?;
-            rows.collect::<rusqlite::Result<Vec<Row>>>()
-                .map_err(|e| engine_error(&what, e))
-        })
-        .await
+        self.run(move |conn| fetch(conn, &what, &sql, &args)).await
     }
 }
 
