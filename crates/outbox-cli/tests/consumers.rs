@@ -4,6 +4,8 @@
 //! it is left a consumer state on each stream whose rows were completed),
 //! `report` shows `x` registered with no live worker, and the binary with
 //! `x` then catches it up, exactly once and in order.
+// SQLite stores and the SQLite `App` registration: the default feature.
+#![cfg(feature = "sqlite")]
 
 use clap::Parser as _;
 use outbox_cli::{App, Cli, execute};

@@ -2,6 +2,8 @@
 //! escape hatch) registered on its `App`: the commands apply it and report
 //! it, and a binary whose hand-written projection is for another backend
 //! refuses to apply events rather than complete them without it.
+// SQLite stores and the SQLite `App` registration: the default feature.
+#![cfg(feature = "sqlite")]
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
 //! The stock `outbox` binary (no projections) against an application's
 //! databases: the commands that need no projections work and never touch the
 //! projection database; the ones that apply events refuse with one line.
+// SQLite stores and the SQLite `App` registration: the default feature.
+#![cfg(feature = "sqlite")]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
