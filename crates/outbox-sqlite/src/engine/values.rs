@@ -16,11 +16,11 @@ pub(crate) fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// Maps a driver error like the `sqlx` side does (`crate::db::storage`):
+/// Maps a driver error, the adapter's one mapping (ADR 0038):
 /// busy, locked, I/O and a full disk are temporary, everything else is
 /// permanent; the message names what was being done.
 pub(crate) fn engine_error(context: impl fmt::Display, e: rusqlite::Error) -> Error {
-    // The same codes as the sqlx side (`crate::errors::temporary_code`).
+    // By result code (`crate::errors::temporary_code`), never by message.
     let temporary = match &e {
         rusqlite::Error::SqliteFailure(f, _) => crate::errors::temporary_code(f.extended_code),
         _ => matches!(
