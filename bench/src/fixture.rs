@@ -102,7 +102,7 @@ impl Seen {
     }
 
     /// Counts an apply of `e` and, when recording, the time it was applied.
-    fn saw(&self, e: &Event) -> Result<(), BoxError> {
+    pub(crate) fn saw(&self, e: &Event) -> Result<(), BoxError> {
         self.applied.fetch_add(1, Ordering::Relaxed);
         count(
             &mut *self.per_stream.lock().map_err(|_| "poisoned")?,

@@ -10,6 +10,7 @@ mod pg;
 mod raw;
 mod report;
 mod run;
+mod sql_projection;
 mod visible;
 mod workloads;
 

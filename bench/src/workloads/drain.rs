@@ -74,6 +74,44 @@ pub(crate) async fn run(ctx: &mut Ctx) -> Result<()> {
             }
         }
     }
+    // The hand-written SQL projection (issue 43's third point), on the
+    // default worker, against the same raw loop.
+    let (streams, per_stream, batch) = (100, events / 100, 64usize);
+    let (mut o, mut r) = (Vec::new(), Vec::new());
+    for n in 0..ROUNDS {
+        o.push(
+            round(
+                &ctx.tmp,
+                streams,
+                per_stream,
+                batch,
+                Shape::Sweeps,
+                Applier::Sql,
+                || Ok(()),
+            )
+            .await?,
+        );
+        let tmp = ctx.tmp.clone();
+        r.push(
+            blocking(move || raw_round(&tmp, streams, per_stream, batch as i64, Shape::Sweeps, || Ok(())))
+                .await?,
+        );
+        eprintln!(
+            "   {streams} streams x {per_stream}, batch {batch}, sweeps, hand-written SQL projection, round {}: outbox {:.0} ev/s, raw {:.0} ev/s",
+            n + 1,
+            o[n],
+            r[n]
+        );
+    }
+    ctx.rows.push(Row::pair(
+        format!(
+            "W2 drain, batch {batch} ({streams} streams x {per_stream} events), sweeps, hand-written SQL projection (an upsert per event)"
+        ),
+        "events/s",
+        Better::Higher,
+        o,
+        r,
+    ));
     Ok(())
 }
 
@@ -110,13 +148,38 @@ pub(crate) async fn outbox_round(
     shape: Shape,
     gate: impl FnOnce() -> Result<()>,
 ) -> Result<f64> {
+    round(tmp, streams, per_stream, batch, shape, Applier::View, gate).await
+}
+
+/// Which projection an outbox round drains into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Applier {
+    /// The backend-neutral view projection users write.
+    View,
+    /// A hand-written SQL projection: an upsert per event
+    /// (`crate::sql_projection`).
+    Sql,
+}
+
+async fn round(
+    tmp: &std::path::Path,
+    streams: u64,
+    per_stream: u64,
+    batch: usize,
+    shape: Shape,
+    applier: Applier,
+    gate: impl FnOnce() -> Result<()>,
+) -> Result<f64> {
     let dir = fixture::tempdir(tmp)?;
     let seen = Arc::new(Seen::default());
     let mut config = fixture::worker_config(batch);
     if shape == Shape::PerStream {
         config = config.with_sweep_rows(0);
     }
-    let rt = fixture::open(dir.path(), config, seen.clone()).await?;
+    let rt = match applier {
+        Applier::View => fixture::open(dir.path(), config, seen.clone()).await?,
+        Applier::Sql => crate::sql_projection::open(dir.path(), config, seen.clone()).await?,
+    };
     let versions = fixture::prefill(&rt, "d", streams, per_stream, streams.min(1000)).await?;
     let total = streams * per_stream;
     gate()?;
@@ -125,7 +188,10 @@ pub(crate) async fn outbox_round(
     fixture::wait_drained(&rt, &seen, total, Duration::from_secs(600)).await?;
     let rate = total as f64 / t.elapsed().as_secs_f64();
     running.shutdown().await;
-    fixture::verify(&rt, &seen, "d", &versions).await?;
+    match applier {
+        Applier::View => fixture::verify(&rt, &seen, "d", &versions).await?,
+        Applier::Sql => crate::sql_projection::verify(&rt, &seen, "d", &versions).await?,
+    }
     Ok(rate)
 }
 

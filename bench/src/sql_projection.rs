@@ -1,0 +1,121 @@
+//! The hand-written SQL projection (`Projection<SqliteTx>`, the escape
+//! hatch) that W2 also drains: one upsert of the stream's row per event,
+//! the statement prepared once, through `SqliteTx::run`. The raw loop it
+//! is compared with writes the same table shape (ADR 0038 made each
+//! closure one handoff, not one per statement).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, ensure};
+use outbox_core::{
+    BoxError, DigestBuilder, Event, EventTypeRegistry, Projection, ProjectionName, async_trait,
+};
+use outbox_runtime::{Config, Outbox};
+use outbox_sqlite::rusqlite::params;
+use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, SqliteTx, digest_table};
+
+use crate::fixture::{EVENT_TYPE, Rt, Seen, sqlite_options, stream_name};
+
+/// The projection's name and table.
+const NAME: &str = "bench_sql";
+const TABLE: &str = "bench_sql_rows";
+
+struct BenchRows {
+    name: ProjectionName,
+    seen: Arc<Seen>,
+}
+
+#[async_trait]
+impl Projection<SqliteTx> for BenchRows {
+    fn name(&self) -> &ProjectionName {
+        &self.name
+    }
+
+    async fn setup(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
+        tx.run(|c| {
+            c.execute_batch(
+                "CREATE TABLE IF NOT EXISTS bench_sql_rows (stream TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+            )
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn apply(&self, tx: &mut SqliteTx, e: &Event) -> Result<(), BoxError> {
+        let (stream, value) = (
+            e.stream.as_str().to_owned(),
+            format!("{{\"seq\":{},\"bytes\":{}}}", e.seq.get(), e.payload.len()),
+        );
+        tx.run(move |c| {
+            c.prepare_cached(
+                "INSERT INTO bench_sql_rows (stream, value) VALUES (?1, ?2) \
+                 ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
+            )?
+            .execute(params![stream, value])
+        })
+        .await?;
+        self.seen.saw(e)
+    }
+
+    async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
+        tx.run(|c| c.execute_batch("DELETE FROM bench_sql_rows")).await?;
+        Ok(())
+    }
+
+    async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
+        Ok(digest_table(tx, TABLE, out).await?)
+    }
+}
+
+/// The runtime over two SQLite files in `dir` with [`BenchRows`] as its
+/// only projection.
+pub(crate) async fn open(dir: &Path, config: Config, seen: Arc<Seen>) -> Result<Rt> {
+    let journal = SqliteJournal::open(dir.join("journal.db"), sqlite_options())
+        .await
+        .context("opening the journal")?;
+    let store = SqliteProjectionStore::open(dir.join("projections.db"), sqlite_options())
+        .await
+        .context("opening the projection store")?;
+    let mut types = EventTypeRegistry::new();
+    types.apply(EVENT_TYPE)?;
+    Ok(Outbox::builder(journal, store)
+        .event_types(types)
+        .projection(Arc::new(BenchRows {
+            name: ProjectionName::new(NAME)?,
+            seen,
+        }))
+        .config(config)
+        .build()
+        .await?)
+}
+
+/// The oracle: every stream's row is at its version and every stream was
+/// applied exactly version times.
+pub(crate) async fn verify(rt: &Rt, seen: &Seen, prefix: &str, versions: &[u64]) -> Result<()> {
+    let rows: Vec<(String, String)> = rt
+        .store()
+        .read(|c| {
+            c.prepare("SELECT stream, value FROM bench_sql_rows")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .await?;
+    let rows: HashMap<String, String> = rows.into_iter().collect();
+    let per_stream = seen
+        .per_stream
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    for (i, &version) in versions.iter().enumerate() {
+        let name = stream_name(prefix, i as u64);
+        let row = rows.get(&name).map(String::as_str).unwrap_or("");
+        let n = per_stream.get(&name).copied().unwrap_or(0);
+        ensure!(
+            row.starts_with(&format!("{{\"seq\":{version},")) && n == version,
+            "ORACLE FAILED: stream {name}: appended {version}, row {row:?}, applied {n} times"
+        );
+    }
+    Ok(())
+}
