@@ -12,7 +12,7 @@ use outbox_core::{
     Timestamp, WorkerId,
 };
 
-use crate::{Arg, Database, Row};
+use crate::{Arg, Conn, Database, Row};
 
 /// Whether the partition lease (`$1` partition, `$2` owner, `$3` epoch) is
 /// current. Postgres appends `FOR SHARE`, so a takeover waits for the
@@ -282,6 +282,36 @@ pub async fn partitions(db: &(impl Database + ?Sized), count: u16) -> Result<Vec
     Ok(out.into_values().collect())
 }
 
+/// The partition count and partitioner name stored in the journal's meta
+/// table `meta`, each `None` until stored.
+async fn stored_partitioning(
+    conn: &mut (dyn Conn + '_),
+    what: &str,
+    meta: &str,
+) -> Result<(Option<u16>, Option<String>)> {
+    let stored = conn
+        .fetch(
+            what,
+            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitions', 'partitioner')"),
+            &[],
+        )
+        .await?;
+    let (mut count, mut name) = (None, None);
+    for r in &stored {
+        match r.text(0)?.as_str() {
+            "partitions" => {
+                let v = r.text(1)?;
+                count = Some(
+                    v.parse::<u16>()
+                        .map_err(|e| journal_undecodable("partition count", e))?,
+                );
+            }
+            _ => name = Some(r.text(1)?),
+        }
+    }
+    Ok((count, name))
+}
+
 /// [`open_partitioning`] on a journal opened read-only: the stored
 /// partitioning, checked against `count` and `partitioner` as there, and
 /// nothing written. A journal that stores none yet (created before
@@ -294,27 +324,8 @@ pub async fn read_partitioning(
 ) -> Result<Partitioning> {
     let what = "reading the journal's partitioning";
     let mut tx = db.snapshot().await?;
-    let stored = tx
-        .fetch(
-            what,
-            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitions', 'partitioner')"),
-            &[],
-        )
-        .await?;
+    let (stored_count, stored_name) = stored_partitioning(&mut *tx, what, meta).await?;
     tx.commit(what).await?;
-    let (mut stored_count, mut stored_name) = (None, None);
-    for r in &stored {
-        match r.text(0)?.as_str() {
-            "partitions" => {
-                let v = r.text(1)?;
-                stored_count = Some(
-                    v.parse::<u16>()
-                        .map_err(|e| journal_undecodable("partition count", e))?,
-                );
-            }
-            _ => stored_name = Some(r.text(1)?),
-        }
-    }
     let (Some(c), Some(n)) = (stored_count, stored_name) else {
         return Err(Error::InvalidState(
             "the journal stores no partitioning yet and is open read-only: open it once with write access \
@@ -350,26 +361,7 @@ pub async fn open_partitioning(
     let what = "storing the journal's partitioning";
     let d = db.dialect();
     let mut tx = db.begin().await?;
-    let stored = tx
-        .fetch(
-            what,
-            &format!("SELECT key, value FROM {meta} WHERE key IN ('partitions', 'partitioner')"),
-            &[],
-        )
-        .await?;
-    let (mut stored_count, mut stored_name) = (None, None);
-    for r in &stored {
-        match r.text(0)?.as_str() {
-            "partitions" => {
-                let v = r.text(1)?;
-                stored_count = Some(
-                    v.parse::<u16>()
-                        .map_err(|e| journal_undecodable("partition count", e))?,
-                );
-            }
-            _ => stored_name = Some(r.text(1)?),
-        }
-    }
+    let (stored_count, stored_name) = stored_partitioning(&mut *tx, what, meta).await?;
     let resolved = Partitioning::new(
         count.or(stored_count).unwrap_or(outbox_core::DEFAULT_PARTITIONS),
         partitioner,
