@@ -10,7 +10,6 @@ pub(crate) const SQLITE_IOERR: i32 = 10;
 pub(crate) const SQLITE_FULL: i32 = 13;
 pub(crate) const SQLITE_CANTOPEN: i32 = 14;
 pub(crate) const SQLITE_PROTOCOL: i32 = 15;
-pub(crate) const SQLITE_NOTADB: i32 = 26;
 
 /// Whether a SQLite primary result code means "retry later" (the table in
 /// the crate docs, "Errors: temporary or permanent"): another process holds

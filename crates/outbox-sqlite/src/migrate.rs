@@ -17,7 +17,6 @@ use sha2::{Digest as _, Sha384};
 
 use crate::SqliteOptions;
 use crate::engine::{engine_error, open_name};
-use crate::errors::SQLITE_NOTADB;
 use outbox_sql::Role;
 
 /// The table recording applied migrations. Not `_sqlx_migrations`, so an
@@ -120,9 +119,7 @@ struct Found {
 
 fn inspect(conn: &Connection, path: &Path) -> Result<Found> {
     let not_db = |e: rusqlite::Error| {
-        if e.sqlite_error_code().is_some_and(|c| c as i32 == SQLITE_NOTADB)
-            || matches!(&e, rusqlite::Error::SqliteFailure(f, _) if f.extended_code & 0xff == SQLITE_NOTADB)
-        {
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
             Error::invalid(format_args!("{} is not a SQLite database", path.display()))
         } else {
             engine_error(format_args!("reading the schema of {}", path.display()), e)

@@ -25,15 +25,15 @@ pub struct SqliteTx {
     /// The engine session, the live generations and the pending document
     /// writes, as every SQL dialect keeps them.
     sql: SqlTx<Session>,
-    /// `Some` while the apply guard's savepoint is open.
-    guard: Option<()>,
+    /// Whether the apply guard's savepoint is open.
+    guard: bool,
 }
 
 impl SqliteTx {
     pub(crate) fn new(session: Session, dialect: Arc<Dialect>) -> Self {
         SqliteTx {
             sql: SqlTx::new(session, dialect),
-            guard: None,
+            guard: false,
         }
     }
 
@@ -211,7 +211,7 @@ impl ApplyTx for SqliteTx {
             conn.execute_batch("SAVEPOINT outbox_guard")
                 .map_err(|e| engine_error("opening the apply guard", e))
         });
-        self.guard = Some(());
+        self.guard = true;
         Ok(())
     }
 
@@ -221,7 +221,7 @@ impl ApplyTx for SqliteTx {
     /// run in autocommit mode, where a checkpoint would commit without the
     /// projection writes it stands for.
     async fn check_guard(&mut self) -> Result<Option<String>> {
-        if self.guard.take().is_none() {
+        if !std::mem::take(&mut self.guard) {
             return Ok(Some("the apply guard was never opened".into()));
         }
         // The batch's document writes, inside the guard.
