@@ -46,6 +46,8 @@ outbox-bench --profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS
 the same on Postgres (OUTBOX_TEST_DATABASE_URL), 100 streams
 outbox-bench --profile-pg-append PER_TXN ROUNDS
 Postgres appends, the outbox and the plain client loop in turn (ratio per round)
+outbox-bench --profile-append PER_TXN EVENTS ROUNDS
+appends with the outbox (sampled) and the raw loop in turn (ratio per round)
 outbox-bench --profile-concurrent EVENTS ROUNDS
 the same for the 64 concurrent appenders
 outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
@@ -145,6 +147,10 @@ fn main() -> Result<()> {
     if argv.peek().map(String::as_str) == Some(pg::lag::PROFILE_ACROSS_FLAG) {
         argv.next();
         return pg::lag::profile(argv, true);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::append::PROFILE_FLAG) {
+        argv.next();
+        return workloads::append::profile(argv);
     }
     if argv.peek().map(String::as_str) == Some(workloads::concurrent::PROFILE_FLAG) {
         argv.next();

@@ -1,6 +1,7 @@
 //! The hand-written SQL projection (`Projection<SqliteTx>`, the escape
 //! hatch) that W2 also drains: one upsert of the stream's row per event,
-//! the statement prepared once, through `SqliteTx::run`. The raw loop it
+//! the statement prepared once, a whole run in one closure
+//! (`Projection::apply_run` through `SqliteTx::run_each`). The raw loop it
 //! is compared with writes the same table shape (ADR 0038 made each
 //! closure one handoff, not one per statement).
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, ensure};
 use outbox_core::{
-    BoxError, DigestBuilder, Event, EventTypeRegistry, Projection, ProjectionName, async_trait,
+    BoxError, DigestBuilder, Event, EventTypeRegistry, FailedEvent, Projection, ProjectionName, async_trait,
 };
 use outbox_runtime::{Config, Outbox};
 use outbox_sqlite::rusqlite::params;
@@ -44,19 +45,23 @@ impl Projection<SqliteTx> for BenchRows {
     }
 
     async fn apply(&self, tx: &mut SqliteTx, e: &Event) -> Result<(), BoxError> {
-        let (stream, value) = (
-            e.stream.as_str().to_owned(),
-            format!("{{\"seq\":{},\"bytes\":{}}}", e.seq.get(), e.payload.len()),
-        );
-        tx.run(move |c| {
-            c.prepare_cached(
-                "INSERT INTO bench_sql_rows (stream, value) VALUES (?1, ?2) \
-                 ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
-            )?
-            .execute(params![stream, value])
-        })
-        .await?;
+        let row = row_of(e);
+        tx.run(move |c| upsert(c, row)).await?;
         self.seen.saw(e)
+    }
+
+    /// The whole run in one closure: one handoff to the writer thread.
+    async fn apply_run(&self, tx: &mut SqliteTx, events: &[&Event]) -> Result<(), FailedEvent> {
+        tx.run_each(events.iter().map(|e| row_of(e)).collect(), upsert)
+            .await?;
+        for (i, e) in events.iter().enumerate() {
+            self.seen.saw(e).map_err(|source| FailedEvent::at(i, source))?;
+        }
+        Ok(())
+    }
+
+    fn applies_runs(&self) -> bool {
+        true
     }
 
     async fn reset(&self, tx: &mut SqliteTx) -> Result<(), BoxError> {
@@ -67,6 +72,27 @@ impl Projection<SqliteTx> for BenchRows {
     async fn digest(&self, tx: &mut SqliteTx, out: &mut DigestBuilder) -> Result<(), BoxError> {
         Ok(digest_table(tx, TABLE, out).await?)
     }
+}
+
+/// The row an event writes: its stream, and its seq and size as JSON.
+fn row_of(e: &Event) -> (String, String) {
+    (
+        e.stream.as_str().to_owned(),
+        format!("{{\"seq\":{},\"bytes\":{}}}", e.seq.get(), e.payload.len()),
+    )
+}
+
+/// The upsert of one row, the statement prepared once per connection.
+fn upsert(
+    c: &outbox_sqlite::rusqlite::Connection,
+    (stream, value): (String, String),
+) -> outbox_sqlite::rusqlite::Result<()> {
+    c.prepare_cached(
+        "INSERT INTO bench_sql_rows (stream, value) VALUES (?1, ?2) \
+         ON CONFLICT (stream) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![stream, value])
+    .map(drop)
 }
 
 /// The runtime over two SQLite files in `dir` with [`BenchRows`] as its

@@ -124,3 +124,27 @@ pub(crate) fn raw_round(
     anyhow::ensure!(n as u64 == total, "raw: expected {total} outbox rows, got {n}");
     Ok(rate)
 }
+
+/// The flag of [`profile`].
+pub(crate) const PROFILE_FLAG: &str = "--profile-append";
+
+/// `--profile-append PER_TXN EVENTS ROUNDS`: outbox rounds of W1, each
+/// followed by a raw round (printed beside it, not sampled), for a
+/// profiler and quick A/Bs.
+pub(crate) fn profile(mut args: impl Iterator<Item = String>) -> Result<()> {
+    let per_txn = super::profile_number(PROFILE_FLAG, &mut args, "PER_TXN")?;
+    let events = super::profile_number(PROFILE_FLAG, &mut args, "EVENTS")?;
+    let rounds = super::profile_number(PROFILE_FLAG, &mut args, "ROUNDS")?;
+    let tmp = fixture::bench_tmp_root()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    for n in 1..=rounds {
+        let o = rt.block_on(outbox_round(&tmp, events, per_txn, || super::profiler("enable")))?;
+        super::profiler("disable")?;
+        let r = raw_round(&tmp, events, per_txn, || Ok(()))?;
+        eprintln!(
+            "   round {n}: outbox {o:.0} ev/s, raw {r:.0} ev/s, ratio {:.2}",
+            o / r
+        );
+    }
+    Ok(())
+}

@@ -24,7 +24,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
 /// --control fifo:PATH` and `PERF_CTL_FIFO=PATH`, the `--profile-*` modes
 /// are sampled only while the outbox works (not while a backlog is
 /// filled); without the variable, nothing.
-fn profiler(what: &str) -> anyhow::Result<()> {
+pub(crate) fn profiler(what: &str) -> anyhow::Result<()> {
     if let Ok(fifo) = std::env::var("PERF_CTL_FIFO") {
         std::fs::write(&fifo, format!("{what}\n"))?;
     }

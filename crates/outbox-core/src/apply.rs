@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use crate::spi::{plan_apply, projection_names, validate_projection_names, validate_run};
 use crate::tx::{ApplyTx, CheckpointMove, StreamAdvance};
-use crate::{ApplyOutcome, ApplyReport, BoxError, Error, Event, Intent, Projection, Result, StreamId};
+use crate::{
+    ApplyOutcome, ApplyReport, BoxError, Error, Event, FailedEvent, Intent, Projection, Result, StreamId,
+};
 
 /// The message of a transaction ended by user code (an applier or a
 /// projection's reset): a permanent [`Error::Storage`]. `detail` is the
@@ -50,6 +52,27 @@ fn applier_error(projection: &str, event: &Event, source: BoxError) -> Error {
     }
 }
 
+/// What a projection's failed [`apply_run`](Projection::apply_run) over
+/// `run` means: [`applier_error`] on the event it names. An index past the
+/// run is the projection's bug, blamed on the run's first event so the
+/// retry policy still ends it.
+fn run_error(projection: &str, run: &[&Event], failed: FailedEvent) -> Error {
+    match run.get(failed.index) {
+        Some(event) => applier_error(projection, event, failed.source),
+        None => applier_error(
+            projection,
+            run[0],
+            format!(
+                "apply_run named event {} of a run of {}: {}",
+                failed.index,
+                run.len(),
+                failed.source
+            )
+            .into(),
+        ),
+    }
+}
+
 /// Applies the contiguous run `events` of `stream` to `projections` inside
 /// the store's open transaction `tx`, exactly once: the body of every
 /// adapter's [`ProjectionStore::apply`](crate::ProjectionStore::apply).
@@ -59,9 +82,10 @@ fn applier_error(projection: &str, event: &Event, source: BoxError) -> Error {
 /// 1. Reads (and locks, where applies run concurrently) each projection's
 ///    checkpoint, and plans with [`plan_apply`]: a gap returns
 ///    [`ApplyOutcome::Gap`] before anything is written.
-/// 2. Calls the appliers for each new [`Intent::Apply`] event in seq order;
-///    audit-only events only advance checkpoints. An applier error is
-///    [`Error::Apply`] naming the event.
+/// 2. Hands each projection its new [`Intent::Apply`] events, in seq
+///    order, as one run ([`Projection::apply_run`]); audit-only events only
+///    advance checkpoints. An applier error is [`Error::Apply`] naming the
+///    event.
 /// 3. Checks that user code left the transaction open (else a permanent
 ///    storage error: no checkpoint may commit without its writes); skipped
 ///    when every projection only writes documents
@@ -225,26 +249,41 @@ async fn apply_all<Tx: ApplyTx + 'static>(
                 return Ok(outcomes);
             }
         }
+        let last = run[run.len() - 1].seq.get();
         let mut current = read.clone();
+        // Projection by projection: each owns its tables, so the order
+        // between them inside the transaction is not observable, and one
+        // that writes runs gets its new events in one call.
+        for (p, cp) in projections.iter().zip(current.iter_mut()) {
+            if last <= *cp {
+                continue;
+            }
+            let new: Vec<&Event> = run
+                .iter()
+                .filter(|e| e.seq.get() > *cp && e.intent == Intent::Apply)
+                .collect();
+            if !new.is_empty() {
+                if !guarded && !unguarded {
+                    tx.guard().await?;
+                    guarded = true;
+                }
+                if new.len() > 1 && p.applies_runs() {
+                    p.apply_run(tx, &new)
+                        .await
+                        .map_err(|failed| run_error(p.name().as_str(), &new, failed))?;
+                } else {
+                    for e in new {
+                        p.apply(tx, e)
+                            .await
+                            .map_err(|source| applier_error(p.name().as_str(), e, source))?;
+                    }
+                }
+            }
+            *cp = last;
+        }
         let mut report = ApplyReport::default();
         for e in run.iter() {
-            let mut new_to_some = projections.is_empty();
-            for (p, cp) in projections.iter().zip(current.iter_mut()) {
-                if e.seq.get() <= *cp {
-                    continue;
-                }
-                if e.intent == Intent::Apply {
-                    if !guarded && !unguarded {
-                        tx.guard().await?;
-                        guarded = true;
-                    }
-                    p.apply(tx, e)
-                        .await
-                        .map_err(|source| applier_error(p.name().as_str(), e, source))?;
-                }
-                *cp = e.seq.get();
-                new_to_some = true;
-            }
+            let new_to_some = projections.is_empty() || read.iter().any(|cp| e.seq.get() > *cp);
             report.count(e, new_to_some);
         }
         outcomes.push(ApplyOutcome::Applied(report));
@@ -449,6 +488,96 @@ mod tests {
         async fn digest(&self, _: &mut Failing, _: &mut crate::DigestBuilder) -> Result<(), BoxError> {
             Ok(())
         }
+    }
+
+    /// Writes runs: keeps the seqs of every run it is handed, and fails
+    /// the run naming index `fail_at` when set.
+    struct Runs {
+        name: ProjectionName,
+        fail_at: Option<usize>,
+        runs: std::sync::Mutex<Vec<Vec<u64>>>,
+    }
+
+    #[async_trait]
+    impl crate::Projection<Failing> for Runs {
+        fn name(&self) -> &ProjectionName {
+            &self.name
+        }
+        async fn apply(&self, _: &mut Failing, _: &Event) -> Result<(), BoxError> {
+            Err("apply is not called on a projection that applies runs".into())
+        }
+        async fn apply_run(&self, _: &mut Failing, events: &[&Event]) -> Result<(), FailedEvent> {
+            self.runs
+                .lock()
+                .unwrap()
+                .push(events.iter().map(|e| e.seq.get()).collect());
+            match self.fail_at {
+                Some(i) => Err(FailedEvent::at(i, "refused")),
+                None => Ok(()),
+            }
+        }
+        fn applies_runs(&self) -> bool {
+            true
+        }
+        async fn reset(&self, _: &mut Failing) -> Result<(), BoxError> {
+            Ok(())
+        }
+        async fn digest(&self, _: &mut Failing, _: &mut crate::DigestBuilder) -> Result<(), BoxError> {
+            Ok(())
+        }
+    }
+
+    /// Events 1..=n of `stream`; `audit` ones audit-only.
+    fn events(stream: &str, n: u64, audit: &[u64]) -> Vec<Event> {
+        (1..=n)
+            .map(|seq| {
+                let mut e = event();
+                e.stream = StreamId::new(stream).unwrap();
+                e.seq = Seq::new(seq).unwrap();
+                if audit.contains(&seq) {
+                    e.intent = crate::Intent::AuditOnly;
+                }
+                e
+            })
+            .collect()
+    }
+
+    fn runs_projection(fail_at: Option<usize>) -> std::sync::Arc<Runs> {
+        std::sync::Arc::new(Runs {
+            name: ProjectionName::new("runs").unwrap(),
+            fail_at,
+            runs: Default::default(),
+        })
+    }
+
+    #[test]
+    fn a_projection_that_applies_runs_gets_one_call_per_run_of_its_new_apply_events() {
+        let p = runs_projection(None);
+        let (a, b) = (events("a", 4, &[2]), events("b", 3, &[]));
+        let mut tx = Failing(|| Error::invalid("unused"), 0);
+        let dynamic: std::sync::Arc<dyn crate::Projection<Failing>> = p.clone();
+        let out = block(apply_runs_in(&mut tx, &[&a, &b], &[dynamic])).unwrap();
+        assert!(all_applied(&out, 2), "{out:?}");
+        assert_eq!(*p.runs.lock().unwrap(), vec![vec![1, 3, 4], vec![1, 2, 3]]);
+    }
+
+    #[test]
+    fn a_run_failure_is_the_named_events_and_an_index_past_the_run_the_first_ones() {
+        let a = events("a", 4, &[2]);
+        let mut tx = Failing(|| Error::invalid("unused"), 0);
+        let named: std::sync::Arc<dyn crate::Projection<Failing>> = runs_projection(Some(1));
+        let r = block(apply_runs_in(&mut tx, &[&a], &[named]));
+        // Index 1 of the run [1, 3, 4]: seq 3.
+        assert!(
+            matches!(&r, Err(Error::Apply { seq, .. }) if seq.get() == 3),
+            "{r:?}"
+        );
+        let past: std::sync::Arc<dyn crate::Projection<Failing>> = runs_projection(Some(7));
+        let r = block(apply_runs_in(&mut tx, &[&a], &[past]));
+        assert!(
+            matches!(&r, Err(Error::Apply { seq, source, .. }) if seq.get() == 1 && source.to_string().contains("event 7 of a run of 3")),
+            "{r:?}"
+        );
     }
 
     #[test]

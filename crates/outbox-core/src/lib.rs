@@ -56,8 +56,8 @@ pub use ports::{
     WorkerRegistry, validate_activity_minutes,
 };
 pub use projection::{
-    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, Projection, StreamLag,
-    Watermark,
+    ApplyOutcome, ApplyReport, CheckpointGap, Digest, DigestBuilder, DigestValue, FailedEvent, Projection,
+    StreamLag, Watermark,
 };
 pub use run::{RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunState};
 pub use running::{DocumentHash, RUNNING_DIGEST_LANES, RunningDigest, ViewDigest, ViewDigestCheck};

@@ -41,11 +41,49 @@ pub trait Projection<Tx: Send>: Send + Sync {
     /// Applies one event (never an [`Intent::AuditOnly`] one).
     async fn apply(&self, tx: &mut Tx, event: &Event) -> Result<(), BoxError>;
 
+    /// Applies a run of one stream's events, in seq order: every event the
+    /// projection has not applied yet among those a batch hands it (never
+    /// an [`Intent::AuditOnly`] one, so seqs may skip), all in the store's
+    /// one transaction. Called only when
+    /// [`applies_runs`](Self::applies_runs) says yes; the default calls
+    /// [`apply`](Self::apply) for each event.
+    ///
+    /// Override it (and `applies_runs`) to write a whole run at once: one
+    /// closure on SQLite (`SqliteTx::run`: one handoff to the writer thread
+    /// instead of one per event), one multi-row statement on Postgres. The
+    /// result must be the state `apply` would write event by event (the
+    /// digest checks it).
+    ///
+    /// A failure names the event it belongs to ([`FailedEvent::at`]): the
+    /// worker commits the events before it, and the retry policy, the
+    /// dead letter or the skip record apply to that event alone. A run
+    /// written in one statement that fails must find its event before it
+    /// answers: on SQLite a failed statement leaves the transaction usable,
+    /// so apply the events one at a time; on Postgres, take a `SAVEPOINT`
+    /// before the statement, roll back to it and do the same. A panic
+    /// inside a run cannot name its event: it is blamed on the run's first.
+    async fn apply_run(&self, tx: &mut Tx, events: &[&Event]) -> Result<(), FailedEvent> {
+        for (index, event) in events.iter().enumerate() {
+            self.apply(tx, event)
+                .await
+                .map_err(|source| FailedEvent::at(index, source))?;
+        }
+        Ok(())
+    }
+
     /// Deletes everything the projection wrote.
     async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError>;
 
     /// Feeds the projection's state into `out`, in a deterministic order.
     async fn digest(&self, tx: &mut Tx, out: &mut DigestBuilder) -> Result<(), BoxError>;
+
+    /// Whether the worker hands this projection its events a run at a
+    /// time ([`apply_run`](Self::apply_run)) rather than one at a time
+    /// ([`apply`](Self::apply)). Say yes only with an `apply_run` of your
+    /// own.
+    fn applies_runs(&self) -> bool {
+        false
+    }
 
     /// Whether `apply` writes only documents through the transaction's
     /// view API and never runs statements of its own, so it cannot end the
@@ -64,6 +102,39 @@ pub trait Projection<Tx: Send>: Send + Sync {
     /// hand-written projection keeps the default `None`.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
+    }
+}
+
+/// A failure of [`Projection::apply_run`]: the event it belongs to (an
+/// index into the run handed over) and what went wrong.
+#[derive(Debug)]
+pub struct FailedEvent {
+    /// The failing event's index in the run.
+    pub index: usize,
+    /// What went wrong; as an `apply` error (a temporary
+    /// [`Error::Storage`] is the store's trouble, not the event's).
+    pub source: BoxError,
+}
+
+impl FailedEvent {
+    /// The event at `index` of the run failed with `source`.
+    pub fn at(index: usize, source: impl Into<BoxError>) -> Self {
+        FailedEvent {
+            index,
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for FailedEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "event {} of the run: {}", self.index, self.source)
+    }
+}
+
+impl std::error::Error for FailedEvent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
     }
 }
 

@@ -381,7 +381,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.reset_attempts(key, stream).await?;
             at = checkpoint;
         }
-        let batch = inner.config.batch_size.min(outbox_core::MAX_PAGE - 1);
+        let full = inner.config.batch_size.min(outbox_core::MAX_PAGE - 1);
+        // A projection that writes runs cannot place a panic inside one: it
+        // blames the run's first event. Before such a blame is recorded,
+        // that event is tried alone (`batch` 1), so the failure recorded is
+        // always the one event's that fails by itself.
+        let mut batch = full;
         loop {
             let mut events = self
                 .journal()
@@ -410,10 +415,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(ApplyOutcome::Applied(r)) => {
                     self.count(&r);
                     report.caught_up += r.applied + r.audit_only;
+                    batch = full;
                     (Some(last), None)
                 }
                 // Its checkpoint moved under us (a reset): the next pass starts over.
                 Ok(ApplyOutcome::Gap(_)) => return Ok(()),
+                Err(Error::Apply { seq, .. })
+                    if p.applies_runs() && events.len() > 1 && seq == events[0].seq =>
+                {
+                    debug!(consumer = %key, stream = %stream, seq = %seq, "a run failed on its first event; trying that event alone before blaming it");
+                    batch = 1;
+                    continue;
+                }
                 Err(e @ Error::Apply { .. }) => {
                     let Error::Apply { seq, .. } = &e else {
                         unreachable!("matched above")

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use outbox_core::{BoxError, DigestBuilder, Event, Projection, ProjectionName, async_trait};
+use outbox_core::{BoxError, DigestBuilder, Event, FailedEvent, Projection, ProjectionName, async_trait};
 
 /// A boxed future whose polls catch panics: resolves to `Err(message)` when
 /// a poll panicked. The inner future is dropped after the panic, as a
@@ -96,6 +96,18 @@ impl<Tx: Send + 'static> Projection<Tx> for CatchPanic<Tx> {
         CatchUnwind::new(self.0.apply(tx, event))
             .await
             .unwrap_or_else(|m| Err(hook_error("apply", m)))
+    }
+
+    fn applies_runs(&self) -> bool {
+        self.0.applies_runs()
+    }
+
+    /// A panic cannot say which event it met: it is blamed on the run's
+    /// first (the trait's documented rule for runs).
+    async fn apply_run(&self, tx: &mut Tx, events: &[&Event]) -> Result<(), FailedEvent> {
+        CatchUnwind::new(self.0.apply_run(tx, events))
+            .await
+            .unwrap_or_else(|m| Err(FailedEvent::at(0, hook_error("apply_run", m))))
     }
 
     async fn reset(&self, tx: &mut Tx) -> Result<(), BoxError> {

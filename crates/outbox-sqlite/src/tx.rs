@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use outbox_core::spi::{ApplyTx, CheckpointMove, GenerationMap, StreamAdvance, ViewRow, ViewStorage};
-use outbox_core::{ProjectionName, Result, Seq, StreamId, async_trait};
+use outbox_core::{FailedEvent, ProjectionName, Result, Seq, StreamId, async_trait};
 use outbox_sql::generations::GenerationCache;
 use outbox_sql::{Arg, Conn, Dialect, Row, SqlTx, Statement};
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -92,6 +92,57 @@ impl SqliteTx {
             .conn()
             .run(move |conn| body(conn).map_err(|e| engine_error("a projection's statement", e)))
             .await
+    }
+
+    /// Runs `body` once per item of `items`, in order, on the store's
+    /// connection inside this transaction: one handoff for the whole run,
+    /// the body of a projection's
+    /// [`apply_run`](outbox_core::Projection::apply_run). The first item
+    /// whose body fails stops the run: the failure names its index, with
+    /// the error mapped as the store's own (a full disk stays temporary).
+    /// A failed statement leaves the transaction usable, so the items
+    /// before it stay written.
+    ///
+    /// ```no_run
+    /// # async fn demo(tx: &mut outbox_sqlite::SqliteTx, events: &[&outbox_core::Event]) -> Result<(), outbox_core::FailedEvent> {
+    /// use outbox_sqlite::rusqlite::params;
+    ///
+    /// let streams: Vec<String> = events.iter().map(|e| e.stream.as_str().to_owned()).collect();
+    /// tx.run_each(streams, |conn, stream| {
+    ///     conn.prepare_cached(
+    ///         "INSERT INTO counts (stream, n) VALUES (?1, 1) \
+    ///          ON CONFLICT (stream) DO UPDATE SET n = n + 1",
+    ///     )?
+    ///     .execute(params![stream])
+    ///     .map(drop)
+    /// })
+    /// .await
+    /// # }
+    /// ```
+    pub async fn run_each<I, F>(&mut self, items: Vec<I>, mut body: F) -> std::result::Result<(), FailedEvent>
+    where
+        I: Send + 'static,
+        F: FnMut(&Connection, I) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let ran = self
+            .sql
+            .conn()
+            .run(move |conn| {
+                for (index, item) in items.into_iter().enumerate() {
+                    if let Err(e) = body(conn, item) {
+                        return Ok(Some((index, engine_error("a projection's statement", e))));
+                    }
+                }
+                Ok(None)
+            })
+            .await;
+        match ran {
+            Ok(None) => Ok(()),
+            Ok(Some((index, e))) => Err(FailedEvent::at(index, e)),
+            // The handoff itself failed: the store's trouble (a temporary
+            // error is never blamed on an event).
+            Err(e) => Err(FailedEvent::at(0, e)),
+        }
     }
 }
 
