@@ -42,8 +42,9 @@ const USAGE: &str = "usage: outbox-bench [--quick] [--events N] [--json PATH] [-
 workloads (--only): append, concurrent, drain, claim, lag, rss, fsyncs, postgres, partitions
 outbox-bench --profile-drain STREAMS PER_STREAM BATCH sweeps|per-stream ROUNDS
 drains with the outbox only (no raw side, no table), for a profiler
-outbox-bench --profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS
-the same on Postgres (OUTBOX_TEST_DATABASE_URL), 100 streams
+outbox-bench --profile-pg-drain PER_STREAM BATCH sweeps|per-stream ROUNDS [hand-written]
+the same on Postgres (OUTBOX_TEST_DATABASE_URL), 100 streams; with
+`hand-written`, into the hand-written SQL projection
 outbox-bench --profile-pg-append PER_TXN ROUNDS
 Postgres appends, the outbox and the plain client loop in turn (ratio per round)
 outbox-bench --profile-append PER_TXN EVENTS ROUNDS
