@@ -328,7 +328,45 @@ fn test() -> Result<()> {
     let mut doctests = cargo();
     doctests.args(["test", "--workspace", "--locked", "--doc"]);
     doctests.args(NOT_THE_CRASH_HARNESS);
-    run("cargo test --doc", with_pg(doctests))
+    run("cargo test --doc", with_pg(doctests))?;
+    cli_without_sqlite(with_pg(cargo()))
+}
+
+/// The CLI as an application on Postgres alone builds it (without its
+/// default SQLite backend): it builds with no warning, and its tests pass.
+/// The warnings are read from the build's output: denying them through
+/// `RUSTFLAGS` would rebuild every dependency.
+fn cli_without_sqlite(mut tests: Command) -> Result<()> {
+    const FEATURES: [&str; 6] = [
+        "-p",
+        "outbox-cli",
+        "--locked",
+        "--no-default-features",
+        "--features",
+        "serve,postgres",
+    ];
+    eprintln!("\n==> outbox-cli without SQLite builds without warnings");
+    let out = cargo()
+        .args(["build", "--all-targets", "--message-format", "short"])
+        .args(FEATURES)
+        .output()
+        .context("cargo build")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("outbox-cli without SQLite does not build:\n{stderr}");
+    }
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning:")).collect();
+    if !warnings.is_empty() {
+        bail!(
+            "outbox-cli without SQLite builds with warnings:\n{}",
+            warnings.join("\n")
+        );
+    }
+    tests.arg("test").args(FEATURES);
+    run(
+        "cargo test -p outbox-cli --no-default-features --features serve,postgres",
+        tests,
+    )
 }
 
 fn pg_shell() -> Result<()> {

@@ -400,6 +400,7 @@ async fn sqlite(
 
 /// A schema behind this build on databases open read-only: they cannot be
 /// upgraded here, whatever `migrate` the error suggests.
+#[cfg(feature = "sqlite")]
 fn read_only_hint(e: Error, access: Access) -> anyhow::Error {
     match e {
         e @ Error::SchemaTooOld { .. } if access == Access::ReadOnly => anyhow::Error::new(e).context(

@@ -346,7 +346,7 @@ impl Waiting {
     }
 
     /// How many connections are still sending their request.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "sqlite"))]
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }

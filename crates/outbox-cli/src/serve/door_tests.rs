@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::door::{Door, DoorConfig, Token};
-use super::{BODY_LIMIT, Monitor, monitor_router, run_server};
+use super::{BODY_LIMIT, monitor_router, run_server};
 
 const TOKEN: &str = "3f9a1c0e7b2d4f6a8c1e3b5d7f9a0c2e";
 const READ: &str = "read-9f8e7d6c5b4a3210-abcdef";
@@ -77,28 +77,7 @@ async fn start(door: Door, router: Router) -> Running {
 
 /// The monitor's own router on fresh SQLite files in `dir`.
 async fn monitor(door: Arc<Door>, dir: &std::path::Path) -> Router {
-    let (journal, store) = crate::backend::open_sqlite(
-        dir.join("journal.db"),
-        dir.join("projections.db"),
-        crate::backend::Access::Create,
-        outbox_core::PartitionOptions::default(),
-    )
-    .await
-    .unwrap();
-    monitor_router(Arc::new(Monitor {
-        app: "test".into(),
-        journal,
-        store,
-        projections: Vec::new(),
-        door,
-        limit: 50,
-        lag_streams: 10,
-        lag_threshold_ms: 60_000,
-        figures: Arc::default(),
-        figures_interval: std::time::Duration::from_secs(5),
-        exact_rows: 100_000,
-        snapshot_of: None,
-    }))
+    monitor_router(super::test_monitor::monitor(door, dir, Vec::new(), 10, 100_000).await)
 }
 
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use outbox_core::{
 
 use super::door::{Door, DoorConfig};
 use super::{BODY_LIMIT, Monitor, metrics, overview_body};
-use crate::backend::{Access, open_sqlite};
+use outbox_sqlite::{SqliteJournal, SqliteProjectionStore, SqliteTx};
 
 /// A projection no worker runs here: its checkpoint stays 0, so it lacks
 /// every appended event.
@@ -57,6 +57,31 @@ async fn append<J: EventJournal>(journal: &J, stream: &str, events: usize) {
 }
 
 /// The value of one sample line of a `/metrics` answer.
+/// A monitor over fresh SQLite files (in the returned directory) showing
+/// `projections`, counting rows exactly up to `exact_rows`.
+async fn monitor(
+    projections: Vec<Arc<dyn Projection<SqliteTx>>>,
+    exact_rows: u64,
+) -> (
+    tempfile::TempDir,
+    Arc<Monitor<SqliteJournal, SqliteProjectionStore>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let door = Door::new(&DoorConfig {
+        bound: "127.0.0.1:0".parse().unwrap(),
+        allowed_hosts: None,
+        max_connections: 16,
+        head_timeout: std::time::Duration::from_secs(60),
+        request_timeout: std::time::Duration::from_secs(60),
+        busy_pages: 4,
+        body_limit: BODY_LIMIT,
+        what: "the monitor",
+    })
+    .unwrap();
+    let m = super::test_monitor::monitor(Arc::new(door), dir.path(), projections, 100, exact_rows).await;
+    (dir, m)
+}
+
 fn sample(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -82,41 +107,8 @@ fn lag_row(page: &str) -> String {
 
 #[tokio::test]
 async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, store) = open_sqlite(
-        dir.path().join("journal.db"),
-        dir.path().join("projections.db"),
-        Access::Create,
-        outbox_core::PartitionOptions::default(),
-    )
-    .await
-    .unwrap();
-    let door = Door::new(&DoorConfig {
-        bound: "127.0.0.1:0".parse().unwrap(),
-        allowed_hosts: None,
-        max_connections: 16,
-        head_timeout: std::time::Duration::from_secs(60),
-        request_timeout: std::time::Duration::from_secs(60),
-        busy_pages: 4,
-        body_limit: BODY_LIMIT,
-        what: "the monitor",
-    })
-    .unwrap();
     let tally: Arc<dyn Projection<_>> = Arc::new(NeverApplied(ProjectionName::new("tally").unwrap()));
-    let m = Arc::new(Monitor {
-        app: "test".into(),
-        journal,
-        store,
-        projections: vec![tally],
-        door: Arc::new(door),
-        limit: 50,
-        lag_streams: 100,
-        lag_threshold_ms: 60_000,
-        figures: Arc::default(),
-        figures_interval: std::time::Duration::from_secs(5),
-        exact_rows: 100_000,
-        snapshot_of: None,
-    });
+    let (_dir, m) = monitor(vec![tally], 100_000).await;
     append(&m.journal, "s-1", 3).await;
 
     // Before the first computation: "computing…", no lag gauge, and the
@@ -230,40 +222,7 @@ async fn pages_and_metrics_read_the_last_computation_and_only_the_task_scans() {
 /// themselves; under it they count per request.
 #[tokio::test]
 async fn past_exact_rows_the_counts_are_the_figures_and_say_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, store) = open_sqlite(
-        dir.path().join("journal.db"),
-        dir.path().join("projections.db"),
-        Access::Create,
-        outbox_core::PartitionOptions::default(),
-    )
-    .await
-    .unwrap();
-    let door = Door::new(&DoorConfig {
-        bound: "127.0.0.1:0".parse().unwrap(),
-        allowed_hosts: None,
-        max_connections: 16,
-        head_timeout: std::time::Duration::from_secs(60),
-        request_timeout: std::time::Duration::from_secs(60),
-        busy_pages: 4,
-        body_limit: BODY_LIMIT,
-        what: "the monitor",
-    })
-    .unwrap();
-    let m = Arc::new(Monitor {
-        app: "test".into(),
-        journal,
-        store,
-        projections: vec![],
-        door: Arc::new(door),
-        limit: 50,
-        lag_streams: 100,
-        lag_threshold_ms: 60_000,
-        figures: Arc::default(),
-        figures_interval: std::time::Duration::from_secs(5),
-        exact_rows: 2,
-        snapshot_of: None,
-    });
+    let (_dir, m) = monitor(vec![], 2).await;
     append(&m.journal, "s-1", 2).await;
     m.figures
         .compute(&m.journal, &m.store, &m.projections, m.lag_streams)

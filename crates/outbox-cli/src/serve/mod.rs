@@ -10,15 +10,17 @@
 
 mod chart;
 mod door;
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod door_tests;
 mod figures;
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod figures_tests;
 mod fleet;
 mod html;
 mod kit;
 mod rows;
+#[cfg(all(test, feature = "sqlite"))]
+mod test_monitor;
 
 use std::fmt::Write;
 use std::net::SocketAddr;
