@@ -338,11 +338,6 @@ pub(crate) async fn verify<J: JournalBackend, P: ProjectionBackend>(
     prefix: &str,
     versions: &[u64],
 ) -> Result<()> {
-    let per_stream = seen
-        .per_stream
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?
-        .clone();
     let views = rt.views(PROJECTION)?;
     let mut docs: HashMap<String, u64> = HashMap::new();
     let mut after: Option<String> = None;
@@ -356,13 +351,30 @@ pub(crate) async fn verify<J: JournalBackend, P: ProjectionBackend>(
         }
         after = Some(last);
     }
+    check_rows(seen, prefix, versions, &docs)
+}
+
+/// The oracle's check over a projection's state: `at` maps each stream to
+/// the seq its row (or document) is at. Every stream of `prefix` must be
+/// at its version and have been applied exactly version times.
+pub(crate) fn check_rows(
+    seen: &Seen,
+    prefix: &str,
+    versions: &[u64],
+    at: &HashMap<String, u64>,
+) -> Result<()> {
+    let per_stream = seen
+        .per_stream
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     for (i, &version) in versions.iter().enumerate() {
         let name = stream_name(prefix, i as u64);
-        let doc = docs.get(&name).copied().unwrap_or(0);
+        let row = at.get(&name).copied().unwrap_or(0);
         let n = per_stream.get(&name).copied().unwrap_or(0);
         ensure!(
-            doc == version && n == version,
-            "ORACLE FAILED: stream {name}: appended {version}, projection document at seq {doc}, applied {n} times"
+            row == version && n == version,
+            "ORACLE FAILED: stream {name}: appended {version}, projection state at seq {row}, applied {n} times"
         );
     }
     Ok(())

@@ -7,14 +7,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result};
 use outbox_core::{BoxError, DigestBuilder, Event, FailedEvent, Projection, ProjectionName, async_trait};
 use outbox_postgres::sqlx::{self, PgConnection};
 use outbox_postgres::{PgJournal, PgOptions, PgProjectionStore, PgTx, digest_table};
 use outbox_runtime::Config;
 
 use super::setup::PgRt;
-use crate::fixture::{Seen, stream_name};
+use crate::fixture::{Seen, check_rows};
 
 const NAME: &str = "bench_sql";
 
@@ -107,26 +107,14 @@ pub(super) async fn open(url: &str, schema: &str, config: Config, seen: Arc<Seen
         .await?)
 }
 
-/// The oracle: every stream's row is at its version, and every stream was
-/// applied exactly version times.
+/// The oracle ([`check_rows`]) over the rows' seqs.
 pub(super) async fn verify(rt: &PgRt, seen: &Seen, prefix: &str, versions: &[u64]) -> Result<()> {
     let rows: Vec<(String, i64)> = sqlx::query_as("SELECT stream, seq FROM bench_sql_rows")
         .fetch_all(rt.store().pool())
         .await?;
-    let rows: HashMap<String, i64> = rows.into_iter().collect();
-    let per_stream = seen
-        .per_stream
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned"))?
-        .clone();
-    for (i, &version) in versions.iter().enumerate() {
-        let name = stream_name(prefix, i as u64);
-        let row = rows.get(&name).copied().unwrap_or(0);
-        let n = per_stream.get(&name).copied().unwrap_or(0);
-        ensure!(
-            row == version as i64 && n == version,
-            "ORACLE FAILED: stream {name}: appended {version}, row at seq {row}, applied {n} times"
-        );
-    }
-    Ok(())
+    let at: HashMap<String, u64> = rows
+        .into_iter()
+        .map(|(stream, seq)| (stream, u64::try_from(seq).unwrap_or(0)))
+        .collect();
+    check_rows(seen, prefix, versions, &at)
 }
