@@ -11,7 +11,7 @@
 use std::sync::atomic::AtomicU64;
 
 use outbox_core::SinkSummary;
-use outbox_runtime::{Gauges, LagSnapshot, MetricsSnapshot};
+use outbox_runtime::{Gauges, LagSnapshot, MetricsSnapshot, StoreCallStats};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -72,6 +72,40 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
     let c: Counter = Counter::default();
     c.inc_by(v);
     reg.register(name, help, c);
+}
+
+/// The worker's store calls, one series per port method (`call` label):
+/// how many, how many ended in infrastructure trouble or at their deadline,
+/// and the time they took.
+fn store_call_families(reg: &mut Registry, calls: &[StoreCallStats]) {
+    let counted: Family<Vec<(String, String)>, Counter> = Family::default();
+    let troubled: Family<Vec<(String, String)>, Counter> = Family::default();
+    let timed_out: Family<Vec<(String, String)>, Counter> = Family::default();
+    let took: Family<Vec<(String, String)>, Counter<f64, AtomicU64>> = Family::default();
+    for c in calls {
+        let l = label("call", c.call);
+        counted.get_or_create(&l).inc_by(c.calls);
+        troubled.get_or_create(&l).inc_by(c.temporary_errors);
+        timed_out.get_or_create(&l).inc_by(c.timeouts);
+        took.get_or_create(&l).inc_by(c.total_us as f64 / 1e6);
+    }
+    reg.register("store_calls", "Store calls made, by port method", counted);
+    reg.register(
+        "store_call_errors",
+        "Store calls that ended in a temporary error (deadline passes included), by port method",
+        troubled,
+    );
+    reg.register(
+        "store_call_timeouts",
+        "Store calls dropped at their deadline, by port method",
+        timed_out,
+    );
+    reg.register_with_unit(
+        "store_call",
+        "Time spent in store calls, by port method",
+        Unit::Seconds,
+        took,
+    );
 }
 
 /// A histogram aggregated elsewhere (the worker's lag histogram), encoded
@@ -303,6 +337,7 @@ pub fn render(s: &Scrape<'_>) -> String {
         ] {
             counter(w, name, help, v);
         }
+        store_call_families(w, &m.store_calls);
         w.register_with_unit(
             "lag",
             "Append-to-applied lag of the events this worker applied, by the database's clock",

@@ -17,16 +17,16 @@
 //! projection reached the stream's version, compared under the stream's
 //! lock (the rule sinks follow), so an event appended meanwhile keeps it due.
 
+use outbox_core::{
+    ApplyOutcome, ApplyReport, ConsumerRegistry, Error, Event, EventJournal, FailureOutcome, OnError,
+    PartitionStore, Projection, ProjectionName, ProjectionStore, Result, Seq, SinkName, SinkStatus,
+    SinkStore, SinkStream, StreamId, Timestamp, projection_consumer,
+};
 use std::sync::Arc;
 
-use outbox_core::{
-    ApplyOutcome, ApplyReport, Error, Event, FailureOutcome, OnError, Projection, ProjectionName, Result,
-    Seq, SinkName, SinkStatus, SinkStream, StreamId, Timestamp, projection_consumer,
-};
 use serde::Serialize;
 use tracing::{debug, warn};
 
-use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::worker::TickReport;
@@ -97,11 +97,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // before it are committed.
         let mut pending: Option<(usize, Error)> = None;
         while done < events.len() && !included.is_empty() {
-            let outcome = inner
-                .store
-                .apply(stream, &events[done..end], &included)
-                .within_apply(inner.config.store_deadline(), "apply")
-                .await;
+            let outcome = inner.store.apply(stream, &events[done..end], &included).await;
             match outcome {
                 Ok(ApplyOutcome::Applied(r)) => {
                     self.count(&r);
@@ -180,20 +176,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// state with none, or one back on the shared path).
     async fn reset_attempts(&self, key: &SinkName, stream: &StreamId) -> Result<()> {
         let state = self
-            .journal()
+            .inner
+            .journal
             .sink_states(key, std::slice::from_ref(stream))
-            .within(self.config().store_deadline(), "sink_states")
             .await?
             .remove(0);
         if state.status == SinkStatus::Ok || state.attempt_count == 0 {
             return Ok(());
         }
-        match self
-            .journal()
-            .requeue_sink(key, stream)
-            .within(self.config().store_deadline(), "requeue_sink")
-            .await
-        {
+        match self.journal().requeue_sink(key, stream).await {
             Ok(_) | Err(Error::NotFound(_) | Error::InvalidState(_)) => Ok(()),
             Err(e) => Err(e),
         }
@@ -201,11 +192,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Takes (`key`, `stream`) off the shared path at `at` (no change when it is already).
     async fn hold(&self, key: &SinkName, stream: &StreamId, at: u64) -> Result<SinkStream> {
-        let partition = self.journal().partitioning().of(stream);
-        self.journal()
-            .hold_sink(key, stream, partition, at)
-            .within(self.config().store_deadline(), "hold_sink")
-            .await
+        let partition = self.inner.journal.partitioning().of(stream);
+        self.inner.journal.hold_sink(key, stream, partition, at).await
     }
 
     /// Records that the consumer `key` failed on `stream`/`seq` with
@@ -240,15 +228,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        let deadline = inner.config.store_deadline();
-        let partition = self.journal().partitioning().of(stream);
+        let partition = self.inner.journal.partitioning().of(stream);
         let before = seq.get() - 1;
         let state = self.hold(key, stream, before).await?;
         if state.seq < before {
             let moved = self
-                .journal()
+                .inner
+                .journal
                 .advance_sink(key, stream, partition, state.seq, Seq::new(before)?, true)
-                .within(deadline, "advance_sink")
                 .await?;
             if !moved {
                 return Ok(());
@@ -285,9 +272,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             OnError::Retry | OnError::Stop | OnError::Skip => inner.config.retry,
         };
         let outcome = match self
-            .journal()
+            .inner
+            .journal
             .fail_sink(key, stream, partition, seq, message, &policy)
-            .within(deadline, "fail_sink")
             .await
         {
             Ok(o) => o,
@@ -327,9 +314,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         for p in self.active_projections().into_owned() {
             let key = projection_consumer(p.name())?;
             let due = self
-                .journal()
+                .inner
+                .journal
                 .due_sink_streams(&key, &parts, inner.config.streams_per_pass)
-                .within(inner.config.store_deadline(), "due_sink_streams")
                 .await?;
             for state in due {
                 match self.catch_up_consumer(&p, &key, &state, report).await {
@@ -357,23 +344,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
     ) -> Result<()> {
         let inner = &self.inner;
-        let deadline = inner.config.store_deadline();
         let stream = &state.stream;
-        let partition = self.journal().partitioning().of(stream);
+        let partition = self.inner.journal.partitioning().of(stream);
         let only = std::slice::from_ref(p);
         let mut at = state.seq;
-        let mut checkpoint = inner
-            .store
-            .checkpoint(p.name(), stream)
-            .within(deadline, "checkpoint")
-            .await?;
+        let mut checkpoint = inner.store.checkpoint(p.name(), stream).await?;
         if checkpoint > at {
             // Applied past where the state says (a catch-up that ended
             // before moving it): move it, keeping it due.
             let moved = self
-                .journal()
+                .inner
+                .journal
                 .advance_sink(key, stream, partition, at, Seq::new(checkpoint)?, true)
-                .within(deadline, "advance_sink")
                 .await?;
             if !moved {
                 return Ok(());
@@ -389,9 +371,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut batch = full;
         loop {
             let mut events = self
-                .journal()
+                .inner
+                .journal
                 .read_stream(stream, Seq::new(checkpoint + 1)?, batch + 1)
-                .within(deadline, "read_stream")
                 .await?;
             let more = events.len() > batch;
             events.truncate(batch);
@@ -399,18 +381,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // At the stream's end: settle (`ok` when still at its
                 // version under the stream's lock).
                 if let Ok(here) = Seq::new(at) {
-                    self.journal()
+                    self.inner
+                        .journal
                         .advance_sink(key, stream, partition, at, here, false)
-                        .within(deadline, "advance_sink")
                         .await?;
                 }
                 return Ok(());
             };
-            let outcome = inner
-                .store
-                .apply(stream, &events, only)
-                .within_apply(deadline, "apply")
-                .await;
+            let outcome = inner.store.apply(stream, &events, only).await;
             let (applied_through, failure) = match outcome {
                 Ok(ApplyOutcome::Applied(r)) => {
                     self.count(&r);
@@ -435,26 +413,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     let before: Vec<Event> = events.iter().filter(|x| x.seq < seq).cloned().collect();
                     let through = match before.last() {
                         None => None,
-                        Some(prev) => match inner
-                            .store
-                            .apply(stream, &before, only)
-                            .within_apply(deadline, "apply")
-                            .await
-                        {
+                        Some(prev) => match inner.store.apply(stream, &before, only).await {
                             Ok(ApplyOutcome::Applied(r)) => {
                                 self.count(&r);
                                 report.caught_up += r.applied + r.audit_only;
                                 Some(prev.seq)
                             }
                             Ok(ApplyOutcome::Gap(_)) => return Ok(()),
-                            Err(e) if e.is_temporary() && !crate::deadline::stalled(&e) => return Err(e),
+                            Err(e) if e.is_temporary() && !crate::bounded::stalled(&e) => return Err(e),
                             // It failed earlier this time: the next pass finds where.
                             Err(_) => return Ok(()),
                         },
                     };
                     (through, Some((seq, e)))
                 }
-                Err(e) if e.is_temporary() && !crate::deadline::stalled(&e) => return Err(e),
+                Err(e) if e.is_temporary() && !crate::bounded::stalled(&e) => return Err(e),
                 // Anything else is this projection's trouble on its next event
                 // (a stalled apply, a transaction it ended).
                 Err(e) => (None, Some((events[0].seq, e))),
@@ -463,9 +436,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // With a failure to record, the state stays due whatever the version.
                 let keep_due = more || failure.is_some();
                 let moved = self
-                    .journal()
+                    .inner
+                    .journal
                     .advance_sink(key, stream, partition, at, through, keep_due)
-                    .within(deadline, "advance_sink")
                     .await?;
                 if !moved {
                     return Ok(());
@@ -522,12 +495,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if mine.is_empty() {
             return Ok(());
         }
-        let deadline = inner.config.store_deadline();
-        self.journal()
+        self.inner
+            .journal
             .register_consumers(&mine, &inner.code_version, &inner.worker_id)
-            .within(deadline, "register_consumers")
             .await?;
-        let all = self.journal().consumers().within(deadline, "consumers").await?;
+        let all = self.inner.journal.consumers().await?;
         let name = |c: &outbox_core::ConsumerInfo| c.projection().and_then(|p| ProjectionName::new(p).ok());
         let unrun: Vec<ProjectionName> = all
             .iter()
@@ -602,9 +574,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         for p in self.active_projections().iter() {
             let key = projection_consumer(p.name())?;
             let state = self
-                .journal()
+                .inner
+                .journal
                 .sink_states(&key, std::slice::from_ref(stream))
-                .within(self.config().store_deadline(), "sink_states")
                 .await?;
             if state.first().is_none_or(|s| s.status == SinkStatus::Ok) {
                 out.push(Arc::clone(p));
@@ -622,9 +594,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// has registered it.
     pub async fn pause_projection(&self, name: &ProjectionName, paused: bool) -> Result<bool> {
         let key = projection_consumer(name)?;
-        let changed = pause_consumer(self.journal(), &key, paused)
-            .within(self.config().store_deadline(), "pause_consumer")
-            .await?;
+        let changed = pause_consumer(&self.inner.journal, &key, paused).await?;
         let runs_here = self.inner.projections.iter().any(|p| p.name() == name);
         self.inner.registry.set_paused(name, paused && runs_here);
         Ok(changed)
@@ -658,11 +628,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut out = Vec::new();
         for p in &self.inner.projections {
             let key = projection_consumer(p.name())?;
-            let mut states = self
-                .journal()
-                .sink_streams(&key, status, limit)
-                .within(self.config().store_deadline(), "sink_streams")
-                .await?;
+            let mut states = self.journal().sink_streams(&key, status, limit).await?;
             states.retain(|s| s.status != SinkStatus::Ok);
             out.append(&mut states);
         }
@@ -679,11 +645,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         stream: &StreamId,
     ) -> Result<SinkStream> {
         let key = projection_consumer(projection)?;
-        let state = self
-            .journal()
-            .requeue_sink(&key, stream)
-            .within(self.config().store_deadline(), "requeue_sink")
-            .await?;
+        let state = self.journal().requeue_sink(&key, stream).await?;
         tracing::info!(projection = %projection, stream = %stream, "projection requeued on the stream");
         Ok(state)
     }

@@ -1,17 +1,17 @@
 //! Streams behind the journal: finding them (`outbox gaps`) and catching
 //! them up (start-up repair, `outbox gaps --repair`).
 
+use outbox_core::{
+    ConsumerRegistry, EventJournal, OutboxInspector, OutboxQueue, OutboxStatus, ProjectionStore, Result, Seq,
+    StreamId, StreamLag, StreamVersion, WatermarkStore, WorkerId, WorkerRegistry, projection_consumer,
+};
 use std::collections::BTreeMap;
 
-use outbox_core::{
-    OutboxStatus, Result, Seq, StreamId, StreamLag, StreamVersion, WorkerId, projection_consumer,
-};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::heartbeat_ttl;
-use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{InlineFailure, JournalBackend, Outbox, ProjectionBackend};
 use crate::replay::ReplayOptions;
@@ -74,22 +74,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// watermarks of the same range, read page by page too.
     async fn versions_page(&self, after: Option<&StreamId>) -> Result<Vec<(StreamVersion, u64)>> {
         let inner = &self.inner;
-        let versions = inner
-            .journal
-            .stream_versions(after, PAGE)
-            .within(inner.config.store_deadline(), "stream_versions")
-            .await?;
+        let versions = inner.journal.stream_versions(after, PAGE).await?;
         let Some(last) = versions.last() else {
             return Ok(Vec::new());
         };
         let mut watermarks = BTreeMap::new();
         let mut from = after.cloned();
         'pages: loop {
-            let page = inner
-                .store
-                .watermarks(from.as_ref(), PAGE)
-                .within(inner.config.store_deadline(), "watermarks")
-                .await?;
+            let page = inner.store.watermarks(from.as_ref(), PAGE).await?;
             let full = page.len() == PAGE;
             for w in page {
                 if w.stream > last.stream {
@@ -115,12 +107,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn lag(&self, v: &StreamVersion, watermark: u64) -> Result<Option<StreamLag>> {
         let mut checkpoints = Vec::with_capacity(self.inner.projections.len());
         for p in &self.inner.projections {
-            let cp = self
-                .inner
-                .store
-                .checkpoint(p.name(), &v.stream)
-                .within(self.inner.config.store_deadline(), "checkpoint")
-                .await?;
+            let cp = self.inner.store.checkpoint(p.name(), &v.stream).await?;
             checkpoints.push((p.name().clone(), cp));
         }
         Ok(StreamLag::of(&v.stream, v.version, watermark, checkpoints))
@@ -211,8 +198,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// did before (a projection database restored since, say).
     pub(crate) async fn fleet_repairer(&self) -> Result<Option<WorkerId>> {
         let inner = &self.inner;
-        let deadline = inner.config.store_deadline();
-        let workers = inner.journal.workers().within(deadline, "workers").await?;
+        let workers = inner.journal.workers().await?;
         let me = &inner.worker_id;
         let Some(mine) = workers.iter().find(|w| &w.id == me) else {
             return Ok(None);
@@ -233,7 +219,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let Some(first) = first else {
             return Ok(None);
         };
-        let consumers = inner.journal.consumers().within(deadline, "consumers").await?;
+        let consumers = inner.journal.consumers().await?;
         for p in &inner.projections {
             let key = projection_consumer(p.name())?;
             if !consumers
@@ -274,11 +260,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 let mut no_row_at_tip = false;
                 if matches!(how, Repair::HandOver) && watermark < v.version {
                     let tip = Seq::new(v.version)?;
-                    let row = inner
-                        .journal
-                        .row(stream, tip)
-                        .within(inner.config.store_deadline(), "row")
-                        .await?;
+                    let row = inner.journal.row(stream, tip).await?;
                     if row.is_some() {
                         report.watermark_behind += 1;
                         report.handed_to_worker += 1;
@@ -305,21 +287,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         // row's attempt): one is put there when missing (a
                         // read first: a backlog's streams have it, and a read
                         // costs less than a write that finds so).
-                        let deadline = inner.config.store_deadline();
                         let tip = Seq::new(v.version)?;
-                        let has_row = !no_row_at_tip
-                            && inner
-                                .journal
-                                .row(stream, tip)
-                                .within(deadline, "row")
-                                .await?
-                                .is_some();
+                        let has_row = !no_row_at_tip && inner.journal.row(stream, tip).await?.is_some();
                         if !has_row {
-                            inner
-                                .journal
-                                .enqueue_catch_up(stream)
-                                .within(deadline, "enqueue_catch_up")
-                                .await?;
+                            inner.journal.enqueue_catch_up(stream).await?;
                         }
                         report.handed_to_worker += 1;
                         continue;
@@ -336,11 +307,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 let mut until = v.version;
                 if behind
                     && inner.mode.enqueues()
-                    && let Some(head) = inner
-                        .journal
-                        .head(stream)
-                        .within(inner.config.store_deadline(), "head")
-                        .await?
+                    && let Some(head) = inner.journal.head(stream).await?
                     && matches!(head.status, OutboxStatus::Dead | OutboxStatus::Failed)
                     && head.seq.get() > lowest
                 {
@@ -373,11 +340,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     // The projections another process runs keep their share.
                     self.refresh_registry(false).await?;
                     self.hold_unrun(stream).await?;
-                    let n = inner
-                        .journal
-                        .complete(stream, through)
-                        .within(inner.config.store_deadline(), "complete")
-                        .await?;
+                    let n = inner.journal.complete(stream, through).await?;
                     Metrics::add(&inner.metrics.completed_rows, n);
                 }
             }

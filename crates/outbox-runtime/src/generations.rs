@@ -11,18 +11,17 @@
 //! applies in progress; when the new generation is behind on some stream the
 //! store says which, the build applies those events and asks again.
 
+use outbox_core::{
+    Error, Event, EventJournal, GenerationInfo, GenerationStore, Intent, Projection, ProjectionName, Result,
+    RunningDigest, StoredGeneration, StreamBehind, StreamId, SwapCheck, SwapOutcome, ViewProjection,
+    generation_projection, generation_storage, view_projection,
+};
 use std::sync::Arc;
 
-use outbox_core::{
-    Error, Event, GenerationInfo, Intent, Projection, ProjectionName, Result, RunningDigest,
-    StoredGeneration, StreamBehind, StreamId, SwapCheck, SwapOutcome, ViewProjection, generation_projection,
-    generation_storage, view_projection,
-};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::replay::by_stream;
 use crate::scratch::{Scratch, first_difference};
@@ -184,13 +183,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         code: Arc<dyn ViewProjection>,
         cancel: &CancellationToken,
     ) -> Result<(GenerationBuild, Vec<Arc<dyn Projection<P::Tx>>>)> {
-        let deadline = self.config().store_deadline();
         let live_version = self.view_code(projection.as_str())?.version();
         let version = code.version();
         let record = self
-            .store()
+            .inner
+            .store
             .begin_generation(projection, live_version, version)
-            .within(deadline, "begin_generation")
             .await?;
         let generation = record
             .building
@@ -215,9 +213,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 break;
             }
             let page: Vec<Event> = self
-                .journal()
+                .inner
+                .journal
                 .read_global(build.position, self.config().batch_size)
-                .within(deadline, "read_global")
                 .await?;
             let Some(through) = page.last().map(|e| e.global_position) else {
                 break;
@@ -225,9 +223,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let runs = by_stream(page);
             build.applied += self.apply_page(None, None, &runs, &one).await?;
             crate::failpoint::failpoint("build_page");
-            self.store()
+            self.inner
+                .store
                 .record_build_position(projection, generation, through)
-                .within(deadline, "record_build_position")
                 .await?;
             crate::failpoint::failpoint("build_position");
             build.position = through;
@@ -245,16 +243,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         building: &[Arc<dyn Projection<P::Tx>>],
         check: SwapCheck,
     ) -> Result<std::result::Result<Swap, (RunningDigest, RunningDigest)>> {
-        let deadline = self.config().store_deadline();
         let projection = build.projection.clone();
         let live = [self.projection(projection.as_str())?];
         let mut caught_up = 0;
         for round in 1..=MAX_SWAP_ROUNDS {
             crate::failpoint::failpoint("before_swap");
             match self
-                .store()
+                .inner
+                .store
                 .swap_generation(&projection, build.generation, check)
-                .within(deadline, "swap_generation")
                 .await?
             {
                 SwapOutcome::Swapped { from, to, epoch } => {
@@ -348,11 +345,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub async fn promote(&self, projection: &str, force: bool, cancel: &CancellationToken) -> Result<Swap> {
         let main = self.view_code(projection)?;
         let name = main.name().clone();
-        let record = self
-            .store()
-            .generation(&name)
-            .within(self.config().store_deadline(), "generation")
-            .await?;
+        let record = self.store().generation(&name).await?;
         let version = record
             .as_ref()
             .and_then(|r| r.building_version)
@@ -415,7 +408,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let main = self.view_code(projection)?;
         let candidate = self.candidate_code(projection)?;
         let name = main.name().clone();
-        let deadline = self.config().store_deadline();
         let page = self.config().batch_size.max(1);
         let versions: Versions = [
             crate::panic::catch_panics(vec![view_projection::<Scratch>(Arc::clone(&main))]).remove(0),
@@ -433,11 +425,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let mut after: Option<StreamId> = None;
         'streams: loop {
-            let streams = self
-                .journal()
-                .stream_versions(after.as_ref(), page)
-                .within(deadline, "stream_versions")
-                .await?;
+            let streams = self.journal().stream_versions(after.as_ref(), page).await?;
             let Some(last) = streams.last() else { break };
             after = Some(last.stream.clone());
             for sv in streams {
@@ -454,16 +442,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        diff.generations = self
-            .store()
-            .stored_generations(&name)
-            .within(deadline, "stored_generations")
-            .await?;
-        diff.record = self
-            .store()
-            .generation(&name)
-            .within(deadline, "generation")
-            .await?;
+        diff.generations = self.store().stored_generations(&name).await?;
+        diff.record = self.store().generation(&name).await?;
         Ok(diff)
     }
 
@@ -473,18 +453,17 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         stream: &StreamId,
         [live, candidate]: &Versions,
     ) -> Result<Option<StreamDiff>> {
-        let deadline = self.config().store_deadline();
         let (mut a, mut b) = (Scratch::default(), Scratch::default());
         let (mut next, mut events, mut error) = (1u64, 0u64, None);
         'read: loop {
             let page = self
-                .journal()
+                .inner
+                .journal
                 .read_stream(
                     stream,
                     outbox_core::Seq::new(next)?,
                     self.config().batch_size.max(1),
                 )
-                .within(deadline, "read_stream")
                 .await?;
             let Some(last) = page.last() else { break };
             next = last.seq.get() + 1;

@@ -1,9 +1,9 @@
 #![doc = include_str!("../README.md")]
 
+mod bounded;
 mod clock;
 mod config;
 pub mod consumers;
-mod deadline;
 mod failpoint;
 mod gaps;
 mod generations;
@@ -27,6 +27,7 @@ mod unavailable;
 pub mod wait;
 mod worker;
 
+pub use bounded::StoreCallStats;
 pub use clock::TokioClock;
 pub use config::{Config, ENV_VARS};
 #[cfg(feature = "failpoints")]

@@ -1,11 +1,12 @@
 //! Counters and gauges, exposed as a serializable snapshot.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use outbox_core::{ActivityCounts, Mode, OutboxSummary, Timestamp};
 use serde::Serialize;
 
+use crate::bounded::{StoreCallStats, StoreCalls};
 use crate::lag::{LagHistogram, LagSnapshot};
 
 /// Live counters of one runtime. Cheap to update from any task.
@@ -28,6 +29,9 @@ pub(crate) struct Metrics {
     pub(crate) lease_takeovers: AtomicU64,
     pub(crate) lag: LagHistogram,
     pub(crate) gauges: Mutex<Option<Gauges>>,
+    /// Every store call, counted by the [`Bounded`](crate::bounded::Bounded)
+    /// stores.
+    pub(crate) store_calls: Arc<StoreCalls>,
     /// The reading of [`Metrics::activity`] last added to the journal's
     /// per-minute activity (kept across restarts of the runtime).
     pub(crate) recorded_activity: Mutex<ActivityCounts>,
@@ -123,6 +127,10 @@ pub struct MetricsSnapshot {
     pub lag: LagSnapshot,
     /// The last gauges read, if any.
     pub gauges: Option<Gauges>,
+    /// Every store call this runtime made through the ports, by call name:
+    /// how often, how many ended in infrastructure trouble or at their
+    /// deadline, the time they took.
+    pub store_calls: Vec<StoreCallStats>,
 }
 
 impl Metrics {
@@ -163,6 +171,7 @@ impl Metrics {
             lease_takeovers: g(&self.lease_takeovers),
             lag: self.lag.snapshot(),
             gauges: self.gauges.lock().map(|g| g.clone()).unwrap_or(None),
+            store_calls: self.store_calls.snapshot(),
         }
     }
 }

@@ -16,8 +16,8 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
+use crate::bounded::{Bounded, Guard};
 use crate::config::Config;
-use crate::deadline::Within;
 use crate::metrics::{Gauges, Metrics, MetricsSnapshot};
 
 /// What a journal adapter must implement for the runtime.
@@ -87,8 +87,9 @@ impl<J, P: ProjectionStore> Clone for Outbox<J, P> {
 }
 
 pub(crate) struct Inner<J, P: ProjectionStore> {
-    pub(crate) journal: J,
-    pub(crate) store: P,
+    /// The adapters, every port call bounded and counted ([`Bounded`]).
+    pub(crate) journal: Bounded<J>,
+    pub(crate) store: Bounded<P>,
     pub(crate) types: EventTypeRegistry,
     pub(crate) projections: Vec<Arc<dyn Projection<P::Tx>>>,
     /// The backend-neutral projections by name (their generations can be
@@ -357,10 +358,16 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
             None => generated_worker_id()?,
         };
         info!(mode = %mode, worker = %worker_id, projections = projections.len(), "outbox runtime configured");
+        let metrics = Metrics::default();
+        let guard = Guard::new(
+            self.config.store_deadline(),
+            self.config.run_ttl,
+            Arc::clone(&metrics.store_calls),
+        );
         Ok(Outbox {
             inner: Arc::new(Inner {
-                journal: self.journal,
-                store: self.store,
+                journal: Bounded::new(self.journal, guard.clone()),
+                store: Bounded::new(self.store, guard),
                 types: self.types,
                 projections,
                 views,
@@ -371,7 +378,7 @@ impl<J: JournalBackend, P: ProjectionBackend> OutboxBuilder<J, P> {
                 wake: Notify::new(),
                 wake_source: self.wake_source,
                 progress_source: self.progress_source,
-                metrics: Metrics::default(),
+                metrics,
                 started: Arc::default(),
                 partitions: crate::partitions::PartitionState::default(),
                 sinks: self.sinks,
@@ -456,12 +463,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// The journal adapter.
     pub fn journal(&self) -> &J {
-        &self.inner.journal
+        self.inner.journal.get_ref()
     }
 
     /// The projection adapter.
     pub fn store(&self) -> &P {
-        &self.inner.store
+        self.inner.store.get_ref()
     }
 
     /// The registered projections.
@@ -474,7 +481,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// projection that is not registered simply has no documents.
     pub fn views(&self, projection: &str) -> Result<ViewReader<'_, P>> {
         Ok(ViewReader::new(
-            &self.inner.store,
+            self.inner.store.get_ref(),
             ProjectionName::new(projection)?,
         ))
     }
@@ -523,14 +530,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Reads the queue gauges now and stores them in the metrics.
     pub async fn refresh_gauges(&self) -> Result<Gauges> {
-        let g = Gauges::from_summary(
-            &self
-                .inner
-                .journal
-                .summary()
-                .within(self.inner.config.store_deadline(), "summary")
-                .await?,
-        );
+        let g = Gauges::from_summary(&self.inner.journal.summary().await?);
         if let Ok(mut slot) = self.inner.metrics.gauges.lock() {
             *slot = Some(g.clone());
         }
@@ -573,12 +573,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         } else {
             AppendOptions::journal_only()
         };
-        let appended = self
-            .inner
-            .journal
-            .append(&batch, options)
-            .within(self.inner.config.store_deadline(), "append")
-            .await?;
+        let appended = self.inner.journal.append(&batch, options).await?;
         crate::failpoint::failpoint("after_append");
         if mode.enqueues()
             && self.inner.config.wake_on_append
@@ -609,24 +604,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn apply_inline(&self, a: &Appended) -> Result<()> {
         let n = (a.last_seq.get() - a.first_seq.get() + 1) as usize;
         // Read back what the journal stored, so every path applies the same bytes.
-        let events = self
-            .inner
-            .journal
-            .read_stream(&a.stream, a.first_seq, n)
-            .within(self.inner.config.store_deadline(), "read_stream")
-            .await?;
+        let events = self.inner.journal.read_stream(&a.stream, a.first_seq, n).await?;
         self.apply_run(&a.stream, &events).await?;
         Metrics::add(&self.inner.metrics.inline_applied, 1);
         if self.inner.mode.inline_deletes_rows() {
             // The projections another process runs keep their share (ADR 0032).
             self.refresh_registry(false).await?;
             self.hold_unrun(&a.stream).await?;
-            let n = self
-                .inner
-                .journal
-                .complete(&a.stream, a.last_seq)
-                .within(self.inner.config.store_deadline(), "complete")
-                .await?;
+            let n = self.inner.journal.complete(&a.stream, a.last_seq).await?;
             Metrics::add(&self.inner.metrics.completed_rows, n);
         }
         Ok(())
@@ -639,7 +624,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         match inner
             .store
             .apply(stream, events, &self.active_projections())
-            .within_apply(inner.config.store_deadline(), "apply")
             .await?
         {
             ApplyOutcome::Applied(r) => {
@@ -652,12 +636,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 let active = self.active_projections();
                 self.catch_up(stream, gap.checkpoint + 1, first - 1, &active)
                     .await?;
-                match inner
-                    .store
-                    .apply(stream, events, &active)
-                    .within_apply(inner.config.store_deadline(), "apply")
-                    .await?
-                {
+                match inner.store.apply(stream, events, &active).await? {
                     ApplyOutcome::Applied(r) => {
                         self.count(&r);
                         Ok(r)
@@ -693,20 +672,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut applied = 0;
         while next <= until {
             let want = ((until - next + 1) as usize).min(inner.config.batch_size);
-            let events = inner
-                .journal
-                .read_stream(stream, Seq::new(next)?, want)
-                .within(inner.config.store_deadline(), "read_stream")
-                .await?;
+            let events = inner.journal.read_stream(stream, Seq::new(next)?, want).await?;
             if events.is_empty() {
                 break;
             }
-            match inner
-                .store
-                .apply(stream, &events, projections)
-                .within_apply(inner.config.store_deadline(), "apply")
-                .await?
-            {
+            match inner.store.apply(stream, &events, projections).await? {
                 ApplyOutcome::Applied(r) => {
                     self.count(&r);
                     applied += r.applied + r.audit_only;

@@ -13,15 +13,17 @@
 //! partition lease's epoch; the checkpoint compare-and-set stays the
 //! safety net.
 
+use outbox_core::{
+    Partition, PartitionHandover, PartitionStore, PartitionSync, Result, WorkerId, WorkerRegistry,
+    assigned_to,
+};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use outbox_core::{Partition, PartitionSync, Result, WorkerId, assigned_to};
 use tracing::{info, warn};
 
 use crate::config::heartbeat_ttl;
-use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
 /// This runtime's partition leasing state.
@@ -122,23 +124,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// [`sync_partitions`](Self::sync_partitions) with the live workers
     /// already read; `take` hands over the wanted partitions they hold.
     async fn sync_among(&self, live: Vec<WorkerId>, take: bool) -> Result<PartitionSync> {
-        let config = self.config();
         let me = self.worker_id();
-        let wanted = assigned_to(me, &live, self.journal().partitioning().count());
+        let wanted = assigned_to(me, &live, self.inner.journal.partitioning().count());
         let from: Vec<WorkerId> = if take {
             live.iter().filter(|w| *w != me).cloned().collect()
         } else {
             Vec::new()
         };
         let sync = if from.is_empty() {
-            self.journal()
+            self.inner
+                .journal
                 .sync_partitions(me, &wanted, self.partition_ttl())
-                .within(config.store_deadline(), "sync_partitions")
                 .await?
         } else {
-            self.journal()
+            self.inner
+                .journal
                 .sync_partitions_taking(me, &wanted, &from, self.partition_ttl())
-                .within(config.store_deadline(), "sync_partitions_taking")
                 .await?
         };
         if !sync.acquired.is_empty() || !sync.released.is_empty() {
@@ -166,9 +167,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn live_workers(&self) -> Result<Vec<WorkerId>> {
         let mode = self.mode();
         let mut live: Vec<WorkerId> = self
-            .journal()
+            .inner
+            .journal
             .workers()
-            .within(self.config().store_deadline(), "workers")
             .await?
             .into_iter()
             .filter(|w| w.mode == mode)
@@ -209,9 +210,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub(crate) async fn release_partitions(&self) {
         self.inner.partitions.set_active(false);
         match self
-            .journal()
+            .inner
+            .journal
             .sync_partitions(self.worker_id(), &[], self.partition_ttl())
-            .within(self.config().store_deadline(), "sync_partitions")
             .await
         {
             Ok(sync) => {

@@ -12,16 +12,15 @@
 //! to be completed: the projection store it ran on need not be the one the
 //! live workers drain into (ADR 0014).
 
+use outbox_core::{
+    ApplyOutcome, Error, Event, EventJournal, Projection, ProjectionName, ProjectionStore, Result, RunBounds,
+    RunEnd, RunKind, RunProgress, RunRecord, RunStore, Seq, StreamId, WorkerRegistry,
+};
 use std::sync::Arc;
 
-use outbox_core::{
-    ApplyOutcome, Error, Event, Projection, ProjectionName, Result, RunBounds, RunEnd, RunKind, RunProgress,
-    RunRecord, Seq, StreamId,
-};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::deadline::Within;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
@@ -146,9 +145,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
         let old = self
-            .store()
+            .inner
+            .store
             .run(id)
-            .within(self.config().store_deadline(), "run")
             .await?
             .ok_or_else(|| Error::NotFound(format!("run {id}")))?;
         if old.state == outbox_core::RunState::Completed {
@@ -216,11 +215,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(run) => queued.push((run, p.clone())),
                 Err(e) => {
                     for (run, _) in &queued {
-                        let _ = self
-                            .store()
-                            .cancel_run(run.id)
-                            .within(self.config().store_deadline(), "cancel_run")
-                            .await;
+                        let _ = self.store().cancel_run(run.id).await;
                     }
                     return Err(e);
                 }
@@ -238,12 +233,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             for (run, _) in rest {
-                done.push(
-                    self.store()
-                        .cancel_run(run.id)
-                        .within(self.config().store_deadline(), "cancel_run")
-                        .await?,
-                );
+                done.push(self.inner.store.cancel_run(run.id).await?);
             }
             Ok(done)
         })
@@ -264,30 +254,33 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         projection: &ProjectionName,
         bounds: RunBounds,
     ) -> Result<RunRecord> {
-        let deadline = self.config().store_deadline();
         let admit = || {
-            self.store()
-                .admit_bounded_run(kind, projection, bounds, self.worker_id(), self.config().run_ttl)
-                .within(deadline, "admit_run")
+            self.inner.store.admit_bounded_run(
+                kind,
+                projection,
+                bounds,
+                self.worker_id(),
+                self.config().run_ttl,
+            )
         };
         match admit().await {
             Err(Error::InvalidState(refused)) => {
                 let live: Vec<_> = self
-                    .journal()
+                    .inner
+                    .journal
                     .workers()
-                    .within(deadline, "workers")
                     .await?
                     .into_iter()
                     .map(|w| w.id)
                     .collect();
                 match self
-                    .store()
+                    .inner
+                    .store
                     .reclaim_run(
                         projection,
                         &live,
                         crate::config::heartbeat_ttl(self.config().heartbeat_interval),
                     )
-                    .within(deadline, "reclaim_run")
                     .await?
                 {
                     Some(gone) => {
@@ -333,11 +326,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let (out, ()) = tokio::join!(working, beating);
         if !self.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = self
-                .journal()
-                .deregister(self.worker_id())
-                .within(self.config().store_deadline(), "deregister")
-                .await;
+            let _ = self.journal().deregister(self.worker_id()).await;
         }
         out
     }
@@ -350,10 +339,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
         let owner = self.worker_id().clone();
-        let store = self.store();
+        let store = &self.inner.store;
         let mut rec = store
             .update_run(run.id, &owner, 0, None, self.config().run_ttl)
-            .within(self.config().store_deadline(), "update_run")
             .await?;
         info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
         let result = self.run_body(&mut rec, projection, options, cancel).await;
@@ -368,10 +356,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         };
-        let rec = store
-            .finish_run(rec.id, &owner, end)
-            .within(self.config().store_deadline(), "finish_run")
-            .await?;
+        let rec = store.finish_run(rec.id, &owner, end).await?;
         info!(run = rec.id, state = %rec.state, processed = rec.processed, "run finished");
         Ok(rec)
     }
@@ -395,19 +380,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<bool> {
         let owner = self.worker_id().clone();
-        let store = self.store();
-        let journal = self.journal();
+        let store = &self.inner.store;
+        let journal = &self.inner.journal;
         let batch = self.config().batch_size;
-        let deadline = self.config().store_deadline();
         let one = [projection.clone()];
         if rec.kind == RunKind::Rebuild {
             // Resetting deletes a whole projection: bounded by the run ttl
             // (a run without progress for that long is over anyway), not by
             // the per-call store deadline.
-            store
-                .reset(projection.as_ref())
-                .within(self.config().run_ttl, "reset")
-                .await?;
+            store.reset(projection.as_ref()).await?;
         }
         let until = rec.until;
         let mut processed = 0u64;
@@ -418,7 +399,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             let page: Vec<Event> = journal
                 .read_global(cursor, batch)
-                .within(deadline, "read_global")
                 .await?
                 .into_iter()
                 .take_while(|e| until.is_none_or(|u| e.global_position <= u))
@@ -440,12 +420,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             *rec = store
                 .record_progress(rec.id, &owner, progress, self.config().run_ttl)
-                .within(deadline, "record_progress")
                 .await?;
         }
         *rec = store
             .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
-            .within(deadline, "update_run")
             .await?;
         Ok(true)
     }
@@ -463,13 +441,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         runs: &[(StreamId, Vec<Event>)],
         one: &[Arc<dyn Projection<P::Tx>>],
     ) -> Result<u64> {
-        let store = self.store();
-        let deadline = self.config().store_deadline();
+        let store = &self.inner.store;
         let slices: Vec<&[Event]> = runs.iter().map(|(_, events)| events.as_slice()).collect();
-        let outcomes = store
-            .apply_runs(&slices, one)
-            .within(deadline, "apply_runs")
-            .await?;
+        let outcomes = store.apply_runs(&slices, one).await?;
         if outcomes.len() == runs.len() && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_))) {
             let mut processed = 0;
             for outcome in &outcomes {
@@ -485,7 +459,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let (Some(first), Some(last)) = (events.first(), events.last()) else {
                 continue;
             };
-            match store.apply(stream, events, one).within(deadline, "apply").await? {
+            match store.apply(stream, events, one).await? {
                 ApplyOutcome::Applied(r) => {
                     self.count(&r);
                     processed += r.applied + r.audit_only;
@@ -516,8 +490,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
         one: &[Arc<dyn Projection<P::Tx>>],
     ) -> Result<u64> {
-        let store = self.store();
-        let deadline = self.config().store_deadline();
+        let store = &self.inner.store;
         let batch = self.config().batch_size;
         let mut processed = 0;
         while next <= through {
@@ -525,20 +498,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 .unwrap_or(usize::MAX)
                 .min(batch);
             let events: Vec<Event> = self
-                .journal()
+                .inner
+                .journal
                 .read_stream(stream, Seq::new(next)?, want)
-                .within(deadline, "read_stream")
                 .await?
                 .into_iter()
                 .take_while(|e| until.is_none_or(|u| e.global_position <= u))
                 .collect();
             let Some(last) = events.last() else { break };
             let last_seq = last.seq.get();
-            match store
-                .apply(stream, &events, one)
-                .within(deadline, "apply")
-                .await?
-            {
+            match store.apply(stream, &events, one).await? {
                 ApplyOutcome::Applied(r) => {
                     self.count(&r);
                     processed += r.applied + r.audit_only;
@@ -559,22 +528,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         let mut min = u64::MAX;
         for p in self.projections() {
-            min = min.min(
-                self.store()
-                    .checkpoint(p.name(), stream)
-                    .within(self.config().store_deadline(), "checkpoint")
-                    .await?,
-            );
+            min = min.min(self.inner.store.checkpoint(p.name(), stream).await?);
         }
         if min > 0 {
             // The projections another process runs keep their share (ADR 0032).
             self.refresh_registry(false).await?;
             self.hold_unrun(stream).await?;
-            let n = self
-                .journal()
-                .complete(stream, Seq::new(min)?)
-                .within(self.config().store_deadline(), "complete")
-                .await?;
+            let n = self.journal().complete(stream, Seq::new(min)?).await?;
             Metrics::add(&self.inner.metrics.completed_rows, n);
         }
         Ok(())
@@ -582,10 +542,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Requests cancellation of a run (possibly running in another process).
     pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
-        self.store()
-            .cancel_run(id)
-            .within(self.config().store_deadline(), "cancel_run")
-            .await
+        self.inner.store.cancel_run(id).await
     }
 }
 

@@ -1,17 +1,16 @@
 //! Starting and stopping the runtime's tasks.
 
+use outbox_core::{ActivityLog, Error, Mode, Result, WorkerRegistry};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use outbox_core::{Error, Mode, Result};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::config::heartbeat_ttl;
-use crate::deadline::Within;
 use crate::gaps::RepairReport;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::panic::CatchUnwind;
@@ -311,12 +310,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if leasing {
             self.release_partitions().await;
         }
-        if let Err(e) = self
-            .journal()
-            .deregister(self.worker_id())
-            .within(self.config().store_deadline(), "deregister")
-            .await
-        {
+        if let Err(e) = self.journal().deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }
@@ -354,9 +348,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let ttl = heartbeat_ttl(self.config().heartbeat_interval);
         let host = crate::host::host_name();
         let beat = async || {
-            self.journal()
+            self.inner
+                .journal
                 .heartbeat(self.worker_id(), &host, std::process::id(), self.mode(), ttl)
-                .within(self.config().store_deadline(), "heartbeat")
                 .await
                 .map(|_| ())
         };
@@ -367,11 +361,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // restarting a killed worker under a fixed id), its entry
                 // is stale: take the id over at once instead of waiting for
                 // the entry to expire.
-                let workers = self
-                    .journal()
-                    .workers()
-                    .within(self.config().store_deadline(), "workers")
-                    .await?;
+                let workers = self.journal().workers().await?;
                 let stale = workers.iter().find(|w| {
                     &w.id == self.worker_id()
                         && w.host == host
@@ -386,10 +376,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     pid = stale.pid,
                     "taking the worker id over from a process of this host that no longer exists"
                 );
-                self.journal()
-                    .deregister(self.worker_id())
-                    .within(self.config().store_deadline(), "deregister")
-                    .await?;
+                self.inner.journal.deregister(self.worker_id()).await?;
                 beat().await
             }
             other => other,
@@ -410,9 +397,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if delta.is_empty() {
             return Ok(());
         }
-        self.journal()
+        self.inner
+            .journal
             .record_activity(self.worker_id(), delta)
-            .within(self.config().store_deadline(), "record_activity")
             .await?;
         if let Ok(mut r) = metrics.recorded_activity.lock() {
             *r = now;
@@ -445,22 +432,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut beats: u64 = 0;
         loop {
             if beats.is_multiple_of(PRUNE_EVERY_BEATS) {
-                match self
-                    .journal()
-                    .prune(self.config().registry_retention)
-                    .within(self.config().store_deadline(), "prune")
-                    .await
-                {
+                match self.journal().prune(self.config().registry_retention).await {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned expired worker registry entries"),
                     Err(e) => warn!(error = %e, "pruning the worker registry failed"),
                 }
-                match self
-                    .store()
-                    .prune_runs(self.config().run_retention)
-                    .within(self.config().store_deadline(), "prune_runs")
-                    .await
-                {
+                match self.store().prune_runs(self.config().run_retention).await {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned old finished runs"),
                     Err(e) => warn!(error = %e, "pruning finished runs failed"),
@@ -518,12 +495,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.release_partitions().await;
         }
         self.record_activity_or_warn().await;
-        if let Err(e) = self
-            .journal()
-            .deregister(self.worker_id())
-            .within(self.config().store_deadline(), "deregister")
-            .await
-        {
+        if let Err(e) = self.journal().deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }

@@ -15,17 +15,17 @@
 //! Replays of projections never publish; [`Outbox::replay_sink`] republishes
 //! on purpose.
 
+use outbox_core::{
+    Error, Event, EventJournal, FailureOutcome, Partition, PartitionStore, Published, Result, Seq, Sink,
+    SinkFeed, SinkStatus, SinkStore, StreamId,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use outbox_core::{
-    Error, Event, FailureOutcome, Partition, Published, Result, Seq, Sink, SinkStatus, StreamId,
-};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::panic::CatchUnwind;
 
@@ -101,7 +101,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if self.inner.partitions.active() {
             self.inner.partitions.held()
         } else {
-            Partition::all(self.journal().partitioning().count()).collect()
+            Partition::all(self.inner.journal.partitioning().count()).collect()
         }
     }
 
@@ -120,7 +120,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// journal from its cursors.
     pub(crate) async fn deliver_to(&self, sink: &Arc<dyn Sink>) -> Result<DeliveryReport> {
         let config = self.config();
-        let deadline = config.store_deadline();
         let name = sink.name();
         let parts = self.delivery_partitions();
         let mut report = DeliveryReport::default();
@@ -131,21 +130,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             return Ok(report);
         }
         let due = self
-            .journal()
+            .inner
+            .journal
             .due_sink_streams(name, &parts, config.streams_per_pass)
-            .within(deadline, "due_sink_streams")
             .await?;
         for state in due {
             self.catch_up_sink(sink, &state.stream, state.seq, None, &mut report)
                 .await?;
         }
-        let stored: BTreeMap<Partition, u64> = self
-            .journal()
-            .sink_cursors(name)
-            .within(deadline, "sink_cursors")
-            .await?
-            .into_iter()
-            .collect();
+        let stored: BTreeMap<Partition, u64> = self.journal().sink_cursors(name).await?.into_iter().collect();
         let cursors: BTreeMap<Partition, u64> = parts
             .iter()
             .map(|p| (*p, stored.get(p).copied().unwrap_or(0)))
@@ -155,11 +148,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // In the order the events became visible, not by global position:
         // an event that commits after a later position was read comes in a
         // later page (ADR 0030).
-        let feed = self
-            .journal()
-            .read_feed(start, page)
-            .within(deadline, "read_feed")
-            .await?;
+        let feed = self.journal().read_feed(start, page).await?;
         let last = feed.next;
         // Nothing new: the cursors stay (moving them over an empty range
         // would be a write per pass, and on Postgres each write takes a
@@ -170,7 +159,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // Each stream's new events of this page, in seq order.
         let mut runs: BTreeMap<StreamId, (Partition, Vec<Event>)> = BTreeMap::new();
         for (key, e) in feed.events {
-            let p = self.journal().partitioning().of(&e.stream);
+            let p = self.inner.journal.partitioning().of(&e.stream);
             if cursors.get(&p).is_some_and(|c| key > *c) {
                 runs.entry(e.stream.clone())
                     .or_insert_with(|| (p, Vec::new()))
@@ -179,11 +168,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         let streams: Vec<StreamId> = runs.keys().cloned().collect();
-        let states = self
-            .journal()
-            .sink_states(name, &streams)
-            .within(deadline, "sink_states")
-            .await?;
+        let states = self.journal().sink_states(name, &streams).await?;
         for (state, (stream, (partition, events))) in states.into_iter().zip(runs) {
             if state.status != SinkStatus::Ok {
                 continue; // its retry catches it up
@@ -211,10 +196,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         for (p, c) in cursors {
             if c < last {
-                self.journal()
-                    .advance_sink_cursor(name, p, c, last)
-                    .within(deadline, "advance_sink_cursor")
-                    .await?;
+                self.inner.journal.advance_sink_cursor(name, p, c, last).await?;
             }
         }
         report.position = last;
@@ -235,7 +217,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut DeliveryReport,
     ) -> Result<()> {
         let config = self.config();
-        let partition = self.journal().partitioning().of(stream);
+        let partition = self.inner.journal.partitioning().of(stream);
         loop {
             if through.is_some_and(|t| checkpoint >= t) {
                 return Ok(());
@@ -244,9 +226,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // (a batch of the largest size reads one less).
             let batch = config.batch_size.min(outbox_core::MAX_PAGE - 1);
             let mut events = self
-                .journal()
+                .inner
+                .journal
                 .read_stream(stream, Seq::new(checkpoint + 1)?, batch + 1)
-                .within(config.store_deadline(), "read_stream")
                 .await?;
             if let Some(t) = through {
                 events.retain(|e| e.seq.get() <= t);
@@ -286,7 +268,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut DeliveryReport,
     ) -> Result<DeliveryEnd> {
         let config = self.config();
-        let deadline = config.store_deadline();
         let name = sink.name();
         let accepted: Vec<Event> = events.iter().filter(|e| sink.accepts(e)).cloned().collect();
         let outcome = if accepted.is_empty() {
@@ -335,9 +316,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .saturating_sub(acknowledged);
         if done_through > checkpoint {
             let moved = self
-                .journal()
+                .inner
+                .journal
                 .advance_sink(name, stream, partition, checkpoint, Seq::new(done_through)?, more)
-                .within(deadline, "advance_sink")
                 .await?;
             if !moved {
                 return Ok(DeliveryEnd::Overtaken);
@@ -361,10 +342,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             outbox_core::OnError::Retry | outbox_core::OnError::Stop => config.retry,
         };
         if decision == outbox_core::OnError::Stop {
-            match crate::consumers::pause_consumer(self.journal(), name, true)
-                .within(deadline, "pause_consumer")
-                .await
-            {
+            match crate::consumers::pause_consumer(&self.inner.journal, name, true).await {
                 Ok(_) => {
                     self.inner.registry.pause_sink_here(name);
                     warn!(sink = %name, stream = %stream, seq = %failing.seq, error = %message, "the sink's error stops it: paused for every stream until resumed");
@@ -375,9 +353,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         match self
-            .journal()
+            .inner
+            .journal
             .fail_sink(name, stream, partition, failing.seq, &message, &policy)
-            .within(deadline, "fail_sink")
             .await?
         {
             FailureOutcome::Retry {
@@ -414,11 +392,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut after = from.saturating_sub(1);
         let page = config.sweep_rows.max(config.batch_size);
         while !cancel.is_cancelled() {
-            let mut events = self
-                .journal()
-                .read_global(after, page)
-                .within(config.store_deadline(), "read_global")
-                .await?;
+            let mut events = self.journal().read_global(after, page).await?;
             if let Some(u) = until {
                 events.retain(|e| e.global_position <= u);
             }
@@ -435,10 +409,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
             for (stream, run) in runs {
                 let _gate = self.inner.alone_gate.read().await;
-                let publish = async { Ok::<_, Error>(sink.publish(&run).await) };
-                let published = CatchUnwind::new(publish.within(config.lease_ttl, "publish"))
+                // The sink's own code, not a port: bounded here, by the
+                // lease TTL as a delivery pass's publish is.
+                let publish = tokio::time::timeout(config.lease_ttl, sink.publish(&run));
+                let published = CatchUnwind::new(publish)
                     .await
                     .map_err(|panic| Error::storage(format!("sink {name} panicked"), panic))?
+                    .map_err(|elapsed| {
+                        Error::temporary(
+                            format_args!(
+                                "the sink did not finish publishing {} event(s) within {:?}",
+                                run.len(),
+                                config.lease_ttl
+                            ),
+                            elapsed,
+                        )
+                    })
                     .map_err(|e| Error::storage(format!("replaying to sink {name}"), e))?;
                 report.published += published.acknowledged.min(run.len()) as u64;
                 if let Some(e) = published.error {

@@ -9,16 +9,14 @@
 //! applier in one transaction ([`SkippedEvents::reapply`]), so a skipped
 //! event is applied at most once, whenever an operator asks.
 
+use outbox_core::{
+    ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal, Projection, ProjectionName,
+    ProjectionStore, Result, Seq, SkippedEvent, SkippedEvents, StreamId, async_trait, spi::ApplyTx,
+};
 use std::sync::Arc;
 
-use outbox_core::spi::ApplyTx;
-use outbox_core::{
-    ApplyOutcome, BoxError, DigestBuilder, Error, Event, Projection, ProjectionName, Result, Seq,
-    SkippedEvent, StreamId, async_trait,
-};
 use tracing::{info, warn};
 
-use crate::deadline::Within;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
 /// What [`Outbox::skip_event`] did.
@@ -84,8 +82,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let Some(p) = self.inner.projections.iter().find(|p| p.name() == name) else {
             return Ok(SkipOutcome::Elsewhere);
         };
-        let deadline = self.config().store_deadline();
-        let event = self.journal().load(stream, seq).within(deadline, "load").await?;
+        let event = self.inner.journal.load(stream, seq).await?;
         let skipping: Arc<dyn Projection<P::Tx>> = Arc::new(Skipping {
             inner: Arc::clone(p),
             seq,
@@ -99,7 +96,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 std::slice::from_ref(&event),
                 std::slice::from_ref(&skipping),
             )
-            .within_apply(deadline, "apply")
             .await;
         match outcome {
             // Found applied already (another worker got past it): no skip.
@@ -128,11 +124,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         projection: Option<&ProjectionName>,
         limit: usize,
     ) -> Result<Vec<SkippedEvent>> {
-        self.inner
-            .store
-            .skipped(projection, limit)
-            .within(self.config().store_deadline(), "skipped")
-            .await
+        self.inner.store.skipped(projection, limit).await
     }
 
     /// Re-applies the event `stream`/`seq` that projection `projection`
@@ -148,14 +140,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 "projection `{projection}` is not run by this deployment: re-apply it from a binary that has it"
             )));
         };
-        let deadline = self.config().store_deadline();
-        let event = self.journal().load(stream, seq).within(deadline, "load").await?;
-        let done = self
-            .inner
-            .store
-            .reapply(&event, p)
-            .within_apply(deadline, "reapply")
-            .await?;
+        let event = self.inner.journal.load(stream, seq).await?;
+        let done = self.inner.store.reapply(&event, p).await?;
         if !done {
             return Err(Error::NotFound(format!(
                 "projection `{projection}` has no skipped event {stream}/{seq} (never skipped, or re-applied already)"

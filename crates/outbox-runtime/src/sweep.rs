@@ -14,17 +14,17 @@
 //! sweep that dies anywhere leaves rows the next claim finds, and the apply
 //! skips what was committed.
 
+use outbox_core::{
+    ApplyOutcome, ClaimedRun, Error, Event, EventJournal, Lease, OutboxQueue, OutboxRow, PartitionStore,
+    ProjectionStore, Result, Seq, StreamEnd, SweepLimits, spi::all_applied,
+};
 use std::collections::HashSet;
 
-use outbox_core::spi::all_applied;
-use outbox_core::{
-    ApplyOutcome, ClaimedRun, Error, Event, Lease, OutboxRow, Result, Seq, StreamEnd, SweepLimits,
-};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::deadline::{Within, stalled};
+use crate::bounded::stalled;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 use crate::worker::{TickReport, WorkerKind, complete_run};
@@ -201,13 +201,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 return None;
             }
             crate::failpoint::failpoint("after_apply");
-            match self
-                .inner
-                .journal
-                .finish(&ends)
-                .within(self.inner.config.store_deadline(), "finish")
-                .await
-            {
+            match self.inner.journal.finish(&ends).await {
                 Ok(n) => Some(n),
                 Err(e) => {
                     debug!(error = %e, "ending a sweep failed; its leases will expire");
@@ -252,14 +246,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let taken = inner
                 .journal
                 .claim_and_load_partitioned(&inner.worker_id, ttl, limits)
-                .within(config.store_deadline(), "claim_and_load_partitioned")
                 .await?;
             (taken, ttl)
         } else {
             let taken = inner
                 .journal
                 .take(&inner.worker_id, config.lease_ttl, outbox_core::Take::Due(limits))
-                .within(config.store_deadline(), "take")
                 .await?;
             (taken, config.lease_ttl)
         };
@@ -469,11 +461,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let wanted: Vec<_> = runs
             .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
             .collect();
-        self.inner
-            .journal
-            .read_runs(&wanted)
-            .within(self.inner.config.store_deadline(), "read_runs")
-            .await
+        self.inner.journal.read_runs(&wanted).await
     }
 
     /// Applies the runs in `together` in one projection transaction (or
@@ -517,11 +505,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if runs.is_empty() {
                 break;
             }
-            let result = inner
-                .store
-                .apply_runs(&runs, &self.active_projections())
-                .within_apply(inner.config.store_deadline(), "apply_runs")
-                .await;
+            let result = inner.store.apply_runs(&runs, &self.active_projections()).await;
             match result {
                 Ok(outcomes) if all_applied(&outcomes, runs.len()) => {
                     for o in &outcomes {
@@ -626,13 +610,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 abandon,
             })
             .collect();
-        if let Err(e) = self
-            .inner
-            .journal
-            .finish(&ends)
-            .within(self.inner.config.store_deadline(), "finish")
-            .await
-        {
+        if let Err(e) = self.inner.journal.finish(&ends).await {
             debug!(error = %e, "abandoning a sweep failed; its leases will expire");
         }
     }

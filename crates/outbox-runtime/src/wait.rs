@@ -12,12 +12,14 @@
 //! the checkpoints again after a short backoff (1 ms doubling to 50 ms).
 //! The reads are the waiter's own, off the workers' path.
 
+use outbox_core::{
+    Appended, ConsumerRegistry, Error, ProjectionName, Result, Seq, SinkStatus, SinkStore, StreamId,
+    projection_consumer,
+};
 use std::time::Duration;
 
-use outbox_core::{Appended, Error, ProjectionName, Result, Seq, SinkStatus, StreamId, projection_consumer};
 use serde::Serialize;
 
-use crate::deadline::Within;
 use crate::outbox::{AppendOutcome, JournalBackend, Outbox, ProjectionBackend};
 
 /// What to wait for: the last seq an append wrote on each of its streams.
@@ -134,24 +136,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// of `token`; otherwise one that cannot get there (dead or paused), or
     /// else where the first one behind stands.
     async fn standing(&self, token: &AppendToken, names: &[ProjectionName]) -> Result<Option<Standing>> {
-        let deadline = self.config().store_deadline();
         let mut paused: Option<Vec<String>> = None;
         let mut waiting: Option<String> = None;
         for (stream, seq) in &token.positions {
             for name in names {
-                let cp = self
-                    .store()
-                    .checkpoint(name, stream)
-                    .within(deadline, "checkpoint")
-                    .await?;
+                let cp = self.store().checkpoint(name, stream).await?;
                 if cp >= seq.get() {
                     continue;
                 }
                 let key = projection_consumer(name)?;
                 let state = self
-                    .journal()
+                    .inner
+                    .journal
                     .sink_states(&key, std::slice::from_ref(stream))
-                    .within(deadline, "sink_states")
                     .await?
                     .remove(0);
                 let error = state.last_error.as_deref().unwrap_or("");
@@ -164,7 +161,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     ))));
                 }
                 if paused.is_none() {
-                    let all = self.journal().consumers().within(deadline, "consumers").await?;
+                    let all = self.inner.journal.consumers().await?;
                     paused = Some(
                         all.iter()
                             .filter(|c| c.paused)

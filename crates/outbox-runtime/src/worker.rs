@@ -1,18 +1,18 @@
 //! The apply and shadow workers: one pass ([`Outbox::tick`]) and the loop.
 
+use outbox_core::{
+    ENDED_WITHOUT_RESULT, Error, Event, EventJournal, FailureOutcome, Lease, LeaseStore, OutboxQueue,
+    OutboxQueueExt as _, OutboxRow, ProjectionStore, Result, Seq, StreamId, WorkerId,
+};
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{
-    ENDED_WITHOUT_RESULT, Error, Event, FailureOutcome, Lease, OutboxQueueExt as _, OutboxRow, Result, Seq,
-    StreamId, WorkerId,
-};
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::deadline::{Within, stalled};
+use crate::bounded::stalled;
 use crate::metrics::Metrics;
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
 
@@ -161,11 +161,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut may_be_due = 0usize;
         while visited.len() < inner.config.streams_per_pass && !cancel.is_cancelled() {
             let limit = (may_be_due + 1).min(inner.config.streams_per_pass);
-            let due = inner
-                .journal
-                .due_streams(limit)
-                .within(inner.config.store_deadline(), "due_streams")
-                .await?;
+            let due = inner.journal.due_streams(limit).await?;
             let Some(stream) = due.into_iter().find(|s| !visited.contains(s)) else {
                 break;
             };
@@ -211,7 +207,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let Some((lease, claimed)) = inner
             .journal
             .acquire_and_claim(stream, &inner.worker_id, ttl, inner.config.batch_size)
-            .within(inner.config.store_deadline(), "take")
             .await?
         else {
             report.contended += 1;
@@ -262,11 +257,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
                 // Renew at a third of the TTL; the store's clock judges expiry.
                 if renewed_at.elapsed() > ttl / 3 {
-                    lease = inner
-                        .journal
-                        .renew(&lease, ttl)
-                        .within(inner.config.store_deadline(), "renew")
-                        .await?;
+                    lease = inner.journal.renew(&lease, ttl).await?;
                     renewed_at = Instant::now();
                     inner.metrics.lag.saw_lease(&lease, ttl);
                 }
@@ -297,12 +288,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             Err(e) => !stalled(e),
             Ok(_) => dirty,
         };
-        match inner
-            .journal
-            .complete_and_release(&lease, through, abandon)
-            .within(inner.config.store_deadline(), "finish")
-            .await
-        {
+        match inner.journal.complete_and_release(&lease, through, abandon).await {
             Ok(n) => self.completed(kind, n, report),
             Err(e) => debug!(error = %e, "ending the stream pass failed; the lease will expire"),
         }
@@ -331,13 +317,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let batch = inner.config.batch_size;
         let rows = match claimed {
             Some(rows) => rows,
-            None => {
-                inner
-                    .journal
-                    .claim(lease, batch)
-                    .within(inner.config.store_deadline(), "claim")
-                    .await?
-            }
+            None => inner.journal.claim(lease, batch).await?,
         };
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
             return Ok((StreamPass::Drained, None, false));
@@ -380,17 +360,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Some(_) => self.partition_ttl(),
                 None => inner.config.lease_ttl,
             };
-            inner
-                .journal
-                .renew(lease, ttl)
-                .within(inner.config.store_deadline(), "renew")
-                .await?;
-            match inner
-                .journal
-                .begin_attempt(lease, first.seq)
-                .within(inner.config.store_deadline(), "begin_attempt")
-                .await
-            {
+            inner.journal.renew(lease, ttl).await?;
+            match inner.journal.begin_attempt(lease, first.seq).await {
                 Ok(()) => {}
                 // The row is no longer this claim's (completed by a repair
                 // with `--complete-rows`, requeued): nothing to apply here.
@@ -442,11 +413,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     // alone) may have more right behind it.
                     let full = rows.len() == batch || recovery;
                     let next = if full && more {
-                        let (n, next) = inner
-                            .journal
-                            .complete_and_claim(lease, last.seq, batch)
-                            .within(inner.config.store_deadline(), "complete_and_claim")
-                            .await?;
+                        let (n, next) = inner.journal.complete_and_claim(lease, last.seq, batch).await?;
                         self.completed(kind, n, report);
                         Some(next)
                     } else {
@@ -481,11 +448,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                         match self.apply_run(stream, &before).await {
                             Ok(_) => {
                                 inner.metrics.lag.applied(&before);
-                                let n = inner
-                                    .journal
-                                    .complete(stream, prev.seq)
-                                    .within(inner.config.store_deadline(), "complete")
-                                    .await?;
+                                let n = inner.journal.complete(stream, prev.seq).await?;
                                 report.completed += n;
                                 Metrics::add(&inner.metrics.completed_rows, n);
                             }
@@ -528,11 +491,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     async fn applied_everywhere(&self, stream: &StreamId, seq: Seq) -> Result<bool> {
         let inner = &self.inner;
         for p in &inner.projections {
-            let cp = inner
-                .store
-                .checkpoint(p.name(), stream)
-                .within(inner.config.store_deadline(), "checkpoint")
-                .await?;
+            let cp = inner.store.checkpoint(p.name(), stream).await?;
             if cp < seq.get() {
                 return Ok(false);
             }
@@ -546,7 +505,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .inner
             .journal
             .read_stream(stream, rows[0].seq, rows.len())
-            .within(self.inner.config.store_deadline(), "read_stream")
             .await?;
         complete_run(stream, rows, events)
     }
@@ -592,7 +550,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         match inner
             .journal
             .fail(lease, row.seq, message, &inner.config.retry)
-            .within(inner.config.store_deadline(), "fail")
             .await?
         {
             FailureOutcome::Retry {
