@@ -184,7 +184,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if state.status == SinkStatus::Ok || state.attempt_count == 0 {
             return Ok(());
         }
-        match self.journal().requeue_sink(key, stream).await {
+        match self.inner.journal.requeue_sink(key, stream).await {
             Ok(_) | Err(Error::NotFound(_) | Error::InvalidState(_)) => Ok(()),
             Err(e) => Err(e),
         }
@@ -628,7 +628,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut out = Vec::new();
         for p in &self.inner.projections {
             let key = projection_consumer(p.name())?;
-            let mut states = self.journal().sink_streams(&key, status, limit).await?;
+            let mut states = self.inner.journal.sink_streams(&key, status, limit).await?;
             states.retain(|s| s.status != SinkStatus::Ok);
             out.append(&mut states);
         }
@@ -645,7 +645,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         stream: &StreamId,
     ) -> Result<SinkStream> {
         let key = projection_consumer(projection)?;
-        let state = self.journal().requeue_sink(&key, stream).await?;
+        let state = self.inner.journal.requeue_sink(&key, stream).await?;
         tracing::info!(projection = %projection, stream = %stream, "projection requeued on the stream");
         Ok(state)
     }

@@ -345,7 +345,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub async fn promote(&self, projection: &str, force: bool, cancel: &CancellationToken) -> Result<Swap> {
         let main = self.view_code(projection)?;
         let name = main.name().clone();
-        let record = self.store().generation(&name).await?;
+        let record = self.inner.store.generation(&name).await?;
         let version = record
             .as_ref()
             .and_then(|r| r.building_version)
@@ -425,7 +425,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let mut after: Option<StreamId> = None;
         'streams: loop {
-            let streams = self.journal().stream_versions(after.as_ref(), page).await?;
+            let streams = self.inner.journal.stream_versions(after.as_ref(), page).await?;
             let Some(last) = streams.last() else { break };
             after = Some(last.stream.clone());
             for sv in streams {
@@ -442,8 +442,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        diff.generations = self.store().stored_generations(&name).await?;
-        diff.record = self.store().generation(&name).await?;
+        diff.generations = self.inner.store.stored_generations(&name).await?;
+        diff.record = self.inner.store.generation(&name).await?;
         Ok(diff)
     }
 

@@ -13,8 +13,8 @@
 //! live workers drain into (ADR 0014).
 
 use outbox_core::{
-    ApplyOutcome, Error, Event, EventJournal, Projection, ProjectionName, ProjectionStore, Result, RunBounds,
-    RunEnd, RunKind, RunProgress, RunRecord, RunStore, Seq, StreamId, WorkerRegistry,
+    ApplyOutcome, Error, Event, EventJournal, OutboxQueue, Projection, ProjectionName, ProjectionStore,
+    Result, RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunStore, Seq, StreamId, WorkerRegistry,
 };
 use std::sync::Arc;
 
@@ -215,7 +215,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 Ok(run) => queued.push((run, p.clone())),
                 Err(e) => {
                     for (run, _) in &queued {
-                        let _ = self.store().cancel_run(run.id).await;
+                        let _ = self.inner.store.cancel_run(run.id).await;
                     }
                     return Err(e);
                 }
@@ -326,7 +326,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let (out, ()) = tokio::join!(working, beating);
         if !self.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = self.journal().deregister(self.worker_id()).await;
+            let _ = self.inner.journal.deregister(self.worker_id()).await;
         }
         out
     }
@@ -534,7 +534,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // The projections another process runs keep their share (ADR 0032).
             self.refresh_registry(false).await?;
             self.hold_unrun(stream).await?;
-            let n = self.journal().complete(stream, Seq::new(min)?).await?;
+            let n = self.inner.journal.complete(stream, Seq::new(min)?).await?;
             Metrics::add(&self.inner.metrics.completed_rows, n);
         }
         Ok(())

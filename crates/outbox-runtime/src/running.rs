@@ -1,6 +1,6 @@
 //! Starting and stopping the runtime's tasks.
 
-use outbox_core::{ActivityLog, Error, Mode, Result, WorkerRegistry};
+use outbox_core::{ActivityLog, Error, Mode, Result, RunStore, WorkerRegistry};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -310,7 +310,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if leasing {
             self.release_partitions().await;
         }
-        if let Err(e) = self.journal().deregister(self.worker_id()).await {
+        if let Err(e) = self.inner.journal.deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }
@@ -361,7 +361,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // restarting a killed worker under a fixed id), its entry
                 // is stale: take the id over at once instead of waiting for
                 // the entry to expire.
-                let workers = self.journal().workers().await?;
+                let workers = self.inner.journal.workers().await?;
                 let stale = workers.iter().find(|w| {
                     &w.id == self.worker_id()
                         && w.host == host
@@ -432,12 +432,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut beats: u64 = 0;
         loop {
             if beats.is_multiple_of(PRUNE_EVERY_BEATS) {
-                match self.journal().prune(self.config().registry_retention).await {
+                match self.inner.journal.prune(self.config().registry_retention).await {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned expired worker registry entries"),
                     Err(e) => warn!(error = %e, "pruning the worker registry failed"),
                 }
-                match self.store().prune_runs(self.config().run_retention).await {
+                match self.inner.store.prune_runs(self.config().run_retention).await {
                     Ok(0) => {}
                     Ok(n) => info!(pruned = n, "pruned old finished runs"),
                     Err(e) => warn!(error = %e, "pruning finished runs failed"),
@@ -495,7 +495,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.release_partitions().await;
         }
         self.record_activity_or_warn().await;
-        if let Err(e) = self.journal().deregister(self.worker_id()).await {
+        if let Err(e) = self.inner.journal.deregister(self.worker_id()).await {
             warn!(error = %e, "deregistering the worker failed; its entry will age out");
         }
     }

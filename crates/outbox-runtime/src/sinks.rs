@@ -138,7 +138,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.catch_up_sink(sink, &state.stream, state.seq, None, &mut report)
                 .await?;
         }
-        let stored: BTreeMap<Partition, u64> = self.journal().sink_cursors(name).await?.into_iter().collect();
+        let stored: BTreeMap<Partition, u64> =
+            self.inner.journal.sink_cursors(name).await?.into_iter().collect();
         let cursors: BTreeMap<Partition, u64> = parts
             .iter()
             .map(|p| (*p, stored.get(p).copied().unwrap_or(0)))
@@ -148,7 +149,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // In the order the events became visible, not by global position:
         // an event that commits after a later position was read comes in a
         // later page (ADR 0030).
-        let feed = self.journal().read_feed(start, page).await?;
+        let feed = self.inner.journal.read_feed(start, page).await?;
         let last = feed.next;
         // Nothing new: the cursors stay (moving them over an empty range
         // would be a write per pass, and on Postgres each write takes a
@@ -168,7 +169,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         let streams: Vec<StreamId> = runs.keys().cloned().collect();
-        let states = self.journal().sink_states(name, &streams).await?;
+        let states = self.inner.journal.sink_states(name, &streams).await?;
         for (state, (stream, (partition, events))) in states.into_iter().zip(runs) {
             if state.status != SinkStatus::Ok {
                 continue; // its retry catches it up
@@ -392,7 +393,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut after = from.saturating_sub(1);
         let page = config.sweep_rows.max(config.batch_size);
         while !cancel.is_cancelled() {
-            let mut events = self.journal().read_global(after, page).await?;
+            let mut events = self.inner.journal.read_global(after, page).await?;
             if let Some(u) = until {
                 events.retain(|e| e.global_position <= u);
             }

@@ -13,8 +13,8 @@
 //! The reads are the waiter's own, off the workers' path.
 
 use outbox_core::{
-    Appended, ConsumerRegistry, Error, ProjectionName, Result, Seq, SinkStatus, SinkStore, StreamId,
-    projection_consumer,
+    Appended, ConsumerRegistry, Error, ProjectionName, ProjectionStore, Result, Seq, SinkStatus, SinkStore,
+    StreamId, projection_consumer,
 };
 use std::time::Duration;
 
@@ -140,7 +140,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut waiting: Option<String> = None;
         for (stream, seq) in &token.positions {
             for name in names {
-                let cp = self.store().checkpoint(name, stream).await?;
+                let cp = self.inner.store.checkpoint(name, stream).await?;
                 if cp >= seq.get() {
                     continue;
                 }
