@@ -20,7 +20,6 @@ mod running;
 mod scratch;
 mod sinks;
 mod skipping;
-mod sweep;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod unavailable;

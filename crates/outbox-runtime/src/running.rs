@@ -322,7 +322,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let mut restarts: u32 = 0;
         loop {
             let began = Instant::now();
-            let outcome = CatchUnwind::new(self.work_loop(kind, cancel.clone())).await;
+            let outcome = CatchUnwind::new(self.worker().work_loop(kind, cancel.clone())).await;
             if cancel.is_cancelled() {
                 break;
             }

@@ -478,7 +478,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 tokio::task::yield_now().await;
                 continue;
             }
-            self.idle(&inner.sink_wake, backoff, &cancel).await;
+            crate::worker::idle(inner.wake_source.as_deref(), &inner.sink_wake, backoff, &cancel).await;
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The apply and shadow workers: one pass ([`Outbox::tick`]) and the loop.
 
+mod sweep;
+
 use outbox_core::{
     ENDED_WITHOUT_RESULT, Error, Event, EventJournal, FailureOutcome, Lease, LeaseStore, OutboxQueue,
     OutboxQueueExt as _, OutboxRow, ProjectionStore, Result, Seq, StreamId, WorkerId,
@@ -78,6 +80,13 @@ impl TickReport {
     }
 }
 
+/// The apply worker and the shadow worker (ADR 0016, 0029): claim rows,
+/// apply them, end passes, record failures. `worker.rs` has the per-stream
+/// pass and the loop, `sweep.rs` the sweeps over many streams per commit.
+pub(crate) struct Worker<'a, J, P: ProjectionStore> {
+    rt: &'a Outbox<J, P>,
+}
+
 /// How draining one stream in a pass ended.
 pub(crate) enum StreamPass {
     /// Nothing more is immediately processable.
@@ -89,16 +98,16 @@ pub(crate) enum StreamPass {
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The worker service of this runtime.
+    pub(crate) fn worker(&self) -> Worker<'_, J, P> {
+        Worker { rt: self }
+    }
+
     /// One pass of the worker of this runtime's mode (apply or shadow): finds
     /// due streams and drains each as far as it can. `outbox work --once`
     /// runs exactly this.
     pub async fn tick(&self) -> Result<TickReport> {
-        let kind = if self.inner.mode.runs_shadow_worker() {
-            WorkerKind::Shadow
-        } else {
-            WorkerKind::Apply
-        };
-        self.tick_as(kind, &CancellationToken::new(), true).await
+        self.worker().tick().await
     }
 
     /// Worker passes ([`tick`](Self::tick)) until one changes nothing; what
@@ -111,6 +120,21 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// For tests (append, `drain`, assert the views) and one-shot jobs; a
     /// service runs the worker with [`start`](Self::start) instead.
     pub async fn drain(&self) -> Result<TickReport> {
+        self.worker().drain().await
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
+    pub(crate) async fn tick(&self) -> Result<TickReport> {
+        let kind = if self.rt.inner.mode.runs_shadow_worker() {
+            WorkerKind::Shadow
+        } else {
+            WorkerKind::Apply
+        };
+        self.tick_as(kind, &CancellationToken::new(), true).await
+    }
+
+    pub(crate) async fn drain(&self) -> Result<TickReport> {
         let mut total = TickReport::default();
         loop {
             let pass = self.tick().await?;
@@ -137,22 +161,22 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         exceptions: bool,
     ) -> Result<TickReport> {
         if kind == WorkerKind::Apply {
-            self.refresh_registry(false).await?;
+            self.rt.refresh_registry(false).await?;
         }
-        let mut report = if self.inner.config.sweep_rows > 0 || self.inner.partitions.active() {
+        let mut report = if self.rt.inner.config.sweep_rows > 0 || self.rt.inner.partitions.active() {
             self.sweep_tick(kind, cancel).await?
         } else {
             self.stream_tick(kind, cancel).await?
         };
         if exceptions && kind == WorkerKind::Apply && !cancel.is_cancelled() {
-            self.catch_up_consumers(&mut report).await?;
+            self.rt.catch_up_consumers(&mut report).await?;
         }
         Ok(report)
     }
 
     /// A pass stream by stream (without sweeps or partitions).
     async fn stream_tick(&self, kind: WorkerKind, cancel: &CancellationToken) -> Result<TickReport> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let mut report = TickReport::default();
         // Streams this pass has had (or tried): skipped by later reads.
         let mut visited: HashSet<StreamId> = HashSet::new();
@@ -201,7 +225,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
         cancel: &CancellationToken,
     ) -> Result<StreamPass> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let ttl = inner.config.lease_ttl;
         // The pass's first commit: the lease and the first run.
         let Some((lease, claimed)) = inner
@@ -228,10 +252,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
         cancel: &CancellationToken,
     ) -> Result<StreamPass> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         // A stream claimed in a partition holds the partition's lease.
         let ttl = match lease.partition {
-            Some(_) => self.partition_ttl(),
+            Some(_) => self.rt.partition_ttl(),
             None => inner.config.lease_ttl,
         };
         inner.metrics.lag.saw_lease(&lease, ttl);
@@ -313,7 +337,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         dirty: &mut bool,
         through: &mut Option<Seq>,
     ) -> Result<(StreamPass, Option<Vec<OutboxRow>>, bool)> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let batch = inner.config.batch_size;
         let rows = match claimed {
             Some(rows) => rows,
@@ -357,7 +381,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // attempt that has barely started (another worker would then
             // take the row and charge it while this one still applies).
             let ttl = match lease.partition {
-                Some(_) => self.partition_ttl(),
+                Some(_) => self.rt.partition_ttl(),
                 None => inner.config.lease_ttl,
             };
             inner.journal.renew(lease, ttl).await?;
@@ -400,7 +424,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             };
             let result = match kind {
-                WorkerKind::Apply => self.apply_isolated(stream, &events, report).await.map(|_| ()),
+                WorkerKind::Apply => self.rt.apply_isolated(stream, &events, report).await.map(|_| ()),
                 WorkerKind::Shadow => self.verify_run(&events),
             };
             match result {
@@ -445,7 +469,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     };
                     let mut failing_seq = seq;
                     if let Some(prev) = before.last() {
-                        match self.apply_run(stream, &before).await {
+                        match self.rt.apply_run(stream, &before).await {
                             Ok(_) => {
                                 inner.metrics.lag.applied(&before);
                                 let n = inner.journal.complete(stream, prev.seq).await?;
@@ -481,15 +505,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     pub(crate) fn completed(&self, kind: WorkerKind, n: u64, report: &mut TickReport) {
         crate::failpoint::failpoint("after_complete");
         report.completed += n;
-        Metrics::add(&self.inner.metrics.completed_rows, n);
+        Metrics::add(&self.rt.inner.metrics.completed_rows, n);
         if kind == WorkerKind::Shadow {
-            Metrics::add(&self.inner.metrics.shadow_verified, n);
+            Metrics::add(&self.rt.inner.metrics.shadow_verified, n);
         }
     }
 
     /// Whether every projection's checkpoint on `stream` is at `seq` or past it.
     async fn applied_everywhere(&self, stream: &StreamId, seq: Seq) -> Result<bool> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         for p in &inner.projections {
             let cp = inner.store.checkpoint(p.name(), stream).await?;
             if cp < seq.get() {
@@ -502,6 +526,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Loads the claimed run from the journal and checks it is complete.
     pub(crate) async fn load_run(&self, stream: &StreamId, rows: &[OutboxRow]) -> Result<Vec<Event>> {
         let events = self
+            .rt
             .inner
             .journal
             .read_stream(stream, rows[0].seq, rows.len())
@@ -513,7 +538,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// intent recorded (payload hashes were verified by the journal on load).
     pub(crate) fn verify_run(&self, events: &[Event]) -> Result<()> {
         for e in events {
-            let intent = self.inner.types.intent(&e.event_type)?;
+            let intent = self.rt.inner.types.intent(&e.event_type)?;
             if intent != e.intent {
                 return Err(Error::Corrupt {
                     stream: e.stream.clone(),
@@ -546,7 +571,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         message: &str,
         report: &mut TickReport,
     ) -> Result<()> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         match inner
             .journal
             .fail(lease, row.seq, message, &inner.config.retry)
@@ -572,7 +597,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The worker loop: passes back to back while they make progress, then
     /// waits for an append in this process, the poll interval, or shutdown.
     pub(crate) async fn work_loop(&self, kind: WorkerKind, cancel: CancellationToken) {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let mut backoff = inner.config.poll_interval;
         // The exception path reads every projection's due states (a read
         // per projection and partition): once per poll interval, and at
@@ -604,25 +629,31 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 tokio::task::yield_now().await;
                 continue;
             }
-            self.idle(&inner.wake, backoff, &cancel).await;
+            idle(
+                self.rt.inner.wake_source.as_deref(),
+                &inner.wake,
+                backoff,
+                &cancel,
+            )
+            .await;
         }
     }
+}
 
-    /// An idle loop's wait: until `wake` is notified (an append in this
-    /// process), the wake source resolves (another process), `backoff`
-    /// passes, or shutdown.
-    pub(crate) async fn idle(
-        &self,
-        wake: &tokio::sync::Notify,
-        backoff: Duration,
-        cancel: &CancellationToken,
-    ) {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            () = wake.notified() => {}
-            () = woken_by(self.inner.wake_source.as_deref()) => {}
-            () = tokio::time::sleep(backoff) => {}
-        }
+/// An idle loop's wait: until `wake` is notified (an append in this
+/// process), `source` wakes (another process), `backoff` passes, or
+/// shutdown.
+pub(crate) async fn idle(
+    source: Option<&dyn outbox_core::WakeSource>,
+    wake: &tokio::sync::Notify,
+    backoff: Duration,
+    cancel: &CancellationToken,
+) {
+    tokio::select! {
+        () = cancel.cancelled() => {}
+        () = wake.notified() => {}
+        () = woken_by(source) => {}
+        () = tokio::time::sleep(backoff) => {}
     }
 }
 

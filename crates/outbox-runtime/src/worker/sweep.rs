@@ -24,10 +24,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
+use super::{TickReport, Worker, WorkerKind, complete_run};
 use crate::bounded::stalled;
 use crate::metrics::Metrics;
-use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};
-use crate::worker::{TickReport, WorkerKind, complete_run};
+use crate::outbox::{JournalBackend, ProjectionBackend};
 
 /// One stream of a sweep: its lease, its claimed run and (once loaded) the run's events.
 struct Taken {
@@ -42,7 +42,7 @@ struct Taken {
     rest: Vec<Event>,
 }
 
-impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
     /// A pass made of sweeps: up to `batches_per_stream` of them, each over
     /// the streams due at the time, until one finds nothing to take. While
     /// a sweep applies, the sweep before it ends (completes and releases)
@@ -77,7 +77,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
         ending: &mut Vec<StreamEnd>,
     ) -> Result<()> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let config = &inner.config;
         // Streams this pass took up, each counted once however many sweeps took it.
         let mut seen = HashSet::new();
@@ -97,7 +97,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 self.give_up(next.into_iter().map(|r| r.lease), Vec::new()).await;
                 break;
             }
-            if claimed_at.elapsed() > self.claim_ttl() / 3 {
+            if claimed_at.elapsed() > self.rt.claim_ttl() / 3 {
                 // The sweep before took long (streams drained on their
                 // own): give back what waited and take a fresh claim, so
                 // no lease of this sweep is near its expiry.
@@ -201,7 +201,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 return None;
             }
             crate::failpoint::failpoint("after_apply");
-            match self.inner.journal.finish(&ends).await {
+            match self.rt.inner.journal.finish(&ends).await {
                 Ok(n) => Some(n),
                 Err(e) => {
                     debug!(error = %e, "ending a sweep failed; its leases will expire");
@@ -226,7 +226,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Leases due streams and claims their runs, with their events where
     /// the journal reads them with the claim: the start of a sweep.
     async fn claim_sweep(&self) -> Result<Vec<ClaimedRun>> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let config = &inner.config;
         let limits = match config.sweep_rows {
             // Partition leasing without sweeps: one stream at a time.
@@ -242,7 +242,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             },
         };
         let (taken, ttl) = if inner.partitions.active() {
-            let ttl = self.partition_ttl();
+            let ttl = self.rt.partition_ttl();
             let taken = inner
                 .journal
                 .claim_and_load_partitioned(&inner.worker_id, ttl, limits)
@@ -298,7 +298,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         report: &mut TickReport,
         cancel: &CancellationToken,
     ) -> Result<Vec<StreamEnd>> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         report.claimed += taken.iter().map(|r| r.rows.len() as u64).sum::<u64>();
         Metrics::add(&inner.metrics.claims, taken.len() as u64);
         crate::failpoint::failpoint("after_claim");
@@ -339,7 +339,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // this sweep completes (ADR 0032).
         if kind == WorkerKind::Apply {
             for (t, abandon) in together.iter_mut().zip(abandon.iter_mut()) {
-                if let Err(e) = self.hold_unrun(&t.lease.stream).await {
+                if let Err(e) = self.rt.hold_unrun(&t.lease.stream).await {
                     // Nothing of this run is completed: it is claimed again
                     // (the checkpoints skip what was applied).
                     warn!(stream = %t.lease.stream, error = %e, "leaving work to a projection this process does not run failed; the rows are claimed again");
@@ -356,6 +356,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             let rest = std::mem::take(&mut t.rest);
             match self
+                .rt
                 .apply_rest_without(&t.lease.stream, &rest, &error, report)
                 .await
             {
@@ -461,7 +462,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let wanted: Vec<_> = runs
             .map(|r| (r.lease.stream.clone(), r.rows[0].seq, r.rows.len()))
             .collect();
-        self.inner.journal.read_runs(&wanted).await
+        self.rt.inner.journal.read_runs(&wanted).await
     }
 
     /// Applies the runs in `together` in one projection transaction (or
@@ -483,7 +484,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         together: &mut Vec<Taken>,
         alone: &mut Vec<(Lease, Vec<OutboxRow>)>,
     ) -> Result<()> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         if kind == WorkerKind::Shadow {
             let mut i = 0;
             while i < together.len() {
@@ -505,12 +506,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             if runs.is_empty() {
                 break;
             }
-            let result = inner.store.apply_runs(&runs, &self.active_projections()).await;
+            let result = inner.store.apply_runs(&runs, &self.rt.active_projections()).await;
             match result {
                 Ok(outcomes) if all_applied(&outcomes, runs.len()) => {
                     for o in &outcomes {
                         if let ApplyOutcome::Applied(r) = o {
-                            self.count(r);
+                            self.rt.count(r);
                         }
                     }
                     break;
@@ -610,7 +611,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 abandon,
             })
             .collect();
-        if let Err(e) = self.inner.journal.finish(&ends).await {
+        if let Err(e) = self.rt.inner.journal.finish(&ends).await {
             debug!(error = %e, "abandoning a sweep failed; its leases will expire");
         }
     }
