@@ -307,7 +307,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         if inner.projections.is_empty() {
             return Ok(());
         }
-        let parts = self.delivery_partitions();
+        let parts = self.delivery().delivery_partitions();
         if parts.is_empty() {
             return Ok(());
         }

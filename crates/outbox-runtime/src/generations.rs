@@ -12,9 +12,9 @@
 //! store says which, the build applies those events and asks again.
 
 use outbox_core::{
-    Error, Event, EventJournal, GenerationInfo, GenerationStore, Intent, Projection, ProjectionName, Result,
-    RunningDigest, StoredGeneration, StreamBehind, StreamId, SwapCheck, SwapOutcome, ViewProjection,
-    generation_projection, generation_storage, view_projection,
+    Error, Event, EventJournal, GenerationInfo, GenerationStore, Intent, Projection, ProjectionName,
+    ProjectionStore, Result, RunningDigest, StoredGeneration, StreamBehind, StreamId, SwapCheck, SwapOutcome,
+    ViewProjection, generation_projection, generation_storage, view_projection,
 };
 use std::sync::Arc;
 
@@ -124,15 +124,80 @@ impl ShadowDiff {
     }
 }
 
+/// Blue/green generations of view projections (ADR 0021): builds a
+/// candidate beside the live version, compares them, swaps and drops.
+pub(crate) struct Generations<'a, J, P: ProjectionStore> {
+    rt: &'a Outbox<J, P>,
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The generations service of this runtime.
+    pub(crate) fn generations(&self) -> Generations<'_, J, P> {
+        Generations { rt: self }
+    }
+
+    /// Blue/green rebuild of a view projection (ADR 0021): builds a new
+    /// generation from the journal with the registered code while the live
+    /// one keeps serving and being applied, catches it up to the tail, and
+    /// swaps it in in one transaction. The old generation is kept until
+    /// [`GenerationStore::drop_generation`](outbox_core::GenerationStore::drop_generation).
+    /// A killed rebuild leaves the live generation serving; calling this
+    /// again resumes the build from its recorded position.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown projection, `InvalidInput` for a
+    /// hand-written one, `InvalidState` when another version is being built
+    /// (a shadow build) or the build cannot catch up, and what the stores
+    /// return. A cancelled build returns `Ok` with `build.cancelled` and no
+    /// swap (`from == to`).
+    pub async fn rebuild_blue_green(&self, projection: &str, cancel: &CancellationToken) -> Result<Swap> {
+        self.generations().rebuild_blue_green(projection, cancel).await
+    }
+
+    /// Builds (or brings up to the journal's tail) the shadow generation of
+    /// `projection` with its registered candidate version, beside the live
+    /// one; nothing reads it until [`promote`](Self::promote).
+    pub async fn shadow_build(
+        &self,
+        projection: &str,
+        cancel: &CancellationToken,
+    ) -> Result<GenerationBuild> {
+        self.generations().shadow_build(projection, cancel).await
+    }
+
+    /// Promotes the generation being built (a candidate's shadow
+    /// generation, or an unfinished blue/green build): brings it to the
+    /// journal's tail, levels both generations' checkpoints, and swaps only
+    /// when their running digests agree (`force`: whatever they are).
+    ///
+    /// # Errors
+    /// `InvalidState` when nothing is being built, and when the digests
+    /// differ, naming the first stream on which the candidate's documents
+    /// differ from the live code's; nothing is changed then.
+    pub async fn promote(&self, projection: &str, force: bool, cancel: &CancellationToken) -> Result<Swap> {
+        self.generations().promote(projection, force, cancel).await
+    }
+
+    /// Compares the live code of a view projection with its registered
+    /// candidate, stream by stream: each stream's events are applied to
+    /// each version in memory (nothing is written) and the documents
+    /// compared. Stops after `limit` differing streams. Also returns what
+    /// each stored generation holds, so the shadow generation's running
+    /// digest can be read beside the live one's.
+    pub async fn shadow_diff(&self, projection: &str, limit: usize) -> Result<ShadowDiff> {
+        self.generations().shadow_diff(projection, limit).await
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Generations<'_, J, P> {
     /// The registered view projection `name` (its live code).
     fn view_code(&self, name: &str) -> Result<Arc<dyn ViewProjection>> {
-        if let Some(v) = self.inner.views.iter().find(|(n, _)| n.as_str() == name) {
+        if let Some(v) = self.rt.inner.views.iter().find(|(n, _)| n.as_str() == name) {
             return Ok(Arc::clone(v.1));
         }
         // A `Projection<Tx>` may write tables of its own: one storage name
         // cannot hold a second generation of them.
-        self.projection(name)?;
+        self.rt.projection(name)?;
         Err(Error::invalid(format_args!(
             "projection `{name}` is registered as a Projection<Tx> (OutboxBuilder::projection): generations, \
              blue/green rebuilds and shadow versions are for view projections registered with \
@@ -143,7 +208,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The registered candidate version of `name`.
     fn candidate_code(&self, name: &str) -> Result<Arc<dyn ViewProjection>> {
         self.view_code(name)?;
-        self.inner
+        self.rt
+            .inner
             .candidates
             .iter()
             .find(|(n, _)| n.as_str() == name)
@@ -186,6 +252,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let live_version = self.view_code(projection.as_str())?.version();
         let version = code.version();
         let record = self
+            .rt
             .inner
             .store
             .begin_generation(projection, live_version, version)
@@ -213,17 +280,19 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 break;
             }
             let page: Vec<Event> = self
+                .rt
                 .inner
                 .journal
-                .read_global(build.position, self.config().batch_size)
+                .read_global(build.position, self.rt.config().batch_size)
                 .await?;
             let Some(through) = page.last().map(|e| e.global_position) else {
                 break;
             };
             let runs = by_stream(page);
-            build.applied += self.apply_page(None, None, &runs, &one).await?;
+            build.applied += self.rt.replayer().apply_page(None, None, &runs, &one).await?;
             crate::failpoint::failpoint("build_page");
-            self.inner
+            self.rt
+                .inner
                 .store
                 .record_build_position(projection, generation, through)
                 .await?;
@@ -244,11 +313,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         check: SwapCheck,
     ) -> Result<std::result::Result<Swap, (RunningDigest, RunningDigest)>> {
         let projection = build.projection.clone();
-        let live = [self.projection(projection.as_str())?];
+        let live = [self.rt.projection(projection.as_str())?];
         let mut caught_up = 0;
         for round in 1..=MAX_SWAP_ROUNDS {
             crate::failpoint::failpoint("before_swap");
             match self
+                .rt
                 .inner
                 .store
                 .swap_generation(&projection, build.generation, check)
@@ -276,9 +346,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     } in streams
                     {
                         caught_up += if b < l {
-                            self.catch_up_stream(&stream, b + 1, l, None, building).await?
+                            self.rt
+                                .replayer()
+                                .catch_up_stream(&stream, b + 1, l, None, building)
+                                .await?
                         } else {
-                            self.catch_up_stream(&stream, l + 1, b, None, &live).await?
+                            self.rt
+                                .replayer()
+                                .catch_up_stream(&stream, l + 1, b, None, &live)
+                                .await?
                         };
                     }
                 }
@@ -290,62 +366,49 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         )))
     }
 
-    /// Blue/green rebuild of a view projection (ADR 0021): builds a new
-    /// generation from the journal with the registered code while the live
-    /// one keeps serving and being applied, catches it up to the tail, and
-    /// swaps it in in one transaction. The old generation is kept until
-    /// [`GenerationStore::drop_generation`](outbox_core::GenerationStore::drop_generation).
-    /// A killed rebuild leaves the live generation serving; calling this
-    /// again resumes the build from its recorded position.
-    ///
-    /// # Errors
-    /// `NotFound` for an unknown projection, `InvalidInput` for a
-    /// hand-written one, `InvalidState` when another version is being built
-    /// (a shadow build) or the build cannot catch up, and what the stores
-    /// return. A cancelled build returns `Ok` with `build.cancelled` and no
-    /// swap (`from == to`).
-    pub async fn rebuild_blue_green(&self, projection: &str, cancel: &CancellationToken) -> Result<Swap> {
+    pub(crate) async fn rebuild_blue_green(
+        &self,
+        projection: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Swap> {
         let code = self.view_code(projection)?;
         let name = code.name().clone();
-        self.while_registered(async {
-            let (build, one) = self.build_generation(&name, code, cancel).await?;
-            if build.cancelled {
-                return Ok(unswapped(build));
-            }
-            self.swap_in(build, &one, SwapCheck::CaughtUp)
-                .await?
-                .map_err(|_| Error::InvalidState("a blue/green swap compared digests".into()))
-        })
-        .await
+        self.rt
+            .replayer()
+            .while_registered(async {
+                let (build, one) = self.build_generation(&name, code, cancel).await?;
+                if build.cancelled {
+                    return Ok(unswapped(build));
+                }
+                self.swap_in(build, &one, SwapCheck::CaughtUp)
+                    .await?
+                    .map_err(|_| Error::InvalidState("a blue/green swap compared digests".into()))
+            })
+            .await
     }
 
-    /// Builds (or brings up to the journal's tail) the shadow generation of
-    /// `projection` with its registered candidate version, beside the live
-    /// one; nothing reads it until [`promote`](Self::promote).
-    pub async fn shadow_build(
+    pub(crate) async fn shadow_build(
         &self,
         projection: &str,
         cancel: &CancellationToken,
     ) -> Result<GenerationBuild> {
         let code = self.candidate_code(projection)?;
         let name = code.name().clone();
-        self.while_registered(async { Ok(self.build_generation(&name, code, cancel).await?.0) })
+        self.rt
+            .replayer()
+            .while_registered(async { Ok(self.build_generation(&name, code, cancel).await?.0) })
             .await
     }
 
-    /// Promotes the generation being built (a candidate's shadow
-    /// generation, or an unfinished blue/green build): brings it to the
-    /// journal's tail, levels both generations' checkpoints, and swaps only
-    /// when their running digests agree (`force`: whatever they are).
-    ///
-    /// # Errors
-    /// `InvalidState` when nothing is being built, and when the digests
-    /// differ, naming the first stream on which the candidate's documents
-    /// differ from the live code's; nothing is changed then.
-    pub async fn promote(&self, projection: &str, force: bool, cancel: &CancellationToken) -> Result<Swap> {
+    pub(crate) async fn promote(
+        &self,
+        projection: &str,
+        force: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Swap> {
         let main = self.view_code(projection)?;
         let name = main.name().clone();
-        let record = self.inner.store.generation(&name).await?;
+        let record = self.rt.inner.store.generation(&name).await?;
         let version = record
             .as_ref()
             .and_then(|r| r.building_version)
@@ -362,6 +425,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             SwapCheck::Agrees
         };
         let swapped = self
+            .rt
+            .replayer()
             .while_registered(async {
                 let (build, one) = self.build_generation(&name, code, cancel).await?;
                 if build.cancelled {
@@ -398,17 +463,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
     }
 
-    /// Compares the live code of a view projection with its registered
-    /// candidate, stream by stream: each stream's events are applied to
-    /// each version in memory (nothing is written) and the documents
-    /// compared. Stops after `limit` differing streams. Also returns what
-    /// each stored generation holds, so the shadow generation's running
-    /// digest can be read beside the live one's.
-    pub async fn shadow_diff(&self, projection: &str, limit: usize) -> Result<ShadowDiff> {
+    pub(crate) async fn shadow_diff(&self, projection: &str, limit: usize) -> Result<ShadowDiff> {
         let main = self.view_code(projection)?;
         let candidate = self.candidate_code(projection)?;
         let name = main.name().clone();
-        let page = self.config().batch_size.max(1);
+        let page = self.rt.config().batch_size.max(1);
         let versions: Versions = [
             crate::panic::catch_panics(vec![view_projection::<Scratch>(Arc::clone(&main))]).remove(0),
             crate::panic::catch_panics(vec![view_projection::<Scratch>(Arc::clone(&candidate))]).remove(0),
@@ -425,7 +484,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         };
         let mut after: Option<StreamId> = None;
         'streams: loop {
-            let streams = self.inner.journal.stream_versions(after.as_ref(), page).await?;
+            let streams = self
+                .rt
+                .inner
+                .journal
+                .stream_versions(after.as_ref(), page)
+                .await?;
             let Some(last) = streams.last() else { break };
             after = Some(last.stream.clone());
             for sv in streams {
@@ -442,8 +506,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
         }
-        diff.generations = self.inner.store.stored_generations(&name).await?;
-        diff.record = self.inner.store.generation(&name).await?;
+        diff.generations = self.rt.inner.store.stored_generations(&name).await?;
+        diff.record = self.rt.inner.store.generation(&name).await?;
         Ok(diff)
     }
 
@@ -457,12 +521,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         let (mut next, mut events, mut error) = (1u64, 0u64, None);
         'read: loop {
             let page = self
+                .rt
                 .inner
                 .journal
                 .read_stream(
                     stream,
                     outbox_core::Seq::new(next)?,
-                    self.config().batch_size.max(1),
+                    self.rt.config().batch_size.max(1),
                 )
                 .await?;
             let Some(last) = page.last() else { break };

@@ -65,7 +65,19 @@ impl ReplayOptions {
     }
 }
 
+/// Replays and rebuilds (ADR 0009, 0021): admits a run, applies the journal
+/// to one projection page by page with its progress recorded, resumes or
+/// cancels runs.
+pub(crate) struct Replayer<'a, J, P: ProjectionStore> {
+    rt: &'a Outbox<J, P>,
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The replayer service of this runtime.
+    pub(crate) fn replayer(&self) -> Replayer<'_, J, P> {
+        Replayer { rt: self }
+    }
+
     /// The registered projection called `name`.
     pub fn projection(&self, name: &str) -> Result<Arc<dyn Projection<P::Tx>>> {
         self.projections()
@@ -89,8 +101,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        self.replay_with(projection, until, ReplayOptions::new(), cancel)
-            .await
+        self.replayer().replay(projection, until, cancel).await
     }
 
     /// [`replay`](Self::replay) with options.
@@ -101,7 +112,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        self.replay_bounded(projection, RunBounds::new().with_until(until), options, cancel)
+        self.replayer()
+            .replay_with(projection, until, options, cancel)
             .await
     }
 
@@ -119,9 +131,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        let p = self.projection(projection)?;
-        let run = self.admit(RunKind::CatchUp, p.name(), bounds).await?;
-        self.while_registered(self.execute(run, p, options, cancel)).await
+        self.replayer()
+            .replay_bounded(projection, bounds, options, cancel)
+            .await
     }
 
     /// Resumes a run that stopped before its end (failed, cancelled, or
@@ -144,7 +156,91 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
+        self.replayer().resume_run(id, options, cancel).await
+    }
+
+    /// Rebuild: clears the projection's tables and checkpoints, then replays
+    /// from the journal's origin. Returns the finished run record. Leaves the
+    /// outbox rows alone ([`ReplayOptions::new`]).
+    pub async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
+        self.replayer().rebuild(projection, cancel).await
+    }
+
+    /// [`rebuild`](Self::rebuild) with options.
+    pub async fn rebuild_with(
+        &self,
+        projection: &str,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        self.replayer().rebuild_with(projection, options, cancel).await
+    }
+
+    /// Rebuilds every projection in registration order. All runs are admitted
+    /// (queued) first, so a conflict refuses the whole request before anything
+    /// is cleared; a failed or cancelled run stops the sequence and cancels
+    /// the queued rest. Leaves the outbox rows alone ([`ReplayOptions::new`]).
+    pub async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
+        self.replayer().rebuild_all(cancel).await
+    }
+
+    /// [`rebuild_all`](Self::rebuild_all) with options.
+    pub async fn rebuild_all_with(
+        &self,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<RunRecord>> {
+        self.replayer().rebuild_all_with(options, cancel).await
+    }
+
+    /// Requests cancellation of a run (possibly running in another process).
+    pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
+        self.replayer().cancel_run(id).await
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
+    pub(crate) async fn replay(
+        &self,
+        projection: &str,
+        until: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        self.replay_with(projection, until, ReplayOptions::new(), cancel)
+            .await
+    }
+
+    pub(crate) async fn replay_with(
+        &self,
+        projection: &str,
+        until: Option<u64>,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        self.replay_bounded(projection, RunBounds::new().with_until(until), options, cancel)
+            .await
+    }
+
+    pub(crate) async fn replay_bounded(
+        &self,
+        projection: &str,
+        bounds: RunBounds,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
+        let p = self.rt.projection(projection)?;
+        let run = self.admit(RunKind::CatchUp, p.name(), bounds).await?;
+        self.while_registered(self.execute(run, p, options, cancel)).await
+    }
+
+    pub(crate) async fn resume_run(
+        &self,
+        id: u64,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RunRecord> {
         let old = self
+            .rt
             .inner
             .store
             .run(id)
@@ -156,7 +252,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 old.position.or(old.since).unwrap_or(0)
             )));
         }
-        let p = self.projection(old.projection.as_str())?;
+        let p = self.rt.projection(old.projection.as_str())?;
         let (kind, bounds) = match (old.kind, old.position) {
             (_, Some(position)) => (
                 RunKind::CatchUp,
@@ -176,46 +272,37 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
-    /// Rebuild: clears the projection's tables and checkpoints, then replays
-    /// from the journal's origin. Returns the finished run record. Leaves the
-    /// outbox rows alone ([`ReplayOptions::new`]).
-    pub async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
+    pub(crate) async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
         self.rebuild_with(projection, ReplayOptions::new(), cancel).await
     }
 
-    /// [`rebuild`](Self::rebuild) with options.
-    pub async fn rebuild_with(
+    pub(crate) async fn rebuild_with(
         &self,
         projection: &str,
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        let p = self.projection(projection)?;
+        let p = self.rt.projection(projection)?;
         let run = self.admit(RunKind::Rebuild, p.name(), RunBounds::new()).await?;
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
-    /// Rebuilds every projection in registration order. All runs are admitted
-    /// (queued) first, so a conflict refuses the whole request before anything
-    /// is cleared; a failed or cancelled run stops the sequence and cancels
-    /// the queued rest. Leaves the outbox rows alone ([`ReplayOptions::new`]).
-    pub async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
+    pub(crate) async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
         self.rebuild_all_with(ReplayOptions::new(), cancel).await
     }
 
-    /// [`rebuild_all`](Self::rebuild_all) with options.
-    pub async fn rebuild_all_with(
+    pub(crate) async fn rebuild_all_with(
         &self,
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<Vec<RunRecord>> {
         let mut queued = Vec::new();
-        for p in self.projections() {
+        for p in self.rt.projections() {
             match self.admit(RunKind::Rebuild, p.name(), RunBounds::new()).await {
                 Ok(run) => queued.push((run, p.clone())),
                 Err(e) => {
                     for (run, _) in &queued {
-                        let _ = self.inner.store.cancel_run(run.id).await;
+                        let _ = self.rt.inner.store.cancel_run(run.id).await;
                     }
                     return Err(e);
                 }
@@ -233,7 +320,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             for (run, _) in rest {
-                done.push(self.inner.store.cancel_run(run.id).await?);
+                done.push(self.rt.inner.store.cancel_run(run.id).await?);
             }
             Ok(done)
         })
@@ -255,17 +342,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         bounds: RunBounds,
     ) -> Result<RunRecord> {
         let admit = || {
-            self.inner.store.admit_bounded_run(
+            self.rt.inner.store.admit_bounded_run(
                 kind,
                 projection,
                 bounds,
-                self.worker_id(),
-                self.config().run_ttl,
+                self.rt.worker_id(),
+                self.rt.config().run_ttl,
             )
         };
         match admit().await {
             Err(Error::InvalidState(refused)) => {
                 let live: Vec<_> = self
+                    .rt
                     .inner
                     .journal
                     .workers()
@@ -274,12 +362,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     .map(|w| w.id)
                     .collect();
                 match self
+                    .rt
                     .inner
                     .store
                     .reclaim_run(
                         projection,
                         &live,
-                        crate::config::heartbeat_ttl(self.config().heartbeat_interval),
+                        crate::config::heartbeat_ttl(self.rt.config().heartbeat_interval),
                     )
                     .await?
                 {
@@ -307,10 +396,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // The beats run beside `work` in this task (no spawn): polled
         // whenever `work` waits, and ended by `work` ending.
         let stop = CancellationToken::new();
-        let interval = self.config().heartbeat_interval;
+        let interval = self.rt.config().heartbeat_interval;
         let beating = async {
             loop {
-                if let Err(e) = self.beat().await {
+                if let Err(e) = self.rt.beat().await {
                     warn!(error = %e, "registering the run's owner in the worker registry failed");
                 }
                 tokio::select! {
@@ -325,8 +414,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             out
         };
         let (out, ()) = tokio::join!(working, beating);
-        if !self.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = self.inner.journal.deregister(self.worker_id()).await;
+        if !self.rt.inner.started.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = self.rt.inner.journal.deregister(self.rt.worker_id()).await;
         }
         out
     }
@@ -338,10 +427,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        let owner = self.worker_id().clone();
-        let store = &self.inner.store;
+        let owner = self.rt.worker_id().clone();
+        let store = &self.rt.inner.store;
         let mut rec = store
-            .update_run(run.id, &owner, 0, None, self.config().run_ttl)
+            .update_run(run.id, &owner, 0, None, self.rt.config().run_ttl)
             .await?;
         info!(run = rec.id, kind = %rec.kind, projection = %rec.projection, "run started");
         let result = self.run_body(&mut rec, projection, options, cancel).await;
@@ -379,10 +468,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<bool> {
-        let owner = self.worker_id().clone();
-        let store = &self.inner.store;
-        let journal = &self.inner.journal;
-        let batch = self.config().batch_size;
+        let owner = self.rt.worker_id().clone();
+        let store = &self.rt.inner.store;
+        let journal = &self.rt.inner.journal;
+        let batch = self.rt.config().batch_size;
         let one = [projection.clone()];
         if rec.kind == RunKind::Rebuild {
             // Resetting deletes a whole projection: bounded by the run ttl
@@ -419,11 +508,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 position: Some(through),
             };
             *rec = store
-                .record_progress(rec.id, &owner, progress, self.config().run_ttl)
+                .record_progress(rec.id, &owner, progress, self.rt.config().run_ttl)
                 .await?;
         }
         *rec = store
-            .update_run(rec.id, &owner, processed, None, self.config().run_ttl)
+            .update_run(rec.id, &owner, processed, None, self.rt.config().run_ttl)
             .await?;
         Ok(true)
     }
@@ -441,14 +530,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         runs: &[(StreamId, Vec<Event>)],
         one: &[Arc<dyn Projection<P::Tx>>],
     ) -> Result<u64> {
-        let store = &self.inner.store;
+        let store = &self.rt.inner.store;
         let slices: Vec<&[Event]> = runs.iter().map(|(_, events)| events.as_slice()).collect();
         let outcomes = store.apply_runs(&slices, one).await?;
         if outcomes.len() == runs.len() && outcomes.iter().all(|o| matches!(o, ApplyOutcome::Applied(_))) {
             let mut processed = 0;
             for outcome in &outcomes {
                 if let ApplyOutcome::Applied(r) = outcome {
-                    self.count(r);
+                    self.rt.count(r);
                     processed += r.applied + r.audit_only;
                 }
             }
@@ -461,7 +550,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             };
             match store.apply(stream, events, one).await? {
                 ApplyOutcome::Applied(r) => {
-                    self.count(&r);
+                    self.rt.count(&r);
                     processed += r.applied + r.audit_only;
                 }
                 ApplyOutcome::Gap(gap) => {
@@ -490,14 +579,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
         one: &[Arc<dyn Projection<P::Tx>>],
     ) -> Result<u64> {
-        let store = &self.inner.store;
-        let batch = self.config().batch_size;
+        let store = &self.rt.inner.store;
+        let batch = self.rt.config().batch_size;
         let mut processed = 0;
         while next <= through {
             let want = usize::try_from(through - next + 1)
                 .unwrap_or(usize::MAX)
                 .min(batch);
             let events: Vec<Event> = self
+                .rt
                 .inner
                 .journal
                 .read_stream(stream, Seq::new(next)?, want)
@@ -509,7 +599,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             let last_seq = last.seq.get();
             match store.apply(stream, &events, one).await? {
                 ApplyOutcome::Applied(r) => {
-                    self.count(&r);
+                    self.rt.count(&r);
                     processed += r.applied + r.audit_only;
                     next = last_seq + 1;
                 }
@@ -523,26 +613,25 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// Deletes the stream's outbox rows (dead ones included) that every
     /// projection has now applied: the failure records a replay resolves.
     async fn resolve_rows(&self, stream: &StreamId) -> Result<()> {
-        if !self.mode().enqueues() || self.projections().is_empty() {
+        if !self.rt.mode().enqueues() || self.rt.projections().is_empty() {
             return Ok(());
         }
         let mut min = u64::MAX;
-        for p in self.projections() {
-            min = min.min(self.inner.store.checkpoint(p.name(), stream).await?);
+        for p in self.rt.projections() {
+            min = min.min(self.rt.inner.store.checkpoint(p.name(), stream).await?);
         }
         if min > 0 {
             // The projections another process runs keep their share (ADR 0032).
-            self.refresh_registry(false).await?;
-            self.hold_unrun(stream).await?;
-            let n = self.inner.journal.complete(stream, Seq::new(min)?).await?;
-            Metrics::add(&self.inner.metrics.completed_rows, n);
+            self.rt.refresh_registry(false).await?;
+            self.rt.hold_unrun(stream).await?;
+            let n = self.rt.inner.journal.complete(stream, Seq::new(min)?).await?;
+            Metrics::add(&self.rt.inner.metrics.completed_rows, n);
         }
         Ok(())
     }
 
-    /// Requests cancellation of a run (possibly running in another process).
-    pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
-        self.inner.store.cancel_run(id).await
+    pub(crate) async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
+        self.rt.inner.store.cancel_run(id).await
     }
 }
 

@@ -259,8 +259,10 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 let token = cancel.clone();
                 let span =
                     info_span!("sink", name = %sink.name(), id = %self.worker_id(), otel.kind = "internal");
-                handles
-                    .push(tracker.spawn(async move { this.sink_loop(sink, token).await }.instrument(span)));
+                handles.push(
+                    tracker
+                        .spawn(async move { this.delivery().sink_loop(sink, token).await }.instrument(span)),
+                );
             }
         }
         if tasks.heartbeat {

@@ -16,8 +16,8 @@
 //! on purpose.
 
 use outbox_core::{
-    Error, Event, EventJournal, FailureOutcome, Partition, PartitionStore, Published, Result, Seq, Sink,
-    SinkFeed, SinkStatus, SinkStore, StreamId,
+    Error, Event, EventJournal, FailureOutcome, Partition, PartitionStore, ProjectionStore, Published,
+    Result, Seq, Sink, SinkFeed, SinkStatus, SinkStore, StreamId,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,20 +70,58 @@ enum DeliveryEnd {
     Overtaken,
 }
 
+/// Delivery to the registered sinks (ADR 0023): per sink, due retries and
+/// pages of the journal from its cursors, publishing, recording failures;
+/// and replays of the journal to a sink.
+pub(crate) struct SinkDelivery<'a, J, P: ProjectionStore> {
+    rt: &'a Outbox<J, P>,
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The sink delivery service of this runtime.
+    pub(crate) fn delivery(&self) -> SinkDelivery<'_, J, P> {
+        SinkDelivery { rt: self }
+    }
+
     /// The registered sinks.
     pub fn sinks(&self) -> &[Arc<dyn Sink>] {
         &self.inner.sinks
     }
 
+    /// One delivery pass of every registered sink (see the module docs).
+    /// The running apply worker does this on its own; call it when you
+    /// drive [`tick`](Self::tick) yourself.
+    pub async fn deliver(&self) -> Result<DeliveryReport> {
+        self.delivery().deliver().await
+    }
+
+    /// Publishes the journal's events from global position `from` (through
+    /// `until` when given) to sink `name` again, on purpose: in global order
+    /// (so in seq order per stream), by the sink's policy, with the usual
+    /// message ids (a receiver that dedupes drops what it already has). The
+    /// sink's checkpoints and cursors are left as they are. Stops at the
+    /// first failure, naming it; run it again to go on.
+    pub async fn replay_sink(
+        &self,
+        name: &str,
+        from: u64,
+        until: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Result<DeliveryReport> {
+        self.delivery().replay_sink(name, from, until, cancel).await
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> SinkDelivery<'_, J, P> {
     fn sink_named(&self, name: &str) -> Result<Arc<dyn Sink>> {
-        self.inner
+        self.rt
+            .inner
             .sinks
             .iter()
             .find(|s| s.name().as_str() == name)
             .cloned()
             .ok_or_else(|| {
-                let known: Vec<&str> = self.inner.sinks.iter().map(|s| s.name().as_str()).collect();
+                let known: Vec<&str> = self.rt.inner.sinks.iter().map(|s| s.name().as_str()).collect();
                 Error::NotFound(format!(
                     "no sink named `{name}` is registered (registered: {})",
                     if known.is_empty() {
@@ -98,19 +136,16 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// The partitions this worker delivers for: those it holds under
     /// partition leasing, every partition otherwise.
     pub(crate) fn delivery_partitions(&self) -> Vec<Partition> {
-        if self.inner.partitions.active() {
-            self.inner.partitions.held()
+        if self.rt.inner.partitions.active() {
+            self.rt.inner.partitions.held()
         } else {
-            Partition::all(self.inner.journal.partitioning().count()).collect()
+            Partition::all(self.rt.inner.journal.partitioning().count()).collect()
         }
     }
 
-    /// One delivery pass of every registered sink (see the module docs).
-    /// The running apply worker does this on its own; call it when you
-    /// drive [`tick`](Self::tick) yourself.
-    pub async fn deliver(&self) -> Result<DeliveryReport> {
+    pub(crate) async fn deliver(&self) -> Result<DeliveryReport> {
         let mut report = DeliveryReport::default();
-        for sink in self.inner.sinks.clone() {
+        for sink in self.rt.inner.sinks.clone() {
             report.add(&self.deliver_to(&sink).await?);
         }
         Ok(report)
@@ -119,17 +154,18 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// One delivery pass of `sink`: its due retries, then one page of the
     /// journal from its cursors.
     pub(crate) async fn deliver_to(&self, sink: &Arc<dyn Sink>) -> Result<DeliveryReport> {
-        let config = self.config();
+        let config = self.rt.config();
         let name = sink.name();
         let parts = self.delivery_partitions();
         let mut report = DeliveryReport::default();
         // A paused sink (ADR 0032) keeps its checkpoints and cursors: its
         // backlog is delivered once it is resumed.
-        self.refresh_registry(false).await?;
-        if parts.is_empty() || self.inner.registry.sink_paused(name) {
+        self.rt.refresh_registry(false).await?;
+        if parts.is_empty() || self.rt.inner.registry.sink_paused(name) {
             return Ok(report);
         }
         let due = self
+            .rt
             .inner
             .journal
             .due_sink_streams(name, &parts, config.streams_per_pass)
@@ -138,8 +174,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             self.catch_up_sink(sink, &state.stream, state.seq, None, &mut report)
                 .await?;
         }
-        let stored: BTreeMap<Partition, u64> =
-            self.inner.journal.sink_cursors(name).await?.into_iter().collect();
+        let stored: BTreeMap<Partition, u64> = self
+            .rt
+            .inner
+            .journal
+            .sink_cursors(name)
+            .await?
+            .into_iter()
+            .collect();
         let cursors: BTreeMap<Partition, u64> = parts
             .iter()
             .map(|p| (*p, stored.get(p).copied().unwrap_or(0)))
@@ -149,7 +191,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // In the order the events became visible, not by global position:
         // an event that commits after a later position was read comes in a
         // later page (ADR 0030).
-        let feed = self.inner.journal.read_feed(start, page).await?;
+        let feed = self.rt.inner.journal.read_feed(start, page).await?;
         let last = feed.next;
         // Nothing new: the cursors stay (moving them over an empty range
         // would be a write per pass, and on Postgres each write takes a
@@ -160,7 +202,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         // Each stream's new events of this page, in seq order.
         let mut runs: BTreeMap<StreamId, (Partition, Vec<Event>)> = BTreeMap::new();
         for (key, e) in feed.events {
-            let p = self.inner.journal.partitioning().of(&e.stream);
+            let p = self.rt.inner.journal.partitioning().of(&e.stream);
             if cursors.get(&p).is_some_and(|c| key > *c) {
                 runs.entry(e.stream.clone())
                     .or_insert_with(|| (p, Vec::new()))
@@ -169,7 +211,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         let streams: Vec<StreamId> = runs.keys().cloned().collect();
-        let states = self.inner.journal.sink_states(name, &streams).await?;
+        let states = self.rt.inner.journal.sink_states(name, &streams).await?;
         for (state, (stream, (partition, events))) in states.into_iter().zip(runs) {
             if state.status != SinkStatus::Ok {
                 continue; // its retry catches it up
@@ -197,7 +239,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         }
         for (p, c) in cursors {
             if c < last {
-                self.inner.journal.advance_sink_cursor(name, p, c, last).await?;
+                self.rt
+                    .inner
+                    .journal
+                    .advance_sink_cursor(name, p, c, last)
+                    .await?;
             }
         }
         report.position = last;
@@ -217,8 +263,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         through: Option<u64>,
         report: &mut DeliveryReport,
     ) -> Result<()> {
-        let config = self.config();
-        let partition = self.inner.journal.partitioning().of(stream);
+        let config = self.rt.config();
+        let partition = self.rt.inner.journal.partitioning().of(stream);
         loop {
             if through.is_some_and(|t| checkpoint >= t) {
                 return Ok(());
@@ -227,6 +273,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             // (a batch of the largest size reads one less).
             let batch = config.batch_size.min(outbox_core::MAX_PAGE - 1);
             let mut events = self
+                .rt
                 .inner
                 .journal
                 .read_stream(stream, Seq::new(checkpoint + 1)?, batch + 1)
@@ -268,7 +315,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         more: bool,
         report: &mut DeliveryReport,
     ) -> Result<DeliveryEnd> {
-        let config = self.config();
+        let config = self.rt.config();
         let name = sink.name();
         let accepted: Vec<Event> = events.iter().filter(|e| sink.accepts(e)).cloned().collect();
         let outcome = if accepted.is_empty() {
@@ -286,7 +333,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             );
             let limit = config.lease_ttl;
             // Not while the worker applies a row alone (ADR 0029).
-            let _gate = self.inner.alone_gate.read().await;
+            let _gate = self.rt.inner.alone_gate.read().await;
             match CatchUnwind::new(tokio::time::timeout(limit, sink.publish(&accepted)))
                 .instrument(span)
                 .await
@@ -317,6 +364,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             .saturating_sub(acknowledged);
         if done_through > checkpoint {
             let moved = self
+                .rt
                 .inner
                 .journal
                 .advance_sink(name, stream, partition, checkpoint, Seq::new(done_through)?, more)
@@ -343,9 +391,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             outbox_core::OnError::Retry | outbox_core::OnError::Stop => config.retry,
         };
         if decision == outbox_core::OnError::Stop {
-            match crate::consumers::pause_consumer(&self.inner.journal, name, true).await {
+            match crate::consumers::pause_consumer(&self.rt.inner.journal, name, true).await {
                 Ok(_) => {
-                    self.inner.registry.pause_sink_here(name);
+                    self.rt.inner.registry.pause_sink_here(name);
                     warn!(sink = %name, stream = %stream, seq = %failing.seq, error = %message, "the sink's error stops it: paused for every stream until resumed");
                 }
                 Err(e) => {
@@ -354,6 +402,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
             }
         }
         match self
+            .rt
             .inner
             .journal
             .fail_sink(name, stream, partition, failing.seq, &message, &policy)
@@ -374,13 +423,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(DeliveryEnd::Failed)
     }
 
-    /// Publishes the journal's events from global position `from` (through
-    /// `until` when given) to sink `name` again, on purpose: in global order
-    /// (so in seq order per stream), by the sink's policy, with the usual
-    /// message ids (a receiver that dedupes drops what it already has). The
-    /// sink's checkpoints and cursors are left as they are. Stops at the
-    /// first failure, naming it; run it again to go on.
-    pub async fn replay_sink(
+    pub(crate) async fn replay_sink(
         &self,
         name: &str,
         from: u64,
@@ -388,12 +431,12 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         cancel: &CancellationToken,
     ) -> Result<DeliveryReport> {
         let sink = self.sink_named(name)?;
-        let config = self.config();
+        let config = self.rt.config();
         let mut report = DeliveryReport::default();
         let mut after = from.saturating_sub(1);
         let page = config.sweep_rows.max(config.batch_size);
         while !cancel.is_cancelled() {
-            let mut events = self.inner.journal.read_global(after, page).await?;
+            let mut events = self.rt.inner.journal.read_global(after, page).await?;
             if let Some(u) = until {
                 events.retain(|e| e.global_position <= u);
             }
@@ -409,7 +452,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 }
             }
             for (stream, run) in runs {
-                let _gate = self.inner.alone_gate.read().await;
+                let _gate = self.rt.inner.alone_gate.read().await;
                 // The sink's own code, not a port: bounded here, by the
                 // lease TTL as a delivery pass's publish is.
                 let publish = tokio::time::timeout(config.lease_ttl, sink.publish(&run));
@@ -455,7 +498,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// progress, then waits for an append in this process, a wake-up from
     /// another, the poll interval, or shutdown.
     pub(crate) async fn sink_loop(&self, sink: Arc<dyn Sink>, cancel: CancellationToken) {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let mut backoff = inner.config.poll_interval;
         while !cancel.is_cancelled() {
             let busy = match CatchUnwind::new(self.deliver_to(&sink)).await {
