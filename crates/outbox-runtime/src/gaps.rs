@@ -68,12 +68,58 @@ pub struct RepairReport {
     pub left_to: Option<WorkerId>,
 }
 
+/// Gap repair (ADR 0010): finds streams whose projections are behind the
+/// journal and catches them up, at start-up, on demand, or for the fleet.
+pub(crate) struct Repairer<'a, J, P: ProjectionStore> {
+    rt: &'a Outbox<J, P>,
+}
+
 impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
+    /// The repairer service of this runtime.
+    pub(crate) fn repairer(&self) -> Repairer<'_, J, P> {
+        Repairer { rt: self }
+    }
+
+    /// Streams whose watermark or some projection's checkpoint is behind the
+    /// journal's version (at most `limit`), without changing anything.
+    pub async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
+        self.repairer().gaps(limit).await
+    }
+
+    /// Gap repair: compares every stream's journal version with every
+    /// projection's checkpoint (and reports the watermark) and applies the
+    /// missing seqs in order. Safe to run at any time, alongside workers.
+    /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
+    pub async fn repair_gaps(&self) -> Result<RepairReport> {
+        self.repairer().repair_gaps().await
+    }
+
+    /// [`repair_gaps`](Self::repair_gaps) with options: with
+    /// [`ReplayOptions::with_complete_rows`] (and the outbox on), a stream's
+    /// rows are deleted once every projection is at its version.
+    pub async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
+        self.repairer().repair_gaps_with(options).await
+    }
+
+    /// [`repair_gaps_with`](Self::repair_gaps_with) that stops when `cancel`
+    /// is cancelled: it looks between streams and between pages, finishes
+    /// the stream in progress and returns a report with
+    /// [`RepairReport::cancelled`] set.
+    pub async fn repair_gaps_until(
+        &self,
+        options: ReplayOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RepairReport> {
+        self.repairer().repair_gaps_until(options, cancel).await
+    }
+}
+
+impl<J: JournalBackend, P: ProjectionBackend> Repairer<'_, J, P> {
     /// One page of streams after `after`, each with its version and
     /// watermark: a page of the journal's versions joined with the
     /// watermarks of the same range, read page by page too.
     async fn versions_page(&self, after: Option<&StreamId>) -> Result<Vec<(StreamVersion, u64)>> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let versions = inner.journal.stream_versions(after, PAGE).await?;
         let Some(last) = versions.last() else {
             return Ok(Vec::new());
@@ -105,17 +151,15 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// The lag of one stream, reading every projection's checkpoint.
     async fn lag(&self, v: &StreamVersion, watermark: u64) -> Result<Option<StreamLag>> {
-        let mut checkpoints = Vec::with_capacity(self.inner.projections.len());
-        for p in &self.inner.projections {
-            let cp = self.inner.store.checkpoint(p.name(), &v.stream).await?;
+        let mut checkpoints = Vec::with_capacity(self.rt.inner.projections.len());
+        for p in &self.rt.inner.projections {
+            let cp = self.rt.inner.store.checkpoint(p.name(), &v.stream).await?;
             checkpoints.push((p.name().clone(), cp));
         }
         Ok(StreamLag::of(&v.stream, v.version, watermark, checkpoints))
     }
 
-    /// Streams whose watermark or some projection's checkpoint is behind the
-    /// journal's version (at most `limit`), without changing anything.
-    pub async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
+    pub(crate) async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
         let mut out = Vec::new();
         let mut after: Option<StreamId> = None;
         while out.len() < limit {
@@ -133,31 +177,20 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         Ok(out)
     }
 
-    /// Gap repair: compares every stream's journal version with every
-    /// projection's checkpoint (and reports the watermark) and applies the
-    /// missing seqs in order. Safe to run at any time, alongside workers.
-    /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
-    pub async fn repair_gaps(&self) -> Result<RepairReport> {
+    pub(crate) async fn repair_gaps(&self) -> Result<RepairReport> {
         self.repair_gaps_with(ReplayOptions::new()).await
     }
 
-    /// [`repair_gaps`](Self::repair_gaps) with options: with
-    /// [`ReplayOptions::with_complete_rows`] (and the outbox on), a stream's
-    /// rows are deleted once every projection is at its version.
-    pub async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
+    pub(crate) async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
         self.repair_gaps_until(options, &CancellationToken::new()).await
     }
 
-    /// [`repair_gaps_with`](Self::repair_gaps_with) that stops when `cancel`
-    /// is cancelled: it looks between streams and between pages, finishes
-    /// the stream in progress and returns a report with
-    /// [`RepairReport::cancelled`] set.
-    pub async fn repair_gaps_until(
+    pub(crate) async fn repair_gaps_until(
         &self,
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RepairReport> {
-        let complete_rows = options.complete_rows() && self.inner.mode.enqueues();
+        let complete_rows = options.complete_rows() && self.rt.inner.mode.enqueues();
         self.repair(Repair::Apply { complete_rows }, cancel).await
     }
 
@@ -172,7 +205,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// dead-lettered like any other, and `start` is not held for a backlog
     /// the worker drains anyway.
     pub(crate) async fn start_up_repair(&self, cancel: &CancellationToken) -> Result<RepairReport> {
-        let mode = self.inner.mode;
+        let mode = self.rt.inner.mode;
         let how = if mode.runs_apply_worker() {
             Repair::HandOver
         } else {
@@ -197,7 +230,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// heartbeat TTL after every other repairs for itself, as every worker
     /// did before (a projection database restored since, say).
     pub(crate) async fn fleet_repairer(&self) -> Result<Option<WorkerId>> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let workers = inner.journal.workers().await?;
         let me = &inner.worker_id;
         let Some(mine) = workers.iter().find(|w| &w.id == me) else {
@@ -233,7 +266,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     }
 
     async fn repair(&self, how: Repair, cancel: &CancellationToken) -> Result<RepairReport> {
-        let inner = &self.inner;
+        let inner = &self.rt.inner;
         let mut report = RepairReport::default();
         let mut after: Option<StreamId> = None;
         'pages: loop {
@@ -317,13 +350,13 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // Not a paused projection, nor one off the shared path on
                 // this stream: its own catch-up retries it (ADR 0032).
                 let projections = if lowest < until {
-                    self.repairable(stream).await?
+                    self.rt.repairable(stream).await?
                 } else {
                     Vec::new()
                 };
                 if lowest < until && !projections.is_empty() {
                     report.streams_repaired += 1;
-                    match self.catch_up(stream, lowest + 1, until, &projections).await {
+                    match self.rt.catch_up(stream, lowest + 1, until, &projections).await {
                         Ok(n) => report.events_applied += n,
                         Err(e) => {
                             report.failures.push(InlineFailure {
@@ -338,8 +371,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                 // brings it there: the stream's rows through it are stale hints.
                 if complete_rows && let Ok(through) = Seq::new(until) {
                     // The projections another process runs keep their share.
-                    self.refresh_registry(false).await?;
-                    self.hold_unrun(stream).await?;
+                    self.rt.refresh_registry(false).await?;
+                    self.rt.hold_unrun(stream).await?;
                     let n = inner.journal.complete(stream, through).await?;
                     Metrics::add(&inner.metrics.completed_rows, n);
                 }

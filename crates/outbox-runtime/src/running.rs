@@ -290,9 +290,9 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// [`fleet_repairer`]: Outbox::fleet_repairer
     async fn repair_at_start(&self, fleet: bool, cancel: &CancellationToken) -> Result<RepairReport> {
         if !fleet {
-            return self.start_up_repair(cancel).await;
+            return self.repairer().start_up_repair(cancel).await;
         }
-        let first = self.fleet_repairer().await?;
+        let first = self.repairer().fleet_repairer().await?;
         self.refresh_registry(true).await?;
         match first {
             Some(first) => {
@@ -302,7 +302,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
                     ..RepairReport::default()
                 })
             }
-            None => self.start_up_repair(cancel).await,
+            None => self.repairer().start_up_repair(cancel).await,
         }
     }
 
