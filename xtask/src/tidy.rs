@@ -784,6 +784,26 @@ const NO_TEXT: &[(&str, &[&str], &str, &str)] = &[
         "outbox-core does not sleep",
     ),
     (
+        "crates/outbox-runtime/src/",
+        &[
+            "crates/outbox-runtime/src/open.rs",
+            "crates/outbox-runtime/src/testing.rs",
+        ],
+        ".journal()",
+        "the runtime calls its journal through the bounded store (`inner.journal`, bounded.rs): \
+         the public accessor is the application's, without the store deadline",
+    ),
+    (
+        "crates/outbox-runtime/src/",
+        &[
+            "crates/outbox-runtime/src/open.rs",
+            "crates/outbox-runtime/src/testing.rs",
+        ],
+        ".store()",
+        "the runtime calls its projection store through the bounded store (`inner.store`, \
+         bounded.rs): the public accessor is the application's, without the store deadline",
+    ),
+    (
         "crates/",
         &[],
         "pg_advisory_lock(",

@@ -612,9 +612,19 @@ fn work_metrics_addr_serves_the_workers_counters_and_the_gauges() {
     // Every store call is counted by the runtime's store decorator: the
     // sweeps applied the backlog through `apply_runs`, none timed out.
     let applies = "{call=\"apply_runs\"}";
-    assert!(last[&format!("outbox_worker_store_calls_total{applies}")] >= 1.0, "{last:?}");
-    assert_eq!(last[&format!("outbox_worker_store_call_timeouts_total{applies}")], 0.0, "{last:?}");
-    assert!(last[&format!("outbox_worker_store_call_seconds_total{applies}")] > 0.0, "{last:?}");
+    assert!(
+        last[&format!("outbox_worker_store_calls_total{applies}")] >= 1.0,
+        "{last:?}"
+    );
+    assert_eq!(
+        last[&format!("outbox_worker_store_call_timeouts_total{applies}")],
+        0.0,
+        "{last:?}"
+    );
+    assert!(
+        last[&format!("outbox_worker_store_call_seconds_total{applies}")] > 0.0,
+        "{last:?}"
+    );
     assert_eq!(server.get("/").status, 404, "only /metrics");
     assert_eq!(
         server.stop().code(),
