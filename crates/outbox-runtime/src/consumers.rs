@@ -2,7 +2,7 @@
 //! stream's run to the projections that are current on it, and a projection
 //! that fails on an event, or is found behind, leaves the shared path on
 //! that stream alone. Its exception is kept per (projection, stream) in the
-//! journal's consumer states ([`SinkStore`](outbox_core::SinkStore), under
+//! journal's consumer states ([`SinkStore`], under
 //! [`projection_consumer`]), the same records and retry rules a sink's
 //! failed stream has, and the exception path below catches it up from its
 //! own checkpoint: retried with backoff, dead-lettered at the threshold,
@@ -720,7 +720,7 @@ pub async fn projection_exceptions<J: outbox_core::SinkStore>(
 }
 
 /// [`projection_exceptions`] from the consumer summaries already read with
-/// [`SinkStore::sinks`](outbox_core::SinkStore::sinks) (a page that shows
+/// [`SinkStore::sinks`] (a page that shows
 /// the sinks too reads them once).
 pub async fn projection_exceptions_of<J: outbox_core::SinkStore>(
     journal: &J,
