@@ -223,7 +223,30 @@ pub(crate) async fn in_process<J: JournalBackend, P: ProjectionBackend>(
     running.shutdown().await;
     fixture::verify(rt, seen, "l", &offered.versions).await?;
     print_split(&offered, &seen.applied_at()?, &visible);
+    print_store_calls(&rt.metrics().store_calls);
     Ok((lags(offered.scheduled, &visible)?, offered.rate))
+}
+
+/// Prints (stderr) the store calls the runtime spent most time in during
+/// the round, as its store decorator counted them: where the worker's and
+/// the appender's time went.
+pub(crate) fn print_store_calls(calls: &[outbox_runtime::StoreCallStats]) {
+    let mut calls: Vec<_> = calls.iter().filter(|c| c.calls > 0).collect();
+    calls.sort_by_key(|c| std::cmp::Reverse(c.total_us));
+    let top: Vec<String> = calls
+        .iter()
+        .take(6)
+        .map(|c| {
+            format!(
+                "{} {}x {:.2} ms avg {:.1} ms max",
+                c.call,
+                c.calls,
+                c.total_us as f64 / c.calls as f64 / 1e3,
+                c.max_us as f64 / 1e3
+            )
+        })
+        .collect();
+    eprintln!("   store calls by time: {}", top.join("; "));
 }
 
 /// Prints (stderr) the p50 and p99 of the time from each event's scheduled

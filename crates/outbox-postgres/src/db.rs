@@ -235,6 +235,11 @@ pub(crate) struct Db {
     pub(crate) test_clock: bool,
     /// Sends the appends' wake-ups after they commit (`notify`).
     pub(crate) notifier: std::sync::Arc<crate::notifier::Notifier>,
+    /// One permit per connection appends may hold
+    /// ([`PgOptions::reserved_connections`]).
+    pub(crate) append_slots: tokio::sync::Semaphore,
+    /// How long a call waits for a connection (and an append for its slot).
+    pub(crate) acquire_timeout: std::time::Duration,
 }
 
 impl Drop for Db {
@@ -273,6 +278,8 @@ impl Db {
             migrate: options.migrate,
             test_clock: options.test_clock,
             notifier: Default::default(),
+            append_slots: tokio::sync::Semaphore::new(options.append_connections() as usize),
+            acquire_timeout: options.acquire_timeout,
         })
     }
 

@@ -524,9 +524,28 @@ impl PgJournal {
 impl EventJournal for PgJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
+        // Appends take turns for their share of the pool: the reserved
+        // connections stay free for the runtime's calls
+        // (`PgOptions::reserved_connections`).
+        let slot = tokio::time::timeout(self.db.acquire_timeout, self.db.append_slots.acquire())
+            .await
+            .map_err(|elapsed| {
+                Error::temporary(
+                    format_args!(
+                        "waiting {:?} for a connection to append with (every connection appends may \
+                         hold was busy)",
+                        self.db.acquire_timeout
+                    ),
+                    elapsed,
+                )
+            })?
+            // Never closed: the journal holds the semaphore for its life.
+            .map_err(|closed| Error::storage("appending: the journal's append slots are closed", closed))?;
         // No notification inside the transaction (see `notifier`): one is
         // sent after the commit, coalesced with other appends'.
-        let out = append_call(&self.db.pool, batch, options, None, &self.partitioning).await?;
+        let out = append_call(&self.db.pool, batch, options, None, &self.partitioning).await;
+        drop(slot);
+        let out = out?;
         if options.enqueues()
             && let Some(channel) = self.notify_channel()
         {

@@ -51,6 +51,15 @@ pub struct PgOptions {
     pub schema: String,
     /// The pool's largest number of connections. Default 10.
     pub max_connections: u32,
+    /// Connections of a journal's pool that appends never take: at most
+    /// `max_connections - reserved_connections` appends hold a connection
+    /// at once (the others wait their turn for one of those), so the
+    /// runtime's own calls (claims, completions, heartbeats, registry
+    /// reads) always find one free, and a burst of appends cannot hold the
+    /// worker or the heartbeat back behind it. Default 2; with one
+    /// connection in the pool there is nothing to reserve. Ignored by the
+    /// projection store.
+    pub reserved_connections: u32,
     /// How long a call waits for a pooled connection before failing with a
     /// temporary error. Default 30 s.
     pub acquire_timeout: Duration,
@@ -94,6 +103,7 @@ impl Default for PgOptions {
         PgOptions {
             schema: "outbox".to_owned(),
             max_connections: 10,
+            reserved_connections: 2,
             acquire_timeout: Duration::from_secs(30),
             notify: true,
             migrate: true,
@@ -165,6 +175,20 @@ impl PgOptions {
         self
     }
 
+    /// Sets [`PgOptions::reserved_connections`].
+    pub fn with_reserved_connections(mut self, n: u32) -> Self {
+        self.reserved_connections = n;
+        self
+    }
+
+    /// How many appends may hold a connection at once: the pool less the
+    /// reserved connections, at least one.
+    pub(crate) fn append_connections(&self) -> u32 {
+        self.max_connections
+            .saturating_sub(self.reserved_connections)
+            .max(1)
+    }
+
     /// Sets [`PgOptions::acquire_timeout`].
     pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
@@ -190,6 +214,13 @@ impl PgOptions {
                 "postgres max connections must be between 1 and {}, got {}",
                 Self::MAX_CONNECTIONS,
                 self.max_connections
+            )));
+        }
+        if self.reserved_connections >= self.max_connections && self.max_connections > 1 {
+            return Err(Error::Config(format!(
+                "postgres reserved connections ({}) must be fewer than the max connections ({}): appends \
+                 need at least one",
+                self.reserved_connections, self.max_connections
             )));
         }
         if self.acquire_timeout < Duration::from_millis(1) || self.acquire_timeout > Duration::from_secs(3600)
@@ -247,6 +278,14 @@ mod tests {
         }
         assert!(PgOptions::default().with_schema("pg_x").validate().is_err());
         assert!(PgOptions::default().with_max_connections(0).validate().is_err());
+        // Appends need one connection; a pool of one has nothing to reserve.
+        assert!(PgOptions::default().with_max_connections(2).validate().is_err());
+        let one = PgOptions::default().with_max_connections(1);
+        assert!(one.validate().is_ok());
+        assert_eq!(one.append_connections(), 1);
+        assert_eq!(PgOptions::default().append_connections(), 8);
+        let none = PgOptions::default().with_reserved_connections(0);
+        assert_eq!(none.append_connections(), 10);
     }
 
     #[test]

@@ -1506,3 +1506,83 @@ fn the_alone_migration_names_the_unfinished_and_the_recorded_messages() {
         assert!(sql.contains(&format!("'{text}'")), "0006 lacks {text:?}");
     }
 }
+
+/// The sessions waiting for a row of `schema`'s `streams` that transaction
+/// `xid` locked: the first on the transaction, the others on the row.
+async fn waiting_on_streams(pool: &PgPool, schema: &str, xid: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND \
+         ((locktype = 'transactionid' AND transactionid::text = $1) \
+          OR (locktype = 'tuple' AND relation = to_regclass($2)))",
+    )
+    .bind(xid)
+    .bind(format!("\"{schema}\".streams"))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Appends never take the reserved connections
+/// (`PgOptions::reserved_connections`): in a pool of three with two
+/// reserved, three appends held up by a stream's lock occupy one connection
+/// between them (the others wait for its slot, not in the pool), and two of
+/// the runtime's calls run at once on the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_appends_leaves_the_reserved_connections_free() {
+    let Some(url) = test_database_url() else {
+        return;
+    };
+    let s = unique_schema("reserve");
+    let _drop = DropSchemas::new(&url, vec![s.clone()]);
+    let options = options(&s).with_max_connections(3).with_reserved_connections(2);
+    let j = PgJournal::connect(&url, options).await.unwrap();
+    j.append(&[request("held", &[1])], AppendOptions::default())
+        .await
+        .unwrap();
+    // Another session holds the stream's version row: its appends wait.
+    let pool = admin_pool(&url).await;
+    let mut holder = pool.begin().await.unwrap();
+    let lock = format!("SELECT 1 FROM \"{s}\".streams WHERE stream = 'held' FOR UPDATE");
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let xid = xact_id(&mut holder).await;
+    let appends: Vec<_> = (0..3)
+        .map(|_| {
+            let j = j.clone();
+            tokio::spawn(async move { j.append(&[request("held", &[1])], AppendOptions::default()).await })
+        })
+        .collect();
+    // Until one append waits for the row (it holds a connection).
+    while waiting_on_streams(&pool, &s, &xid).await == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Two calls at once, each on a connection of its own.
+    let (held, other) = (sid("held"), sid("other"));
+    let (held, other) = tokio::join!(j.stream_version(&held), j.stream_version(&other));
+    assert_eq!((held.unwrap(), other.unwrap()), (1, 0));
+    assert_eq!(
+        waiting_on_streams(&pool, &s, &xid).await,
+        1,
+        "only the append holding the one append slot reached the database"
+    );
+    holder.rollback().await.unwrap();
+    for a in appends {
+        a.await.unwrap().unwrap();
+    }
+    assert_eq!(j.stream_version(&sid("held")).await.unwrap(), 4);
+}
+
+/// Reserving every connection leaves appends none: refused when opening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserving_every_connection_is_refused() {
+    let Some(url) = test_database_url() else {
+        return;
+    };
+    let s = unique_schema("reserve");
+    let options = options(&s).with_max_connections(2).with_reserved_connections(2);
+    let err = PgJournal::connect(&url, options).await.unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("reserved connections"), "{err}");
+}
