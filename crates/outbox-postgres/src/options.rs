@@ -56,9 +56,9 @@ pub struct PgOptions {
     /// at once (the others wait their turn for one of those), so the
     /// runtime's own calls (claims, completions, heartbeats, registry
     /// reads) always find one free, and a burst of appends cannot hold the
-    /// worker or the heartbeat back behind it. Default 2; with one
-    /// connection in the pool there is nothing to reserve. Ignored by the
-    /// projection store.
+    /// worker or the heartbeat back behind it. Default 2. Appends always
+    /// keep one connection: in a pool of two or fewer, they may take all but
+    /// one, or the only one. Ignored by the projection store.
     pub reserved_connections: u32,
     /// How long a call waits for a pooled connection before failing with a
     /// temporary error. Default 30 s.
@@ -216,13 +216,6 @@ impl PgOptions {
                 self.max_connections
             )));
         }
-        if self.reserved_connections >= self.max_connections && self.max_connections > 1 {
-            return Err(Error::Config(format!(
-                "postgres reserved connections ({}) must be fewer than the max connections ({}): appends \
-                 need at least one",
-                self.reserved_connections, self.max_connections
-            )));
-        }
         if self.acquire_timeout < Duration::from_millis(1) || self.acquire_timeout > Duration::from_secs(3600)
         {
             return Err(Error::Config(format!(
@@ -278,11 +271,12 @@ mod tests {
         }
         assert!(PgOptions::default().with_schema("pg_x").validate().is_err());
         assert!(PgOptions::default().with_max_connections(0).validate().is_err());
-        // Appends need one connection; a pool of one has nothing to reserve.
-        assert!(PgOptions::default().with_max_connections(2).validate().is_err());
-        let one = PgOptions::default().with_max_connections(1);
-        assert!(one.validate().is_ok());
-        assert_eq!(one.append_connections(), 1);
+        // Appends always keep one connection.
+        for max in [1, 2, 3] {
+            let small = PgOptions::default().with_max_connections(max);
+            assert!(small.validate().is_ok());
+            assert_eq!(small.append_connections(), 1, "a pool of {max}");
+        }
         assert_eq!(PgOptions::default().append_connections(), 8);
         let none = PgOptions::default().with_reserved_connections(0);
         assert_eq!(none.append_connections(), 10);

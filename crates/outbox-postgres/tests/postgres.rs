@@ -1573,16 +1573,3 @@ async fn a_burst_of_appends_leaves_the_reserved_connections_free() {
     }
     assert_eq!(j.stream_version(&sid("held")).await.unwrap(), 4);
 }
-
-/// Reserving every connection leaves appends none: refused when opening.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reserving_every_connection_is_refused() {
-    let Some(url) = test_database_url() else {
-        return;
-    };
-    let s = unique_schema("reserve");
-    let options = options(&s).with_max_connections(2).with_reserved_connections(2);
-    let err = PgJournal::connect(&url, options).await.unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err:?}");
-    assert!(err.to_string().contains("reserved connections"), "{err}");
-}
