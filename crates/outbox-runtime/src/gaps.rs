@@ -91,14 +91,14 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// missing seqs in order. Safe to run at any time, alongside workers.
     /// Leaves the outbox rows alone ([`ReplayOptions::new`]).
     pub async fn repair_gaps(&self) -> Result<RepairReport> {
-        self.repairer().repair_gaps().await
+        self.repair_gaps_with(ReplayOptions::new()).await
     }
 
     /// [`repair_gaps`](Self::repair_gaps) with options: with
     /// [`ReplayOptions::with_complete_rows`] (and the outbox on), a stream's
     /// rows are deleted once every projection is at its version.
     pub async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
-        self.repairer().repair_gaps_with(options).await
+        self.repair_gaps_until(options, &CancellationToken::new()).await
     }
 
     /// [`repair_gaps_with`](Self::repair_gaps_with) that stops when `cancel`
@@ -175,14 +175,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Repairer<'_, J, P> {
             }
         }
         Ok(out)
-    }
-
-    pub(crate) async fn repair_gaps(&self) -> Result<RepairReport> {
-        self.repair_gaps_with(ReplayOptions::new()).await
-    }
-
-    pub(crate) async fn repair_gaps_with(&self, options: ReplayOptions) -> Result<RepairReport> {
-        self.repair_gaps_until(options, &CancellationToken::new()).await
     }
 
     pub(crate) async fn repair_gaps_until(

@@ -101,7 +101,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         until: Option<u64>,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        self.replayer().replay(projection, until, cancel).await
+        self.replay_with(projection, until, ReplayOptions::new(), cancel)
+            .await
     }
 
     /// [`replay`](Self::replay) with options.
@@ -112,8 +113,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
         options: ReplayOptions,
         cancel: &CancellationToken,
     ) -> Result<RunRecord> {
-        self.replayer()
-            .replay_with(projection, until, options, cancel)
+        self.replay_bounded(projection, RunBounds::new().with_until(until), options, cancel)
             .await
     }
 
@@ -163,7 +163,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// from the journal's origin. Returns the finished run record. Leaves the
     /// outbox rows alone ([`ReplayOptions::new`]).
     pub async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
-        self.replayer().rebuild(projection, cancel).await
+        self.rebuild_with(projection, ReplayOptions::new(), cancel).await
     }
 
     /// [`rebuild`](Self::rebuild) with options.
@@ -181,7 +181,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// is cleared; a failed or cancelled run stops the sequence and cancels
     /// the queued rest. Leaves the outbox rows alone ([`ReplayOptions::new`]).
     pub async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
-        self.replayer().rebuild_all(cancel).await
+        self.rebuild_all_with(ReplayOptions::new(), cancel).await
     }
 
     /// [`rebuild_all`](Self::rebuild_all) with options.
@@ -195,32 +195,11 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 
     /// Requests cancellation of a run (possibly running in another process).
     pub async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
-        self.replayer().cancel_run(id).await
+        self.inner.store.cancel_run(id).await
     }
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
-    pub(crate) async fn replay(
-        &self,
-        projection: &str,
-        until: Option<u64>,
-        cancel: &CancellationToken,
-    ) -> Result<RunRecord> {
-        self.replay_with(projection, until, ReplayOptions::new(), cancel)
-            .await
-    }
-
-    pub(crate) async fn replay_with(
-        &self,
-        projection: &str,
-        until: Option<u64>,
-        options: ReplayOptions,
-        cancel: &CancellationToken,
-    ) -> Result<RunRecord> {
-        self.replay_bounded(projection, RunBounds::new().with_until(until), options, cancel)
-            .await
-    }
-
     pub(crate) async fn replay_bounded(
         &self,
         projection: &str,
@@ -272,10 +251,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
-    pub(crate) async fn rebuild(&self, projection: &str, cancel: &CancellationToken) -> Result<RunRecord> {
-        self.rebuild_with(projection, ReplayOptions::new(), cancel).await
-    }
-
     pub(crate) async fn rebuild_with(
         &self,
         projection: &str,
@@ -285,10 +260,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
         let p = self.rt.projection(projection)?;
         let run = self.admit(RunKind::Rebuild, p.name(), RunBounds::new()).await?;
         self.while_registered(self.execute(run, p, options, cancel)).await
-    }
-
-    pub(crate) async fn rebuild_all(&self, cancel: &CancellationToken) -> Result<Vec<RunRecord>> {
-        self.rebuild_all_with(ReplayOptions::new(), cancel).await
     }
 
     pub(crate) async fn rebuild_all_with(
@@ -628,10 +599,6 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
             Metrics::add(&self.rt.inner.metrics.completed_rows, n);
         }
         Ok(())
-    }
-
-    pub(crate) async fn cancel_run(&self, id: u64) -> Result<RunRecord> {
-        self.rt.inner.store.cancel_run(id).await
     }
 }
 
