@@ -214,10 +214,12 @@ impl<S: EventJournal> EventJournal for Bounded<S> {
         self.guard
             .call("append", Deadline::Store, self.inner.append(batch, options))
     }
+
     fn load(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<Event>> + Send {
         self.guard
             .call("load", Deadline::Store, self.inner.load(stream, seq))
     }
+
     fn read_stream(
         &self,
         stream: &StreamId,
@@ -230,6 +232,7 @@ impl<S: EventJournal> EventJournal for Bounded<S> {
             self.inner.read_stream(stream, from, limit),
         )
     }
+
     fn read_runs(
         &self,
         runs: &[(StreamId, Seq, usize)],
@@ -237,6 +240,7 @@ impl<S: EventJournal> EventJournal for Bounded<S> {
         self.guard
             .call("read_runs", Deadline::Store, self.inner.read_runs(runs))
     }
+
     fn read_global(&self, after: u64, limit: usize) -> impl Future<Output = Result<Vec<Event>>> + Send {
         self.guard.call(
             "read_global",
@@ -244,6 +248,7 @@ impl<S: EventJournal> EventJournal for Bounded<S> {
             self.inner.read_global(after, limit),
         )
     }
+
     fn stream_version(&self, stream: &StreamId) -> impl Future<Output = Result<u64>> + Send {
         self.guard.call(
             "stream_version",
@@ -251,6 +256,7 @@ impl<S: EventJournal> EventJournal for Bounded<S> {
             self.inner.stream_version(stream),
         )
     }
+
     fn stream_versions(
         &self,
         after: Option<&StreamId>,
@@ -269,6 +275,7 @@ impl<S: OutboxQueue> OutboxQueue for Bounded<S> {
         self.guard
             .call("due_streams", Deadline::Store, self.inner.due_streams(limit))
     }
+
     fn take(
         &self,
         owner: &WorkerId,
@@ -278,10 +285,12 @@ impl<S: OutboxQueue> OutboxQueue for Bounded<S> {
         self.guard
             .call("take", Deadline::Store, self.inner.take(owner, ttl, what))
     }
+
     fn claim(&self, lease: &Lease, max: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
         self.guard
             .call("claim", Deadline::Store, self.inner.claim(lease, max))
     }
+
     fn complete_and_claim(
         &self,
         lease: &Lease,
@@ -294,14 +303,17 @@ impl<S: OutboxQueue> OutboxQueue for Bounded<S> {
             self.inner.complete_and_claim(lease, through, max),
         )
     }
+
     fn complete(&self, stream: &StreamId, through: Seq) -> impl Future<Output = Result<u64>> + Send {
         self.guard
             .call("complete", Deadline::Store, self.inner.complete(stream, through))
     }
+
     fn finish(&self, ends: &[StreamEnd]) -> impl Future<Output = Result<u64>> + Send {
         self.guard
             .call("finish", Deadline::Store, self.inner.finish(ends))
     }
+
     fn fail(
         &self,
         lease: &Lease,
@@ -315,6 +327,7 @@ impl<S: OutboxQueue> OutboxQueue for Bounded<S> {
             self.inner.fail(lease, seq, error, policy),
         )
     }
+
     fn enqueue_catch_up(&self, stream: &StreamId) -> impl Future<Output = Result<bool>> + Send {
         self.guard.call(
             "enqueue_catch_up",
@@ -322,6 +335,7 @@ impl<S: OutboxQueue> OutboxQueue for Bounded<S> {
             self.inner.enqueue_catch_up(stream),
         )
     }
+
     fn begin_attempt(&self, lease: &Lease, seq: Seq) -> impl Future<Output = Result<()>> + Send {
         self.guard.call(
             "begin_attempt",
@@ -336,10 +350,12 @@ impl<S: DeadLetters> DeadLetters for Bounded<S> {
         self.guard
             .call("requeue", Deadline::Store, self.inner.requeue(stream, seq))
     }
+
     fn retry(&self, stream: &StreamId, seq: Seq) -> impl Future<Output = Result<OutboxRow>> + Send {
         self.guard
             .call("retry", Deadline::Store, self.inner.retry(stream, seq))
     }
+
     fn requeue_dead(&self, limit: usize) -> impl Future<Output = Result<Vec<OutboxRow>>> + Send {
         self.guard
             .call("requeue_dead", Deadline::Store, self.inner.requeue_dead(limit))
@@ -351,12 +367,15 @@ impl<S: OutboxInspector> OutboxInspector for Bounded<S> {
         self.guard
             .call("row", Deadline::Store, self.inner.row(stream, seq))
     }
+
     fn head(&self, stream: &StreamId) -> impl Future<Output = Result<Option<OutboxRow>>> + Send {
         self.guard.call("head", Deadline::Store, self.inner.head(stream))
     }
+
     fn summary(&self) -> impl Future<Output = Result<OutboxSummary>> + Send {
         self.guard.call("summary", Deadline::Store, self.inner.summary())
     }
+
     fn list(
         &self,
         status: Option<OutboxStatus>,
@@ -365,10 +384,12 @@ impl<S: OutboxInspector> OutboxInspector for Bounded<S> {
         self.guard
             .call("list", Deadline::Store, self.inner.list(status, limit))
     }
+
     fn lease(&self, stream: &StreamId) -> impl Future<Output = Result<Option<Lease>>> + Send {
         self.guard
             .call("lease", Deadline::Store, self.inner.lease(stream))
     }
+
     fn leases(
         &self,
         after: Option<&StreamId>,
@@ -389,10 +410,12 @@ impl<S: LeaseStore> LeaseStore for Bounded<S> {
         self.guard
             .call("acquire", Deadline::Store, self.inner.acquire(stream, owner, ttl))
     }
+
     fn renew(&self, lease: &Lease, ttl: Duration) -> impl Future<Output = Result<Lease>> + Send {
         self.guard
             .call("renew", Deadline::Store, self.inner.renew(lease, ttl))
     }
+
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send {
         self.guard
             .call("release", Deadline::Store, self.inner.release(lease))
@@ -414,13 +437,16 @@ impl<S: WorkerRegistry> WorkerRegistry for Bounded<S> {
             self.inner.heartbeat(id, host, pid, mode, ttl),
         )
     }
+
     fn workers(&self) -> impl Future<Output = Result<Vec<WorkerInfo>>> + Send {
         self.guard.call("workers", Deadline::Store, self.inner.workers())
     }
+
     fn deregister(&self, id: &WorkerId) -> impl Future<Output = Result<bool>> + Send {
         self.guard
             .call("deregister", Deadline::Store, self.inner.deregister(id))
     }
+
     fn prune(&self, grace: Duration) -> impl Future<Output = Result<u64>> + Send {
         self.guard.call("prune", Deadline::Store, self.inner.prune(grace))
     }
@@ -430,6 +456,7 @@ impl<S: PartitionStore> PartitionStore for Bounded<S> {
     fn partitioning(&self) -> &Partitioning {
         self.inner.partitioning()
     }
+
     fn sync_partitions(
         &self,
         owner: &WorkerId,
@@ -442,6 +469,7 @@ impl<S: PartitionStore> PartitionStore for Bounded<S> {
             self.inner.sync_partitions(owner, wanted, ttl),
         )
     }
+
     fn claim_partitioned(
         &self,
         owner: &WorkerId,
@@ -454,6 +482,7 @@ impl<S: PartitionStore> PartitionStore for Bounded<S> {
             self.inner.claim_partitioned(owner, ttl, limits),
         )
     }
+
     fn claim_and_load_partitioned(
         &self,
         owner: &WorkerId,
@@ -466,6 +495,7 @@ impl<S: PartitionStore> PartitionStore for Bounded<S> {
             self.inner.claim_and_load_partitioned(owner, ttl, limits),
         )
     }
+
     fn partitions(&self) -> impl Future<Output = Result<Vec<PartitionStatus>>> + Send {
         self.guard
             .call("partitions", Deadline::Store, self.inner.partitions())
@@ -500,6 +530,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.sink_states(sink, streams),
         )
     }
+
     fn advance_sink(
         &self,
         sink: &SinkName,
@@ -515,6 +546,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.advance_sink(sink, stream, partition, from, to, more),
         )
     }
+
     fn hold_sink(
         &self,
         sink: &SinkName,
@@ -528,6 +560,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.hold_sink(sink, stream, partition, at),
         )
     }
+
     fn fail_sink(
         &self,
         sink: &SinkName,
@@ -543,6 +576,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.fail_sink(sink, stream, partition, seq, error, policy),
         )
     }
+
     fn due_sink_streams(
         &self,
         sink: &SinkName,
@@ -555,6 +589,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.due_sink_streams(sink, partitions, limit),
         )
     }
+
     fn sink_streams(
         &self,
         sink: &SinkName,
@@ -567,6 +602,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.sink_streams(sink, status, limit),
         )
     }
+
     fn requeue_sink(
         &self,
         sink: &SinkName,
@@ -578,6 +614,7 @@ impl<S: SinkStore> SinkStore for Bounded<S> {
             self.inner.requeue_sink(sink, stream),
         )
     }
+
     fn sinks(&self) -> impl Future<Output = Result<Vec<SinkSummary>>> + Send {
         self.guard.call("sinks", Deadline::Store, self.inner.sinks())
     }
@@ -596,14 +633,17 @@ impl<S: ConsumerRegistry> ConsumerRegistry for Bounded<S> {
             self.inner.register_consumers(consumers, version, worker),
         )
     }
+
     fn consumers(&self) -> impl Future<Output = Result<Vec<ConsumerInfo>>> + Send {
         self.guard
             .call("consumers", Deadline::Store, self.inner.consumers())
     }
+
     fn set_paused(&self, key: &SinkName, paused: bool) -> impl Future<Output = Result<bool>> + Send {
         self.guard
             .call("set_paused", Deadline::Store, self.inner.set_paused(key, paused))
     }
+
     fn retire_consumer(&self, key: &SinkName) -> impl Future<Output = Result<bool>> + Send {
         self.guard.call(
             "retire_consumer",
@@ -618,10 +658,12 @@ impl<S: SinkFeed> SinkFeed for Bounded<S> {
         self.guard
             .call("read_feed", Deadline::Store, self.inner.read_feed(after, limit))
     }
+
     fn sink_cursors(&self, sink: &SinkName) -> impl Future<Output = Result<Vec<(Partition, u64)>>> + Send {
         self.guard
             .call("sink_cursors", Deadline::Store, self.inner.sink_cursors(sink))
     }
+
     fn advance_sink_cursor(
         &self,
         sink: &SinkName,
@@ -649,6 +691,7 @@ impl<S: ActivityLog> ActivityLog for Bounded<S> {
             self.inner.record_activity(id, counts),
         )
     }
+
     fn activity(&self, minutes: u32) -> impl Future<Output = Result<ActivitySeries>> + Send {
         self.guard
             .call("activity", Deadline::Store, self.inner.activity(minutes))
@@ -657,6 +700,7 @@ impl<S: ActivityLog> ActivityLog for Bounded<S> {
 
 impl<S: ProjectionStore> ProjectionStore for Bounded<S> {
     type Tx = S::Tx;
+
     fn setup(
         &self,
         projections: &[Arc<dyn Projection<Self::Tx>>],
@@ -664,6 +708,7 @@ impl<S: ProjectionStore> ProjectionStore for Bounded<S> {
         self.guard
             .call("setup", Deadline::Store, self.inner.setup(projections))
     }
+
     fn apply(
         &self,
         stream: &StreamId,
@@ -676,6 +721,7 @@ impl<S: ProjectionStore> ProjectionStore for Bounded<S> {
             self.inner.apply(stream, events, projections),
         )
     }
+
     fn apply_runs(
         &self,
         runs: &[&[Event]],
@@ -687,6 +733,7 @@ impl<S: ProjectionStore> ProjectionStore for Bounded<S> {
             self.inner.apply_runs(runs, projections),
         )
     }
+
     fn checkpoint(
         &self,
         projection: &ProjectionName,
@@ -698,10 +745,12 @@ impl<S: ProjectionStore> ProjectionStore for Bounded<S> {
             self.inner.checkpoint(projection, stream),
         )
     }
+
     fn reset(&self, projection: &dyn Projection<Self::Tx>) -> impl Future<Output = Result<()>> + Send {
         self.guard
             .call("reset", Deadline::Run, self.inner.reset(projection))
     }
+
     fn digest(&self, projection: &dyn Projection<Self::Tx>) -> impl Future<Output = Result<Digest>> + Send {
         self.guard
             .call("digest", Deadline::Store, self.inner.digest(projection))
@@ -713,6 +762,7 @@ impl<S: WatermarkStore> WatermarkStore for Bounded<S> {
         self.guard
             .call("watermark", Deadline::Store, self.inner.watermark(stream))
     }
+
     fn watermarks(
         &self,
         after: Option<&StreamId>,
@@ -736,6 +786,7 @@ impl<S: ViewStore> ViewStore for Bounded<S> {
             self.inner.view_get(projection, table, key),
         )
     }
+
     fn view_scan(
         &self,
         projection: &ProjectionName,
@@ -749,10 +800,12 @@ impl<S: ViewStore> ViewStore for Bounded<S> {
             self.inner.view_scan(projection, table, after, limit),
         )
     }
+
     fn view_digests(&self) -> impl Future<Output = Result<Vec<outbox_core::ViewDigest>>> + Send {
         self.guard
             .call("view_digests", Deadline::Store, self.inner.view_digests())
     }
+
     fn verify_view_digest(
         &self,
         projection: &ProjectionName,
@@ -780,6 +833,7 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.admit_bounded_run(kind, projection, bounds, owner, ttl),
         )
     }
+
     fn admit_run(
         &self,
         kind: outbox_core::RunKind,
@@ -794,6 +848,7 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.admit_run(kind, projection, until, owner, ttl),
         )
     }
+
     fn reclaim_run(
         &self,
         projection: &ProjectionName,
@@ -806,6 +861,7 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.reclaim_run(projection, live, idle),
         )
     }
+
     fn record_progress(
         &self,
         id: u64,
@@ -819,6 +875,7 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.record_progress(id, owner, progress, ttl),
         )
     }
+
     fn update_run(
         &self,
         id: u64,
@@ -833,6 +890,7 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.update_run(id, owner, processed, last, ttl),
         )
     }
+
     fn finish_run(
         &self,
         id: u64,
@@ -845,16 +903,20 @@ impl<S: RunStore> RunStore for Bounded<S> {
             self.inner.finish_run(id, owner, end),
         )
     }
+
     fn cancel_run(&self, id: u64) -> impl Future<Output = Result<outbox_core::RunRecord>> + Send {
         self.guard
             .call("cancel_run", Deadline::Store, self.inner.cancel_run(id))
     }
+
     fn run(&self, id: u64) -> impl Future<Output = Result<Option<outbox_core::RunRecord>>> + Send {
         self.guard.call("run", Deadline::Store, self.inner.run(id))
     }
+
     fn runs(&self, limit: usize) -> impl Future<Output = Result<Vec<outbox_core::RunRecord>>> + Send {
         self.guard.call("runs", Deadline::Store, self.inner.runs(limit))
     }
+
     fn prune_runs(&self, older_than: Duration) -> impl Future<Output = Result<u64>> + Send {
         self.guard
             .call("prune_runs", Deadline::Store, self.inner.prune_runs(older_than))
@@ -869,10 +931,12 @@ impl<S: GenerationStore> GenerationStore for Bounded<S> {
         self.guard
             .call("generation", Deadline::Store, self.inner.generation(projection))
     }
+
     fn generations(&self) -> impl Future<Output = Result<Vec<GenerationInfo>>> + Send {
         self.guard
             .call("generations", Deadline::Store, self.inner.generations())
     }
+
     fn begin_generation(
         &self,
         projection: &ProjectionName,
@@ -885,6 +949,7 @@ impl<S: GenerationStore> GenerationStore for Bounded<S> {
             self.inner.begin_generation(projection, live_version, version),
         )
     }
+
     fn record_build_position(
         &self,
         projection: &ProjectionName,
@@ -897,6 +962,7 @@ impl<S: GenerationStore> GenerationStore for Bounded<S> {
             self.inner.record_build_position(projection, generation, position),
         )
     }
+
     fn swap_generation(
         &self,
         projection: &ProjectionName,
@@ -909,6 +975,7 @@ impl<S: GenerationStore> GenerationStore for Bounded<S> {
             self.inner.swap_generation(projection, generation, check),
         )
     }
+
     fn drop_generation(
         &self,
         projection: &ProjectionName,
@@ -920,6 +987,7 @@ impl<S: GenerationStore> GenerationStore for Bounded<S> {
             self.inner.drop_generation(projection, generation),
         )
     }
+
     fn stored_generations(
         &self,
         projection: &ProjectionName,
@@ -941,6 +1009,7 @@ impl<S: SkippedEvents> SkippedEvents for Bounded<S> {
         self.guard
             .call("skipped", Deadline::Store, self.inner.skipped(projection, limit))
     }
+
     fn reapply(
         &self,
         event: &Event,
