@@ -17,13 +17,13 @@
 //! projection reached the stream's version, compared under the stream's
 //! lock (the rule sinks follow), so an event appended meanwhile keeps it due.
 
+use std::sync::Arc;
+
 use outbox_core::{
     ApplyOutcome, ApplyReport, ConsumerRegistry, Error, Event, EventJournal, FailureOutcome, OnError,
     PartitionStore, Projection, ProjectionName, ProjectionStore, Result, Seq, SinkName, SinkStatus,
     SinkStore, SinkStream, StreamId, Timestamp, projection_consumer,
 };
-use std::sync::Arc;
-
 use serde::Serialize;
 use tracing::{debug, warn};
 

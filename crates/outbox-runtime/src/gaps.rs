@@ -1,12 +1,12 @@
 //! Streams behind the journal: finding them (`outbox gaps`) and catching
 //! them up (start-up repair, `outbox gaps --repair`).
 
+use std::collections::BTreeMap;
+
 use outbox_core::{
     ConsumerRegistry, EventJournal, OutboxInspector, OutboxQueue, OutboxStatus, ProjectionStore, Result, Seq,
     StreamId, StreamLag, StreamVersion, WatermarkStore, WorkerId, WorkerRegistry, projection_consumer,
 };
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;

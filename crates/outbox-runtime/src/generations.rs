@@ -11,13 +11,13 @@
 //! applies in progress; when the new generation is behind on some stream the
 //! store says which, the build applies those events and asks again.
 
+use std::sync::Arc;
+
 use outbox_core::{
     Error, Event, EventJournal, GenerationInfo, GenerationStore, Intent, Projection, ProjectionName,
     ProjectionStore, Result, RunningDigest, StoredGeneration, StreamBehind, StreamId, SwapCheck, SwapOutcome,
     ViewProjection, generation_projection, generation_storage, view_projection,
 };
-use std::sync::Arc;
-
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::info;

@@ -13,14 +13,14 @@
 //! partition lease's epoch; the checkpoint compare-and-set stays the
 //! safety net.
 
-use outbox_core::{
-    Partition, PartitionHandover, PartitionStore, PartitionSync, Result, WorkerId, WorkerRegistry,
-    assigned_to,
-};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use outbox_core::{
+    Partition, PartitionHandover, PartitionStore, PartitionSync, Result, WorkerId, WorkerRegistry,
+    assigned_to,
+};
 use tracing::{info, warn};
 
 use crate::config::heartbeat_ttl;

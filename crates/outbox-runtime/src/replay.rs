@@ -12,12 +12,12 @@
 //! to be completed: the projection store it ran on need not be the one the
 //! live workers drain into (ADR 0014).
 
+use std::sync::Arc;
+
 use outbox_core::{
     ApplyOutcome, Error, Event, EventJournal, OutboxQueue, Projection, ProjectionName, ProjectionStore,
     Result, RunBounds, RunEnd, RunKind, RunProgress, RunRecord, RunStore, Seq, StreamId, WorkerRegistry,
 };
-use std::sync::Arc;
-
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 

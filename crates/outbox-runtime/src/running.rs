@@ -1,10 +1,10 @@
 //! Starting and stopping the runtime's tasks.
 
-use outbox_core::{ActivityLog, Error, Mode, Result, RunStore, WorkerRegistry};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use outbox_core::{ActivityLog, Error, Mode, Result, RunStore, WorkerRegistry};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;

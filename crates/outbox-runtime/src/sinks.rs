@@ -15,13 +15,13 @@
 //! Replays of projections never publish; [`Outbox::replay_sink`] republishes
 //! on purpose.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use outbox_core::{
     Error, Event, EventJournal, FailureOutcome, Partition, PartitionStore, ProjectionStore, Published,
     Result, Seq, Sink, SinkFeed, SinkStatus, SinkStore, StreamId,
 };
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};

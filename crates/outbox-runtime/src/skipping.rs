@@ -9,12 +9,12 @@
 //! applier in one transaction ([`SkippedEvents::reapply`]), so a skipped
 //! event is applied at most once, whenever an operator asks.
 
+use std::sync::Arc;
+
 use outbox_core::{
     ApplyOutcome, BoxError, DigestBuilder, Error, Event, EventJournal, Projection, ProjectionName,
     ProjectionStore, Result, Seq, SkippedEvent, SkippedEvents, StreamId, async_trait, spi::ApplyTx,
 };
-use std::sync::Arc;
-
 use tracing::{info, warn};
 
 use crate::outbox::{JournalBackend, Outbox, ProjectionBackend};

@@ -12,12 +12,12 @@
 //! the checkpoints again after a short backoff (1 ms doubling to 50 ms).
 //! The reads are the waiter's own, off the workers' path.
 
+use std::time::Duration;
+
 use outbox_core::{
     Appended, ConsumerRegistry, Error, ProjectionName, ProjectionStore, Result, Seq, SinkStatus, SinkStore,
     StreamId, projection_consumer,
 };
-use std::time::Duration;
-
 use serde::Serialize;
 
 use crate::outbox::{AppendOutcome, JournalBackend, Outbox, ProjectionBackend};

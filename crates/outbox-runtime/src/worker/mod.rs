@@ -2,13 +2,13 @@
 
 mod sweep;
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use outbox_core::{
     ENDED_WITHOUT_RESULT, Error, Event, EventJournal, FailureOutcome, Lease, LeaseStore, OutboxQueue,
     OutboxQueueExt as _, OutboxRow, ProjectionStore, Result, Seq, StreamId, WorkerId,
 };
-use std::collections::HashSet;
-use std::time::Duration;
-
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

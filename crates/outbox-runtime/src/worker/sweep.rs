@@ -14,12 +14,12 @@
 //! sweep that dies anywhere leaves rows the next claim finds, and the apply
 //! skips what was committed.
 
+use std::collections::HashSet;
+
 use outbox_core::{
     ApplyOutcome, ClaimedRun, Error, Event, EventJournal, Lease, OutboxQueue, OutboxRow, PartitionStore,
     ProjectionStore, Result, Seq, StreamEnd, SweepLimits, spi::all_applied,
 };
-use std::collections::HashSet;
-
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
