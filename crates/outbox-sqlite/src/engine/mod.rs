@@ -46,7 +46,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use outbox_core::{Error, Result};
 use outbox_sql::{Arg, Conn, Database, Dialect, Row, Tx};
@@ -330,6 +330,31 @@ impl Database for Engines {
     }
 }
 
+/// How long an engine thread keeps looking for its next message before it
+/// sleeps. A caller that appends one event at a time sends its next job a
+/// few tens of µs after its reply: a thread that went to sleep in between
+/// must be woken by the kernel, which on a small virtual machine costs
+/// about as much as the append's own statements. Looking for 100 µs
+/// (yielding the core between looks) raised serial single-event appends
+/// by about 8% (ratio to the raw loop 0.66 → 0.71 over ten alternating
+/// rounds on 2 cores) and changed nothing measurable in drains or lag; an
+/// idle engine spends at most this much CPU per message before it sleeps.
+const LOOK_BEFORE_SLEEP: Duration = Duration::from_micros(100);
+
+/// The next message for an engine thread: looks for
+/// [`LOOK_BEFORE_SLEEP`], then waits. `None` once every sender is gone.
+fn next_message(receiver: &mpsc::Receiver<Msg>) -> Option<Msg> {
+    let until = Instant::now() + LOOK_BEFORE_SLEEP;
+    loop {
+        match receiver.try_recv() {
+            Ok(m) => return Some(m),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if Instant::now() < until => thread::yield_now(),
+            Err(mpsc::TryRecvError::Empty) => return receiver.recv().ok(),
+        }
+    }
+}
+
 /// The thread's side.
 struct Worker {
     /// A writer's read-only connection for the reads its jobs make after
@@ -351,9 +376,9 @@ impl Worker {
         loop {
             let msg = match next.take() {
                 Some(m) => m,
-                None => match receiver.recv() {
-                    Ok(m) => m,
-                    Err(_) => return,
+                None => match next_message(&receiver) {
+                    Some(m) => m,
+                    None => return,
                 },
             };
             match msg {
