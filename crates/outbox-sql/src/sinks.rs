@@ -137,7 +137,7 @@ pub async fn advance_sink(
         }
         if n == 0 {
             crate::journal::lock_stream(db, &mut *tx, stream.as_str()).await?;
-            let caught = "$5 >= COALESCE((SELECT head FROM streams WHERE stream = $2), 0)";
+            let caught = "$5 >= COALESCE((SELECT max(seq) FROM events WHERE stream = $2), 0)";
             let sql = "UPDATE outbox_sink_streams SET seq = $5, \
                  status = CASE WHEN {caught} THEN 'ok' ELSE status END, \
                  attempt_count = CASE WHEN {caught} THEN 0 ELSE attempt_count END, \

@@ -32,9 +32,9 @@ fn seq_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// A stream's version (its last seq; the column is named `head`), if it
-/// has events.
-pub(crate) const READ_VERSION: &str = "SELECT head FROM streams WHERE stream = ?1";
+/// A stream's version: its last seq, from the events' `(stream, seq)`
+/// index; NULL for a stream with no events.
+pub(crate) const READ_VERSION: &str = "SELECT max(seq) FROM events WHERE stream = ?1";
 
 /// One event.
 pub(crate) const INSERT_EVENT: &str = "INSERT INTO events (stream, seq, event_type, intent, payload, \
@@ -50,13 +50,11 @@ pub(crate) const INSERT_ROW: &str = "INSERT INTO outbox (stream, seq, event_type
 pub(crate) const INSERT_HEAD: &str = "INSERT INTO outbox_heads (stream, head_seq, due_at, partition_no) \
      VALUES (?1, ?2, ?3, ?4) ON CONFLICT (stream) DO NOTHING";
 
-/// The stream's new version.
-pub(crate) const UPSERT_STREAM: &str = "INSERT INTO streams (stream, head) VALUES (?1, ?2) \
-     ON CONFLICT (stream) DO UPDATE SET head = excluded.head";
-
 /// The append itself, inside the engine's transaction: checks every
 /// expected version first (nothing is written on a conflict), then writes
-/// one statement per event and one per stream, all prepared once and reused.
+/// one statement per event (two when enqueued) and one per stream's outbox
+/// head, all prepared once and reused. The events are the versions: no
+/// other table repeats a stream's last seq.
 pub(crate) fn append_body(
     conn: &Connection,
     batch: &[AppendRequest],
@@ -71,9 +69,10 @@ pub(crate) fn append_body(
         for req in batch {
             if !current.contains_key(&req.stream) {
                 let h: Option<i64> = read_version
-                    .query_row([req.stream.as_str()], |r| r.get(0))
+                    .query_row([req.stream.as_str()], |r| r.get::<_, Option<i64>>(0))
                     .optional()
-                    .map_err(&err)?;
+                    .map_err(&err)?
+                    .flatten();
                 current.insert(&req.stream, u64::try_from(h.unwrap_or(0)).unwrap_or(0));
             }
         }
@@ -130,12 +129,6 @@ pub(crate) fn append_body(
             first_global_position: u64::try_from(first_global.unwrap_or(0)).unwrap_or(0),
             recorded_at: Timestamp::from_millis(now),
         });
-    }
-    let mut upsert_stream = conn.prepare_cached(UPSERT_STREAM).map_err(&err)?;
-    for (stream, version) in &plan.after {
-        upsert_stream
-            .execute(params![stream.as_str(), seq_i64(*version)])
-            .map_err(&err)?;
     }
     Ok(out)
 }

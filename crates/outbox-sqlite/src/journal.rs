@@ -445,9 +445,9 @@ fn enqueue_catch_up_body(conn: &Connection, stream: &str, partition: i64) -> Res
         .prepare_cached(
             "INSERT INTO outbox (stream, seq, event_type, status, attempt_count, next_attempt_at, last_error, \
              updated_at, partition_no) \
-             SELECT e.stream, e.seq, e.event_type, 'pending', 0, ?2, NULL, ?2, ?3 FROM streams s \
-             JOIN events e ON e.stream = s.stream AND e.seq = s.head \
-             WHERE s.stream = ?1 AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1 AND seq = s.head)",
+             SELECT e.stream, e.seq, e.event_type, 'pending', 0, ?2, NULL, ?2, ?3 FROM events e \
+             WHERE e.stream = ?1 AND e.seq = (SELECT max(seq) FROM events WHERE stream = ?1) \
+             AND NOT EXISTS (SELECT 1 FROM outbox WHERE stream = ?1 AND seq = e.seq)",
         )
         .and_then(|mut st| st.execute(params![stream, now, partition]))
         .map_err(&err)?;
@@ -762,6 +762,18 @@ impl SqliteJournal {
     }
 }
 
+/// A page of streams after `?1` with their versions, walking the events'
+/// `(stream, seq)` index from one stream to the next (each step one index
+/// seek, not a scan of the stream's events), up to `?2` streams.
+const STREAM_VERSIONS: &str = "WITH RECURSIVE next (stream) AS ( \
+         SELECT (SELECT min(stream) FROM events WHERE stream > ?1) \
+         UNION ALL \
+         SELECT (SELECT min(stream) FROM events WHERE stream > next.stream) FROM next \
+         WHERE next.stream IS NOT NULL LIMIT ?2 \
+     ) \
+     SELECT stream, (SELECT max(seq) FROM events WHERE stream = next.stream) FROM next \
+     WHERE stream IS NOT NULL";
+
 impl EventJournal for SqliteJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
@@ -839,7 +851,7 @@ impl EventJournal for SqliteJournal {
             .read(move |conn| {
                 let version: Option<i64> = conn
                     .prepare_cached(READ_VERSION)
-                    .and_then(|mut st| st.query_row([stream.as_str()], |r| r.get(0)).optional())
+                    .and_then(|mut st| st.query_row([stream.as_str()], |r| r.get(0)))
                     .map_err(ctx("reading a stream version"))?;
                 Ok(u64::try_from(version.unwrap_or(0)).unwrap_or(0))
             })
@@ -853,14 +865,12 @@ impl EventJournal for SqliteJournal {
             .engine
             .reader
             .read(move |conn| {
-                conn.prepare_cached(
-                    "SELECT stream, head FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2",
-                )
-                .and_then(|mut st| {
-                    st.query_map(params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
-                        .collect()
-                })
-                .map_err(ctx("listing streams"))
+                conn.prepare_cached(STREAM_VERSIONS)
+                    .and_then(|mut st| {
+                        st.query_map(params![after, limit as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+                            .collect()
+                    })
+                    .map_err(ctx("listing streams"))
             })
             .await?;
         rows.into_iter()

@@ -63,6 +63,7 @@ const JOURNAL: &[Migration] = &[
     migration!("journal", 7, "0007_sinks", "sinks"),
     migration!("journal", 8, "0008_alone", "alone"),
     migration!("journal", 9, "0009_consumers", "consumers"),
+    migration!("journal", 10, "0010_lean_append", "lean append"),
 ];
 
 /// The projection database's migrations, oldest first.

@@ -300,7 +300,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 9, "the newest embedded journal migration");
+            assert_eq!(*supported, 10, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -332,6 +332,16 @@ async fn journal_at_0001(dir: &Path) -> PathBuf {
         .execute(&mut conn)
         .await
         .unwrap();
+    // Seven events of 'old' (the first migration numbered them through
+    // AUTOINCREMENT) and the stream's version beside them.
+    sqlx::query(
+        "WITH RECURSIVE n (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM n WHERE seq < 7) \
+         INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at) \
+         SELECT 'old', seq, 'e', 'apply', x'7b7d', x'00', 0 FROM n",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
     sqlx::query("INSERT INTO streams (stream, head) VALUES ('old', 7)")
         .execute(&mut conn)
         .await
@@ -386,9 +396,36 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9],
-        "0002 to 0009 recorded once, after 0001"
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        "0002 to 0010 recorded once, after 0001"
     );
+    // 0010: the events kept their positions, the next append numbered on
+    // from them, and nothing repeats a stream's version any more.
+    let positions: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT stream, seq, global_position FROM events ORDER BY global_position")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    let old: Vec<(String, i64, i64)> = (1..=7).map(|i| ("old".to_owned(), i, i)).collect();
+    assert_eq!(positions[..7], old[..], "the old events kept their positions");
+    assert_eq!(
+        positions.len(),
+        8,
+        "and the new one came after them: {positions:?}"
+    );
+    assert_eq!(positions[7].2, 8, "{positions:?}");
+    let gone: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name IN ('streams', 'events_lean')")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert!(gone.is_empty(), "{gone:?}");
+    // SQLite keeps its (now empty) counter table once 0001 made it.
+    let counters: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_sequence WHERE name = 'events'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counters, 0, "no AUTOINCREMENT counter is kept for the events");
     let expected = i64::from(outbox_core::crc32(b"old") % 16);
     let partitions: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT (SELECT partition_no FROM outbox WHERE stream = 'old'), \

@@ -36,7 +36,7 @@ const HOT: &[(&str, &str)] = &[
          ORDER BY seq LIMIT 1 ON CONFLICT (stream) DO UPDATE SET head_seq = excluded.head_seq, \
          due_at = excluded.due_at",
     ),
-    ("stream head", "SELECT head FROM streams WHERE stream = 'x'"),
+    ("stream version", "SELECT max(seq) FROM events WHERE stream = 'x'"),
     (
         "requeue_dead",
         "SELECT stream, seq FROM outbox WHERE status = 'dead' ORDER BY next_attempt_at, stream, seq LIMIT 5",
@@ -106,4 +106,36 @@ async fn hot_statements_seek_indexes() {
             "{name} scans or sorts: {steps:?}"
         );
     }
+}
+
+/// Listing streams with their versions walks the events' `(stream, seq)`
+/// index from one stream to the next: every step on `events` is a seek,
+/// never a scan of a stream's events (there is no versions table to read).
+#[tokio::test]
+async fn listing_stream_versions_seeks_from_stream_to_stream() {
+    let (_dir, mut conn) = fresh_journal().await;
+    let sql = "WITH RECURSIVE next (stream) AS ( \
+         SELECT (SELECT min(stream) FROM events WHERE stream > '') \
+         UNION ALL \
+         SELECT (SELECT min(stream) FROM events WHERE stream > next.stream) FROM next \
+         WHERE next.stream IS NOT NULL LIMIT 10) \
+         SELECT stream, (SELECT max(seq) FROM events WHERE stream = next.stream) FROM next \
+         WHERE stream IS NOT NULL";
+    let plan: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    let on_events: Vec<&str> = plan
+        .iter()
+        .map(|p| p.3.as_str())
+        .filter(|s| s.contains(" events"))
+        .collect();
+    assert_eq!(on_events.len(), 3, "{plan:?}");
+    assert!(
+        on_events
+            .iter()
+            .all(|s| s.starts_with("SEARCH events USING COVERING INDEX")),
+        "{on_events:?}"
+    );
 }

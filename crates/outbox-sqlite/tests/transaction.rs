@@ -142,10 +142,9 @@ async fn a_conflicting_append_leaves_the_transaction_usable() {
                 .expect_err("taken exists");
             let left: Option<i64> = tx
                 .conn()
-                .query_row("SELECT head FROM streams WHERE stream = 'fresh'", [], |r| {
+                .query_row("SELECT max(seq) FROM events WHERE stream = 'fresh'", [], |r| {
                     r.get(0)
                 })
-                .optional()
                 .map_err(storage)?;
             Ok::<_, Error>((conflict, left))
         })
