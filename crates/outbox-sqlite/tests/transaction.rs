@@ -7,7 +7,7 @@ mod common;
 use common::test_options;
 use outbox_core::{AppendOptions, AppendRequest, Error, EventJournal, ExpectedVersion, OutboxQueue, Result};
 use outbox_sqlite::SqliteJournal;
-use outbox_sqlite::rusqlite::{self, OptionalExtension as _};
+use outbox_sqlite::rusqlite;
 use outbox_testkit::{add, sid};
 
 fn one(stream: &str, expected: ExpectedVersion) -> Vec<AppendRequest> {
