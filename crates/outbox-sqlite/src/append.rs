@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use outbox_core::spi::plan_append;
 use outbox_core::{AppendRequest, Appended, Partitioning, PayloadHash, Result, Seq, StreamId, Timestamp};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use crate::engine::engine_error;
 
@@ -69,10 +69,8 @@ pub(crate) fn append_body(
         for req in batch {
             if !current.contains_key(&req.stream) {
                 let h: Option<i64> = read_version
-                    .query_row([req.stream.as_str()], |r| r.get::<_, Option<i64>>(0))
-                    .optional()
-                    .map_err(&err)?
-                    .flatten();
+                    .query_row([req.stream.as_str()], |r| r.get(0))
+                    .map_err(&err)?;
                 current.insert(&req.stream, u64::try_from(h.unwrap_or(0)).unwrap_or(0));
             }
         }
