@@ -526,24 +526,32 @@ impl EventJournal for PgJournal {
         options.validate(batch)?;
         // Appends take turns for their share of the pool: the reserved
         // connections stay free for the runtime's calls
-        // (`PgOptions::reserved_connections`).
-        let slot = tokio::time::timeout(self.db.acquire_timeout, self.db.append_slots.acquire())
+        // (`PgOptions::reserved_connections`). The turn and the connection
+        // share one `acquire_timeout`, as one wait for a connection would.
+        let waited = |elapsed| {
+            Error::temporary(
+                format_args!(
+                    "waiting {:?} for a connection to append with (every connection appends may \
+                     hold was busy)",
+                    self.db.acquire_timeout
+                ),
+                elapsed,
+            )
+        };
+        let deadline = tokio::time::Instant::now() + self.db.acquire_timeout;
+        let slot = tokio::time::timeout_at(deadline, self.db.append_slots.acquire())
             .await
-            .map_err(|elapsed| {
-                Error::temporary(
-                    format_args!(
-                        "waiting {:?} for a connection to append with (every connection appends may \
-                         hold was busy)",
-                        self.db.acquire_timeout
-                    ),
-                    elapsed,
-                )
-            })?
+            .map_err(waited)?
             // Never closed: the journal holds the semaphore for its life.
             .map_err(|closed| Error::storage("appending: the journal's append slots are closed", closed))?;
+        let mut conn = tokio::time::timeout_at(deadline, self.db.pool.acquire())
+            .await
+            .map_err(waited)?
+            .map_err(|e| storage(self.db.context("appending events"), e))?;
         // No notification inside the transaction (see `notifier`): one is
         // sent after the commit, coalesced with other appends'.
-        let out = append_call(&self.db.pool, batch, options, None, &self.partitioning).await;
+        let out = append_call(&mut *conn, batch, options, None, &self.partitioning).await;
+        drop(conn);
         drop(slot);
         let out = out?;
         if options.enqueues()

@@ -61,7 +61,8 @@ pub struct PgOptions {
     /// one, or the only one. Ignored by the projection store.
     pub reserved_connections: u32,
     /// How long a call waits for a pooled connection before failing with a
-    /// temporary error. Default 30 s.
+    /// temporary error (for an append, its turn among the appends and the
+    /// connection together). Default 30 s.
     pub acquire_timeout: Duration,
     /// Whether appends that enqueued outbox rows wake listeners with a
     /// `pg_notify` on the schema's channel (for
