@@ -42,7 +42,7 @@ pub struct RepairReport {
     /// Streams behind the journal left to the worker, which catches them up
     /// under the outbox's protocol (start-up repair of an apply worker),
     /// each with a row at its last event: the one it had, or a catch-up row
-    /// ([`OutboxQueue::enqueue_catch_up`](outbox_core::OutboxQueue::enqueue_catch_up)).
+    /// ([`outbox_core::OutboxQueue::enqueue_catch_up`]).
     /// A stream behind a dead head among them waits for its requeue.
     pub handed_to_worker: u64,
     /// Streams repair stopped short of a dead or failed head row, which
@@ -159,6 +159,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Repairer<'_, J, P> {
         Ok(StreamLag::of(&v.stream, v.version, watermark, checkpoints))
     }
 
+    /// [`Outbox::gaps`]: up to `limit` streams whose watermark or some
+    /// projection's checkpoint is behind their version, a page at a time.
     pub(crate) async fn gaps(&self, limit: usize) -> Result<Vec<StreamLag>> {
         let mut out = Vec::new();
         let mut after: Option<StreamId> = None;
@@ -177,6 +179,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Repairer<'_, J, P> {
         Ok(out)
     }
 
+    /// [`Outbox::repair_gaps_until`]: applies what the projections miss;
+    /// deletes a caught-up stream's rows when `options` and the mode ask.
     pub(crate) async fn repair_gaps_until(
         &self,
         options: ReplayOptions,

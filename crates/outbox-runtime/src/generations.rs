@@ -140,7 +140,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// generation from the journal with the registered code while the live
     /// one keeps serving and being applied, catches it up to the tail, and
     /// swaps it in in one transaction. The old generation is kept until
-    /// [`GenerationStore::drop_generation`](outbox_core::GenerationStore::drop_generation).
+    /// [`outbox_core::GenerationStore::drop_generation`].
     /// A killed rebuild leaves the live generation serving; calling this
     /// again resumes the build from its recorded position.
     ///
@@ -366,6 +366,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Generations<'_, J, P> {
         )))
     }
 
+    /// [`Outbox::rebuild_blue_green`]: builds a new generation of the view
+    /// projection and swaps it in once caught up.
     pub(crate) async fn rebuild_blue_green(
         &self,
         projection: &str,
@@ -387,6 +389,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Generations<'_, J, P> {
             .await
     }
 
+    /// [`Outbox::shadow_build`]: builds the candidate code's generation
+    /// beside the live one, without swapping.
     pub(crate) async fn shadow_build(
         &self,
         projection: &str,
@@ -400,6 +404,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Generations<'_, J, P> {
             .await
     }
 
+    /// [`Outbox::promote`]: swaps the generation being built in once its
+    /// running digest agrees with the live one's (`force`: whatever it is).
     pub(crate) async fn promote(
         &self,
         projection: &str,
@@ -463,6 +469,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Generations<'_, J, P> {
         }
     }
 
+    /// [`Outbox::shadow_diff`]: the live code against its candidate, in
+    /// memory, stream by stream, up to `limit` differing streams.
     pub(crate) async fn shadow_diff(&self, projection: &str, limit: usize) -> Result<ShadowDiff> {
         let main = self.view_code(projection)?;
         let candidate = self.candidate_code(projection)?;

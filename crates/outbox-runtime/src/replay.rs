@@ -200,6 +200,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
+    /// [`Outbox::replay_bounded`]: admits a catch-up run of `projection`
+    /// within `bounds` and executes it while this process stays registered.
     pub(crate) async fn replay_bounded(
         &self,
         projection: &str,
@@ -212,6 +214,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
+    /// [`Outbox::resume_run`]: a new run from run `id`'s cursor (or its
+    /// bounds, if it never moved); refused for a completed run.
     pub(crate) async fn resume_run(
         &self,
         id: u64,
@@ -251,6 +255,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
+    /// [`Outbox::rebuild_with`]: admits and executes a rebuild of
+    /// `projection` from the first event.
     pub(crate) async fn rebuild_with(
         &self,
         projection: &str,
@@ -262,6 +268,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
         self.while_registered(self.execute(run, p, options, cancel)).await
     }
 
+    /// [`Outbox::rebuild_all_with`]: a rebuild of every projection, one
+    /// after another.
     pub(crate) async fn rebuild_all_with(
         &self,
         options: ReplayOptions,
@@ -305,7 +313,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Replayer<'_, J, P> {
     /// entry's lifetime, the run is reclaimed (`abandoned`) and the
     /// admission is tried once more, without waiting for the run's claim to
     /// expire. The owner of a run beats in the registry while it executes
-    /// ([`Outbox::while_registered`]).
+    /// ([`Replayer::while_registered`]).
     async fn admit(
         &self,
         kind: RunKind,

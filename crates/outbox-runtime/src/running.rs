@@ -287,7 +287,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
     /// fleet, issue 45). Either way it then registers its consumers, so the
     /// workers started after it find them.
     ///
-    /// [`fleet_repairer`]: Outbox::fleet_repairer
+    /// [`fleet_repairer`]: crate::gaps::Repairer::fleet_repairer
     async fn repair_at_start(&self, fleet: bool, cancel: &CancellationToken) -> Result<RepairReport> {
         if !fleet {
             return self.repairer().start_up_repair(cancel).await;

@@ -143,6 +143,7 @@ impl<J: JournalBackend, P: ProjectionBackend> SinkDelivery<'_, J, P> {
         }
     }
 
+    /// [`Outbox::deliver`]: one delivery pass of every registered sink.
     pub(crate) async fn deliver(&self) -> Result<DeliveryReport> {
         let mut report = DeliveryReport::default();
         for sink in self.rt.inner.sinks.clone() {
@@ -423,6 +424,8 @@ impl<J: JournalBackend, P: ProjectionBackend> SinkDelivery<'_, J, P> {
         Ok(DeliveryEnd::Failed)
     }
 
+    /// [`Outbox::replay_sink`]: publishes the events from global position
+    /// `from` (through `until` when given) to sink `name` again.
     pub(crate) async fn replay_sink(
         &self,
         name: &str,

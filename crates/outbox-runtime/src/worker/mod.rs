@@ -125,6 +125,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Outbox<J, P> {
 }
 
 impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
+    /// [`Outbox::tick`]: one pass as this process's worker kind (the
+    /// shadow worker in shadow mode), with a token nobody cancels.
     pub(crate) async fn tick(&self) -> Result<TickReport> {
         let kind = if self.rt.inner.mode.runs_shadow_worker() {
             WorkerKind::Shadow
@@ -134,6 +136,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
         self.tick_as(kind, &CancellationToken::new(), true).await
     }
 
+    /// [`Outbox::drain`]: passes until one finds nothing to do, their
+    /// reports summed.
     pub(crate) async fn drain(&self) -> Result<TickReport> {
         let mut total = TickReport::default();
         loop {
@@ -553,6 +557,8 @@ impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
         Ok(())
     }
 
+    /// Records `error` as the failed attempt of `row` (the retry policy
+    /// decides retry or dead letter) and counts it in `report`.
     pub(crate) async fn record_failure(
         &self,
         lease: &Lease,

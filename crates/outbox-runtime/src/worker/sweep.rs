@@ -2,14 +2,14 @@
 //!
 //! A sweep leases due streams and claims the head run of each in one
 //! journal commit, which on SQLite also reads the runs' events
-//! ([`OutboxQueue::take`](outbox_core::OutboxQueue::take)), applies every
-//! run in one projection transaction ([`ProjectionStore::apply_runs`](outbox_core::ProjectionStore::apply_runs)) and
+//! ([`outbox_core::OutboxQueue::take`]), applies every
+//! run in one projection transaction ([`outbox_core::ProjectionStore::apply_runs`]) and
 //! completes and releases them in one more journal commit
-//! ([`OutboxQueue::finish`](outbox_core::OutboxQueue::finish)). Only runs of fresh rows go
+//! ([`outbox_core::OutboxQueue::finish`]). Only runs of fresh rows go
 //! together; a run with a retried or unfinished row, a run whose events do
 //! not load, a run whose projection is behind and a run whose applier fails
 //! are drained on their own by the per-stream path
-//! ([`Outbox::process_leased`]), which isolates failures exactly as it does
+//! ([`Worker::process_leased`]), which isolates failures exactly as it does
 //! without sweeps. The checkpoint compare-and-set stays the safety net: a
 //! sweep that dies anywhere leaves rows the next claim finds, and the apply
 //! skips what was committed.
@@ -69,7 +69,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
         result.map(|()| report)
     }
 
-    /// The sweeps of one pass (see [`Outbox::sweep_tick`]).
+    /// The sweeps of one pass (see [`Worker::sweep_tick`]).
     async fn sweeps(
         &self,
         kind: WorkerKind,
@@ -266,7 +266,7 @@ impl<J: JournalBackend, P: ProjectionBackend> Worker<'_, J, P> {
     /// Reads the events of the fresh runs the claim did not read, while
     /// the sweep before still applies (the claim is made ahead): the sweep
     /// then starts with them. A read that fails is left to the sweep's own
-    /// ([`Outbox::load_fresh`]), which handles its errors.
+    /// ([`Worker::load_fresh`]), which handles its errors.
     async fn read_ahead(&self, taken: &mut [ClaimedRun]) {
         let mut unread: Vec<&mut ClaimedRun> = taken
             .iter_mut()
