@@ -332,12 +332,13 @@ async fn journal_at_0001(dir: &Path) -> PathBuf {
         .execute(&mut conn)
         .await
         .unwrap();
-    // Seven events of 'old' (the first migration numbered them through
-    // AUTOINCREMENT) and the stream's version beside them.
+    // Seven events of 'old' at positions 10, 20, ..., 70 (a fresh table
+    // would number them 1 to 7: the migration must copy them, not renumber
+    // them), and the stream's version beside them.
     sqlx::query(
         "WITH RECURSIVE n (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM n WHERE seq < 7) \
-         INSERT INTO events (stream, seq, event_type, intent, payload, payload_hash, recorded_at) \
-         SELECT 'old', seq, 'e', 'apply', x'7b7d', x'00', 0 FROM n",
+         INSERT INTO events (global_position, stream, seq, event_type, intent, payload, payload_hash, \
+         recorded_at) SELECT seq * 10, 'old', seq, 'e', 'apply', x'7b7d', x'00', 0 FROM n",
     )
     .execute(&mut conn)
     .await
@@ -406,14 +407,14 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    let old: Vec<(String, i64, i64)> = (1..=7).map(|i| ("old".to_owned(), i, i)).collect();
+    let old: Vec<(String, i64, i64)> = (1..=7).map(|i| ("old".to_owned(), i, i * 10)).collect();
     assert_eq!(positions[..7], old[..], "the old events kept their positions");
     assert_eq!(
         positions.len(),
         8,
         "and the new one came after them: {positions:?}"
     );
-    assert_eq!(positions[7].2, 8, "{positions:?}");
+    assert_eq!(positions[7].2, 71, "{positions:?}");
     let gone: Vec<String> =
         sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name IN ('streams', 'events_lean')")
             .fetch_all(&mut conn)
