@@ -6,9 +6,14 @@
 //! measured COMMIT waiting on it in three samples of four). Instead, an
 //! append that enqueued rows marks a notification pending once it has
 //! committed, and one task per journal sends `SELECT pg_notify(channel,
-//! '')` in a transaction of its own (which writes no WAL and so waits for
-//! no flush), as often as appends mark it, but never two at once: every
-//! append that commits while one is being sent is covered by the next.
+//! '')` in a transaction of its own, as often as appends mark it, but never
+//! two at once: every append that commits while one is being sent is
+//! covered by the next. That transaction writes only its commit record (a
+//! notification takes a transaction id), and a transaction that wrote
+//! nothing else does not wait for the WAL flush at its commit (checked on
+//! a durable server: after it, the WAL's insert position has moved by one
+//! commit record and its flush position has not), so a wake-up never adds
+//! an fsync of its own.
 //!
 //! A notification is a hint (listeners recheck the queue, and poll as a
 //! fallback), so one that fails to send is logged and dropped.
