@@ -1513,6 +1513,11 @@ fn claim_partitioned_body(
         .collect()
 }
 
+/// How many due heads of all partitions, per head a claim may take, the
+/// walk in [`due_heads`] reads before it falls back to one range per held
+/// partition (as the Postgres claim does, ADR 0022).
+const DUE_WINDOW: usize = 4;
+
 /// The due heads of the owner's `held` partitions that a claim takes, at
 /// most `limit`, oldest due first: each as (due at, stream, index into
 /// `held`). A head whose stream another worker leases is not due.
@@ -1524,11 +1529,16 @@ fn claim_partitioned_body(
 ///   `held × limit` heads: in a deep backlog a worker holding all 16
 ///   default partitions read 16 heads for each one it kept (with the sort,
 ///   about a sixth of the writer's time draining 10^4 streams at batch 1).
-/// - **One walk of the due index** (`outbox_heads_by_due`, in due order),
-///   skipping heads of partitions not held, stopped at `limit`. Reads about
-///   `limit × partitions / held` heads.
+/// - **The oldest due heads of all partitions** (`outbox_heads_by_due`, in
+///   due order), at most [`DUE_WINDOW`] × `limit` of them, keeping those of
+///   held partitions. Once `limit` are kept they are the oldest due in the
+///   held partitions (an older one would have come first). A window that
+///   ends first (heads of partitions not held crowd it: another worker's,
+///   or a dead worker's until its leases expire) falls back to the ranges,
+///   so the walk never reads more than the window.
 ///
-/// The walk reads fewer once `held² > partitions` (more than 4 of 16).
+/// The walk is tried when the owner holds more than the square root of the
+/// partition count (more than 4 of 16), where it reads fewer heads.
 fn due_heads(
     conn: &Connection,
     held: &[(Partition, u64, i64)],
@@ -1543,27 +1553,33 @@ fn due_heads(
             .enumerate()
             .map(|(i, (p, _, _))| (i64::from(p.get()), i))
             .collect();
-        let held_json = format!(
-            "[{}]",
-            index.keys().map(i64::to_string).collect::<Vec<_>>().join(",")
-        );
+        let window = limit.saturating_mul(DUE_WINDOW);
         let mut st = conn.prepare_cached(concat!(
-            "SELECT h.stream, h.due_at, h.partition_no FROM outbox_heads h INDEXED BY outbox_heads_by_due \
+            "SELECT h.stream, h.due_at, h.partition_no, \
+             (l.owner IS NULL OR l.owner = ?1 OR l.expires_at <= ",
+            now_ms!(),
+            ") FROM outbox_heads h INDEXED BY outbox_heads_by_due \
              LEFT JOIN stream_leases l ON l.stream = h.stream \
              WHERE h.due_at IS NOT NULL AND h.due_at <= ",
             now_ms!(),
-            " AND h.partition_no IN (SELECT value FROM json_each(?1)) \
-             AND (l.owner IS NULL OR l.owner = ?2 OR l.expires_at <= ",
-            now_ms!(),
-            ") ORDER BY h.due_at, h.stream LIMIT ?3"
+            " ORDER BY h.due_at, h.stream LIMIT ?2"
         ))?;
-        let rows = st.query_map(params![held_json, owner.as_str(), limit_arg], |r| {
-            Ok((r.get::<_, i64>(1)?, r.get::<_, String>(0)?, r.get::<_, i64>(2)?))
-        })?;
-        // Every head the walk returns is in a held partition (the filter).
-        return rows
-            .map(|row| row.map(|(due, stream, p)| (due, stream, index.get(&p).copied().unwrap_or(0))))
-            .collect();
+        let mut rows = st.query(params![owner.as_str(), i64::try_from(window).unwrap_or(i64::MAX)])?;
+        let (mut due, mut read) = (Vec::new(), 0);
+        while let Some(row) = rows.next()? {
+            read += 1;
+            let (partition, free): (i64, bool) = (row.get(2)?, row.get(3)?);
+            if let (Some(&i), true) = (index.get(&partition), free) {
+                due.push((row.get::<_, i64>(1)?, row.get::<_, String>(0)?, i));
+                if due.len() == limit {
+                    return Ok(due);
+                }
+            }
+        }
+        if read < window {
+            // Every due head was read: these are all of the held ones.
+            return Ok(due);
+        }
     }
     let mut due: Vec<(i64, String, usize)> = Vec::new();
     let mut st = conn.prepare_cached(concat!(
@@ -1740,7 +1756,9 @@ mod tests {
     /// same heads in the same order as a plain reading of the rule: heads
     /// of held partitions, due by now, not leased by another worker, oldest
     /// due first, at most the limit. Held partition sets of every size and
-    /// limits below and above the due count; some heads are dead (no due
+    /// limits below and above the due count, so the walk's window is
+    /// sometimes crowded by heads of partitions not held (and falls back)
+    /// and sometimes holds every due head; some heads are dead (no due
     /// time), some due later, one stream leased by another worker and one
     /// by the owner.
     #[tokio::test]
@@ -1783,7 +1801,7 @@ mod tests {
                 .map(|p| (Partition::new(p * (16 / held_count)), 1, now))
                 .collect();
             let held_numbers: Vec<i64> = held.iter().map(|(p, _, _)| i64::from(p.get())).collect();
-            for limit in [3usize, 100] {
+            for limit in [3usize, 8, 100] {
                 let mut expected: Vec<(i64, String)> = heads
                     .iter()
                     .filter(|(stream, due, p)| {
