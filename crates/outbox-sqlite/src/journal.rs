@@ -1735,6 +1735,17 @@ mod tests {
         WorkerId::new("w").expect("owner")
     }
 
+    /// A new journal in a temporary directory (kept while the guard
+    /// lives), and its file's path.
+    async fn temp_journal() -> (tempfile::TempDir, std::path::PathBuf, SqliteJournal) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("j.db");
+        let journal = SqliteJournal::open(&path, SqliteOptions::default())
+            .await
+            .expect("open");
+        (dir, path, journal)
+    }
+
     /// Appends `n` events carrying `payload` to `stream`.
     async fn append(journal: &SqliteJournal, stream: &str, n: usize, payload: &[u8]) {
         let event = || {
@@ -1763,11 +1774,7 @@ mod tests {
     /// by the owner.
     #[tokio::test]
     async fn both_ways_to_the_due_heads_take_the_same_heads() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("j.db");
-        let journal = SqliteJournal::open(&path, SqliteOptions::default())
-            .await
-            .expect("open");
+        let (_dir, path, journal) = temp_journal().await;
         for s in 0..60 {
             append(&journal, &format!("stream-{s}"), 1, b"{}").await;
         }
@@ -1843,11 +1850,7 @@ mod tests {
     /// nor stops every later claim from being read.
     #[tokio::test]
     async fn loading_runs_ends_a_read_transaction_left_open_before_it() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("j.db");
-        let journal = SqliteJournal::open(&path, SqliteOptions::default())
-            .await
-            .expect("open");
+        let (_dir, path, journal) = temp_journal().await;
         let conn = Connection::open(&path).expect("connection");
         conn.execute_batch("BEGIN").expect("begin");
         let before: i64 = conn
@@ -1880,10 +1883,7 @@ mod tests {
     /// worker to read ahead off that thread.
     #[tokio::test]
     async fn a_claim_reads_runs_up_to_its_byte_budget() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let journal = SqliteJournal::open(dir.path().join("j.db"), SqliteOptions::default())
-            .await
-            .expect("open");
+        let (_dir, _, journal) = temp_journal().await;
         let big = vec![b'x'; LOAD_BUDGET * 3 / 4];
         for s in ["a", "b", "c"] {
             append(&journal, s, 1, &big).await;
