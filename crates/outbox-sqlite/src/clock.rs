@@ -2,11 +2,11 @@
 //!
 //! Every statement that needs "now" reads [`now_ms!`]: the one row of a
 //! per-connection view, `temp.outbox_clock`, that each connection of the
-//! store creates when it opens ([`install`], [`install_on`]). Which clock the
-//! view reads is chosen when the store opens: SQLite's own (the process's
-//! wall clock, in integer milliseconds), or, in a store opened
-//! [with the test clock](crate::SqliteOptions::with_test_clock) (feature
-//! `test-util` only), that clock plus an offset stored in the database,
+//! store creates when it opens ([`install_on`]). Which clock the view reads
+//! is chosen when the store opens: SQLite's own (the process's wall clock,
+//! in integer milliseconds), or, in a store opened with the test clock
+//! (`SqliteOptions::with_test_clock`, feature `test-util` only), that clock
+//! plus an offset stored in the database,
 //! which `advance_clock_for_tests` moves for every instance and process on
 //! the file. A production store never reads that offset: its statements are
 //! the same text, and its view has no table in it.
@@ -52,7 +52,7 @@ const HAS_META: &str =
 impl Clock {
     /// The view's definition, for a database that has its meta table or
     /// not yet (before its first migration, the test clock reads SQLite's
-    /// own until [`install`] runs again).
+    /// own until [`install_on`] runs again).
     #[cfg_attr(not(feature = "test-util"), allow(unused_variables))]
     fn view(self, has_meta: bool) -> &'static str {
         match self {

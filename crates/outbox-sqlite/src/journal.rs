@@ -29,8 +29,8 @@ use crate::files::path_from_url;
 use crate::journal_tx::JournalTx;
 use outbox_sql::Role;
 
-/// The SQLite journal database: implements [`EventJournal`](outbox_core::EventJournal), [`OutboxQueue`](outbox_core::OutboxQueue),
-/// [`LeaseStore`](outbox_core::LeaseStore) and [`WorkerRegistry`](outbox_core::WorkerRegistry) on one file.
+/// The SQLite journal database: implements [`EventJournal`], [`OutboxQueue`],
+/// [`LeaseStore`] and [`WorkerRegistry`] on one file.
 ///
 /// Every write runs in a `BEGIN IMMEDIATE` transaction on the instance's
 /// single writer connection, owned by a thread that runs whole transactions

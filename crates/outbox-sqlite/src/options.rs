@@ -64,7 +64,7 @@ pub struct SqliteOptions {
     pub create_if_missing: bool,
     /// Apply pending migrations when opening. Default `true`; inspection
     /// tools turn it off, so a database of an older schema is refused
-    /// ([`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld)) instead of
+    /// ([`Error::SchemaTooOld`]) instead of
     /// upgraded behind its application's back.
     pub migrate: bool,
     /// The journal's partitioning (ADR 0022): the count asked for, the
@@ -75,7 +75,7 @@ pub struct SqliteOptions {
     /// Open the file read-only (`SQLITE_OPEN_READONLY`): inspection with
     /// read access only. Nothing is created, migrated or written (no WAL
     /// switch, no checkpoint, no partitioning stored): a schema behind this
-    /// build is [`Error::SchemaTooOld`](outbox_core::Error::SchemaTooOld),
+    /// build is [`Error::SchemaTooOld`],
     /// and every write the store is asked for fails with one line saying the
     /// store is read-only. When no `-wal` file is beside the database (no
     /// process has it open), it is read as immutable, so no `-wal` or `-shm`

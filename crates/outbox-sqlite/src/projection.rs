@@ -19,7 +19,7 @@ use crate::tx::SqliteTx;
 
 /// The SQLite projection database: implements [`ProjectionStore`] (appliers
 /// write through a [`SqliteTx`], inside the store's `BEGIN IMMEDIATE`
-/// transaction), [`WatermarkStore`](outbox_core::WatermarkStore) and [`ViewStore`](outbox_core::ViewStore).
+/// transaction), [`WatermarkStore`] and [`ViewStore`].
 ///
 /// The projection tables, the `(projection, stream)` checkpoints and the
 /// watermarks live in one file, so an apply commits them together. Like

@@ -1,4 +1,4 @@
-//! [`RunStore`](outbox_core::RunStore) on the projection database: the
+//! [`RunStore`] on the projection database: the
 //! `outbox_runs` table, through the shared statements of [`outbox_sql::runs`].
 
 use std::time::Duration;

@@ -16,7 +16,7 @@ use crate::engine::{Session, engine_error};
 /// engine thread.
 ///
 /// Backend-neutral projections ([`ViewProjection`](outbox_core::ViewProjection))
-/// use it through its [`ViewStorage`](outbox_core::spi::ViewStorage) implementation without knowing it is
+/// use it through its [`ViewStorage`] implementation without knowing it is
 /// SQLite. A hand-written projection (`Projection<SqliteTx>`, the escape
 /// hatch) runs its own SQL with [`SqliteTx::run`]: a closure that gets the
 /// store's [`rusqlite`] connection inside the transaction. It must not
