@@ -1085,6 +1085,20 @@ async fn begin_attempt_in(tx: &mut PgConnection, lease: &Lease, seq: Seq) -> Res
     Ok(())
 }
 
+/// A stream's processing rows back to pending. The walk of the stream's
+/// rows stops at its first pending row: its processing rows all come
+/// before it (a claim marks a run from the stream's first row on, and rows
+/// are only ever added behind a stream's last), so it reads the claimed
+/// run by the key, and no index of processing rows is kept up to date for
+/// it (journal migration 0011, ADR 0041).
+pub(crate) const ABANDON: &str = concat!(
+    "UPDATE outbox SET status = 'pending', updated_at = ",
+    jnow!(),
+    " WHERE stream = $1 AND status = 'processing' AND seq < coalesce(\
+     (SELECT seq FROM outbox WHERE stream = $1 AND status = 'pending' ORDER BY seq LIMIT 1), \
+     9223372036854775807)"
+);
+
 /// The abandon, inside a transaction: the lease must be current.
 async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
     let err = |e| storage("abandoning outbox rows", e);
@@ -1092,16 +1106,12 @@ async fn abandon_in(tx: &mut PgConnection, lease: &Lease) -> Result<u64> {
     if !lease_valid(tx, lease).await.map_err(err)? {
         return Err(lease.lost());
     }
-    let n = sqlx::query(concat!(
-        "UPDATE outbox SET status = 'pending', updated_at = ",
-        jnow!(),
-        " WHERE stream = $1 AND status = 'processing'"
-    ))
-    .bind(lease.stream.as_str())
-    .execute(&mut *tx)
-    .await
-    .map_err(err)?
-    .rows_affected();
+    let n = sqlx::query(ABANDON)
+        .bind(lease.stream.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?
+        .rows_affected();
     if n > 0 {
         refresh_head(tx, lease.stream.as_str()).await.map_err(err)?;
     }

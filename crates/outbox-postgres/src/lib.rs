@@ -45,6 +45,7 @@ pub mod statements {
     #![allow(missing_docs)] // Each is the statement of the same name.
     use crate::{journal, tx};
 
+    pub const ABANDON: &str = journal::ABANDON;
     pub const APPEND_CALL: &str = journal::APPEND_CALL;
     pub const CLAIM: &str = journal::CLAIM;
     pub const CLAIM_PARTITIONED: &str = journal::CLAIM_PARTITIONED;

@@ -252,7 +252,7 @@ async fn sweep_ends_seek_their_streams_under_a_generic_plan() {
     );
 }
 
-/// `due_streams`, `claim`, `complete` and the partitioned claim seek
+/// `due_streams`, `claim`, `complete`, `abandon` and the partitioned claim seek
 /// indexes on a large outbox: no sequential scan of `outbox` (or of
 /// `outbox_heads`) in their plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,7 +296,13 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
     })
     .await;
     let complete = explain(pool, statements::COMPLETE, |q| q.bind("s500").bind(3i64)).await;
-    for (what, plan) in [("due_streams", &due), ("claim", &claim), ("complete", &complete)] {
+    let abandon = explain(pool, statements::ABANDON, |q| q.bind("s500")).await;
+    for (what, plan) in [
+        ("due_streams", &due),
+        ("claim", &claim),
+        ("complete", &complete),
+        ("abandon", &abandon),
+    ] {
         println!("{what}:\n{plan}\n");
         assert!(
             !plan.contains("Seq Scan on outbox"),
@@ -721,7 +727,7 @@ async fn newer_schema_is_refused_unchanged() {
     };
     let before = tables(j.pool().clone()).await;
     match PgJournal::connect(&url, options(&s)).await {
-        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 10)),
+        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 11)),
         other => panic!("a newer schema is SchemaTooNew, got {other:?}"),
     }
     assert_eq!(tables(j.pool().clone()).await, before, "nothing created");

@@ -589,16 +589,19 @@ pub async fn head(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<Op
     row.as_ref().map(decode_row).transpose()
 }
 
-/// The queue summary's counts: every row, then the processing, failed and
-/// dead ones (pending is the rest). No `GROUP BY status`: on a large
-/// backlog that sorted every row (SQLite has no index led by the status,
-/// ADR 0015) every time the heartbeat refreshed its gauges. The partial
-/// indexes of processing, failed and dead rows (SQLite) or the status
-/// index (Postgres) count those; the total walks one b-tree with no sort.
-pub const SUMMARY_COUNTS: &str = "SELECT (SELECT COUNT(*) FROM outbox), \
-     (SELECT COUNT(*) FROM outbox WHERE status = 'processing'), \
+/// The queue summary's counts: every row and the processing ones in one
+/// walk, then the failed and dead ones (pending is the rest). No `GROUP
+/// BY status`: on a large backlog that sorted every row (SQLite has no
+/// index led by the status, ADR 0015) every time the heartbeat refreshed
+/// its gauges. The total and the processing rows walk one b-tree with no
+/// sort (SQLite keeps no index of processing rows: claims would write it);
+/// the partial indexes of failed and dead rows (SQLite) or the status
+/// index (Postgres) count those.
+pub const SUMMARY_COUNTS: &str = "SELECT t.total, t.processing, \
      (SELECT COUNT(*) FROM outbox WHERE status = 'failed'), \
-     (SELECT COUNT(*) FROM outbox WHERE status = 'dead')";
+     (SELECT COUNT(*) FROM outbox WHERE status = 'dead') \
+     FROM (SELECT COUNT(*) AS total, COUNT(*) FILTER (WHERE status = 'processing') AS processing \
+     FROM outbox) AS t";
 
 /// [`OutboxInspector::summary`](outbox_core::OutboxInspector::summary): the
 /// counts, the oldest retry-eligible row and `now`, in one snapshot: one
@@ -608,18 +611,19 @@ pub const SUMMARY_COUNTS: &str = "SELECT (SELECT COUNT(*) FROM outbox), \
 pub async fn summary(db: &(impl Database + ?Sized)) -> Result<OutboxSummary> {
     let what = "summarizing the outbox";
     let d = db.dialect();
-    // The counts as in SUMMARY_COUNTS; the oldest applicable due time
+    // The counts as in SUMMARY_COUNTS (the total and the processing rows
+    // in one walk); the oldest applicable due time
     // (`IS NOT NULL` lets the partial index of due heads answer the min:
     // without it SQLite walked every head); the oldest pending or failed
     // row, joined on when there is one.
     let sql = format!(
-        "SELECT c.now_ms, c.total, c.processing, c.failed, c.dead, c.applicable, o.* FROM (SELECT \
+        "SELECT c.now_ms, t.total, t.processing, c.failed, c.dead, c.applicable, o.* FROM (SELECT \
            {{now}} AS now_ms, \
-           (SELECT COUNT(*) FROM outbox) AS total, \
-           (SELECT COUNT(*) FROM outbox WHERE status = 'processing') AS processing, \
            (SELECT COUNT(*) FROM outbox WHERE status = 'failed') AS failed, \
            (SELECT COUNT(*) FROM outbox WHERE status = 'dead') AS dead, \
            (SELECT min(due_at) FROM outbox_heads WHERE due_at IS NOT NULL) AS applicable) AS c \
+         CROSS JOIN (SELECT COUNT(*) AS total, COUNT(*) FILTER (WHERE status = 'processing') AS processing \
+           FROM outbox) AS t \
          LEFT JOIN (SELECT * FROM (SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'pending' \
              ORDER BY next_attempt_at, stream, seq LIMIT 1) AS p \
            UNION ALL SELECT * FROM (SELECT {ROW_COLUMNS} FROM outbox WHERE status = 'failed' \

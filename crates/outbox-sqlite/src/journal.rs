@@ -423,11 +423,20 @@ fn abandon_body(conn: &Connection, lease: &Lease) -> Result<u64> {
     if !lease_valid(conn, lease).map_err(&err)? {
         return Err(lease.lost());
     }
+    // The walk of the stream's rows stops at its first pending row: its
+    // processing rows all come before it (a claim marks a run from the
+    // stream's first row on, only up to a row that is not due, and rows are
+    // only ever added behind a stream's last). So it reads the claimed run
+    // and the failed rows among it by the key, never the stream's backlog,
+    // and no claim keeps an index of processing rows up to date for it
+    // (journal migration 0011, ADR 0041).
     let n = conn
         .prepare_cached(concat!(
-            "UPDATE outbox INDEXED BY outbox_processing SET status = 'pending', updated_at = ",
+            "UPDATE outbox SET status = 'pending', updated_at = ",
             now_ms!(),
-            " WHERE stream = ?1 AND status = 'processing'"
+            " WHERE stream = ?1 AND status = 'processing' AND seq < coalesce(\
+             (SELECT seq FROM outbox WHERE stream = ?1 AND status = 'pending' ORDER BY seq LIMIT 1), \
+             9223372036854775807)"
         ))
         .and_then(|mut st| st.execute([lease.stream.as_str()]))
         .map_err(&err)?;
@@ -1841,6 +1850,67 @@ mod tests {
         assert!(
             heads.iter().filter(|h| h.1.is_some_and(|d| d <= now)).count() > 20,
             "enough heads are due for the limits to matter"
+        );
+    }
+
+    /// An abandon gives back the claimed run's processing rows, the ones
+    /// behind a row that failed in it included, and stops at the stream's
+    /// first pending row: failed rows stay failed, other streams' rows are
+    /// untouched, and a processing row behind a pending one (which only an
+    /// operator's retry racing the abandon leaves) is not the run's: the
+    /// next claim takes it alone.
+    #[tokio::test]
+    async fn an_abandon_gives_back_the_claimed_run_up_to_the_first_pending_row() {
+        let (_dir, path, journal) = temp_journal().await;
+        append(&journal, "s", 9, b"{}").await;
+        append(&journal, "t", 2, b"{}").await;
+        let runs = journal
+            .take(&owner(), TTL, outbox_core::Take::Due(LIMITS))
+            .await
+            .expect("claim");
+        let lease = runs
+            .iter()
+            .find(|r| r.lease.stream.as_str() == "s")
+            .map(|r| r.lease.clone())
+            .expect("s claimed");
+        journal.close().await;
+        let conn = Connection::open(&path).expect("connection");
+        crate::clock::install_on(&conn, crate::clock::Clock::System).expect("clock");
+        // The run failed at 4; 7 and 8 are pending again and 9 processing
+        // behind them.
+        conn.execute_batch(
+            "UPDATE outbox SET status = 'failed' WHERE stream = 's' AND seq = 4; \
+             UPDATE outbox SET status = 'pending' WHERE stream = 's' AND seq IN (7, 8);",
+        )
+        .expect("arrange rows");
+        let statuses = |stream: &str| -> Vec<String> {
+            conn.prepare("SELECT status FROM outbox WHERE stream = ?1 ORDER BY seq")
+                .and_then(|mut st| st.query_map([stream], |r| r.get(0))?.collect())
+                .expect("statuses")
+        };
+        assert_eq!(statuses("s")[8], "processing", "the claim marked the whole run");
+
+        let abandoned = abandon_body(&conn, &lease).expect("abandon");
+
+        assert_eq!(abandoned, 5, "rows 1-3, 5 and 6");
+        assert_eq!(
+            statuses("s"),
+            [
+                "pending",
+                "pending",
+                "pending",
+                "failed",
+                "pending",
+                "pending",
+                "pending",
+                "pending",
+                "processing"
+            ]
+        );
+        assert_eq!(
+            statuses("t"),
+            ["processing", "processing"],
+            "another stream's claim stands"
         );
     }
 

@@ -64,6 +64,12 @@ const JOURNAL: &[Migration] = &[
     migration!("journal", 8, "0008_alone", "alone"),
     migration!("journal", 9, "0009_consumers", "consumers"),
     migration!("journal", 10, "0010_lean_append", "lean append"),
+    migration!(
+        "journal",
+        11,
+        "0011_claims_write_no_processing_index",
+        "claims write no processing index"
+    ),
 ];
 
 /// The projection database's migrations, oldest first.

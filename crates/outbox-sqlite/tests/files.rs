@@ -300,7 +300,7 @@ async fn newer_schema_is_refused_and_untouched() {
             database,
         } => {
             assert_eq!(*found, 9999);
-            assert_eq!(*supported, 10, "the newest embedded journal migration");
+            assert_eq!(*supported, 11, "the newest embedded journal migration");
             assert!(database.contains("journal.db"), "{database}");
         }
         other => panic!("expected SchemaTooNew, got {other:?}"),
@@ -397,8 +397,8 @@ async fn a_0001_journal_migrates_forward_on_open() {
             .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
-        "0002 to 0010 recorded once, after 0001"
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+        "0002 to 0011 recorded once, after 0001"
     );
     // 0010: the events kept their positions, the next append numbered on
     // from them, and nothing repeats a stream's version any more.
@@ -448,8 +448,8 @@ async fn a_0001_journal_migrates_forward_on_open() {
     .unwrap();
     assert_eq!(
         indexes,
-        ["outbox_dead", "outbox_failed", "outbox_processing"],
-        "0003 replaced the status index"
+        ["outbox_dead", "outbox_failed"],
+        "0003 replaced the status index, 0011 dropped the processing one"
     );
     sqlx::Connection::close(conn).await.unwrap();
     let again = SqliteJournal::open(&path, test_options())

@@ -98,6 +98,7 @@ macro_rules! for_each_check {
             fail_needs_a_processing_row,
             fail_at_the_threshold_parks_at_once,
             finish_abandons_processing_rows_and_frees_the_stream,
+            finish_abandons_the_rows_behind_a_failed_one,
             finish_under_a_lost_lease_abandons_nothing,
             complete_deletes_rows_whatever_status,
             complete_is_idempotent_and_needs_no_lease,

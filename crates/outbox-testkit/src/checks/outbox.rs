@@ -835,6 +835,12 @@ pub async fn finish_abandons_processing_rows_and_frees_the_stream<H: Harness>(h:
     h.advance(&f.ctx, secs(1)).await;
     let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 3).await;
     assert_eq!(seqs_of(&claimed), [1, 2, 3]);
+    let summary = f.journal.summary().await.unwrap();
+    assert_eq!(
+        (summary.processing, summary.pending),
+        (3, 1),
+        "the summary counts the claimed run as processing"
+    );
     let end = StreamEnd {
         lease: lease.clone(),
         through: None,
@@ -850,12 +856,52 @@ pub async fn finish_abandons_processing_rows_and_frees_the_stream<H: Harness>(h:
         all.iter().all(|r| r.status == OutboxStatus::Pending),
         "all pending again: {all:?}"
     );
+    assert_eq!(f.journal.summary().await.unwrap().processing, 0);
     assert_eq!(
         row(&f.journal, &s, 1).await.attempt_count,
         1,
         "attempt count unchanged"
     );
     assert!(is_due(&f.journal, &s).await, "due at once: the lease is released");
+}
+
+/// `finish` with `abandon` after a row of the run failed: the processing
+/// rows on both sides of it are given back, the failed row stays failed
+/// with its attempt, and the rows never claimed stay as they were.
+pub async fn finish_abandons_the_rows_behind_a_failed_one<H: Harness>(h: &H) {
+    let f = h.open().await;
+    let s = enqueue(&f.journal, "s", 6).await;
+    let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 4).await;
+    assert_eq!(seqs_of(&claimed), [1, 2, 3, 4]);
+    f.journal
+        .fail(&lease, seq(2), "x", &RetryPolicy::default())
+        .await
+        .expect("fail a row of the run");
+    let end = StreamEnd {
+        lease: lease.clone(),
+        through: None,
+        abandon: true,
+    };
+    f.journal.finish(&[end]).await.expect("finish");
+    let mut statuses: Vec<(u64, OutboxStatus)> = rows(&f.journal)
+        .await
+        .iter()
+        .map(|r| (r.seq.get(), r.status))
+        .collect();
+    statuses.sort_by_key(|(seq, _)| *seq);
+    assert_eq!(
+        statuses,
+        [
+            (1, OutboxStatus::Pending),
+            (2, OutboxStatus::Failed),
+            (3, OutboxStatus::Pending),
+            (4, OutboxStatus::Pending),
+            (5, OutboxStatus::Pending),
+            (6, OutboxStatus::Pending),
+        ]
+    );
+    assert_eq!(row(&f.journal, &s, 2).await.attempt_count, 1);
+    assert_eq!(f.journal.summary().await.unwrap().processing, 0);
 }
 
 /// `finish` under a lease that is no longer current (another owner's, or

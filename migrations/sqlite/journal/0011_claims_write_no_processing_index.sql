@@ -1,0 +1,11 @@
+-- Claims and completions write no index entry besides the rows' own (ADR
+-- 0041).
+--
+-- The partial index of processing rows took an entry for every row a claim
+-- marked and gave it back when the row was completed: two more B-tree
+-- writes per row on the hot path, for two rare readers. An abandon finds a
+-- stream's processing rows by its key instead: they come before its first
+-- pending row (a claim marks a run from the stream's first row on, and no
+-- row is ever inserted before a stream's rows). The queue summary counts
+-- them in the walk that counts every row.
+DROP INDEX outbox_processing;
