@@ -591,12 +591,11 @@ pub async fn head(db: &(impl Database + ?Sized), stream: &StreamId) -> Result<Op
 
 /// The queue summary's counts: every row and the processing ones in one
 /// walk, then the failed and dead ones (pending is the rest). No `GROUP
-/// BY status`: on a large backlog that sorted every row (SQLite has no
-/// index led by the status, ADR 0015) every time the heartbeat refreshed
-/// its gauges. The total and the processing rows walk one b-tree with no
-/// sort (SQLite keeps no index of processing rows: claims would write it);
-/// the partial indexes of failed and dead rows (SQLite) or the status
-/// index (Postgres) count those.
+/// BY status`: on a large backlog that sorted every row (no backend has
+/// an index led by the status, ADR 0041) every time the heartbeat
+/// refreshed its gauges. The total and the processing rows walk the table
+/// once with no sort (no index holds processing rows: claims would write
+/// it); the partial indexes of failed and dead rows count those.
 pub const SUMMARY_COUNTS: &str = "SELECT t.total, t.processing, \
      (SELECT COUNT(*) FROM outbox WHERE status = 'failed'), \
      (SELECT COUNT(*) FROM outbox WHERE status = 'dead') \
