@@ -867,12 +867,16 @@ pub async fn finish_abandons_processing_rows_and_frees_the_stream<H: Harness>(h:
 
 /// `finish` with `abandon` after a row of the run failed: the processing
 /// rows on both sides of it are given back, the failed row stays failed
-/// with its attempt, and the rows never claimed stay as they were.
+/// with its attempt, and the rows never claimed stay as they were. Another
+/// stream's run, claimed by another worker, is not touched.
 pub async fn finish_abandons_the_rows_behind_a_failed_one<H: Harness>(h: &H) {
     let f = h.open().await;
     let s = enqueue(&f.journal, "s", 6).await;
+    let bystander = enqueue(&f.journal, "t", 3).await;
     let (lease, claimed) = take_and_claim(&f.journal, &s, "w", 4).await;
     assert_eq!(seqs_of(&claimed), [1, 2, 3, 4]);
+    let (_, theirs) = take_and_claim(&f.journal, &bystander, "other", 2).await;
+    assert_eq!(seqs_of(&theirs), [1, 2]);
     f.journal
         .fail(&lease, seq(2), "x", &RetryPolicy::default())
         .await
@@ -883,25 +887,35 @@ pub async fn finish_abandons_the_rows_behind_a_failed_one<H: Harness>(h: &H) {
         abandon: true,
     };
     f.journal.finish(&[end]).await.expect("finish");
-    let mut statuses: Vec<(u64, OutboxStatus)> = rows(&f.journal)
+    let mut statuses: Vec<(&str, u64, OutboxStatus)> = rows(&f.journal)
         .await
         .iter()
-        .map(|r| (r.seq.get(), r.status))
+        .map(|r| {
+            let name = if r.stream == s { "s" } else { "t" };
+            (name, r.seq.get(), r.status)
+        })
         .collect();
-    statuses.sort_by_key(|(seq, _)| *seq);
+    statuses.sort();
     assert_eq!(
         statuses,
         [
-            (1, OutboxStatus::Pending),
-            (2, OutboxStatus::Failed),
-            (3, OutboxStatus::Pending),
-            (4, OutboxStatus::Pending),
-            (5, OutboxStatus::Pending),
-            (6, OutboxStatus::Pending),
+            ("s", 1, OutboxStatus::Pending),
+            ("s", 2, OutboxStatus::Failed),
+            ("s", 3, OutboxStatus::Pending),
+            ("s", 4, OutboxStatus::Pending),
+            ("s", 5, OutboxStatus::Pending),
+            ("s", 6, OutboxStatus::Pending),
+            ("t", 1, OutboxStatus::Processing),
+            ("t", 2, OutboxStatus::Processing),
+            ("t", 3, OutboxStatus::Pending),
         ]
     );
     assert_eq!(row(&f.journal, &s, 2).await.attempt_count, 1);
-    assert_eq!(f.journal.summary().await.unwrap().processing, 0);
+    assert_eq!(
+        f.journal.summary().await.unwrap().processing,
+        2,
+        "only the bystander's run is still processing"
+    );
 }
 
 /// `finish` under a lease that is no longer current (another owner's, or
