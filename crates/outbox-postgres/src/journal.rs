@@ -7,21 +7,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::spi::{
-    duration_millis, journal_undecodable, plan_append, truncate_error, unless_lease_lost, validate_limit,
-    validate_ttl,
+    duration_millis, journal_undecodable, truncate_error, unless_lease_lost, validate_limit, validate_ttl,
 };
 use outbox_core::{
     ActivityCounts, ActivityLog, ActivitySeries, AppendOptions, AppendRequest, Appended, DeadLetters, Error,
     Event, EventJournal, FailureDecision, FailureOutcome, FeedPage, Lease, LeaseAdmin, LeaseEntry,
     LeaseStore, MAX_PAGE, Mode, OutboxInspector, OutboxQueue, OutboxRow, OutboxStatus, OutboxSummary,
-    Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, PayloadHash, Result,
-    RetryPolicy, Seq, SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd,
-    StreamId, StreamVersion, SweepLimits, Timestamp, WakeSource, WorkerId, WorkerInfo, WorkerRegistry,
+    Partition, PartitionStatus, PartitionStore, PartitionSync, Partitioning, Result, RetryPolicy, Seq,
+    SinkFeed, SinkName, SinkStatus, SinkStore, SinkStream, SinkSummary, StreamEnd, StreamId, StreamVersion,
+    SweepLimits, Timestamp, WakeSource, WorkerId, WorkerInfo, WorkerRegistry,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::{Connection, PgConnection, Postgres, Row as _, Transaction};
 
 use crate::PgOptions;
+use crate::append::Args;
 use crate::db::{Db, Role, jnow, parse_url, storage};
 use crate::sql::RoleDb;
 use crate::wake::PgWakeSource;
@@ -86,14 +86,6 @@ fn storable(text: &str) -> std::borrow::Cow<'_, str> {
         std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}"))
     } else {
         std::borrow::Cow::Borrowed(text)
-    }
-}
-
-fn no_nul(what: &str, text: &str) -> Result<()> {
-    if text.contains('\0') {
-        Err(Error::invalid(format_args!("{what} contains a NUL character")))
-    } else {
-        Ok(())
     }
 }
 
@@ -169,147 +161,6 @@ async fn processing_row(conn: &mut PgConnection, lease: &Lease, seq: Seq) -> Res
         )));
     }
     Ok(u32::try_from(attempts.max(0)).unwrap_or(0))
-}
-
-/// The append: one call of the schema's `outbox_append` function (migration
-/// 0008), which locks the streams in order, checks the versions and writes
-/// every event, outbox row and head (and notifies at most once) or nothing.
-/// One statement, so `append` runs it in autocommit: one round trip.
-///
-/// Each stream's expected version is sent as the version it must have
-/// before the batch (the batch's earlier events of that stream subtracted),
-/// or none for [`ExpectedVersion::Any`](outbox_core::ExpectedVersion::Any);
-/// requests of one stream that cannot all hold are sent as a version no
-/// stream has. On a mismatch the function returns the streams' versions and
-/// [`plan_append`] names the conflict from them, as every adapter does.
-async fn append_call<'c>(
-    conn: impl sqlx::PgExecutor<'c>,
-    batch: &[AppendRequest],
-    options: AppendOptions,
-    notify: Option<&str>,
-    partitioning: &Partitioning,
-) -> Result<Vec<Appended>> {
-    let err = |e| storage("appending events", e);
-    for req in batch {
-        for e in &req.events {
-            if let Some(c) = &e.metadata.correlation_id {
-                no_nul("a correlation id", c)?;
-            }
-            if let Some(c) = &e.metadata.causation_id {
-                no_nul("a causation id", c)?;
-            }
-        }
-    }
-    let mut names: Vec<&str> = batch.iter().map(|r| r.stream.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
-    let total: usize = batch.iter().map(|r| r.events.len()).sum();
-    let mut counts = vec![0i64; names.len()];
-    let mut expected: Vec<Option<Option<i64>>> = vec![None; names.len()];
-    let (mut s, mut k, mut t, mut i, mut p, mut h, mut c, mut ca) = (
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-        Vec::with_capacity(total),
-    );
-    for req in batch {
-        let at = names
-            .binary_search(&req.stream.as_str())
-            .map_err(|_| journal_undecodable("append batch", "a stream missing from its names"))?;
-        let before = counts[at];
-        let wanted = match req.expected {
-            outbox_core::ExpectedVersion::Any => None,
-            outbox_core::ExpectedVersion::NoStream => Some(0i64.saturating_sub(before)),
-            outbox_core::ExpectedVersion::Exact(v) => Some(seq_i64(v).saturating_sub(before)),
-        };
-        if let Some(w) = wanted {
-            // -1 is no stream's version: requests that disagree conflict.
-            let w = if w < 0 { -1 } else { w };
-            expected[at] = Some(match expected[at] {
-                Some(Some(prev)) if prev != w => Some(-1),
-                _ => Some(w),
-            });
-        }
-        for (j, e) in req.events.iter().enumerate() {
-            s.push(req.stream.as_str());
-            k.push(before + 1 + j as i64);
-            t.push(e.event_type.as_str());
-            i.push(e.intent.as_str());
-            p.push(e.payload.as_slice());
-            h.push(PayloadHash::of(&e.payload).0.to_vec());
-            c.push(e.metadata.correlation_id.as_deref());
-            ca.push(e.metadata.causation_id.as_deref());
-        }
-        counts[at] = before + req.events.len() as i64;
-    }
-    let expected: Vec<Option<i64>> = expected.into_iter().map(Option::flatten).collect();
-    let partitions: Vec<i32> = names
-        .iter()
-        .map(|n| StreamId::new(*n).map(|id| i32::from(partitioning.of(&id).get())))
-        .collect::<Result<_>>()?;
-    let rows: Vec<(String, i64, Option<i64>, Option<i64>)> = sqlx::query_as(APPEND_CALL)
-        .bind(&s)
-        .bind(&k)
-        .bind(&t)
-        .bind(&i)
-        .bind(&p)
-        .bind(&h)
-        .bind(&c)
-        .bind(&ca)
-        .bind(&names)
-        .bind(&counts)
-        .bind(&expected)
-        .bind(&partitions)
-        .bind(options.enqueues())
-        // One notification per append (Postgres folds identical ones within
-        // a transaction), delivered when the transaction commits.
-        .bind(notify.filter(|_| options.enqueues()))
-        .bind(seq_i64(Seq::MAX.get()))
-        .fetch_all(conn)
-        .await
-        .map_err(err)?;
-    let refused = rows.iter().any(|r| r.2.is_none());
-    // Each stream's version before the batch: as found (refused), or its
-    // first new seq less one.
-    let mut before: HashMap<&str, u64> = HashMap::with_capacity(names.len());
-    let mut positions: HashMap<(&str, i64), (i64, i64)> = HashMap::with_capacity(rows.len());
-    for (stream, seq, global, at) in &rows {
-        let version = if refused { *seq } else { seq - 1 };
-        let version = u64::try_from(version).unwrap_or(0);
-        before
-            .entry(stream.as_str())
-            .and_modify(|v| *v = (*v).min(version))
-            .or_insert(version);
-        if let (Some(g), Some(a)) = (global, at) {
-            positions.insert((stream.as_str(), *seq), (*g, *a));
-        }
-    }
-    let plan = plan_append(batch, |s| before.get(s.as_str()).copied().unwrap_or(0))?;
-    if refused {
-        return Err(journal_undecodable(
-            "append result",
-            "the journal refused a batch whose versions match",
-        ));
-    }
-    let mut out = Vec::with_capacity(batch.len());
-    for (req, &first) in batch.iter().zip(&plan.firsts) {
-        let (global, at) = positions
-            .get(&(req.stream.as_str(), seq_i64(first)))
-            .copied()
-            .ok_or_else(|| journal_undecodable("append result", "an inserted event was not returned"))?;
-        out.push(Appended {
-            stream: req.stream.clone(),
-            first_seq: Seq::new(first)?,
-            last_seq: Seq::new(first + req.events.len() as u64 - 1)?,
-            first_global_position: u64::try_from(global).unwrap_or(0),
-            recorded_at: Timestamp::from_millis(at),
-        });
-    }
-    Ok(out)
 }
 
 impl PgJournal {
@@ -422,22 +273,9 @@ impl PgJournal {
                 "append_in needs a connection inside a transaction (see PgJournal::begin)",
             ));
         }
-        let mut sp = conn
-            .begin()
+        Args::new(batch, options, self.notify_channel(), &self.partitioning)?
+            .append_in(conn)
             .await
-            .map_err(|e| storage("starting a savepoint", e))?;
-        let out = append_call(
-            &mut *sp,
-            batch,
-            options,
-            self.notify_channel(),
-            &self.partitioning,
-        )
-        .await?;
-        sp.commit()
-            .await
-            .map_err(|e| storage("releasing a savepoint", e))?;
-        Ok(out)
     }
 
     /// Re-keys the sinks' feed after a logical restore into another
@@ -524,6 +362,9 @@ impl PgJournal {
 impl EventJournal for PgJournal {
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
+        // No notification inside the transaction (see `notifier`): one is
+        // sent after the commit, coalesced with other appends'.
+        let args = Args::new(batch, options, None, &self.partitioning)?;
         // Appends take turns for their share of the pool: the reserved
         // connections stay free for the runtime's calls
         // (`PgOptions::reserved_connections`). The turn and the connection
@@ -548,9 +389,7 @@ impl EventJournal for PgJournal {
             .await
             .map_err(waited)?
             .map_err(|e| storage(self.db.context("appending events"), e))?;
-        // No notification inside the transaction (see `notifier`): one is
-        // sent after the commit, coalesced with other appends'.
-        let out = append_call(&mut *conn, batch, options, None, &self.partitioning).await;
+        let out = args.append(&mut conn).await;
         drop(conn);
         drop(slot);
         let out = out?;
@@ -1162,12 +1001,6 @@ const REKEY_CURSORS_TO_KEYS: &str = "WITH bounds AS (\
          b.horizon - 1) \
      END \
      FROM bounds b";
-
-/// The append: one call of the schema's `outbox_append` function (journal
-/// migration 0008, ADR 0031).
-pub(crate) const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, out_at FROM outbox_append(\
-     $1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::text[], $8::text[], \
-     $9::text[], $10::bigint[], $11::bigint[], $12::integer[], $13::boolean, $14::text, $15::bigint)";
 
 /// Locks streams' version rows in stream order and reads their versions.
 pub(crate) const LOCK_STREAMS: &str =

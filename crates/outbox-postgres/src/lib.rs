@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod append;
 mod db;
 mod journal;
 mod notifier;
@@ -43,10 +44,11 @@ pub mod testing;
 #[cfg(feature = "test-util")]
 pub mod statements {
     #![allow(missing_docs)] // Each is the statement of the same name.
-    use crate::{journal, tx};
+    use crate::{append, journal, tx};
 
     pub const ABANDON: &str = journal::ABANDON;
-    pub const APPEND_CALL: &str = journal::APPEND_CALL;
+    pub const APPEND: &str = append::APPEND;
+    pub const APPEND_CALL: &str = append::APPEND_CALL;
     pub const CLAIM: &str = journal::CLAIM;
     pub const CLAIM_PARTITIONED: &str = journal::CLAIM_PARTITIONED;
     pub const COMPLETE: &str = journal::COMPLETE;

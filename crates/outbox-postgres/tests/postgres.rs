@@ -252,8 +252,8 @@ async fn sweep_ends_seek_their_streams_under_a_generic_plan() {
     );
 }
 
-/// `due_streams`, `claim`, `complete`, `abandon` and the partitioned claim seek
-/// indexes on a large outbox: no sequential scan of `outbox` (or of
+/// `due_streams`, `claim`, `complete`, `abandon`, the append and the
+/// partitioned claim seek indexes on a large outbox: no sequential scan of `outbox` (or of
 /// `outbox_heads`) in their plans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_use_indexes_on_a_large_outbox() {
@@ -314,6 +314,35 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
         due.contains("outbox_heads_by_due"),
         "due_streams walks the due index:\n{due}"
     );
+
+    // The append (one statement) of an event to one of those streams:
+    // its version row and its head are found by their keys.
+    let append = explain(pool, statements::APPEND, |q| {
+        q.bind(vec!["s500"])
+            .bind(vec![1i64])
+            .bind(vec!["oracle.add"])
+            .bind(vec!["apply"])
+            .bind(vec![b"1".to_vec()])
+            .bind(vec![vec![0u8; 32]])
+            .bind(vec![None::<&str>])
+            .bind(vec![None::<&str>])
+            .bind(vec![1i32])
+            .bind(vec!["s500"])
+            .bind(vec![1i64])
+            .bind(vec![None::<i64>])
+            .bind(vec![0i32])
+            .bind(true)
+            .bind(None::<&str>)
+            .bind(i64::MAX)
+    })
+    .await;
+    println!("append:\n{append}\n");
+    for table in ["outbox ", "outbox_heads ", "streams ", "events "] {
+        assert!(
+            !append.contains(&format!("Seq Scan on {table}")),
+            "the append scans {table}:\n{append}"
+        );
+    }
 
     // The partitioned claim (one statement) on the same data, with every
     // head in partition 0 and that partition held: a range of the
@@ -727,7 +756,7 @@ async fn newer_schema_is_refused_unchanged() {
     };
     let before = tables(j.pool().clone()).await;
     match PgJournal::connect(&url, options(&s)).await {
-        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 11)),
+        Err(Error::SchemaTooNew { found, supported, .. }) => assert_eq!((found, supported), (9999, 12)),
         other => panic!("a newer schema is SchemaTooNew, got {other:?}"),
     }
     assert_eq!(tables(j.pool().clone()).await, before, "nothing created");
@@ -1361,15 +1390,7 @@ async fn an_append_does_not_wait_for_a_claim_holding_its_streams_head() {
     });
     // Either the append returns, or it waits for the claim's transaction
     // (nothing else can: the transaction is this test's own).
-    let waited = loop {
-        if append.is_finished() {
-            break false;
-        }
-        if waited_for(&pool, &xid).await {
-            break true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let waited = waits_for(&pool, &xid, &append).await;
     claim.rollback().await.unwrap();
     let appended = append.await.unwrap().expect("the append");
     assert!(
@@ -1578,4 +1599,141 @@ async fn a_burst_of_appends_leaves_the_reserved_connections_free() {
         a.await.unwrap().unwrap();
     }
     assert_eq!(j.stream_version(&sid("held")).await.unwrap(), 4);
+}
+
+/// Runs `sql` (statements on `schema`'s tables, `{s}` standing for the
+/// schema) in `tx`.
+async fn run_in(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, schema: &str, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.replace("{s}", schema)))
+        .execute(&mut **tx)
+        .await
+        .expect(sql);
+}
+
+/// `(head_seq, due_at is set)` of `stream`'s head row, if it has one.
+async fn head_of(pool: &PgPool, schema: &str, stream: &str) -> Option<(i64, bool)> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT head_seq, due_at IS NOT NULL FROM {schema}.outbox_heads WHERE stream = $1"
+    )))
+    .bind(stream)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+}
+
+/// Waits until a session waits for transaction `xid`, or `task` ends
+/// first; returns whether it waited. Polls the server's lock table, so no
+/// outcome depends on how fast the machine is.
+async fn waits_for<T>(pool: &PgPool, xid: &str, task: &tokio::task::JoinHandle<T>) -> bool {
+    loop {
+        if waited_for(pool, xid).await {
+            return true;
+        }
+        if task.is_finished() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The append is one statement whose snapshot is taken before it waits for
+/// a stream's lock (ADR 0042). A worker that held that lock and removed the
+/// stream's head (its last row completed) commits while the append waits:
+/// the append still sees the head in its snapshot, and must put one back
+/// for its new row, or no claim would ever find that row. A bystander
+/// stream's head is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_behind_a_worker_that_removed_the_head_puts_one_back() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("behind");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    let admin = admin_pool(&url).await;
+    j.append(
+        &[request("s", &[1]), request("t", &[1, 2])],
+        AppendOptions::enqueue(),
+    )
+    .await
+    .expect("append");
+    assert_eq!(head_of(&admin, &s, "s").await, Some((1, true)));
+
+    // A worker completing s's only row: it locks the stream, deletes the
+    // row and the head, and has not committed yet.
+    let mut worker = admin.begin().await.unwrap();
+    run_in(
+        &mut worker,
+        &s,
+        "SELECT 1 FROM {s}.streams WHERE stream = 's' FOR NO KEY UPDATE; \
+         DELETE FROM {s}.outbox WHERE stream = 's'; \
+         DELETE FROM {s}.outbox_heads WHERE stream = 's';",
+    )
+    .await;
+    let xid = xact_id(&mut worker).await;
+    let appender = j.clone();
+    let append = tokio::spawn(async move {
+        appender
+            .append(&[request("s", &[2])], AppendOptions::enqueue())
+            .await
+    });
+    assert!(
+        waits_for(&admin, &xid, &append).await,
+        "the append waits for the stream's lock"
+    );
+    worker.commit().await.unwrap();
+    let appended = append.await.unwrap().expect("append");
+    assert_eq!(appended[0].first_seq.get(), 2);
+
+    assert_eq!(
+        head_of(&admin, &s, "s").await,
+        Some((2, true)),
+        "the new row has a due head"
+    );
+    let rows: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT seq, status FROM {s}.outbox WHERE stream = 's' ORDER BY seq"
+    )))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![(2, "pending".to_owned())]);
+    assert_eq!(
+        head_of(&admin, &s, "t").await,
+        Some((1, true)),
+        "the bystander's head"
+    );
+}
+
+/// A refused `append_in` (its expected version does not match) names the
+/// conflict, writes nothing, and leaves the caller's transaction usable:
+/// a later append in it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_append_in_leaves_the_transaction_usable() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("refusedin");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let j = journal(&url, &s).await;
+    j.append(&[request("s", &[1, 2])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+
+    let mut tx = j.begin().await.expect("begin");
+    let stale = AppendRequest::new(sid("s"), ExpectedVersion::Exact(1), vec![add(3)]);
+    match j
+        .append_in(&mut tx, &[stale, request("u", &[1])], AppendOptions::enqueue())
+        .await
+    {
+        Err(Error::Conflict { stream, actual, .. }) => assert_eq!((stream.as_str(), actual), ("s", 2)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    j.append_in(&mut tx, &[request("v", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append_in after a refusal");
+    tx.commit().await.expect("commit");
+
+    assert_eq!(j.stream_version(&sid("s")).await.unwrap(), 2);
+    assert_eq!(
+        j.stream_version(&sid("u")).await.unwrap(),
+        0,
+        "nothing of the refused batch"
+    );
+    assert_eq!(j.stream_version(&sid("v")).await.unwrap(), 1);
 }
