@@ -97,7 +97,7 @@ pub(crate) const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, 
 /// A row of either statement: stream, seq, and the event's position and
 /// time (both NULL in the function's answer to a refused batch, whose seq
 /// is then the stream's version).
-type Row = (String, i64, Option<i64>, Option<i64>);
+pub(crate) type Row = (String, i64, Option<i64>, Option<i64>);
 
 /// One batch as the statements' arrays.
 pub(crate) struct Args<'a> {
@@ -131,16 +131,7 @@ impl<'a> Args<'a> {
         notify: Option<&'a str>,
         partitioning: &Partitioning,
     ) -> Result<Self> {
-        for req in batch {
-            for e in &req.events {
-                if let Some(c) = &e.metadata.correlation_id {
-                    no_nul("a correlation id", c)?;
-                }
-                if let Some(c) = &e.metadata.causation_id {
-                    no_nul("a causation id", c)?;
-                }
-            }
-        }
+        check_text(batch)?;
         let mut names: Vec<&str> = batch.iter().map(|r| r.stream.as_str()).collect();
         names.sort_unstable();
         names.dedup();
@@ -208,7 +199,7 @@ impl<'a> Args<'a> {
     }
 
     /// The one statement.
-    async fn write(&self, conn: &mut PgConnection) -> sqlx::Result<Vec<Row>> {
+    pub(crate) async fn write(&self, conn: &mut PgConnection) -> sqlx::Result<Vec<Row>> {
         sqlx::query_as(APPEND)
             .bind(&self.s)
             .bind(&self.k)
@@ -298,7 +289,7 @@ impl<'a> Args<'a> {
     /// What the batch's requests appended, from the rows either statement
     /// returned; a refused batch becomes the conflict [`plan_append`] names
     /// from the streams' versions, as on every backend.
-    fn appended(&self, rows: &[Row]) -> Result<Vec<Appended>> {
+    pub(crate) fn appended(&self, rows: &[Row]) -> Result<Vec<Appended>> {
         let refused = rows.iter().any(|r| r.2.is_none());
         // Each stream's version before the batch: as found (refused), or
         // its first new seq less one.
@@ -346,6 +337,21 @@ fn refused(e: &sqlx::Error) -> bool {
         sqlx::Error::Database(d) => d.code().is_some_and(|c| c == REFUSED || c == OUT_OF_RANGE),
         _ => false,
     }
+}
+
+/// Refuses a batch with text Postgres cannot hold (NUL) in its metadata.
+pub(crate) fn check_text(batch: &[AppendRequest]) -> Result<()> {
+    for req in batch {
+        for e in &req.events {
+            if let Some(c) = &e.metadata.correlation_id {
+                no_nul("a correlation id", c)?;
+            }
+            if let Some(c) = &e.metadata.causation_id {
+                no_nul("a causation id", c)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Postgres text cannot hold NUL.

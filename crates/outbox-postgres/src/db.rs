@@ -237,7 +237,9 @@ pub(crate) struct Db {
     pub(crate) notifier: std::sync::Arc<crate::notifier::Notifier>,
     /// One permit per connection appends may hold
     /// ([`PgOptions::reserved_connections`]).
-    pub(crate) append_slots: tokio::sync::Semaphore,
+    pub(crate) append_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Appends queued for a turn, appended in groups (`group`).
+    pub(crate) appends: crate::group::Queue,
     /// How long a call waits for a connection (and an append for its slot).
     pub(crate) acquire_timeout: std::time::Duration,
 }
@@ -278,7 +280,10 @@ impl Db {
             migrate: options.migrate,
             test_clock: options.test_clock,
             notifier: Default::default(),
-            append_slots: tokio::sync::Semaphore::new(options.append_connections() as usize),
+            append_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                options.append_connections() as usize
+            )),
+            appends: Default::default(),
             acquire_timeout: options.acquire_timeout,
         })
     }

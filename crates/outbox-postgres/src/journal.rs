@@ -23,6 +23,7 @@ use sqlx::{Connection, PgConnection, Postgres, Row as _, Transaction};
 use crate::PgOptions;
 use crate::append::Args;
 use crate::db::{Db, Role, jnow, parse_url, storage};
+use crate::group;
 use crate::sql::RoleDb;
 use crate::wake::PgWakeSource;
 use outbox_sql::{Arg, SqlJournal};
@@ -74,6 +75,12 @@ fn decode_any_event(r: &PgRow) -> Result<Event> {
     outbox_sql::journal::decode_any_event(
         &crate::sql::to_row(r).map_err(|e| journal_undecodable("event", e))?,
     )
+}
+
+/// The append turns' semaphore is never closed: the journal holds it for
+/// its life.
+fn slots_closed(closed: tokio::sync::AcquireError) -> Error {
+    Error::storage("appending: the journal's append turns are closed", closed)
 }
 
 fn seq_i64(n: u64) -> i64 {
@@ -320,6 +327,125 @@ impl PgJournal {
         self.db.advance_clock(Role::Journal, duration_millis(d)).await
     }
 
+    /// An append alone on its turn, in the caller's task.
+    async fn append_alone(
+        &self,
+        batch: &[AppendRequest],
+        options: AppendOptions,
+        turn: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<Vec<Appended>> {
+        // No notification inside the transaction (see `notifier`): one is
+        // sent after the commit, coalesced with other appends'.
+        let args = Args::new(batch, options, None, &self.partitioning)?;
+        let deadline = tokio::time::Instant::now() + self.db.acquire_timeout;
+        let mut conn = tokio::time::timeout_at(deadline, self.db.pool.acquire())
+            .await
+            .map_err(|e| self.waited(e))?
+            .map_err(|e| storage(self.db.context("appending events"), e))?;
+        let out = args.append(&mut conn).await;
+        drop(conn);
+        drop(turn);
+        let out = out?;
+        self.appended(options);
+        Ok(out)
+    }
+
+    /// Appends a group's batches in one statement on `turn`, and answers
+    /// each member (see `group`).
+    async fn append_group(self, mut members: Vec<group::Waiting>, turn: tokio::sync::OwnedSemaphorePermit) {
+        let options = members[0].options;
+        let conn = tokio::time::timeout(self.db.acquire_timeout, self.db.pool.acquire()).await;
+        let mut conn = match conn {
+            Ok(Ok(conn)) => conn,
+            failed => {
+                let e = match failed {
+                    Err(elapsed) => self.waited(elapsed),
+                    Ok(Err(e)) => storage(self.db.context("appending events"), e),
+                    Ok(Ok(_)) => unreachable!("matched above"),
+                };
+                for m in members {
+                    m.answer(Err(group::copy_of(&e)));
+                }
+                return;
+            }
+        };
+        let mut ends = Vec::with_capacity(members.len());
+        let mut merged = Vec::new();
+        for m in &mut members {
+            merged.append(&mut m.batch);
+            ends.push(merged.len());
+        }
+        let ranges: Vec<std::ops::Range<usize>> = ends
+            .iter()
+            .scan(0, |start, &end| {
+                let r = *start..end;
+                *start = end;
+                Some(r)
+            })
+            .collect();
+        let together = match Args::new(&merged, options, None, &self.partitioning) {
+            Ok(args) if members.len() > 1 => match args.write(&mut conn).await {
+                Ok(rows) => Some(args.appended(&rows)),
+                // The server answered: the statement rolled back, nothing
+                // was written; each member is appended on its own.
+                Err(sqlx::Error::Database(_)) => None,
+                Err(e) => Some(Err(storage(self.db.context("appending events"), e))),
+            },
+            _ => None,
+        };
+        let outs: Vec<Result<Vec<Appended>>> = match together {
+            Some(Ok(all)) => {
+                let mut all = all.into_iter();
+                ranges
+                    .iter()
+                    .map(|r| Ok(all.by_ref().take(r.len()).collect()))
+                    .collect()
+            }
+            Some(Err(e)) => ranges.iter().map(|_| Err(group::copy_of(&e))).collect(),
+            None => {
+                let mut outs = Vec::with_capacity(ranges.len());
+                for r in &ranges {
+                    let out = match Args::new(&merged[r.clone()], options, None, &self.partitioning) {
+                        Ok(args) => args.append(&mut conn).await,
+                        Err(e) => Err(e),
+                    };
+                    outs.push(out);
+                }
+                outs
+            }
+        };
+        drop(conn);
+        drop(turn);
+        if outs.iter().any(Result::is_ok) {
+            self.appended(options);
+        }
+        for (m, out) in members.into_iter().zip(outs) {
+            m.answer(out);
+        }
+    }
+
+    /// After an append committed: wakes the listeners, if it enqueued.
+    fn appended(&self, options: AppendOptions) {
+        if options.enqueues()
+            && let Some(channel) = self.notify_channel()
+        {
+            self.db.notifier.poke(&self.db.pool, channel);
+        }
+    }
+
+    /// The error of an append that waited `acquire_timeout` for its turn or
+    /// its connection.
+    fn waited(&self, elapsed: tokio::time::error::Elapsed) -> Error {
+        Error::temporary(
+            format_args!(
+                "waiting {:?} for a connection to append with (every connection appends may \
+                 hold was busy)",
+                self.db.acquire_timeout
+            ),
+            elapsed,
+        )
+    }
+
     fn notify_channel(&self) -> Option<&str> {
         self.db.notify.then_some(self.db.channel.as_str())
     }
@@ -360,45 +486,43 @@ impl PgJournal {
 }
 
 impl EventJournal for PgJournal {
+    /// Appends take turns for their share of the pool: the reserved
+    /// connections stay free for the runtime's calls
+    /// (`PgOptions::reserved_connections`). An append that finds a turn
+    /// free and none queued runs alone; otherwise it queues, and whichever
+    /// queued append gets the next turn appends every queued batch in one
+    /// statement (`group`). The turn and the connection share one
+    /// `acquire_timeout`, as one wait for a connection would.
     async fn append(&self, batch: &[AppendRequest], options: AppendOptions) -> Result<Vec<Appended>> {
         options.validate(batch)?;
-        // No notification inside the transaction (see `notifier`): one is
-        // sent after the commit, coalesced with other appends'.
-        let args = Args::new(batch, options, None, &self.partitioning)?;
-        // Appends take turns for their share of the pool: the reserved
-        // connections stay free for the runtime's calls
-        // (`PgOptions::reserved_connections`). The turn and the connection
-        // share one `acquire_timeout`, as one wait for a connection would.
-        let waited = |elapsed| {
-            Error::temporary(
-                format_args!(
-                    "waiting {:?} for a connection to append with (every connection appends may \
-                     hold was busy)",
-                    self.db.acquire_timeout
-                ),
-                elapsed,
-            )
-        };
-        let deadline = tokio::time::Instant::now() + self.db.acquire_timeout;
-        let slot = tokio::time::timeout_at(deadline, self.db.append_slots.acquire())
-            .await
-            .map_err(waited)?
-            // Never closed: the journal holds the semaphore for its life.
-            .map_err(|closed| Error::storage("appending: the journal's append slots are closed", closed))?;
-        let mut conn = tokio::time::timeout_at(deadline, self.db.pool.acquire())
-            .await
-            .map_err(waited)?
-            .map_err(|e| storage(self.db.context("appending events"), e))?;
-        let out = args.append(&mut conn).await;
-        drop(conn);
-        drop(slot);
-        let out = out?;
-        if options.enqueues()
-            && let Some(channel) = self.notify_channel()
+        crate::append::check_text(batch)?;
+        if self.db.appends.is_empty()
+            && let Ok(turn) = self.db.append_slots.clone().try_acquire_owned()
         {
-            self.db.notifier.poke(&self.db.pool, channel);
+            return self.append_alone(batch, options, turn).await;
         }
-        Ok(out)
+        let (id, mut answer) = self.db.appends.push(batch, options);
+        let deadline = tokio::time::Instant::now() + self.db.acquire_timeout;
+        loop {
+            let turn = tokio::select! {
+                biased;
+                out = &mut answer => return out.unwrap_or_else(|_| Err(group::unanswered())),
+                turn = tokio::time::timeout_at(deadline, self.db.append_slots.clone().acquire_owned()) => turn,
+            };
+            let turn = match turn {
+                Ok(turn) => turn.map_err(slots_closed)?,
+                Err(elapsed) if self.db.appends.withdraw(id) => return Err(self.waited(elapsed)),
+                // A group took the batch: its outcome is on the way.
+                Err(_) => return answer.await.unwrap_or_else(|_| Err(group::unanswered())),
+            };
+            let members = self.db.appends.take();
+            if members.is_empty() {
+                drop(turn);
+                return answer.await.unwrap_or_else(|_| Err(group::unanswered()));
+            }
+            // Its own task: no caller's deadline cancels another's append.
+            tokio::spawn(self.clone().append_group(members, turn));
+        }
     }
 
     async fn load(&self, stream: &StreamId, seq: Seq) -> Result<Event> {

@@ -2,6 +2,7 @@
 
 mod append;
 mod db;
+mod group;
 mod journal;
 mod notifier;
 mod options;

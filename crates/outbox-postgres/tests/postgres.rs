@@ -1737,3 +1737,196 @@ async fn a_refused_append_in_leaves_the_transaction_usable() {
     );
     assert_eq!(j.stream_version(&sid("v")).await.unwrap(), 1);
 }
+
+/// A journal with one append turn, and an append to "x" that holds it:
+/// it waits for the stream lock the returned transaction holds. Every
+/// append started meanwhile queues for the turn (ADR 0042's groups).
+async fn turn_held(
+    url: &str,
+    schema: &str,
+    admin: &PgPool,
+) -> (
+    PgJournal,
+    sqlx::Transaction<'static, sqlx::Postgres>,
+    tokio::task::JoinHandle<outbox_core::Result<Vec<outbox_core::Appended>>>,
+) {
+    let j = PgJournal::connect(
+        url,
+        options(schema)
+            .with_max_connections(3)
+            .with_reserved_connections(2),
+    )
+    .await
+    .expect("connect");
+    j.append(&[request("x", &[1])], AppendOptions::enqueue())
+        .await
+        .expect("append");
+    let mut lock = admin.begin().await.unwrap();
+    run_in(
+        &mut lock,
+        schema,
+        "SELECT 1 FROM {s}.streams WHERE stream = 'x' FOR NO KEY UPDATE;",
+    )
+    .await;
+    let xid = xact_id(&mut lock).await;
+    let appender = j.clone();
+    let blocker = tokio::spawn(async move {
+        appender
+            .append(&[request("x", &[2])], AppendOptions::enqueue())
+            .await
+    });
+    assert!(
+        waits_for(admin, &xid, &blocker).await,
+        "the append holding the turn waits for the lock"
+    );
+    (j, lock, blocker)
+}
+
+type Pending<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = outbox_core::Result<Vec<outbox_core::Appended>>> + Send + 'a>,
+>;
+
+/// Polls each append once: each has queued for the turn when this returns
+/// (an append queues before its first wait).
+async fn queue_all(appends: &mut [Pending<'_>]) {
+    std::future::poll_fn(|cx| {
+        for a in appends.iter_mut() {
+            assert!(a.as_mut().poll(cx).is_pending(), "the append waits for the turn");
+        }
+        std::task::Poll::Ready(())
+    })
+    .await;
+}
+
+/// The transaction ids the events of `stream` were written in, by seq.
+async fn txids(pool: &PgPool, schema: &str, stream: &str) -> Vec<(i64, String)> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT seq, txid::text FROM {schema}.events WHERE stream = $1 ORDER BY seq"
+    )))
+    .bind(stream)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Appends queued while the only append turn is busy are appended by the
+/// next turn in one statement, one commit: each gets its own answer, seqs
+/// follow the queue's order within a stream, and every event is written in
+/// the same transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_appends_share_one_commit() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("group");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let admin = admin_pool(&url).await;
+    let (j, lock, blocker) = turn_held(&url, &s, &admin).await;
+
+    let batches: Vec<Vec<AppendRequest>> = vec![
+        vec![request("a", &[1, 2])],
+        vec![request("b", &[3])],
+        vec![request("a", &[4])],
+        vec![request("c", &[5]), request("b", &[6])],
+    ];
+    let mut appends: Vec<Pending<'_>> = batches
+        .iter()
+        .map(|b| Box::pin(j.append(b, AppendOptions::enqueue())) as Pending<'_>)
+        .collect();
+    queue_all(&mut appends).await;
+    lock.commit().await.unwrap();
+    blocker.await.unwrap().expect("the blocked append");
+
+    let mut answers = Vec::new();
+    for a in appends {
+        answers.push(a.await.expect("a queued append"));
+    }
+    let firsts: Vec<Vec<(String, u64, u64)>> = answers
+        .iter()
+        .map(|out| {
+            out.iter()
+                .map(|a| (a.stream.as_str().to_owned(), a.first_seq.get(), a.last_seq.get()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        firsts,
+        vec![
+            vec![("a".to_owned(), 1, 2)],
+            vec![("b".to_owned(), 1, 1)],
+            vec![("a".to_owned(), 3, 3)],
+            vec![("c".to_owned(), 1, 1), ("b".to_owned(), 2, 2)],
+        ]
+    );
+    let mut all = Vec::new();
+    for stream in ["a", "b", "c"] {
+        all.extend(txids(&admin, &s, stream).await);
+    }
+    assert_eq!(all.len(), 6);
+    assert!(
+        all.iter().all(|(_, t)| *t == all[0].1),
+        "one transaction for the group: {all:?}"
+    );
+    for stream in ["a", "b", "c"] {
+        assert!(
+            head_of(&admin, &s, stream)
+                .await
+                .is_some_and(|(seq, due)| seq == 1 && due),
+            "{stream} has a due head"
+        );
+    }
+}
+
+/// A queued append whose expected version does not match fails alone with
+/// its conflict; the others in its group are appended as if it were not
+/// there. An append whose caller stopped waiting while it was queued is
+/// never appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_member_of_a_group_harms_no_other() {
+    let Some(url) = test_database_url() else { return };
+    let s = unique_schema("groupbad");
+    let _drop = DropSchemas::new(&url, [s.clone()]);
+    let admin = admin_pool(&url).await;
+    let (j, lock, blocker) = turn_held(&url, &s, &admin).await;
+
+    let stale = vec![AppendRequest::new(
+        sid("x"),
+        ExpectedVersion::Exact(7),
+        vec![add(9)],
+    )];
+    let good_a = vec![request("a", &[1])];
+    let good_b = vec![request("b", &[2, 3])];
+    let dropped = vec![request("d", &[4])];
+    let mut appends: Vec<Pending<'_>> = vec![
+        Box::pin(j.append(&good_a, AppendOptions::enqueue())),
+        Box::pin(j.append(&stale, AppendOptions::enqueue())),
+        Box::pin(j.append(&dropped, AppendOptions::enqueue())),
+        Box::pin(j.append(&good_b, AppendOptions::enqueue())),
+    ];
+    queue_all(&mut appends).await;
+    // The caller of the third stops waiting while it is queued.
+    drop(appends.remove(2));
+    lock.commit().await.unwrap();
+    blocker.await.unwrap().expect("the blocked append");
+
+    let mut answers = Vec::new();
+    for a in appends {
+        answers.push(a.await);
+    }
+    assert_eq!(answers[0].as_ref().expect("a")[0].first_seq.get(), 1);
+    match &answers[1] {
+        Err(Error::Conflict { stream, actual, .. }) => assert_eq!((stream.as_str(), *actual), ("x", 2)),
+        other => panic!("expected the stale append's conflict, got {other:?}"),
+    }
+    assert_eq!(answers[2].as_ref().expect("b")[0].last_seq.get(), 2);
+    assert_eq!(
+        j.stream_version(&sid("x")).await.unwrap(),
+        2,
+        "nothing of the stale batch"
+    );
+    assert_eq!(
+        j.stream_version(&sid("d")).await.unwrap(),
+        0,
+        "the abandoned batch was not appended"
+    );
+    assert_eq!(j.stream_version(&sid("a")).await.unwrap(), 1);
+    assert_eq!(j.stream_version(&sid("b")).await.unwrap(), 2);
+}
