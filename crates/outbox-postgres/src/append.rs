@@ -99,6 +99,9 @@ pub(crate) const APPEND_CALL: &str = "SELECT out_stream, out_seq, out_position, 
 /// is then the stream's version).
 pub(crate) type Row = (String, i64, Option<i64>, Option<i64>);
 
+/// Either statement, being bound.
+type Query<'q> = sqlx::query::QueryAs<'q, sqlx::Postgres, Row, sqlx::postgres::PgArguments>;
+
 /// One batch as the statements' arrays.
 pub(crate) struct Args<'a> {
     batch: &'a [AppendRequest],
@@ -200,31 +203,20 @@ impl<'a> Args<'a> {
 
     /// The one statement.
     pub(crate) async fn write(&self, conn: &mut PgConnection) -> sqlx::Result<Vec<Row>> {
-        sqlx::query_as(APPEND)
-            .bind(&self.s)
-            .bind(&self.k)
-            .bind(&self.t)
-            .bind(&self.i)
-            .bind(&self.p)
-            .bind(&self.h)
-            .bind(&self.c)
-            .bind(&self.ca)
-            .bind(&self.x)
-            .bind(&self.names)
-            .bind(&self.counts)
-            .bind(&self.expected)
-            .bind(&self.parts)
-            .bind(self.enqueue)
-            .bind(self.notify)
-            .bind(Seq::MAX.as_i64())
-            .fetch_all(conn)
-            .await
+        let q = self.events(sqlx::query_as(APPEND)).bind(&self.x);
+        self.streams(q).fetch_all(conn).await
     }
 
     /// The function, for a batch the statement refused.
     async fn call(&self, conn: &mut PgConnection) -> sqlx::Result<Vec<Row>> {
-        sqlx::query_as(APPEND_CALL)
-            .bind(&self.s)
+        self.streams(self.events(sqlx::query_as(APPEND_CALL)))
+            .fetch_all(conn)
+            .await
+    }
+
+    /// Binds the per-event arrays both statements start with.
+    fn events<'q>(&'q self, q: Query<'q>) -> Query<'q> {
+        q.bind(&self.s)
             .bind(&self.k)
             .bind(&self.t)
             .bind(&self.i)
@@ -232,15 +224,17 @@ impl<'a> Args<'a> {
             .bind(&self.h)
             .bind(&self.c)
             .bind(&self.ca)
-            .bind(&self.names)
+    }
+
+    /// Binds the per-stream arrays and flags both statements end with.
+    fn streams<'q>(&'q self, q: Query<'q>) -> Query<'q> {
+        q.bind(&self.names)
             .bind(&self.counts)
             .bind(&self.expected)
             .bind(&self.parts)
             .bind(self.enqueue)
             .bind(self.notify)
             .bind(Seq::MAX.as_i64())
-            .fetch_all(conn)
-            .await
     }
 
     /// Appends on a connection in autocommit: the statement, and the
