@@ -334,10 +334,13 @@ pub async fn demo(a: DemoArgs) -> Result<()> {
         eprintln!();
     }
     let m = rt.metrics();
-    let (_, dead) = projection_exceptions(rt.journal(), Some(outbox_core::SinkStatus::Dead), 10).await?;
+    // Dead letters as the store has them (what the wait above saw): the
+    // worker counts its metric only after the store call returns, so the
+    // metric may not have caught up yet.
+    let (counts, dead) = projection_exceptions(rt.journal(), Some(outbox_core::SinkStatus::Dead), 10).await?;
     say(format!(
         "  retries scheduled: {}; dead-lettered: {}",
-        m.failed, m.dead_lettered
+        m.failed, counts.dead
     ));
     for e in &dead {
         say(format!(
