@@ -231,12 +231,11 @@ async fn sweep_ends_seek_their_streams_under_a_generic_plan() {
         .execute(&mut *tx)
         .await
         .expect("prepare");
-    let plan: Vec<String> = sqlx::query_scalar(
-        "EXPLAIN EXECUTE ends (ARRAY['s5']::text[], ARRAY[3]::bigint[], ARRAY[0]::bigint[])",
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .expect("explain");
+    let plan: Vec<String> =
+        sqlx::query_scalar("EXPLAIN EXECUTE ends (ARRAY['s5']::text[], ARRAY[3]::bigint[])")
+            .fetch_all(&mut *tx)
+            .await
+            .expect("explain");
     let plan = plan.join("\n");
     tx.rollback().await.unwrap();
     println!("{plan}");
