@@ -236,7 +236,8 @@ pub(crate) struct Db {
     /// Sends the appends' wake-ups after they commit (`notify`).
     pub(crate) notifier: std::sync::Arc<crate::notifier::Notifier>,
     /// One permit per connection appends may hold
-    /// ([`PgOptions::reserved_connections`]).
+    /// ([`PgOptions::append_connections`], within the pool less
+    /// [`PgOptions::reserved_connections`]).
     pub(crate) append_slots: std::sync::Arc<tokio::sync::Semaphore>,
     /// Appends queued for a turn, appended in groups (`group`).
     pub(crate) appends: crate::group::Queue,
@@ -280,9 +281,7 @@ impl Db {
             migrate: options.migrate,
             test_clock: options.test_clock,
             notifier: Default::default(),
-            append_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(
-                options.append_connections() as usize
-            )),
+            append_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(options.append_turns() as usize)),
             appends: Default::default(),
             acquire_timeout: options.acquire_timeout,
         })

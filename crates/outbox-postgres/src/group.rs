@@ -1,13 +1,15 @@
 //! Group commit of concurrent appends (ADR 0042).
 //!
 //! An append waits for one of the connections appends may hold
-//! ([`PgOptions::reserved_connections`](crate::PgOptions)). Each waiting
-//! append is queued; the one that gets a connection takes every queued
-//! batch with the same options (up to [`GROUP_EVENTS`] events) and appends
-//! them in one statement, so they share one commit and one WAL flush. An
-//! append that finds a connection free runs alone, as before; a group only
-//! forms while every append connection is busy, which is when commits
-//! queue behind the disk anyway.
+//! ([`PgOptions::append_connections`](crate::PgOptions), 2 by default).
+//! Each waiting append is queued; the one that gets a connection takes
+//! every queued batch with the same options (up to [`GROUP_EVENTS`]
+//! events) and appends them in one statement, so they share one commit
+//! and one WAL flush. An append that finds a connection free runs alone,
+//! as before; a group only forms while every append connection is busy,
+//! which is when commits queue behind the disk anyway. Few append
+//! connections make groups form early: each statement costs the server
+//! about as much CPU for one event as for dozens.
 //!
 //! A group is atomic only as an optimization, never to a member's cost:
 //! when the statement fails with an answer from the server (a member's

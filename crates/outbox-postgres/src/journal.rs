@@ -486,9 +486,10 @@ impl PgJournal {
 }
 
 impl EventJournal for PgJournal {
-    /// Appends take turns for their share of the pool: the reserved
-    /// connections stay free for the runtime's calls
-    /// (`PgOptions::reserved_connections`). An append that finds a turn
+    /// Appends take turns for their share of the pool
+    /// (`PgOptions::append_connections`): the reserved connections stay
+    /// free for the runtime's calls (`PgOptions::reserved_connections`).
+    /// An append that finds a turn
     /// free and none queued runs alone; otherwise it queues, and whichever
     /// queued append gets the next turn appends every queued batch in one
     /// statement (`group`). The turn and the connection share one

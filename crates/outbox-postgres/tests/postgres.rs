@@ -1687,6 +1687,70 @@ async fn a_burst_of_appends_leaves_the_reserved_connections_free() {
     assert_eq!(j.stream_version(&sid("held")).await.unwrap(), 4);
 }
 
+/// With the default options an append waiting on a stream's lock holds
+/// one of the two append connections (`PgOptions::append_connections`):
+/// appends to other streams keep going on the other one meanwhile, grouped
+/// while it is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_held_by_a_lock_leaves_the_other_appends_going() {
+    let Some(url) = test_database_url() else {
+        return;
+    };
+    let s = unique_schema("bystander");
+    let _drop = DropSchemas::new(&url, vec![s.clone()]);
+    let j = PgJournal::connect(&url, options(&s)).await.unwrap();
+    j.append(&[request("held", &[1])], AppendOptions::default())
+        .await
+        .unwrap();
+    let pool = admin_pool(&url).await;
+    let mut holder = pool.begin().await.unwrap();
+    let lock = format!("SELECT 1 FROM \"{s}\".streams WHERE stream = 'held' FOR UPDATE");
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let xid = xact_id(&mut holder).await;
+    let blocked = {
+        let j = j.clone();
+        tokio::spawn(async move { j.append(&[request("held", &[2])], AppendOptions::default()).await })
+    };
+    assert!(
+        waits_for(&pool, &xid, &blocked).await,
+        "the append waits for the lock"
+    );
+    // Sixteen appenders at once, to sixteen other streams, while it waits.
+    let others: Vec<_> = (0..16)
+        .map(|k| {
+            let j = j.clone();
+            tokio::spawn(async move {
+                j.append(&[request(&format!("other-{k}"), &[k])], AppendOptions::default())
+                    .await
+            })
+        })
+        .collect();
+    // A guard against a hang only: they do not wait for the lock.
+    let done = tokio::time::timeout(Duration::from_secs(60), async {
+        for a in others {
+            a.await.unwrap().expect("an append to another stream");
+        }
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "appends to other streams waited for a lock on 'held'"
+    );
+    assert!(!blocked.is_finished(), "the held append still waits");
+    holder.rollback().await.unwrap();
+    blocked
+        .await
+        .unwrap()
+        .expect("the held append, once the lock is gone");
+    assert_eq!(j.stream_version(&sid("held")).await.unwrap(), 2);
+    for k in 0..16u64 {
+        assert_eq!(j.stream_version(&sid(&format!("other-{k}"))).await.unwrap(), 1);
+    }
+}
+
 /// Runs `sql` (statements on `schema`'s tables, `{s}` standing for the
 /// schema) in `tx`.
 async fn run_in(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, schema: &str, sql: &str) {
