@@ -52,6 +52,7 @@ pub mod statements {
     pub const APPEND_CALL: &str = append::APPEND_CALL;
     pub const CLAIM: &str = journal::CLAIM;
     pub const CLAIM_PARTITIONED: &str = journal::CLAIM_PARTITIONED;
+    pub const CLAIM_AND_LOAD_PARTITIONED: &str = journal::CLAIM_AND_LOAD_PARTITIONED;
     pub const COMPLETE: &str = journal::COMPLETE;
     pub const COMPLETE_ALL: &str = journal::COMPLETE_ALL;
     pub const DUE_STREAMS: &str = journal::DUE_STREAMS;

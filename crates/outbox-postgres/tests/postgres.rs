@@ -360,6 +360,16 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
             .bind(true)
     })
     .await;
+    let loaded = explain(pool, statements::CLAIM_AND_LOAD_PARTITIONED, |q| {
+        q.bind("w")
+            .bind(15_000i64)
+            .bind(64i64)
+            .bind(64i64)
+            .bind(512i64)
+            .bind("x")
+            .bind(true)
+    })
+    .await;
     sqlx::query("DELETE FROM outbox_partition_leases")
         .execute(pool)
         .await
@@ -375,6 +385,13 @@ async fn hot_statements_use_indexes_on_a_large_outbox() {
         partitioned.contains("Index Scan using outbox_heads_by_") && partitioned.contains("outbox_pkey"),
         "claim_partitioned walks a due index and the rows' keys:\n{partitioned}"
     );
+    println!("claim_and_load_partitioned:\n{loaded}\n");
+    for table in ["outbox ", "outbox_heads ", "streams ", "events "] {
+        assert!(
+            !loaded.contains(&format!("Seq Scan on {table}")),
+            "claim_and_load_partitioned scans {table}:\n{loaded}"
+        );
+    }
 
     // And the results are right on that data: the 20 due streams, oldest first.
     let found = j.due_streams(100).await.expect("due_streams");
@@ -1505,7 +1522,7 @@ async fn a_partitioned_claim_planned_on_empty_tables_seeks_its_heads_by_key() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    let sql = format!("PREPARE claim AS {}", statements::CLAIM_PARTITIONED);
+    let sql = format!("PREPARE claim AS {}", statements::CLAIM_AND_LOAD_PARTITIONED);
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
         .execute(&mut *tx)
         .await
