@@ -1652,6 +1652,25 @@ async fn waiting_on_streams(pool: &PgPool, schema: &str, xid: &str) -> i64 {
     .unwrap()
 }
 
+/// A transaction of another session holding `stream`'s version row in
+/// `schema` (appends to the stream wait for it), and its id.
+async fn hold_stream(
+    pool: &PgPool,
+    schema: &str,
+    stream: &str,
+) -> (sqlx::Transaction<'static, sqlx::Postgres>, String) {
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM \"{schema}\".streams WHERE stream = $1 FOR UPDATE"
+    )))
+    .bind(stream)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let xid = xact_id(&mut holder).await;
+    (holder, xid)
+}
+
 /// Appends never take the reserved connections
 /// (`PgOptions::reserved_connections`): in a pool of three with two
 /// reserved, three appends held up by a stream's lock occupy one connection
@@ -1671,13 +1690,7 @@ async fn a_burst_of_appends_leaves_the_reserved_connections_free() {
         .unwrap();
     // Another session holds the stream's version row: its appends wait.
     let pool = admin_pool(&url).await;
-    let mut holder = pool.begin().await.unwrap();
-    let lock = format!("SELECT 1 FROM \"{s}\".streams WHERE stream = 'held' FOR UPDATE");
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .execute(&mut *holder)
-        .await
-        .unwrap();
-    let xid = xact_id(&mut holder).await;
+    let (holder, xid) = hold_stream(&pool, &s, "held").await;
     let appends: Vec<_> = (0..3)
         .map(|_| {
             let j = j.clone();
@@ -1720,13 +1733,7 @@ async fn an_append_held_by_a_lock_leaves_the_other_appends_going() {
         .await
         .unwrap();
     let pool = admin_pool(&url).await;
-    let mut holder = pool.begin().await.unwrap();
-    let lock = format!("SELECT 1 FROM \"{s}\".streams WHERE stream = 'held' FOR UPDATE");
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .execute(&mut *holder)
-        .await
-        .unwrap();
-    let xid = xact_id(&mut holder).await;
+    let (holder, xid) = hold_stream(&pool, &s, "held").await;
     let blocked = {
         let j = j.clone();
         tokio::spawn(async move { j.append(&[request("held", &[2])], AppendOptions::default()).await })
