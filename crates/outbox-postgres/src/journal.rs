@@ -1277,9 +1277,8 @@ macro_rules! claim_partitioned {
 /// due there: any older one would be among them) or when there were fewer
 /// than 4 × `$3` due heads in all (then those are every due head), which
 /// is the usual case for a worker holding a quarter of the partitions or
-/// more; otherwise from
-/// a lateral range of `outbox_heads_by_partition` per held partition,
-/// merged. Either way the heads read are bounded by `$3` (4 × `$3`, plus
+/// more; otherwise from a lateral range of `outbox_heads_by_partition` per
+/// held partition, merged. Either way the heads read are bounded by `$3` (4 × `$3`, plus
 /// `$3` per held partition on the fallback), whatever the backlog in
 /// partitions others hold.
 ///
