@@ -1182,6 +1182,29 @@ pub(crate) const PARTITION_LEASE_CHECK: &str = concat!(
     " FOR SHARE"
 );
 
+/// A stream's head run over `$rows` (its first rows in seq order, with
+/// `seq`, `status`, `next_attempt_at` and `alone`): each row's `seq` and
+/// whether it `keep`s, that is whether it and every row before it are
+/// contiguous, not dead and due, and, past the first, neither in flight
+/// nor applied alone, behind a head that is neither (ADR 0029). The one
+/// rule of what a claim takes, for [`CLAIM`] and the partitioned claim.
+macro_rules! head_run {
+    ($rows:expr) => {
+        concat!(
+            "SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
+               SELECT seq, status <> 'dead' AND next_attempt_at <= ",
+            jnow!(),
+            " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 \
+               AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' AND alone = 0 \
+                    AND first_value(status) OVER (ORDER BY seq) <> 'processing' \
+                    AND first_value(alone) OVER (ORDER BY seq) = 0)) AS ok \
+               FROM (",
+            $rows,
+            ") h) x"
+        )
+    };
+}
+
 /// The partitioned claim's statement with `$select` as its last part
 /// (it reads `claimed` and `hold`); see [`CLAIM_PARTITIONED`].
 macro_rules! claim_partitioned {
@@ -1220,16 +1243,12 @@ macro_rules! claim_partitioned {
               WHERE before < $5), \
          runs AS (SELECT picked.partition_no, picked.epoch, picked.stream, picked.due_at, r.lo, r.hi \
               FROM picked JOIN LATERAL (SELECT min(seq) AS lo, max(seq) AS hi FROM (\
-                   SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
-                     SELECT seq, status <> 'dead' AND next_attempt_at <= ",
-        jnow!(),
-        " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 \
-                       AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' AND alone = 0 \
-                            AND first_value(status) OVER (ORDER BY seq) <> 'processing' \
-                            AND first_value(alone) OVER (ORDER BY seq) = 0)) AS ok \
-                     FROM (SELECT seq, status, next_attempt_at, alone FROM outbox WHERE stream = picked.stream \
-                           ORDER BY seq LIMIT least(picked.most, $5 - picked.before)) h) x) y \
-                   WHERE keep) r ON r.lo IS NOT NULL), \
+",
+        head_run!(
+            "SELECT seq, status, next_attempt_at, alone FROM outbox WHERE stream = picked.stream \
+             ORDER BY seq LIMIT least(picked.most, $5 - picked.before)"
+        ),
+        ") y WHERE keep) r ON r.lo IS NOT NULL), \
          budget AS (SELECT * FROM (SELECT runs.*, \
                     (sum(hi - lo + 1) OVER (ORDER BY due_at, stream ROWS UNBOUNDED PRECEDING) - (hi - lo + 1))::bigint \
                       AS base FROM runs) z \
@@ -1334,16 +1353,11 @@ const CLAIM_COLUMNS: usize = 14;
 /// (`$3` is the message a row whose own attempt began and never ended
 /// records, ADR 0029).
 pub(crate) const CLAIM: &str = concat!(
-    "WITH run AS (\
-       SELECT seq, bool_and(ok) OVER (ORDER BY seq) AS keep FROM (\
-         SELECT seq, status <> 'dead' AND next_attempt_at <= ",
-    jnow!(),
-    " AND seq = first_value(seq) OVER (ORDER BY seq) + row_number() OVER (ORDER BY seq) - 1 \
-           AND (row_number() OVER (ORDER BY seq) = 1 OR (status <> 'processing' AND alone = 0 \
-                AND first_value(status) OVER (ORDER BY seq) <> 'processing' \
-                AND first_value(alone) OVER (ORDER BY seq) = 0)) AS ok \
-         FROM (SELECT seq, status, next_attempt_at, alone FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2) head \
-       ) x) \
+    "WITH run AS (",
+    head_run!(
+        "SELECT seq, status, next_attempt_at, alone FROM outbox WHERE stream = $1 ORDER BY seq LIMIT $2"
+    ),
+    ") \
      UPDATE outbox o SET ",
     mark_processing!("$3"),
     " FROM run WHERE o.stream = $1 AND o.seq = run.seq AND run.keep \

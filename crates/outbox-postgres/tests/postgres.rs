@@ -198,6 +198,20 @@ async fn explain(
     rows.into_iter().map(|(l,)| l).collect::<Vec<_>>().join("\n")
 }
 
+/// Prepares `sql` as `name` in `tx`, under the plan cache mode that plans
+/// it once, generically, at its first execution (as the pool's sessions
+/// do with `PgOptions::generic_plans`).
+async fn prepare_generic(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, name: &str, sql: &str) {
+    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
+        .execute(&mut **tx)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("PREPARE {name} AS {sql}")))
+        .execute(&mut **tx)
+        .await
+        .expect("prepare");
+}
+
 /// A sweep's ends in one statement (`COMPLETE_ALL`) seek the rows of their
 /// streams under the plan a prepared statement settles on (a
 /// generic one, which knows neither how many ends nor which), on an
@@ -222,15 +236,7 @@ async fn sweep_ends_seek_their_streams_under_a_generic_plan() {
         sqlx::query(sql).execute(pool).await.expect("fill");
     }
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let sql = format!("PREPARE ends AS {}", statements::COMPLETE_ALL);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut *tx)
-        .await
-        .expect("prepare");
+    prepare_generic(&mut tx, "ends", statements::COMPLETE_ALL).await;
     let plan: Vec<String> =
         sqlx::query_scalar("EXPLAIN EXECUTE ends (ARRAY['s5']::text[], ARRAY[3]::bigint[])")
             .fetch_all(&mut *tx)
@@ -1518,15 +1524,7 @@ async fn a_partitioned_claim_planned_on_empty_tables_seeks_its_heads_by_key() {
     let j = journal(&url, &s).await;
     let pool = j.pool();
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let sql = format!("PREPARE claim AS {}", statements::CLAIM_AND_LOAD_PARTITIONED);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut *tx)
-        .await
-        .expect("prepare");
+    prepare_generic(&mut tx, "claim", statements::CLAIM_AND_LOAD_PARTITIONED).await;
     let execute = "EXECUTE claim ('w', 15000, 64, 64, 512, 'x')";
     // Planned now, on empty tables, and kept.
     sqlx::raw_sql(execute)
