@@ -8,6 +8,7 @@
 mod fixture;
 mod pg;
 mod raw;
+mod raw_lag;
 mod report;
 mod run;
 mod sql_projection;
@@ -55,6 +56,8 @@ outbox-bench --profile-lag RATE PER_CALL SECONDS ROUNDS
 the same for the in-process lag run (prints p50, p99, max)
 outbox-bench --profile-lag-across RATE PER_CALL SECONDS ROUNDS
 the lag run with the worker in a child process
+outbox-bench --profile-lag-raw RATE PER_CALL SECONDS ROUNDS
+the raw engine loop's lag run (its worker thread beside the appender)
 outbox-bench --profile-pg-lag RATE PER_CALL SECONDS ROUNDS
 outbox-bench --profile-pg-lag-across RATE PER_CALL SECONDS ROUNDS
 the same two on Postgres (OUTBOX_TEST_DATABASE_URL)
@@ -135,11 +138,15 @@ fn main() -> Result<()> {
     }
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_FLAG) {
         argv.next();
-        return workloads::lag::profile(argv, false);
+        return workloads::lag::profile(argv, workloads::lag::ProfileMode::InProcess);
     }
     if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_ACROSS_FLAG) {
         argv.next();
-        return workloads::lag::profile(argv, true);
+        return workloads::lag::profile(argv, workloads::lag::ProfileMode::Across);
+    }
+    if argv.peek().map(String::as_str) == Some(workloads::lag::PROFILE_RAW_FLAG) {
+        argv.next();
+        return workloads::lag::profile(argv, workloads::lag::ProfileMode::Raw);
     }
     if argv.peek().map(String::as_str) == Some(pg::lag::PROFILE_FLAG) {
         argv.next();

@@ -163,6 +163,79 @@ impl Journal {
     }
 }
 
+/// A stream's claimed run: its seqs, in order.
+pub(crate) type Run = (String, Vec<i64>);
+
+/// A run's events: (seq, payload), in order.
+pub(crate) type RunEvents = Vec<(i64, Vec<u8>)>;
+
+impl Journal {
+    /// One relaxed transaction: the runs (at most `batch` rows each) of at
+    /// most `max_streams` streams with a due row, oldest due first, at most
+    /// `sweep_rows` rows in all. Without a table of due streams, the due
+    /// streams are read from the outbox rows themselves (few while the
+    /// drain keeps up).
+    pub(crate) fn claim_due(&mut self, max_streams: usize, batch: i64, sweep_rows: i64) -> Result<Vec<Run>> {
+        self.set_full(false)?;
+        let now = now_ms();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let streams: Vec<String> = tx
+            .prepare_cached(
+                "SELECT stream FROM outbox WHERE available_at <= ?1 GROUP BY stream ORDER BY min(available_at) LIMIT ?2",
+            )?
+            .query_map(params![now, max_streams as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let (mut runs, mut rows) = (Vec::new(), 0);
+        for stream in streams {
+            if rows >= sweep_rows {
+                break;
+            }
+            let seqs = claim_run(&tx, &stream, now, batch.min(sweep_rows - rows))?;
+            if !seqs.is_empty() {
+                rows += seqs.len() as i64;
+                runs.push((stream, seqs));
+            }
+        }
+        tx.commit()?;
+        Ok(runs)
+    }
+
+    /// One relaxed transaction: every run's rows deleted (the ack).
+    pub(crate) fn ack_runs(&mut self, runs: &[Run]) -> Result<()> {
+        self.set_full(false)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (stream, seqs) in runs {
+            if let Some(&last) = seqs.last() {
+                ack(&tx, stream, last)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// A read-only connection to the raw journal in `dir`, for reading claimed
+/// runs' events without the writer's connection.
+pub(crate) fn journal_reader(dir: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        dir.join("raw-journal.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+/// The events of each claimed run, read on `reader`.
+pub(crate) fn load_runs(reader: &Connection, runs: &[Run]) -> Result<Vec<RunEvents>> {
+    runs.iter()
+        .map(|(stream, seqs)| load_run(reader, stream, seqs[0], seqs[seqs.len() - 1]))
+        .collect()
+}
+
 /// The raw projection file.
 pub(crate) struct Projection {
     pub(crate) conn: Connection,
@@ -173,6 +246,19 @@ impl Projection {
         let conn = open(&dir.join("raw-projection.db"))?;
         conn.execute_batch(PROJECTION_SCHEMA)?;
         Ok(Projection { conn })
+    }
+
+    /// One durable transaction: every run applied with its checkpoint
+    /// compare-and-set.
+    pub(crate) fn apply_runs(&mut self, runs: &[Run], events: &[RunEvents]) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for ((stream, _), events) in runs.iter().zip(events) {
+            apply_run(&tx, stream, events)?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// The oracle: each stream's row is at its version.

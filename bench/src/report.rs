@@ -179,7 +179,9 @@ raw engine loop: the minimal loop a careful engineer writes by hand for the same
 durability (SQLite: rusqlite, event + outbox row per transaction at synchronous=FULL, one-statement \
 claims and deletes at NORMAL, checkpoint compare-and-set in the projection transaction at FULL; \
 Postgres: sqlx, each batch one statement). Lag rows: from the append's scheduled time to the event \
-being visible to a reader of the projection after its commit.\n\n";
+being visible to a reader of the projection after its commit; the in-process SQLite rows against the \
+raw engine loop with its worker thread beside the appender, woken by each append, draining in sweeps \
+(ratio: raw lag over the outbox's, above 1 when the outbox's is lower).\n\n";
 
 fn fmt_value(v: f64, unit: &str) -> String {
     if v >= 100.0 {

@@ -42,6 +42,16 @@ const SQLITE_POLL: Duration = Duration::from_millis(1);
 /// The pause between two reads on Postgres.
 const PG_POLL: Duration = Duration::from_millis(1);
 
+/// The measured projection's checkpoints in the outbox's projection file,
+/// and the statement's argument.
+const OUTBOX_CHECKPOINTS: (&str, &[&str]) = (
+    "SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1",
+    &[PROJECTION],
+);
+
+/// The raw engine loop's checkpoints.
+const RAW_CHECKPOINTS: (&str, &[&str]) = ("SELECT stream, last FROM checkpoints", &[]);
+
 /// A running reader; [`finish`](Watcher::finish) stops it and returns its
 /// stamps.
 pub(crate) struct Watcher {
@@ -87,6 +97,20 @@ impl Seen {
 impl Watcher {
     /// Watches the projection file at `path` (it must exist).
     pub(crate) fn sqlite(path: &Path) -> Result<Watcher> {
+        Watcher::sqlite_reading(path, OUTBOX_CHECKPOINTS)
+    }
+
+    /// Watches the raw engine loop's projection file at `path` (it must
+    /// exist).
+    pub(crate) fn raw_sqlite(path: &Path) -> Result<Watcher> {
+        Watcher::sqlite_reading(path, RAW_CHECKPOINTS)
+    }
+
+    /// Watches the file at `path` through `checkpoints`, a statement (and
+    /// its arguments) that reads (stream, last seq applied) for every
+    /// stream.
+    fn sqlite_reading(path: &Path, checkpoints: (&'static str, &'static [&'static str])) -> Result<Watcher> {
+        let (checkpoints, args) = checkpoints;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -100,8 +124,7 @@ impl Watcher {
             .spawn(move || {
                 let mut seen = Seen::default();
                 let mut version = -1i64;
-                let mut read = conn
-                    .prepare("SELECT stream, last_applied FROM outbox_checkpoints WHERE projection = ?1")?;
+                let mut read = conn.prepare(checkpoints)?;
                 loop {
                     // Read once more after the stop, so nothing committed
                     // before it is missed.
@@ -109,7 +132,8 @@ impl Watcher {
                     let now_version: i64 = conn.query_row("PRAGMA data_version", [], |r| r.get(0))?;
                     if now_version != version {
                         version = now_version;
-                        let rows = read.query_map([PROJECTION], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                        let rows =
+                            read.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get(0)?, r.get(1)?)))?;
                         let now = SystemTime::now();
                         for row in rows {
                             let (stream, last): (String, i64) = row?;

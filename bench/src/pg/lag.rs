@@ -31,24 +31,30 @@ pub(crate) async fn run(
     let seconds = ctx.sizes.lag_seconds;
     let total = (rate * seconds as f64) as u64;
     let name = format!("PG lag {{}}, wake-on-append ({durable})");
-    lag::measure(ctx, &name, rate, per_call, || {
+    lag::measure(ctx, &name, rate, per_call, &[lag::Side::Outbox], |_| {
         in_process(url, rate, total, per_call)
     })
     .await?;
     let name = format!("PG lag {{}}, worker in another process, LISTEN/NOTIFY wake-up ({durable})");
-    lag::measure(ctx, &name, rate, per_call, || across(url, rate, total, per_call)).await?;
+    lag::measure(ctx, &name, rate, per_call, &[lag::Side::Outbox], |_| {
+        across(url, rate, total, per_call)
+    })
+    .await?;
     // Issue 43's second Postgres target: single appends at a fixed rate.
     let (rate, per_call) = (FIXED_RATE, 1);
     let total = (rate * seconds as f64) as u64;
     let name = format!("PG lag {{}}, wake-on-append, {rate:.0} single appends/s ({durable})");
-    lag::measure(ctx, &name, rate, per_call, || {
+    lag::measure(ctx, &name, rate, per_call, &[lag::Side::Outbox], |_| {
         in_process(url, rate, total, per_call)
     })
     .await?;
     let name = format!(
         "PG lag {{}}, worker in another process, LISTEN/NOTIFY wake-up, {rate:.0} single appends/s ({durable})"
     );
-    lag::measure(ctx, &name, rate, per_call, || across(url, rate, total, per_call)).await
+    lag::measure(ctx, &name, rate, per_call, &[lag::Side::Outbox], |_| {
+        across(url, rate, total, per_call)
+    })
+    .await
 }
 
 /// The fixed rate of single appends issue 43 sets a Postgres target at.

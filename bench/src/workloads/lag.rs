@@ -76,71 +76,125 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
     } else {
         "wake-on-append"
     };
-    measure(ctx, &format!("W3 lag {{}}, {how}"), rate, per_call, || {
-        let tmp = tmp.clone();
-        async move {
-            if across {
-                across_processes(&tmp, seconds, rate, per_call).await
-            } else {
-                one_run(&tmp, seconds, rate, per_call, || Ok(())).await
+    // The raw engine loop runs its worker in the appender's process: it is
+    // the reference of the in-process rows only.
+    let sides: &[Side] = if across {
+        &[Side::Outbox]
+    } else {
+        &[Side::Outbox, Side::Raw]
+    };
+    measure(
+        ctx,
+        &format!("W3 lag {{}}, {how}"),
+        rate,
+        per_call,
+        sides,
+        |side| {
+            let tmp = tmp.clone();
+            async move {
+                match (side, across) {
+                    (Side::Raw, _) => crate::raw_lag::round(&tmp, seconds, rate, per_call).await,
+                    (Side::Outbox, true) => across_processes(&tmp, seconds, rate, per_call).await,
+                    (Side::Outbox, false) => one_run(&tmp, seconds, rate, per_call, || Ok(())).await,
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
-/// Runs [`ROUNDS`] rounds of `round` (each giving its lags in ms and the
+/// Which loop a lag round runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The outbox.
+    Outbox,
+    /// The raw engine loop ([`crate::raw_lag`]).
+    Raw,
+}
+
+/// The percentiles of one side's rounds.
+#[derive(Default)]
+struct Figures {
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    max: Vec<f64>,
+    achieved: Vec<f64>,
+}
+
+/// Runs [`ROUNDS`] rounds of `round` for each of `sides` (interleaved:
+/// each round runs every side in turn; each gives its lags in ms and the
 /// rate its appends achieved) at `rate`, prints each, and adds the p50,
-/// p99 and max rows, named by `name` with `{}` standing for the figure.
+/// p99 and max rows, named by `name` with `{}` standing for the figure:
+/// the outbox's, against the raw engine loop's when `sides` has it.
 pub(crate) async fn measure<F, Fut>(
     ctx: &mut Ctx,
     name: &str,
     rate: f64,
     per_call: u64,
+    sides: &[Side],
     mut round: F,
 ) -> Result<()>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(Side) -> Fut,
     Fut: std::future::Future<Output = Result<(Vec<f64>, f64)>>,
 {
-    let (mut p50, mut p99, mut max, mut achieved) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut outbox, mut raw) = (Figures::default(), Figures::default());
     let mut failed = None;
-    for n in 0..ROUNDS {
-        // A round that cannot keep up (its appends pass the store deadline)
-        // is a figure too: the row says so and the run goes on.
-        let (mut lags, sent_rate) = match round().await {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("   round {}: did not keep up: {e:#}", n + 1);
-                failed = Some(format!("round {} did not keep up: {e}", n + 1));
-                break;
-            }
-        };
-        lags.sort_by(f64::total_cmp);
-        p50.push(percentile(&lags, 50.0));
-        p99.push(percentile(&lags, 99.0));
-        max.push(*lags.last().context("no events")?);
-        achieved.push(sent_rate);
-        eprintln!(
-            "   round {}: {} events offered at {rate} ev/s, {per_call} per call (appended at {sent_rate:.0} ev/s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            n + 1,
-            lags.len(),
-            p50[n],
-            p99[n],
-            max[n]
-        );
+    'rounds: for n in 0..ROUNDS {
+        for &side in sides {
+            // A round that cannot keep up (its appends pass the store
+            // deadline) is a figure too: the row says so and the run goes on.
+            let (mut lags, sent_rate) = match round(side).await {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("   round {} ({side:?}): did not keep up: {e:#}", n + 1);
+                    failed = Some(format!("round {} ({side:?}) did not keep up: {e}", n + 1));
+                    break 'rounds;
+                }
+            };
+            lags.sort_by(f64::total_cmp);
+            let figures = if side == Side::Raw { &mut raw } else { &mut outbox };
+            figures.p50.push(percentile(&lags, 50.0));
+            figures.p99.push(percentile(&lags, 99.0));
+            figures.max.push(*lags.last().context("no events")?);
+            figures.achieved.push(sent_rate);
+            eprintln!(
+                "   round {} ({side:?}): {} events offered at {rate} ev/s, {per_call} per call (appended at {sent_rate:.0} ev/s): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                n + 1,
+                lags.len(),
+                percentile(&lags, 50.0),
+                percentile(&lags, 99.0),
+                lags.last().copied().unwrap_or_default()
+            );
+        }
     }
     let mut note = format!(
         "{rate:.0} ev/s offered, {per_call} per call, {:.0} ev/s appended, {} s",
-        crate::report::median(&achieved),
+        crate::report::median(&outbox.achieved),
         ctx.sizes.lag_seconds
     );
+    if !raw.achieved.is_empty() {
+        note = format!(
+            "{note}; the raw engine loop appended {:.0} ev/s",
+            crate::report::median(&raw.achieved)
+        );
+    }
     if let Some(failed) = failed {
         note = format!("{note}; {failed}");
     }
-    for (what, v) in [("p50", p50), ("p99", p99), ("max", max)] {
-        ctx.rows
-            .push(Row::single(name.replace("{}", what), "ms", Better::Lower, v).with_note(note.clone()));
+    let with_raw = sides.contains(&Side::Raw) && !raw.p50.is_empty();
+    for (what, o, r) in [
+        ("p50", outbox.p50, raw.p50),
+        ("p99", outbox.p99, raw.p99),
+        ("max", outbox.max, raw.max),
+    ] {
+        let name = name.replace("{}", what);
+        let row = if with_raw {
+            Row::pair(name, "ms", Better::Lower, o, r)
+        } else {
+            Row::single(name, "ms", Better::Lower, o)
+        };
+        ctx.rows.push(row.with_note(note.clone()));
     }
     Ok(())
 }
@@ -148,17 +202,37 @@ where
 /// The flag of [`profile`].
 pub(crate) const PROFILE_FLAG: &str = "--profile-lag";
 
-/// The flag of [`profile`] with the worker in a child process.
+/// The flag of [`profile`] with the worker in another process.
 pub(crate) const PROFILE_ACROSS_FLAG: &str = "--profile-lag-across";
+
+/// The flag of [`profile`] for the raw engine loop.
+pub(crate) const PROFILE_RAW_FLAG: &str = "--profile-lag-raw";
+
+/// Where [`profile`] runs its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProfileMode {
+    /// The outbox's worker in this process.
+    InProcess,
+    /// The outbox's worker in a child process.
+    Across,
+    /// The raw engine loop ([`crate::raw_lag`]).
+    Raw,
+}
 
 /// `--profile-lag RATE PER_CALL SECONDS ROUNDS`: in-process open-loop runs
 /// at RATE ev/s, PER_CALL events per call, and nothing else (sampled, as
 /// `--profile-drain`, only while appending and draining); prints each
-/// round's lag percentiles. With `across` (`--profile-lag-across`), the
-/// worker runs in a child process and this one only appends (the
-/// profiler's gate is not used: the child is a process of its own).
-pub(crate) fn profile(mut args: impl Iterator<Item = String>, across: bool) -> Result<()> {
-    let flag = if across { PROFILE_ACROSS_FLAG } else { PROFILE_FLAG };
+/// round's lag percentiles. With [`ProfileMode::Across`]
+/// (`--profile-lag-across`), the worker runs in a child process and this
+/// one only appends (the profiler's gate is not used: the child is a
+/// process of its own); with [`ProfileMode::Raw`] (`--profile-lag-raw`),
+/// the raw engine loop runs instead of the outbox (not gated either).
+pub(crate) fn profile(mut args: impl Iterator<Item = String>, mode: ProfileMode) -> Result<()> {
+    let flag = match mode {
+        ProfileMode::InProcess => PROFILE_FLAG,
+        ProfileMode::Across => PROFILE_ACROSS_FLAG,
+        ProfileMode::Raw => PROFILE_RAW_FLAG,
+    };
     let mut number = |what: &str| super::profile_number(flag, &mut args, what);
     let (rate, per_call, seconds) = (number("RATE")?, number("PER_CALL")?, number("SECONDS")?);
     let rounds = number("ROUNDS")?;
@@ -167,10 +241,10 @@ pub(crate) fn profile(mut args: impl Iterator<Item = String>, across: bool) -> R
         "{flag}: every number must be positive"
     );
     super::profile_rounds(rounds, |tmp, gate| async move {
-        let (mut lags, sent) = if across {
-            across_processes(&tmp, seconds, rate as f64, per_call).await?
-        } else {
-            one_run(&tmp, seconds, rate as f64, per_call, gate).await?
+        let (mut lags, sent) = match mode {
+            ProfileMode::Across => across_processes(&tmp, seconds, rate as f64, per_call).await?,
+            ProfileMode::InProcess => one_run(&tmp, seconds, rate as f64, per_call, gate).await?,
+            ProfileMode::Raw => crate::raw_lag::round(&tmp, seconds, rate as f64, per_call).await?,
         };
         lags.sort_by(f64::total_cmp);
         eprintln!(
