@@ -93,7 +93,7 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
             let tmp = tmp.clone();
             async move {
                 match (side, across) {
-                    (Side::Raw, _) => crate::raw_lag::round(&tmp, seconds, rate, per_call).await,
+                    (Side::Raw, _) => raw_round(&tmp, seconds, rate, per_call).await,
                     (Side::Outbox, true) => across_processes(&tmp, seconds, rate, per_call).await,
                     (Side::Outbox, false) => one_run(&tmp, seconds, rate, per_call, || Ok(())).await,
                 }
@@ -101,6 +101,13 @@ async fn at_rate(ctx: &mut Ctx, rate: f64, per_call: u64, across: bool) -> Resul
         },
     )
     .await
+}
+
+/// One round of the raw engine loop ([`crate::raw_lag`]) over the same
+/// streams: each event's lag in ms and the rate its appends achieved.
+async fn raw_round(tmp: &std::path::Path, seconds: u64, rate: f64, per_call: u64) -> Result<(Vec<f64>, f64)> {
+    let (scheduled, stamps, achieved) = crate::raw_lag::round(tmp, seconds, rate, per_call, STREAMS).await?;
+    Ok((lags(scheduled, &stamps)?, achieved))
 }
 
 /// Which loop a lag round runs.
@@ -244,7 +251,7 @@ pub(crate) fn profile(mut args: impl Iterator<Item = String>, mode: ProfileMode)
         let (mut lags, sent) = match mode {
             ProfileMode::Across => across_processes(&tmp, seconds, rate as f64, per_call).await?,
             ProfileMode::InProcess => one_run(&tmp, seconds, rate as f64, per_call, gate).await?,
-            ProfileMode::Raw => crate::raw_lag::round(&tmp, seconds, rate as f64, per_call).await?,
+            ProfileMode::Raw => raw_round(&tmp, seconds, rate as f64, per_call).await?,
         };
         lags.sort_by(f64::total_cmp);
         eprintln!(
