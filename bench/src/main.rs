@@ -6,6 +6,7 @@
 //! `target/bench/bench.json`), `--only NAME[,NAME]` (see [`WORKLOADS`]).
 
 mod fixture;
+mod pace;
 mod pg;
 mod raw;
 mod raw_lag;

@@ -18,11 +18,12 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 
 use crate::fixture::{self, stream_name};
+use crate::pace::Schedule;
 use crate::raw::{self, Journal, Projection};
 use crate::visible::{Stamps, Watcher};
 
@@ -154,20 +155,14 @@ fn offer(
     per_call: u64,
     streams: u64,
 ) -> Result<Offered> {
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let (t0, wall0) = (
-        Instant::now() + Duration::from_millis(50),
-        SystemTime::now() + Duration::from_millis(50),
-    );
+    let schedule = Schedule::at(rate);
     let names: Vec<String> = (0..streams).map(|s| stream_name("l", s)).collect();
     let mut versions = vec![0u64; streams as usize];
     let mut scheduled = Vec::with_capacity(total as usize);
     for first in (0..total).step_by(per_call as usize) {
         ensure!(!failed.load(Ordering::Acquire), "the raw worker failed");
         let last = (first + per_call).min(total) - 1;
-        if let Some(wait) = (t0 + interval.mul_f64(last as f64)).checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+        schedule.wait_for(last);
         let calls: Vec<(&str, u64)> = (first..=last)
             .map(|i| (names[(i % streams) as usize].as_str(), 1))
             .collect();
@@ -176,10 +171,10 @@ fn offer(
         for i in first..=last {
             let s = (i % streams) as usize;
             versions[s] += 1;
-            scheduled.push((names[s].clone(), versions[s], wall0 + interval.mul_f64(i as f64)));
+            scheduled.push((names[s].clone(), versions[s], schedule.wall(i)));
         }
     }
-    let achieved = total as f64 / t0.elapsed().as_secs_f64();
+    let achieved = schedule.achieved(total);
     Ok((scheduled, achieved, versions))
 }
 

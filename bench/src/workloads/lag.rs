@@ -8,7 +8,7 @@
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result};
 use outbox_core::{AppendRequest, ExpectedVersion};
@@ -16,6 +16,7 @@ use outbox_runtime::{Config, JournalBackend, Outbox, ProjectionBackend};
 
 use super::ROUNDS;
 use crate::fixture::{self, Seen, stream, stream_name};
+use crate::pace::Schedule;
 use crate::report::{Better, Row, percentile};
 use crate::run::Ctx;
 use crate::visible::{Stamps, Watcher};
@@ -397,24 +398,18 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
     total: u64,
     per_call: u64,
 ) -> Result<Offered> {
-    let interval = Duration::from_secs_f64(1.0 / rate);
-    let (t0, wall0) = (
-        Instant::now() + Duration::from_millis(50),
-        SystemTime::now() + Duration::from_millis(50),
-    );
+    let schedule = Schedule::at(rate);
     let runtime = tokio::runtime::Handle::current();
     let (rt, all) = (rt.clone(), streams.to_vec());
     let tasks = tokio::task::spawn_blocking(move || {
         let mut tasks = Vec::with_capacity(total.div_ceil(per_call) as usize);
         for first in (0..total).step_by(per_call as usize) {
             let last = (first + per_call).min(total) - 1;
-            if let Some(wait) = (t0 + interval.mul_f64(last as f64)).checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
+            schedule.wait_for(last);
             let calls: Vec<(usize, outbox_core::StreamId, SystemTime)> = (first..=last)
                 .map(|i| {
                     let s = (i % all.len() as u64) as usize;
-                    (s, all[s].clone(), wall0 + interval.mul_f64(i as f64))
+                    (s, all[s].clone(), schedule.wall(i))
                 })
                 .collect();
             tasks.push(runtime.spawn(append_call(rt.clone(), first, calls)));
@@ -437,7 +432,7 @@ pub(crate) async fn offer<J: JournalBackend, P: ProjectionBackend>(
         scheduled,
         acked,
         versions,
-        rate: total as f64 / t0.elapsed().as_secs_f64(),
+        rate: schedule.achieved(total),
     })
 }
 
